@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command: set up on a fresh machine, lint, type-check, run the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+VENV=${TIERING_VENV:-$(pwd)/.venv}
+export PATH="$VENV/bin:$PATH"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+echo "== ruff"; ruff check .
+echo "== mypy"; mypy
+echo "== pytest"; pytest "$@"

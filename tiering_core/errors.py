@@ -1,0 +1,42 @@
+"""Narrow, named exceptions shared by every part of the platform.
+
+Each error says what went wrong and where (file and byte position, key, partition), so that
+the ``tiering`` command can print it as its one-line reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TieringError(Exception):
+    """Base of every error the platform raises on purpose."""
+
+
+class ConfigError(TieringError):
+    """The platform configuration is invalid; the message names the key."""
+
+
+class CorruptLogError(TieringError):
+    """A Kafka on-disk file is malformed: names the file and the byte position."""
+
+    def __init__(self, path: Path | str, position: int, reason: str) -> None:
+        self.path = Path(path)
+        self.position = position
+        self.reason = reason
+        super().__init__(f"{self.path}: at byte {position}: {reason}")
+
+
+class InvalidTopicError(TieringError):
+    """A topic name or partition directory name is not one Kafka could have made."""
+
+
+class TieringGapError(TieringError):
+    """The broker deleted data before it was tiered; raised after copying what remains.
+
+    ``result`` carries what the run did, so callers can still report it.
+    """
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
