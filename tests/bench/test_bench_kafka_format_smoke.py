@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_kafka_format_quick_prints_ratios() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_kafka_format.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=300,
+    ).stdout
+    for name in (
+        "index_rebuild_time/plain_read_time",
+        "crc_verify_throughput/raw_crc32c_throughput",
+        "decode_speedup_vs_kafka_python",
+    ):
+        assert f"RATIO {name} = " in out, out
