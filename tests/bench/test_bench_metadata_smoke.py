@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MEASURED = ("highest_offset_for_epoch", "segment_for", "list_segments_cold", "list_segments_warm", "add+finish")
+
+
+def test_bench_metadata_quick_prints_every_ratio() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_metadata.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=300,
+    ).stdout
+    assert re.search(r"loaded 5 partitions x 50 segments = 250 rows", out), out
+    for name in MEASURED:
+        match = re.search(rf"^RATIO {re.escape(name)}_p99/target = (\d+\.\d\d) \(target <= 1\.0\)$", out, re.M)
+        assert match is not None, out
+        assert float(match.group(1)) > 0
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert set(figures) == set(MEASURED)
+    assert all(0 < f["p50_ms"] <= f["p99_ms"] for f in figures.values())

@@ -1,0 +1,75 @@
+"""Helpers shared by the metadata store tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, RemoteLogSegmentMetadata
+
+ROOT = Path(__file__).resolve().parents[2]
+S = RemoteLogSegmentState
+
+
+def tip(topic_id: str = "AAAAAAAAAAAAAAAAAAAAAA", topic: str = "orders", partition: int = 0) -> TopicIdPartition:
+    return TopicIdPartition(topic_id, TopicPartition(topic, partition))
+
+
+def segment(
+    tp: TopicIdPartition,
+    start: int,
+    end: int,
+    epochs: dict[int, int] | None = None,
+    *,
+    size: int = 100,
+    event_time: int = 1,
+    custom: dict[str, Any] | None = None,
+) -> RemoteLogSegmentMetadata:
+    """A fresh copy attempt (new UUID) of offsets start..end (inclusive)."""
+    return RemoteLogSegmentMetadata(
+        segment_id=uuid.uuid4(),
+        topic_id_partition=tp,
+        start_offset=start,
+        end_offset=end,
+        max_timestamp=1_000 + end,
+        leader_epochs=epochs if epochs is not None else {0: start},
+        size_bytes=size,
+        state=S.COPY_SEGMENT_STARTED,
+        writer_token=0,
+        event_time=event_time,
+        custom_metadata=custom or {},
+    )
+
+
+def finish(store: RemoteLogMetadataStore, lease: Lease, meta: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
+    store.add_segment(meta, lease)
+    return store.update_segment_state(meta.segment_id, S.COPY_SEGMENT_FINISHED, lease)
+
+
+def delete(store: RemoteLogMetadataStore, lease: Lease, segment_id: uuid.UUID) -> None:
+    store.update_segment_state(segment_id, S.DELETE_SEGMENT_STARTED, lease)
+    store.update_segment_state(segment_id, S.DELETE_SEGMENT_FINISHED, lease)
+
+
+def worker(*args: str) -> subprocess.Popen[str]:
+    """A real OS process running ``tests.metadata.workers``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.metadata.workers", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def start_in(seconds: float) -> str:
+    """A shared start instant for racing processes (they import and connect before it)."""
+    return repr(time.time() + seconds)

@@ -1,0 +1,134 @@
+"""Alembic migrations on SQLite and PostgreSQL: from empty, round trip, schema == models, data kept
+across revisions, first use migrates (also when several processes open a fresh database at once)."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, create_engine, inspect, text
+
+from tests.metadata.support import finish, segment, start_in, tip, worker
+from tiering_core.metadata.errors import MetadataStoreError
+from tiering_core.metadata.migrations import current_revision, downgrade, head_revision, upgrade
+from tiering_core.metadata.models import Base
+from tiering_core.metadata.store import RemoteLogMetadataStore
+
+TIP = tip("MMMMMMMMMMMMMMMMMMMMMM", "orders", 0)
+
+
+def schema_diffs(engine: Engine) -> list[object]:
+    with engine.connect() as conn:
+        return list(compare_metadata(MigrationContext.configure(conn), Base.metadata))
+
+
+def index_names(engine: Engine) -> set[str]:
+    found = set()
+    for table in inspect(engine).get_table_names():
+        found |= {ix["name"] for ix in inspect(engine).get_indexes(table) if ix["name"]}
+    return found
+
+
+def tiering_tables(engine: Engine) -> list[str]:
+    return sorted(t for t in inspect(engine).get_table_names() if t.startswith("tiering_"))
+
+
+def test_upgrade_from_empty_downgrade_to_base_and_again_matches_the_models(metadata_url: str) -> None:
+    engine = create_engine(metadata_url)
+    try:
+        assert current_revision(metadata_url) is None
+        upgrade(metadata_url)
+        assert current_revision(metadata_url) == head_revision() == "0002"
+        assert schema_diffs(engine) == []
+        assert {"ix_segments_live", "ix_segment_epochs_cover", "ix_partitions_topic_partition"} <= index_names(engine)
+        assert tiering_tables(engine) == sorted(t.name for t in Base.metadata.sorted_tables)
+        downgrade(metadata_url, "base")
+        assert current_revision(metadata_url) is None
+        assert tiering_tables(engine) == []
+        upgrade(metadata_url, "0001")
+        assert current_revision(metadata_url) == "0001"
+        upgrade(metadata_url)
+        assert schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_data_written_at_0001_survives_the_upgrade_and_the_way_back(metadata_url: str) -> None:
+    upgrade(metadata_url, "0001")
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_partitions (id, topic_id, topic, partition, delete_state, dropped, "
+                    "lease_holder, lease_token, lease_expires_ms, fencing_counter, remote_log_start_offset, "
+                    "delete_records_offset, finish_counter) "
+                    "VALUES (1, :tid, 'orders', 0, NULL, false, NULL, 3, 0, 3, 10, 4242, 1)"
+                ),
+                {"tid": TIP.topic_id},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_segments (segment_id, partition_id, start_offset, end_offset, "
+                    "max_timestamp, size_bytes, state, leader_epochs, writer_token, event_time, finish_seq, "
+                    "custom_metadata) VALUES ('6f1c1f5e-5b1e-4c59-8a3f-0b4a4cbd2c11', 1, 0, 9999, 5, 77, "
+                    "'COPY_SEGMENT_FINISHED', '{\"0\": 0}', 3, 5, 1, '{}')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_segment_epochs (segment_id, epoch, partition_id, start_offset, end_offset, "
+                    "finish_seq) VALUES ('6f1c1f5e-5b1e-4c59-8a3f-0b4a4cbd2c11', 0, 1, 0, 9999, 1)"
+                )
+            )
+            conn.execute(
+                text("INSERT INTO tiering_epoch_highest (partition_id, epoch, highest_offset) VALUES (1, 0, 9999)")
+            )
+        upgrade(metadata_url)
+        with RemoteLogMetadataStore(metadata_url) as store:
+            assert store.get_delete_records_offset(TIP) == 4242
+            assert store.get_remote_log_start_offset(TIP) == 10
+            # The backfilled widest range lets segment_for reach deep into the old segment.
+            found = store.segment_for(TIP, 0, 9_000)
+            assert found is not None and found.size_bytes == 77
+            lease = store.acquire_lease(TIP, "after-upgrade")
+            assert lease.token == 4
+            store.record_delete_records(TIP, 5000, lease, "test")
+        downgrade(metadata_url, "0001")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT delete_records_offset FROM tiering_partitions")).scalar() == 5000
+    finally:
+        engine.dispose()
+
+
+def test_the_store_migrates_a_fresh_database_and_refuses_a_newer_schema(metadata_url: str) -> None:
+    with RemoteLogMetadataStore(metadata_url) as store:
+        store.register_partition(TIP)
+    assert current_revision(metadata_url) == head_revision()
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    finally:
+        engine.dispose()
+    with pytest.raises(MetadataStoreError, match=r"9999.*newer"):
+        RemoteLogMetadataStore(metadata_url)
+
+
+def test_store_behind_the_head_is_upgraded_on_open(metadata_url: str) -> None:
+    upgrade(metadata_url, "0001")
+    with RemoteLogMetadataStore(metadata_url) as store:
+        lease = store.acquire_lease(TIP, "t")
+        finish(store, lease, segment(TIP, 0, 99))
+        assert store.segment_for(TIP, 0, 50) is not None
+    assert current_revision(metadata_url) == head_revision()
+
+
+def test_processes_opening_a_fresh_database_at_once_all_succeed(metadata_url: str) -> None:
+    start_at = start_in(2.0)
+    procs = [worker("open", metadata_url, start_at) for _ in range(3)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in results]
+    assert [out.split() for out, _ in results] == [["REVISION", head_revision()]] * 3
+    with RemoteLogMetadataStore(metadata_url) as store:
+        assert len(store.list_partitions()) == 3

@@ -1,0 +1,430 @@
+"""Store queries on SQLite and a real PostgreSQL: supersede, overlap, epochs, listings, partitions,
+section-10 state and history. Every test here runs on both backends (``metadata_url``)."""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+import threading
+import time
+import uuid
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.metadata.support import delete, finish, segment, tip
+from tests.services import free_port
+from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.topic import TopicPartition
+from tiering_core.metadata.errors import (
+    DuplicateSegmentError,
+    FencedError,
+    InvalidSegmentMetadataError,
+    InvalidStateTransitionError,
+    MetadataStoreError,
+    PartitionDeletedError,
+    SegmentNotFoundError,
+)
+from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
+from tiering_core.metadata.store import METADATA_DROPPED, RemoteLogMetadataStore
+
+S = RemoteLogSegmentState
+P = RemotePartitionDeleteState
+TIP = tip("BBBBBBBBBBBBBBBBBBBBBB", "orders", 3)
+OTHER = tip("DDDDDDDDDDDDDDDDDDDDDD", "payments", 0)
+
+
+@pytest.fixture()
+def store(metadata_url: str):
+    with RemoteLogMetadataStore(metadata_url) as s:
+        yield s
+
+
+# --- segment_for: supersede and overlap ------------------------------------------------------
+
+
+def test_shorter_reupload_supersedes_a_longer_one_only_where_it_covers(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    long_one = finish(store, lease, segment(TIP, 0, 199))
+    short_one = finish(store, lease, segment(TIP, 0, 99))
+    assert [store.segment_for(TIP, 0, o).segment_id for o in (0, 50, 99)] == [short_one.segment_id] * 3
+    assert [store.segment_for(TIP, 0, o).segment_id for o in (100, 150, 199)] == [long_one.segment_id] * 3
+    assert store.segment_for(TIP, 0, 200) is None
+    assert store.segment_for(TIP, 1, 50) is None
+
+
+def test_partial_overlap_later_finished_wins_the_shared_range(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    first = finish(store, lease, segment(TIP, 0, 199))
+    second = finish(store, lease, segment(TIP, 100, 299, {0: 100}))
+    assert store.segment_for(TIP, 0, 99).segment_id == first.segment_id
+    assert store.segment_for(TIP, 0, 100).segment_id == second.segment_id
+    assert store.segment_for(TIP, 0, 299).segment_id == second.segment_id
+
+
+def test_later_means_finished_later_not_started_later(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    early, late = segment(TIP, 0, 99, event_time=5), segment(TIP, 0, 99, event_time=1)
+    store.add_segment(early, lease)
+    store.add_segment(late, lease)
+    store.update_segment_state(late.segment_id, S.COPY_SEGMENT_FINISHED, lease, event_time_ms=10)
+    assert store.segment_for(TIP, 0, 50).segment_id == late.segment_id
+    store.update_segment_state(early.segment_id, S.COPY_SEGMENT_FINISHED, lease, event_time_ms=10)
+    assert store.segment_for(TIP, 0, 50).segment_id == early.segment_id  # same event time: finish order decides
+
+
+def test_deleting_the_superseding_copy_leaves_the_older_finished_one_serving(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    older = finish(store, lease, segment(TIP, 0, 99))
+    newer = finish(store, lease, segment(TIP, 0, 99))
+    assert store.segment_for(TIP, 0, 10).segment_id == newer.segment_id
+    store.update_segment_state(newer.segment_id, S.DELETE_SEGMENT_STARTED, lease)  # no longer serves reads
+    assert store.segment_for(TIP, 0, 10).segment_id == older.segment_id
+    delete(store, lease, older.segment_id)
+    assert store.segment_for(TIP, 0, 10) is None
+
+
+def test_segment_for_uses_the_range_of_the_asked_epoch_and_only_finished_segments(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    both = finish(store, lease, segment(TIP, 0, 149, {0: 0, 1: 100}))
+    assert store.segment_for(TIP, 0, 99).segment_id == both.segment_id
+    assert store.segment_for(TIP, 0, 120) is None  # epoch 0 ends at 99 in that segment
+    assert store.segment_for(TIP, 1, 99) is None  # epoch 1 starts at 100
+    assert store.segment_for(TIP, 1, 149).segment_id == both.segment_id
+    store.add_segment(segment(TIP, 150, 199, {1: 150}), lease)
+    assert store.segment_for(TIP, 1, 160) is None  # COPY_SEGMENT_STARTED never serves
+    assert store.segment_for(OTHER, 1, 120) is None
+
+
+def test_segment_for_finds_offsets_deep_inside_a_wide_segment_among_narrow_ones(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    wide = finish(store, lease, segment(TIP, 0, 99_999))
+    narrow = [finish(store, lease, segment(TIP, 100_000 + 10 * i, 100_009 + 10 * i)) for i in range(20)]
+    overlay = finish(store, lease, segment(TIP, 50_000, 50_009))
+    assert store.segment_for(TIP, 0, 99_999).segment_id == wide.segment_id
+    assert store.segment_for(TIP, 0, 50_005).segment_id == overlay.segment_id
+    assert store.segment_for(TIP, 0, 50_010).segment_id == wide.segment_id
+    assert store.segment_for(TIP, 0, 100_195).segment_id == narrow[19].segment_id
+
+
+# --- highest offset per epoch ----------------------------------------------------------------
+
+
+def test_highest_offset_for_epoch_never_decreases(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    a = finish(store, lease, segment(TIP, 0, 149, {0: 0, 1: 100}))
+    b = finish(store, lease, segment(TIP, 150, 249, {1: 150, 2: 200}))
+    assert [store.highest_offset_for_epoch(TIP, e) for e in (0, 1, 2, 3)] == [99, 199, 249, None]
+    finish(store, lease, segment(TIP, 0, 49, {0: 0}))  # a shorter re-upload does not lower it
+    started = segment(TIP, 250, 999, {2: 250})
+    store.add_segment(started, lease)  # neither does an unfinished one raise it
+    assert store.highest_offset_for_epoch(TIP, 0) == 99
+    assert store.highest_offset_for_epoch(TIP, 2) == 249
+    for meta in (a, b):
+        delete(store, lease, meta.segment_id)
+    assert [store.highest_offset_for_epoch(TIP, e) for e in (0, 1, 2)] == [99, 199, 249]
+    assert store.highest_offset_for_epoch(OTHER, 0) is None
+
+
+# --- listings ---------------------------------------------------------------------------------
+
+
+def test_listing_sorted_by_start_offset_across_states_with_epoch_filter(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    c = segment(TIP, 200, 299, {2: 200})
+    store.add_segment(c, lease)
+    a = finish(store, lease, segment(TIP, 0, 99, {0: 0}))
+    b = finish(store, lease, segment(TIP, 100, 199, {0: 100, 1: 150}))
+    d = finish(store, lease, segment(TIP, 300, 399, {2: 300}))
+    store.update_segment_state(b.segment_id, S.DELETE_SEGMENT_STARTED, lease)
+    delete(store, lease, d.segment_id)
+    listed = store.list_segments(TIP)
+    assert [(m.segment_id, m.state) for m in listed] == [
+        (a.segment_id, S.COPY_SEGMENT_FINISHED),
+        (b.segment_id, S.DELETE_SEGMENT_STARTED),
+        (c.segment_id, S.COPY_SEGMENT_STARTED),
+    ]
+    assert [m.segment_id for m in store.list_segments(TIP, 0)] == [a.segment_id, b.segment_id]
+    assert [m.segment_id for m in store.list_segments(TIP, 1)] == [b.segment_id]
+    assert [m.segment_id for m in store.list_segments(TIP, 2)] == [c.segment_id]
+    assert store.list_segments(TIP, 7) == []
+    everything = store.list_segments(TIP, include_deleted=True)
+    assert [m.start_offset for m in everything] == [0, 100, 200, 300]
+    assert everything[3].state == S.DELETE_SEGMENT_FINISHED
+    assert store.list_segments(OTHER) == []
+
+
+def test_same_start_offset_lists_by_event_time(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    later = segment(TIP, 0, 99, event_time=2_000)
+    earlier = segment(TIP, 0, 49, event_time=1_000)
+    store.add_segment(later, lease)
+    store.add_segment(earlier, lease)
+    assert [m.segment_id for m in store.list_segments(TIP)] == [earlier.segment_id, later.segment_id]
+
+
+def test_sizes_and_counts_are_of_finished_segments(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    kept = finish(store, lease, segment(TIP, 0, 99, size=1_000))
+    finish(store, lease, segment(TIP, 100, 199, size=2_000))
+    store.add_segment(segment(TIP, 200, 299, size=4_000), lease)
+    doomed = finish(store, lease, segment(TIP, 300, 399, size=8_000))
+    store.update_segment_state(doomed.segment_id, S.DELETE_SEGMENT_STARTED, lease)
+    assert store.remote_log_size(TIP) == 3_000
+    assert store.remote_segment_count(TIP) == 2
+    assert [m.start_offset for m in store.finished_segments(TIP)] == [0, 100]
+    delete(store, lease, kept.segment_id)
+    assert (store.remote_log_size(TIP), store.remote_segment_count(TIP)) == (2_000, 1)
+    assert (store.remote_log_size(OTHER), store.remote_segment_count(OTHER)) == (0, 0)
+
+
+# --- segment writes ---------------------------------------------------------------------------
+
+
+def test_values_round_trip_and_custom_metadata_merges(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    objects = {"log": f"orders-{TIP.topic_id}/3/00000000000000000000-x.log"}
+    meta = segment(TIP, 0, 199, {3: 0, 5: 120, 10: 150}, size=4096, custom={"objects": objects})
+    store.add_segment(meta, lease)
+    stored = store.get_segment(meta.segment_id)
+    assert stored == meta.with_state(S.COPY_SEGMENT_STARTED, writer_token=lease.token)
+    assert list(stored.leader_epochs) == [3, 5, 10]
+    assert stored.epoch_ranges() == {3: (0, 119), 5: (120, 149), 10: (150, 199)}
+    done = store.update_segment_state(
+        meta.segment_id, S.COPY_SEGMENT_FINISHED, lease, event_time_ms=777, custom_metadata={"crc32c": {"log": 7}}
+    )
+    assert done.custom_metadata == {"objects": objects, "crc32c": {"log": 7}}
+    assert done.event_time == 777 and done.writer_token == lease.token
+    assert store.get_segment(meta.segment_id) == done
+    assert store.list_segments(TIP) == [done]
+    assert store.get_segment(uuid.uuid4()) is None
+
+
+def test_values_pickle_for_spark_executors(store) -> None:
+    lease = store.acquire_lease(TIP, "t", run_id="r")
+    done = finish(store, lease, segment(TIP, 0, 99, {0: 0, 2: 50}, custom={"objects": {"log": "k"}}))
+    for value in (done, lease, store.get_partition(TIP), *store.state_history(TIP)):
+        assert pickle.loads(pickle.dumps(value)) == value
+
+
+def test_reads_see_writes_at_once_across_store_instances(metadata_url: str) -> None:
+    with RemoteLogMetadataStore(metadata_url) as writer, RemoteLogMetadataStore(metadata_url) as reader:
+        lease = writer.acquire_lease(TIP, "w")
+        meta = segment(TIP, 0, 99)
+        assert reader.list_segments(TIP) == []  # also warms the reader's memo
+        writer.add_segment(meta, lease)
+        assert [m.state for m in reader.list_segments(TIP)] == [S.COPY_SEGMENT_STARTED]
+        writer.update_segment_state(meta.segment_id, S.COPY_SEGMENT_FINISHED, lease)
+        assert [m.state for m in reader.list_segments(TIP)] == [S.COPY_SEGMENT_FINISHED]
+        assert reader.segment_for(TIP, 0, 5).state == S.COPY_SEGMENT_FINISHED
+        writer.update_segment_state(meta.segment_id, S.DELETE_SEGMENT_STARTED, lease)
+        assert reader.get_segment(meta.segment_id).state == S.DELETE_SEGMENT_STARTED
+        assert reader.segment_for(TIP, 0, 5) is None
+        assert reader.highest_offset_for_epoch(TIP, 0) == 99
+
+
+def test_add_segment_rejections_write_nothing(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    meta = segment(TIP, 0, 99)
+    store.add_segment(meta, lease)
+    with pytest.raises(DuplicateSegmentError, match=str(meta.segment_id)):
+        store.add_segment(meta, lease)
+    with pytest.raises(InvalidStateTransitionError, match="COPY_SEGMENT_FINISHED"):
+        store.add_segment(segment(TIP, 100, 199).with_state(S.COPY_SEGMENT_FINISHED), lease)
+    bad = [
+        segment(TIP, 100, 99),  # end before start
+        segment(TIP, 100, 199, {}),  # no epochs
+        segment(TIP, 100, 199, {0: 50}),  # epoch starts before the segment
+        segment(TIP, 100, 199, {0: 100, 1: 250}),  # ... or after it
+        segment(TIP, 100, 199, {0: 150, 1: 120}),  # starts out of order
+    ]
+    for meta_bad in bad:
+        with pytest.raises(InvalidSegmentMetadataError):
+            store.add_segment(meta_bad, lease)
+    with pytest.raises(FencedError):
+        store.add_segment(segment(OTHER, 0, 9), lease)  # a lease writes only its own partition
+    assert [m.segment_id for m in store.list_segments(TIP, include_deleted=True)] == [meta.segment_id]
+    assert len(store.state_history(TIP)) == 1
+
+
+def test_updates_of_unknown_or_foreign_segments(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    other_lease = store.acquire_lease(OTHER, "t")
+    foreign = segment(OTHER, 0, 9)
+    store.add_segment(foreign, other_lease)
+    with pytest.raises(SegmentNotFoundError):
+        store.update_segment_state(uuid.uuid4(), S.COPY_SEGMENT_FINISHED, lease)
+    with pytest.raises(SegmentNotFoundError, match=str(foreign.segment_id)):
+        store.update_segment_state(foreign.segment_id, S.COPY_SEGMENT_FINISHED, lease)
+    assert store.get_segment(foreign.segment_id).state == S.COPY_SEGMENT_STARTED
+
+
+# --- partitions -------------------------------------------------------------------------------
+
+
+def test_partitions_register_idempotently_and_a_recreated_topic_is_new(store) -> None:
+    store.register_partition(TIP)
+    store.register_partition(TIP)
+    record = store.get_partition(TIP)
+    assert record is not None
+    assert (record.topic, record.partition, record.topic_id, record.delete_state) == ("orders", 3, TIP.topic_id, None)
+    assert record.topic_id_partition == TIP and not record.dropped and record.created_ms > 0
+    assert store.get_partition(TopicPartition("orders", 3)) == record
+    recreated = tip("EEEEEEEEEEEEEEEEEEEEEE", "orders", 3)
+    lease = store.acquire_lease(TIP, "t")
+    finish(store, lease, segment(TIP, 0, 99))
+    store.register_partition(recreated)
+    assert store.list_segments(recreated) == []
+    assert store.segment_for(recreated, 0, 5) is None
+    assert [(r.topic_id, r.partition) for r in store.list_partitions()] == [(TIP.topic_id, 3), (recreated.topic_id, 3)]
+    assert store.get_partition(tip("FFFFFFFFFFFFFFFFFFFFFF", "orders", 3)) is None
+
+
+def test_partition_removal_tombstone_blocks_the_topic_id_for_good(store) -> None:
+    lease = store.acquire_lease(TIP, "t", run_id="removal-1")
+    finished = finish(store, lease, segment(TIP, 0, 99))
+    store.record_lineage(TIP, [EpochEntry(0, 0)], lease)
+    store.record_gap(TIP, 10, 20, lease)
+    store.record_delete_records(TIP, 40, lease, "test")
+    store.set_remote_log_start_offset(TIP, 50, lease)
+    store.mark_partition_for_deletion(TIP, lease)
+    with pytest.raises(PartitionDeletedError):
+        store.add_segment(segment(TIP, 100, 199), lease)  # no copy into a partition being removed
+    with pytest.raises(PartitionDeletedError):
+        store.register_partition(TIP)
+    with pytest.raises(PartitionDeletedError, match="DELETE_PARTITION_FINISHED"):
+        store.drop_partition_metadata(TIP, lease)  # not before FINISHED
+    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_STARTED, lease)
+    delete(store, lease, finished.segment_id)  # removal deletes every segment while STARTED
+    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_FINISHED, lease)
+    store.drop_partition_metadata(TIP, lease)
+    store.drop_partition_metadata(TIP, lease)  # idempotent: a resumed removal runs it again
+    record = store.get_partition(TIP)
+    assert record is not None and record.dropped and record.delete_state == P.DELETE_PARTITION_FINISHED
+    assert record.remote_log_start_offset is None
+    assert store.list_segments(TIP, include_deleted=True) == []
+    assert store.get_recorded_lineage(TIP) == [] and store.list_gaps(TIP) == []
+    assert store.get_delete_records_offset(TIP) is None and store.highest_offset_for_epoch(TIP, 0) is None
+    with pytest.raises(PartitionDeletedError):
+        store.register_partition(TIP)
+    store.release_lease(lease)
+    again = store.acquire_lease(TIP, "late-copier")
+    with pytest.raises(PartitionDeletedError):
+        store.add_segment(segment(TIP, 0, 99), again)
+    history = store.state_history(TIP)  # the history outlives the metadata
+    assert [h.to_state for h in history if h.segment_id is None] == [*(s.value for s in P), METADATA_DROPPED]
+    assert [h.to_state for h in store.state_history(finished.segment_id)] == [s.value for s in S]
+    # The recreated topic (new topic id) is a new, live partition; lookups by name now find it.
+    recreated = tip("GGGGGGGGGGGGGGGGGGGGGG", "orders", 3)
+    store.register_partition(recreated)
+    assert store.get_partition(TopicPartition("orders", 3)).topic_id == recreated.topic_id
+
+
+# --- section 10 state ---------------------------------------------------------------------------
+
+
+def test_remote_log_start_offset_never_moves_back(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    assert store.get_remote_log_start_offset(TIP) is None
+    assert store.set_remote_log_start_offset(TIP, 50, lease) == 50
+    assert store.set_remote_log_start_offset(TIP, 20, lease) == 50
+    assert store.set_remote_log_start_offset(TIP, 50, lease) == 50
+    assert store.set_remote_log_start_offset(TIP, 51, lease) == 51
+    assert store.get_remote_log_start_offset(TIP) == 51
+
+
+def test_recorded_lineage_merges_what_each_copy_saw(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    assert store.get_recorded_lineage(TIP) == []
+    store.record_lineage(TIP, [EpochEntry(0, 0), EpochEntry(1, 50)], lease)
+    # The broker truncated its cache from the start: epoch 1 keeps its recorded start.
+    store.record_lineage(TIP, [EpochEntry(1, 60), EpochEntry(2, 90)], lease)
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(2, 90)]
+    # An unclean election truncated epoch 2 and started epoch 3 at 80: the current cache wins from 80.
+    store.record_lineage(TIP, [EpochEntry(1, 60), EpochEntry(3, 80)], lease)
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(3, 80)]
+    store.record_lineage(TIP, [], lease)
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(3, 80)]
+
+
+def test_delete_records_offset_is_the_highest_ever_observed(store) -> None:
+    lease = store.acquire_lease(TIP, "t", run_id="copy-7")
+    assert store.get_delete_records_offset(TIP) is None
+    assert store.record_delete_records(TIP, 40, lease, "log-start-offset-checkpoint") == 40
+    assert store.record_delete_records(TIP, 30, lease, "log-start-offset-checkpoint") == 40
+    assert store.record_delete_records(TIP, 45, lease, "tiering delete-records") == 45
+    assert store.get_delete_records_offset(TIP) == 45
+    observed = store.delete_records_observations(TIP)
+    assert [(o.offset, o.source, o.token, o.run_id) for o in observed] == [
+        (40, "log-start-offset-checkpoint", lease.token, "copy-7"),
+        (45, "tiering delete-records", lease.token, "copy-7"),
+    ]
+
+
+def test_gaps_are_recorded_once_per_range(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    store.record_gap(TIP, 30, 40, lease)
+    store.record_gap(TIP, 10, 20, lease)
+    store.record_gap(TIP, 10, 20, lease)
+    store.record_gap(TIP, 10, 25, lease)
+    assert [(g.start, g.end) for g in store.list_gaps(TIP)] == [(10, 20), (10, 25), (30, 40)]
+    assert all(g.detected_ms > 0 for g in store.list_gaps(TIP))
+    with pytest.raises(ValueError):
+        store.record_gap(TIP, 5, 4, lease)
+    assert store.list_gaps(OTHER) == []
+
+
+def test_history_records_token_run_and_time_of_every_change(store) -> None:
+    first = store.acquire_lease(TIP, "a", run_id="run-a")
+    meta = segment(TIP, 0, 99)
+    store.add_segment(meta, first)
+    store.release_lease(first)
+    second = store.acquire_lease(TIP, "b", run_id="run-b")
+    store.update_segment_state(meta.segment_id, S.COPY_SEGMENT_FINISHED, second)
+    history = store.state_history(meta.segment_id)
+    assert [(h.from_state, h.to_state, h.token, h.run_id) for h in history] == [
+        (None, S.COPY_SEGMENT_STARTED.value, first.token, "run-a"),
+        (S.COPY_SEGMENT_STARTED.value, S.COPY_SEGMENT_FINISHED.value, second.token, "run-b"),
+    ]
+    assert all(h.segment_id == meta.segment_id and h.topic_id_partition == TIP for h in history)
+    assert history[0].at_ms <= history[1].at_ms
+    assert store.state_history(tip=TIP) == history == store.state_history(segment_id=meta.segment_id)
+    assert store.state_history(OTHER) == []
+    with pytest.raises(TypeError):
+        store.state_history()
+
+
+# --- connection problems ------------------------------------------------------------------------
+
+
+def test_unreachable_database_is_a_metadata_store_error_without_the_password() -> None:
+    url = f"postgresql+psycopg://tiering:s3cret-pw@127.0.0.1:{free_port()}/meta?connect_timeout=2"
+    with pytest.raises(MetadataStoreError) as err:
+        RemoteLogMetadataStore(url)
+    assert "s3cret-pw" not in str(err.value) and "127.0.0.1" in str(err.value)
+    with pytest.raises(MetadataStoreError, match="bad metadata store url"):
+        RemoteLogMetadataStore("nosuchdialect://x")
+
+
+def test_sqlite_wal_is_checkpointed_in_the_background(sqlite_url: str) -> None:
+    path = make_url(sqlite_url).database
+    with RemoteLogMetadataStore(sqlite_url) as store:
+        lease = store.acquire_lease(TIP, "t")
+        for i in range(5):
+            finish(store, lease, segment(TIP, 100 * i, 100 * i + 99))
+
+        def rows_in_database_file() -> int:  # immutable=1 reads the main file only, not the WAL
+            conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+            try:
+                return int(conn.execute("SELECT count(*) FROM tiering_segments").fetchone()[0])
+            except sqlite3.OperationalError:  # not even the schema is in the file yet
+                return 0
+            finally:
+                conn.close()
+
+        deadline = time.time() + 10
+        while rows_in_database_file() < 5:
+            assert time.time() < deadline, "WAL never checkpointed"
+            time.sleep(0.05)
+        assert any(t.name.startswith("wal-checkpoint:") for t in threading.enumerate())
+    assert not any(t.name == f"wal-checkpoint:{path}" for t in threading.enumerate())

@@ -1,0 +1,101 @@
+"""Alembic migrations of the metadata schema, run programmatically (no alembic.ini needed).
+
+Concurrent first users are safe: on PostgreSQL the migration transaction holds an advisory
+lock, on SQLite it is a ``BEGIN IMMEDIATE`` transaction (the file's write lock, waited for up
+to the busy timeout); either way the second migrator finds the schema current and does nothing.
+DDL is transactional on both, so a migration killed halfway leaves the previous revision.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
+
+from tiering_core.metadata.engine import make_engine, safe_url, writer
+from tiering_core.metadata.errors import MetadataStoreError
+
+HERE = Path(__file__).resolve().parent
+MIGRATION_LOCK_KEY = 4059281  # pg_advisory_xact_lock key of schema migrations
+
+
+def _config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(HERE))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def known_revisions() -> set[str]:
+    return {script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()}
+
+
+def _run(url: str, action: str, revision: str) -> None:
+    engine = make_engine(url, foreign_keys=False)
+    config = _config()
+    try:
+        with writer(engine).begin() as connection:
+            if connection.dialect.name == "postgresql":
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            config.attributes["connection"] = connection
+            if action == "upgrade":
+                command.upgrade(config, revision)
+            else:
+                command.downgrade(config, revision)
+    except DBAPIError as exc:
+        raise MetadataStoreError(f"migrating metadata store {safe_url(url)} failed: {exc.orig}") from exc
+    except CommandError as exc:
+        raise MetadataStoreError(f"migrating metadata store {safe_url(url)}: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the database at ``url`` up to ``revision`` (``tiering db upgrade``)."""
+    _run(url, "upgrade", revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Migrate down to ``revision`` (``"base"`` drops every table)."""
+    _run(url, "downgrade", revision)
+
+
+def revision_of(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def current_revision(url: str) -> str | None:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return revision_of(connection)
+    except DBAPIError as exc:
+        raise MetadataStoreError(f"cannot read metadata store {safe_url(url)}: {exc.orig}") from exc
+    finally:
+        engine.dispose()
+
+
+def ensure_schema(engine: Engine, url: str) -> None:
+    """Bring the schema to head if it is missing or behind; refuse a schema newer than this code."""
+    with engine.connect() as connection:
+        current = revision_of(connection)
+    head = head_revision()
+    if current == head:
+        return
+    if current is not None and current not in known_revisions():
+        raise MetadataStoreError(
+            f"metadata store {safe_url(url)} is at schema revision {current}, newer than this "
+            f"version of the platform knows (head {head}); upgrade the platform"
+        )
+    upgrade(url)

@@ -1,0 +1,175 @@
+"""SQLAlchemy 2 models of the metadata store: the schema Alembic's migrations create.
+
+The migrations in ``migrations/versions`` are written by hand; a test checks that upgrading
+an empty database yields exactly these tables, columns and indexes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, UniqueConstraint, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# The partial index of segments still listed (any state but DELETE_SEGMENT_FINISHED). Queries
+# must repeat this exact condition for SQLite to use the index.
+LIVE_SEGMENT_CONDITION = "state <> 'DELETE_SEGMENT_FINISHED'"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class PartitionRow(Base):
+    """A topic-id partition: delete state, lease and fencing token, remote log start offset.
+
+    A removed partition stays as a tombstone (``dropped``) so its topic id is never copied to again.
+    """
+
+    __tablename__ = "tiering_partitions"
+    __table_args__ = (
+        UniqueConstraint("topic_id", "partition", name="uq_partition_topic_id"),
+        Index("ix_partitions_topic_partition", "topic", "partition"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    topic_id: Mapped[str] = mapped_column(String(22))
+    topic: Mapped[str] = mapped_column(String(249))
+    partition: Mapped[int] = mapped_column(Integer)
+    delete_state: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    dropped: Mapped[bool] = mapped_column(Boolean)
+    lease_holder: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    lease_token: Mapped[int] = mapped_column(BigInteger)
+    lease_expires_ms: Mapped[int] = mapped_column(BigInteger)
+    # The fencing token counter: every acquired lease takes the next value; it never decreases.
+    fencing_counter: Mapped[int] = mapped_column(BigInteger)
+    remote_log_start_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Orders COPY_SEGMENT_FINISHED events: the later finished segment supersedes the earlier.
+    finish_counter: Mapped[int] = mapped_column(BigInteger)
+    created_ms: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    updated_ms: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+
+
+class SegmentRow(Base):
+    """One copy attempt of a segment (RemoteLogSegmentMetadata)."""
+
+    __tablename__ = "tiering_segments"
+    __table_args__ = (
+        Index("ix_segments_partition_start", "partition_id", "start_offset"),
+        Index(
+            "ix_segments_live",
+            "partition_id",
+            "start_offset",
+            "event_time",
+            "segment_id",
+            "state",
+            "writer_token",
+            sqlite_where=text(LIVE_SEGMENT_CONDITION),
+            postgresql_where=text(LIVE_SEGMENT_CONDITION),
+        ),
+    )
+
+    segment_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    partition_id: Mapped[int] = mapped_column(ForeignKey("tiering_partitions.id"))
+    start_offset: Mapped[int] = mapped_column(BigInteger)
+    end_offset: Mapped[int] = mapped_column(BigInteger)
+    max_timestamp: Mapped[int] = mapped_column(BigInteger)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(32))
+    leader_epochs: Mapped[dict[str, Any]] = mapped_column(JSON)
+    writer_token: Mapped[int] = mapped_column(BigInteger)
+    event_time: Mapped[int] = mapped_column(BigInteger)
+    finish_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    custom_metadata: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class SegmentEpochRow(Base):
+    """Per (finished segment, epoch): the offsets that epoch covers in it, for segment_for.
+
+    Written at COPY_SEGMENT_FINISHED, removed at DELETE_SEGMENT_STARTED, so only finished
+    segments serve reads. The lookup index covers the query (no table access).
+    """
+
+    __tablename__ = "tiering_segment_epochs"
+    __table_args__ = (
+        Index("ix_segment_epochs_cover", "partition_id", "epoch", "start_offset", "end_offset", "finish_seq"),
+    )
+
+    segment_id: Mapped[str] = mapped_column(ForeignKey("tiering_segments.segment_id"), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    partition_id: Mapped[int] = mapped_column(Integer)
+    start_offset: Mapped[int] = mapped_column(BigInteger)
+    end_offset: Mapped[int] = mapped_column(BigInteger)
+    finish_seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class EpochHighestRow(Base):
+    """Per (partition, epoch): highest offset ever finished (never decreases on deletion).
+
+    ``max_span`` is the widest (end - start) of any finished segment's range for the epoch, so
+    segment_for only looks at ranges starting within ``max_span`` below the offset.
+    """
+
+    __tablename__ = "tiering_epoch_highest"
+
+    partition_id: Mapped[int] = mapped_column(ForeignKey("tiering_partitions.id"), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    highest_offset: Mapped[int] = mapped_column(BigInteger)
+    max_span: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+
+
+class LineageRow(Base):
+    """The partition's epoch history as recorded from copied segments (KAFKA_SEMANTICS 10.2)."""
+
+    __tablename__ = "tiering_lineage"
+
+    partition_id: Mapped[int] = mapped_column(ForeignKey("tiering_partitions.id"), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start_offset: Mapped[int] = mapped_column(BigInteger)
+
+
+class DeleteRecordsRow(Base):
+    """A DeleteRecords offset observed for the partition (only rising ones are kept)."""
+
+    __tablename__ = "tiering_delete_records"
+    __table_args__ = (Index("ix_delete_records_partition_offset", "partition_id", "before_offset"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    partition_id: Mapped[int] = mapped_column(ForeignKey("tiering_partitions.id"))
+    # DeleteRecords deletes everything before this offset: the log start offset moves to it.
+    before_offset: Mapped[int] = mapped_column(BigInteger)
+    source: Mapped[str] = mapped_column(String(255))
+    observed_ms: Mapped[int] = mapped_column(BigInteger)
+    token: Mapped[int] = mapped_column(BigInteger)
+    run_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+
+
+class GapRow(Base):
+    """A tiering gap: offsets the broker deleted before they were tiered."""
+
+    __tablename__ = "tiering_gaps"
+    __table_args__ = (UniqueConstraint("partition_id", "start_offset", "end_offset", name="uq_gap_range"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    partition_id: Mapped[int] = mapped_column(ForeignKey("tiering_partitions.id"), index=True)
+    start_offset: Mapped[int] = mapped_column(BigInteger)
+    end_offset: Mapped[int] = mapped_column(BigInteger)
+    detected_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class HistoryRow(Base):
+    """Append-only log of every state change: what, when, which lease token, which run.
+
+    No foreign keys: the history outlives a dropped partition's metadata.
+    """
+
+    __tablename__ = "tiering_state_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    partition_id: Mapped[int] = mapped_column(Integer, index=True)
+    segment_id: Mapped[str | None] = mapped_column(String(36), nullable=True, index=True)
+    from_state: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    to_state: Mapped[str] = mapped_column(String(32))
+    at_ms: Mapped[int] = mapped_column(BigInteger)
+    token: Mapped[int] = mapped_column(BigInteger)
+    run_id: Mapped[str | None] = mapped_column(String(255), nullable=True)

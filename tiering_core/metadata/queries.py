@@ -1,0 +1,152 @@
+"""The store's SQL, built once per dialect with bind parameters.
+
+Building a SQLAlchemy statement and its cache key costs far more than running a small indexed
+query on SQLite, so the statements on the hot paths (fencing, segment writes, lookups, listing)
+are built here once and executed with parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import BigInteger, ColumnElement, Table, Text, bindparam, cast, delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import literal_column
+
+from tiering_core.metadata.models import (
+    Base,
+    DeleteRecordsRow,
+    EpochHighestRow,
+    GapRow,
+    HistoryRow,
+    LineageRow,
+    PartitionRow,
+    SegmentEpochRow,
+    SegmentRow,
+)
+
+
+def _table(model: type[Base]) -> Table:
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
+
+
+P = _table(PartitionRow)
+S = _table(SegmentRow)
+E = _table(SegmentEpochRow)
+H = _table(EpochHighestRow)
+L = _table(LineageRow)
+D = _table(DeleteRecordsRow)
+G = _table(GapRow)
+HI = _table(HistoryRow)
+
+# Exactly the partial index's condition, as literals, so the planners use ix_segments_live.
+LIVE = S.c.state != literal_column("'DELETE_SEGMENT_FINISHED'")
+IS_FINISHED = S.c.state == literal_column("'COPY_SEGMENT_FINISHED'")
+
+# A segment row as decoded into RemoteLogSegmentMetadata (JSON columns as their text) ...
+SEGMENT_COLUMNS = (
+    S.c.segment_id,
+    S.c.partition_id,
+    S.c.start_offset,
+    S.c.end_offset,
+    S.c.max_timestamp,
+    S.c.size_bytes,
+    S.c.state,
+    cast(S.c.leader_epochs, Text).label("leader_epochs"),
+    S.c.writer_token,
+    S.c.event_time,
+    cast(S.c.custom_metadata, Text).label("custom_metadata"),
+)
+# ... and the columns that identify its content: a segment's row is written only when it enters
+# a state, every state at most once, always with a new event time and the writer's token.
+SEGMENT_KEY_COLUMNS = (S.c.segment_id, S.c.state, S.c.event_time, S.c.writer_token)
+# Positions of the key columns in SEGMENT_COLUMNS.
+KEY_POSITIONS = (0, 6, 9, 8)
+
+WHERE_TIP = (P.c.topic_id == bindparam("tid"), P.c.partition == bindparam("part"))
+PARTITION_ID = select(P.c.id).where(*WHERE_TIP).scalar_subquery()
+
+
+class Statements:
+    """Prebuilt statements for one dialect (PostgreSQL or SQLite)."""
+
+    def __init__(self, postgres: bool) -> None:
+        self.postgres = postgres
+        # The database clock (ms): PostgreSQL's own, so leases agree across hosts; SQLite's
+        # callers pass their clock (the file is local, so it is the same machine's).
+        self.now: ColumnElement[int] = (
+            cast(func.floor(func.extract("epoch", func.clock_timestamp()) * 1000), BigInteger)
+            if postgres
+            else bindparam("now", type_=BigInteger)
+        )
+        dialect_insert = postgresql.insert if postgres else sqlite.insert
+        greatest = func.greatest if postgres else func.max  # SQLite's two-argument max() is scalar
+
+        self.lock = select(P, self.now.label("db_now")).where(*WHERE_TIP).with_for_update(of=P)
+        self.insert_partition = dialect_insert(P).on_conflict_do_nothing(index_elements=["topic_id", "partition"])
+        self.update_partition = update(P).where(P.c.id == bindparam("pid"))
+        self.lease = select(P.c.lease_holder, P.c.lease_token, P.c.lease_expires_ms, self.now.label("db_now")).where(
+            *WHERE_TIP
+        )
+        self.history = insert(HI)
+
+        self.insert_segment = insert(S)
+        self.segment_by_id = select(*SEGMENT_COLUMNS).where(S.c.segment_id == bindparam("sid"))
+        self.update_segment = update(S).where(S.c.segment_id == bindparam("sid"))
+        self.segment_with_partition = (
+            select(*SEGMENT_COLUMNS, P.c.topic_id, P.c.topic, P.c.partition)
+            .join(P, P.c.id == S.c.partition_id)
+            .where(S.c.segment_id == bindparam("sid"))
+        )
+        self.segments_by_ids = select(*SEGMENT_COLUMNS).where(S.c.segment_id.in_(bindparam("ids", expanding=True)))
+
+        order = (S.c.start_offset, S.c.event_time)
+        self.live_keys = select(*SEGMENT_KEY_COLUMNS).where(S.c.partition_id == PARTITION_ID, LIVE).order_by(*order)
+        self.all_keys = select(*SEGMENT_KEY_COLUMNS).where(S.c.partition_id == PARTITION_ID).order_by(*order)
+        self.live_rows = select(*SEGMENT_COLUMNS).where(S.c.partition_id == PARTITION_ID, LIVE).order_by(*order)
+        self.all_rows = select(*SEGMENT_COLUMNS).where(S.c.partition_id == PARTITION_ID).order_by(*order)
+        self.finished_totals = select(func.coalesce(func.sum(S.c.size_bytes), 0), func.count()).where(
+            S.c.partition_id == PARTITION_ID, LIVE, IS_FINISHED
+        )
+
+        self.insert_epoch_ranges = insert(E)
+        self.delete_epoch_ranges = delete(E).where(E.c.segment_id == bindparam("sid"))
+        upsert: Any = dialect_insert(H)
+        self.raise_epoch_highest = upsert.on_conflict_do_update(
+            index_elements=["partition_id", "epoch"],
+            set_={
+                "highest_offset": greatest(H.c.highest_offset, upsert.excluded.highest_offset),
+                "max_span": greatest(H.c.max_span, upsert.excluded.max_span),
+            },
+        )
+        self.highest_offset = (
+            select(H.c.highest_offset)
+            .join(P, P.c.id == H.c.partition_id)
+            .where(*WHERE_TIP, H.c.epoch == bindparam("epoch"))
+        )
+        # The latest finished range of the epoch holding the offset. Ranges starting more than the
+        # epoch's widest range below the offset cannot hold it, so the index scan stays short.
+        offset = bindparam("offset", type_=BigInteger)
+        covering = (
+            select(E.c.segment_id)
+            .join(P, P.c.id == E.c.partition_id)
+            .join(H, (H.c.partition_id == P.c.id) & (H.c.epoch == bindparam("epoch")))
+            .where(
+                *WHERE_TIP,
+                E.c.epoch == bindparam("epoch"),
+                E.c.start_offset <= offset,
+                E.c.start_offset >= offset - H.c.max_span,
+                E.c.end_offset >= offset,
+            )
+            .order_by(E.c.finish_seq.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        self.segment_for = select(*SEGMENT_COLUMNS).where(S.c.segment_id == covering, IS_FINISHED)
+
+        self.insert_gap = dialect_insert(G).on_conflict_do_nothing(
+            index_elements=["partition_id", "start_offset", "end_offset"]
+        )
+        self.highest_delete_records = select(func.max(D.c.before_offset)).where(D.c.partition_id == bindparam("pid"))

@@ -1,0 +1,136 @@
+"""Values the metadata store hands out: frozen dataclasses, never ORM objects.
+
+Their dict fields are part of the value and must not be mutated by callers (the store may hand
+the same decoded value to several callers). Slotted, so the store's memo of many decoded segments
+holds fewer objects for the garbage collector to walk.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadata:
+    """One copy attempt of one segment (KAFKA_SEMANTICS 4; a fresh UUID per attempt).
+
+    ``end_offset`` is inclusive; ``leader_epochs`` maps epoch -> first offset of that epoch in the
+    segment, ascending; ``event_time`` is the time (ms) of the latest state change.
+    """
+
+    segment_id: uuid.UUID
+    topic_id_partition: TopicIdPartition
+    start_offset: int
+    end_offset: int
+    max_timestamp: int
+    leader_epochs: dict[int, int]
+    size_bytes: int
+    state: RemoteLogSegmentState
+    writer_token: int
+    event_time: int
+    custom_metadata: dict[str, Any] = field(default_factory=dict)
+
+    def epoch_ranges(self) -> dict[int, tuple[int, int]]:
+        """Per epoch: (its start in the segment, next epoch's start - 1 or the end offset)."""
+        items = sorted(self.leader_epochs.items())
+        ranges = {}
+        for i, (epoch, start) in enumerate(items):
+            end = items[i + 1][1] - 1 if i + 1 < len(items) else self.end_offset
+            ranges[epoch] = (start, end)
+        return ranges
+
+    def with_state(
+        self, state: RemoteLogSegmentState, *, event_time: int | None = None, writer_token: int | None = None
+    ) -> RemoteLogSegmentMetadata:
+        return replace(
+            self,
+            state=state,
+            event_time=self.event_time if event_time is None else event_time,
+            writer_token=self.writer_token if writer_token is None else writer_token,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to write one partition's metadata until ``expires_at_ms`` (database clock).
+
+    ``token`` is the partition's fencing token: it only ever grows, and a write carrying any
+    token but the current one is rejected.
+    """
+
+    topic_id_partition: TopicIdPartition
+    holder: str
+    token: int
+    expires_at_ms: int
+    run_id: str | None = None
+
+    @property
+    def tip(self) -> TopicIdPartition:
+        return self.topic_id_partition
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """A partition as the metadata store knows it (a dropped one is a tombstone)."""
+
+    topic_id: str
+    topic_partition: TopicPartition
+    delete_state: RemotePartitionDeleteState | None
+    remote_log_start_offset: int | None
+    dropped: bool
+    lease_holder: str | None
+    lease_token: int
+    lease_expires_ms: int
+    fencing_token: int
+    created_ms: int
+    updated_ms: int
+
+    @property
+    def topic(self) -> str:
+        return self.topic_partition.topic
+
+    @property
+    def partition(self) -> int:
+        return self.topic_partition.partition
+
+    @property
+    def topic_id_partition(self) -> TopicIdPartition:
+        return TopicIdPartition(self.topic_id, self.topic_partition)
+
+
+@dataclass(frozen=True, slots=True)
+class TieringGap:
+    """Offsets [start, end] the broker deleted before they were tiered (KAFKA_SEMANTICS 10.3)."""
+
+    start: int
+    end: int
+    detected_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsObservation:
+    """A DeleteRecords offset seen for the partition, where it was seen and when."""
+
+    offset: int
+    source: str
+    observed_ms: int
+    token: int
+    run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """One row of the append-only history: a segment's or the partition's state change."""
+
+    topic_id_partition: TopicIdPartition
+    segment_id: uuid.UUID | None
+    from_state: str | None
+    to_state: str
+    at_ms: int
+    token: int
+    run_id: str | None
