@@ -1,0 +1,412 @@
+"""Injected S3 faults in front of moto's real HTTP endpoint: retries, then success or one clear
+error, within the deadline.
+
+Two ways in: botocore ``before-send`` hooks answer or fail a request before it leaves, and
+the loopback proxy in faultproxy.py resets real TCP connections mid-body, answers 503/500,
+or holds connections without answering.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
+
+from tests.storage.faultproxy import Fault, FaultProxy, ProxyRequest
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.storage.errors import RemoteStorageError
+from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.storage.s3 import S3RemoteStorage
+
+TIP = TopicIdPartition("EEEEEEEEEEEEEEEEEEEEEE", TopicPartition("faults", 0))
+MiB = 1 << 20
+SLACK = 0.5  # scheduling and connection teardown on a busy test machine
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: object) -> Iterator[bytes]:
+        yield self._body
+
+
+def error_response(status: int, code: str) -> AWSResponse:
+    body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+    return AWSResponse("http://injected", status, {}, _Raw(body))
+
+
+def make(endpoint_url: str, bucket: str, **kwargs) -> S3RemoteStorage:
+    kwargs.setdefault("max_attempts", 5)
+    kwargs.setdefault("timeout_seconds", 5.0)
+    return S3RemoteStorage(bucket, endpoint_url=endpoint_url, region="us-east-1", **kwargs)
+
+
+def new_ref() -> RemoteSegmentRef:
+    return RemoteSegmentRef(TIP, 0, uuid.uuid4())
+
+
+class Injector:
+    """Fails the first ``count`` requests it sees, then lets them through."""
+
+    def __init__(self, count: int, fault) -> None:
+        self.count = count
+        self.fault = fault
+        self.seen = 0
+
+    def __call__(self, request, **kwargs):
+        self.seen += 1
+        if self.seen <= self.count:
+            return self.fault()
+        return None
+
+
+def raising(exc: Exception):
+    def fault():
+        raise exc
+
+    return fault
+
+
+@pytest.fixture()
+def proxy(s3_endpoint) -> Iterator[FaultProxy]:
+    upstream = urlsplit(s3_endpoint.url)
+    with FaultProxy(upstream.hostname or "127.0.0.1", upstream.port or 80) as running:
+        yield running
+
+
+def first(n: int, fault: Fault, predicate):
+    """A plan: ``fault`` for the first ``n`` requests matching ``predicate``."""
+    hits = [0]
+
+    def plan(request: ProxyRequest) -> Fault | None:
+        if predicate(request):
+            hits[0] += 1
+            if hits[0] <= n:
+                return fault
+        return None
+
+    return plan
+
+
+def is_put(request: ProxyRequest) -> bool:
+    return request.method == "PUT" and "uploadId" not in request.query
+
+
+def is_get(request: ProxyRequest) -> bool:
+    return request.method == "GET" and "list-type" not in request.query
+
+
+# --- botocore hooks ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(lambda: error_response(503, "SlowDown"), id="503-slowdown"),
+        pytest.param(lambda: error_response(500, "InternalError"), id="500"),
+        pytest.param(lambda: error_response(400, "RequestLimitExceeded"), id="request-limit"),
+        pytest.param(raising(ConnectionClosedError(endpoint_url="x")), id="connection-reset"),
+        pytest.param(raising(ReadTimeoutError(endpoint_url="x")), id="read-timeout"),
+    ],
+)
+def test_transient_faults_are_retried_to_success(s3_endpoint, fault) -> None:
+    storage = make(s3_endpoint.url, s3_endpoint.new_bucket())
+    injector = Injector(2, fault)
+    storage.client.meta.events.register("before-send.s3.PutObject", injector)
+    ref = new_ref()
+    storage.copy_segment(ref, {ObjectKind.LOG: b"payload"})
+    assert storage.fetch(ref, ObjectKind.LOG) == b"payload"
+    assert injector.seen == 2 + 2  # the log twice failed then went up, then the manifest
+
+
+def test_persistent_fault_gives_one_clear_error(s3_endpoint) -> None:
+    bucket = s3_endpoint.new_bucket()
+    storage = make(s3_endpoint.url, bucket, max_attempts=3)
+    injector = Injector(10**6, lambda: error_response(503, "SlowDown"))
+    storage.client.meta.events.register("before-send.s3.PutObject", injector)
+    ref = new_ref()
+    with pytest.raises(RemoteStorageError) as err:
+        storage.copy_segment(ref, {ObjectKind.LOG: b"payload"})
+    message = str(err.value)
+    assert f"s3://{bucket}/{ref.key(ObjectKind.LOG)}: PutObject failed after 3 attempt(s)" in message
+    assert "SlowDown" in message
+    assert injector.seen == 3
+
+
+def test_non_retryable_error_is_not_retried(s3_endpoint) -> None:
+    storage = make(s3_endpoint.url, s3_endpoint.new_bucket())
+    injector = Injector(10**6, lambda: error_response(403, "AccessDenied"))
+    storage.client.meta.events.register("before-send.s3.PutObject", injector)
+    with pytest.raises(RemoteStorageError, match=r"1 attempt.*AccessDenied"):
+        storage.copy_segment(new_ref(), {ObjectKind.LOG: b"payload"})
+    assert injector.seen == 1
+
+
+def test_missing_bucket_is_one_clear_error(s3_endpoint) -> None:
+    storage = make(s3_endpoint.url, "no-such-bucket-here")
+    with pytest.raises(RemoteStorageError, match=r"s3://no-such-bucket-here/.*1 attempt.*NoSuchBucket"):
+        storage.copy_segment(new_ref(), {ObjectKind.LOG: b"payload"})
+
+
+def test_persistent_fault_stops_at_the_deadline(s3_endpoint) -> None:
+    storage = make(s3_endpoint.url, s3_endpoint.new_bucket(), max_attempts=10**6, deadline_seconds=1.0)
+    injector = Injector(10**6, lambda: error_response(503, "SlowDown"))
+    storage.client.meta.events.register("before-send.s3.PutObject", injector)
+    t0 = time.monotonic()
+    with pytest.raises(RemoteStorageError, match=r"PutObject failed after \d+ attempt") as err:
+        storage.copy_segment(new_ref(), {ObjectKind.LOG: b"payload"})
+    elapsed = time.monotonic() - t0
+    assert elapsed < 1.0 + SLACK, elapsed
+    assert injector.seen >= 3 and f"after {injector.seen} attempt" in str(err.value)
+
+
+def test_multipart_parts_and_reads_retried_on_their_own(s3_endpoint, tmp_path: Path) -> None:
+    bucket = s3_endpoint.new_bucket()
+    storage = make(s3_endpoint.url, bucket, multipart_threshold_bytes=5 * MiB, multipart_part_size_bytes=5 * MiB)
+    parts = Injector(2, lambda: error_response(503, "SlowDown"))
+    reads = Injector(2, raising(ConnectionClosedError(endpoint_url="x")))
+    storage.client.meta.events.register("before-send.s3.UploadPart", parts)
+    storage.client.meta.events.register("before-send.s3.GetObject", reads)
+    data = os.urandom(11 * MiB)
+    (tmp_path / "big.log").write_bytes(data)
+    ref = new_ref()
+    storage.copy_segment(ref, {ObjectKind.LOG: tmp_path / "big.log"})
+    assert parts.seen == 3 + 2  # three parts, two of the attempts failed
+    assert storage.fetch(ref, ObjectKind.LOG, 6 * MiB, 6 * MiB + 9) == data[6 * MiB : 6 * MiB + 10]
+    assert reads.seen == 3
+    assert storage.verify_segment(ref) == []
+    head = s3_endpoint.client().head_object(Bucket=bucket, Key=ref.key(ObjectKind.LOG))
+    assert head["ETag"].endswith('-3"')  # really a three-part multipart upload
+
+
+def test_failed_multipart_is_aborted(s3_endpoint, tmp_path: Path) -> None:
+    bucket = s3_endpoint.new_bucket()
+    storage = make(s3_endpoint.url, bucket, multipart_threshold_bytes=5 * MiB, multipart_part_size_bytes=5 * MiB)
+    storage.client.meta.events.register(
+        "before-send.s3.UploadPart", Injector(10**6, lambda: error_response(400, "InvalidPart"))
+    )
+    log = tmp_path / "big.log"
+    log.write_bytes(os.urandom(11 * MiB))
+    ref = new_ref()
+    with pytest.raises(RemoteStorageError, match="UploadPart"):
+        storage.copy_segment(ref, {ObjectKind.LOG: log})
+    assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert storage.list_objects(TIP) == []
+
+
+def test_one_failing_part_stops_the_rest_and_aborts(s3_endpoint, tmp_path: Path) -> None:
+    bucket = s3_endpoint.new_bucket()
+    storage = make(
+        s3_endpoint.url,
+        bucket,
+        max_attempts=2,
+        max_concurrency=1,
+        multipart_threshold_bytes=5 * MiB,
+        multipart_part_size_bytes=5 * MiB,
+    )
+    sent: list[str] = []
+
+    def fail_part_two(request, **kwargs):
+        sent.append(request.url)
+        if "partNumber=2" in request.url:
+            return error_response(500, "InternalError")
+        return None
+
+    storage.client.meta.events.register("before-send.s3.UploadPart", fail_part_two)
+    log = tmp_path / "big.log"
+    log.write_bytes(os.urandom(12 * MiB))
+    ref = new_ref()
+    with pytest.raises(RemoteStorageError, match=r"UploadPart failed after 2 attempt\(s\).*InternalError"):
+        storage.copy_segment(ref, {ObjectKind.LOG: log})
+    assert not any("partNumber=3" in url for url in sent)  # never started once part 2 failed
+    assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert storage.list_objects(TIP) == [] and storage.read_manifest(ref) is None
+
+
+# --- the loopback proxy: real sockets ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", [Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.RESET_DURING_REQUEST])
+def test_proxy_faults_on_put_are_retried_to_success(s3_endpoint, proxy: FaultProxy, fault: Fault) -> None:
+    proxy.plan = first(2, fault, is_put)
+    storage = make(proxy.url, s3_endpoint.new_bucket())
+    ref = new_ref()
+    payload = os.urandom(256 * 1024)
+    storage.copy_segment(ref, {ObjectKind.LOG: payload})
+    assert storage.fetch(ref, ObjectKind.LOG) == payload
+    log_puts = proxy.matching(lambda r: is_put(r) and r.target.endswith(".log"))
+    assert [r.fault for r in log_puts] == [fault, fault, None]
+
+
+def test_proxy_persistent_slowdown_is_one_clear_error(s3_endpoint, proxy: FaultProxy) -> None:
+    proxy.plan = lambda r: Fault.SLOW_DOWN if is_put(r) else None
+    bucket = s3_endpoint.new_bucket()
+    storage = make(proxy.url, bucket, max_attempts=4)
+    ref = new_ref()
+    with pytest.raises(RemoteStorageError) as err:
+        storage.copy_segment(ref, {ObjectKind.LOG: b"payload"})
+    assert str(err.value).startswith(f"s3://{bucket}/{ref.key(ObjectKind.LOG)}: PutObject failed after 4 attempt(s)")
+    assert "SlowDown" in str(err.value)
+    assert len(proxy.matching(is_put)) == 4
+    assert storage.list_objects(TIP) == []
+
+
+def test_connection_reset_mid_part_is_retried(s3_endpoint, proxy: FaultProxy, tmp_path: Path) -> None:
+    proxy.plan = first(2, Fault.RESET_DURING_REQUEST, lambda r: "partNumber=2" in r.query)
+    bucket = s3_endpoint.new_bucket()
+    storage = make(proxy.url, bucket, multipart_threshold_bytes=5 * MiB, multipart_part_size_bytes=5 * MiB)
+    log = tmp_path / "big.log"
+    log.write_bytes(os.urandom(12 * MiB))
+    ref = new_ref()
+    manifest = storage.copy_segment(ref, {ObjectKind.LOG: log})
+    assert len(proxy.matching(lambda r: "partNumber=2" in r.query)) == 3
+    assert len(proxy.matching(lambda r: "partNumber=1" in r.query)) == 1
+    assert storage.verify_segment(ref) == []  # the resent part's bytes, and the CRC, are right
+    assert manifest.objects[ObjectKind.LOG].size == 12 * MiB
+    assert s3_endpoint.client().head_object(Bucket=bucket, Key=ref.key(ObjectKind.LOG))["ETag"].endswith('-3"')
+
+
+def is_complete(request: ProxyRequest) -> bool:
+    return request.method == "POST" and "uploadId" in request.query
+
+
+def complete_plan(first_fault: Fault):
+    """The first complete request meets ``first_fault``; the retry is told NoSuchUpload, as S3
+    says once a completed upload's id has expired."""
+    seen = [0]
+
+    def plan(request: ProxyRequest) -> Fault | None:
+        if not is_complete(request):
+            return None
+        seen[0] += 1
+        return first_fault if seen[0] == 1 else Fault.NO_SUCH_UPLOAD
+
+    return plan
+
+
+def test_lost_answer_to_a_completed_multipart_upload_is_success(s3_endpoint, proxy: FaultProxy, tmp_path: Path) -> None:
+    """The complete request reached S3 but its answer was cut off; the retry meets
+    NoSuchUpload, and the object S3 holds carries exactly the ETag our parts make."""
+    proxy.plan = complete_plan(Fault.RESET_DURING_RESPONSE)
+    bucket = s3_endpoint.new_bucket()
+    storage = make(proxy.url, bucket, multipart_threshold_bytes=5 * MiB, multipart_part_size_bytes=5 * MiB)
+    log = tmp_path / "big.log"
+    log.write_bytes(os.urandom(11 * MiB))
+    ref = new_ref()
+    storage.copy_segment(ref, {ObjectKind.LOG: log})
+    assert [r.fault for r in proxy.matching(is_complete)] == [Fault.RESET_DURING_RESPONSE, Fault.NO_SUCH_UPLOAD]
+    assert storage.verify_segment(ref) == []
+    assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_no_such_upload_without_our_object_is_an_error(s3_endpoint, proxy: FaultProxy, tmp_path: Path) -> None:
+    """The complete request never reached S3: NoSuchUpload on the retry is a real failure."""
+    proxy.plan = complete_plan(Fault.RESET_DURING_REQUEST)
+    bucket = s3_endpoint.new_bucket()
+    storage = make(proxy.url, bucket, multipart_threshold_bytes=5 * MiB, multipart_part_size_bytes=5 * MiB)
+    log = tmp_path / "big.log"
+    log.write_bytes(os.urandom(11 * MiB))
+    ref = new_ref()
+    with pytest.raises(RemoteStorageError, match=r"CompleteMultipartUpload failed after 2 attempt.*NoSuchUpload"):
+        storage.copy_segment(ref, {ObjectKind.LOG: log})
+    assert storage.list_objects(TIP) == []
+    assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_reads_cut_off_mid_body_are_resumed(s3_endpoint, proxy: FaultProxy) -> None:
+    bucket = s3_endpoint.new_bucket()
+    ref = new_ref()
+    data = os.urandom(3 * MiB)
+    make(s3_endpoint.url, bucket).copy_segment(ref, {ObjectKind.LOG: data})
+    storage = make(proxy.url, bucket)
+    proxy.plan = first(1, Fault.RESET_DURING_RESPONSE, is_get)
+    assert storage.fetch(ref, ObjectKind.LOG, 100, 2 * MiB) == data[100 : 2 * MiB + 1]
+    assert [r.fault for r in proxy.matching(is_get)] == [Fault.RESET_DURING_RESPONSE, None]
+
+    proxy.requests.clear()
+    proxy.plan = first(2, Fault.RESET_DURING_RESPONSE, is_get)
+    with storage.open_stream(ref, ObjectKind.LOG, 10) as stream:
+        assert stream.read() == data[10:]
+    gets = proxy.matching(is_get)
+    assert [r.fault for r in gets] == [Fault.RESET_DURING_RESPONSE, Fault.RESET_DURING_RESPONSE, None]
+    etag = gets[0].headers.get("if-match")
+    assert etag is None and all(r.headers.get("if-match") for r in gets[1:])  # resumed on the same version
+    assert all(r.headers["range"].startswith("bytes=") for r in gets)
+
+
+def test_hung_endpoint_fails_within_the_deadline(s3_endpoint, proxy: FaultProxy) -> None:
+    bucket = s3_endpoint.new_bucket()
+    ref = new_ref()
+    make(s3_endpoint.url, bucket).copy_segment(ref, {ObjectKind.LOG: b"stored"})
+    proxy.plan = lambda _r: Fault.HANG
+    timeout, deadline = 0.5, 2.0
+    storage = make(proxy.url, bucket, max_attempts=10, timeout_seconds=timeout, deadline_seconds=deadline)
+
+    t0 = time.monotonic()
+    with pytest.raises(RemoteStorageError) as err:
+        storage.fetch(ref, ObjectKind.LOG)
+    elapsed = time.monotonic() - t0
+    attempts = len(proxy.matching(is_get))
+    assert elapsed < deadline + SLACK, elapsed
+    assert 2 <= attempts <= 4  # each waits one read timeout; none starts that would end past the deadline
+    assert f"s3://{bucket}/{ref.key(ObjectKind.LOG)}: GetObject failed after {attempts} attempt(s)" in str(err.value)
+    assert "ReadTimeoutError" in str(err.value)
+
+    # an upload: the PUT gives up within the deadline, the cleanup after it within one timeout
+    proxy.requests.clear()
+    proxy.plan = lambda r: None if r.method == "HEAD" else Fault.HANG
+    t0 = time.monotonic()
+    with pytest.raises(RemoteStorageError, match=r"PutObject failed after \d attempt\(s\).*ReadTimeoutError"):
+        storage.copy_segment(new_ref(), {ObjectKind.LOG: b"x"})
+    elapsed = time.monotonic() - t0
+    assert elapsed < deadline + timeout + SLACK, elapsed
+    assert 2 <= len(proxy.matching(is_put)) <= 4
+    assert len(proxy.matching(lambda r: r.method == "POST" and "delete" in r.query)) == 1  # one cleanup attempt
+
+
+def test_hung_part_upload_is_aborted_within_the_deadline(s3_endpoint, proxy: FaultProxy, tmp_path: Path) -> None:
+    proxy.plan = lambda r: Fault.HANG if "partNumber" in r.query else None
+    bucket = s3_endpoint.new_bucket()
+    timeout, deadline = 0.4, 1.2
+    storage = make(
+        proxy.url,
+        bucket,
+        timeout_seconds=timeout,
+        deadline_seconds=deadline,
+        max_concurrency=2,
+        multipart_threshold_bytes=5 * MiB,
+        multipart_part_size_bytes=5 * MiB,
+    )
+    log = tmp_path / "big.log"
+    log.write_bytes(os.urandom(11 * MiB))
+    t0 = time.monotonic()
+    with pytest.raises(RemoteStorageError, match="UploadPart failed after"):
+        storage.copy_segment(new_ref(), {ObjectKind.LOG: log})
+    elapsed = time.monotonic() - t0
+    assert elapsed < deadline + 2 * timeout + SLACK, elapsed  # parts in parallel, then abort and cleanup
+    assert not proxy.matching(lambda r: "partNumber=3" in r.query)  # never started after the others failed
+    assert len(proxy.matching(lambda r: r.method == "DELETE" and "uploadId" in r.query)) == 1
+    assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_refused_connections_are_retried_then_one_clear_error() -> None:
+    with socket.socket() as placeholder:  # a port nothing listens on
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    storage = make(f"http://127.0.0.1:{port}", "refused-bucket", max_attempts=3, deadline_seconds=5.0)
+    attempts: list[str] = []
+    storage.client.meta.events.register("before-send.s3.GetObject", lambda request, **_: attempts.append(request.url))
+    t0 = time.monotonic()
+    with pytest.raises(RemoteStorageError, match=r"s3://refused-bucket/.*GetObject failed after 3 attempt"):
+        storage.fetch(new_ref(), ObjectKind.LOG)
+    assert time.monotonic() - t0 < 5.0
+    assert len(attempts) == 3

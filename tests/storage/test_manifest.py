@@ -1,0 +1,93 @@
+"""manifest.json: round trip, and every malformed input is a ManifestError."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+import pytest
+
+from tiering_core.storage.checksum import crc32c, crc32c_combine, crc_hex
+from tiering_core.storage.errors import ManifestError, RemoteStorageError
+from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.manifest import ObjectEntry, SegmentManifest
+
+
+def manifest() -> SegmentManifest:
+    return SegmentManifest(
+        topic="orders",
+        topic_id="AbCdEfGhIjKlMnOpQr_-12",
+        partition=3,
+        base_offset=500,
+        segment_id=str(uuid.uuid4()),
+        objects={
+            ObjectKind.LOG: ObjectEntry(ObjectKind.LOG, "k/x.log", 1000, "0a1b2c3d"),
+            ObjectKind.OFFSET_INDEX: ObjectEntry(ObjectKind.OFFSET_INDEX, "k/x.index", 0, crc_hex(0)),
+        },
+        created_at_ms=1_700_000_000_000,
+    )
+
+
+def test_round_trip() -> None:
+    m = manifest()
+    assert SegmentManifest.from_json(m.to_json()) == m
+    ref = m.ref()
+    assert (ref.topic_id_partition.topic, ref.topic_id_partition.partition, ref.base_offset) == ("orders", 3, 500)
+    assert SegmentManifest.for_ref(ref, m.objects, m.created_at_ms) == m
+    assert json.loads(m.to_json())["objects"]["log"] == {"key": "k/x.log", "size": 1000, "crc32c": "0a1b2c3d"}
+
+
+def mutate(path: list[str], value: Any) -> bytes:
+    doc = json.loads(manifest().to_json())
+    target = doc
+    for name in path[:-1]:
+        target = target[name]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"{not json",
+        b"\xff\xfe",
+        b"[]",
+        b"null",
+        mutate(["format_version"], 2),
+        mutate(["topic"], KeyError),
+        mutate(["partition"], "3"),
+        mutate(["partition"], True),
+        mutate(["base_offset"], -1),
+        mutate(["objects"], []),
+        mutate(["objects", "log"], KeyError),
+        mutate(["objects", "exe"], {"key": "k/x.exe", "size": 1, "crc32c": "00000000"}),
+        mutate(["objects", "log", "crc32c"], "0A1B2C3D"),
+        mutate(["objects", "log", "crc32c"], "123"),
+        mutate(["objects", "log", "size"], -5),
+        mutate(["objects", "log", "size"], 1.5),
+        mutate(["objects", "log", "key"], "k/x.index"),
+        mutate(["objects", "manifest.json"], {"key": "k/x.manifest.json", "size": 1, "crc32c": "00000000"}),
+        mutate(["topic"], "../etc"),
+        mutate(["topic"], "x" * 250),
+        mutate(["topic_id"], "short"),
+        mutate(["segment_id"], "not-a-uuid"),
+        mutate(["segment_id"], "0B7F7A3E7C1E4C7E9D551F0E2A3B4C5D"),
+    ],
+)
+def test_malformed_manifests_rejected(data: bytes) -> None:
+    with pytest.raises(ManifestError):
+        SegmentManifest.from_json(data)
+    assert issubclass(ManifestError, RemoteStorageError)
+
+
+@pytest.mark.parametrize("sizes", [(0, 0), (0, 7), (7, 0), (1, 1), (1000, 12345), (5 << 20, 3)])
+def test_crc_combine_equals_crc_of_concatenation(sizes: tuple[int, int]) -> None:
+    a, b = os.urandom(sizes[0]), os.urandom(sizes[1])
+    assert crc32c_combine(crc32c(a), crc32c(b), len(b)) == crc32c(a + b)
+    assert crc_hex(crc32c(b"123456789")) == "e3069283"  # the CRC-32C check value

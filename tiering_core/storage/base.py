@@ -1,0 +1,211 @@
+"""The remote storage manager interface and the logic every backend shares.
+
+A backend provides a handful of object primitives; copying a segment (objects first,
+``manifest.json`` last, cleanup on failure), ranged fetches, verification and idempotent
+deletes are implemented once here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO
+
+from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.storage.checksum import crc32c, crc_hex
+from tiering_core.storage.errors import (
+    InvalidRangeError,
+    ManifestError,
+    RemoteObjectNotFoundError,
+    RemoteStorageError,
+)
+from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, partition_prefix, validate_prefix
+from tiering_core.storage.manifest import ObjectEntry, SegmentManifest
+
+log = logging.getLogger(__name__)
+Progress = Callable[[int], None]
+#: Upload order: the log first, the manifest (not listed here) always last.
+UPLOAD_ORDER = [k for k in ObjectKind if k != ObjectKind.MANIFEST]
+VERIFY_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    key: str
+    size: int
+    last_modified: datetime
+
+
+class RemoteStorage(ABC):
+    """Copy, fetch and delete segments' objects; idempotent and checksummed."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = validate_prefix(prefix)
+
+    # --- backend primitives ------------------------------------------------------------------
+
+    @abstractmethod
+    def put_object(self, key: str, source: Path | bytes, progress: Progress | None = None) -> tuple[int, int]:
+        """Store ``source`` under ``key``; returns (size, CRC-32C) computed while streaming."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        """Bytes [start, min(end, size - 1)] of an object (``end`` inclusive, None = to the end),
+        in one request. A missing object is RemoteObjectNotFoundError; ``start`` at or past the
+        end is InvalidRangeError, except ``start == 0`` on an empty object, which reads b""."""
+
+    @abstractmethod
+    def open_object(self, key: str, start: int = 0) -> BinaryIO:
+        """A stream over the object from ``start`` (same errors as :meth:`get_range`)."""
+
+    @abstractmethod
+    def object_size(self, key: str) -> int | None:
+        """Size of the object, or None if it does not exist."""
+
+    @abstractmethod
+    def delete_keys(self, keys: Iterable[str]) -> None:
+        """Delete objects; missing ones are not an error."""
+
+    @abstractmethod
+    def list_prefix(self, prefix: str) -> list[RemoteObject]:
+        """Every object under ``prefix``, sorted by key."""
+
+    @abstractmethod
+    def describe(self, key: str) -> str:
+        """Where ``key`` lives, for error messages (bucket or root)."""
+
+    def discard_keys(self, keys: Iterable[str]) -> None:
+        """Best-effort delete after a failure: a backend may bound it more tightly than a
+        normal delete, since the caller's recovery deletes leftovers again later."""
+        self.delete_keys(keys)
+
+    def close(self) -> None:  # noqa: B027 - optional for backends
+        """Release connections."""
+
+    def __enter__(self) -> RemoteStorage:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- segments --------------------------------------------------------------------------
+
+    def copy_segment(
+        self, ref: RemoteSegmentRef, files: Mapping[ObjectKind, Path | bytes], *, progress: Progress | None = None
+    ) -> SegmentManifest:
+        """Upload every object of a segment, then its manifest; on failure nothing stays behind.
+
+        If an earlier upload of the same segment finished, its manifest is deleted first (with
+        the kinds this upload does not carry), so a crash part-way through never leaves a
+        manifest that describes objects this upload overwrote. The check is a HEAD, not a
+        blind delete, so a fresh segment leaves no delete markers in a versioned bucket.
+        """
+        if ObjectKind.LOG not in files:
+            raise RemoteStorageError(f"{ref}: a segment needs its log object")
+        if ObjectKind.MANIFEST in files:
+            raise RemoteStorageError(f"{ref}: the manifest is written by copy_segment, not given")
+        for kind, source in files.items():
+            if not isinstance(source, bytes) and not Path(source).is_file():
+                raise RemoteStorageError(f"{ref}: {kind.value} source {source} is not a readable file")
+        manifest_key = ref.key(ObjectKind.MANIFEST, self.prefix)
+        if self.object_size(manifest_key) is not None:
+            self.delete_keys([ref.key(kind, self.prefix) for kind in ObjectKind if kind not in files])
+        entries: dict[ObjectKind, ObjectEntry] = {}
+        uploaded: list[str] = [manifest_key]
+        try:
+            for kind in UPLOAD_ORDER:
+                if kind not in files:
+                    continue
+                key = ref.key(kind, self.prefix)
+                uploaded.append(key)
+                size, crc = self.put_object(key, files[kind], progress)
+                entries[kind] = ObjectEntry(kind, key, size, crc_hex(crc))
+            manifest = SegmentManifest.for_ref(ref, entries, int(time.time() * 1000))
+            self.put_object(manifest_key, manifest.to_json())
+            return manifest
+        except BaseException as exc:
+            try:
+                self.discard_keys(uploaded)
+            except Exception as cleanup:  # the caller's recovery deletes them later
+                log.error("%s: cleanup after failed upload also failed: %s", ref, cleanup)
+            if isinstance(exc, RemoteStorageError):
+                raise
+            if isinstance(exc, Exception):
+                raise RemoteStorageError(f"{ref}: upload failed: {type(exc).__name__}: {exc}") from exc
+            raise
+
+    def fetch(self, ref: RemoteSegmentRef, kind: ObjectKind, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes [start, end] (inclusive, like Kafka's fetchLogSegment) of one object; an ``end``
+        past the object reads to its end."""
+        key = ref.key(kind, self.prefix)
+        if start < 0 or (end is not None and end < start):
+            raise InvalidRangeError(f"{self.describe(key)}: invalid range [{start}, {end}]")
+        return self.get_range(key, start, end)
+
+    def open_stream(self, ref: RemoteSegmentRef, kind: ObjectKind, start: int = 0) -> BinaryIO:
+        """A buffered stream over one object from ``start``, for reads too large to hold."""
+        key = ref.key(kind, self.prefix)
+        if start < 0:
+            raise InvalidRangeError(f"{self.describe(key)}: invalid start {start}")
+        return self.open_object(key, start)
+
+    def read_manifest(self, ref: RemoteSegmentRef) -> SegmentManifest | None:
+        """The segment's manifest, None if it has none; one that describes another segment, or
+        keys other than this segment's, is a ManifestError."""
+        key = ref.key(ObjectKind.MANIFEST, self.prefix)
+        try:
+            data = self.get_range(key, 0, None)
+        except RemoteObjectNotFoundError:
+            return None
+        manifest = SegmentManifest.from_json(data)
+        if manifest.ref() != ref:
+            raise ManifestError(f"{self.describe(key)}: manifest describes {manifest.ref()}, not {ref}")
+        for kind, entry in manifest.objects.items():
+            if entry.key != ref.key(kind, self.prefix):
+                raise ManifestError(f"{self.describe(key)}: manifest lists {entry.key!r} for {kind.value}")
+        return manifest
+
+    def verify_segment(self, ref: RemoteSegmentRef) -> list[str]:
+        """Problems of a stored segment against its manifest (empty = every object intact).
+        Each object is streamed once, its size and CRC-32C computed as it passes."""
+        try:
+            manifest = self.read_manifest(ref)
+        except ManifestError as exc:
+            return [f"manifest: {exc}"]
+        if manifest is None:
+            return ["manifest.json is missing"]
+        problems = []
+        for kind in UPLOAD_ORDER:
+            entry = manifest.objects.get(kind)
+            if entry is None:
+                continue
+            size = value = 0
+            try:
+                with self.open_object(entry.key) as stream:
+                    while chunk := stream.read(VERIFY_CHUNK):
+                        value = crc32c(chunk, value)
+                        size += len(chunk)
+            except RemoteObjectNotFoundError:
+                problems.append(f"{kind.value}: object {entry.key} is missing")
+                continue
+            if size != entry.size:
+                problems.append(f"{kind.value}: size {size} != manifest {entry.size}")
+            elif crc_hex(value) != entry.crc32c:
+                problems.append(f"{kind.value}: crc32c {crc_hex(value)} != manifest {entry.crc32c}")
+        return problems
+
+    def delete_segment(self, ref: RemoteSegmentRef) -> None:
+        """Delete every object a segment may have, manifest included (idempotent)."""
+        self.delete_keys([ref.key(kind, self.prefix) for kind in ObjectKind])
+
+    def list_objects(self, tip: TopicIdPartition) -> list[RemoteObject]:
+        """Every object under the partition's prefix (segments of any state, and orphans)."""
+        return self.list_prefix(partition_prefix(tip, self.prefix))

@@ -1,0 +1,46 @@
+"""Build the configured remote storage backend."""
+
+from __future__ import annotations
+
+import boto3
+
+from tiering_core.config import RemoteConfig
+from tiering_core.errors import ConfigError
+from tiering_core.storage.base import RemoteStorage
+from tiering_core.storage.filesystem import FilesystemRemoteStorage
+from tiering_core.storage.s3 import S3RemoteStorage
+
+CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+
+
+def create_remote_storage(
+    config: RemoteConfig, *, session: boto3.Session | None = None, **credentials: str
+) -> RemoteStorage:
+    """The backend ``config`` names. A boto3 ``session`` or explicit credentials (e.g. from an
+    Airflow connection) replace the standard AWS chain; empty credentials are ignored."""
+    unknown = sorted(set(credentials) - set(CREDENTIALS))
+    if unknown:
+        raise ConfigError(f"unknown remote storage credential(s): {', '.join(unknown)}")
+    if config.backend == "filesystem":
+        if config.root is None:
+            raise ConfigError("remote.root: required for the filesystem backend")
+        return FilesystemRemoteStorage(config.root, prefix=config.prefix)
+    if config.backend != "s3":
+        raise ConfigError(f"remote.backend: {config.backend!r} is not s3 or filesystem")
+    if not config.bucket:
+        raise ConfigError("remote.bucket: required for the s3 backend")
+    return S3RemoteStorage(
+        config.bucket,
+        prefix=config.prefix,
+        endpoint_url=config.endpoint_url,
+        region=config.region,
+        multipart_threshold_bytes=config.multipart_threshold_bytes,
+        multipart_part_size_bytes=config.multipart_part_size_bytes,
+        max_concurrency=config.max_concurrency,
+        max_attempts=config.max_attempts,
+        timeout_seconds=config.timeout_seconds,
+        session=session,
+        aws_access_key_id=credentials.get("aws_access_key_id") or None,
+        aws_secret_access_key=credentials.get("aws_secret_access_key") or None,
+        aws_session_token=credentials.get("aws_session_token") or None,
+    )

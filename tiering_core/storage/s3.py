@@ -1,0 +1,494 @@
+"""S3 backend through boto3: streamed multipart uploads, ranged reads, batched deletes.
+
+We retry ourselves (botocore's retries are off) so every call honours one deadline and a
+final failure says which bucket, key and operation, after how many attempts. Uploads stream
+from the file: each part is a window onto it that checksums bytes the first time they pass,
+so memory stays bounded by the socket buffers whatever the part size, a retried part is
+re-sent from its window, and the part CRCs combine into the object's CRC-32C. Streaming
+reads resume where a broken connection left them, pinned to the object's ETag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError, IncompleteReadError
+
+from tiering_core.errors import ConfigError
+from tiering_core.storage.base import Progress, RemoteObject, RemoteStorage
+from tiering_core.storage.checksum import crc32c, crc32c_combine
+from tiering_core.storage.errors import InvalidRangeError, RemoteObjectNotFoundError, RemoteStorageError
+from tiering_core.storage.retry import RetryPolicy, call_with_retries, is_retryable
+
+__all__ = ["S3RemoteStorage", "is_retryable"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MiB = 1 << 20
+MAX_PARTS = 10_000
+MIN_PART = 5 * MiB  # S3's limits on every part but the last
+MAX_PART = 5 * 1024 * MiB
+NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
+READ_BUFFER = 1 * MiB
+
+
+def _code(exc: BaseException) -> str:
+    return str(exc.response.get("Error", {}).get("Code", "")) if isinstance(exc, ClientError) else ""
+
+
+class S3RemoteStorage(RemoteStorage):
+    """Segments in an S3 bucket (or MinIO, moto, ... at ``endpoint_url``).
+
+    Credentials come from ``session``, else the explicit keys, else the standard AWS chain.
+    Each call, with its retries, ends within ``deadline_seconds`` (default three socket
+    timeouts); cleanup after a failed upload is bounded to one socket timeout.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        session: boto3.Session | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        multipart_threshold_bytes: int = 64 * MiB,
+        multipart_part_size_bytes: int = 64 * MiB,
+        max_concurrency: int = 4,
+        max_attempts: int = 5,
+        timeout_seconds: float = 60.0,
+        deadline_seconds: float | None = None,
+    ) -> None:
+        super().__init__(prefix)
+        checks: dict[str, tuple[bool, object]] = {
+            "multipart_part_size_bytes": (
+                MIN_PART <= multipart_part_size_bytes <= MAX_PART,
+                multipart_part_size_bytes,
+            ),
+            "multipart_threshold_bytes": (multipart_threshold_bytes >= 1, multipart_threshold_bytes),
+            "max_concurrency": (max_concurrency >= 1, max_concurrency),
+            "max_attempts": (max_attempts >= 1, max_attempts),
+            "timeout_seconds": (timeout_seconds > 0, timeout_seconds),
+            "deadline_seconds": (deadline_seconds is None or deadline_seconds > 0, deadline_seconds),
+        }
+        for name, (ok, value) in checks.items():
+            if not ok:
+                raise ConfigError(f"remote.{name}: {value!r} is out of range")
+        if not bucket:
+            raise ConfigError("remote.bucket: empty")
+        if session is not None and (aws_access_key_id or aws_secret_access_key or aws_session_token):
+            raise ConfigError("remote credentials: give a boto3 session or access keys, not both")
+        self.bucket = bucket
+        self.threshold = multipart_threshold_bytes
+        self.part_size = multipart_part_size_bytes
+        self.concurrency = max_concurrency
+        self.timeout_seconds = timeout_seconds
+        self.policy = RetryPolicy(
+            max_attempts=max_attempts,
+            deadline_seconds=deadline_seconds if deadline_seconds is not None else 3 * timeout_seconds,
+        )
+        #: Cleanup after a failure is best effort (the caller's recovery deletes again): it must
+        #: not double the time a dead endpoint costs.
+        self.cleanup_policy = RetryPolicy(max_attempts=min(2, max_attempts), deadline_seconds=timeout_seconds)
+        if session is None:
+            session = boto3.session.Session(
+                aws_access_key_id=aws_access_key_id,
+                aws_secret_access_key=aws_secret_access_key,
+                aws_session_token=aws_session_token,
+            )
+        self.client: Any = session.client(
+            "s3",
+            region_name=region,
+            endpoint_url=endpoint_url,
+            config=Config(
+                connect_timeout=min(10.0, timeout_seconds),
+                read_timeout=timeout_seconds,
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                max_pool_connections=max(10, max_concurrency * 2),
+                s3={"addressing_style": "path" if endpoint_url else "auto"},
+            ),
+        )
+
+    def describe(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def _call(self, operation: str, key: str, fn: Callable[[], T], policy: RetryPolicy | None = None) -> T:
+        def fail(exc: BaseException, attempts: int, elapsed: float) -> BaseException:
+            where = f"{self.describe(key)}: {operation}"
+            code = _code(exc)
+            if code in NOT_FOUND:
+                return RemoteObjectNotFoundError(f"{where}: object not found")
+            if isinstance(exc, RemoteStorageError):
+                return exc
+            return RemoteStorageError(
+                f"{where} failed after {attempts} attempt(s) in {elapsed:.1f} s: {type(exc).__name__}: {exc}"
+            )
+
+        return call_with_retries(
+            policy or self.policy, fn, retryable=is_retryable, fail=fail, describe=f"{operation} {self.describe(key)}"
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --- uploads -----------------------------------------------------------------------------
+
+    def put_object(self, key: str, source: Path | bytes, progress: Progress | None = None) -> tuple[int, int]:
+        if isinstance(source, bytes):
+            self._call("PutObject", key, lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=source))
+            if progress:
+                progress(len(source))
+            return len(source), crc32c(source)
+        path = Path(source)
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise RemoteStorageError(f"{self.describe(key)}: PutObject: cannot read {path}: {exc}") from exc
+        report = _locked(progress)
+        if size < self.threshold:
+            return size, self._upload_window(key, path, 0, size, report, None)[0]
+        return size, self._multipart(key, path, size, report)
+
+    def _upload_window(
+        self, key: str, path: Path, offset: int, length: int, progress: Progress | None, part: tuple[str, int] | None
+    ) -> tuple[int, str]:
+        """PutObject (``part`` None) or UploadPart (upload id, part number) of one window of
+        the file; returns the window's CRC-32C and the ETag S3 gave it."""
+        with path.open("rb") as f:
+            window = _Window(f, offset, length, progress)
+
+            def send() -> Any:
+                window.seek(0)
+                if part is None:
+                    return self.client.put_object(Bucket=self.bucket, Key=key, Body=window, ContentLength=length)
+                return self.client.upload_part(
+                    Bucket=self.bucket,
+                    Key=key,
+                    UploadId=part[0],
+                    PartNumber=part[1],
+                    Body=window,
+                    ContentLength=length,
+                )
+
+            answer = self._call("PutObject" if part is None else "UploadPart", key, send)
+            return window.finish(), str(answer.get("ETag", ""))
+
+    def _multipart(self, key: str, path: Path, size: int, progress: Progress | None) -> int:
+        """Parts go up in parallel (``max_concurrency``); a part is retried on its own; any
+        failure aborts the upload so no parts linger."""
+        part_size = max(self.part_size, -(-size // MAX_PARTS))
+        windows = [(n + 1, off, min(part_size, size - off)) for n, off in enumerate(range(0, size, part_size))]
+        created = self._call(
+            "CreateMultipartUpload", key, lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key)
+        )
+        upload_id = str(created["UploadId"])
+        try:
+            stop = threading.Event()
+
+            def upload_part(number: int, offset: int, length: int) -> tuple[int, str]:
+                if stop.is_set():  # another part failed for good: do not start more
+                    raise _Abandoned()
+                try:
+                    return self._upload_window(key, path, offset, length, progress, (upload_id, number))
+                except BaseException:
+                    stop.set()
+                    raise
+
+            with ThreadPoolExecutor(max_workers=max(1, self.concurrency), thread_name_prefix="s3-part") as pool:
+                futures = [pool.submit(upload_part, number, off, length) for number, off, length in windows]
+                wait(futures, return_when=FIRST_EXCEPTION)
+                if stop.is_set():
+                    for f in futures:
+                        f.cancel()
+                    wait(futures)
+                    errors = [f.exception() for f in futures if not f.cancelled()]
+                    raise next(e for e in errors if e is not None and not isinstance(e, _Abandoned))
+                results = [f.result() for f in futures]
+            parts = [
+                {"PartNumber": number, "ETag": etag} for (number, _, _), (_, etag) in zip(windows, results, strict=True)
+            ]
+            self._call("CompleteMultipartUpload", key, self._completer(key, upload_id, parts, size))
+        except BaseException:
+            try:
+                self._call(
+                    "AbortMultipartUpload",
+                    key,
+                    lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
+                    self.cleanup_policy,
+                )
+            except RemoteStorageError as abort_error:
+                log.error("%s: abort of multipart upload %s failed: %s", self.describe(key), upload_id, abort_error)
+            raise
+        crc = results[0][0]
+        for (_, _, length), (part_crc, _) in zip(windows[1:], results[1:], strict=True):
+            crc = crc32c_combine(crc, part_crc, length)
+        return crc
+
+    def _completer(self, key: str, upload_id: str, parts: list[dict[str, Any]], size: int) -> Callable[[], None]:
+        """CompleteMultipartUpload, made safe to retry: if an earlier attempt completed the
+        upload but its answer was lost, S3 answers NoSuchUpload; the object is then there with
+        our size and the ETag S3 derives from our parts' ETags (MD5 of their MD5s, ``-N``),
+        and that is success. Anything else stays an error (the caller uploads again)."""
+        attempts = [0]
+        try:
+            digests = b"".join(bytes.fromhex(str(p["ETag"]).strip('"')) for p in parts)
+            expected_etag: str | None = f'"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"'
+        except ValueError:  # part ETags that are not MD5s: no way to recognise our object
+            expected_etag = None
+
+        def complete() -> None:
+            attempts[0] += 1
+            try:
+                self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                )
+            except ClientError as exc:
+                if attempts[0] == 1 or _code(exc) != "NoSuchUpload" or expected_etag is None:
+                    raise
+                try:
+                    head = self.client.head_object(Bucket=self.bucket, Key=key)
+                except ClientError:
+                    raise exc from None
+                if int(head["ContentLength"]) != size or head["ETag"] != expected_etag:
+                    raise
+                log.info("%s: multipart upload %s was completed by an earlier attempt", self.describe(key), upload_id)
+
+        return complete
+
+    # --- reads, deletes, listing -------------------------------------------------------------
+
+    def _get(self, key: str, start: int, end: int | None = None, etag: str | None = None) -> Any:
+        """One GetObject from ``start``; a range past the end is InvalidRangeError (not retried),
+        except ``start == 0`` on an empty object, which S3 refuses as a range but we read."""
+        extra: dict[str, str] = {}
+        if start or end is not None:
+            extra["Range"] = f"bytes={start}-" + ("" if end is None else str(end))
+        if etag is not None:
+            extra["IfMatch"] = etag
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=key, **extra)
+        except ClientError as exc:
+            if _code(exc) != "InvalidRange":
+                raise
+            size = exc.response.get("Error", {}).get("ActualObjectSize")
+            if start == 0 and str(size) == "0":
+                return self.client.get_object(Bucket=self.bucket, Key=key)
+            raise InvalidRangeError(
+                f"{self.describe(key)}: range start {start} is beyond the object's {size} bytes"
+            ) from exc
+
+    def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        def get() -> bytes:
+            body = self._get(key, start, end)["Body"]
+            try:
+                return bytes(body.read())
+            finally:
+                body.close()
+
+        return self._call("GetObject", key, get)
+
+    def open_object(self, key: str, start: int = 0) -> BinaryIO:
+        answer = self._call("GetObject", key, lambda: self._get(key, start))
+        raw = _ResumableBody(self, key, start, start + int(answer["ContentLength"]), answer["Body"], answer["ETag"])
+        return io.BufferedReader(raw, READ_BUFFER)  # type: ignore[return-value]
+
+    def object_size(self, key: str) -> int | None:
+        def head() -> int | None:
+            try:
+                return int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+            except ClientError as exc:
+                if _code(exc) in NOT_FOUND:
+                    return None
+                raise
+
+        return self._call("HeadObject", key, head)
+
+    def delete_keys(self, keys: Iterable[str]) -> None:
+        self._delete(keys, self.policy)
+
+    def discard_keys(self, keys: Iterable[str]) -> None:
+        self._delete(keys, self.cleanup_policy)
+
+    def _delete(self, keys: Iterable[str], policy: RetryPolicy) -> None:
+        """DeleteObjects in batches of 1000; keys S3 reports as failed with a retryable code are
+        sent again, alone, on the next attempt."""
+        pending = list(dict.fromkeys(keys))
+        for i in range(0, len(pending), 1000):
+            remaining = pending[i : i + 1000]
+
+            def attempt(batch: list[str] = remaining) -> None:
+                answer = self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+                )
+                errors = [e for e in answer.get("Errors", []) if e.get("Code") not in NOT_FOUND]
+                if errors:
+                    batch[:] = [str(e.get("Key")) for e in errors]
+                    first = errors[0]
+                    response: Any = {
+                        "Error": {
+                            "Code": first.get("Code", ""),
+                            "Message": f"{first.get('Message')} ({len(errors)} key(s), first {first.get('Key')})",
+                        },
+                        "ResponseMetadata": {"HTTPStatusCode": 200},
+                    }
+                    raise ClientError(response, "DeleteObjects")  # retried if the code is retryable
+
+            self._call("DeleteObjects", remaining[0], attempt, policy)
+
+    def list_prefix(self, prefix: str) -> list[RemoteObject]:
+        def page_through() -> list[RemoteObject]:
+            found = []
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    found.append(RemoteObject(item["Key"], int(item["Size"]), item["LastModified"]))
+            return found
+
+        return self._call("ListObjectsV2", prefix, page_through)
+
+
+class _ResumableBody(io.RawIOBase):
+    """An object's bytes [position, end): a broken, stalled or cut-off connection is reopened
+    at the current position (If-Match the first response's ETag, so a concurrent overwrite
+    is an error rather than a splice of two versions) under the storage's retry policy."""
+
+    def __init__(self, owner: S3RemoteStorage, key: str, position: int, end: int, body: Any, etag: str) -> None:
+        self._owner = owner
+        self._key = key
+        self._position = position
+        self._end = end
+        self._body: Any = body
+        self._etag = etag
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if not len(view) or self._position >= self._end:
+            self._drop()
+            return 0
+
+        def attempt() -> int:
+            if self._body is None:
+                self._body = self._owner._get(self._key, self._position, etag=self._etag)["Body"]
+            try:
+                n = int(self._body.readinto(view[: self._end - self._position]))
+                if n == 0:
+                    raise IncompleteReadError(actual_bytes=self._position, expected_bytes=self._end)
+                return n
+            except BaseException:
+                self._drop()
+                raise
+
+        n = self._owner._call("GetObject", self._key, attempt)
+        self._position += n
+        return n
+
+    def readall(self) -> bytes:
+        """The rest of the object in 1 MiB reads (RawIOBase's default reads 8 KiB at a time)."""
+        out = bytearray()
+        chunk = bytearray(READ_BUFFER)
+        while n := self.readinto(chunk):
+            out += memoryview(chunk)[:n]
+        return bytes(out)
+
+    def _drop(self) -> None:
+        if self._body is not None:
+            body, self._body = self._body, None
+            body.close()
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+
+class _Abandoned(Exception):
+    """A part not started because another part had already failed."""
+
+
+def _locked(progress: Progress | None) -> Progress | None:
+    """Parts report progress from several threads; the caller's callback sees one at a time."""
+    if progress is None:
+        return None
+    lock = threading.Lock()
+
+    def report(n: int) -> None:
+        with lock:
+            progress(n)
+
+    return report
+
+
+class _Window:
+    """A seekable, read-only view of ``length`` bytes of a file from ``offset``.
+
+    botocore may read a body more than once (checksum, signing, sending, a retry); the CRC
+    covers each byte the first time it passes, so the file is checksummed in the same pass
+    that streams it.
+    """
+
+    def __init__(self, f: BinaryIO, offset: int, length: int, progress: Progress | None) -> None:
+        self._fd = f.fileno()
+        self._offset = offset
+        self._length = length
+        self._progress = progress
+        self._pos = 0
+        self._covered = 0  # bytes [0, covered) are in the CRC
+        self._crc = 0
+
+    def __len__(self) -> int:
+        return self._length
+
+    def read(self, n: int = -1) -> bytes:
+        remaining = self._length - self._pos
+        if n is None or n < 0 or n > remaining:
+            n = remaining
+        if n <= 0:
+            return b""
+        data = os.pread(self._fd, n, self._offset + self._pos)
+        if len(data) < n:
+            raise RemoteStorageError(f"file shrank while uploading: wanted {n} bytes at {self._offset + self._pos}")
+        end = self._pos + len(data)
+        if self._pos <= self._covered < end:
+            fresh = memoryview(data)[self._covered - self._pos :]
+            self._crc = crc32c(fresh, self._crc)
+            if self._progress:
+                self._progress(len(fresh))
+            self._covered = end
+        self._pos = end
+        return data
+
+    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._length}[whence]
+        self._pos = max(0, min(self._length, base + position))
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def finish(self) -> int:
+        """The window's CRC-32C; bytes the uploader skipped (never, with botocore) are read now."""
+        while self._covered < self._length:
+            self.seek(self._covered)
+            self.read(min(4 * MiB, self._length - self._covered))
+        return self._crc
