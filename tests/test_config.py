@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiering_core.config import DEFAULT_TOPIC, TopicConfig, load_config, parse_config
+from tiering_core.errors import ConfigError
+
+
+def base_doc(tmp_path: Path) -> dict:
+    return {
+        "log_dirs": [str(tmp_path / "kafka")],
+        "metadata": {"url": f"sqlite:///{tmp_path / 'meta.db'}"},
+        "remote": {"backend": "s3", "bucket": "kafka-tiered", "prefix": "prod/", "endpoint_url": "http://127.0.0.1:9"},
+        "topics": {
+            "*": {"remote.storage.enable": True, "retention.ms": 604800000, "retention.bytes": -1},
+            "orders": {"retention.ms": 86400000},
+        },
+    }
+
+
+def test_contract_example_parses_and_topic_overrides_default(tmp_path: Path) -> None:
+    config = parse_config(base_doc(tmp_path))
+    assert config.log_dirs == (tmp_path / "kafka",)
+    assert config.remote.bucket == "kafka-tiered"
+    assert config.remote.prefix == "prod/"
+    orders = config.topic_config("orders")
+    assert orders.retention_ms == 86400000
+    assert orders.retention_bytes == -1  # inherited from "*"
+    assert config.topic_config("other") == config.topics[DEFAULT_TOPIC]
+    assert config.topic_config("other").retention_ms == 604800000
+
+
+def test_yaml_file_relative_paths_resolve_beside_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "conf" / "tiering.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        "log_dirs: [data]\nmetadata: {url: 'sqlite:///meta.db'}\nremote: {backend: filesystem, root: tier}\n"
+    )
+    config = load_config(path)
+    assert config.log_dirs == (tmp_path / "conf" / "data",)
+    assert config.metadata.url == f"sqlite:///{tmp_path / 'conf' / 'meta.db'}"
+    assert config.remote.root == tmp_path / "conf" / "tier"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "named"),
+    [
+        (lambda d: d.update(colour="blue"), "colour"),
+        (lambda d: d["remote"].update(bucket_name="x"), "remote.bucket_name"),
+        (lambda d: d["metadata"].update(uri="x"), "metadata.uri"),
+        (lambda d: d["topics"]["orders"].update({"retention.msec": 5}), "topics.orders.retention.msec"),
+        (lambda d: d["topics"]["orders"].update({"retention.ms": "soon"}), "topics.orders.retention.ms"),
+        (lambda d: d["topics"]["orders"].update({"retention.bytes": -7}), "topics.orders.retention.bytes"),
+        (lambda d: d["topics"]["*"].update({"remote.storage.enable": "maybe"}), "topics.*.remote.storage.enable"),
+        (lambda d: d["topics"].update({"bad/topic": {}}), "topics.bad/topic"),
+        (lambda d: d["remote"].update(backend="ftp"), "remote.backend"),
+        (lambda d: d["remote"].update(bucket="ab"), "remote.bucket"),
+        (lambda d: d["remote"].update(prefix="../escape/"), "remote.prefix"),
+        (lambda d: d.pop("log_dirs"), "log_dirs"),
+        (lambda d: d["metadata"].pop("url"), "metadata.url"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, mutate, named: str) -> None:
+    doc = base_doc(tmp_path)
+    mutate(doc)
+    with pytest.raises(ConfigError) as err:
+        parse_config(doc)
+    assert named in str(err.value)
+
+
+def test_missing_and_unparsable_files_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("log_dirs: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_local_retention_minus_two_means_same_as_total() -> None:
+    topic = TopicConfig(retention_ms=1000, retention_bytes=50, local_retention_ms=-2, local_retention_bytes=-2)
+    assert topic.effective_local_retention_ms() == 1000
+    assert topic.effective_local_retention_bytes() == 50
+    assert TopicConfig().effective_local_retention_ms() is None

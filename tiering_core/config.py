@@ -1,0 +1,279 @@
+"""The platform configuration file (YAML), validated strictly.
+
+Unknown keys and invalid values raise :class:`ConfigError` naming the key, so a typo never
+silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tiering_core.errors import ConfigError, InvalidTopicError
+from tiering_core.kafka.topic import validate_topic_name
+
+DEFAULT_TOPIC = "*"
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """A topic's tiering knobs, with Kafka's names and meanings (KAFKA_SEMANTICS section 9).
+
+    ``retention_ms``/``retention_bytes`` are the total (remote) retention; ``-1`` means
+    unlimited. ``local_retention_*`` mirror the broker's own local retention: ``-2`` means
+    "same as total", ``None`` means unknown (no local-retention alarm).
+    """
+
+    remote_storage_enable: bool = True
+    retention_ms: int = 604_800_000
+    retention_bytes: int = -1
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    index_interval_bytes: int = 4096
+
+    def effective_local_retention_ms(self) -> int | None:
+        if self.local_retention_ms == -2:
+            return self.retention_ms
+        return self.local_retention_ms
+
+    def effective_local_retention_bytes(self) -> int | None:
+        if self.local_retention_bytes == -2:
+            return self.retention_bytes
+        return self.local_retention_bytes
+
+
+# Kafka config name -> (dataclass field, kind)
+_TOPIC_KEYS: dict[str, tuple[str, str]] = {
+    "remote.storage.enable": ("remote_storage_enable", "bool"),
+    "retention.ms": ("retention_ms", "retention"),
+    "retention.bytes": ("retention_bytes", "retention"),
+    "local.retention.ms": ("local_retention_ms", "local_retention"),
+    "local.retention.bytes": ("local_retention_bytes", "local_retention"),
+    "remote.log.copy.disable": ("remote_log_copy_disable", "bool"),
+    "remote.log.delete.on.disable": ("remote_log_delete_on_disable", "bool"),
+    "index.interval.bytes": ("index_interval_bytes", "positive"),
+}
+
+
+@dataclass(frozen=True)
+class MetadataConfig:
+    url: str
+    lease_ms: int = 600_000
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """Where remote segments live. ``backend`` is ``s3`` or ``filesystem``."""
+
+    backend: str
+    bucket: str | None = None
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    root: Path | None = None
+    multipart_threshold_bytes: int = 8 * 1024 * 1024
+    multipart_part_size_bytes: int = 8 * 1024 * 1024
+    max_concurrency: int = 4
+    max_attempts: int = 5
+    timeout_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class PlatformConfig:
+    log_dirs: tuple[Path, ...]
+    metadata: MetadataConfig
+    remote: RemoteConfig
+    topics: Mapping[str, TopicConfig] = field(default_factory=dict)
+    index_cache_bytes: int = 1024 * 1024 * 1024
+    source: Path | None = None
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        """The topic's config: its own entry over the ``"*"`` default over Kafka's defaults."""
+        return self.topics.get(topic) or self.topics.get(DEFAULT_TOPIC) or TopicConfig()
+
+
+def _require_mapping(value: Any, key: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    for key in section:
+        if key not in allowed:
+            name = f"{where}.{key}" if where else str(key)
+            raise ConfigError(f"{name}: unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _as_int(value: Any, key: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value.strip())
+        else:
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{key}: {value} is below the minimum {minimum}")
+    return int(value)
+
+
+def _as_bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+
+
+def _as_str(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def parse_topic_config(raw: Any, where: str, base: TopicConfig) -> TopicConfig:
+    section = _require_mapping(raw if raw is not None else {}, where)
+    _check_keys(section, set(_TOPIC_KEYS), where)
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        attr, kind = _TOPIC_KEYS[key]
+        name = f"{where}.{key}"
+        if kind == "bool":
+            values[attr] = _as_bool(value, name)
+        elif kind == "positive":
+            values[attr] = _as_int(value, name, 1)
+        elif kind == "retention":
+            number = _as_int(value, name)
+            if number < -1:
+                raise ConfigError(f"{name}: {number} is invalid (use -1 for unlimited)")
+            values[attr] = number
+        else:
+            number = _as_int(value, name)
+            if number < -2:
+                raise ConfigError(f"{name}: {number} is invalid (use -2 for 'same as total', -1 for unlimited)")
+            values[attr] = number
+    return replace(base, **values)
+
+
+def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = None) -> PlatformConfig:
+    """Validate a decoded YAML document into a :class:`PlatformConfig`."""
+    doc = _require_mapping(raw, "config")
+    _check_keys(doc, {"log_dirs", "metadata", "remote", "topics", "index_cache_bytes"}, "")
+    base = base_dir or Path.cwd()
+
+    def resolve(p: str) -> Path:
+        path = Path(p).expanduser()
+        return path if path.is_absolute() else (base / path)
+
+    if "log_dirs" not in doc:
+        raise ConfigError("log_dirs: required key is missing")
+    log_dirs_raw = doc["log_dirs"]
+    if isinstance(log_dirs_raw, str):
+        log_dirs_raw = [d for d in log_dirs_raw.split(",") if d]
+    if not isinstance(log_dirs_raw, list) or not log_dirs_raw:
+        raise ConfigError("log_dirs: expected a non-empty list of directories")
+    log_dirs = tuple(resolve(_as_str(d, "log_dirs[]")) for d in log_dirs_raw)
+
+    meta_raw = _require_mapping(doc.get("metadata"), "metadata")
+    _check_keys(meta_raw, {"url", "lease_ms"}, "metadata")
+    url = _as_str(meta_raw.get("url"), "metadata.url")
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
+        url = "sqlite:///" + str(resolve(url[len("sqlite:///") :]))
+    metadata = MetadataConfig(url=url, lease_ms=_as_int(meta_raw.get("lease_ms", 600_000), "metadata.lease_ms", 1))
+
+    remote_raw = _require_mapping(doc.get("remote"), "remote")
+    _check_keys(
+        remote_raw,
+        {
+            "backend",
+            "bucket",
+            "prefix",
+            "endpoint_url",
+            "region",
+            "root",
+            "multipart_threshold_bytes",
+            "multipart_part_size_bytes",
+            "max_concurrency",
+            "max_attempts",
+            "timeout_seconds",
+        },
+        "remote",
+    )
+    backend = _as_str(remote_raw.get("backend"), "remote.backend")
+    if backend not in ("s3", "filesystem"):
+        raise ConfigError(f"remote.backend: {backend!r} is not one of s3, filesystem")
+    prefix = remote_raw.get("prefix") or ""
+    if not isinstance(prefix, str) or ".." in prefix.split("/") or prefix.startswith("/"):
+        raise ConfigError(f"remote.prefix: {prefix!r} is not a relative key prefix")
+    bucket = remote_raw.get("bucket")
+    root = remote_raw.get("root")
+    if backend == "s3":
+        bucket = _as_str(bucket, "remote.bucket")
+        if len(bucket) < 3:
+            raise ConfigError(f"remote.bucket: {bucket!r} is shorter than 3 characters")
+    else:
+        root = resolve(_as_str(root, "remote.root"))
+    timeout = remote_raw.get("timeout_seconds", 60.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigError(f"remote.timeout_seconds: expected a positive number, got {timeout!r}")
+    remote = RemoteConfig(
+        backend=backend,
+        bucket=bucket if backend == "s3" else None,
+        prefix=prefix,
+        endpoint_url=remote_raw.get("endpoint_url"),
+        region=remote_raw.get("region"),
+        root=root if isinstance(root, Path) else None,
+        multipart_threshold_bytes=_as_int(
+            remote_raw.get("multipart_threshold_bytes", 8 * 1024 * 1024),
+            "remote.multipart_threshold_bytes",
+            5 * 1024 * 1024,
+        ),
+        multipart_part_size_bytes=_as_int(
+            remote_raw.get("multipart_part_size_bytes", 8 * 1024 * 1024),
+            "remote.multipart_part_size_bytes",
+            5 * 1024 * 1024,
+        ),
+        max_concurrency=_as_int(remote_raw.get("max_concurrency", 4), "remote.max_concurrency", 1),
+        max_attempts=_as_int(remote_raw.get("max_attempts", 5), "remote.max_attempts", 1),
+        timeout_seconds=float(timeout),
+    )
+
+    topics_raw = _require_mapping(doc.get("topics") or {}, "topics")
+    default = parse_topic_config(topics_raw.get(DEFAULT_TOPIC), f"topics.{DEFAULT_TOPIC}", TopicConfig())
+    topics: dict[str, TopicConfig] = {DEFAULT_TOPIC: default}
+    for name, section in topics_raw.items():
+        if name == DEFAULT_TOPIC:
+            continue
+        try:
+            validate_topic_name(str(name))
+        except InvalidTopicError as exc:
+            raise ConfigError(f"topics.{name}: {exc}") from exc
+        topics[str(name)] = parse_topic_config(section, f"topics.{name}", default)
+
+    return PlatformConfig(
+        log_dirs=log_dirs,
+        metadata=metadata,
+        remote=remote,
+        topics=topics,
+        index_cache_bytes=_as_int(doc.get("index_cache_bytes", 1024**3), "index_cache_bytes", 0),
+        source=source,
+    )
+
+
+def load_config(path: Path | str) -> PlatformConfig:
+    """Read and validate the YAML config at ``path``; relative paths resolve beside it."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_config(raw, source=path, base_dir=path.parent.resolve())

@@ -1,0 +1,111 @@
+"""One place that opens what a run needs: config, metadata store, remote storage, log dirs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from tiering_core.config import PlatformConfig
+from tiering_core.errors import TieringError
+from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
+
+if TYPE_CHECKING:
+    from tiering_core.metadata.store import RemoteLogMetadataStore
+    from tiering_core.storage.base import RemoteStorage
+
+
+@dataclass(frozen=True)
+class AwsCredentials:
+    """Credentials and endpoint from outside the config file (e.g. an Airflow connection).
+
+    Values given here override the config's ``remote`` section; ``None`` keeps the config's
+    value or the standard AWS credential chain.
+    """
+
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    endpoint_url: str | None = None
+    region: str | None = None
+
+    def __repr__(self) -> str:  # never print secrets
+        return f"AwsCredentials(endpoint_url={self.endpoint_url!r}, region={self.region!r}, access_key_id=***)"
+
+
+class TieringContext:
+    """The config plus the open metadata store and remote storage of one process."""
+
+    def __init__(self, config: PlatformConfig, metadata: RemoteLogMetadataStore, storage: RemoteStorage) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.storage = storage
+
+    @classmethod
+    def open(cls, config: PlatformConfig, credentials: AwsCredentials | None = None) -> TieringContext:
+        from tiering_core.metadata.store import RemoteLogMetadataStore
+        from tiering_core.storage.factory import create_remote_storage
+
+        remote = config.remote
+        secrets: dict[str, str] = {}
+        if credentials is not None:
+            remote = replace(
+                remote,
+                endpoint_url=credentials.endpoint_url or remote.endpoint_url,
+                region=credentials.region or remote.region,
+            )
+            if credentials.access_key_id:
+                secrets["aws_access_key_id"] = credentials.access_key_id
+            if credentials.secret_access_key:
+                secrets["aws_secret_access_key"] = credentials.secret_access_key
+            if credentials.session_token:
+                secrets["aws_session_token"] = credentials.session_token
+            config = replace(config, remote=remote)
+        metadata = RemoteLogMetadataStore(config.metadata.url, lease_ms=config.metadata.lease_ms)
+        try:
+            storage = create_remote_storage(remote, session=None, **secrets)
+        except Exception:
+            metadata.close()
+            raise
+        return cls(config, metadata, storage)
+
+    def close(self) -> None:
+        try:
+            self.storage.close()
+        finally:
+            self.metadata.close()
+
+    def __enter__(self) -> TieringContext:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def partitions(self, topic: str | None = None, partition: int | None = None) -> list[PartitionLog]:
+        """The broker partitions in the log dirs, filtered by the ``--topic/--partition`` selectors."""
+        return select_partitions(self.config, topic, partition)
+
+
+def select_partitions(
+    config: PlatformConfig, topic: str | None = None, partition: int | None = None
+) -> list[PartitionLog]:
+    """Partitions under ``config.log_dirs``; a named topic or partition that is absent is an error."""
+    if partition is not None and topic is None:
+        raise TieringError("--partition needs --topic")
+    for log_dir in config.log_dirs:
+        if not log_dir.is_dir():
+            raise TieringError(f"log dir {log_dir} does not exist or is not a directory")
+    logs = sorted(discover_partitions(list(config.log_dirs)), key=lambda log: log.topic_partition)
+    if topic is not None:
+        logs = [log for log in logs if log.topic_partition.topic == topic]
+        if not logs:
+            raise TieringError(
+                f"topic {topic!r} has no partition in the log dirs {', '.join(map(str, config.log_dirs))}"
+            )
+    if partition is not None:
+        logs = [log for log in logs if log.topic_partition.partition == partition]
+        if not logs:
+            raise TieringError(f"partition {topic}-{partition} is not in the log dirs")
+    return logs

@@ -1,0 +1,573 @@
+"""The copy task: what Kafka's RemoteLogManager does as leader, as one idempotent batch run.
+
+Per partition (KAFKA_SEMANTICS sections 5 and 10): take the partition's lease, clean up what
+a killed earlier run left in COPY_SEGMENT_STARTED, find the highest copied offset along the
+lineage, and copy every closed segment whose next base offset is at or below the LSO:
+new UUID, COPY_SEGMENT_STARTED, objects, manifest last, COPY_SEGMENT_FINISHED.
+
+The run is split into ``prepare_segment_upload`` (driver), ``upload_segment`` (anywhere,
+e.g. a Spark executor) and the metadata commits, so parallel uploads keep every invariant.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
+from tiering_core.kafka.batch import scan_log
+from tiering_core.kafka.epoch import encode_leader_epoch_checkpoint
+from tiering_core.kafka.index import rebuild_indexes
+from tiering_core.kafka.snapshot import encode_producer_snapshot
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.errors import FencedError, LeaseHeldError
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
+from tiering_core.remote_segments import delete_remote_segment
+from tiering_core.storage.errors import RemoteStorageError
+from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.tier_state import CopyCandidate, OffsetRange, TierView, load_tier_view
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.metadata.store import RemoteLogMetadataStore
+    from tiering_core.storage.base import RemoteStorage
+    from tiering_core.storage.manifest import SegmentManifest
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+class CopyFailedError(TieringError):
+    """A segment could not be copied; what was uploaded of it has been cleaned up."""
+
+
+@dataclass(frozen=True)
+class SegmentUpload:
+    """One segment ready to upload: its STARTED metadata and the files of every object kind.
+
+    Files are paths on the broker's disk (streamed, never loaded whole) or small generated
+    bytes (rebuilt indexes, the leader-epoch index). Plain data, so it pickles to executors.
+    """
+
+    metadata: RemoteLogSegmentMetadata
+    files: dict[ObjectKind, Path | bytes]
+
+    @property
+    def ref(self) -> RemoteSegmentRef:
+        return RemoteSegmentRef(self.metadata.topic_id_partition, self.metadata.start_offset, self.metadata.segment_id)
+
+
+@dataclass(frozen=True)
+class PlannedSegment:
+    base_offset: int
+    end_offset: int
+    size_bytes: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"base_offset": self.base_offset, "end_offset": self.end_offset, "size_bytes": self.size_bytes}
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """What a copy run would do now (read-only)."""
+
+    topic_partition: TopicPartition
+    highest_copied_offset: int
+    last_stable_offset: int | None
+    candidates: tuple[PlannedSegment, ...]
+    gap: list[int] | None
+    skipped_reason: str | None = None
+
+    @property
+    def eligible(self) -> bool:
+        return bool(self.candidates) and self.skipped_reason is None
+
+
+@dataclass
+class CopyResult:
+    topic: str
+    partition: int
+    dry_run: bool = False
+    fenced: bool = False
+    skipped_reason: str | None = None
+    segments_copied: int = 0
+    bytes_copied: int = 0
+    segments_cleaned_up: int = 0
+    highest_copied_offset: int = -1
+    last_stable_offset: int | None = None
+    copy_lag_segments: int = 0
+    copy_lag_bytes: int = 0
+    gaps: list[list[int]] = field(default_factory=list)
+    planned: list[dict[str, int]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, for ``--json`` and XCom."""
+        return {**asdict(self), "seconds": round(self.seconds, 3)}
+
+
+def _skip_reason(ctx: TieringContext, tp: TopicPartition) -> str | None:
+    topic = ctx.config.topic_config(tp.topic)
+    if not topic.remote_storage_enable:
+        return "remote.storage.enable is false"
+    if topic.remote_log_copy_disable:
+        return "remote.log.copy.disable is true"
+    return None
+
+
+def _partition_log(ctx: TieringContext, tp: TopicPartition):  # type: ignore[no-untyped-def]
+    return ctx.partitions(tp.topic, tp.partition)[0]
+
+
+def plan_copy(ctx: TieringContext, tp: TopicPartition) -> CopyPlan:
+    """The segments a copy run would upload now; writes nothing."""
+    view = load_tier_view(_partition_log(ctx, tp), ctx.metadata)
+    gap = view.tiering_gap()
+    return CopyPlan(
+        topic_partition=tp,
+        highest_copied_offset=view.highest_copied_offset,
+        last_stable_offset=view.last_stable_offset,
+        candidates=tuple(
+            PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
+        ),
+        gap=gap.as_list() if gap else None,
+        skipped_reason=_skip_reason(ctx, tp),
+    )
+
+
+# --- preparing one segment -------------------------------------------------------------------
+
+
+def prepare_segment_upload(
+    view: TierView, candidate: CopyCandidate, *, run_token: int, index_interval_bytes: int = 4096
+) -> SegmentUpload:
+    """Verify a candidate segment and gather its objects; reads only the broker's files.
+
+    Batches failing their CRC stop the copy (the segment is named); missing index files are
+    rebuilt from the ``.log``; the leader-epoch index is the lineage truncated at nextBase.
+    """
+    segment = candidate.segment
+    lso = view.require_lso()
+    if candidate.end_offset >= lso or segment.base_offset == view.log.active_segment.base_offset:
+        raise TieringError(f"{view.log.topic_partition}: segment {segment.base_offset} is not eligible for copy")
+    scan = scan_log(segment.log_path, verify_crc=True)
+    if scan.error is not None:
+        raise CorruptLogError(
+            scan.error.path, scan.error.position, f"segment {segment.base_offset} not copied: {scan.error.reason}"
+        )
+    if not scan.headers:
+        raise CorruptLogError(segment.log_path, 0, f"segment {segment.base_offset} has no record batches")
+    last = scan.headers[-1]
+    if last.last_offset > candidate.end_offset:
+        raise CorruptLogError(
+            segment.log_path,
+            last.position,
+            f"batch ends at offset {last.last_offset}, beyond the next segment's base {candidate.next_base_offset}",
+        )
+    max_timestamp = max(h.max_timestamp for h in scan.headers)
+
+    files: dict[ObjectKind, Path | bytes] = {ObjectKind.LOG: segment.log_path}
+    rebuilt = None
+    for kind, path in (
+        (ObjectKind.OFFSET_INDEX, segment.index_path),
+        (ObjectKind.TIME_INDEX, segment.time_index_path),
+    ):
+        if path is not None and path.exists():
+            files[kind] = path
+            continue
+        if rebuilt is None:
+            log.warning(
+                "%s: segment %d lacks its %s; rebuilding from the log",
+                view.log.topic_partition,
+                segment.base_offset,
+                kind.value,
+            )
+            rebuilt = rebuild_indexes(
+                segment.log_path, segment.base_offset, index_interval_bytes=index_interval_bytes, is_active=False
+            )
+        files[kind] = rebuilt.offset_index if kind == ObjectKind.OFFSET_INDEX else rebuilt.time_index
+    if segment.txn_index_path is not None and segment.txn_index_path.exists():
+        files[ObjectKind.TRANSACTION_INDEX] = segment.txn_index_path
+
+    snapshot = view.log.producer_snapshot_path(candidate.next_base_offset)
+    if snapshot is not None:
+        files[ObjectKind.PRODUCER_SNAPSHOT] = snapshot
+    else:
+        log.warning(
+            "%s: no producer snapshot at %d for segment %d; uploading an empty snapshot",
+            view.log.topic_partition,
+            candidate.next_base_offset,
+            segment.base_offset,
+        )
+        files[ObjectKind.PRODUCER_SNAPSHOT] = encode_producer_snapshot([])
+
+    epoch_index = view.full_lineage.leader_epoch_index_for_segment(candidate.next_base_offset)
+    files[ObjectKind.LEADER_EPOCH_CHECKPOINT] = encode_leader_epoch_checkpoint(list(epoch_index.entries))
+    leader_epochs = view.full_lineage.segment_leader_epochs(segment.base_offset, candidate.next_base_offset)
+    if not leader_epochs:
+        raise TieringError(
+            f"{view.log.topic_partition}: no leader epoch covers segment {segment.base_offset} "
+            "(leader-epoch-checkpoint is empty or starts after it)"
+        )
+    metadata = RemoteLogSegmentMetadata(
+        segment_id=uuid.uuid4(),
+        topic_id_partition=view.tip,
+        start_offset=segment.base_offset,
+        end_offset=candidate.end_offset,
+        max_timestamp=max_timestamp,
+        leader_epochs=dict(leader_epochs),
+        size_bytes=segment.size_bytes,
+        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+        writer_token=run_token,
+        event_time=int(time.time() * 1000),
+        custom_metadata={},
+    )
+    return SegmentUpload(metadata=metadata, files=files)
+
+
+def upload_segment(storage: RemoteStorage, upload: SegmentUpload) -> SegmentManifest:
+    """Upload one segment's objects, manifest last. Safe to run on any worker."""
+    return storage.copy_segment(upload.ref, upload.files)
+
+
+def manifest_custom_metadata(manifest: SegmentManifest) -> dict[str, Any]:
+    """What the metadata store keeps of a manifest: each object's key, size and checksum."""
+    return {
+        "objects": {kind.value: entry.key for kind, entry in manifest.objects.items()},
+        "sizes": {kind.value: entry.size for kind, entry in manifest.objects.items()},
+        "crc32c": {kind.value: entry.crc32c for kind, entry in manifest.objects.items()},
+    }
+
+
+def finish_segment(
+    store: RemoteLogMetadataStore, upload: SegmentUpload, manifest: SegmentManifest, lease: Lease
+) -> RemoteLogSegmentMetadata:
+    """COPY_SEGMENT_FINISHED with the manifest's keys, sizes and checksums (only after the manifest)."""
+    finished = store.update_segment_state(
+        upload.metadata.segment_id,
+        RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+        lease,
+        custom_metadata=manifest_custom_metadata(manifest),
+    )
+    return finished
+
+
+def record_copied_segment(store: RemoteLogMetadataStore, view: TierView, upload: SegmentUpload, lease: Lease) -> None:
+    """After COPY_SEGMENT_FINISHED: the segment's leader-epoch index joins the recorded lineage,
+    and the first copy of a partition sets its remote log start offset."""
+    next_base = upload.metadata.end_offset + 1
+    store.record_lineage(view.tip, list(view.full_lineage.leader_epoch_index_for_segment(next_base).entries), lease)
+    if store.get_remote_log_start_offset(view.tip) is None:
+        store.set_remote_log_start_offset(view.tip, upload.metadata.start_offset, lease)
+
+
+def abandon_upload(
+    store: RemoteLogMetadataStore, storage: RemoteStorage, upload: SegmentUpload, lease: Lease | None
+) -> None:
+    """Clean up a failed copy: DELETE_SEGMENT_STARTED, delete objects, DELETE_SEGMENT_FINISHED.
+
+    When the run was fenced (``lease`` no longer valid), only the objects are deleted: the
+    metadata belongs to the new lease holder, whose recovery finishes the cleanup.
+    """
+    if lease is not None:
+        try:
+            current = store.get_segment(upload.metadata.segment_id)
+            if current is not None:
+                delete_remote_segment(store, storage, current, lease)
+                return
+        except FencedError:
+            pass
+    try:
+        storage.delete_segment(upload.ref)
+    except RemoteStorageError as exc:
+        log.error("%s: could not delete objects of failed copy %s: %s", upload.ref, upload.metadata.segment_id, exc)
+
+
+def recover_failed_copies(
+    store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition, lease: Lease
+) -> int:
+    """Segments left in COPY_SEGMENT_STARTED by a killed run are deleted (we hold the lease)."""
+    cleaned = 0
+    for segment in store.list_segments(tip):
+        if segment.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            log.warning(
+                "%s: cleaning up copy %s [%d..%d] left unfinished by an earlier run",
+                tip.topic_partition,
+                segment.segment_id,
+                segment.start_offset,
+                segment.end_offset,
+            )
+            delete_remote_segment(store, storage, segment, lease)
+            cleaned += 1
+    return cleaned
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def begin_copy_run(ctx: TieringContext, tp: TopicPartition, run_id: str) -> tuple[Lease, TierView, int] | None:
+    """Lease, recovery, DeleteRecords and lineage bookkeeping, then a fresh view.
+
+    Returns None when another run holds the partition's lease.
+    """
+    store = ctx.metadata
+    partition_log = _partition_log(ctx, tp)
+    tip = TopicIdPartition(partition_log.topic_id, tp)
+    store.register_partition(tip)
+    try:
+        lease = store.acquire_lease(tip, holder=f"copy:{run_id}", run_id=run_id)
+    except LeaseHeldError as exc:
+        log.info("%s: another run holds the partition (%s); nothing to do", tp, exc)
+        return None
+    cleaned = recover_failed_copies(store, ctx.storage, tip, lease)
+    view = load_tier_view(partition_log, store)
+    if view.observed_delete_records_offset is not None:
+        store.record_delete_records(
+            tip, view.observed_delete_records_offset, lease, source="log-start-offset-checkpoint"
+        )
+    return lease, view, cleaned
+
+
+class CopyRun:
+    """One partition's copy run as the driver sees it: lease, plan, and every metadata write.
+
+    ``run_copy`` and the Spark parallel upload both drive a partition through this class, so
+    COPY_SEGMENT_STARTED before an upload, FINISHED only after the manifest, the lineage and
+    remote-log-start bookkeeping, the cleanup of failures and the lease have one home. Uploads
+    (``upload_segment``) may run anywhere; their results are committed here in offset order.
+    """
+
+    def __init__(self, ctx: TieringContext, tp: TopicPartition, say: Progress) -> None:
+        self.ctx = ctx
+        self.tp = tp
+        self.say = say
+        self.result = CopyResult(topic=tp.topic, partition=tp.partition)
+        self.lease: Lease | None = None
+        self.view: TierView | None = None
+        self.gap: OffsetRange | None = None
+        self.candidates: list[CopyCandidate] = []
+        self._started = time.monotonic()
+
+    @classmethod
+    def begin(
+        cls, ctx: TieringContext, tp: TopicPartition, *, run_id: str, progress: Progress | None = None
+    ) -> CopyRun:
+        """Skip check, lease, recovery, gap recording and the candidates.
+
+        ``run.active`` is False when the topic is not tiered or another run holds the lease
+        (``run.result`` says which); such a run has nothing to upload or release.
+        """
+        run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)))
+        reason = _skip_reason(ctx, tp)
+        if reason is not None:
+            run.result.skipped_reason = reason
+            run.say(f"{tp}: skipped ({reason})")
+            return run
+        begun = begin_copy_run(ctx, tp, run_id)
+        if begun is None:
+            run.result.fenced = True
+            run.say(f"{tp}: another copy run holds the partition; nothing done")
+            return run
+        run.lease, view, run.result.segments_cleaned_up = begun
+        run.view = view
+        run.gap = view.tiering_gap()
+        try:
+            view.require_lso()
+            if run.gap is not None:
+                ctx.metadata.record_gap(view.tip, run.gap.start, run.gap.end, run.lease)
+                log.error(
+                    "%s: TIERING GAP: offsets %d..%d were deleted by the broker before they were tiered",
+                    tp,
+                    run.gap.start,
+                    run.gap.end,
+                )
+            run.candidates = view.copy_candidates()
+        except BaseException:
+            run.release()
+            raise
+        run.result.planned = [
+            PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes).to_dict() for c in run.candidates
+        ]
+        return run
+
+    @property
+    def active(self) -> bool:
+        """Holds the partition's lease and may still write."""
+        return self.lease is not None and not self.result.fenced
+
+    def _held(self) -> tuple[Lease, TierView]:
+        if self.lease is None or self.view is None:
+            raise TieringError(f"{self.tp}: the copy run does not hold the partition")
+        return self.lease, self.view
+
+    def start_segment(self, candidate: CopyCandidate) -> SegmentUpload:
+        """Verify and gather the segment, then COPY_SEGMENT_STARTED (before anything is uploaded)."""
+        lease, view = self._held()
+        upload = prepare_segment_upload(
+            view,
+            candidate,
+            run_token=lease.token,
+            index_interval_bytes=self.ctx.config.topic_config(self.tp.topic).index_interval_bytes,
+        )
+        self.ctx.metadata.add_segment(upload.metadata, lease)
+        return upload
+
+    def commit_finished_segment(
+        self, candidate: CopyCandidate, upload: SegmentUpload, manifest: SegmentManifest, seconds: float, note: str = ""
+    ) -> bool:
+        """FINISHED, lineage and remote log start, lease renewal; False when fenced (upload cleaned up)."""
+        lease, view = self._held()
+        store = self.ctx.metadata
+        try:
+            finish_segment(store, upload, manifest, lease)
+        except FencedError:
+            self.fenced_while_copying(candidate, upload)
+            return False
+        record_copied_segment(store, view, upload, lease)
+        self.lease = store.renew_lease(lease)
+        elapsed = max(seconds, 1e-9)
+        size = candidate.segment.size_bytes
+        self.result.segments_copied += 1
+        self.result.bytes_copied += size
+        self.say(
+            f"{self.tp}: copied segment {candidate.base_offset} [{candidate.base_offset}..{candidate.end_offset}] "
+            f"{_fmt_bytes(size)} in {elapsed:.2f} s ({_fmt_bytes(size / elapsed)}/s){note}"
+        )
+        return True
+
+    def fenced_while_copying(self, candidate: CopyCandidate, upload: SegmentUpload | None) -> None:
+        """A newer run took the lease: delete this run's objects, leave the metadata to the new holder."""
+        if upload is not None:
+            abandon_upload(self.ctx.metadata, self.ctx.storage, upload, None)
+        if not self.result.fenced:
+            self.result.fenced = True
+            self.say(f"{self.tp}: fenced by a newer run while copying segment {candidate.base_offset}; stopped")
+
+    def abandon(self, candidate: CopyCandidate, upload: SegmentUpload, reason: object) -> CopyFailedError:
+        """Clean up a failed or unfinished upload under the lease; returns the error that fails the run."""
+        abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self.lease if self.active else None)
+        return CopyFailedError(
+            f"{self.tp}: copying segment {candidate.base_offset} failed and was cleaned up: {reason}"
+        )
+
+    def renew(self) -> None:
+        """Keep the lease while uploads run elsewhere; a lost lease marks the run fenced."""
+        if self.lease is None or not self.active:
+            return
+        try:
+            self.lease = self.ctx.metadata.renew_lease(self.lease)
+        except FencedError:
+            self.result.fenced = True
+            self.say(f"{self.tp}: lost the partition's lease to a newer run; stopped")
+
+    def release(self) -> None:
+        if self.lease is None:
+            return
+        try:
+            self.ctx.metadata.release_lease(self.lease)
+        except FencedError:
+            pass
+        self.lease = None
+
+    def finish(self) -> CopyResult:
+        """Release the lease, record final offsets and lag; raise TieringGapError after a gap."""
+        self.release()
+        if self.view is None:
+            return self.result
+        result, store = self.result, self.ctx.metadata
+        final = load_tier_view(_partition_log(self.ctx, self.tp), store)
+        result.highest_copied_offset = final.highest_copied_offset
+        result.last_stable_offset = final.last_stable_offset
+        result.copy_lag_segments, result.copy_lag_bytes = final.copy_lag()
+        result.gaps = [[g.start, g.end] for g in store.list_gaps(final.tip)]
+        result.seconds = time.monotonic() - self._started
+        rate = result.bytes_copied / result.seconds if result.seconds > 0 else 0.0
+        self.say(
+            f"{self.tp}: copied {result.segments_copied} segment(s), {_fmt_bytes(result.bytes_copied)} "
+            f"in {result.seconds:.2f} s ({_fmt_bytes(rate)}/s); highest copied offset "
+            f"{result.highest_copied_offset}, copy lag {result.copy_lag_segments} segment(s) / "
+            f"{_fmt_bytes(result.copy_lag_bytes)}"
+        )
+        if self.gap is not None:
+            raise TieringGapError(
+                f"{self.tp}: tiering gap: offsets {self.gap.start}..{self.gap.end} were deleted by the broker "
+                f"before they were tiered (copied what remains: {result.segments_copied} segment(s))",
+                result,
+            )
+        return result
+
+
+def run_copy(
+    ctx: TieringContext,
+    tp: TopicPartition,
+    *,
+    dry_run: bool = False,
+    run_id: str | None = None,
+    progress: Progress | None = None,
+) -> CopyResult:
+    """Copy every eligible segment of one partition; see the module docstring."""
+    say = progress or (lambda line: log.info("%s", line))
+    if dry_run:
+        return _dry_run(ctx, tp, say)
+    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say)
+    if not run.active:
+        return run.result
+    try:
+        for index, candidate in enumerate(run.candidates, start=1):
+            upload = run.start_segment(candidate)
+            t0 = time.monotonic()
+            try:
+                manifest = upload_segment(ctx.storage, upload)
+            except RemoteStorageError as exc:
+                raise run.abandon(candidate, upload, exc) from exc
+            if not run.commit_finished_segment(
+                candidate, upload, manifest, time.monotonic() - t0, f" [{index}/{len(run.candidates)}]"
+            ):
+                break
+    except BaseException:
+        run.release()
+        raise
+    return run.finish()
+
+
+def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress) -> CopyResult:
+    result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
+    reason = _skip_reason(ctx, tp)
+    if reason is not None:
+        result.skipped_reason = reason
+        say(f"{tp}: skipped ({reason})")
+        return result
+    plan = plan_copy(ctx, tp)
+    result.highest_copied_offset = plan.highest_copied_offset
+    result.last_stable_offset = plan.last_stable_offset
+    result.planned = [c.to_dict() for c in plan.candidates]
+    result.gaps = [plan.gap] if plan.gap else []
+    for c in plan.candidates:
+        say(f"{tp}: would copy segment {c.base_offset} [{c.base_offset}..{c.end_offset}] {_fmt_bytes(c.size_bytes)}")
+    say(f"{tp}: dry run: {len(plan.candidates)} segment(s) would be copied")
+    return result
+
+
+def format_copy_summary(results: list[CopyResult]) -> str:
+    copied = sum(r.segments_copied for r in results)
+    size = sum(r.bytes_copied for r in results)
+    fenced = sum(1 for r in results if r.fenced)
+    line = f"copy: {len(results)} partition(s), {copied} segment(s), {_fmt_bytes(size)}"
+    if fenced:
+        line += f", {fenced} partition(s) held by another run"
+    return line

@@ -1,0 +1,242 @@
+"""Per-partition tier state for ``tiering status``, the Airflow view and the DAG sensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.errors import TieringError
+from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.tier_state import finished_in_lineage, load_tier_view
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.kafka.partition_log import PartitionLog
+    from tiering_core.metadata.store import RemoteLogSegmentMetadata
+
+STATUS_FIELDS = (
+    "topic",
+    "partition",
+    "topic_id",
+    "log_start_offset",
+    "high_watermark",
+    "last_stable_offset",
+    "log_end_offset",
+    "leader_epoch",
+    "highest_copied_offset",
+    "remote_log_start_offset",
+    "remote_segments",
+    "remote_bytes",
+    "copy_lag_segments",
+    "copy_lag_bytes",
+    "delete_state",
+    "gaps",
+)
+
+
+@dataclass
+class PartitionStatus:
+    topic: str
+    partition: int
+    topic_id: str | None
+    log_start_offset: int | None = None
+    local_log_start_offset: int | None = None
+    high_watermark: int | None = None
+    last_stable_offset: int | None = None
+    log_end_offset: int | None = None
+    leader_epoch: int | None = None
+    highest_copied_offset: int = -1
+    remote_log_start_offset: int | None = None
+    remote_segments: int = 0
+    remote_bytes: int = 0
+    copy_lag_segments: int = 0
+    copy_lag_bytes: int = 0
+    delete_state: str | None = None
+    gaps: list[list[int]] = field(default_factory=list)
+    local_retention_risk: dict[str, Any] | None = None
+    on_broker: bool = True
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in STATUS_FIELDS}
+        out.update(
+            local_log_start_offset=self.local_log_start_offset,
+            local_retention_risk=self.local_retention_risk,
+            on_broker=self.on_broker,
+            error=self.error,
+        )
+        return out
+
+
+def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> PartitionStatus:
+    """Status of one broker partition joined with the metadata store (read-only)."""
+    store = ctx.metadata
+    tp = partition_log.topic_partition
+    try:
+        view = load_tier_view(partition_log, store)
+    except TieringError as exc:
+        return PartitionStatus(tp.topic, tp.partition, None, error=str(exc))
+    record = store.get_partition(view.tip)
+    finished = finished_in_lineage(view, store)
+    lag_segments, lag_bytes = view.copy_lag()
+    starts = [view.local_log_start_offset]
+    if finished:
+        starts.append(
+            view.global_log_start_offset if view.global_log_start_offset is not None else finished[0].start_offset
+        )
+    risk = view.local_retention_risk(ctx.config.topic_config(tp.topic))
+    return PartitionStatus(
+        topic=tp.topic,
+        partition=tp.partition,
+        topic_id=view.tip.topic_id,
+        log_start_offset=min(starts),
+        local_log_start_offset=view.local_log_start_offset,
+        high_watermark=view.high_watermark,
+        last_stable_offset=view.last_stable_offset,
+        log_end_offset=view.log_end_offset,
+        leader_epoch=view.broker_cache.latest_epoch,
+        highest_copied_offset=view.highest_copied_offset,
+        remote_log_start_offset=view.remote_log_start_offset,
+        remote_segments=len(finished),
+        remote_bytes=sum(s.size_bytes for s in finished),
+        copy_lag_segments=lag_segments,
+        copy_lag_bytes=lag_bytes,
+        delete_state=record.delete_state.value if record is not None and record.delete_state is not None else None,
+        gaps=[[g.start, g.end] for g in store.list_gaps(view.tip)],
+        local_retention_risk=risk.to_dict(),
+        error=view.offsets_error,
+    )
+
+
+def collect_status(
+    ctx: TieringContext, topic: str | None = None, partition: int | None = None
+) -> list[PartitionStatus]:
+    """Every selected broker partition, plus partitions known only to the metadata store
+    (removed from the broker, remote data kept) when no selector excludes them."""
+    logs = ctx.partitions(topic, partition) if topic is not None else ctx.partitions()
+    rows = [partition_status(ctx, log) for log in logs]
+    seen = {(r.topic, r.partition, r.topic_id) for r in rows}
+    for record in ctx.metadata.list_partitions():
+        tip = TopicIdPartition(record.topic_id, record.topic_partition)
+        if (tip.topic, tip.partition, tip.topic_id) in seen:
+            continue
+        if (topic is not None and tip.topic != topic) or (partition is not None and tip.partition != partition):
+            continue
+        finished = [s for s in ctx.metadata.list_segments(tip) if s.state.value == "COPY_SEGMENT_FINISHED"]
+        rows.append(
+            PartitionStatus(
+                topic=tip.topic,
+                partition=tip.partition,
+                topic_id=tip.topic_id,
+                remote_log_start_offset=record.remote_log_start_offset,
+                log_start_offset=record.remote_log_start_offset,
+                remote_segments=len(finished),
+                remote_bytes=sum(s.size_bytes for s in finished),
+                delete_state=record.delete_state.value if record.delete_state is not None else None,
+                gaps=[[g.start, g.end] for g in ctx.metadata.list_gaps(tip)],
+                on_broker=False,
+            )
+        )
+    return sorted(rows, key=lambda r: (r.topic, r.partition))
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def format_status_table(rows: list[PartitionStatus]) -> str:
+    headers = [
+        "PARTITION",
+        "LOG-START",
+        "HW",
+        "LSO",
+        "LEO",
+        "EPOCH",
+        "COPIED",
+        "REMOTE",
+        "REMOTE-BYTES",
+        "LAG",
+        "LAG-BYTES",
+        "DELETE",
+        "GAPS/RISK",
+    ]
+    table = [headers]
+    for r in rows:
+        notes = []
+        if r.gaps:
+            notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
+        if r.local_retention_risk and r.local_retention_risk.get("at_risk"):
+            notes.append("AT RISK: " + str(r.local_retention_risk.get("reason")))
+        if r.error:
+            notes.append("error: " + r.error)
+        if not r.on_broker:
+            notes.append("not on broker")
+        table.append(
+            [
+                f"{r.topic}-{r.partition}",
+                _cell(r.log_start_offset),
+                _cell(r.high_watermark),
+                _cell(r.last_stable_offset),
+                _cell(r.log_end_offset),
+                _cell(r.leader_epoch),
+                _cell(r.highest_copied_offset),
+                _cell(r.remote_segments),
+                _cell(r.remote_bytes),
+                _cell(r.copy_lag_segments),
+                _cell(r.copy_lag_bytes),
+                _cell(r.delete_state),
+                "; ".join(notes) or "-",
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers) - 1)]
+    lines = []
+    for row in table:
+        cells = [row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def segment_to_dict(segment: RemoteLogSegmentMetadata) -> dict[str, Any]:
+    """The ``segments --json`` contract of DESIGN.md."""
+    objects = segment.custom_metadata.get("objects", {}) if isinstance(segment.custom_metadata, dict) else {}
+    return {
+        "segment_id": str(segment.segment_id),
+        "topic": segment.topic_id_partition.topic,
+        "partition": segment.topic_id_partition.partition,
+        "start_offset": segment.start_offset,
+        "end_offset": segment.end_offset,
+        "leader_epochs": {str(e): o for e, o in sorted(segment.leader_epochs.items())},
+        "max_timestamp": segment.max_timestamp,
+        "size_bytes": segment.size_bytes,
+        "state": segment.state.value,
+        "objects": dict(objects),
+    }
+
+
+def list_remote_segments(ctx: TieringContext, topic: str, partition: int) -> list[dict[str, Any]]:
+    """Not-yet-deleted remote segments of a partition (every topic id it had), by start offset."""
+    rows: list[dict[str, Any]] = []
+    for record in ctx.metadata.list_partitions():
+        if record.topic_partition.topic == topic and record.topic_partition.partition == partition:
+            tip = TopicIdPartition(record.topic_id, record.topic_partition)
+            rows.extend(segment_to_dict(s) for s in ctx.metadata.list_segments(tip))
+    if not rows and not any(
+        r.topic_partition.topic == topic and r.topic_partition.partition == partition
+        for r in ctx.metadata.list_partitions()
+    ):
+        # Validate the selector against the broker so a typo is an error, not an empty list.
+        ctx.partitions(topic, partition)
+    return sorted(rows, key=lambda r: (r["start_offset"], r["end_offset"]))
+
+
+def format_segments_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no remote segments"
+    lines = [f"{'START':>20} {'END':>20} {'SIZE':>12}  {'STATE':<24} EPOCHS  SEGMENT-ID"]
+    for r in rows:
+        epochs = ",".join(f"{e}:{o}" for e, o in r["leader_epochs"].items())
+        lines.append(
+            f"{r['start_offset']:>20} {r['end_offset']:>20} {r['size_bytes']:>12}  {r['state']:<24} {epochs}  "
+            f"{r['segment_id']}"
+        )
+    return "\n".join(lines)
