@@ -1,0 +1,330 @@
+"""The ``tiering`` command: ``tiering --config FILE <command>``.
+
+Exit 0 on success; otherwise non-zero with a one-line reason on stderr. ``--json`` prints
+machine-readable output whose field names are stable (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tiering_core.errors import TieringError
+
+log = logging.getLogger("tiering")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_GAP = 3
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _emit(args: argparse.Namespace, payload: Any, human: Callable[[], str]) -> None:
+    if args.json:
+        print(json.dumps(payload, indent=2, sort_keys=False, default=str))
+    else:
+        text = human()
+        if text:
+            print(text)
+
+
+def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from tiering_core.config import load_config
+
+    path = args.config or os.environ.get("TIERING_CONFIG")
+    if not path:
+        raise TieringError("no config file: pass --config FILE or set TIERING_CONFIG")
+    return load_config(path)
+
+
+def _context(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from tiering_core.context import TieringContext
+
+    return TieringContext.open(_config(args))
+
+
+def _progress(args: argparse.Namespace) -> Callable[[str], None]:
+    def report(line: str) -> None:
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    return report
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from tiering_core.status import collect_status, format_status_table
+
+    with _context(args) as ctx:
+        rows = collect_status(ctx, args.topic, args.partition)
+    _emit(args, [row.to_dict() for row in rows], lambda: format_status_table(rows))
+    return EXIT_OK
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    from tiering_core.copy import CopyResult, format_copy_summary, run_copy
+    from tiering_core.errors import TieringGapError
+
+    results = []
+    failures: list[str] = []
+    gap = False
+    with _context(args) as ctx:
+        for partition_log in ctx.partitions(args.topic, args.partition):
+            tp = partition_log.topic_partition
+            try:
+                results.append(run_copy(ctx, tp, dry_run=args.dry_run, progress=_progress(args)))
+            except TieringGapError as exc:
+                gap = True
+                if isinstance(exc.result, CopyResult):
+                    results.append(exc.result)
+                failures.append(str(exc))
+            except TieringError as exc:
+                failures.append(f"{tp}: {exc}")
+    _emit(args, [r.to_dict() for r in results], lambda: format_copy_summary(results))
+    for failure in failures:
+        print(f"tiering: copy failed: {failure}", file=sys.stderr)
+    if gap and len(failures) == 1:
+        return EXIT_GAP
+    return EXIT_FAILURE if failures else EXIT_OK
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    from tiering_core.retention import find_orphans, run_retention
+
+    failures: list[str] = []
+    with _context(args) as ctx:
+        if args.orphans or args.delete_orphans:
+            orphans = find_orphans(ctx, args.topic, args.partition, grace_ms=args.grace_ms, delete=args.delete_orphans)
+            _emit(
+                args,
+                [o.to_dict() for o in orphans],
+                lambda: (
+                    "\n".join(
+                        f"{'deleted' if o.deleted else 'orphan'} {o.key} ({o.size} bytes, {o.age_ms} ms old)"
+                        for o in orphans
+                    )
+                    or "no orphaned objects"
+                ),
+            )
+            return EXIT_OK
+        results = []
+        for partition_log in ctx.partitions(args.topic, args.partition):
+            try:
+                results.append(run_retention(ctx, partition_log.topic_partition, dry_run=args.dry_run))
+            except TieringError as exc:
+                failures.append(f"{partition_log.topic_partition}: {exc}")
+    _emit(
+        args,
+        [r.to_dict() for r in results],
+        lambda: "\n".join(
+            f"{r.topic}-{r.partition}: {'would delete' if r.dry_run else 'deleted'} "
+            f"{len(r.planned) if r.dry_run else r.segments_deleted} segment(s)"
+            + (" (held by another run)" if r.fenced else "")
+            for r in results
+        ),
+    )
+    for failure in failures:
+        print(f"tiering: retention failed: {failure}", file=sys.stderr)
+    return EXIT_FAILURE if failures else EXIT_OK
+
+
+def cmd_delete_partition(args: argparse.Namespace) -> int:
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.removal import delete_partition
+
+    if not args.yes and not args.dry_run:
+        raise TieringError(
+            f"refusing to delete all remote data of {args.topic}-{args.partition} without --yes "
+            "(use --dry-run to see what would be deleted)"
+        )
+    with _context(args) as ctx:
+        result = delete_partition(ctx, TopicPartition(args.topic, args.partition), dry_run=args.dry_run)
+    _emit(
+        args,
+        result.to_dict(),
+        lambda: (
+            f"{args.topic}-{args.partition}: "
+            + (
+                f"would delete {len(result.planned)} segment(s)"
+                if result.dry_run
+                else f"deleted {result.segments_deleted} segment(s), state {result.state}"
+            )
+        ),
+    )
+    return EXIT_FAILURE if result.fenced else EXIT_OK
+
+
+def cmd_delete_records(args: argparse.Namespace) -> int:
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.retention import apply_delete_records
+
+    if not args.yes:
+        raise TieringError("refusing to delete records without --yes")
+    with _context(args) as ctx:
+        offset = apply_delete_records(ctx, TopicPartition(args.topic, args.partition), args.before_offset)
+    _emit(
+        args,
+        {"topic": args.topic, "partition": args.partition, "log_start_offset": offset},
+        lambda: f"{args.topic}-{args.partition}: log start offset is now {offset}; run retention to delete",
+    )
+    return EXIT_OK
+
+
+def cmd_segments(args: argparse.Namespace) -> int:
+    from tiering_core.status import format_segments_table, list_remote_segments
+
+    with _context(args) as ctx:
+        rows = list_remote_segments(ctx, args.topic, args.partition)
+    _emit(args, rows, lambda: format_segments_table(rows))
+    return EXIT_OK
+
+
+def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
+    import time
+
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.rebuild import format_rebuild_summary, rebuild_partition_indexes
+
+    started = time.monotonic()
+    with _context(args) as ctx:
+        result = rebuild_partition_indexes(
+            ctx,
+            TopicPartition(args.topic, args.partition),
+            repair=not args.check_only,
+            local=args.local,
+            progress=_progress(args),
+        )
+    summary = format_rebuild_summary([result], time.monotonic() - started)
+    _emit(args, result.to_dict(), lambda: summary)
+    if result.busy:
+        print(f"tiering: {args.topic}-{args.partition}: another run holds the partition; try again", file=sys.stderr)
+        return EXIT_FAILURE
+    for check in result.unresolved:
+        print(f"tiering: rebuild-indexes: {check.describe()}", file=sys.stderr)
+    return EXIT_FAILURE if result.unresolved else EXIT_OK
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from tiering_core.metadata.migrations import current_revision, downgrade, upgrade
+
+    url = _config(args).metadata.url
+    if args.db_command == "upgrade":
+        upgrade(url, args.revision)
+    elif args.db_command == "downgrade":
+        downgrade(url, args.revision)
+    revision = current_revision(url)
+    _emit(args, {"revision": revision}, lambda: f"metadata schema at revision {revision}")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tiering_core.demo import run_demo
+
+    return run_demo(Path(args.dir), backend=args.backend, as_json=args.json)
+
+
+# --- parser ---------------------------------------------------------------------------------
+
+
+def _add_selectors(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    parser.add_argument("--topic", required=required, help="topic name")
+    parser.add_argument("--partition", type=int, required=required, help="partition number (needs --topic)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tiering", description="Batch tiered storage for Apache Kafka (KIP-405).")
+    parser.add_argument("--config", help="platform config file (YAML); default: $TIERING_CONFIG")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("status", help="tier state of every partition")
+    _add_selectors(p)
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("copy", help="copy closed segments below the LSO to remote storage")
+    _add_selectors(p)
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.set_defaults(handler=cmd_copy)
+
+    p = sub.add_parser("retention", help="delete remote segments that breach retention")
+    _add_selectors(p)
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument("--orphans", action="store_true", help="list remote objects no metadata references")
+    p.add_argument("--delete-orphans", action="store_true", help="delete orphans older than --grace-ms")
+    p.add_argument("--grace-ms", type=int, default=3_600_000, help="orphans younger than this are kept")
+    p.set_defaults(handler=cmd_retention)
+
+    p = sub.add_parser("delete-partition", help="delete all remote data of a partition (needs --yes)")
+    _add_selectors(p, required=True)
+    p.add_argument("--yes", action="store_true", help="really delete")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.set_defaults(handler=cmd_delete_partition)
+
+    p = sub.add_parser("delete-records", help="apply a DeleteRecords to the remote tier (needs --yes)")
+    _add_selectors(p, required=True)
+    p.add_argument("--before-offset", type=int, required=True)
+    p.add_argument("--yes", action="store_true")
+    p.set_defaults(handler=cmd_delete_records)
+
+    p = sub.add_parser("segments", help="list a partition's remote segments")
+    _add_selectors(p, required=True)
+    p.set_defaults(handler=cmd_segments)
+
+    p = sub.add_parser(
+        "rebuild-indexes", help="rebuild a partition's remote segment indexes from the .log; repair what differs"
+    )
+    _add_selectors(p, required=True)
+    p.add_argument("--check-only", action="store_true", help="report what differs, repair nothing")
+    p.add_argument("--local", action="store_true", help="also check the broker's own segment indexes (read-only)")
+    p.set_defaults(handler=cmd_rebuild_indexes)
+
+    p = sub.add_parser("db", help="metadata schema migrations")
+    dbsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    up = dbsub.add_parser("upgrade", help="migrate the metadata schema to a revision (default head)")
+    up.add_argument("revision", nargs="?", default="head")
+    down = dbsub.add_parser("downgrade", help="migrate the metadata schema down to a revision")
+    down.add_argument("revision")
+    dbsub.add_parser("current", help="print the schema revision")
+    p.set_defaults(handler=cmd_db)
+
+    p = sub.add_parser("demo", help="build a demo log dir, start a local S3 endpoint, copy, print status")
+    p.add_argument("--dir", default="demo-run", help="where the demo's log dir, metadata and config go")
+    p.add_argument("--backend", choices=["s3", "filesystem"], default="s3")
+    p.set_defaults(handler=cmd_demo)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "alembic", "werkzeug"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except TieringError as exc:
+        print(f"tiering: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("tiering: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
