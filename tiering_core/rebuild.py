@@ -1,0 +1,654 @@
+"""Index rebuild: rebuild a segment's offset, time and transaction indexes from its ``.log``,
+compare them with what is stored, and repair what is missing or different.
+
+Indexes can always be rebuilt by walking batch headers (KAFKA_SEMANTICS section 1); the
+transaction index also needs the transactions open at the segment's base, which the producer
+snapshot at that offset holds (for a remote segment: the snapshot uploaded with the segment
+that ends just below it).
+
+A repair never rewrites a finished segment in place: KIP-405 segments are immutable and
+readers cache index files by segment id. It copies the segment again as a new attempt (fresh
+UUID, COPY_SEGMENT_STARTED, objects with the rebuilt indexes, manifest last,
+COPY_SEGMENT_FINISHED with the new checksums), which supersedes the damaged one for its
+range, then deletes the damaged attempt the usual way. The broker's own files (``local``)
+are only checked: the log dirs are read-only for this platform.
+
+The work is split like the copy engine's: ``examine_remote_segment`` and
+``check_local_segment`` touch only storage or files and run anywhere (e.g. a Spark
+executor); ``start_index_repair``/``finish_index_repair``/``abandon_index_repair`` write
+metadata under the partition's lease on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.copy import _fmt_bytes, manifest_custom_metadata
+from tiering_core.errors import CorruptLogError, TieringError
+from tiering_core.kafka.index import (
+    RebuiltIndexes,
+    parse_offset_index,
+    parse_time_index,
+    rebuild_indexes,
+)
+from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.errors import FencedError, LeaseHeldError
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.metadata.store import RemoteLogSegmentMetadata
+from tiering_core.remote_segments import delete_remote_segment, segment_ref
+from tiering_core.storage.errors import RemoteStorageError
+from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.kafka.partition_log import LogSegment, PartitionLog
+    from tiering_core.metadata.store import Lease, RemoteLogMetadataStore
+    from tiering_core.storage.base import RemoteStorage
+    from tiering_core.storage.manifest import SegmentManifest
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+INDEX_KINDS = (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX)
+#: Objects a repaired copy takes over unchanged from the damaged one.
+CARRIED_KINDS = (ObjectKind.PRODUCER_SNAPSHOT, ObjectKind.LEADER_EPOCH_CHECKPOINT)
+
+
+class IndexStatus(StrEnum):
+    OK = "ok"
+    MISSING = "missing"
+    DIFFERED = "differed"
+    REPAIRED = "repaired"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class IndexFinding:
+    """One index of one segment: what is stored against what the ``.log`` rebuilds to."""
+
+    kind: ObjectKind
+    status: IndexStatus  # ok, missing or differed
+    stored_bytes: int | None
+    rebuilt_bytes: int
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "status": self.status.value,
+            "stored_bytes": self.stored_bytes,
+            "rebuilt_bytes": self.rebuilt_bytes,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """The verdict on one segment's indexes (remote or local)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    end_offset: int | None
+    location: str  # "remote" or "local"
+    segment_id: str | None
+    findings: tuple[IndexFinding, ...] = ()
+    log_bytes: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    repaired_as: str | None = None
+
+    @property
+    def needs_repair(self) -> bool:
+        return self.error is None and any(f.status != IndexStatus.OK for f in self.findings)
+
+    @property
+    def status(self) -> IndexStatus:
+        if self.error is not None:
+            return IndexStatus.ERROR
+        if self.repaired_as is not None:
+            return IndexStatus.REPAIRED
+        found = {f.status for f in self.findings}
+        if IndexStatus.MISSING in found:
+            return IndexStatus.MISSING
+        if IndexStatus.DIFFERED in found:
+            return IndexStatus.DIFFERED
+        return IndexStatus.OK
+
+    def describe(self) -> str:
+        """One progress line: the segment, its verdict and what each index showed."""
+        end = "..active" if self.end_offset is None else f"..{self.end_offset}"
+        head = f"{self.topic}-{self.partition}: {self.location} segment {self.base_offset} [{self.base_offset}{end}]"
+        if self.error is not None:
+            return f"{head}: error: {self.error}"
+        parts = []
+        for f in self.findings:
+            parts.append(f"{f.kind.value} {f.status.value}" + (f" ({f.detail})" if f.detail else ""))
+        line = f"{head}: {self.status.value}: {', '.join(parts)}"
+        if self.repaired_as is not None:
+            line += f"; copied again as {self.repaired_as}"
+        return f"{line} [{_fmt_bytes(self.log_bytes)} of log in {self.seconds:.2f} s]"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "base_offset": self.base_offset,
+            "end_offset": self.end_offset,
+            "location": self.location,
+            "segment_id": self.segment_id,
+            "status": self.status.value,
+            "indexes": [f.to_dict() for f in self.findings],
+            "log_bytes": self.log_bytes,
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+            "repaired_as": self.repaired_as,
+        }
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def compare_index(kind: ObjectKind, stored: bytes | None, rebuilt: bytes) -> IndexFinding:
+    """Byte comparison; an absent transaction index equals an empty one (Kafka creates it lazily)."""
+    if stored is None:
+        if kind == ObjectKind.TRANSACTION_INDEX and not rebuilt:
+            return IndexFinding(kind, IndexStatus.OK, None, 0)
+        return IndexFinding(kind, IndexStatus.MISSING, None, len(rebuilt), "not stored")
+    if stored == rebuilt:
+        return IndexFinding(kind, IndexStatus.OK, len(stored), len(rebuilt))
+    at = _first_difference(stored, rebuilt)
+    return IndexFinding(
+        kind,
+        IndexStatus.DIFFERED,
+        len(stored),
+        len(rebuilt),
+        f"{len(stored)} bytes stored, {len(rebuilt)} rebuilt, first difference at byte {at}",
+    )
+
+
+def _rebuilt_bytes(rebuilt: RebuiltIndexes, kind: ObjectKind) -> bytes:
+    if kind == ObjectKind.OFFSET_INDEX:
+        return rebuilt.offset_index
+    if kind == ObjectKind.TIME_INDEX:
+        return rebuilt.time_index
+    return rebuilt.txn_index
+
+
+def _open_transactions(snapshot: bytes | None, where: Path | str) -> dict[int, int]:
+    """The open transactions recorded in a producer snapshot (none without one)."""
+    if snapshot is None:
+        return {}
+    return open_transactions(parse_producer_snapshot(snapshot, Path(where)))
+
+
+# --- remote segments (storage only: runs anywhere) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteIndexTask:
+    """What an examination needs; plain data, so it pickles to Spark executors.
+
+    ``previous`` is the finished segment ending just below this one (its producer snapshot is
+    the producer state at this segment's base); ``open_transactions``, when known from an
+    earlier examination, is used instead (a repair may have replaced ``previous`` since).
+    With ``repair_ref`` set, a segment whose indexes need repair is copied again under that
+    ref (its STARTED metadata exists).
+    """
+
+    segment: RemoteLogSegmentMetadata
+    previous: RemoteSegmentRef | None
+    index_interval_bytes: int
+    repair_ref: RemoteSegmentRef | None = None
+    open_transactions: dict[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class RemoteIndexExamination:
+    check: IndexCheck
+    manifest: SegmentManifest | None = None  # the repaired copy's manifest
+    open_transactions: dict[int, int] | None = None  # producer state used at the segment's base
+
+
+def _stored(storage: RemoteStorage, ref: RemoteSegmentRef, kind: ObjectKind) -> bytes | None:
+    if storage.object_size(ref.key(kind, storage.prefix)) is None:
+        return None
+    return storage.fetch(ref, kind)
+
+
+def examine_remote_segment(
+    storage: RemoteStorage, task: RemoteIndexTask, *, workdir: Path | None = None
+) -> RemoteIndexExamination:
+    """Download the ``.log``, rebuild its indexes, compare; with ``repair_ref``, copy it again.
+
+    Writes no metadata. Storage failures and a damaged ``.log`` are reported in the check's
+    ``error`` (nothing is repaired from a log that cannot be read).
+    """
+    segment = task.segment
+    ref = segment_ref(segment)
+    tp = segment.topic_id_partition.topic_partition
+    started = time.monotonic()
+    check = IndexCheck(
+        tp.topic, tp.partition, segment.start_offset, segment.end_offset, "remote", str(segment.segment_id)
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="tiering-rebuild-", dir=workdir))
+    try:
+        log_path = tmp / f"{segment.start_offset:020d}.log"
+        try:
+            with storage.open_stream(ref, ObjectKind.LOG) as source, log_path.open("wb") as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+            log_bytes = log_path.stat().st_size
+            ongoing = task.open_transactions
+            if ongoing is None:
+                snapshot = _stored(storage, task.previous, ObjectKind.PRODUCER_SNAPSHOT) if task.previous else None
+                if task.previous is not None and snapshot is None:
+                    log.warning("%s: producer snapshot of %s is missing; assuming no open transactions", ref,
+                                task.previous)
+                ongoing = _open_transactions(snapshot, f"snapshot of {task.previous}")
+            rebuilt = rebuild_indexes(
+                log_path,
+                segment.start_offset,
+                index_interval_bytes=task.index_interval_bytes,
+                is_active=False,
+                open_txn_first_offsets=ongoing,
+            )
+            stored = {kind: _stored(storage, ref, kind) for kind in INDEX_KINDS}
+        except (RemoteStorageError, CorruptLogError) as exc:
+            return RemoteIndexExamination(replace(check, error=str(exc), seconds=time.monotonic() - started))
+        findings = tuple(compare_index(kind, stored[kind], _rebuilt_bytes(rebuilt, kind)) for kind in INDEX_KINDS)
+        check = replace(check, findings=findings, log_bytes=log_bytes)
+        manifest = None
+        if task.repair_ref is not None and check.needs_repair:
+            try:
+                manifest = _copy_repaired(storage, ref, task.repair_ref, log_path, rebuilt, stored)
+            except RemoteStorageError as exc:
+                check = replace(check, error=f"repair failed: {exc}")
+        return RemoteIndexExamination(replace(check, seconds=time.monotonic() - started), manifest, dict(ongoing))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _copy_repaired(
+    storage: RemoteStorage,
+    damaged: RemoteSegmentRef,
+    target: RemoteSegmentRef,
+    log_path: Path,
+    rebuilt: RebuiltIndexes,
+    stored: dict[ObjectKind, bytes | None],
+) -> SegmentManifest:
+    """The segment's objects under the new attempt: same log, rebuilt indexes, same snapshot and epochs."""
+    files: dict[ObjectKind, Path | bytes] = {
+        ObjectKind.LOG: log_path,
+        ObjectKind.OFFSET_INDEX: rebuilt.offset_index,
+        ObjectKind.TIME_INDEX: rebuilt.time_index,
+    }
+    if rebuilt.txn_index or stored.get(ObjectKind.TRANSACTION_INDEX) is not None:
+        files[ObjectKind.TRANSACTION_INDEX] = rebuilt.txn_index
+    for kind in CARRIED_KINDS:
+        data = _stored(storage, damaged, kind)
+        if data is None:
+            raise RemoteStorageError(f"{damaged}: its {kind.value} object is missing too; not repairable from the log")
+        files[kind] = data
+    return storage.copy_segment(target, files)
+
+
+# --- remote segments: metadata on the driver ------------------------------------------------
+
+
+def start_index_repair(
+    store: RemoteLogMetadataStore, damaged: RemoteLogSegmentMetadata, lease: Lease
+) -> RemoteLogSegmentMetadata:
+    """COPY_SEGMENT_STARTED for the repaired copy (a fresh UUID), before anything is uploaded."""
+    attempt = replace(
+        damaged,
+        segment_id=uuid.uuid4(),
+        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+        writer_token=lease.token,
+        event_time=int(time.time() * 1000),
+        custom_metadata={},
+    )
+    store.add_segment(attempt, lease)
+    return attempt
+
+
+def finish_index_repair(
+    store: RemoteLogMetadataStore,
+    storage: RemoteStorage,
+    damaged: RemoteLogSegmentMetadata,
+    attempt: RemoteLogSegmentMetadata,
+    manifest: SegmentManifest,
+    lease: Lease,
+) -> RemoteLogSegmentMetadata:
+    """FINISHED with the new checksums (the copy now serves the range), then the damaged one is deleted."""
+    finished = store.update_segment_state(
+        attempt.segment_id,
+        RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+        lease,
+        custom_metadata=manifest_custom_metadata(manifest),
+    )
+    delete_remote_segment(store, storage, damaged, lease)
+    return finished
+
+
+def abandon_index_repair(
+    store: RemoteLogMetadataStore, storage: RemoteStorage, attempt: RemoteLogSegmentMetadata, lease: Lease
+) -> None:
+    """The repaired copy did not complete: delete it the usual way; the damaged one stays."""
+    current = store.get_segment(attempt.segment_id)
+    if current is not None:
+        delete_remote_segment(store, storage, current, lease)
+
+
+def clean_up_interrupted_repairs(
+    store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition, lease: Lease
+) -> int:
+    """A repair killed between its FINISHED and the damaged attempt's deletion leaves two finished
+    copies of one range; the earlier (superseded) one is deleted, so coverage is never doubled."""
+    latest: dict[tuple[int, int, tuple[tuple[int, int], ...]], RemoteLogSegmentMetadata] = {}
+    duplicates = []
+    for s in sorted(finished_segments(store, tip), key=lambda s: s.event_time):
+        key = (s.start_offset, s.end_offset, tuple(sorted(s.leader_epochs.items())))
+        if key in latest:
+            duplicates.append(latest[key])
+        latest[key] = s
+    for s in duplicates:
+        log.warning("%s: deleting segment %s [%d..%d], superseded by an identical copy", tip.topic_partition,
+                    s.segment_id, s.start_offset, s.end_offset)
+        delete_remote_segment(store, storage, s, lease)
+    return len(duplicates)
+
+
+def predecessors(segments: list[RemoteLogSegmentMetadata]) -> dict[uuid.UUID, RemoteSegmentRef | None]:
+    """Per finished segment, the latest finished segment ending just below it (its snapshot's source)."""
+    by_end: dict[int, RemoteLogSegmentMetadata] = {}
+    for s in sorted(segments, key=lambda s: s.event_time):
+        by_end[s.end_offset] = s
+    return {
+        s.segment_id: (segment_ref(by_end[s.start_offset - 1]) if s.start_offset - 1 in by_end else None)
+        for s in segments
+    }
+
+
+def finished_segments(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+    return [s for s in store.list_segments(tip) if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
+
+def remote_index_tasks(
+    store: RemoteLogMetadataStore, tip: TopicIdPartition, index_interval_bytes: int
+) -> list[RemoteIndexTask]:
+    """One examination per finished remote segment of a partition, in offset order."""
+    segments = finished_segments(store, tip)
+    previous = predecessors(segments)
+    return [RemoteIndexTask(s, previous[s.segment_id], index_interval_bytes) for s in segments]
+
+
+def rebuild_segment_indexes(
+    ctx: TieringContext, task: RemoteIndexTask, *, repair: bool, lease: Lease | None = None
+) -> IndexCheck:
+    """Check one remote segment's indexes; with ``repair``, replace a damaged one (needs the lease)."""
+    first = examine_remote_segment(ctx.storage, task)
+    if not (repair and first.check.needs_repair):
+        return first.check
+    return repair_remote_segment(ctx, task, first, lease)
+
+
+def repair_task(
+    task: RemoteIndexTask, found: RemoteIndexExamination, attempt: RemoteLogSegmentMetadata
+) -> RemoteIndexTask:
+    """The examination that copies the segment again, with the producer state the check used."""
+    return replace(task, repair_ref=segment_ref(attempt), open_transactions=found.open_transactions)
+
+
+def repair_remote_segment(
+    ctx: TieringContext, task: RemoteIndexTask, found: RemoteIndexExamination, lease: Lease | None
+) -> IndexCheck:
+    """STARTED for a new attempt, copy it with rebuilt indexes, then FINISHED and the damaged one deleted."""
+    if lease is None:
+        raise TieringError(f"{task.segment.topic_id_partition}: repairing indexes needs the partition's lease")
+    attempt = start_index_repair(ctx.metadata, task.segment, lease)
+    second = examine_remote_segment(ctx.storage, repair_task(task, found, attempt))
+    return commit_index_repair(ctx, task.segment, attempt, found.check, second, lease)
+
+
+def commit_index_repair(
+    ctx: TieringContext,
+    damaged: RemoteLogSegmentMetadata,
+    attempt: RemoteLogSegmentMetadata,
+    found: IndexCheck,
+    examination: RemoteIndexExamination,
+    lease: Lease,
+) -> IndexCheck:
+    """Finish the repaired copy, or clean it up when the repair upload did not complete."""
+    if examination.manifest is None:
+        abandon_index_repair(ctx.metadata, ctx.storage, attempt, lease)
+        if examination.check.error is not None:
+            return replace(found, error=examination.check.error)
+        return examination.check  # nothing to repair any more
+    finish_index_repair(ctx.metadata, ctx.storage, damaged, attempt, examination.manifest, lease)
+    return replace(found, repaired_as=str(attempt.segment_id), seconds=found.seconds + examination.check.seconds)
+
+
+# --- local segments (the broker's files; read-only) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class LocalIndexTask:
+    partition_dir: Path
+    base_offset: int
+    next_base_offset: int | None  # None: the active segment
+    index_interval_bytes: int
+
+
+def local_index_tasks(partition_log: PartitionLog, index_interval_bytes: int) -> list[LocalIndexTask]:
+    segments = partition_log.segments
+    return [
+        LocalIndexTask(
+            partition_log.path,
+            s.base_offset,
+            segments[i + 1].base_offset if i + 1 < len(segments) else None,
+            index_interval_bytes,
+        )
+        for i, s in enumerate(segments)
+    ]
+
+
+def _read(path: Path | None) -> bytes | None:
+    if path is None or not path.exists():
+        return None
+    return path.read_bytes()
+
+
+def check_local_segment(task: LocalIndexTask) -> IndexCheck:
+    """Rebuild a broker segment's indexes and compare with its files (never writes to the log dir).
+
+    The active segment's index files are pre-allocated, so entries (up to the zero tail) are
+    compared instead of bytes; its time index has no roll entry yet.
+    """
+    from tiering_core.kafka.partition_log import PartitionLog
+
+    started = time.monotonic()
+    partition_log = PartitionLog(task.partition_dir)
+    tp = partition_log.topic_partition
+    active = task.next_base_offset is None
+    end = None if active else task.next_base_offset - 1  # type: ignore[operator]
+    check = IndexCheck(tp.topic, tp.partition, task.base_offset, end, "local", None)
+    segment = next((s for s in partition_log.segments if s.base_offset == task.base_offset), None)
+    if segment is None:
+        return replace(check, error="segment is no longer in the log dir")
+    try:
+        snapshot_path = partition_log.producer_snapshot_path(task.base_offset)
+        ongoing = _open_transactions(_read(snapshot_path), snapshot_path or "<none>")
+        rebuilt = rebuild_indexes(
+            segment.log_path,
+            task.base_offset,
+            index_interval_bytes=task.index_interval_bytes,
+            is_active=active,
+            open_txn_first_offsets=ongoing,
+        )
+        findings = tuple(
+            _compare_local(kind, segment, rebuilt, active, task.base_offset) for kind in INDEX_KINDS
+        )
+    except (CorruptLogError, OSError) as exc:
+        return replace(check, error=str(exc), seconds=time.monotonic() - started)
+    return replace(check, findings=findings, log_bytes=segment.size_bytes, seconds=time.monotonic() - started)
+
+
+def _compare_local(
+    kind: ObjectKind, segment: LogSegment, rebuilt: RebuiltIndexes, active: bool, base: int
+) -> IndexFinding:
+    path = {
+        ObjectKind.OFFSET_INDEX: segment.index_path,
+        ObjectKind.TIME_INDEX: segment.time_index_path,
+        ObjectKind.TRANSACTION_INDEX: segment.txn_index_path,
+    }[kind]
+    stored = _read(path)
+    expected = _rebuilt_bytes(rebuilt, kind)
+    if active and stored is not None and path is not None and kind != ObjectKind.TRANSACTION_INDEX:
+        try:
+            if kind == ObjectKind.OFFSET_INDEX:
+                same = parse_offset_index(stored, base, path) == parse_offset_index(expected, base)
+            else:
+                same = parse_time_index(stored, base, path) == parse_time_index(expected, base)
+        except CorruptLogError as exc:
+            return IndexFinding(kind, IndexStatus.DIFFERED, len(stored), len(expected), str(exc))
+        if same:
+            return IndexFinding(kind, IndexStatus.OK, len(stored), len(expected))
+    return compare_index(kind, stored, expected)
+
+
+# --- one partition, one process (the ``tiering rebuild-indexes`` command) -------------------
+
+
+@dataclass
+class RebuildResult:
+    topic: str
+    partition: int
+    repair: bool
+    busy: bool = False  # another run held the partition's lease
+    superseded_deleted: int = 0  # leftovers of an interrupted repair
+    checks: list[IndexCheck] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, status: IndexStatus) -> int:
+        return sum(1 for c in self.checks if c.status == status)
+
+    @property
+    def log_bytes(self) -> int:
+        return sum(c.log_bytes for c in self.checks)
+
+    @property
+    def unresolved(self) -> list[IndexCheck]:
+        """Segments still damaged after the run (or not checkable)."""
+        return [c for c in self.checks if c.status not in (IndexStatus.OK, IndexStatus.REPAIRED)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "repair": self.repair,
+            "busy": self.busy,
+            "superseded_deleted": self.superseded_deleted,
+            "segments": len(self.checks),
+            **{status.value: self.count(status) for status in IndexStatus},
+            "log_bytes": self.log_bytes,
+            "seconds": round(self.seconds, 3),
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+
+def acquire_rebuild_lease(ctx: TieringContext, tip: TopicIdPartition, run_id: str) -> Lease | None:
+    """The partition's lease for a rebuild (None when a copy, retention or removal run holds it)."""
+    ctx.metadata.register_partition(tip)
+    try:
+        return ctx.metadata.acquire_lease(tip, holder=f"rebuild-indexes:{run_id}", run_id=run_id)
+    except LeaseHeldError as exc:
+        log.info("%s: another run holds the partition (%s); not checked", tip.topic_partition, exc)
+        return None
+
+
+def release_rebuild_lease(ctx: TieringContext, lease: Lease) -> None:
+    try:
+        ctx.metadata.release_lease(lease)
+    except FencedError:
+        pass
+
+
+def rebuild_partition_indexes(
+    ctx: TieringContext,
+    tp: TopicPartition,
+    *,
+    repair: bool = True,
+    local: bool = False,
+    run_id: str | None = None,
+    progress: Progress | None = None,
+) -> RebuildResult:
+    """Check (and repair) every finished remote segment of a partition; ``local`` adds the broker's.
+
+    One progress line per segment; the caller prints ``format_rebuild_summary`` over its partitions.
+    """
+    say = progress or (lambda line: log.info("%s", line))
+    started = time.monotonic()
+    result = RebuildResult(tp.topic, tp.partition, repair)
+    partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+    interval = ctx.config.topic_config(tp.topic).index_interval_bytes
+    tip = TopicIdPartition(partition_log.topic_id, tp)
+    lease = acquire_rebuild_lease(ctx, tip, run_id or uuid.uuid4().hex)
+    if lease is None:
+        result.busy = True
+        say(f"{tp}: another run holds the partition; indexes not checked")
+        return result
+    try:
+        if repair:
+            result.superseded_deleted = clean_up_interrupted_repairs(ctx.metadata, ctx.storage, tip, lease)
+        # Every segment is examined before any is repaired: a repair deletes the damaged
+        # attempt, whose producer snapshot the next segment's examination may need.
+        tasks = remote_index_tasks(ctx.metadata, tip, interval)
+        found = [examine_remote_segment(ctx.storage, task) for task in tasks]
+        for task, examination in zip(tasks, found, strict=True):
+            check = examination.check
+            if repair and check.needs_repair:
+                check = repair_remote_segment(ctx, task, examination, lease)
+            lease = ctx.metadata.renew_lease(lease)
+            result.checks.append(check)
+            say(check.describe())
+    finally:
+        release_rebuild_lease(ctx, lease)
+    if local:
+        for local_task in local_index_tasks(partition_log, interval):
+            check = check_local_segment(local_task)
+            result.checks.append(check)
+            say(check.describe())
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
+    checks = [c for r in results for c in r.checks]
+    size = sum(c.log_bytes for c in checks)
+    counts = ", ".join(
+        f"{sum(1 for c in checks if c.status == status)} {status.value}" for status in IndexStatus
+    )
+    busy = sum(1 for r in results if r.busy)
+    speed = size / seconds if seconds > 0 else 0.0
+    line = (
+        f"rebuild-indexes: {len(results)} partition(s), {len(checks)} segment(s): {counts}; "
+        f"{_fmt_bytes(size)} ({size} bytes) of log in {seconds:.2f} s ({_fmt_bytes(speed)}/s)"
+    )
+    if busy:
+        line += f"; {busy} partition(s) held by another run"
+    return line
