@@ -1,0 +1,122 @@
+"""Thin operators: one copy, retention or removal run for one partition, over ``tiering_core``.
+
+Each returns the core's result (``to_dict()``) to XCom. Heavy modules are imported inside
+``execute`` so that DAG files using these operators parse fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from plugins.hooks.tiering import TieringHook
+
+if TYPE_CHECKING:
+    from tiering_core.kafka.topic import TopicPartition
+
+
+def as_bool(value: bool | str, name: str) -> bool:
+    """A flag that may arrive rendered from a template as text ("True", "false")."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{name}: expected true or false, got {value!r}")
+
+
+class TieringPartitionOperator(BaseOperator):
+    """Common arguments: the partition, the config path and the ``aws`` connection.
+
+    ``plan_only`` is the core's ``dry_run`` (``BaseOperator.dry_run`` is a method already).
+    """
+
+    template_fields: Sequence[str] = ("topic", "partition", "config_path", "aws_conn_id", "plan_only")
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        partition: int | str,
+        config_path: str | None = None,
+        aws_conn_id: str | None = TieringHook.default_conn_name,
+        plan_only: bool | str = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.topic = topic
+        self.partition = partition
+        self.config_path = config_path
+        self.aws_conn_id = aws_conn_id
+        self.plan_only = plan_only
+
+    def hook(self) -> TieringHook:
+        return TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+
+    def topic_partition(self) -> TopicPartition:
+        from tiering_core.kafka.topic import TopicPartition
+
+        return TopicPartition(self.topic, int(self.partition))
+
+    def is_plan_only(self) -> bool:
+        return as_bool(self.plan_only, "plan_only")
+
+
+class TieringCopyOperator(TieringPartitionOperator):
+    """Copy every eligible segment of one partition; a tiering gap fails the task without retries."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tiering_core.copy import CopyResult, run_copy
+        from tiering_core.errors import TieringGapError
+
+        tp = self.topic_partition()
+        with self.hook().get_conn() as ctx:
+            try:
+                result = run_copy(
+                    ctx, tp, dry_run=self.is_plan_only(), run_id=context["run_id"], progress=self.log.info
+                )
+            except TieringGapError as exc:
+                # What remained was copied; the gap is permanent, so retrying would only hide it.
+                if isinstance(exc.result, CopyResult):
+                    context["ti"].xcom_push(key="return_value", value=exc.result.to_dict())
+                raise AirflowFailException(f"{tp}: {exc}") from exc
+        if result.fenced:
+            self.log.warning("%s: another run holds the partition; the next scheduled run catches up", tp)
+        return result.to_dict()
+
+
+class TieringRetentionOperator(TieringPartitionOperator):
+    """Delete the remote segments of one partition that breach its retention."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from tiering_core.retention import run_retention
+
+        tp = self.topic_partition()
+        with self.hook().get_conn() as ctx:
+            result = run_retention(ctx, tp, dry_run=self.is_plan_only(), run_id=context["run_id"])
+        if result.fenced:
+            self.log.warning("%s: another run holds the partition; the next scheduled run catches up", tp)
+        return result.to_dict()
+
+
+class TieringDeletePartitionOperator(TieringPartitionOperator):
+    """Delete all remote data of one removed partition (resumable: run it again after a failure)."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException
+
+        from tiering_core.removal import delete_partition
+
+        tp = self.topic_partition()
+        with self.hook().get_conn() as ctx:
+            result = delete_partition(ctx, tp, dry_run=self.is_plan_only(), run_id=context["run_id"])
+        if result.fenced:
+            raise AirflowException(f"{tp}: another run holds the partition; removal resumes on retry")
+        return result.to_dict()

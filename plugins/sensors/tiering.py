@@ -1,0 +1,79 @@
+"""``EligibleSegmentSensor``: waits until some partition of a topic has a segment eligible for copy.
+
+Deferrable by default: one check on the worker (no deferral when work is already waiting),
+then ``EligibleSegmentTrigger`` polls in the triggerer. With ``deferrable=False`` it pokes in
+reschedule mode, releasing the worker slot between pokes. Either way it returns (and pushes to
+XCom) the eligible partition numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+
+from plugins.hooks.tiering import TieringHook
+from plugins.triggers.tiering import EligibleSegmentTrigger
+
+
+class EligibilityCheckError(Exception):
+    """The trigger could not check the topic (bad config, unreadable log dir, metadata store down).
+
+    Deliberately not an ``AirflowException``: ``soft_fail`` turns those into a skip, and a broken
+    check must fail the task rather than look like "nothing to copy".
+    """
+
+
+class EligibleSegmentSensor(BaseSensorOperator):
+    template_fields: Sequence[str] = ("topic", "config_path", "aws_conn_id")
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        config_path: str | None = None,
+        aws_conn_id: str | None = TieringHook.default_conn_name,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if not deferrable:
+            kwargs.setdefault("mode", "reschedule")
+        super().__init__(**kwargs)
+        self.topic = topic
+        self.config_path = config_path
+        self.aws_conn_id = aws_conn_id
+        self.deferrable = deferrable
+
+    def hook(self) -> TieringHook:
+        return TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        found = self.hook().eligible_partitions(self.topic)
+        self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, found or "none")
+        return PokeReturnValue(is_done=bool(found), xcom_value=found)
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        first = self.poke(context)
+        if first.is_done:
+            return first.xcom_value
+        hook = self.hook()
+        self.defer(
+            trigger=EligibleSegmentTrigger(
+                topic=self.topic,
+                config_path=hook.config_path,
+                aws_conn_id=self.aws_conn_id,
+                poll_interval=float(self.poke_interval),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout)),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> list[int]:
+        if event.get("status") != "eligible":
+            raise EligibilityCheckError(f"{self.topic}: eligibility check failed: {event.get('message')}")
+        self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, event["partitions"])
+        return list(event["partitions"])

@@ -1,0 +1,3 @@
+"""The trigger behind the deferrable sensor."""
+
+from __future__ import annotations

@@ -1,0 +1,32 @@
+"""The DAG parse benchmark runs at a tiny size and prints its ratio lines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_dag_parse_small_prints_ratios() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_dag_parse.py"),
+            "--topics",
+            "3",
+            "--partitions",
+            "2",
+            "--repeats",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=300,
+    ).stdout
+    assert "3 topics x 2 partitions: 7 DAGs" in out, out
+    assert "RATIO generated_parse/one_dag_parse = " in out, out
+    assert "RATIO first_parse/3s_target = " in out, out

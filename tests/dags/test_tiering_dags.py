@@ -1,0 +1,289 @@
+"""The generated DAGs: clean DagBag import, parse purity, config errors, and real runs of the copy
+and retention DAGs (``dag.test()`` and ``airflow dags test``) against moto's S3 server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.airflow_support import AIRFLOW_BIN, ROOT, airflow_env, task_runs
+from tests.dags.conftest import SECRET
+from tests.engine_support import TieringEnv, tip_of, write_segments
+from tiering_core.kafka.writer import PartitionWriter
+from tiering_core.metadata.states import RemoteLogSegmentState
+
+DAGS = ROOT / "dags"
+OURS = (str(DAGS), str(ROOT / "plugins"))
+
+
+def dagbag(path: Path = DAGS):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(path))
+
+
+def partitions_with_segments(env: TieringEnv, topic: str, count: int, segments: int) -> list[PartitionWriter]:
+    writers = []
+    for p in range(count):
+        w = env.writer(topic, p)
+        write_segments(w, segments)
+        w.append_records(3)  # the active segment: never copied
+        w.set_high_watermark()
+        writers.append(w)
+    return writers
+
+
+def bucket_keys(s3_endpoint, env: TieringEnv) -> list[str]:
+    listing = s3_endpoint.client().list_objects_v2(Bucket=env.remote["bucket"])
+    return sorted(o["Key"] for o in listing.get("Contents", []))
+
+
+def finished(env: TieringEnv, w: PartitionWriter) -> list[tuple[int, int]]:
+    with env.context() as ctx:  # metadata only: the storage client is never used here
+        return [
+            (s.start_offset, s.end_offset)
+            for s in ctx.metadata.list_segments(tip_of(w))
+            if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        ]
+
+
+def test_every_dag_file_imports_cleanly_for_several_topics(tiering: TieringEnv) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bag = dagbag()
+    assert bag.import_errors == {}
+    ours = [f"{w.filename}: {w.message}" for w in caught if w.filename.startswith(OURS)]
+    assert ours == []
+    expected = {f"tiering_{kind}__{topic}" for kind in ("copy", "retention") for topic in tiering.topics}
+    assert expected | {"tiering_delete_partition"} <= set(bag.dag_ids)
+
+    copy = bag.dags["tiering_copy__clicks.v2"]
+    assert set(copy.tags) == {"tiering", "copy", "clicks.v2"}
+    assert copy.max_active_runs == 1 and copy.catchup is False
+    sensor, listing, task = (copy.get_task(t) for t in ("wait_for_eligible_segment", "list_partitions", "copy"))
+    assert sensor.deferrable and sensor.soft_fail and sensor.timeout < 10 * 60
+    assert [t.task_id for t in sensor.downstream_list] == ["list_partitions"]
+    assert task.pool == "tiering_uploads" and task.map_index_template == "{{ task.topic }}-{{ task.partition }}"
+    assert task.retries == 3 and task.retry_exponential_backoff == 2.0 and task.max_retry_delay is not None
+    assert listing.task_id in task.upstream_task_ids
+
+    retention = bag.dags["tiering_retention__payments"]
+    assert set(retention.tags) == {"tiering", "retention", "payments"}
+    assert retention.get_task("retention").map_index_template == "{{ task.topic }}-{{ task.partition }}"
+    removal = bag.dags["tiering_delete_partition"]
+    assert type(removal.timetable).__name__ == "NullTimetable" and "removal" in removal.tags
+
+
+def test_parsing_reads_only_the_config_and_imports_nothing_heavy(tmp_path: Path) -> None:
+    """A config whose log dir and metadata DB do not exist parses; no heavy module is imported."""
+    config = tmp_path / "tiering.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "log_dirs": [str(tmp_path / "absent-logs")],
+                "metadata": {"url": f"sqlite:///{tmp_path / 'absent' / 'm.db'}"},
+                "remote": {"backend": "s3", "bucket": "never-contacted", "endpoint_url": "http://127.0.0.1:9"},
+                "topics": {"orders": {}, "payments": {}},
+            }
+        )
+    )
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from airflow.dag_processing.dagbag import DagBag
+        DagBag(dag_folder="/dev/null")  # Airflow's own imports first
+        before = set(sys.modules)
+        bag = DagBag(dag_folder={str(DAGS / "tiering_dags.py")!r})
+        print(json.dumps({{"errors": bag.import_errors, "dags": sorted(bag.dag_ids),
+                          "new": sorted(set(sys.modules) - before)}}))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **airflow_env(), "TIERING_CONFIG": str(config)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["errors"] == {}
+    assert out["dags"] == sorted(f"tiering_{k}__{t}" for k in ("copy", "retention") for t in ("orders", "payments"))
+    heavy = ("boto3", "botocore", "fastapi", "tiering_core.copy", "tiering_core.context", "tiering_core.metadata")
+    assert [m for m in out["new"] if m.startswith(heavy)] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiering.yaml"]  # no log dir, no DB created
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("unset", "set the environment variable TIERING_CONFIG or the Airflow Variable tiering_config"),
+        ("missing", "cannot read config file"),
+        ("bad-key", "remote.bukket: unknown key"),
+        ("bad-topic", "topics.bad topic"),
+    ],
+)
+def test_a_bad_config_is_one_clear_import_error_and_the_removal_dag_still_loads(
+    setup: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = {
+        "log_dirs": [str(tmp_path)],
+        "metadata": {"url": "sqlite:///m.db"},
+        "remote": {"backend": "filesystem", "root": "tier"},
+    }
+    config = tmp_path / "tiering.yaml"
+    if setup == "unset":
+        monkeypatch.delenv("TIERING_CONFIG", raising=False)
+        monkeypatch.delenv("AIRFLOW_VAR_TIERING_CONFIG", raising=False)
+    elif setup == "missing":
+        monkeypatch.setenv("TIERING_CONFIG", str(tmp_path / "absent.yaml"))
+    else:
+        if setup == "bad-key":
+            base["remote"] = {**base["remote"], "bukket": "x"}
+        else:
+            base["topics"] = {"bad topic": {}}
+        config.write_text(yaml.safe_dump(base))
+        monkeypatch.setenv("TIERING_CONFIG", str(config))
+    bag = dagbag()
+    assert list(bag.import_errors) == [str(DAGS / "tiering_dags.py")]
+    assert message in bag.import_errors[str(DAGS / "tiering_dags.py")]
+    assert "tiering_delete_partition" in bag.dag_ids
+
+
+def test_config_path_from_the_airflow_variable(tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TIERING_CONFIG")
+    monkeypatch.setenv("AIRFLOW_VAR_TIERING_CONFIG", str(tiering.config_path))
+    bag = dagbag(DAGS / "tiering_dags.py")
+    assert bag.import_errors == {} and "tiering_copy__orders" in bag.dag_ids
+
+
+def test_topic_names_longer_than_airflow_ids_still_make_distinct_dags(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_a, long_b = "a" * 248 + "x", "a" * 248 + "y"  # Kafka allows 249 characters
+    tiering.write_config(**{long_a: {}, long_b: {}})
+    bag = dagbag(DAGS / "tiering_dags.py")
+    assert bag.import_errors == {}
+    long_ids = [d for d in bag.dag_ids if "aaaa" in d]
+    assert len(long_ids) == 4 and all(len(d) <= 250 for d in long_ids)
+    assert all(len(tag) <= 100 for d in long_ids for tag in bag.dags[d].tags)
+
+
+def test_copy_dag_lands_segments_and_returns_results_per_partition(
+    tiering: TieringEnv, s3_endpoint, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    writers = partitions_with_segments(tiering, "orders", 3, 2)
+    dag = dagbag(DAGS / "tiering_dags.py").dags["tiering_copy__orders"]
+    run = dag.test()
+    assert run.state == "success"
+
+    keys = bucket_keys(s3_endpoint, tiering)
+    for w in writers:
+        assert finished(tiering, w) == [(0, 4), (5, 9)]
+        prefix = f"t/orders-{w.topic_id}/{w.tp.partition}/"
+        assert sum(k.startswith(prefix) and k.endswith(".log") for k in keys) == 2
+        assert sum(k.startswith(prefix) and k.endswith("manifest.json") for k in keys) == 2
+
+    sensor = task_runs(dag.dag_id, run.run_id, "wait_for_eligible_segment")
+    assert [r.result for r in sensor.values()] == [[0, 1, 2]]
+    copies = task_runs(dag.dag_id, run.run_id, "copy")
+    assert sorted(copies) == ["orders-0", "orders-1", "orders-2"]
+    for label, task in copies.items():
+        assert task.state == "success"
+        result = task.result
+        assert f"{result['topic']}-{result['partition']}" == label
+        assert (result["segments_copied"], result["copy_lag_segments"], result["copy_lag_bytes"]) == (2, 0, 0)
+        assert result["bytes_copied"] > 0 and result["highest_copied_offset"] == 9 and result["gaps"] == []
+    logs = "".join(capfd.readouterr()) + caplog.text
+    assert f"Connection 'aws_default': endpoint {s3_endpoint.url}" in logs  # the task logs were captured
+    assert SECRET not in logs
+
+
+def test_copy_dag_fails_loudly_without_retries_on_a_tiering_gap(tiering: TieringEnv, s3_endpoint) -> None:
+    (w,) = partitions_with_segments(tiering, "orders", 1, 2)
+    dag = dagbag(DAGS / "tiering_dags.py").dags["tiering_copy__orders"]
+    assert dag.test().state == "success"  # [0..4], [5..9] copied
+    write_segments(w, 3)  # the active segment closes as [10..17]; then [18..22], [23..27]
+    w.set_high_watermark()
+    w.delete_oldest_segments(3)  # drops [0..4], [5..9] (copied) and [10..17] (never copied): a gap
+    run = dag.test()
+    assert run.state == "failed"
+    (task,) = task_runs(dag.dag_id, run.run_id, "copy").values()
+    assert (task.label, task.state, task.try_number) == ("orders-0", "failed", 1)  # no retry hid it
+    assert task.result["gaps"] == [[10, 17]] and task.result["segments_copied"] == 2
+    assert finished(tiering, w)[-2:] == [(18, 22), (23, 27)]  # what remained was copied first
+
+
+def test_retention_dag_deletes_what_breaches_retention(tiering: TieringEnv, s3_endpoint) -> None:
+    (w,) = partitions_with_segments(tiering, "payments", 1, 3)
+    bag = dagbag(DAGS / "tiering_dags.py")
+    assert bag.dags["tiering_copy__payments"].test().state == "success"
+    assert len(finished(tiering, w)) == 3 and bucket_keys(s3_endpoint, tiering)
+    dag = bag.dags["tiering_retention__payments"]  # retention.bytes = 0
+    run = dag.test()
+    assert run.state == "success"
+    (task,) = task_runs(dag.dag_id, run.run_id, "retention").values()
+    assert task.label == "payments-0" and task.result["segments_deleted"] == 3
+    assert finished(tiering, w) == [] and bucket_keys(s3_endpoint, tiering) == []
+
+
+def test_airflow_dags_test_cli_from_outside_the_project(tiering: TieringEnv, tmp_path: Path) -> None:
+    """``airflow dags test`` in a fresh process, started elsewhere, without PYTHONPATH."""
+    (w,) = partitions_with_segments(tiering, "clicks.v2", 1, 2)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [AIRFLOW_BIN, "dags", "test", "tiering_copy__clicks.v2"],
+        env={**env, **airflow_env()},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "dag_id=tiering_copy__clicks.v2" in output and "state=success" in output
+    assert finished(tiering, w) == [(0, 4), (5, 9)]
+    assert SECRET not in output
+
+
+def test_copy_dag_defers_while_nothing_is_eligible_and_copies_once_a_segment_rolls(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plugins.triggers.tiering import EligibleSegmentTrigger
+
+    monkeypatch.setenv("TIERING_SENSOR_POKE_SECONDS", "0.2")
+    w = tiering.writer("orders", 0)
+    w.append_records(5)  # only the active segment
+    w.set_high_watermark()
+    polls: list[float] = []
+    check = EligibleSegmentTrigger.eligible_partitions
+
+    def poll(trigger: EligibleSegmentTrigger) -> list[int]:
+        polls.append(trigger.poll_interval)
+        if len(polls) == 3:  # the broker rolls the segment while the trigger waits
+            w.roll()
+            w.append_records(1)
+            w.set_high_watermark()
+        return check(trigger)
+
+    monkeypatch.setattr(EligibleSegmentTrigger, "eligible_partitions", poll)
+    dag = dagbag(DAGS / "tiering_dags.py").dags["tiering_copy__orders"]
+    run = dag.test()
+    assert run.state == "success"
+    # The sensor deferred (only its trigger polls through this method): two empty polls, then the
+    # one that saw the rolled segment, at the interval the DAG was parsed with.
+    assert polls == [0.2, 0.2, 0.2]
+    (sensor,) = task_runs(dag.dag_id, run.run_id, "wait_for_eligible_segment").values()
+    assert sensor.result == [0]
+    (copy,) = task_runs(dag.dag_id, run.run_id, "copy").values()
+    assert (copy.label, copy.result["segments_copied"]) == ("orders-0", 1)
+    assert finished(tiering, w) == [(0, 4)]

@@ -1,0 +1,97 @@
+"""TieringHook: where the config comes from, credentials from the aws connection (never logged)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from plugins.hooks.tiering import TieringHook, load_topics, resolve_config_path
+from tests.engine_support import TieringEnv, write_segments
+from tiering_core.errors import ConfigError
+
+SECRET = "hook-secret-5Kd9"
+
+
+def connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict) -> None:
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps({"conn_type": "aws", "login": "AKIDHOOK", "password": SECRET, "extra": extra}),
+    )
+
+
+def test_config_path_argument_then_environment_then_variable(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert resolve_config_path("/explicit.yaml") == "/explicit.yaml"
+    assert resolve_config_path() == str(tiering.config_path)
+    monkeypatch.delenv("TIERING_CONFIG")
+    monkeypatch.setenv("AIRFLOW_VAR_TIERING_CONFIG", "/from/variable.yaml")
+    assert resolve_config_path() == "/from/variable.yaml"
+    monkeypatch.delenv("AIRFLOW_VAR_TIERING_CONFIG")
+    with pytest.raises(ConfigError, match="TIERING_CONFIG or the Airflow Variable tiering_config"):
+        resolve_config_path()
+
+
+def test_topics_are_the_named_ones_without_the_default(tiering: TieringEnv) -> None:
+    tiering.write_config(payments={}, **{"clicks.v2": {}})
+    assert load_topics() == ["clicks.v2", "payments"]
+
+
+def test_credentials_and_endpoint_come_from_the_connection_and_are_never_logged(
+    tiering: TieringEnv,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    connection(
+        monkeypatch,
+        "tiering_s3",
+        {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1", "aws_session_token": "tok-" + SECRET},
+    )
+    caplog.set_level(logging.DEBUG)
+    hook = TieringHook(aws_conn_id="tiering_s3")
+    creds = hook.get_credentials()
+    assert creds is not None
+    assert (creds.access_key_id, creds.secret_access_key, creds.session_token) == ("AKIDHOOK", SECRET, "tok-" + SECRET)
+    assert (creds.endpoint_url, creds.region) == ("http://127.0.0.1:9", "eu-west-1")
+    with hook.get_conn() as ctx:  # the filesystem tier ignores the S3 settings but the path is the same
+        assert ctx.config.remote.backend == "filesystem"
+    logs = caplog.text + "".join(capfd.readouterr())
+    assert "Connection 'tiering_s3': endpoint http://127.0.0.1:9, region eu-west-1" in logs
+    assert SECRET not in logs and SECRET not in repr(creds) and SECRET not in repr(hook.__dict__)
+
+
+def test_endpoint_from_the_amazon_providers_service_config(tiering: TieringEnv, monkeypatch) -> None:
+    connection(monkeypatch, "aws_default", {"service_config": {"s3": {"endpoint_url": "http://minio:9000"}}})
+    creds = TieringHook().get_credentials()
+    assert creds is not None and creds.endpoint_url == "http://minio:9000" and creds.region is None
+
+
+def test_without_aws_default_the_aws_chain_is_used_but_a_named_connection_must_exist(
+    tiering: TieringEnv, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    caplog.set_level(logging.INFO)
+    assert TieringHook().get_credentials() is None
+    assert "No connection 'aws_default'" in caplog.text + "".join(capfd.readouterr())
+    assert TieringHook(aws_conn_id=None).get_credentials() is None
+    with pytest.raises(AirflowNotFoundException):
+        TieringHook(aws_conn_id="no_such_connection").get_credentials()
+
+
+def test_partitions_and_eligible_partitions(tiering: TieringEnv) -> None:
+    closed = tiering.writer("orders", 0)
+    write_segments(closed, 1)
+    closed.set_high_watermark()
+    active_only = tiering.writer("orders", 1)
+    active_only.append_records(4)
+    active_only.set_high_watermark()
+    tiering.writer("payments", 0).append_records(1)
+    hook = TieringHook()
+    assert hook.partitions("orders") == [0, 1]
+    assert hook.partitions("absent") == []
+    assert hook.eligible_partitions("orders") == [0]
+    assert hook.eligible_partitions("payments") == []

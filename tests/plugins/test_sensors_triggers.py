@@ -1,0 +1,142 @@
+"""The eligibility sensor and its trigger: waiting while nothing is eligible, firing when a segment
+rolls, polling off the event loop, and failing (not skipping) when the check itself breaks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from plugins.hooks.tiering import TieringHook
+from plugins.sensors.tiering import EligibilityCheckError, EligibleSegmentSensor
+from plugins.triggers.tiering import EligibleSegmentTrigger
+from tests.engine_support import TieringEnv
+
+
+def first_event(trigger: EligibleSegmentTrigger, within: float) -> Any:
+    """The trigger's first event, or asyncio.TimeoutError if none comes ``within`` seconds."""
+
+    async def run() -> Any:
+        events = trigger.run()
+        try:
+            return await asyncio.wait_for(events.__anext__(), within)
+        finally:
+            await events.aclose()
+
+    return asyncio.run(run())
+
+
+def only_active_segment(tiering: TieringEnv):  # type: ignore[no-untyped-def]
+    w = tiering.writer("orders", 0)
+    w.append_records(5)  # the active segment is never eligible
+    w.set_high_watermark()
+    return w
+
+
+def test_trigger_waits_then_fires_when_a_segment_rolls(tiering: TieringEnv) -> None:
+    w = only_active_segment(tiering)
+    trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.config_path), poll_interval=0.1)
+    with pytest.raises(asyncio.TimeoutError):
+        first_event(trigger, 1.0)  # ~10 polls, no event
+    w.roll()
+    w.append_records(1)
+    w.set_high_watermark()
+    event = first_event(trigger, 10.0)
+    assert event.payload == {"status": "eligible", "topic": "orders", "partitions": [0]}
+
+
+def test_trigger_serializes_to_an_importable_class_path(tiering: TieringEnv) -> None:
+    from airflow._shared.module_loading import import_string
+
+    trigger = EligibleSegmentTrigger(topic="orders", config_path="/etc/t.yaml", aws_conn_id="s3", poll_interval=5)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "plugins.triggers.tiering.EligibleSegmentTrigger"
+    assert import_string(classpath) is EligibleSegmentTrigger
+    assert kwargs == {"topic": "orders", "config_path": "/etc/t.yaml", "aws_conn_id": "s3", "poll_interval": 5}
+    assert EligibleSegmentTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_trigger_polls_off_the_event_loop(tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow check (a slow metadata store, injected here) must not stall the triggerer's loop."""
+    only_active_segment(tiering)
+    check = TieringHook.eligible_partitions
+    threads: set[int] = set()
+
+    def slow_check(self: TieringHook, topic: str) -> list[int]:
+        threads.add(threading.get_ident())
+        time.sleep(0.4)
+        return check(self, topic)
+
+    monkeypatch.setattr(TieringHook, "eligible_partitions", slow_check)
+    trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.config_path), poll_interval=0.05)
+
+    async def run() -> int:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        tick_task = asyncio.create_task(ticker())
+        events = trigger.run()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(events.__anext__(), 1.0)
+        await events.aclose()
+        tick_task.cancel()
+        return ticks
+
+    ticks = asyncio.run(run())
+    assert threads and threading.get_ident() not in threads
+    assert ticks > 40  # the loop kept running while the checks slept
+
+
+def test_trigger_reports_a_broken_check_as_an_error_event(tiering: TieringEnv) -> None:
+    trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.root / "absent.yaml"), poll_interval=1)
+    event = first_event(trigger, 10.0)
+    assert event.payload["status"] == "error" and "cannot read config file" in event.payload["message"]
+
+
+def test_deferrable_sensor_defers_when_nothing_is_eligible_and_returns_when_something_is(
+    tiering: TieringEnv,
+) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    w = only_active_segment(tiering)
+    sensor = EligibleSegmentSensor(task_id="wait", topic="orders", poke_interval=7, timeout=300, aws_conn_id=None)
+    assert sensor.poke({}).is_done is False
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, EligibleSegmentTrigger)
+    assert (trigger.topic, trigger.config_path, trigger.poll_interval) == ("orders", str(tiering.config_path), 7)
+    assert deferred.value.method_name == "execute_complete" and deferred.value.timeout.total_seconds() == 300
+    w.roll()
+    w.set_high_watermark()
+    assert sensor.execute({}) == [0]  # eligible now: returns without deferring
+    assert sensor.execute_complete({}, {"status": "eligible", "topic": "orders", "partitions": [0]}) == [0]
+
+
+def test_a_broken_check_fails_the_sensor_even_with_soft_fail(tiering: TieringEnv) -> None:
+    sensor = EligibleSegmentSensor(task_id="wait", topic="orders", soft_fail=True)
+    with pytest.raises(EligibilityCheckError, match="cannot read config file"):
+        sensor.resume_execution(
+            "execute_complete",
+            {"event": {"status": "error", "topic": "orders", "message": "ConfigError: cannot read config file"}},
+            {},
+        )
+
+
+def test_non_deferrable_sensor_pokes_in_reschedule_mode(tiering: TieringEnv) -> None:
+    w = only_active_segment(tiering)
+    sensor = EligibleSegmentSensor(task_id="wait", topic="orders", deferrable=False, aws_conn_id=None)
+    assert sensor.mode == "reschedule" and sensor.reschedule
+    assert sensor.poke({}).is_done is False
+    w.roll()
+    w.set_high_watermark()
+    poked = sensor.poke({})
+    assert poked.is_done and poked.xcom_value == [0]

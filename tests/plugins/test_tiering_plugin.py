@@ -1,0 +1,79 @@
+"""The plugin is registered with its FastAPI app and navigation entry, and loads the way Airflow
+loads it: by path from the plugins folder, in a process started outside the project."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.airflow_support import AIRFLOW_BIN, ROOT, airflow_env
+
+
+def test_plugin_is_registered_with_its_app_and_nav_entry() -> None:
+    from airflow import plugins_manager
+
+    assert plugins_manager.get_import_errors() == {}
+    info = {p["name"]: p for p in plugins_manager.get_plugin_info()}
+    plugin = info["tiering"]
+    assert str(plugin["source"]).endswith("tiering_plugin.py")
+    (app,) = plugin["fastapi_apps"]
+    assert (app["url_prefix"], app["name"]) == ("/tiering", "Tiering")
+    (view,) = plugin["external_views"]
+    assert (view["name"], view["destination"], view["url_route"]) == ("Tiering", "nav", "tiering")
+    assert view["href"] == "tiering/"  # relative, as Airflow's UI expects
+
+
+def test_plugin_folder_only_registers_the_plugin_module() -> None:
+    """The package's other modules are imported as ``plugins.*``, never by the plugin manager."""
+    from airflow import plugins_manager
+
+    plugins_manager.ensure_plugins_loaded()
+    assert "tiering_plugin" in sys.modules
+    assert not {"tiering", "__init__", "app"} & set(sys.modules)
+
+
+def test_plugin_and_trigger_load_from_a_process_outside_the_project(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import json, sys
+        assert not any(p.rstrip("/") == sys.argv[1] for p in sys.path), sys.path
+        from airflow import plugins_manager
+        from airflow._shared.module_loading import import_string
+        plugins_manager.ensure_plugins_loaded()
+        names = [p["name"] for p in plugins_manager.get_plugin_info()]
+        trigger = import_string("plugins.triggers.tiering.EligibleSegmentTrigger")
+        print(json.dumps({"plugins": names, "errors": plugins_manager.get_import_errors(),
+                          "trigger": trigger.__module__}))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT)],
+        env={**env, **airflow_env()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"plugins": ["tiering"], "errors": {}, "trigger": "plugins.triggers.tiering"}
+
+
+def test_airflow_plugins_command_lists_it(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [AIRFLOW_BIN, "plugins", "--output", "json"],
+        env={**os.environ, **airflow_env()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    start = proc.stdout.index("[")
+    (plugin,) = json.loads(proc.stdout[start:])
+    assert plugin["name"] == "tiering" and "tiering_plugin.py" in plugin["source"]
