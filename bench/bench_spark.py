@@ -1,0 +1,214 @@
+"""Spark benchmark, the same data measured side by side in one run:
+
+- parallel upload (spark_apps/parallel_upload.py in local[2]) vs sequential ``run_copy`` (what
+  ``tiering copy`` does) of the same partitions to moto's S3 server (a separate process): speed-up;
+- index rebuild of the same segments on Spark (spark_apps/rebuild_indexes.py, local[2], --local)
+  and in one process vs a plain sequential read of the same bytes.
+
+    python bench/bench_spark.py [--upload-mb 512] [--size-mb 2048] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from spark_apps import runtime  # noqa: E402
+from spark_apps.parallel_upload import run_parallel_upload  # noqa: E402
+from spark_apps.rebuild_indexes import run_rebuild  # noqa: E402
+from tiering_core.config import load_config  # noqa: E402
+from tiering_core.context import TieringContext  # noqa: E402
+from tiering_core.copy import run_copy  # noqa: E402
+from tiering_core.kafka.checkpoints import (  # noqa: E402
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    update_offset_checkpoint,
+)
+from tiering_core.kafka.index import rebuild_indexes  # noqa: E402
+from tiering_core.kafka.records import RecordSpec  # noqa: E402
+from tiering_core.kafka.topic import TopicPartition  # noqa: E402
+from tiering_core.kafka.writer import PartitionWriter  # noqa: E402
+
+MiB = 1 << 20
+CHUNK = 1 << 20
+T0 = 1_700_000_000_000
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+def build_log_dir(log_dir: Path, topic: str, partitions: int, segments: int, segment_mb: int) -> int:
+    """``partitions`` partitions of ``segments`` closed segments each (one written, the rest copied)."""
+    log_dir.mkdir(parents=True)
+    first = TopicPartition(topic, 0)
+    w = PartitionWriter(log_dir, first, segment_bytes=1 << 40, clock=lambda: T0)
+    value = os.urandom(512)
+    n = 0
+    for _ in range(segments):
+        while w.active_size < segment_mb * MiB:
+            w.append([RecordSpec(f"k{n + i}".encode(), value, T0 + n + i) for i in range(64)])
+            n += 64
+        w.roll()
+    hw = w.set_high_watermark()
+    for p in range(1, partitions):
+        tp = TopicPartition(topic, p)
+        shutil.copytree(w.path, log_dir / str(tp))
+        update_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT, tp, hw)
+        update_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, tp, hw)
+    return sum(p.stat().st_size for p in log_dir.rglob("*.log"))
+
+
+def write_config(root: Path, name: str, log_dir: Path, remote: dict[str, Any]) -> Path:
+    path = root / f"{name}.yaml"
+    doc = {"log_dirs": [str(log_dir)], "metadata": {"url": f"sqlite:///{root / f'{name}.db'}"}, "remote": remote}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return server, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError("moto_server did not start")
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - t0, value
+
+
+def plain_read(paths: list[Path]) -> int:
+    total = 0
+    for path in paths:
+        with path.open("rb", buffering=0) as f:
+            while chunk := f.read(CHUNK):
+                total += len(chunk)
+    return total
+
+
+def bench_upload(root: Path, spark: Any, partitions: int, segments: int, segment_mb: int) -> None:
+    log_dir = root / "upload-logs"
+    size = build_log_dir(log_dir, "orders", partitions, segments, segment_mb)
+    server, endpoint = start_moto()
+    try:
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        remotes = {}
+        for name in ("sequential", "parallel"):
+            s3.create_bucket(Bucket=f"bench-{name}")
+            remotes[name] = write_config(
+                root, name, log_dir, {"backend": "s3", "bucket": f"bench-{name}", "endpoint_url": endpoint}
+            )
+
+        def sequential() -> int:
+            with TieringContext.open(load_config(remotes["sequential"])) as ctx:
+                results = [run_copy(ctx, log.topic_partition, progress=quiet) for log in ctx.partitions()]
+                return sum(r.segments_copied for r in results)
+
+        def parallel() -> int:
+            with TieringContext.open(load_config(remotes["parallel"])) as ctx:
+                tps = [log.topic_partition for log in ctx.partitions()]
+                report = run_parallel_upload(ctx, tps, spark, say=quiet)
+                assert not report.failures, report.failures
+                return report.segments
+
+        t_seq, n_seq = timed(sequential)
+        t_par, n_par = timed(parallel)
+        assert n_seq == n_par == partitions * segments, (n_seq, n_par)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(f"upload: {partitions} partitions x {segments} segments of {segment_mb} MiB = {size / MiB:.0f} MiB, moto S3")
+    print(f"  sequential run_copy:          {t_seq:7.2f} s  {size / MiB / t_seq:7.1f} MiB/s")
+    print(f"  parallel upload, local[2]:    {t_par:7.2f} s  {size / MiB / t_par:7.1f} MiB/s")
+    print(f"RATIO parallel_upload_speedup/sequential_run_copy = {t_seq / t_par:.2f}")
+
+
+def bench_rebuild(root: Path, spark: Any, size_mb: int, segment_mb: int) -> None:
+    partitions = max(1, size_mb // segment_mb)
+    log_dir = root / "rebuild-logs"
+    size = build_log_dir(log_dir, "rebuild", partitions, 1, segment_mb)
+    config = write_config(root, "rebuild", log_dir, {"backend": "filesystem", "root": str(root / "tier")})
+    logs = sorted(p for p in log_dir.rglob("*.log") if p.stat().st_size > 0)
+    plain_read(logs)  # warm the page cache: every side reads from memory
+    t_read, read_bytes = timed(lambda: plain_read(logs))
+    assert read_bytes == size
+    t_one, _ = timed(lambda: [rebuild_indexes(p, 0) for p in logs])
+    with TieringContext.open(load_config(config)) as ctx:
+        tps = [log.topic_partition for log in ctx.partitions()]
+        t_spark, report = timed(lambda: run_rebuild(ctx, tps, spark, repair=False, local=True, say=quiet))
+    checked = [c for c in report.checks if c.log_bytes]
+    assert len(checked) == len(logs) and all(c.status.value == "ok" for c in checked)
+    print(f"index rebuild: {len(logs)} segments, {size / MiB:.0f} MiB (page cache warm)")
+    print(f"  plain sequential read:        {t_read:7.2f} s  {size / MiB / t_read:7.1f} MiB/s")
+    print(f"  rebuild, one process:         {t_one:7.2f} s  {size / MiB / t_one:7.1f} MiB/s")
+    print(f"  rebuild + compare, local[2]:  {t_spark:7.2f} s  {size / MiB / t_spark:7.1f} MiB/s")
+    print(f"RATIO index_rebuild_time/plain_read_time = {t_one / t_read:.2f}")
+    print(f"RATIO spark_index_rebuild_time/plain_read_time = {t_spark / t_read:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=8, help="partitions uploaded")
+    parser.add_argument("--upload-mb", type=int, default=512, help="total bytes uploaded by each side")
+    parser.add_argument("--segment-mb", type=int, default=16, help="segment size of the upload data")
+    parser.add_argument("--size-mb", type=int, default=2048, help="bytes of segments rebuilt")
+    parser.add_argument("--rebuild-segment-mb", type=int, default=128)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes for a smoke test")
+    args = parser.parse_args()
+    if args.quick:
+        args.partitions, args.upload_mb, args.segment_mb = 4, 8, 1
+        args.size_mb, args.rebuild_segment_mb = 8, 2
+    segments = max(1, args.upload_mb // (args.partitions * args.segment_mb))
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    t_start, spark = timed(lambda: runtime.spark_session("tiering-bench", "local[2]"))
+    spark.sparkContext.setLogLevel("ERROR")
+    print(f"Spark session (local[2]) started in {t_start:.1f} s (not counted below)")
+    try:
+        bench_upload(root, spark, args.partitions, segments, args.segment_mb)
+        bench_rebuild(root, spark, args.size_mb, args.rebuild_segment_mb)
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Spark DAGs: each one ``spark-submit`` of a ``spark_apps`` application through SparkSubmitOperator.
+
+- ``tiering_spark_bulk_upload`` (manual): every eligible segment of the selected partitions,
+  uploaded in parallel with the copy engine's invariants (``spark_apps/parallel_upload.py``);
+- ``tiering_spark_rebuild_indexes`` (weekly, or manual): rebuild offset, time and transaction
+  indexes from the ``.log``, compare with what is stored, repair what differs
+  (``spark_apps/rebuild_indexes.py``).
+
+Params select the partitions (empty: all in the log dirs). The Spark master comes from the
+``spark_default`` connection (``local[2]``, ``spark://...``, ``yarn``, ``k8s://...``). The config
+file is the ``config`` param, else ``$TIERING_CONFIG`` when the file was parsed, else the
+Variable ``tiering_config``. Parsing imports only Airflow and the Spark provider's operator.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Param
+
+APPS = Path(__file__).resolve().parents[1] / "spark_apps"
+VENV_BIN = Path(sys.executable).parent
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+CONFIG = "{{ params.config or var.value.get('tiering_config', '') }}"
+# A blank selector means "every partition"; the apps read blank values as unset.
+SELECTOR_ARGS = ["--config", CONFIG, "--topic", "{{ params.topic }}", "--partitions", "{{ params.partitions }}"]
+PARTITION_LIST = r"^\s*([A-Za-z0-9._-]+-[0-9]+\s*(,\s*[A-Za-z0-9._-]+-[0-9]+\s*)*)?$"
+
+
+def selector_params() -> dict[str, Param]:
+    return {
+        "config": Param(os.environ.get("TIERING_CONFIG", ""), type="string", description="platform config file"),
+        "topic": Param("", type="string", description="one topic, or empty for every topic"),
+        "partitions": Param(
+            "",
+            type="string",
+            pattern=PARTITION_LIST,
+            description="comma-separated <topic>-<partition> list, e.g. orders-0,orders-3 (instead of topic)",
+        ),
+    }
+
+
+def submit(task_id: str, app: str, args: list[str]) -> SparkSubmitOperator:
+    """spark-submit of one app; spark-submit and Python from this interpreter's environment."""
+    spark_submit = VENV_BIN / "spark-submit"
+    return SparkSubmitOperator(
+        task_id=task_id,
+        conn_id="spark_default",
+        application=str(APPS / app),
+        application_args=args,
+        name=f"tiering-{task_id.replace('_', '-')}",
+        spark_binary=str(spark_submit) if spark_submit.exists() else "spark-submit",
+        env_vars={
+            "TIERING_CONFIG": CONFIG,
+            "PYSPARK_PYTHON": sys.executable,
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        },
+    )
+
+
+with DAG(
+    dag_id="tiering_spark_bulk_upload",
+    description="Parallel upload of many partitions on Spark (spark_apps/parallel_upload.py)",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,
+    tags=["tiering", "spark"],
+    params=selector_params(),
+    doc_md=__doc__,
+) as tiering_spark_bulk_upload:
+    submit("parallel_upload", "parallel_upload.py", SELECTOR_ARGS)
+
+
+with DAG(
+    dag_id="tiering_spark_rebuild_indexes",
+    description="Rebuild segment indexes from the .log and repair what differs (spark_apps/rebuild_indexes.py)",
+    schedule="@weekly",
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,
+    tags=["tiering", "spark"],
+    params={
+        **selector_params(),
+        "repair": Param(True, type="boolean", description="copy damaged segments again (false: only report)"),
+        "local": Param(False, type="boolean", description="also check the broker's local segments (read-only)"),
+    },
+    doc_md=__doc__,
+) as tiering_spark_rebuild_indexes:
+    submit(
+        "rebuild_indexes",
+        "rebuild_indexes.py",
+        [
+            *SELECTOR_ARGS,
+            "--mode",
+            "{{ 'repair' if params.repair else 'check' }}",
+            "--local",
+            "{{ 'yes' if params.local else 'no' }}",
+        ],
+    )

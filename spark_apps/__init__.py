@@ -1,0 +1,3 @@
+"""PySpark applications launched with SparkSubmitOperator; each is a few lines over tiering_core."""
+
+from __future__ import annotations

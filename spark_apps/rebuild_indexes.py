@@ -1,0 +1,309 @@
+"""Rebuild indexes from the ``.log`` on Spark, compare with what is stored, repair what is damaged.
+
+    spark-submit spark_apps/rebuild_indexes.py --config FILE [--topic T [--partition P] | --partitions ...]
+        [--mode repair|check] [--local]
+
+The logic is ``tiering_core.rebuild``; this app only spreads it. The driver holds each
+partition's lease; executors download each finished remote segment's ``.log``, rebuild its
+offset, time and transaction indexes and compare (``--local`` also checks the broker's own
+segments, read-only). In repair mode the driver then writes COPY_SEGMENT_STARTED for a new
+copy of each damaged segment, an executor uploads it with the rebuilt indexes, and the driver
+finishes it and deletes the damaged attempt. One line per segment (ok / missing / differed /
+repaired / error) and a summary; exit 1 if damage remains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from spark_apps import runtime
+from tiering_core.config import RemoteConfig, load_config
+from tiering_core.context import TieringContext
+from tiering_core.errors import TieringError
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.errors import FencedError
+from tiering_core.rebuild import (
+    IndexCheck,
+    IndexStatus,
+    LocalIndexTask,
+    RebuildResult,
+    RemoteIndexExamination,
+    RemoteIndexTask,
+    acquire_rebuild_lease,
+    check_local_segment,
+    clean_up_interrupted_repairs,
+    commit_index_repair,
+    examine_remote_segment,
+    format_rebuild_summary,
+    local_index_tasks,
+    release_rebuild_lease,
+    remote_index_tasks,
+    repair_task,
+    start_index_repair,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
+
+APP = "rebuild_indexes"
+
+
+# --- executor side ---------------------------------------------------------------------------
+
+
+def examine_on_executor(remote: RemoteConfig, task: RemoteIndexTask) -> RemoteIndexExamination:
+    return examine_remote_segment(runtime.executor_storage(remote), task)
+
+
+def check_local_on_executor(task: LocalIndexTask) -> IndexCheck:
+    return check_local_segment(task)
+
+
+# --- driver side -----------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionRebuild:
+    result: RebuildResult
+    tip: TopicIdPartition
+    lease: Lease | None
+    remote: list[RemoteIndexTask] = field(default_factory=list)
+    local: list[LocalIndexTask] = field(default_factory=list)
+    found: dict[int, RemoteIndexExamination] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    results: list[RebuildResult]
+    seconds: float
+    failures: list[str]
+
+    @property
+    def checks(self) -> list[IndexCheck]:
+        return [c for r in self.results for c in r.checks]
+
+    def unresolved_remote(self) -> list[IndexCheck]:
+        return [c for r in self.results for c in r.unresolved if c.location == "remote"]
+
+    @property
+    def exit_code(self) -> int:
+        return runtime.EXIT_FAILURE if self.failures or self.unresolved_remote() else runtime.EXIT_OK
+
+
+def _failed_check(task: RemoteIndexTask | LocalIndexTask, tp: TopicPartition, error: str) -> IndexCheck:
+    if isinstance(task, RemoteIndexTask):
+        s = task.segment
+        return IndexCheck(tp.topic, tp.partition, s.start_offset, s.end_offset, "remote", str(s.segment_id),
+                          error=error)
+    end = None if task.next_base_offset is None else task.next_base_offset - 1
+    return IndexCheck(tp.topic, tp.partition, task.base_offset, end, "local", None, error=error)
+
+
+def run_rebuild(
+    ctx: TieringContext,
+    partitions: Sequence[TopicPartition],
+    spark: SparkSession,
+    *,
+    repair: bool = True,
+    local: bool = False,
+    run_id: str | None = None,
+    parallelism: int | None = None,
+    say: Callable[[str], None] = runtime.say,
+) -> Report:
+    """Check (and repair) the indexes of every finished remote segment of ``partitions`` on Spark."""
+    started = time.monotonic()
+    sc = spark.sparkContext
+    slots = parallelism or max(1, sc.defaultParallelism)
+    run = run_id or f"spark-{uuid.uuid4().hex}"
+    remote = ctx.config.remote
+    failures: list[str] = []
+    parts: list[PartitionRebuild] = []
+    for tp in partitions:
+        partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+        tip = TopicIdPartition(partition_log.topic_id, tp)
+        interval = ctx.config.topic_config(tp.topic).index_interval_bytes
+        part = PartitionRebuild(RebuildResult(tp.topic, tp.partition, repair), tip, None)
+        parts.append(part)
+        if local:
+            part.local = local_index_tasks(partition_log, interval)
+        part.lease = acquire_rebuild_lease(ctx, tip, run)
+        if part.lease is None:
+            part.result.busy = True
+            say(f"{tp}: another run holds the partition; remote indexes not checked")
+            continue
+        if repair:
+            part.result.superseded_deleted = clean_up_interrupted_repairs(ctx.metadata, ctx.storage, tip, part.lease)
+        part.remote = remote_index_tasks(ctx.metadata, tip, interval)
+
+    last_renewal = time.monotonic()
+    renew_every = max(0.5, ctx.config.metadata.lease_ms / 3000.0)
+
+    def renew() -> None:
+        nonlocal last_renewal
+        if time.monotonic() - last_renewal < renew_every:
+            return
+        for part in parts:
+            if part.lease is not None:
+                try:
+                    part.lease = ctx.metadata.renew_lease(part.lease)
+                except FencedError:
+                    failures.append(f"{part.tip.topic_partition}: lost the partition's lease; stopped")
+                    part.lease = None
+        last_renewal = time.monotonic()
+
+    try:
+        remote_items = [(part, task) for part in parts for task in part.remote]
+        local_items = [(part, task) for part in parts for task in part.local]
+        total = sum(t.segment.size_bytes for _, t in remote_items)
+        say(
+            f"rebuild-indexes: {len(remote_items)} remote segment(s) ({runtime.fmt_bytes(total)}) and "
+            f"{len(local_items)} local segment(s) of {len(parts)} partition(s); mode {'repair' if repair else 'check'}"
+        )
+        # Phase 1: examine everything (nothing changes yet).
+        for outcome in runtime.run_jobs(
+            sc,
+            [task for _, task in remote_items],
+            lambda task: examine_on_executor(remote, task),
+            slots=slots,
+            describe=lambda task: f"rebuild indexes of {task.segment.topic_id_partition.topic_partition} "
+            f"segment {task.segment.start_offset}",
+            on_wait=renew,
+        ):
+            part, task = remote_items[outcome.index]
+            if isinstance(outcome.result, RemoteIndexExamination):
+                part.found[outcome.index] = outcome.result
+            else:
+                check = _failed_check(task, part.tip.topic_partition, outcome.error or "no result")
+                part.found[outcome.index] = RemoteIndexExamination(check)
+        # Phase 2: a new copy of each damaged segment, committed as it completes.
+        repairs: list[tuple[PartitionRebuild, RemoteIndexTask, RemoteIndexExamination, RemoteLogSegmentMetadata]] = []
+        for index, (part, task) in enumerate(remote_items):
+            found = part.found[index]
+            if repair and found.check.needs_repair and part.lease is not None:
+                attempt = start_index_repair(ctx.metadata, task.segment, part.lease)
+                repairs.append((part, repair_task(task, found, attempt), found, attempt))
+            else:
+                part.result.checks.append(found.check)
+                say(found.check.describe())
+        for outcome in runtime.run_jobs(
+            sc,
+            [r[1] for r in repairs],
+            lambda task: examine_on_executor(remote, task),
+            slots=slots,
+            describe=lambda task: f"repair indexes of {task.segment.topic_id_partition.topic_partition} "
+            f"segment {task.segment.start_offset}",
+            on_wait=renew,
+        ):
+            part, task, found, attempt = repairs[outcome.index]
+            examination = outcome.result
+            if not isinstance(examination, RemoteIndexExamination):
+                examination = RemoteIndexExamination(
+                    _failed_check(task, part.tip.topic_partition, f"repair failed: {outcome.error}")
+                )
+            if part.lease is None:
+                check = examination.check  # fenced: the new lease holder's recovery cleans up the attempt
+            else:
+                check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, part.lease)
+            part.result.checks.append(check)
+            say(check.describe())
+        # The broker's own segments: checked, never changed.
+        for outcome in runtime.run_jobs(
+            sc,
+            [task for _, task in local_items],
+            check_local_on_executor,
+            slots=slots,
+            describe=lambda task: f"check local indexes of segment {task.base_offset} in {task.partition_dir.name}",
+            on_wait=renew,
+        ):
+            part, local_task = local_items[outcome.index]
+            check = outcome.result if isinstance(outcome.result, IndexCheck) else _failed_check(
+                local_task, part.tip.topic_partition, outcome.error or "no result"
+            )
+            part.result.checks.append(check)
+            say(check.describe())
+    finally:
+        for part in parts:
+            if part.lease is not None:
+                release_rebuild_lease(ctx, part.lease)
+    seconds = time.monotonic() - started
+    results = []
+    for part in parts:
+        part.result.checks.sort(key=lambda c: (c.location != "remote", c.base_offset))
+        part.result.seconds = seconds
+        results.append(part.result)
+    report = Report(results, seconds, failures)
+    say(format_rebuild_summary(results, seconds))
+    return report
+
+
+# --- the app ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=APP, description="Rebuild and repair segment indexes on Spark.")
+    runtime.add_common_arguments(parser)
+    parser.add_argument("--mode", choices=["repair", "check"], default="repair",
+                        help="repair (default) re-copies damaged segments; check only reports")
+    parser.add_argument("--local", nargs="?", const="yes", default="no", choices=["yes", "no"],
+                        help="also check the broker's local segments (read-only)")
+    parser.add_argument("--parallelism", type=int, default=None, help="segments at a time (default: Spark's)")
+    parser.add_argument("--run-id", default=None, help="run id recorded with the partitions' leases")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    own_session = spark is None
+    try:
+        selection = runtime.parse_selection(args)
+        config = load_config(runtime.config_path(args))
+        with TieringContext.open(config) as ctx:
+            partitions = selection.resolve(ctx)
+            if spark is None:
+                spark = runtime.spark_session("tiering-rebuild-indexes", args.master)
+            report = run_rebuild(
+                ctx,
+                partitions,
+                spark,
+                repair=args.mode == "repair",
+                local=args.local == "yes",
+                run_id=args.run_id,
+                parallelism=args.parallelism,
+            )
+    except TieringError as exc:
+        runtime.fail(APP, str(exc))
+        return runtime.EXIT_FAILURE
+    finally:
+        if own_session and spark is not None:
+            spark.stop()
+    for line in report.failures:
+        runtime.fail(APP, line)
+    damaged = report.unresolved_remote()
+    if damaged:
+        kinds = sorted({c.status.value for c in damaged})
+        hint = " (run with --mode repair)" if args.mode == "check" and IndexStatus.ERROR.value not in kinds else ""
+        runtime.fail(APP, f"{len(damaged)} remote segment(s) still {'/'.join(kinds)}{hint}")
+    local_damage = [c for c in report.checks if c.location == "local" and c.status != IndexStatus.OK]
+    if local_damage:
+        print(f"{APP}: warning: {len(local_damage)} local segment(s) with damaged indexes (the broker's files; "
+              "not changed)", file=sys.stderr)
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    # Re-imported under its package name, so executors unpickle these functions by reference.
+    from spark_apps.rebuild_indexes import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,233 @@
+"""What every Spark app shares: arguments, the Spark session, shipping our code, progress lines.
+
+Apps run under ``spark-submit`` (local, standalone, YARN or Kubernetes). Executors import
+``tiering_core`` and ``spark_apps`` from a zip the driver ships with ``addPyFile``, so workers
+need only the third-party packages, never this checkout. Segment files are read from the log
+dir path, so in a cluster the broker's log dirs must be mounted (read-only) on the executors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from tiering_core.copy import _fmt_bytes as fmt_bytes
+from tiering_core.errors import TieringError
+from tiering_core.kafka.topic import TopicPartition
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from tiering_core.config import RemoteConfig
+    from tiering_core.context import TieringContext
+    from tiering_core.storage.base import RemoteStorage
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_GAP = 3  # the exit code of ``tiering copy`` for a tiering gap
+
+DEFAULT_MASTER = "local[*]"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_PACKAGES = ("tiering_core", "spark_apps")
+
+__all__ = ["fmt_bytes"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class AppError(TieringError):
+    """A Spark app cannot run as asked (bad selector, no config)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The partitions an app covers: all, one topic, one partition or an explicit list."""
+
+    topic: str | None = None
+    partition: int | None = None
+    partitions: tuple[TopicPartition, ...] = ()
+
+    def resolve(self, ctx: TieringContext) -> list[TopicPartition]:
+        """The selected partitions in the log dirs; a named partition that is absent is an error."""
+        if self.partitions:
+            for tp in self.partitions:
+                ctx.partitions(tp.topic, tp.partition)  # raises when absent
+            return sorted(set(self.partitions))
+        return [log.topic_partition for log in ctx.partitions(self.topic, self.partition)]
+
+
+def _unset(value: str | None) -> bool:
+    """Templated arguments (Airflow params) arrive as empty strings when not given."""
+    return value is None or value.strip() in ("", "None")
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="platform config file (YAML); default: $TIERING_CONFIG")
+    parser.add_argument("--topic", default=None, help="only this topic")
+    parser.add_argument("--partition", default=None, help="only this partition (needs --topic)")
+    parser.add_argument("--partitions", default=None, help="<topic>-<partition> list: orders-0,orders-3")
+    parser.add_argument("--master", default=None, help=f"Spark master when spark-submit sets none ({DEFAULT_MASTER})")
+
+
+def parse_selection(args: argparse.Namespace) -> Selection:
+    topic = None if _unset(args.topic) else args.topic.strip()
+    partition: int | None = None
+    if not _unset(args.partition):
+        try:
+            partition = int(args.partition)
+        except ValueError as exc:
+            raise AppError(f"--partition: {args.partition!r} is not a partition number") from exc
+    if partition is not None and topic is None:
+        raise AppError("--partition needs --topic")
+    listed = tuple(
+        TopicPartition.from_dir_name(item.strip())
+        for item in ("" if _unset(args.partitions) else args.partitions).split(",")
+        if item.strip()
+    )
+    if listed and (topic is not None or partition is not None):
+        raise AppError("--partitions cannot be combined with --topic/--partition")
+    return Selection(topic, partition, listed)
+
+
+def config_path(args: argparse.Namespace) -> str:
+    path = None if _unset(args.config) else args.config
+    path = path or os.environ.get("TIERING_CONFIG")
+    if not path:
+        raise AppError("no config file: pass --config FILE or set TIERING_CONFIG")
+    return str(path)
+
+
+def spark_session(app_name: str, master: str | None = None) -> SparkSession:
+    """The app's session: the master spark-submit chose, else ``--master``, else ``local[*]``."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+        builder = builder.master(DEFAULT_MASTER)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    ship_packages(spark.sparkContext)
+    return spark
+
+
+def _package_zip() -> Path:
+    """A zip of our packages' Python sources, named by content (built once per version)."""
+    files: list[tuple[Path, str]] = []
+    for package in SHIPPED_PACKAGES:
+        for path in sorted((REPO_ROOT / package).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".ini", ".mako"):
+                files.append((path, str(path.relative_to(REPO_ROOT))))
+    digest = hashlib.sha256()
+    for path, name in files:
+        digest.update(name.encode())
+        digest.update(path.read_bytes())
+    target = Path(tempfile.gettempdir()) / f"tiering-spark-{digest.hexdigest()[:16]}.zip"
+    if not target.exists():
+        partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path, name in files:
+                archive.write(path, name)
+        partial.replace(target)
+    return target
+
+
+def ship_packages(sc: SparkContext) -> None:
+    """Make ``tiering_core`` and ``spark_apps`` importable on every executor (once per context)."""
+    if getattr(sc, "_tiering_packages_shipped", False):
+        return
+    sc.addPyFile(str(_package_zip()))
+    sc._tiering_packages_shipped = True  # type: ignore[attr-defined]
+
+
+def say(line: str) -> None:
+    """A progress line on stdout, flushed so spark-submit and Airflow logs show it at once."""
+    print(line, flush=True)
+
+
+def fail(app: str, reason: str) -> None:
+    """A one-line reason on stderr."""
+    print(f"{app}: failed: {reason}", file=sys.stderr, flush=True)
+
+
+def rate(size: int, seconds: float) -> str:
+    return f"{fmt_bytes(size / seconds if seconds > 0 else 0.0)}/s"
+
+
+def spark_failure_reason(exc: BaseException) -> str:
+    """The informative line of a Spark job failure (Py4J wraps it in a long Java trace)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for marker in ("exited unexpectedly", "SparkException:", "Exception:", "Error:"):
+        for line in lines:
+            if marker in line:
+                return line.rsplit("Exception: ", 1)[-1].split(". Consider", 1)[0][:300]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+_STORAGE: dict[RemoteConfig, RemoteStorage] = {}
+
+
+def executor_storage(remote: RemoteConfig) -> RemoteStorage:
+    """One storage backend per executor Python worker, reused across its tasks."""
+    storage = _STORAGE.get(remote)
+    if storage is None:
+        from tiering_core.storage.factory import create_remote_storage
+
+        storage = _STORAGE[remote] = create_remote_storage(remote)
+    return storage
+
+
+def run_one_job(sc: SparkContext, item: T, fn: Callable[[T], R], description: str) -> R:
+    """``fn(item)`` as a one-task Spark job: a lost or killed task fails only this item."""
+    sc.setJobDescription(description)
+    return sc.parallelize([item], 1).map(fn).collect()[0]
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    index: int
+    result: object | None
+    error: str | None
+
+
+def run_jobs(
+    sc: SparkContext,
+    items: Sequence[T],
+    fn: Callable[[T], R],
+    *,
+    slots: int,
+    describe: Callable[[T], str],
+    on_wait: Callable[[], None] | None = None,
+    wait_seconds: float = 5.0,
+) -> Iterator[JobOutcome]:
+    """Each item as its own Spark job, ``slots`` at a time; outcomes as they complete.
+
+    ``on_wait`` runs between completions (and at least every ``wait_seconds``), e.g. to renew leases.
+    """
+    with ThreadPoolExecutor(max_workers=max(1, slots), thread_name_prefix="spark-job") as pool:
+        pending: dict[Future[R], int] = {
+            pool.submit(run_one_job, sc, item, fn, describe(item)): i for i, item in enumerate(items)
+        }
+        while pending:
+            done, _ = wait(list(pending), timeout=wait_seconds, return_when=FIRST_COMPLETED)
+            for future in done:
+                index = pending.pop(future)
+                exc = future.exception()
+                if exc is not None:
+                    yield JobOutcome(index, None, f"Spark task failed: {spark_failure_reason(exc)}")
+                else:
+                    yield JobOutcome(index, future.result(), None)
+            if on_wait is not None:
+                on_wait()

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_spark_quick_prints_ratios() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_spark.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=300,
+    ).stdout
+    for name in (
+        "parallel_upload_speedup/sequential_run_copy",
+        "index_rebuild_time/plain_read_time",
+        "spark_index_rebuild_time/plain_read_time",
+    ):
+        assert f"RATIO {name} = " in out, out

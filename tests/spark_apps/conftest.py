@@ -1,0 +1,30 @@
+"""One local[2] SparkSession for every in-process Spark test (starting one costs seconds)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from spark_apps import runtime
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tiering-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.task.maxFailures", "1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    runtime.ship_packages(session.sparkContext)
+    yield session
+    session.stop()

@@ -1,0 +1,82 @@
+"""The rebuild job in local[2]: finds deleted and corrupted remote indexes on S3 and repairs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.engine_support import TieringEnv, tip_of
+from tests.services import S3Endpoint
+from tests.test_rebuild import broker_file, build_partition
+from tiering_core.copy import run_copy
+from tiering_core.kafka.topic import TopicPartition
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.rebuild import IndexStatus
+from tiering_core.remote_segments import segment_ref
+from tiering_core.storage.layout import ObjectKind
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+INDEXES = (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX)
+
+
+def s3_env(tmp_path: Path, endpoint: S3Endpoint) -> TieringEnv:
+    log_dir = tmp_path / "kafka-logs"
+    log_dir.mkdir()
+    remote = {"backend": "s3", "bucket": endpoint.new_bucket(), "prefix": "r/", "endpoint_url": endpoint.url}
+    env = TieringEnv(tmp_path, log_dir, tmp_path / "tiering.yaml", remote, f"sqlite:///{tmp_path / 'm.db'}")
+    env.write_config()
+    return env
+
+
+def test_rebuild_job_finds_and_repairs_deleted_and_corrupted_indexes(tmp_path: Path, spark, s3_endpoint) -> None:
+    from spark_apps.rebuild_indexes import main, run_rebuild
+
+    env = s3_env(tmp_path, s3_endpoint)
+    writers = [build_partition(env, p) for p in range(2)]
+    tps = [w.tp for w in writers]
+    with env.context() as ctx:
+        for w in writers:
+            run_copy(ctx, w.tp)
+        p0 = [s for s in ctx.metadata.list_segments(tip_of(writers[0])) if s.state == FINISHED]
+        p1 = [s for s in ctx.metadata.list_segments(tip_of(writers[1])) if s.state == FINISHED]
+        storage = ctx.storage
+        storage.delete_keys([segment_ref(p0[0]).key(ObjectKind.OFFSET_INDEX, storage.prefix)])  # deleted
+        for seg, kind in ((p1[1], ObjectKind.TIME_INDEX), (p0[1], ObjectKind.TRANSACTION_INDEX)):  # corrupted
+            body = bytearray(storage.fetch(segment_ref(seg), kind))
+            body[-3] ^= 0x5A
+            storage.put_object(segment_ref(seg).key(kind, storage.prefix), bytes(body))
+
+        lines: list[str] = []
+        check = run_rebuild(ctx, tps, spark, repair=False, say=lines.append)
+        statuses = {(c.partition, c.base_offset): c.status for c in check.checks}
+        assert statuses == {
+            (0, p0[0].start_offset): IndexStatus.MISSING,
+            (0, p0[1].start_offset): IndexStatus.DIFFERED,
+            (0, p0[2].start_offset): IndexStatus.OK,
+            (1, p1[0].start_offset): IndexStatus.OK,
+            (1, p1[1].start_offset): IndexStatus.DIFFERED,
+            (1, p1[2].start_offset): IndexStatus.OK,
+        }
+        assert check.exit_code == 1
+        assert sum(": differed: " in line for line in lines) == 2 and ": missing: " in "".join(lines)
+        assert lines[-1].startswith("rebuild-indexes: 2 partition(s), 6 segment(s): 3 ok, 1 missing, 2 differed")
+
+    # The app itself (in-process session): repair, local check, exit 0.
+    assert main(["--config", str(env.config_path), "--partitions", "orders-0,orders-1", "--local"], spark=spark) == 0
+
+    with env.context() as ctx:
+        storage = ctx.storage
+        for w in writers:
+            finished = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
+            assert len(finished) == 3
+            for s in finished:
+                ref = segment_ref(s)
+                assert storage.verify_segment(ref) == []
+                manifest = storage.read_manifest(ref)
+                assert s.custom_metadata["crc32c"] == {k.value: e.crc32c for k, e in manifest.objects.items()}
+                for kind in INDEXES:  # byte for byte what the broker wrote
+                    expected = broker_file(w, s.start_offset, kind)
+                    assert (storage.fetch(ref, kind) if kind in manifest.objects else None) == expected
+        repaired_ids = {s.segment_id for s in ctx.metadata.list_segments(tip_of(writers[0]))}
+        assert p0[0].segment_id not in repaired_ids and p0[2].segment_id in repaired_ids
+        again = run_rebuild(ctx, [TopicPartition("orders", 0)], spark, repair=True, local=True)
+    assert [c.status for c in again.checks] == [IndexStatus.OK] * 7 and again.exit_code == 0
