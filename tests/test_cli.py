@@ -85,6 +85,52 @@ def test_gap_exit_code(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -
     assert code == 3 and "tiering gap" in err
 
 
+def test_fetch_find_offset_and_verify_contracts(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    import base64
+
+    w = fs_env.writer()
+    w.append([(b"k0", b"v0", [("trace", b"t0")]), (None, b"v1")])
+    write_segments(w, 2)
+    w.append_records(3)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    select = ("--topic", "orders", "--partition", "0")
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+
+    code, out, _ = run(capsys, "--config", cfg, "--json", "fetch", *select, "--offset", "0", "--max-records", "3")
+    first, second, third = json.loads(out)
+    assert code == 0 and set(first) == {"offset", "timestamp", "leader_epoch", "key", "value", "headers"}
+    assert (first["offset"], base64.b64decode(first["key"]), base64.b64decode(first["value"])) == (0, b"k0", b"v0")
+    assert first["headers"] == [{"key": "trace", "value": base64.b64encode(b"t0").decode()}]
+    assert (second["key"], third["offset"], third["leader_epoch"]) == (None, 2, 0)
+
+    at = str(third["timestamp"])
+    code, out, _ = run(capsys, "--config", cfg, "--json", "find-offset", *select, "--timestamp", at)
+    assert code == 0 and json.loads(out) == {
+        "offset": 2,
+        "timestamp": third["timestamp"],
+        "leader_epoch": 0,
+    }
+    code, out, _ = run(capsys, "--config", cfg, "--json", "find-offset", *select, "--timestamp", str(2**62))
+    assert code == 0 and json.loads(out) is None
+
+    code, out, err = run(capsys, "--config", cfg, "fetch", *select, "--offset", "999")
+    assert code == 1 and "above the remote tier" in err and err.count("\n") == 1
+
+    code, out, _ = run(capsys, "--config", cfg, "--json", "verify")
+    assert code == 0 and [r["ok"] for r in json.loads(out)] == [True, True]
+    with fs_env.context() as ctx:
+        from tests.engine_support import tip_of
+        from tiering_core.remote_segments import segment_ref
+        from tiering_core.storage.layout import ObjectKind
+
+        segment = ctx.metadata.list_segments(tip_of(w))[1]
+        ctx.storage.delete_keys([segment_ref(segment).key(ObjectKind.LOG, ctx.storage.prefix)])
+    code, out, err = run(capsys, "--config", cfg, "verify")
+    assert code == 1 and "1 with problems" in out
+    assert f"segment {segment.start_offset}..{segment.end_offset}" in err and "log: object" in err
+
+
 @pytest.mark.parametrize("backend", ["filesystem", "s3"])
 def test_demo_runs_end_to_end(tmp_path: Path, backend: str) -> None:
     proc = subprocess.run(

@@ -213,6 +213,73 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
     return EXIT_FAILURE if result.unresolved else EXIT_OK
 
 
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.remote_read import open_reader
+
+    if args.max_records < 1:
+        raise TieringError(f"--max-records must be at least 1, got {args.max_records}")
+    with _context(args) as ctx:
+        records = open_reader(ctx, TopicPartition(args.topic, args.partition)).read(args.offset, args.max_records)
+
+    def human() -> str:
+        return "\n".join(
+            f"offset {r.offset} timestamp {r.timestamp} leader_epoch {r.leader_epoch} "
+            f"key {_show(r.key)} value {_show(r.value)}" + (f" headers {len(r.headers)}" if r.headers else "")
+            for r in records
+        ) or "no records"
+
+    _emit(args, [r.to_dict() for r in records], human)
+    return EXIT_OK
+
+
+def _show(data: bytes | None, limit: int = 60) -> str:
+    if data is None:
+        return "null"
+    text = repr(data[:limit])
+    return text + ("..." if len(data) > limit else "")
+
+
+def cmd_find_offset(args: argparse.Namespace) -> int:
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.remote_read import open_reader
+
+    with _context(args) as ctx:
+        reader = open_reader(ctx, TopicPartition(args.topic, args.partition))
+        found = reader.offset_for_timestamp(args.timestamp, args.from_offset)
+    _emit(
+        args,
+        found.to_dict() if found is not None else None,
+        lambda: (
+            f"offset {found.offset} timestamp {found.timestamp} leader_epoch {found.leader_epoch}"
+            if found is not None
+            else f"no record with timestamp >= {args.timestamp} in the remote tier"
+        ),
+    )
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from tiering_core.verify import verify_partition
+
+    results = []
+    with _context(args) as ctx:
+        for partition_log in ctx.partitions(args.topic, args.partition):
+            for checked in verify_partition(ctx, partition_log.topic_partition):
+                results.append(checked)
+                if not args.json:
+                    print(checked.describe(), flush=True)
+    bad = [r for r in results if not r.ok]
+    _emit(
+        args,
+        [r.to_dict() for r in results],
+        lambda: f"verify: {len(results)} finished segment(s), {len(bad)} with problems",
+    )
+    for r in bad:
+        print(f"tiering: verify: {r.describe()}", file=sys.stderr)
+    return EXIT_FAILURE if bad else EXIT_OK
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     from tiering_core.metadata.migrations import current_revision, downgrade, upgrade
 
@@ -287,6 +354,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check-only", action="store_true", help="report what differs, repair nothing")
     p.add_argument("--local", action="store_true", help="also check the broker's own segment indexes (read-only)")
     p.set_defaults(handler=cmd_rebuild_indexes)
+
+    p = sub.add_parser("fetch", help="read records from the remote tier")
+    _add_selectors(p, required=True)
+    p.add_argument("--offset", type=int, required=True, help="first offset to read")
+    p.add_argument("--max-records", type=int, default=10, help="at most this many records (default 10)")
+    p.set_defaults(handler=cmd_fetch)
+
+    p = sub.add_parser("find-offset", help="the first remote record at or after a timestamp")
+    _add_selectors(p, required=True)
+    p.add_argument("--timestamp", type=int, required=True, help="milliseconds since the epoch")
+    p.add_argument("--from-offset", type=int, default=None, help="starting offset (default: the log start)")
+    p.set_defaults(handler=cmd_find_offset)
+
+    p = sub.add_parser("verify", help="check every finished remote segment against its manifest and metadata")
+    _add_selectors(p)
+    p.set_defaults(handler=cmd_verify)
 
     p = sub.add_parser("db", help="metadata schema migrations")
     dbsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")

@@ -91,6 +91,7 @@ class PlatformConfig:
     remote: RemoteConfig
     topics: Mapping[str, TopicConfig] = field(default_factory=dict)
     index_cache_bytes: int = 1024 * 1024 * 1024
+    index_cache_dir: Path | None = None  # remote index files kept across runs; None: in memory only
     source: Path | None = None
 
     def topic_config(self, topic: str) -> TopicConfig:
@@ -163,7 +164,7 @@ def parse_topic_config(raw: Any, where: str, base: TopicConfig) -> TopicConfig:
 def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = None) -> PlatformConfig:
     """Validate a decoded YAML document into a :class:`PlatformConfig`."""
     doc = _require_mapping(raw, "config")
-    _check_keys(doc, {"log_dirs", "metadata", "remote", "topics", "index_cache_bytes"}, "")
+    _check_keys(doc, {"log_dirs", "metadata", "remote", "topics", "index_cache_bytes", "index_cache_dir"}, "")
     base = base_dir or Path.cwd()
 
     def resolve(p: str) -> Path:
@@ -261,6 +262,9 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         remote=remote,
         topics=topics,
         index_cache_bytes=_as_int(doc.get("index_cache_bytes", 1024**3), "index_cache_bytes", 0),
+        index_cache_dir=(
+            resolve(_as_str(doc["index_cache_dir"], "index_cache_dir")) if "index_cache_dir" in doc else None
+        ),
         source=source,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -28,3 +29,6 @@ def spark() -> Iterator[object]:
     runtime.ship_packages(session.sparkContext)
     yield session
     session.stop()
+    # py4j logs "Closing down clientserver connection" from finalizers at interpreter exit, after
+    # pytest closed the streams logging writes to.
+    logging.getLogger("py4j").setLevel(logging.WARNING)

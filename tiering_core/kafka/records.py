@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
+from typing import BinaryIO
 
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import (
@@ -379,6 +380,36 @@ def iter_batches(path: Path, start_position: int = 0) -> Iterator[tuple[RecordBa
                 header,
                 decode_records(header, mm[start + HEADER_SIZE : start + LOG_OVERHEAD + header.batch_length], path),
             )
+
+
+def read_batches(
+    stream: BinaryIO, where: Path, start_position: int = 0
+) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
+    """Batches read one at a time from a stream positioned at ``start_position`` of a ``.log``
+    (e.g. a ranged read of a remote segment), CRC checked; ``where`` names it in errors. A batch
+    cut short by the end of the stream is a ``CorruptLogError``, as in a file."""
+    position = start_position
+    while True:
+        prefix = stream.read(LOG_OVERHEAD)
+        if not prefix:
+            return
+        if len(prefix) < LOG_OVERHEAD:
+            raise CorruptLogError(
+                where, position, f"truncated batch: {len(prefix)} trailing byte(s), less than a header"
+            )
+        _base_offset, batch_length = struct.unpack(">qi", prefix)
+        if batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            raise CorruptLogError(where, position, f"batch length {batch_length} is smaller than a v2 batch header")
+        rest = stream.read(batch_length)
+        if len(rest) < batch_length:
+            raise CorruptLogError(
+                where,
+                position,
+                f"batch length {batch_length} runs {batch_length - len(rest)} byte(s) beyond the end of the "
+                "object (a truncated last batch, or a damaged length)",
+            )
+        yield decode_batch(prefix + rest, where, position)
+        position += LOG_OVERHEAD + batch_length
 
 
 def iter_records(path: Path, start_position: int = 0) -> Iterator[Record]:
