@@ -84,3 +84,14 @@ def test_local_retention_minus_two_means_same_as_total() -> None:
     assert topic.effective_local_retention_ms() == 1000
     assert topic.effective_local_retention_bytes() == 50
     assert TopicConfig().effective_local_retention_ms() is None
+
+
+def test_index_cache_settings(tmp_path: Path) -> None:
+    assert parse_config(base_doc(tmp_path)).index_cache_dir is None
+    doc = {**base_doc(tmp_path), "index_cache_dir": "cache", "index_cache_bytes": 4096}
+    config = parse_config(doc, base_dir=tmp_path / "conf")
+    assert (config.index_cache_dir, config.index_cache_bytes) == (tmp_path / "conf" / "cache", 4096)
+    with pytest.raises(ConfigError, match="index_cache_dir"):
+        parse_config({**base_doc(tmp_path), "index_cache_dir": ""})
+    with pytest.raises(ConfigError, match="index_cache_bytes"):
+        parse_config({**base_doc(tmp_path), "index_cache_bytes": -1})
