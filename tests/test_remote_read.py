@@ -157,3 +157,34 @@ def test_disk_cache_discards_a_corrupt_entry_and_stays_within_its_bound(fs_env: 
             on_disk = sum(p.stat().st_size for p in cache_dir.iterdir() if not p.name.startswith("."))
             assert on_disk == small.size_bytes
         assert small.get(segments[-1], ObjectKind.TIME_INDEX) is not None and small.hits >= 1
+
+
+def test_after_an_unclean_election_reads_follow_the_new_lineage(tiering_env: TieringEnv) -> None:
+    w = tiering_env.writer()
+    w.append_records(100)
+    w.become_leader(1)
+    w.append_records(100)
+    w.roll()  # [0..199] epochs {0:0, 1:100}, copied below
+    w.append_records(5)
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    w.truncate_to(150)  # unclean election: the new leader's epoch 1 ends at 149
+    w.become_leader(2)
+    w.append_records(60, key_prefix="new")
+    w.roll()
+    w.append_records(5)
+    w.set_high_watermark()
+    expected = local_records(w)
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        reader = open_reader(ctx, w.tp)
+        divergent = next(s for s in ctx.metadata.list_segments(tip_of(w)) if s.end_offset == 199)
+        assert divergent.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED  # still stored, never served
+        got = reader.read(140, 30)
+        assert [(r.offset, r.key, r.leader_epoch) for r in got] == [
+            (r.offset, r.key, r.leader_epoch) for r in expected if r.offset >= 140
+        ][:30]
+        assert got[10].key == b"new-0" and got[10].leader_epoch == 2
+        found = reader.offset_for_timestamp(next(r.timestamp for r in expected if r.offset == 150))
+        assert found is not None and (found.offset, found.leader_epoch) == (150, 2)
