@@ -280,6 +280,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_FAILURE if bad else EXIT_OK
 
 
+def cmd_restore(args: argparse.Namespace) -> int:
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.restore import restore_partition
+
+    with _context(args) as ctx:
+        result = restore_partition(
+            ctx, TopicPartition(args.topic, args.partition), Path(args.to), progress=_progress(args)
+        )
+    _emit(
+        args,
+        result.to_dict(),
+        lambda: (
+            f"{args.topic}-{args.partition}: restored {result.segments} segment(s), offsets "
+            f"{result.log_start_offset}..{result.end_offset}, {result.bytes} bytes to {result.directory}"
+        ),
+    )
+    return EXIT_OK
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     from tiering_core.metadata.migrations import current_revision, downgrade, upgrade
 
@@ -370,6 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="check every finished remote segment against its manifest and metadata")
     _add_selectors(p)
     p.set_defaults(handler=cmd_verify)
+
+    p = sub.add_parser("restore", help="write a partition's remote tier back as a Kafka partition directory")
+    _add_selectors(p, required=True)
+    p.add_argument("--to", required=True, help="target log dir, not a broker's: <topic>-<partition> is made in it")
+    p.set_defaults(handler=cmd_restore)
 
     p = sub.add_parser("db", help="metadata schema migrations")
     dbsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
