@@ -58,13 +58,17 @@ def build_log_dir(log_dir: Path, topic: str, partitions: int, segments: int, seg
     """``partitions`` partitions of ``segments`` closed segments each (one written, the rest copied)."""
     log_dir.mkdir(parents=True)
     first = TopicPartition(topic, 0)
-    w = PartitionWriter(log_dir, first, segment_bytes=1 << 40, clock=lambda: T0)
+    # The broker's 10 MiB index files, so only this loop decides where a segment ends.
+    w = PartitionWriter(log_dir, first, segment_bytes=1 << 40, preallocate_index_bytes=10 << 20, clock=lambda: T0)
     value = os.urandom(512)
     n = 0
     for _ in range(segments):
+        base = w.active_base
         while w.active_size < segment_mb * MiB:
             w.append([RecordSpec(f"k{n + i}".encode(), value, T0 + n + i) for i in range(64)])
             n += 64
+            if w.active_base != base:
+                raise RuntimeError(f"the writer rolled a segment by itself at offset {w.active_base}")
         w.roll()
     hw = w.set_high_watermark()
     for p in range(1, partitions):
