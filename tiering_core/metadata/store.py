@@ -12,6 +12,7 @@ checkpoints its WAL from a background thread, so no commit waits for a checkpoin
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -79,6 +80,25 @@ __all__ = [
 # than the json module (and turn the epoch keys back into ints on the way).
 _decode_epochs = msgspec.json.Decoder(dict[int, int]).decode
 _decode_custom = msgspec.json.Decoder(dict[str, Any]).decode
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a listing is read and decoded.
+
+    A listing allocates thousands of objects that form no reference cycles (reference counting
+    frees them). Collections during it only walk them and promote them to the oldest generation,
+    whose growth then triggers full collections of tens of milliseconds: most of a cold
+    listing's p99 in the bench. Nothing is paused when the application already disabled it.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
 
 METADATA_DROPPED = "METADATA_DROPPED"  # history marker of drop_partition_metadata
 DEFAULT_SEGMENT_MEMO = 50_000
@@ -613,7 +633,7 @@ class RemoteLogMetadataStore:
         """
         params = _tip_params(tip)
         memoize = self._admit(tip)
-        with self._read(snapshot=True) as conn:
+        with _collector_paused(), self._read(snapshot=True) as conn:
             if not memoize:  # first listing in this process: nothing of it is memoized, read it all
                 rows = conn.execute(self._q.all_rows if include_deleted else self._q.live_rows, params).all()
                 metas = [self._decode(r, tip) for r in rows]
