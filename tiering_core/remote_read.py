@@ -33,12 +33,11 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.index import lookup_offset, lookup_timestamp, parse_offset_index, parse_time_index
 from tiering_core.kafka.records import Record, read_batches
-from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.remote_segments import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.tier_state import TierView, is_in_lineage, load_tier_view
+from tiering_core.tier_state import TierView, finished_in_lineage, is_in_lineage, load_tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -214,11 +213,7 @@ class RemoteLogReader:
         self.store = store
         self.cache = cache
         self.storage = cache.storage
-        self._served = [
-            s
-            for s in store.list_segments(view.tip)
-            if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and is_in_lineage(view, s)
-        ]
+        self._served = finished_in_lineage(view, store)
 
     @property
     def tp(self) -> str:
