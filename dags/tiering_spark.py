@@ -4,7 +4,10 @@
   uploaded in parallel with the copy engine's invariants (``spark_apps/parallel_upload.py``);
 - ``tiering_spark_rebuild_indexes`` (weekly, or manual): rebuild offset, time and transaction
   indexes from the ``.log``, compare with what is stored, repair what differs
-  (``spark_apps/rebuild_indexes.py``).
+  (``spark_apps/rebuild_indexes.py``);
+- ``tiering_spark_verify`` (weekly, or manual): stream every finished remote segment against its
+  manifest and the checksums recorded at copy time; the run fails when any segment is damaged
+  (``spark_apps/verify_segments.py``).
 
 Params select the partitions (empty: all in the log dirs). The Spark master comes from the
 ``spark_default`` connection (``local[2]``, ``spark://...``, ``yarn``, ``k8s://...``). The config
@@ -102,3 +105,17 @@ with DAG(
             "{{ 'yes' if params.local else 'no' }}",
         ],
     )
+
+
+with DAG(
+    dag_id="tiering_spark_verify",
+    description="Verify every finished remote segment against its manifest (spark_apps/verify_segments.py)",
+    schedule="@weekly",
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,
+    tags=["tiering", "spark"],
+    params=selector_params(),
+    doc_md=__doc__,
+) as tiering_spark_verify:
+    submit("verify_segments", "verify_segments.py", SELECTOR_ARGS)

@@ -260,7 +260,7 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from tiering_core.verify import verify_partition
+    from tiering_core.verify import format_verify_summary, verify_partition
 
     results = []
     with _context(args) as ctx:
@@ -270,11 +270,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 if not args.json:
                     print(checked.describe(), flush=True)
     bad = [r for r in results if not r.ok]
-    _emit(
-        args,
-        [r.to_dict() for r in results],
-        lambda: f"verify: {len(results)} finished segment(s), {len(bad)} with problems",
-    )
+    _emit(args, [r.to_dict() for r in results], lambda: format_verify_summary(results))
     for r in bad:
         print(f"tiering: verify: {r.describe()}", file=sys.stderr)
     return EXIT_FAILURE if bad else EXIT_OK

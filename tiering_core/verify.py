@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogSegmentMetadata
+    from tiering_core.storage.base import RemoteStorage
 
 
 @dataclass
@@ -53,17 +54,19 @@ class SegmentVerification:
         return f"{head}: ok" if self.ok else f"{head}: " + "; ".join(self.problems)
 
 
-def verify_segment(ctx: TieringContext, segment: RemoteLogSegmentMetadata) -> SegmentVerification:
+def verify_segment(storage: RemoteStorage, segment: RemoteLogSegmentMetadata) -> SegmentVerification:
+    """One segment's objects against its manifest, and the manifest against the metadata.
+    Touches only storage, so it runs anywhere (e.g. a Spark executor)."""
     tp = segment.topic_id_partition.topic_partition
     result = SegmentVerification(
         tp.topic, tp.partition, str(segment.segment_id), segment.start_offset, segment.end_offset, segment.size_bytes
     )
     ref = segment_ref(segment)
-    result.problems.extend(ctx.storage.verify_segment(ref))
+    result.problems.extend(storage.verify_segment(ref))
     if result.problems:
         return result
     try:
-        manifest = ctx.storage.read_manifest(ref)
+        manifest = storage.read_manifest(ref)
     except ManifestError as exc:
         result.problems.append(f"manifest: {exc}")
         return result
@@ -79,11 +82,18 @@ def verify_segment(ctx: TieringContext, segment: RemoteLogSegmentMetadata) -> Se
     return result
 
 
-def verify_partition(ctx: TieringContext, tp: TopicPartition) -> list[SegmentVerification]:
+def segments_to_verify(ctx: TieringContext, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
     """Every finished segment of the partition (inside the lineage or not), by start offset."""
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
     tip = TopicIdPartition(partition_log.topic_id, tp)
-    finished = [
-        s for s in ctx.metadata.list_segments(tip) if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-    ]
-    return [verify_segment(ctx, s) for s in finished]
+    return [s for s in ctx.metadata.list_segments(tip) if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
+
+def verify_partition(ctx: TieringContext, tp: TopicPartition) -> list[SegmentVerification]:
+    return [verify_segment(ctx.storage, s) for s in segments_to_verify(ctx, tp)]
+
+
+def format_verify_summary(results: list[SegmentVerification]) -> str:
+    bad = sum(1 for r in results if not r.ok)
+    size = sum(r.size_bytes for r in results)
+    return f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"

@@ -32,7 +32,7 @@ def spark_dags(fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_dags_parse_light_with_params(spark_dags) -> None:
-    assert set(spark_dags) == {"tiering_spark_bulk_upload", "tiering_spark_rebuild_indexes"}
+    assert set(spark_dags) == {"tiering_spark_bulk_upload", "tiering_spark_rebuild_indexes", "tiering_spark_verify"}
     for dag in spark_dags.values():
         (task,) = dag.tasks
         assert task.task_type == "SparkSubmitOperator" and task._conn_id == "spark_default"
@@ -76,3 +76,19 @@ def test_rebuild_dag_repairs_a_deleted_index(spark_dags, fs_env: TieringEnv) -> 
         assert first.segment_id != damaged.segment_id and first.start_offset == damaged.start_offset
         rebuilt = ctx.storage.fetch(segment_ref(first), ObjectKind.TIME_INDEX)
     assert rebuilt == broker_file(w, first.start_offset, ObjectKind.TIME_INDEX)
+
+
+def test_verify_dag_succeeds_on_an_intact_tier_and_fails_on_damage(spark_dags, fs_env: TieringEnv) -> None:
+    from tiering_core.copy import run_copy
+
+    w = fs_env.writer("orders", 0)
+    write_segments(w, 2)
+    w.set_high_watermark()
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    dag = spark_dags["tiering_spark_verify"]
+    assert dag.test(run_conf={"topic": "orders"}).state == "success"
+    with fs_env.context() as ctx:
+        damaged = next(s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED)
+        ctx.storage.delete_keys([segment_ref(damaged).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
+    assert dag.test(run_conf={"topic": "orders"}).state == "failed"

@@ -1,0 +1,47 @@
+"""The verify job in local[2]: every finished segment on S3 checked; damage found and named, nothing changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.engine_support import tip_of, write_segments
+from tests.spark_apps.test_rebuild_indexes import s3_env
+from tiering_core.copy import run_copy
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.remote_segments import segment_ref
+from tiering_core.storage.layout import ObjectKind
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+def test_verify_job_finds_damage_and_changes_nothing(tmp_path: Path, spark, s3_endpoint, capsys) -> None:
+    from spark_apps.verify_segments import main, run_verify
+
+    env = s3_env(tmp_path, s3_endpoint)
+    writers = []
+    for p in range(2):
+        w = env.writer("orders", p)
+        write_segments(w, 3)
+        w.set_high_watermark()
+        writers.append(w)
+    with env.context() as ctx:
+        for w in writers:
+            run_copy(ctx, w.tp)
+        intact = run_verify(ctx, [w.tp for w in writers], spark, say=lambda line: None)
+        assert (len(intact.results), intact.damaged, intact.exit_code) == (6, [], 0)
+
+        victim = [s for s in ctx.metadata.list_segments(tip_of(writers[1])) if s.state == FINISHED][2]
+        ctx.storage.delete_keys([segment_ref(victim).key(ObjectKind.LOG, ctx.storage.prefix)])
+        before = sorted(o.key for w in writers for o in ctx.storage.list_objects(tip_of(w)))
+        states = [s.state for w in writers for s in ctx.metadata.list_segments(tip_of(w))]
+
+    code = main(["--config", str(env.config_path), "--topic", "orders"], spark=spark)
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert f"orders-1: segment {victim.start_offset}..{victim.end_offset} ({victim.segment_id}): log: object" in out
+    assert "6 finished segment(s)" in out and "1 with problems" in out
+    assert "verify_segments: failed: 1 segment(s) with problems" in err
+    with env.context() as ctx:
+        assert sorted(o.key for w in writers for o in ctx.storage.list_objects(tip_of(w))) == before
+        assert [s.state for w in writers for s in ctx.metadata.list_segments(tip_of(w))] == states
+    assert main(["--config", str(env.config_path), "--partitions", "orders-0"], spark=spark) == 0
