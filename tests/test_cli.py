@@ -142,6 +142,8 @@ def test_demo_runs_end_to_end(tmp_path: Path, backend: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "copied" in proc.stderr and "payments-0" in proc.stdout
+    assert "finished segment(s)" in proc.stdout and ", 0 with problems" in proc.stdout  # verified after the copy
+    assert "demo:   offset 0 leader_epoch 0 key b'key-0'" in proc.stdout  # read back from the remote tier
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("orders-", "payments-", "clicks-"))]
     assert len(rows) == 6
     status = subprocess.run(

@@ -3,7 +3,8 @@
 Builds a demo Kafka log dir with the writer (several topics and partitions, a leader-epoch
 change, committed and aborted transactions, one transaction left open), starts a local S3
 endpoint (moto's server on 127.0.0.1) or uses the filesystem backend, writes a config file,
-copies every partition and prints the status.
+copies every partition, prints the status, verifies what was stored and reads a few records
+back from the remote tier.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.copy import format_copy_summary, run_copy
 from tiering_core.errors import TieringError
+from tiering_core.kafka.topic import TopicPartition
 from tiering_core.kafka.writer import build_demo_log_dir
+from tiering_core.remote_read import open_reader
 from tiering_core.status import collect_status, format_status_table
+from tiering_core.verify import format_verify_summary, verify_partition
 
 DEMO_BUCKET = "kafka-tiered-demo"
 
@@ -99,6 +103,17 @@ def run_demo(root: Path, *, backend: str = "s3", as_json: bool = False) -> int:
             results = [run_copy(ctx, log.topic_partition) for log in ctx.partitions()]
             print(format_copy_summary(results))
             rows = collect_status(ctx)
+            checked = [r for log in ctx.partitions() for r in verify_partition(ctx, log.topic_partition)]
+            print(f"demo: {format_verify_summary(checked)}")
+            reader = open_reader(ctx, TopicPartition("orders", 0))
+            start = reader.log_start_offset
+            if start is not None:
+                print(f"demo: the first records of orders-0 read back from the remote tier (offset {start} on):")
+                for record in reader.read(start, 3):
+                    print(
+                        f"demo:   offset {record.offset} leader_epoch {record.leader_epoch} "
+                        f"key {record.key!r} value {(record.value or b'')[:40]!r}"
+                    )
         if as_json:
             print(json.dumps([r.to_dict() for r in rows], indent=2))
         else:
