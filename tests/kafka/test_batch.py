@@ -13,6 +13,7 @@ from tiering_core.kafka.batch import (
     CODEC_GZIP,
     CODEC_ZSTD,
     HEADER_SIZE,
+    READ_CHUNK,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     iter_batch_headers,
@@ -186,3 +187,212 @@ def test_too_small_batch_length(tmp_path: Path, length: int) -> None:
 
     log, positions = _damaged(tmp_path, edit)
     _assert_fails_everywhere(log, positions[2], f"batch length {length} is smaller than a v2 batch header", 2)
+
+
+def _v1_message(offset: int, key: bytes, value: bytes, timestamp: int) -> bytes:
+    """A magic-1 message as brokers before 0.11 wrote it: offset, size, crc32, magic 1, attributes,
+    timestamp, key, value (36 bytes for a one-byte key and value)."""
+    import zlib
+
+    body = struct.pack(">bbq", 1, 0, timestamp) + struct.pack(">i", len(key)) + key
+    body += struct.pack(">i", len(value)) + value
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", offset, len(message)) + message
+
+
+def test_an_old_format_message_is_named_by_its_magic_everywhere(tmp_path: Path) -> None:
+    """Kafka's FileLogInputStream reads the magic before any v2 length rule: a 36-byte v1
+    message is 'unknown magic 1', not 'smaller than a v2 batch header'."""
+    import io
+
+    from tiering_core.kafka.index import rebuild_indexes
+    from tiering_core.kafka.records import decode_batch, iter_batches, read_batches
+
+    v1 = _v1_message(0, b"k", b"v", 1_000)
+    assert len(v1) == 36
+    for name, data, at in (("alone", v1, 0), ("after-a-v2-batch", _batch(0) + _v1_message(1, b"k", b"v", 5), 1)):
+        log = tmp_path / f"{name}.log"
+        log.write_bytes(data)
+        position = len(data) - 36 if at else 0
+        for run in (
+            lambda log: list(iter_batch_headers(log)),
+            lambda log: verify_log_crc(log),
+            lambda log: rebuild_indexes(log, 0),
+            lambda log: list(iter_batches(log)),
+            lambda log: list(read_batches(io.BytesIO(log.read_bytes()), log)),
+        ):
+            with pytest.raises(CorruptLogError, match="unknown magic 1") as err:
+                run(log)
+            assert err.value.position == position
+        assert scan_log(log).error is not None and "unknown magic 1" in scan_log(log).error.reason
+    with pytest.raises(CorruptLogError, match="unknown magic 1"):
+        decode_batch(v1)
+
+
+def _batch(offset: int, value_size: int = 10, records: int = 1) -> bytes:
+    specs = [RecordSpec(b"k", b"v" * value_size, 1000 + offset + i) for i in range(records)]
+    return encode_batch(specs, base_offset=offset, partition_leader_epoch=0)
+
+
+def _big_log(path: Path, batches: int, value_size: int) -> list[int]:
+    """``batches`` batches; returns their positions."""
+    positions, data = [], bytearray()
+    for i in range(batches):
+        positions.append(len(data))
+        data += _batch(i, value_size)
+    path.write_bytes(bytes(data))
+    return positions
+
+
+_TRUNCATE_WHILE_WALKING = """
+import os, sys
+from pathlib import Path
+from tiering_core.errors import CorruptLogError
+from tiering_core.kafka.batch import iter_batch_headers
+
+path = Path(sys.argv[1])
+for strict in (True, False):
+    walk = iter_batch_headers(path, strict=strict)
+    first = next(walk)
+    os.truncate(path, int(sys.argv[2]))  # the broker cuts the segment (truncation after an unclean election)
+    try:
+        rest = list(walk)
+        print("strict" if strict else "lenient", "walked", 1 + len(rest))
+    except CorruptLogError as exc:
+        print("strict" if strict else "lenient", "error", exc.reason)
+    path.write_bytes(Path(sys.argv[3]).read_bytes())
+"""
+
+
+def test_a_segment_truncated_while_walked_ends_the_walk_instead_of_killing_the_process(tmp_path: Path) -> None:
+    """Through an mmap, touching a page beyond the new end raises SIGBUS and kills the process;
+    read by pread, the walk sees a shorter file: an error naming the cut batch, or the valid prefix."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "00000000000000000000.log"
+    positions = _big_log(log, 200, 30_000)  # ~6 MiB: more than one read chunk, header-only reads
+    original = tmp_path / "original"
+    original.write_bytes(log.read_bytes())
+    cut = positions[3] + 100
+    done = subprocess.run(
+        [sys.executable, "-c", _TRUNCATE_WHILE_WALKING, str(log), str(cut), str(original)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr)  # -7 (SIGBUS) through an mmap
+    strict, lenient = done.stdout.splitlines()
+    assert strict.startswith("strict error") and "shrank from" in strict and "truncated meanwhile" in strict
+    # Headers read before the cut (the first chunk) are still walked: a view as of the read.
+    assert lenient == f"lenient walked {sum(1 for p in positions if p + HEADER_SIZE <= READ_CHUNK)}"
+
+
+def _truncate_on_read(monkeypatch: pytest.MonkeyPatch, path: Path, after_calls: int, size: int) -> None:
+    """Fault injection: the broker truncates ``path`` to ``size`` after ``after_calls`` reads."""
+    import os
+
+    calls = {"n": 0}
+    real_pread, real_preadv = os.pread, os.preadv
+
+    def count() -> None:
+        calls["n"] += 1
+        if calls["n"] == after_calls + 1:
+            os.truncate(path, size)
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        count()
+        return real_pread(fd, n, offset)
+
+    def preadv(fd: int, buffers: list, offset: int) -> int:
+        count()
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(os, "preadv", preadv)
+
+
+@pytest.mark.parametrize(("batches", "value_size"), [(8000, 300), (200, 30_000)], ids=["chunked", "header-only"])
+def test_crc_check_and_rebuild_of_a_segment_truncated_meanwhile_name_the_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batches: int, value_size: int
+) -> None:
+    """The file is cut after the first read (fault injection): the error names the cut batch."""
+    from tiering_core.kafka.index import rebuild_indexes
+
+    log = tmp_path / "00000000000000000000.log"
+    positions = _big_log(log, batches, value_size)
+    assert len(log.read_bytes()) > 2 * READ_CHUNK
+    data = log.read_bytes()
+    cut = positions[len(positions) // 2] + 20
+    for run in (lambda: verify_log_crc(log), lambda: rebuild_indexes(log, 0)):
+        log.write_bytes(data)
+        with monkeypatch.context() as patch:
+            _truncate_on_read(patch, log, 1, cut)
+            with pytest.raises(CorruptLogError, match="truncated meanwhile") as err:
+                run()
+        assert err.value.position in positions and err.value.position <= cut
+    log.write_bytes(data)
+    with monkeypatch.context() as patch:
+        _truncate_on_read(patch, log, 1, cut)
+        lenient = list(iter_batch_headers(log, verify_crc=True, strict=False))
+    assert [h.position for h in lenient] == [p for p in positions if p + len(_batch(0, value_size)) <= cut]
+
+
+def test_no_reader_maps_a_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_writer) -> None:
+    """Every reader of a broker's files works by pread: mmap is never called."""
+    import mmap
+
+    from tiering_core.kafka.index import rebuild_indexes
+    from tiering_core.kafka.partition_log import PartitionLog
+    from tiering_core.kafka.records import iter_batches
+
+    w = make_writer(segment_bytes=4000, index_interval_bytes=100)
+    w.append_records(60, value_size=40)
+    w.append([(b"t", b"x")], producer_id=3, transactional=True)
+    w.abort(3)
+    w.append_records(5)
+    w.set_high_watermark()
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a segment was mapped")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    log = PartitionLog(w.path)
+    assert log.log_end_offset == log.high_watermark == log.last_stable_offset == w.next_offset
+    for segment in log.segments:
+        assert verify_log_crc(segment.log_path) == segment.size_bytes
+        assert scan_log(segment.log_path).error is None
+        assert list(iter_batches(segment.log_path))
+        rebuild_indexes(segment.log_path, segment.base_offset, index_interval_bytes=100)
+        assert log.position_of(segment, segment.base_offset + 3) >= 0
+
+
+@pytest.mark.parametrize("value_size", [40, 3_000, 40_000, 1_500_000], ids=["tiny", "small", "large", "over-a-chunk"])
+def test_walks_across_read_chunks_agree_with_kafka_python(tmp_path: Path, value_size: int) -> None:
+    """Batches straddling the read chunk, header-only reads and CRCs continued across chunks."""
+    log = tmp_path / "00000000000000000000.log"
+    rng = __import__("random").Random(value_size)
+    data = bytearray()
+    offset = 0
+    while len(data) < 3 * (1 << 20) + 12345:
+        n = rng.randint(1, 4)
+        specs = [RecordSpec(b"k%d" % i, rng.randbytes(rng.randint(1, value_size)), 7 + offset + i) for i in range(n)]
+        data += encode_batch(specs, base_offset=offset, partition_leader_epoch=1, codec=CODEC_GZIP * (offset % 3 == 0))
+        offset += n
+    log.write_bytes(bytes(data))
+    theirs, sizes, records = [], [], MemoryRecords(bytes(data))
+    position = 0
+    while (batch := records.next_batch()) is not None:
+        theirs.append((position, batch.base_offset, batch.last_offset, batch.crc))
+        sizes.append(batch.size_in_bytes)
+        position += batch.size_in_bytes
+    for verify in (False, True):
+        ours = [(h.position, h.base_offset, h.last_offset, h.crc) for h in iter_batch_headers(log, verify_crc=verify)]
+        assert ours == theirs
+    assert verify_log_crc(log) == len(data)
+    data[theirs[-2][0] + HEADER_SIZE + (sizes[-2] - HEADER_SIZE) // 2] ^= 0x01  # a late batch, past chunk ends
+    log.write_bytes(bytes(data))
+    with pytest.raises(CorruptLogError, match="CRC mismatch") as err:
+        verify_log_crc(log)
+    assert err.value.position == theirs[-2][0]

@@ -48,11 +48,21 @@ def test_tolerates_what_kafkas_reader_tolerates(tmp_path: Path) -> None:
     assert read_offset_checkpoint(tmp_path / "missing") == {}
 
 
+def test_a_version_line_alone_has_no_entries_as_in_kafka(tmp_path: Path) -> None:
+    """``CheckpointReadBuffer.read`` returns an empty list when the count line is missing."""
+    path = tmp_path / REPLICATION_OFFSET_CHECKPOINT
+    for text in (b"0\n", b"0", b"0\r\n"):
+        path.write_bytes(text)
+        assert read_offset_checkpoint(path) == {}
+    path.write_bytes(b"1\n")  # the version is still checked
+    with pytest.raises(CorruptLogError, match="unsupported offset checkpoint version '1'"):
+        read_offset_checkpoint(path)
+
+
 @pytest.mark.parametrize(
     ("text", "line", "reason"),
     [
         (b"1\n0\n", 1, "unsupported offset checkpoint version '1'"),
-        (b"0\n", 2, "entry count is missing"),
         (b"0\nx\n", 2, "entry count 'x' is not"),
         (b"0\n2\norders 0 5\n", 2, "entry count 2 does not match the 1 entry line"),
         (b"0\n1\norders zero 5\n", 3, "malformed entry 'orders zero 5'"),

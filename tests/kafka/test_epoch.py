@@ -318,6 +318,16 @@ def test_checkpoint_with_crlf_line_ends() -> None:
     assert parsed == entries({0: 0, 3: 70})
 
 
+def test_checkpoint_entries_split_on_whitespace_as_kafka_does() -> None:
+    """``WHITE_SPACES_PATTERN.split(line)`` has two fields with trailing whitespace, three with leading."""
+    path = Path("leader-epoch-checkpoint")
+    parsed = parse_leader_epoch_checkpoint("0\n3\n0 0 \n3\t70\t\n5  90 \x0b\f\n", path)
+    assert parsed == entries({0: 0, 3: 70, 5: 90})
+    with pytest.raises(CorruptLogError, match="line 3: malformed entry ' 0 0'") as err:
+        parse_leader_epoch_checkpoint("0\n1\n 0 0\n", path)
+    assert err.value.position == 4
+
+
 @pytest.mark.parametrize(
     ("text", "position", "problem"),
     [

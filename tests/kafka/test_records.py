@@ -252,3 +252,55 @@ def test_decode_batch_checks_the_crc_with_its_position() -> None:
     assert err.value.position == 640
     _header, records = decode_batch(bytes(data), verify_crc=False)
     assert records[0].value == b"valud"
+
+
+def _marker(kind: ControlRecordType, *, key_version: int, value_version: int, offset: int = 0) -> bytes:
+    """An end-transaction marker whose key and value carry the given versions (a later version
+    may append fields: one extra i16 each here)."""
+    key = struct.pack(">hhh", key_version, int(kind), 0x7777)
+    value = struct.pack(">hih", value_version, 9, 0x5555)
+    return encode_batch(
+        [RecordSpec(key, value, 1_000)],
+        base_offset=offset,
+        partition_leader_epoch=0,
+        producer_id=4,
+        producer_epoch=0,
+        transactional=True,
+        control=True,
+    )
+
+
+def test_a_later_control_record_version_is_read_as_version_0(caplog) -> None:
+    """As ``ControlRecordType.parseTypeId`` and ``EndTransactionMarker``: forward compatible, debug-logged."""
+    import logging
+
+    (record,) = decode_batch(_marker(ControlRecordType.ABORT, key_version=1, value_version=2))[1]
+    with caplog.at_level(logging.DEBUG, logger="tiering_core.kafka.records"):
+        marker = decode_control_record(record)
+    assert (marker.type, marker.coordinator_epoch) == (ControlRecordType.ABORT, 9)
+    assert "key version 1; reading it as version 0" in caplog.text
+    assert "value version 2; reading it as version 0" in caplog.text
+    for key_version, value_version, reason in ((-1, 0, "key version -1"), (0, -3, "value version -3")):
+        (bad,) = decode_batch(_marker(ControlRecordType.COMMIT, key_version=key_version, value_version=value_version))[
+            1
+        ]
+        with pytest.raises(ValueError, match=reason):
+            decode_control_record(bad)
+
+
+def test_indexes_and_the_lso_accept_a_later_marker_version(tmp_path: Path) -> None:
+    from tiering_core.kafka.index import AbortedTxn, parse_txn_index, rebuild_indexes
+
+    data = encode_batch(
+        [RecordSpec(b"a", b"1", 900)],
+        base_offset=0,
+        partition_leader_epoch=0,
+        producer_id=4,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    ) + _marker(ControlRecordType.ABORT, key_version=1, value_version=1, offset=1)
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(data)
+    rebuilt = rebuild_indexes(log, 0)
+    assert parse_txn_index(rebuilt.txn_index) == [AbortedTxn(4, 0, 1, 2)] and rebuilt.open_transactions == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -309,3 +310,112 @@ def test_demo_log_dir(tmp_path: Path) -> None:
     second = (tmp_path / "again" / "orders-0" / "00000000000000000000.log").read_bytes()
     same_seed = [(r.key, r.value) for r in MemoryRecords(first).next_batch()]
     assert same_seed == [(r.key, r.value) for r in MemoryRecords(second).next_batch()]
+
+
+def test_truncate_to_replays_the_coordinator_epoch_of_markers(make_writer) -> None:
+    """``ProducerAppendInfo.appendEndTxnMarker`` keeps the marker's coordinator epoch: the producer
+    state rebuilt by ``truncate_to`` (and the snapshots written after it) must carry it too."""
+
+    def clock():  # type: ignore[no-untyped-def]
+        ticks = iter(range(1_700_000_000_000, 1_800_000_000_000, 10))
+        return lambda: next(ticks)
+
+    def until_the_cut(w: PartitionWriter) -> int:
+        w.append_records(5)
+        w.begin_transaction(21)
+        w.append([(b"t", b"1")], producer_id=21)
+        w.commit(21, coordinator_epoch=7)
+        w.append_records(5)
+        return w.next_offset
+
+    truncated = make_writer("truncated", segment_bytes=10**9, clock=clock())
+    cut = until_the_cut(truncated)
+    truncated.append_records(5)
+    truncated.truncate_to(cut)  # replays the .log from offset 0 (no snapshot yet): the marker included
+    straight = make_writer("straight", segment_bytes=10**9, clock=clock())
+    assert until_the_cut(straight) == cut == truncated.next_offset
+    (entry,) = truncated.snapshot_entries()
+    assert entry.coordinator_epoch == 7
+    assert truncated.snapshot_entries() == straight.snapshot_entries()
+    truncated.roll()
+    straight.roll()
+    name = f"{cut:020d}.snapshot"
+    assert (truncated.path / name).read_bytes() == (straight.path / name).read_bytes()
+
+
+def _kafka_python_view(log: Path) -> list[tuple]:
+    """Every record with its batch facts, as kafka-python's reader decodes them (CRC checked)."""
+    out = []
+    records = MemoryRecords(log.read_bytes())
+    while (batch := records.next_batch()) is not None:
+        assert batch.validate_crc()
+        for r in batch:
+            out.append(
+                (
+                    r.offset,
+                    r.timestamp,
+                    r.key,
+                    r.value,
+                    [(k, v) for k, v in r.headers],
+                    batch.producer_id,
+                    batch.is_transactional,
+                    batch.is_control_batch,
+                )
+            )
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_appended_record_reads_back_in_kafka_python(make_writer, seed: int) -> None:
+    """A randomized ledger of appends (plain, idempotent, transactional, markers, every codec,
+    null keys and values, headers, timestamps going back) against what kafka-python reads back."""
+    import random
+
+    rng = random.Random(seed)
+    w = make_writer(f"ledger{seed}", segment_bytes=6000, index_interval_bytes=rng.choice([0, 1, 100, 4096]))
+    expected: list[tuple] = []
+    open_txns: set[int] = set()
+    for _ in range(120):
+        choice = rng.random()
+        if choice < 0.15 and open_txns:
+            pid = rng.choice(sorted(open_txns))
+            kind = rng.choice([ControlRecordType.COMMIT, ControlRecordType.ABORT])
+            marker = (w.commit if kind == ControlRecordType.COMMIT else w.abort)(
+                pid, coordinator_epoch=rng.randint(0, 9)
+            )
+            key = struct.pack(">hh", 0, int(kind))
+            expected.append((marker, None, key, None, [], pid, True, True))  # timestamp and value checked below
+            open_txns.discard(pid)
+            continue
+        pid = -1
+        if choice < 0.45:
+            pid = rng.choice([100, 101, 102])
+            if rng.random() < 0.6 and pid not in open_txns:
+                w.begin_transaction(pid)
+                open_txns.add(pid)
+        specs = []
+        for _i in range(rng.randint(1, 6)):
+            key = None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 12))
+            value = None if rng.random() < 0.1 else rng.randbytes(rng.randint(0, 400))
+            headers = tuple(
+                (f"h{j}-\u00e9", None if rng.random() < 0.3 else rng.randbytes(rng.randint(0, 5)))
+                for j in range(rng.choice([0, 0, 1, 3]))
+            )
+            specs.append(RecordSpec(key, value, 1_700_000_000_000 + rng.randint(-5_000, 5_000), headers))
+        base, last = w.append(specs, producer_id=pid, codec=rng.choice(list(CODECS.values())))
+        assert last - base + 1 == len(specs)
+        for i, spec in enumerate(specs):
+            expected.append(
+                (base + i, spec.timestamp, spec.key, spec.value, list(spec.headers), pid, pid in open_txns, False)
+            )
+    w.set_high_watermark()
+    log = PartitionLog(w.path)
+    theirs = [row for segment in log.segments for row in _kafka_python_view(segment.log_path)]
+    assert len(theirs) == len(expected) == w.next_offset
+    for mine, read in zip(expected, theirs, strict=True):
+        if mine[7]:  # a marker: its value is version 0 and the coordinator epoch; its timestamp the clock's
+            assert read[0] == mine[0] and read[2] == mine[2] and read[5:] == mine[5:]
+            assert struct.unpack(">h", read[3][:2]) == (0,) and len(read[3]) == 6
+        else:
+            assert read == mine
+    assert_indexes_equal_rebuild(w)

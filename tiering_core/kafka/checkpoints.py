@@ -3,8 +3,9 @@
 Offset checkpoints (``replication-offset-checkpoint``, ``log-start-offset-checkpoint``,
 ``recovery-point-offset-checkpoint``) are read as Kafka's ``CheckpointFile`` reads them: lines
 end in ``\\n``, ``\\r\\n`` or ``\\r``; ``0`` then the entry count, then ``<topic> <partition>
-<offset>`` split on runs of whitespace; an empty file has no entries. Anything else is a
-``CorruptLogError`` naming the file, the byte where the bad line starts and its line number.
+<offset>`` split on runs of whitespace; an empty file, or one holding only the version line,
+has no entries. Anything else is a ``CorruptLogError`` naming the file, the byte where the bad
+line starts and its line number.
 Writes are atomic (temp file, fsync, rename, fsync of the directory) like the broker's.
 """
 
@@ -90,8 +91,8 @@ def parse_offset_checkpoint(data: bytes | str, path: Path | str) -> dict[TopicPa
     version = text(0)
     if not _INT.fullmatch(version) or int(version) != CHECKPOINT_VERSION:
         raise fail(0, f"unsupported offset checkpoint version {version!r} (expected {CHECKPOINT_VERSION})")
-    if len(lines) < 2:
-        raise fail(1, "the entry count is missing (file truncated after the version)")
+    if len(lines) < 2:  # Kafka's CheckpointReadBuffer: no count line, no entries
+        return {}
     count_text = text(1)
     if not _INT.fullmatch(count_text) or int(count_text) < 0:
         raise fail(1, f"entry count {count_text!r} is not a non-negative integer")

@@ -22,7 +22,10 @@ CHECKPOINT_VERSION = 0
 _MAX_EPOCH = 2**31 - 1
 _MAX_OFFSET = 2**63 - 1
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_ENTRY = re.compile(r"([+-]?[0-9]+)\s+([+-]?[0-9]+)", re.ASCII)
+# Kafka splits an entry line on runs of whitespace and wants two fields; Java's split drops
+# trailing empty strings (so trailing whitespace is fine) but keeps a leading one (so leading
+# whitespace is a third, empty field: malformed).
+_ENTRY = re.compile(r"([+-]?[0-9]+)\s+([+-]?[0-9]+)\s*", re.ASCII)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
@@ -60,7 +63,8 @@ def parse_leader_epoch_checkpoint(text: str, path: Path) -> list[EpochEntry]:
     """Parse ``0\\n<N>\\n<epoch> <startOffset>\\n...``; malformed input names the file, byte and line.
 
     As Kafka's ``CheckpointFile`` reader: an empty file (the broker creates it empty before the
-    first epoch is assigned) and a file holding only the version line are an empty cache.
+    first epoch is assigned) and a file holding only the version line are an empty cache, and an
+    entry is its line split on whitespace (trailing whitespace allowed, leading not).
     Beyond Kafka, entries must be in order (epochs strictly increasing, start offsets
     non-decreasing) and non-negative, because Kafka's ``assign`` would silently drop or reject
     such entries and this platform must not guess a lineage.

@@ -1,7 +1,9 @@
 """A broker's partition directory, read-only: segments, offsets, leader epochs, snapshots, the LSO.
 
 A ``PartitionLog`` is a view as of when a property was first read (values are cached); open a
-new one to see later changes. Nothing here writes to the log dir.
+new one to see later changes. Nothing here writes to the log dir. The broker keeps working
+meanwhile: files it renames to ``.deleted`` between a listing and a ``stat`` are skipped, and
+segments are read by ``pread`` bounded by the size seen at open (``batch``), never mapped.
 """
 
 from __future__ import annotations
@@ -12,9 +14,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
+from stat import S_ISREG
 
 from tiering_core.errors import CorruptLogError, InvalidTopicError, TieringError
-from tiering_core.kafka.batch import HEADER_SIZE, RecordBatchHeader, iter_batch_headers, parse_header
+from tiering_core.kafka.batch import (
+    HEADER_SIZE,
+    LogFile,
+    RecordBatchHeader,
+    iter_batch_headers,
+    parse_header_at,
+    verify_batch_crc,
+)
 from tiering_core.kafka.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -23,9 +33,20 @@ from tiering_core.kafka.checkpoints import (
     read_partition_metadata,
 )
 from tiering_core.kafka.epoch import EpochEntry, read_leader_epoch_checkpoint
-from tiering_core.kafka.index import end_transaction_marker, lookup_offset, read_offset_index
-from tiering_core.kafka.records import ControlRecordType
-from tiering_core.kafka.snapshot import open_transactions, read_producer_snapshot, snapshot_offset
+from tiering_core.kafka.index import (
+    OffsetIndexEntry,
+    last_offset_index_entry,
+    lookup_offset_index_file,
+    read_end_transaction_marker,
+)
+from tiering_core.kafka.producer_state import ProducerStateTracker
+from tiering_core.kafka.records import ControlRecord, ControlRecordType
+from tiering_core.kafka.snapshot import (
+    ProducerStateEntry,
+    open_transactions,
+    read_producer_snapshot,
+    snapshot_offset,
+)
 from tiering_core.kafka.topic import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -33,6 +54,8 @@ log = logging.getLogger(__name__)
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 #: Directory suffixes of partitions being deleted, moved between log dirs, or left stray (KRaft).
 TRANSIENT_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+#: KRaft's metadata log (``__cluster_metadata-0``): a Raft log of its own, never tiered.
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 
 
@@ -102,12 +125,17 @@ class PartitionLog:
         """Segments by base offset; ``.deleted``, ``.cleaned`` and ``.swap`` files are not segments."""
         found = []
         for entry in self.path.iterdir():
-            match = _SEGMENT_FILE.match(entry.name)
-            if not match or not entry.is_file():
+            match = _SEGMENT_FILE.fullmatch(entry.name)
+            if not match:
+                continue
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:  # renamed to .deleted by the broker since the listing
+                continue
+            if not S_ISREG(stat.st_mode):
                 continue
             stem = self.path / match.group(1)
             txn = stem.with_suffix(".txnindex")
-            stat = entry.stat()
             found.append(
                 LogSegment(
                     base_offset=int(match.group(1)),
@@ -157,14 +185,31 @@ class PartitionLog:
     def position_of(self, segment: LogSegment, offset: int) -> int:
         """A byte position in ``segment`` at or before the batch holding ``offset`` (via its offset index).
 
-        A missing or damaged index gives 0: a longer walk, never a wrong answer.
+        Reads only the index entries a binary search touches (an active segment's index is
+        pre-allocated to 10 MiB). The entry found is trusted only if a whole batch with a good
+        CRC starts there, at or below ``offset``: a missing or damaged index gives 0, a longer
+        walk, never a wrong answer.
         """
         try:
-            entries = read_offset_index(segment.index_path, segment.base_offset)
+            entry = lookup_offset_index_file(segment.index_path, segment.base_offset, offset)
+        except OSError:
+            return 0
+        return self._verified_position(segment, entry, offset)
+
+    def _verified_position(self, segment: LogSegment, entry: OffsetIndexEntry | None, offset: int | None) -> int:
+        """``entry.position`` if a whole, CRC-valid batch starts there (with base offset <= ``offset``), else 0."""
+        if entry is None or entry.position == 0:
+            return 0
+        try:
+            with LogFile(segment.log_path) as log_file:
+                head = log_file.read_at(entry.position, HEADER_SIZE)
+                header = parse_header_at(head, 0, log_file.path, entry.position, log_file.size)
+                if offset is not None and header.base_offset > offset:
+                    return 0
+                verify_batch_crc(log_file.batch_bytes(header), replace(header, position=0), log_file.path)
         except (OSError, CorruptLogError):
             return 0
-        position = lookup_offset(entries, segment.base_offset, offset).position
-        return position if position < segment.size_bytes else 0
+        return entry.position
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -200,20 +245,12 @@ class PartitionLog:
         return end
 
     def _last_indexed_position(self, segment: LogSegment) -> int:
+        """Where the last offset-index entry points, if a whole batch starts there (else 0)."""
         try:
-            entries = read_offset_index(segment.index_path, segment.base_offset)
-            if not entries or entries[-1].position >= segment.size_bytes:
-                return 0
-            last = entries[-1]
-            with segment.log_path.open("rb") as f:
-                f.seek(last.position)
-                head = f.read(HEADER_SIZE)
-            if len(head) < HEADER_SIZE:
-                return 0
-            header = parse_header(head, 0, segment.log_path, segment.size_bytes - last.position)
-        except (OSError, CorruptLogError):
+            entry = last_offset_index_entry(segment.index_path, segment.base_offset)
+        except OSError:
             return 0
-        return last.position if header.last_offset == last.offset else 0
+        return self._verified_position(segment, entry, None)
 
     @cached_property
     def high_watermark(self) -> int:
@@ -253,7 +290,7 @@ class PartitionLog:
                     break
                 if header.is_transactional:
                     if header.is_control:
-                        end_transaction_marker_for(segment, header)
+                        end_transaction_marker_for(segment, header)  # raises unless it is a commit or abort
                         ongoing.pop(header.producer_id, None)
                     else:
                         ongoing.setdefault(header.producer_id, header.base_offset)
@@ -263,11 +300,64 @@ class PartitionLog:
 
     def _producer_state_at_or_below(self, offset: int) -> tuple[int, dict[int, int]]:
         """(offset, open transactions) from the newest usable snapshot, else the log start with none."""
+        start, entries = self._newest_snapshot_at_or_below(offset)
+        return start, open_transactions(entries)
+
+    def _newest_snapshot_at_or_below(self, offset: int) -> tuple[int, list[ProducerStateEntry]]:
+        """(offset, entries) of the newest usable snapshot, else the local log start with none.
+
+        As Kafka's ``ProducerStateManager.loadFromSnapshot``: a corrupt snapshot is skipped
+        (with a warning naming file and byte) for the next older one, and the batches after
+        the one used are replayed. With none usable the whole local log is replayed; a
+        transaction begun in a segment the broker already deleted is then unknown, exactly as
+        it would be to a broker that lost its snapshots.
+        """
         first = self.local_log_start_offset
-        for snap, path in reversed(self.snapshots()):
-            if first <= snap <= offset:
-                return snap, open_transactions(read_producer_snapshot(path))
-        return first, {}
+        candidates = [(snap, path) for snap, path in reversed(self.snapshots()) if first <= snap <= offset]
+        for snap, path in candidates:
+            try:
+                return snap, read_producer_snapshot(path)
+            except CorruptLogError as exc:
+                log.warning("%s: skipping a corrupt producer snapshot: %s", self.topic_partition, exc)
+            except FileNotFoundError:
+                log.info("%s: producer snapshot %s was deleted while being read", self.topic_partition, path)
+        if candidates:
+            log.warning(
+                "%s: no usable producer snapshot at or below offset %d; replaying the log from its local "
+                "start %d (transactions begun in segments already deleted are not seen)",
+                self.topic_partition,
+                offset,
+                first,
+            )
+        return first, []
+
+    def producer_state_at(self, offset: int) -> list[ProducerStateEntry]:
+        """The producer snapshot a broker rolling at ``offset`` would write (``offset`` a segment base).
+
+        For a snapshot the broker no longer has: the newest usable one below ``offset`` (else the
+        local log start, with nothing) plus every batch between them replayed, by header; only
+        commit/abort markers are decoded. Producers the broker expired in between
+        (``producer.id.expiration.ms``) are still present: keeping them is the safe side.
+        """
+        start, entries = self._newest_snapshot_at_or_below(offset)
+        tracker = ProducerStateTracker(entries)
+        for segment in self.segments:
+            following = self.next_base_offset(segment)
+            if following is not None and following <= start:
+                continue
+            if segment.base_offset >= offset:
+                break
+            position = self.position_of(segment, start) if segment.base_offset < start else 0
+            for header in iter_batch_headers(segment.log_path, position):
+                if header.base_offset >= offset:
+                    break
+                if header.last_offset < start or not header.has_producer_id:
+                    continue
+                if header.is_control:
+                    tracker.on_end_marker(header, end_transaction_marker_record(segment, header))
+                else:
+                    tracker.on_data_batch(header)
+        return tracker.snapshot_entries()
 
     # --- epochs and snapshots --------------------------------------------------------------
 
@@ -293,20 +383,21 @@ class PartitionLog:
 
 def end_transaction_marker_for(segment: LogSegment, header: RecordBatchHeader) -> ControlRecordType:
     """Decode the commit/abort marker batch ``header`` of ``segment`` (``CorruptLogError`` if it is not one)."""
-    with segment.log_path.open("rb") as f:
-        f.seek(header.position)
-        data = f.read(header.size_in_bytes)
-    try:
-        return end_transaction_marker(data, replace(header, position=0), segment.log_path)
-    except CorruptLogError as exc:
-        raise CorruptLogError(segment.log_path, header.position, exc.reason) from None
+    return end_transaction_marker_record(segment, header).type
+
+
+def end_transaction_marker_record(segment: LogSegment, header: RecordBatchHeader) -> ControlRecord:
+    """The commit/abort marker (type and coordinator epoch) of the control batch ``header``."""
+    with LogFile(segment.log_path) as log_file:
+        return read_end_transaction_marker(log_file, header)
 
 
 def discover_partitions(log_dirs: Sequence[Path]) -> list[PartitionLog]:
     """Every ``<topic>-<n>`` directory of the log dirs, sorted by log dir then name.
 
     Directories of partitions being deleted, moved or left stray (``-delete``, ``-future``,
-    ``-stray``), hidden entries and plain files are skipped silently; any other directory
+    ``-stray``), KRaft's ``__cluster_metadata-0`` (never tiered), hidden entries, plain files,
+    and directories that vanish while being listed are skipped silently; any other directory
     whose name is not ``<topic>-<n>`` is skipped with a warning.
     """
     found: list[PartitionLog] = []
@@ -315,7 +406,14 @@ def discover_partitions(log_dirs: Sequence[Path]) -> list[PartitionLog]:
             if not entry.is_dir() or entry.name.startswith(".") or entry.name.endswith(TRANSIENT_DIR_SUFFIXES):
                 continue
             try:
-                found.append(PartitionLog(entry, Path(log_dir)))
+                partition = PartitionLog(entry, Path(log_dir))
             except InvalidTopicError as exc:
                 log.warning("skipping %s: %s", entry, exc)
+                continue
+            except TieringError:
+                if entry.is_dir():
+                    raise
+                continue  # renamed (deleted, moved) by the broker since the listing
+            if partition.topic_partition.topic != CLUSTER_METADATA_TOPIC:
+                found.append(partition)
     return found

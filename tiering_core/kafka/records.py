@@ -8,10 +8,10 @@ abort markers) are written the way the transaction coordinator's markers land in
 
 from __future__ import annotations
 
-import mmap
+import logging
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 from typing import BinaryIO
@@ -26,16 +26,21 @@ from tiering_core.kafka.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
+    MIN_RECORD_OVERHEAD,
     RecordBatchHeader,
-    parse_header,
-    verify_batch_crc,
-    walk_headers,
+    crc_mismatch,
+    iter_batch_data,
+    parse_header_at,
 )
 from tiering_core.kafka.compression import CompressionError, UnsupportedCodecError, compress, decompress
 from tiering_core.kafka.crc import crc32c
 
+log = logging.getLogger(__name__)
+
 Header = tuple[str, bytes | None]
 NO_SEQUENCE = -1
+CONTROL_RECORD_KEY_VERSION = 0
+END_TXN_MARKER_VALUE_VERSION = 0
 _AFTER_CRC = struct.Struct(">hiqqqhii")
 _BEFORE_CRC = struct.Struct(">qiibI")
 
@@ -353,33 +358,22 @@ def decode_batch(
     verify_crc: bool = True,
 ) -> tuple[RecordBatchHeader, list[Record]]:
     """The batch at the start of ``buf``; ``path`` and ``position`` say where it came from for errors."""
+    path = path if isinstance(path, Path) else Path(path)
     view = memoryview(buf)
-    try:
-        header = parse_header(view, 0, Path(path), len(view))
-    except CorruptLogError as exc:
-        raise CorruptLogError(path, position + exc.position, exc.reason) from None
+    header = parse_header_at(view, 0, path, position, position + len(view))
+    end = header.size_in_bytes
     if verify_crc:
-        try:
-            verify_batch_crc(view, header, Path(path))
-        except CorruptLogError as exc:
-            raise CorruptLogError(path, position, exc.reason) from None
-    header = replace(header, position=position)
-    return header, decode_records(header, bytes(view[HEADER_SIZE : header.size_in_bytes]), Path(path))
+        computed = crc32c(view[CRC_START:end])
+        if computed != header.crc:
+            raise crc_mismatch(header, computed, path)
+    return header, decode_records(header, bytes(view[HEADER_SIZE:end]), path)
 
 
 def iter_batches(path: Path, start_position: int = 0) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
     """Every batch of a ``.log`` from ``start_position`` with its decoded records (CRC checked)."""
     path = Path(path)
-    size = path.stat().st_size
-    if size == 0 or start_position >= size:
-        return
-    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        for header in walk_headers(mm, size, path, start_position, verify_crc=True):
-            start = header.position
-            yield (
-                header,
-                decode_records(header, mm[start + HEADER_SIZE : start + LOG_OVERHEAD + header.batch_length], path),
-            )
+    for position, data in iter_batch_data(path, start_position):
+        yield decode_batch(data, path, position)
 
 
 def read_batches(
@@ -398,7 +392,7 @@ def read_batches(
                 where, position, f"truncated batch: {len(prefix)} trailing byte(s), less than a header"
             )
         _base_offset, batch_length = struct.unpack(">qi", prefix)
-        if batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        if batch_length < MIN_RECORD_OVERHEAD:  # below any magic's; the magic is checked next, as Kafka does
             raise CorruptLogError(where, position, f"batch length {batch_length} is smaller than a v2 batch header")
         rest = stream.read(batch_length)
         if len(rest) < batch_length:
@@ -419,13 +413,25 @@ def iter_records(path: Path, start_position: int = 0) -> Iterator[Record]:
 
 
 def decode_control_record(record: Record) -> ControlRecord:
-    """The commit/abort marker in a control batch's single record."""
+    """The control record (commit/abort marker, or another control type) in a control batch.
+
+    As Kafka's ``ControlRecordType.parseTypeId`` and ``EndTransactionMarker``: a negative key or
+    value version is corruption; a version above 0 is read as version 0 (later versions only
+    append fields), logged at debug level.
+    """
     key, value = record.key, record.value
     if key is None or len(key) < 4:
         raise ValueError(f"control record at offset {record.offset} has no valid key")
     version, kind = struct.unpack_from(">hh", key)
-    if version != 0:
-        raise ValueError(f"control record at offset {record.offset} has key version {version} (expected 0)")
+    if version < 0:
+        raise ValueError(f"control record at offset {record.offset} has key version {version} (negative)")
+    if version > CONTROL_RECORD_KEY_VERSION:
+        log.debug(
+            "control record at offset %d has key version %d; reading it as version %d",
+            record.offset,
+            version,
+            CONTROL_RECORD_KEY_VERSION,
+        )
     try:
         control_type = ControlRecordType(kind)
     except ValueError:
@@ -433,6 +439,17 @@ def decode_control_record(record: Record) -> ControlRecord:
     if control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
         if value is None or len(value) < 6:
             raise ValueError(f"end-transaction marker at offset {record.offset} has no valid value")
-        _value_version, coordinator_epoch = struct.unpack_from(">hi", value)
+        value_version, coordinator_epoch = struct.unpack_from(">hi", value)
+        if value_version < 0:
+            raise ValueError(
+                f"end-transaction marker at offset {record.offset} has value version {value_version} (negative)"
+            )
+        if value_version > END_TXN_MARKER_VALUE_VERSION:
+            log.debug(
+                "end-transaction marker at offset %d has value version %d; reading it as version %d",
+                record.offset,
+                value_version,
+                END_TXN_MARKER_VALUE_VERSION,
+            )
         return ControlRecord(control_type, coordinator_epoch)
     return ControlRecord(control_type, -1)

@@ -50,7 +50,7 @@ def snapshot_file_name(offset: int) -> str:
 
 def snapshot_offset(name: str) -> int | None:
     """The offset a snapshot file name stands for; None if it is not ``<offset:020d>.snapshot``."""
-    match = _FILE_NAME.match(name)
+    match = _FILE_NAME.fullmatch(name)
     return int(match.group(1)) if match else None
 
 

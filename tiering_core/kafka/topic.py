@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from tiering_core.errors import InvalidTopicError
 
 MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)$")
+#: Whole-string patterns, used with ``fullmatch``: ``$`` would also accept a trailing newline.
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_PARTITION_DIR = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)")
 
 
 def validate_topic_name(topic: str) -> str:
@@ -18,6 +19,8 @@ def validate_topic_name(topic: str) -> str:
     Kafka allows ASCII letters, digits, ``.``, ``_`` and ``-``, at most 249 characters, and
     neither ``.`` nor ``..``; this also keeps every object key inside its prefix.
     """
+    if not isinstance(topic, str):
+        raise InvalidTopicError(f"topic name {topic!r} is not a string")
     if not topic:
         raise InvalidTopicError("topic name is empty")
     if topic in (".", ".."):
@@ -26,11 +29,19 @@ def validate_topic_name(topic: str) -> str:
         raise InvalidTopicError(
             f"topic name {topic[:40]!r}... is {len(topic)} characters, more than {MAX_TOPIC_NAME_LENGTH}"
         )
-    if not _LEGAL_TOPIC.match(topic):
+    if not _LEGAL_TOPIC.fullmatch(topic):
         raise InvalidTopicError(
             f"topic name {topic!r} has characters Kafka does not allow (only ASCII letters, digits, '.', '_', '-')"
         )
     return topic
+
+
+def require_int(name: str, value: object) -> int:
+    """``value`` if it is a plain int: a bool (an int to Python) or a string would otherwise
+    slip into keys and paths as ``True`` or ``"7"``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTopicError(f"{name} {value!r} is not an integer")
+    return value
 
 
 @dataclass(frozen=True, order=True)
@@ -42,6 +53,7 @@ class TopicPartition:
 
     def __post_init__(self) -> None:
         validate_topic_name(self.topic)
+        require_int(f"partition of {self.topic!r}", self.partition)
         if self.partition < 0:
             raise InvalidTopicError(f"partition {self.partition} of {self.topic!r} is negative")
 
@@ -51,7 +63,7 @@ class TopicPartition:
     @classmethod
     def from_dir_name(cls, name: str) -> TopicPartition:
         """Parse a partition directory name ``<topic>-<n>``."""
-        match = _PARTITION_DIR.match(name)
+        match = _PARTITION_DIR.fullmatch(name)
         if match is None:
             raise InvalidTopicError(f"directory name {name!r} is not <topic>-<partition>")
         return cls(match.group("topic"), int(match.group("partition")))

@@ -5,9 +5,9 @@ What follows the broker (``UnifiedLog``, ``LocalLog``, ``LogSegment``, ``Produce
   index is full (``preallocate_index_bytes`` plays ``segment.index.bytes``: the time index is
   full one entry early, keeping room for the roll entry), or on ``roll()``;
 - the active segment's ``.index``/``.timeindex`` are pre-allocated and zero-filled; entries
-  are written in place as they are made (``IndexBuilder``, the same code the rebuild runs, so
-  the files equal ``rebuild_indexes`` byte for byte); a roll appends the final time-index
-  entry and trims both files; ``.txnindex`` appears with the first aborted transaction;
+  are written in place as they are made (``IndexBuilder``, ``LogSegment.append``'s rule); a
+  roll appends the final time-index entry and trims both files; ``.txnindex`` appears with the
+  first aborted transaction;
 - producer state (sequence, epoch, open transaction) per producer id; a snapshot named by the
   new base offset is written at every roll;
 - ``become_leader`` assigns an epoch at the log end offset in ``leader-epoch-checkpoint``;
@@ -24,7 +24,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from tiering_core.kafka.batch import (
@@ -53,13 +53,14 @@ from tiering_core.kafka.index import (
     TIME_ENTRY,
     AbortedTxn,
     IndexBuilder,
-    complete_txn,
+    decode_end_transaction_marker,
     encode_txn_index,
-    end_transaction_marker,
 )
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
+from tiering_core.kafka.producer_state import ProducerState, ProducerStateTracker
 from tiering_core.kafka.records import (
     NO_SEQUENCE,
+    ControlRecord,
     ControlRecordType,
     Header,
     RecordSpec,
@@ -81,32 +82,6 @@ MAX_RELATIVE_OFFSET = 2**31 - 1
 _SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 
 RecordLike = RecordSpec | tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence[Header]]
-
-
-@dataclass
-class _Producer:
-    """``ProducerStateEntry`` being built: what the broker keeps per producer id."""
-
-    producer_id: int
-    epoch: int
-    last_sequence: int = NO_SEQUENCE
-    last_offset: int = -1
-    offset_delta: int = 0
-    timestamp: int = -1
-    coordinator_epoch: int = -1
-    txn_first_offset: int = -1
-
-    def entry(self) -> ProducerStateEntry:
-        return ProducerStateEntry(
-            self.producer_id,
-            self.epoch,
-            self.last_sequence,
-            self.last_offset,
-            self.offset_delta,
-            self.timestamp,
-            self.coordinator_epoch,
-            self.txn_first_offset,
-        )
 
 
 def _spec(record: RecordLike, timestamp: int) -> RecordSpec:
@@ -155,8 +130,7 @@ class PartitionWriter:
         self.log_start_offset = 0
         self.high_watermark: int | None = None
         self.epochs = LeaderEpochCache()
-        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
-        self.producers: dict[int, _Producer] = {}
+        self.state = ProducerStateTracker()  # every producer id's state and the open transactions
         self.in_transaction: set[int] = set()
         self._new_segment(0)
         self.become_leader(initial_epoch)
@@ -249,15 +223,6 @@ class PartitionWriter:
         self.next_offset = header.next_offset
         return header
 
-    def _producer(self, producer_id: int, producer_epoch: int) -> _Producer:
-        producer = self.producers.get(producer_id)
-        if producer is None:
-            producer = self.producers[producer_id] = _Producer(producer_id, max(producer_epoch, 0))
-        elif producer_epoch > producer.epoch:  # a new epoch (producer restart or fencing): sequences restart
-            producer.epoch = producer_epoch
-            producer.last_sequence = NO_SEQUENCE
-        return producer
-
     def append(
         self,
         records: Sequence[RecordLike],
@@ -285,9 +250,8 @@ class PartitionWriter:
             raise ValueError("a transactional batch needs a producer id")
         base = self.next_offset
         epoch, sequence = -1, NO_SEQUENCE
-        producer = None
         if producer_id >= 0:
-            producer = self._producer(producer_id, producer_epoch)
+            producer = self.state.producer(producer_id, producer_epoch)
             epoch, sequence = producer.epoch, producer.last_sequence + 1
         header = self._append_batch(
             encode_batch(
@@ -301,14 +265,7 @@ class PartitionWriter:
                 transactional=transactional,
             )
         )
-        if producer is not None:  # ProducerAppendInfo.append for a data batch
-            producer.last_sequence = sequence + len(specs) - 1
-            producer.last_offset = header.last_offset
-            producer.offset_delta = header.last_offset_delta
-            producer.timestamp = header.max_timestamp
-            if transactional and producer.txn_first_offset < 0:
-                producer.txn_first_offset = base
-                self.ongoing[producer_id] = base
+        self.state.on_data_batch(header)
         return base, header.last_offset
 
     def append_records(
@@ -337,11 +294,11 @@ class PartitionWriter:
         """Later appends of ``producer_id`` are transactional; the transaction starts with the first one."""
         if producer_id < 0:
             raise ValueError("a transaction needs a producer id")
-        self._producer(producer_id, producer_epoch)
+        self.state.producer(producer_id, producer_epoch)
         self.in_transaction.add(producer_id)
 
     def _end_transaction(self, producer_id: int, kind: ControlRecordType, coordinator_epoch: int) -> int:
-        producer = self.producers.get(producer_id)
+        producer = self.state.producers.get(producer_id)
         if producer is None:
             raise ValueError(f"producer {producer_id} has written nothing to {self.tp}: no transaction to end")
         marker = self.next_offset
@@ -357,11 +314,8 @@ class PartitionWriter:
             )
         )
         # ProducerAppendInfo.appendEndTxnMarker, then the txn index with the LSO at this point.
-        producer.coordinator_epoch = coordinator_epoch
-        producer.timestamp = header.max_timestamp
-        producer.txn_first_offset = -1
         self.in_transaction.discard(producer_id)
-        entry = complete_txn(self.ongoing, producer_id, marker, kind == ControlRecordType.ABORT)
+        entry = self.state.on_end_marker(header, ControlRecord(kind, coordinator_epoch))
         if entry is not None:
             self._append_aborted(entry)
         return marker
@@ -396,8 +350,18 @@ class PartitionWriter:
 
     # --- rolls and checkpoints -------------------------------------------------------------
 
+    @property
+    def producers(self) -> dict[int, ProducerState]:
+        """Producer id -> its state, as the next snapshot would hold it."""
+        return self.state.producers
+
+    @property
+    def ongoing(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction."""
+        return self.state.ongoing
+
     def snapshot_entries(self) -> list[ProducerStateEntry]:
-        return [p.entry() for p in sorted(self.producers.values(), key=lambda p: p.producer_id)]
+        return self.state.snapshot_entries()
 
     def roll(self) -> int:
         """Close the active segment (final time entry, trimmed indexes), snapshot producers, start the next.
@@ -537,21 +501,8 @@ class PartitionWriter:
         snapshots = sorted((o, p) for o, p in self._snapshots() if o in bases)
         start = snapshots[-1][0] if snapshots else bases[0]
         entries = read_producer_snapshot(snapshots[-1][1]) if snapshots else []
-        self.producers = {
-            e.producer_id: _Producer(
-                e.producer_id,
-                e.producer_epoch,
-                e.last_sequence,
-                e.last_offset,
-                e.offset_delta,
-                e.timestamp,
-                e.coordinator_epoch,
-                e.current_txn_first_offset,
-            )
-            for e in entries
-        }
-        self.ongoing = {e.producer_id: e.current_txn_first_offset for e in entries if e.has_open_transaction}
-        self.in_transaction = {pid for pid in self.in_transaction if pid in self.ongoing}
+        self.state = ProducerStateTracker(entries)
+        self.in_transaction = {pid for pid in self.in_transaction if pid in self.state.ongoing}
         self.next_offset = active_base
         for base in (b for b in bases if b >= start):
             log_path = self._stem(base).with_suffix(".log")
@@ -571,25 +522,16 @@ class PartitionWriter:
     def _replay(self, header: RecordBatchHeader, log_path: Path, *, collect: bool) -> None:
         if not header.has_producer_id:
             return
-        producer = self._producer(header.producer_id, header.producer_epoch)
-        if header.is_control:
-            with log_path.open("rb") as f:
-                f.seek(header.position)
-                data = f.read(header.size_in_bytes)
-            kind = end_transaction_marker(data, replace(header, position=0), log_path)
-            producer.txn_first_offset = -1
-            producer.timestamp = header.max_timestamp
-            entry = complete_txn(self.ongoing, header.producer_id, header.base_offset, kind == ControlRecordType.ABORT)
-            if entry is not None and collect:
-                self.builder.aborted.append(entry)
+        if not header.is_control:
+            self.state.on_data_batch(header)
             return
-        producer.last_sequence = header.base_sequence + header.last_offset_delta if header.base_sequence >= 0 else -1
-        producer.last_offset = header.last_offset
-        producer.offset_delta = header.last_offset_delta
-        producer.timestamp = header.max_timestamp
-        if header.is_transactional and producer.txn_first_offset < 0:
-            producer.txn_first_offset = header.base_offset
-            self.ongoing[header.producer_id] = header.base_offset
+        with log_path.open("rb") as f:
+            f.seek(header.position)
+            data = f.read(header.size_in_bytes)
+        marker = decode_end_transaction_marker(data, replace(header, position=0), log_path)
+        entry = self.state.on_end_marker(header, marker)
+        if entry is not None and collect:
+            self.builder.aborted.append(entry)
 
 
 def build_demo_log_dir(log_dir: Path, *, seed: int = 0) -> list[TopicPartition]:
