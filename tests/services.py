@@ -1,25 +1,32 @@
 """Real services for the tests: an S3 endpoint (moto's server) and a PostgreSQL server.
 
-PostgreSQL: the test setup starts its own private server (initdb on a temporary directory
-owned by ``postgres``, 127.0.0.1, a free port) so the tests never depend on the machine's
-state; if the server binaries are missing it falls back to one answering on
-127.0.0.1:5432, and ``TIERING_TEST_PG_URL`` names an explicit server. Every test database
-gets a unique name and is dropped afterwards.
+PostgreSQL: ``TIERING_TEST_PG_URL`` names an explicit server (its user and password are kept).
+Otherwise the test setup starts its own private server (initdb on a temporary directory, run
+as the ``postgres`` OS user when the tests run as root, 127.0.0.1, a free port) so the tests
+never depend on the machine's state, and stops it afterwards. Where that is impossible (no
+server binaries, or root without a ``postgres`` user or ``runuser``) a server answering on
+127.0.0.1:5432 is used instead; with neither, the error says what is missing. Every test
+database gets a unique name and is dropped afterwards.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+
+DEFAULT_PG = ("127.0.0.1", 5432)
 
 
 def free_port() -> int:
@@ -49,6 +56,10 @@ def pg_bindir() -> Path | None:
     return None
 
 
+class PostgresUnavailable(RuntimeError):
+    """No PostgreSQL server could be started or found for the tests; says what is missing."""
+
+
 @dataclass
 class PostgresServer:
     """A PostgreSQL server the tests may create databases on."""
@@ -56,16 +67,32 @@ class PostgresServer:
     host: str
     port: int
     user: str
+    password: str | None = None
     private_dir: Path | None = None
 
+    @classmethod
+    def from_url(cls, url: str) -> PostgresServer:
+        parsed = make_url(url)
+        return cls(
+            parsed.host or DEFAULT_PG[0], parsed.port or DEFAULT_PG[1], parsed.username or "postgres", parsed.password
+        )
+
     def url(self, database: str, driver: str = "postgresql+psycopg") -> str:
-        return f"{driver}://{self.user}@{self.host}:{self.port}/{database}"
+        return URL.create(driver, self.user, self.password, self.host, self.port, database).render_as_string(
+            hide_password=False
+        )
 
     def _admin(self, sql: str) -> None:
         import psycopg
 
         with psycopg.connect(
-            host=self.host, port=self.port, user=self.user, dbname="postgres", autocommit=True
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname="postgres",
+            autocommit=True,
+            connect_timeout=10,
         ) as conn:
             conn.execute(sql)  # type: ignore[arg-type]
 
@@ -79,65 +106,108 @@ class PostgresServer:
             self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _os_user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
 def _as_postgres(args: list[str]) -> list[str]:
     if os.geteuid() == 0:
         return ["runuser", "-u", "postgres", "--", *args]
     return args
 
 
-@contextmanager
-def private_postgres() -> Iterator[PostgresServer]:
-    """Start a throwaway PostgreSQL server (PostgreSQL refuses to run as root)."""
-    bindir = pg_bindir()
+def private_postgres_blockers(bindir: Path | None) -> list[str]:
+    """Why a private server cannot be started here (empty: it can)."""
     if bindir is None:
-        raise RuntimeError("PostgreSQL server binaries (initdb, pg_ctl) not found; install postgresql-15")
-    data = Path(tempfile.mkdtemp(prefix="tiering-pg-"))
-    user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
-    if os.geteuid() == 0:
-        shutil.chown(data, user="postgres", group="postgres")
-    port = free_port()
-    subprocess.run(
-        _as_postgres(
-            [str(bindir / "initdb"), "-D", str(data / "db"), "-U", user, "-A", "trust", "--no-sync", "-E", "UTF8"]
-        ),
-        check=True,
-        capture_output=True,
-    )
-    opts = f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off -c full_page_writes=off -c max_connections=200"
-    subprocess.run(
-        _as_postgres(
-            [str(bindir / "pg_ctl"), "-D", str(data / "db"), "-o", opts, "-l", str(data / "log"), "-w", "start"]
-        ),
-        check=True,
-        capture_output=True,
-    )
+        return ["PostgreSQL server binaries (initdb, pg_ctl) not found (install postgresql-15)"]
+    blockers = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: the server runs as ``postgres``
+        if not _os_user_exists("postgres"):
+            blockers.append("running as root and there is no 'postgres' OS user to run the server as")
+        if shutil.which("runuser") is None:
+            blockers.append("running as root and runuser (util-linux) is missing")
+    return blockers
+
+
+def _run_step(what: str, args: list[str]) -> None:
     try:
-        yield PostgresServer("127.0.0.1", port, user, private_dir=data)
-    finally:
-        subprocess.run(
-            _as_postgres([str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "-w", "stop"]),
-            capture_output=True,
+        subprocess.run(_as_postgres(args), check=True, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", None) or str(exc)
+        raise PostgresUnavailable(f"{what} failed: {detail.strip()}") from exc
+
+
+@contextmanager
+def private_postgres(bindir: Path | None, *, prefix: str = "tiering-pg-") -> Iterator[PostgresServer]:
+    """Start a throwaway PostgreSQL server from the binaries in ``bindir``; stop it and remove its
+    directory afterwards, also when starting it failed halfway. PostgresUnavailable when it
+    cannot be started."""
+    blockers = private_postgres_blockers(bindir)
+    if blockers or bindir is None:
+        raise PostgresUnavailable("cannot start a private PostgreSQL server: " + "; ".join(blockers))
+    data = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
+        if os.geteuid() == 0:
+            shutil.chown(data, user="postgres", group="postgres")
+        port = free_port()
+        _run_step(
+            "initdb",
+            [str(bindir / "initdb"), "-D", str(data / "db"), "-U", user, "-A", "trust", "--no-sync", "-E", "UTF8"],
         )
+        opts = f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off -c full_page_writes=off -c max_connections=200"
+        try:
+            _run_step(
+                "pg_ctl start",
+                [str(bindir / "pg_ctl"), "-D", str(data / "db"), "-o", opts, "-l", str(data / "log"), "-w", "start"],
+            )
+            yield PostgresServer("127.0.0.1", port, user, private_dir=data)
+        finally:
+            if (data / "db" / "postmaster.pid").exists():  # running, or started halfway
+                subprocess.run(
+                    _as_postgres([str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "-w", "stop"]),
+                    capture_output=True,
+                    timeout=120,
+                )
+    finally:
         shutil.rmtree(data, ignore_errors=True)
 
 
 @contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
-    explicit = os.environ.get("TIERING_TEST_PG_URL")
+def postgres_server(
+    *,
+    find_bindir: Callable[[], Path | None] = pg_bindir,
+    fallback: tuple[str, int] = DEFAULT_PG,
+    environ: Mapping[str, str] | None = None,
+) -> Iterator[PostgresServer]:
+    """The tests' PostgreSQL: ``TIERING_TEST_PG_URL``, else a private server, else one on ``fallback``."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("TIERING_TEST_PG_URL")
     if explicit:
-        from sqlalchemy.engine import make_url
-
-        url = make_url(explicit)
-        yield PostgresServer(url.host or "127.0.0.1", url.port or 5432, url.username or "postgres")
+        yield PostgresServer.from_url(explicit)
         return
-    if pg_bindir() is not None:
-        with private_postgres() as server:
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(private_postgres(find_bindir()))
+            problem = None
+        except PostgresUnavailable as exc:
+            server, problem = None, str(exc)
+        if server is not None:
             yield server
+            return
+    host, port = fallback
+    if port_answers(host, port):
+        yield PostgresServer(host, port, env.get("PGUSER", "postgres"), env.get("PGPASSWORD"))
         return
-    if port_answers("127.0.0.1", 5432):
-        yield PostgresServer("127.0.0.1", 5432, "postgres")
-        return
-    raise RuntimeError("no PostgreSQL: neither server binaries to start one nor a server on 127.0.0.1:5432")
+    raise PostgresUnavailable(
+        f"no PostgreSQL server for the tests: {problem}; and no server answers on {host}:{port}. "
+        "Install the PostgreSQL server (postgresql-15), start one on that address, or set "
+        "TIERING_TEST_PG_URL=postgresql+psycopg://user:password@host:port/postgres"
+    )
 
 
 @dataclass

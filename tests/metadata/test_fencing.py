@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sqlalchemy import Connection, Engine, create_engine, text
 
 from tests.metadata.support import finish, segment, start_in, tip, worker
 from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
 from tiering_core.metadata.store import Lease, RemoteLogMetadataStore
@@ -48,6 +51,9 @@ WRITES: dict[str, Callable[[RemoteLogMetadataStore, Lease, uuid.UUID], object]] 
     "add_segment": lambda st, lease, _: st.add_segment(segment(TIP, 100, 199), lease),
     "finish": lambda st, lease, sid: st.update_segment_state(sid, S.COPY_SEGMENT_FINISHED, lease),
     "delete": lambda st, lease, sid: st.update_segment_state(sid, S.DELETE_SEGMENT_STARTED, lease),
+    "finish_copied": lambda st, lease, sid: st.finish_copied_segment(
+        sid, lease, custom_metadata={"x": 1}, lineage=[EpochEntry(0, 0)]
+    ),
     "mark_partition": lambda st, lease, _: st.mark_partition_for_deletion(TIP, lease),
     "delete_state": lambda st, lease, _: st.update_partition_delete_state(
         TIP, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, lease
@@ -60,17 +66,25 @@ WRITES: dict[str, Callable[[RemoteLogMetadataStore, Lease, uuid.UUID], object]] 
 }
 
 
+def wait_until_expired(store: RemoteLogMetadataStore, tp: TopicIdPartition, timeout_s: float = 60) -> None:
+    """Poll (on the store's clock) until the partition's lease has expired."""
+    deadline = time.monotonic() + timeout_s
+    while store.is_lease_active(tp):
+        assert time.monotonic() < deadline, f"the lease of {tp} never expired"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("how", ["superseded", "expired", "released", "other-holder"])
 def test_a_stale_lease_writes_nothing(metadata_url: str, how: str) -> None:
     with RemoteLogMetadataStore(metadata_url) as store:
-        first = store.acquire_lease(TIP, "first", ttl_ms=200 if how == "expired" else 60_000)
+        first = store.acquire_lease(TIP, "first", ttl_ms=1_000 if how == "expired" else 60_000)
         meta = segment(TIP, 0, 99)
         store.add_segment(meta, first)
         if how == "superseded":
             store.release_lease(first)
             store.acquire_lease(TIP, "second")
         elif how == "expired":
-            time.sleep(0.25)
+            wait_until_expired(store, TIP)
         elif how == "released":
             store.release_lease(first)
         stale = first if how != "other-holder" else Lease(TIP, "impostor", first.token, first.expires_at_ms)
@@ -100,19 +114,22 @@ def test_tokens_only_grow_and_a_held_lease_names_its_holder(store) -> None:
 
 def test_renew_extends_and_current_lease_tells_whether_a_run_is_live(store) -> None:
     assert store.current_lease(TIP) is None and not store.is_lease_active(TIP)
-    lease = store.acquire_lease(TIP, "copier", ttl_ms=500, run_id="r1")
+    probe_tip = tip("PPPPPPPPPPPPPPPPPPPPPP", "orders", 9)
+    lease = store.acquire_lease(TIP, "copier", ttl_ms=1_000, run_id="r1")
+    probe = store.acquire_lease(probe_tip, "probe", ttl_ms=1_000)  # expires no earlier than ``lease``
     current = store.current_lease(TIP)
     assert current is not None and (current.holder, current.token) == ("copier", lease.token)
-    time.sleep(0.3)
-    renewed = store.renew_lease(lease, ttl_ms=500)
+    renewed = store.renew_lease(lease, ttl_ms=120_000)
     assert renewed.token == lease.token and renewed.expires_at_ms > lease.expires_at_ms
-    time.sleep(0.3)  # past the first expiry, within the renewed one
+    wait_until_expired(store, probe_tip)  # past the first expiry, well within the renewed one
+    assert probe.expires_at_ms >= lease.expires_at_ms
     store.add_segment(segment(TIP, 0, 9), renewed)
     assert store.is_lease_active(TIP)
-    time.sleep(0.55)
-    assert not store.is_lease_active(TIP) and store.current_lease(TIP) is None
+    short = store.renew_lease(renewed, ttl_ms=300)
+    wait_until_expired(store, TIP)
+    assert store.current_lease(TIP) is None
     with pytest.raises(FencedError, match="expired"):
-        store.renew_lease(renewed)
+        store.renew_lease(short)
     with pytest.raises(FencedError):
         store.release_lease(Lease(TIP, "never-held", 0, 0))
 
@@ -121,27 +138,39 @@ def test_renew_extends_and_current_lease_tells_whether_a_run_is_live(store) -> N
 
 
 def test_two_processes_race_exactly_one_wins_and_the_loser_is_fenced(metadata_url: str) -> None:
-    RemoteLogMetadataStore(metadata_url).close()  # migrate before the race
+    """Two attempts of the same copier (same holder name) race for the lease. Both come back with
+    the lease an earlier attempt held, which expired: the loser's write with that real, older
+    token must be refused by the token check alone (holder name and expiry would let it pass)."""
+    with RemoteLogMetadataStore(metadata_url) as store:  # also migrates before the race
+        earlier = store.acquire_lease(TIP, "copier", ttl_ms=1_000, run_id="attempt-0")
+        wait_until_expired(store, TIP)
     start_at = start_in(2.0)
-    procs = [worker("race", metadata_url, start_at, f"racer-{i}", "60000") for i in range(2)]
+    procs = [
+        worker("race", metadata_url, start_at, "copier", f"attempt-{i}", "60000", str(earlier.token)) for i in (1, 2)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
     lines = sorted((out.splitlines() for out, _ in outputs), key=lambda ls: ls[0])
     lost, won = lines
-    assert lost[0].startswith("LOST") and lost[1] == "FENCED"
-    assert "racer-" in json.loads(lost[0].split(" ", 1)[1])  # the held lease names its holder
     assert won[0].startswith("WON") and won[1].startswith("WROTE")
+    winner_token = int(won[0].split()[1])
+    assert winner_token > earlier.token
+    assert lost[0].startswith("LOST") and "copier" in json.loads(lost[0].split(" ", 1)[1])
+    assert lost[1].startswith("FENCED")
+    refusal = json.loads(lost[1].split(" ", 1)[1])
+    assert f"lease token {earlier.token} of copier is fenced (current token {winner_token}" in refusal
     with RemoteLogMetadataStore(metadata_url) as store:
         (only,) = store.list_segments(TIP)
         assert str(only.segment_id) == won[1].split()[1] and only.state == S.COPY_SEGMENT_FINISHED
-        assert only.writer_token == int(won[0].split()[1])
-        with pytest.raises(LeaseHeldError, match="racer-"):
+        assert only.writer_token == winner_token
+        assert {h.token for h in store.state_history(TIP)} == {winner_token}
+        with pytest.raises(LeaseHeldError, match="copier"):
             store.acquire_lease(TIP, "latecomer")
 
 
 def test_a_sigkilled_holder_expires_its_copy_is_cleaned_and_it_stays_fenced(metadata_url: str) -> None:
     RemoteLogMetadataStore(metadata_url).close()
-    proc = worker("hang", metadata_url, "doomed", "1000")
+    proc = worker("hang", metadata_url, "doomed", "8000")  # long enough to outlive the kill and an open
     assert proc.stdout is not None
     line = proc.stdout.readline().split()
     assert line[0] == "STARTED", proc.stderr.read() if proc.stderr else ""
@@ -152,9 +181,7 @@ def test_a_sigkilled_holder_expires_its_copy_is_cleaned_and_it_stays_fenced(meta
         assert store.is_lease_active(TIP)  # the dead process's lease still runs
         with pytest.raises(LeaseHeldError, match="doomed"):
             store.acquire_lease(TIP, "too-early")
-        deadline = time.time() + 10
-        while store.is_lease_active(TIP) and time.time() < deadline:
-            time.sleep(0.05)
+        wait_until_expired(store, TIP)
         successor = store.acquire_lease(TIP, "successor")
         assert successor.token > stale_token
         # The dead run's COPY_SEGMENT_STARTED has no live lease behind it: the successor cleans it.
@@ -215,3 +242,145 @@ def test_contending_processes_never_interleave_tokens(metadata_url: str) -> None
         for meta in store.list_segments(TIP):  # each segment was finished by the run that started it
             steps = store.state_history(meta.segment_id)
             assert len({h.token for h in steps}) == 1
+
+
+# --- PostgreSQL: the row lock, the clock and the write ------------------------------------------
+
+
+def _db_now_ms(conn: Connection) -> int:
+    return int(conn.execute(text("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)")).scalar_one())
+
+
+def _wait_for_lock_waiter(engine: Engine, done: threading.Event) -> None:
+    """Until some session of this database waits for a row lock (or ``done`` is set)."""
+    deadline = time.monotonic() + 30
+    with engine.connect() as conn:
+        while not done.is_set():
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+            conn.rollback()
+            if waiting:
+                return
+            assert time.monotonic() < deadline, "the write never waited for the partition row lock"
+            time.sleep(0.01)
+
+
+class _Call(threading.Thread):
+    """Runs ``fn`` after a barrier; keeps its result or exception."""
+
+    def __init__(self, fn: Callable[[], object], barrier: threading.Barrier) -> None:
+        super().__init__(daemon=True)
+        self.fn, self.barrier = fn, barrier
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        self.barrier.wait(timeout=30)
+        try:
+            self.result = self.fn()
+        except BaseException as exc:  # handed to the test thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+def test_postgres_a_lease_that_expires_while_waiting_for_the_row_lock_is_fenced(pg_url: str) -> None:
+    """The clock is read once the partition row is locked: a write queued behind another transaction
+    while its lease ran out is rejected, and a renewal's expiry counts from when it got the lock."""
+    with RemoteLogMetadataStore(pg_url) as store:
+        lease = store.acquire_lease(TIP, "slow", ttl_ms=3_000)
+        renewer_tip = tip("RRRRRRRRRRRRRRRRRRRRRR", "orders", 2)
+        long_lease = store.acquire_lease(renewer_tip, "renewer", ttl_ms=600_000)
+        meta = segment(TIP, 0, 99)
+        engine = create_engine(pg_url)
+        try:
+            # 1. A write waits for the row lock while its lease is valid; the lease expires meanwhile.
+            barrier = threading.Barrier(2)
+            call = _Call(lambda: store.add_segment(meta, lease), barrier)
+            with engine.connect() as holder:
+                holder.begin()
+                holder.execute(text("SELECT id FROM tiering_partitions FOR UPDATE"))
+                call.start()
+                barrier.wait(timeout=30)
+                _wait_for_lock_waiter(engine, call.done)
+                assert not call.done.is_set(), call.error
+                assert _db_now_ms(holder) < lease.expires_at_ms, "the write must start waiting before the expiry"
+                while _db_now_ms(holder) <= lease.expires_at_ms:
+                    time.sleep(0.05)
+                holder.commit()
+            call.join(timeout=30)
+            assert isinstance(call.error, FencedError) and "expired" in str(call.error), call.error
+            assert store.list_segments(TIP, include_deleted=True) == []
+
+            # 2. A renewal that waited for the lock gets its full time to live from when it got it.
+            barrier = threading.Barrier(2)
+            call = _Call(lambda: store.renew_lease(long_lease, ttl_ms=2_000), barrier)
+            with engine.connect() as holder:
+                holder.begin()
+                holder.execute(text("SELECT id FROM tiering_partitions FOR UPDATE"))
+                call.start()
+                barrier.wait(timeout=30)
+                _wait_for_lock_waiter(engine, call.done)
+                time.sleep(1.0)  # the renewal waits at least this long
+                released_at = _db_now_ms(holder)
+                holder.commit()
+            call.join(timeout=30)
+            assert call.error is None, call.error
+            assert isinstance(call.result, Lease)
+            assert call.result.expires_at_ms >= released_at + 2_000
+        finally:
+            engine.dispose()
+
+
+def test_postgres_token_check_and_write_are_one_step(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer paused between its fencing check and its write holds the partition row: a newer
+    lease cannot be taken until the write committed, so no write lands after a newer token exists."""
+    with RemoteLogMetadataStore(pg_url) as store_a, RemoteLogMetadataStore(pg_url) as store_b:
+        lease_a = store_a.acquire_lease(TIP, "a", ttl_ms=1_500)
+        checked, go = threading.Event(), threading.Event()
+        fenced = store_a._fenced
+
+        def check_then_pause(conn: Connection, lease: Lease) -> Any:
+            row = fenced(conn, lease)
+            checked.set()
+            assert go.wait(timeout=60)
+            return row
+
+        monkeypatch.setattr(store_a, "_fenced", check_then_pause)
+        meta = segment(TIP, 0, 99)
+        barrier_a, barrier_b = threading.Barrier(2), threading.Barrier(2)
+        writer = _Call(lambda: store_a.add_segment(meta, lease_a), barrier_a)
+        taker = _Call(lambda: store_b.acquire_lease(TIP, "b", ttl_ms=60_000), barrier_b)
+        engine = create_engine(pg_url)
+        try:
+            writer.start()
+            barrier_a.wait(timeout=30)
+            assert checked.wait(timeout=30)  # a's check passed; its write is not done yet
+            with engine.connect() as conn:
+                while _db_now_ms(conn) <= lease_a.expires_at_ms:  # a's lease runs out meanwhile
+                    time.sleep(0.05)
+            taker.start()
+            barrier_b.wait(timeout=30)
+            _wait_for_lock_waiter(engine, taker.done)
+            assert not taker.done.is_set(), f"a newer lease was taken inside a's write: {taker.result}"
+            go.set()
+            writer.join(timeout=30)
+            taker.join(timeout=30)
+        finally:
+            go.set()
+            engine.dispose()
+        assert writer.error is None, writer.error
+        assert taker.error is None, taker.error
+        lease_b = taker.result
+        assert isinstance(lease_b, Lease) and lease_b.token > lease_a.token
+        monkeypatch.undo()
+        (landed,) = store_b.list_segments(TIP)
+        assert landed.segment_id == meta.segment_id and landed.writer_token == lease_a.token
+        with pytest.raises(FencedError, match="fenced"):
+            store_a.update_segment_state(meta.segment_id, S.COPY_SEGMENT_FINISHED, lease_a)
+        assert [h.token for h in store_b.state_history(TIP)] == [lease_a.token]

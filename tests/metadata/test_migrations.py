@@ -3,23 +3,47 @@ across revisions, first use migrates (also when several processes open a fresh d
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+import yaml
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, inspect, text
 
+import tiering_core.metadata.migrations
 from tests.metadata.support import finish, segment, start_in, tip, worker
 from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.metadata.migrations import current_revision, downgrade, head_revision, upgrade
-from tiering_core.metadata.models import Base
+from tiering_core.metadata.models import DIALECT_INDEXES, Base
 from tiering_core.metadata.store import RemoteLogMetadataStore
 
 TIP = tip("MMMMMMMMMMMMMMMMMMMMMM", "orders", 0)
 
 
+MIGRATIONS = Path(tiering_core.metadata.migrations.__file__).resolve().parent
+
+
+def script_head() -> str:
+    """The head revision as the Alembic script directory says (one head, a linear history)."""
+    scripts = ScriptDirectory(str(MIGRATIONS))
+    heads = scripts.get_heads()
+    assert len(heads) == 1, heads
+    return heads[0]
+
+
 def schema_diffs(engine: Engine) -> list[object]:
+    """Differences between the database and the models as they apply to its backend."""
+    dialect = engine.dialect.name
+
+    def applies(obj: object, name: str | None, type_: str, reflected: bool, _compare_to: object) -> bool:
+        return not (type_ == "index" and name in DIALECT_INDEXES and DIALECT_INDEXES[name] != dialect)
+
     with engine.connect() as conn:
-        return list(compare_metadata(MigrationContext.configure(conn), Base.metadata))
+        context = MigrationContext.configure(conn, opts={"include_object": applies})
+        return list(compare_metadata(context, Base.metadata))
 
 
 def index_names(engine: Engine) -> set[str]:
@@ -38,9 +62,12 @@ def test_upgrade_from_empty_downgrade_to_base_and_again_matches_the_models(metad
     try:
         assert current_revision(metadata_url) is None
         upgrade(metadata_url)
-        assert current_revision(metadata_url) == head_revision() == "0002"
+        assert current_revision(metadata_url) == head_revision() == script_head()
         assert schema_diffs(engine) == []
-        assert {"ix_segments_live", "ix_segment_epochs_cover", "ix_partitions_topic_partition"} <= index_names(engine)
+        assert {"ix_segment_epochs_cover", "ix_partitions_topic_partition"} <= index_names(engine)
+        backend_only = {name for name, dialect in DIALECT_INDEXES.items() if dialect == engine.dialect.name}
+        assert backend_only and backend_only <= index_names(engine)
+        assert not (set(DIALECT_INDEXES) - backend_only) & index_names(engine)
         assert tiering_tables(engine) == sorted(t.name for t in Base.metadata.sorted_tables)
         downgrade(metadata_url, "base")
         assert current_revision(metadata_url) is None
@@ -132,3 +159,44 @@ def test_processes_opening_a_fresh_database_at_once_all_succeed(metadata_url: st
     assert [out.split() for out, _ in results] == [["REVISION", head_revision()]] * 3
     with RemoteLogMetadataStore(metadata_url) as store:
         assert len(store.list_partitions()) == 3
+
+
+def test_tiering_db_upgrade_and_downgrade_through_the_command(
+    metadata_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tiering_core.cli import main
+
+    log_dir = tmp_path / "kafka-logs"
+    log_dir.mkdir()
+    config = tmp_path / "tiering.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "log_dirs": [str(log_dir)],
+                "metadata": {"url": metadata_url},
+                "remote": {"backend": "filesystem", "root": str(tmp_path / "remote")},
+            }
+        )
+    )
+
+    def tiering(*args: str) -> tuple[int, str, str]:
+        code = main(["--config", str(config), *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    assert tiering("db", "current") == (0, "metadata schema at revision None\n", "")
+    assert tiering("db", "upgrade", "0001")[:2] == (0, "metadata schema at revision 0001\n")
+    assert current_revision(metadata_url) == "0001"
+    assert tiering("db", "upgrade")[:2] == (0, f"metadata schema at revision {script_head()}\n")
+    engine = create_engine(metadata_url)
+    try:
+        assert schema_diffs(engine) == []
+        code, out, _ = tiering("--json", "db", "downgrade", "0002")
+        assert code == 0 and json.loads(out) == {"revision": "0002"}
+        code, out, err = tiering("db", "downgrade", "no-such-revision")
+        assert code == 1 and out == "" and err.startswith("tiering: ") and "no-such-revision" in err
+        assert current_revision(metadata_url) == "0002"
+        assert tiering("db", "downgrade", "base")[:2] == (0, "metadata schema at revision None\n")
+        assert tiering_tables(engine) == []
+    finally:
+        engine.dispose()

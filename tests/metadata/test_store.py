@@ -3,19 +3,26 @@ section-10 state and history. Every test here runs on both backends (``metadata_
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import pickle
+import re
 import sqlite3
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from tests.metadata.support import delete, finish, segment, tip
 from tests.services import free_port
 from tiering_core.kafka.epoch import EpochEntry
-from tiering_core.kafka.topic import TopicPartition
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import (
     DuplicateSegmentError,
     FencedError,
@@ -23,6 +30,7 @@ from tiering_core.metadata.errors import (
     InvalidStateTransitionError,
     MetadataStoreError,
     PartitionDeletedError,
+    PartitionNotEmptyError,
     SegmentNotFoundError,
 )
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
@@ -32,6 +40,7 @@ S = RemoteLogSegmentState
 P = RemotePartitionDeleteState
 TIP = tip("BBBBBBBBBBBBBBBBBBBBBB", "orders", 3)
 OTHER = tip("DDDDDDDDDDDDDDDDDDDDDD", "payments", 0)
+TIP_RE = re.escape(str(TIP))
 
 
 @pytest.fixture()
@@ -259,6 +268,116 @@ def test_updates_of_unknown_or_foreign_segments(store) -> None:
     assert store.get_segment(foreign.segment_id).state == S.COPY_SEGMENT_STARTED
 
 
+# --- finishing a copy: one transaction ---------------------------------------------------------
+
+
+def lineage_state(store: RemoteLogMetadataStore) -> tuple[object, ...]:
+    """Everything finish_copied_segment may change."""
+    return (
+        store.list_segments(TIP, include_deleted=True),
+        store.get_recorded_lineage(TIP),
+        store.get_remote_log_start_offset(TIP),
+        store.highest_offset_for_epoch(TIP, 0),
+        store.segment_for(TIP, 0, 150),
+        store.state_history(TIP),
+        store.get_partition(TIP),
+    )
+
+
+def test_finish_copied_segment_lands_state_lineage_and_remote_log_start_together(store) -> None:
+    lease = store.acquire_lease(TIP, "copier", run_id="copy-1")
+    meta = segment(TIP, 100, 199, {0: 100, 1: 150}, custom={"objects": {"log": "k.log"}})
+    store.add_segment(meta, lease)
+    done = store.finish_copied_segment(
+        meta.segment_id,
+        lease,
+        custom_metadata={"crc32c": {"log": 7}},
+        lineage=[EpochEntry(0, 40), EpochEntry(1, 150)],
+    )
+    assert done.state == S.COPY_SEGMENT_FINISHED and done.writer_token == lease.token
+    assert done.custom_metadata == {"objects": {"log": "k.log"}, "crc32c": {"log": 7}}
+    assert store.get_segment(meta.segment_id) == done
+    assert store.segment_for(TIP, 1, 170).segment_id == meta.segment_id
+    assert store.highest_offset_for_epoch(TIP, 0) == 149
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 40), EpochEntry(1, 150)]
+    assert store.get_remote_log_start_offset(TIP) == 100  # was unset: the first copy's start
+    history = store.state_history(meta.segment_id)
+    assert [(h.to_state, h.token, h.run_id) for h in history][-1] == (
+        S.COPY_SEGMENT_FINISHED.value,
+        lease.token,
+        "copy-1",
+    )
+
+    # Again (a retried finish): nothing is recorded twice, and the stored value comes back.
+    before = store.state_history(TIP)
+    assert (
+        store.finish_copied_segment(
+            meta.segment_id,
+            lease,
+            custom_metadata={"crc32c": {"log": 8}},
+            lineage=[EpochEntry(0, 40), EpochEntry(1, 150)],
+        )
+        == done
+    )
+    assert store.state_history(TIP) == before and store.get_segment(meta.segment_id) == done
+
+    # A later copy merges its lineage; the remote log start, once set, is left alone.
+    later = segment(TIP, 200, 299, {2: 200})
+    store.add_segment(later, lease)
+    store.finish_copied_segment(
+        later.segment_id, lease, custom_metadata={}, lineage=[EpochEntry(1, 160), EpochEntry(2, 200)]
+    )
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 40), EpochEntry(1, 150), EpochEntry(2, 200)]
+    assert store.get_remote_log_start_offset(TIP) == 100
+
+
+def test_finish_copied_segment_with_a_stale_lease_lands_nothing(store) -> None:
+    first = store.acquire_lease(TIP, "first", ttl_ms=60_000)
+    meta = segment(TIP, 0, 99)
+    store.add_segment(meta, first)
+    store.release_lease(first)
+    second = store.acquire_lease(TIP, "second", ttl_ms=60_000)
+    before = lineage_state(store)
+    with pytest.raises(FencedError, match="fenced"):
+        store.finish_copied_segment(meta.segment_id, first, custom_metadata={"x": 1}, lineage=[EpochEntry(0, 0)])
+    assert lineage_state(store) == before
+    assert store.get_segment(meta.segment_id).state == S.COPY_SEGMENT_STARTED
+    assert store.get_recorded_lineage(TIP) == [] and store.get_remote_log_start_offset(TIP) is None
+    store.finish_copied_segment(meta.segment_id, second, custom_metadata={}, lineage=[EpochEntry(0, 0)])
+    assert store.get_remote_log_start_offset(TIP) == 0
+
+
+def test_finish_copied_segment_failing_halfway_rolls_all_of_it_back(store, monkeypatch: pytest.MonkeyPatch) -> None:
+    lease = store.acquire_lease(TIP, "copier")
+    meta = segment(TIP, 100, 199, {0: 100, 1: 150})
+    store.add_segment(meta, lease)
+    store.record_lineage(TIP, [EpochEntry(0, 0)], lease)
+    before = lineage_state(store)
+    # A bad lineage entry fails after the segment's state, ranges and history were written.
+    with pytest.raises(ValueError, match="out of order"):
+        store.finish_copied_segment(
+            meta.segment_id, lease, custom_metadata={"x": 1}, lineage=[EpochEntry(1, 150), EpochEntry(0, 160)]
+        )
+    assert lineage_state(store) == before
+
+    # A failure in the last step (the remote log start) takes the state and the lineage with it.
+    def fail(*_args: object) -> int:
+        raise MetadataStoreError("injected: connection lost while setting the remote log start offset")
+
+    monkeypatch.setattr(store, "_advance_remote_log_start", fail)
+    with pytest.raises(MetadataStoreError, match="injected"):
+        store.finish_copied_segment(meta.segment_id, lease, custom_metadata={"x": 1}, lineage=[EpochEntry(1, 150)])
+    assert lineage_state(store) == before
+    assert store.get_segment(meta.segment_id).state == S.COPY_SEGMENT_STARTED
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0)]
+    assert store.get_remote_log_start_offset(TIP) is None
+    monkeypatch.undo()
+    done = store.finish_copied_segment(meta.segment_id, lease, custom_metadata={"x": 1}, lineage=[EpochEntry(1, 150)])
+    assert done.state == S.COPY_SEGMENT_FINISHED
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 150)]
+    assert store.get_remote_log_start_offset(TIP) == 100
+
+
 # --- partitions -------------------------------------------------------------------------------
 
 
@@ -318,6 +437,75 @@ def test_partition_removal_tombstone_blocks_the_topic_id_for_good(store) -> None
     recreated = tip("GGGGGGGGGGGGGGGGGGGGGG", "orders", 3)
     store.register_partition(recreated)
     assert store.get_partition(TopicPartition("orders", 3)).topic_id == recreated.topic_id
+
+
+def test_removal_cannot_finish_or_drop_metadata_while_segments_are_live(store) -> None:
+    lease = store.acquire_lease(TIP, "removal")
+    finished = finish(store, lease, segment(TIP, 0, 99))
+    started = segment(TIP, 100, 199)
+    store.add_segment(started, lease)
+    store.mark_partition_for_deletion(TIP, lease)
+    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_STARTED, lease)
+    history = store.state_history(TIP)
+    with pytest.raises(PartitionNotEmptyError, match=rf"{TIP_RE}.*2 segment\(s\) are not DELETE_SEGMENT_FINISHED"):
+        store.update_partition_delete_state(TIP, P.DELETE_PARTITION_FINISHED, lease)
+    delete(store, lease, finished.segment_id)
+    store.update_segment_state(started.segment_id, S.DELETE_SEGMENT_STARTED, lease)
+    with pytest.raises(PartitionNotEmptyError, match=rf"{TIP_RE}.*1 segment\(s\)"):
+        store.update_partition_delete_state(TIP, P.DELETE_PARTITION_FINISHED, lease)
+    assert store.get_partition(TIP).delete_state == P.DELETE_PARTITION_STARTED
+    assert len(store.state_history(TIP)) == len(history) + 3  # only the segment changes landed
+    store.update_segment_state(started.segment_id, S.DELETE_SEGMENT_FINISHED, lease)
+    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_FINISHED, lease)
+    store.drop_partition_metadata(TIP, lease)
+    assert store.get_partition(TIP).dropped
+
+
+def test_metadata_of_live_segments_is_never_dropped(store, metadata_url: str) -> None:
+    """A partition that reached DELETE_PARTITION_FINISHED with a live segment (written before the
+    guard existed, or by hand) keeps its metadata: dropping it would orphan the segment's objects."""
+    lease = store.acquire_lease(TIP, "removal")
+    live = finish(store, lease, segment(TIP, 0, 99))
+    store.mark_partition_for_deletion(TIP, lease)
+    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_STARTED, lease)
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:  # the state an older version could leave behind
+            conn.execute(text("UPDATE tiering_partitions SET delete_state = 'DELETE_PARTITION_FINISHED'"))
+    finally:
+        engine.dispose()
+    with pytest.raises(PartitionNotEmptyError, match=rf"{TIP_RE}: metadata cannot be dropped while 1 segment"):
+        store.drop_partition_metadata(TIP, lease)
+    record = store.get_partition(TIP)
+    assert not record.dropped and store.get_segment(live.segment_id).state == S.COPY_SEGMENT_FINISHED
+    delete(store, lease, live.segment_id)
+    store.drop_partition_metadata(TIP, lease)
+    assert store.get_partition(TIP).dropped
+
+
+def test_a_segment_cannot_finish_once_its_partition_is_marked_for_deletion(store) -> None:
+    lease = store.acquire_lease(TIP, "copier")
+    started = segment(TIP, 0, 99)
+    store.add_segment(started, lease)
+    other = segment(TIP, 100, 199)
+    store.add_segment(other, lease)
+    store.mark_partition_for_deletion(TIP, lease)
+    before = (store.list_segments(TIP), store.state_history(TIP), store.get_recorded_lineage(TIP))
+    with pytest.raises(PartitionDeletedError, match=rf"{started.segment_id} of {TIP_RE}.*DELETE_PARTITION_MARKED"):
+        store.update_segment_state(started.segment_id, S.COPY_SEGMENT_FINISHED, lease)
+    with pytest.raises(PartitionDeletedError, match="DELETE_PARTITION_MARKED"):
+        store.finish_copied_segment(started.segment_id, lease, custom_metadata={}, lineage=[EpochEntry(0, 0)])
+    assert (store.list_segments(TIP), store.state_history(TIP), store.get_recorded_lineage(TIP)) == before
+    assert store.segment_for(TIP, 0, 5) is None and store.get_remote_log_start_offset(TIP) is None
+    # Deleting stays allowed: removal cleans the unfinished copies up.
+    store.update_segment_state(started.segment_id, S.DELETE_SEGMENT_STARTED, lease)
+    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_STARTED, lease)
+    with pytest.raises(PartitionDeletedError, match="DELETE_PARTITION_STARTED"):
+        store.update_segment_state(other.segment_id, S.COPY_SEGMENT_FINISHED, lease)
+    store.update_segment_state(other.segment_id, S.DELETE_SEGMENT_STARTED, lease)
+    for meta in (started, other):
+        store.update_segment_state(meta.segment_id, S.DELETE_SEGMENT_FINISHED, lease)
+    assert store.list_segments(TIP) == []
 
 
 # --- section 10 state ---------------------------------------------------------------------------
@@ -428,3 +616,220 @@ def test_sqlite_wal_is_checkpointed_in_the_background(sqlite_url: str) -> None:
             time.sleep(0.05)
         assert any(t.name.startswith("wal-checkpoint:") for t in threading.enumerate())
     assert not any(t.name == f"wal-checkpoint:{path}" for t in threading.enumerate())
+
+
+# --- listing: order, custom metadata read when asked for, threads -------------------------------
+
+
+def test_ties_on_start_offset_and_event_time_list_by_segment_id(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    ids = [uuid.UUID(f"{d * 8}-{d * 4}-{d * 4}-{d * 4}-{d * 12}") for d in "f70a"]
+    for sid in ids:  # inserted in no particular order
+        store.add_segment(replace(segment(TIP, 0, 99, event_time=5), segment_id=sid), lease)
+    deleted = replace(segment(TIP, 0, 99, event_time=5), segment_id=uuid.UUID(int=5))
+    store.add_segment(deleted, lease)
+    delete(store, lease, deleted.segment_id)  # event time: now
+    store.add_segment(replace(segment(TIP, 0, 99, event_time=2), segment_id=uuid.UUID(int=2**127)), lease)
+    expected = [uuid.UUID(int=2**127), *sorted(ids)]
+    assert [m.segment_id for m in store.list_segments(TIP)] == expected
+    assert [m.segment_id for m in store.list_segments(TIP, include_deleted=True)] == [*expected, deleted.segment_id]
+    with RemoteLogMetadataStore(store.url) as other:  # and the same again in a fresh process' first listing
+        assert [m.segment_id for m in other.list_segments(TIP)] == expected
+
+
+def count_queries(store: RemoteLogMetadataStore) -> list[str]:
+    """The SELECTs the store runs from now on."""
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        if sql.lstrip().upper().startswith("SELECT"):
+            statements.append(sql)
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    return statements
+
+
+def test_custom_metadata_of_a_listing_is_read_once_when_first_asked_for(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    written = {}
+    for i in range(3):
+        meta = segment(TIP, 100 * i, 100 * i + 99, custom={"objects": {"log": f"k{i}.log"}, "n": i})
+        store.add_segment(meta, lease)
+        done = store.finish_copied_segment(
+            meta.segment_id, lease, custom_metadata={"crc32c": {"log": i}}, lineage=[EpochEntry(0, 0)]
+        )
+        written[meta.segment_id] = done.custom_metadata
+    for fresh in (True, False):  # a partition's first listing in a process, and a later one
+        with RemoteLogMetadataStore(store.url) as reader:
+            if not fresh:
+                reader.list_segments(TIP)
+            assert "custom_metadata" not in reader._q.live_listing.sql  # the listing leaves it out
+            listed = reader.list_segments(TIP)
+            statements = count_queries(reader)
+            assert listed[1].custom_metadata == written[listed[1].segment_id]
+            assert len(statements) == 1  # one read for the whole listing ...
+            assert {m.segment_id: m.custom_metadata for m in listed} == written
+            assert len(statements) == 1  # ... and no more
+            assert listed[0].custom_metadata is listed[0].custom_metadata  # decoded once, kept
+            assert pickle.loads(pickle.dumps(listed[2])) == listed[2]
+            assert listed == [reader.get_segment(m.segment_id) for m in listed]
+
+
+def test_custom_metadata_of_a_listed_segment_whose_metadata_was_dropped_is_an_error(store) -> None:
+    lease = store.acquire_lease(TIP, "removal")
+    meta = finish(store, lease, segment(TIP, 0, 99, custom={"objects": {"log": "k.log"}}))
+    delete(store, lease, meta.segment_id)
+    (listed,) = store.list_segments(TIP, include_deleted=True)
+    for state in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED, P.DELETE_PARTITION_FINISHED):
+        store.update_partition_delete_state(TIP, state, lease)
+    store.drop_partition_metadata(TIP, lease)
+    with pytest.raises(SegmentNotFoundError, match=f"{meta.segment_id}.*no longer stored"):
+        _ = listed.custom_metadata
+
+
+def test_listing_from_many_threads_with_partitions_coming_and_going(metadata_url: str) -> None:
+    """The memo and the partitions listed lately are shared by threads; a store is thread safe."""
+    tips = [tip(f"T{i:021d}", "threads", i) for i in range(6)]
+    with RemoteLogMetadataStore(metadata_url, listed_partitions=2, segment_memo=8) as store:
+        for t in tips:
+            lease = store.acquire_lease(t, "t")
+            for s in range(3):
+                finish(store, lease, segment(t, 100 * s, 100 * s + 99))
+        expected = {t: store.list_segments(t) for t in tips}
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(8)
+
+        def lister(seed: int) -> None:
+            try:
+                barrier.wait(timeout=30)
+                for i in range(150):
+                    t = tips[(seed * 7 + i) % len(tips)]
+                    assert store.list_segments(t) == expected[t]
+            except BaseException as exc:
+                errors.append(exc)
+
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads as often as possible
+        try:
+            threads = [threading.Thread(target=lister, args=(n,)) for n in range(8)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(timeout=120)
+        finally:
+            sys.setswitchinterval(interval)
+        assert errors == []
+        assert len(store._listed) <= 2
+
+
+def test_renewing_with_a_time_to_live_that_is_not_positive_is_refused(store) -> None:
+    lease = store.acquire_lease(TIP, "t", ttl_ms=60_000)
+    for ttl in (0, -5, 1.5, True):
+        with pytest.raises(ValueError, match="time to live"):
+            store.renew_lease(lease, ttl_ms=ttl)
+        with pytest.raises(ValueError, match="time to live"):
+            store.acquire_lease(OTHER, "t", ttl_ms=ttl)
+    assert store.current_lease(TIP) == replace(lease, run_id=None)  # unchanged
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file::memory:?cache=shared&uri=true"])
+def test_an_in_memory_sqlite_url_is_refused_naming_the_setting(url: str) -> None:
+    with pytest.raises(MetadataStoreError, match=r"metadata\.url .*in-memory SQLite.*sqlite:///path"):
+        RemoteLogMetadataStore(url)
+
+
+def test_two_threads_evicting_the_same_listed_partition_do_not_collide(store) -> None:
+    """Two threads list new partitions while the record of partitions listed lately is full: both
+    evict its oldest entry. A rendezvous where the eviction finds that entry makes them meet there
+    if the store lets them in together: without its lock both picked the same entry and the
+    second eviction raised KeyError."""
+    tips = [tip(f"E{i:021d}", "evict", i) for i in range(3)]
+    for t in tips:
+        store.register_partition(t)
+    rendezvous = threading.Barrier(2)
+
+    class MeetingRecord(dict[tuple[str, int], None]):
+        def __iter__(self) -> Iterator[tuple[str, int]]:  # the eviction looks for the oldest entry
+            oldest = next(super().__iter__())
+            with contextlib.suppress(threading.BrokenBarrierError):
+                rendezvous.wait(timeout=0.5)  # broken after 0.5 s when the other thread cannot come
+            return iter([oldest])
+
+    store._listed_limit = 1
+    store._listed = MeetingRecord({(tips[0].topic_id, tips[0].partition): None})
+    errors: list[BaseException] = []
+
+    def lister(t: TopicIdPartition) -> None:
+        try:
+            assert store.list_segments(t) == []
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=lister, args=(t,)) for t in tips[1:]]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert errors == []
+    assert len(dict(store._listed)) == 1 and next(iter(dict(store._listed))) in {
+        (t.topic_id, t.partition) for t in tips[1:]
+    }
+
+
+def test_the_collector_pause_is_counted_across_threads_and_leaves_a_disabled_collector_alone() -> None:
+    from tiering_core.metadata import store as store_module
+
+    pause = store_module._collector_paused
+    assert gc.isenabled()
+    entered, release = threading.Event(), threading.Event()
+
+    def long_listing() -> None:
+        with pause:
+            entered.set()
+            assert release.wait(timeout=30)
+
+    other = threading.Thread(target=long_listing)
+    try:
+        with pause:
+            assert not gc.isenabled()
+            with pause:  # re-entrant in one thread
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+            other.start()
+            assert entered.wait(timeout=30)
+        assert not gc.isenabled()  # the other thread's listing is still running
+        release.set()
+        other.join(timeout=30)
+        assert gc.isenabled()  # the last one out resumes the collector
+        gc.disable()  # the application's choice is left alone
+        with pause:
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        release.set()
+        gc.enable()
+
+
+def test_a_segment_whose_first_epoch_starts_inside_it_is_accepted(store) -> None:
+    """After DeleteRecords moved the log start offset into a segment, the broker's leader-epoch
+    cache starts there (Kafka truncates it from the start), so the segment's leader epochs begin
+    after its base offset (KAFKA_SEMANTICS 3). The copier uploads such a segment; the offsets
+    before the first epoch were deleted and are never served."""
+    lease = store.acquire_lease(TIP, "t")
+    done = finish(store, lease, segment(TIP, 0, 99, {0: 50}))
+    assert store.segment_for(TIP, 0, 50).segment_id == done.segment_id
+    assert store.segment_for(TIP, 0, 49) is None
+    assert store.highest_offset_for_epoch(TIP, 0) == 99
+
+
+def test_a_listing_that_fails_in_the_database_is_a_metadata_store_error(store, metadata_url: str) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    finish(store, lease, segment(TIP, 0, 99))
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:  # the table is gone under the store
+            conn.execute(text("ALTER TABLE tiering_segments RENAME TO tiering_segments_gone"))
+    finally:
+        engine.dispose()
+    with pytest.raises(MetadataStoreError, match="tiering_segments"):
+        store.list_segments(TIP)

@@ -29,23 +29,24 @@ def wait_until(instant: float) -> None:
         time.sleep(0.0005)
 
 
-def race(url: str, start_at: str, holder: str, ttl_ms: str) -> None:
-    """Both racers take the lease at the same instant; the winner writes, the loser tries to."""
+def race(url: str, start_at: str, holder: str, run_id: str, ttl_ms: str, earlier_token: str) -> None:
+    """Both racers take the lease at the same instant; the winner writes. The loser writes with
+    the lease an earlier attempt of the same holder held (token ``earlier_token``, expired)."""
     with RemoteLogMetadataStore(url) as store:
         wait_until(float(start_at))
         meta = segment(TIP, 0, 99)
         try:
-            lease = store.acquire_lease(TIP, holder, ttl_ms=int(ttl_ms), run_id=holder)
+            lease = store.acquire_lease(TIP, holder, ttl_ms=int(ttl_ms), run_id=run_id)
         except LeaseHeldError as exc:
             say("LOST", json.dumps(str(exc)))
             current = store.current_lease(TIP)
-            assert current is not None
-            # Even with the winner's token, a lease this process does not hold is fenced.
+            assert current is not None and current.holder == holder
+            earlier = Lease(TIP, holder, int(earlier_token), current.expires_at_ms, run_id)
             try:
-                store.add_segment(meta, Lease(TIP, holder, current.token, current.expires_at_ms))
+                store.add_segment(meta, earlier)
                 say("WROTE")
-            except FencedError:
-                say("FENCED")
+            except FencedError as fenced:
+                say("FENCED", json.dumps(str(fenced)))
             return
         say("WON", lease.token)
         store.add_segment(meta, lease)

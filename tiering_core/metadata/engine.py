@@ -81,6 +81,21 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{WRITE_OPTION: True})
 
 
+def is_sqlite_in_memory(url: str) -> bool:
+    """``sqlite://``, ``sqlite:///:memory:`` and ``file::memory:`` / ``mode=memory`` URIs: a database
+    private to one connection, which vanishes with it."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    database = parsed.database or ""
+    return (
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or "mode=memory" in database
+        or parsed.query.get("mode") == "memory"
+    )
+
+
 def sqlite_file(url: str) -> str | None:
     """The database file of a SQLite URL (None for in-memory databases and other backends)."""
     parsed = make_url(url)

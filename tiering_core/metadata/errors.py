@@ -41,3 +41,8 @@ class SegmentNotFoundError(TieringError):
 
 class PartitionDeletedError(TieringError):
     """The partition is being (or was) removed: nothing may be copied to it."""
+
+
+class PartitionNotEmptyError(MetadataStoreError):
+    """A partition's removal cannot finish (or its metadata be dropped) while some of its segments
+    are not DELETE_SEGMENT_FINISHED; names the partition and how many."""

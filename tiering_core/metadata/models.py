@@ -50,6 +50,17 @@ class PartitionRow(Base):
     updated_ms: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
 
+# The listing order's index columns, then what else a listing reads. On SQLite the partial index of
+# live segments holds every column a listing returns but custom metadata, so a listing reads the
+# index alone (a few contiguous pages) instead of a table page per segment. PostgreSQL's btree
+# entries are limited to about 2.7 kB, too little for the leader epochs of a segment that saw
+# hundreds of elections, so there the index stops at the writer token.
+LISTING_ORDER_COLUMNS = ("partition_id", "start_offset", "event_time", "segment_id")
+LISTING_EXTRA_COLUMNS = ("state", "writer_token", "end_offset", "max_timestamp", "size_bytes", "leader_epochs")
+# Indexes that exist on one backend only (index name -> dialect).
+DIALECT_INDEXES = {"ix_segments_live": "postgresql", "ix_segments_listing": "sqlite"}
+
+
 class SegmentRow(Base):
     """One copy attempt of a segment (RemoteLogSegmentMetadata)."""
 
@@ -58,15 +69,17 @@ class SegmentRow(Base):
         Index("ix_segments_partition_start", "partition_id", "start_offset"),
         Index(
             "ix_segments_live",
-            "partition_id",
-            "start_offset",
-            "event_time",
-            "segment_id",
+            *LISTING_ORDER_COLUMNS,
             "state",
             "writer_token",
-            sqlite_where=text(LIVE_SEGMENT_CONDITION),
             postgresql_where=text(LIVE_SEGMENT_CONDITION),
-        ),
+        ).ddl_if(dialect=DIALECT_INDEXES["ix_segments_live"]),
+        Index(
+            "ix_segments_listing",
+            *LISTING_ORDER_COLUMNS,
+            *LISTING_EXTRA_COLUMNS,
+            sqlite_where=text(LIVE_SEGMENT_CONDITION),
+        ).ddl_if(dialect=DIALECT_INDEXES["ix_segments_listing"]),
     )
 
     segment_id: Mapped[str] = mapped_column(String(36), primary_key=True)

@@ -9,7 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Table, Text, bindparam, cast, delete, func, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Dialect,
+    Select,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import literal_column
 
@@ -59,20 +74,50 @@ SEGMENT_COLUMNS = (
     S.c.event_time,
     cast(S.c.custom_metadata, Text).label("custom_metadata"),
 )
-# ... and the columns that identify its content: a segment's row is written only when it enters
-# a state, every state at most once, always with a new event time and the writer's token.
-SEGMENT_KEY_COLUMNS = (S.c.segment_id, S.c.state, S.c.event_time, S.c.writer_token)
-# Positions of the key columns in SEGMENT_COLUMNS.
-KEY_POSITIONS = (0, 6, 9, 8)
+# A listed segment: SEGMENT_COLUMNS but the partition and the custom metadata (read when first
+# asked for), all of them in SQLite's listing index.
+LISTING_COLUMNS = (
+    S.c.segment_id,
+    S.c.start_offset,
+    S.c.end_offset,
+    S.c.max_timestamp,
+    S.c.size_bytes,
+    S.c.state,
+    cast(S.c.leader_epochs, Text).label("leader_epochs"),
+    S.c.writer_token,
+    S.c.event_time,
+)
 
 WHERE_TIP = (P.c.topic_id == bindparam("tid"), P.c.partition == bindparam("part"))
 PARTITION_ID = select(P.c.id).where(*WHERE_TIP).scalar_subquery()
 
 
+class DriverQuery:
+    """A SELECT compiled once for one dialect and run on the DBAPI cursor of a connection's
+    transaction, returning plain tuples: for a listing of a thousand segments SQLAlchemy's row
+    objects cost about a third of reading them."""
+
+    def __init__(self, statement: Select[Any], dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = str(compiled)
+        self.names = tuple(compiled.positiontup or ()) if compiled.positional else None
+
+    def rows(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
+        """The result rows (driver exceptions are the DBAPI's own, not SQLAlchemy's)."""
+        args: Any = tuple(params[name] for name in self.names) if self.names is not None else params
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(self.sql, args)
+            return list(cursor.fetchall())
+        finally:
+            cursor.close()
+
+
 class Statements:
     """Prebuilt statements for one dialect (PostgreSQL or SQLite)."""
 
-    def __init__(self, postgres: bool) -> None:
+    def __init__(self, dialect: Dialect) -> None:
+        postgres = dialect.name == "postgresql"
         self.postgres = postgres
         # The database clock (ms): PostgreSQL's own, so leases agree across hosts; SQLite's
         # callers pass their clock (the file is local, so it is the same machine's).
@@ -84,7 +129,11 @@ class Statements:
         dialect_insert = postgresql.insert if postgres else sqlite.insert
         greatest = func.greatest if postgres else func.max  # SQLite's two-argument max() is scalar
 
-        self.lock = select(P, self.now.label("db_now")).where(*WHERE_TIP).with_for_update(of=P)
+        # The partition row, locked. The clock is read by a separate statement once the lock is
+        # held (``clock``): a clock read inside this statement is taken before it waits for the
+        # lock, so a lease that expired during the wait would still pass.
+        self.lock = select(P).where(*WHERE_TIP).with_for_update(of=P)
+        self.clock = select(self.now)
         self.insert_partition = dialect_insert(P).on_conflict_do_nothing(index_elements=["topic_id", "partition"])
         self.update_partition = update(P).where(P.c.id == bindparam("pid"))
         self.lease = select(P.c.lease_holder, P.c.lease_token, P.c.lease_expires_ms, self.now.label("db_now")).where(
@@ -100,13 +149,25 @@ class Statements:
             .join(P, P.c.id == S.c.partition_id)
             .where(S.c.segment_id == bindparam("sid"))
         )
-        self.segments_by_ids = select(*SEGMENT_COLUMNS).where(S.c.segment_id.in_(bindparam("ids", expanding=True)))
+        self.custom_by_ids = select(S.c.segment_id, cast(S.c.custom_metadata, Text)).where(
+            S.c.segment_id.in_(bindparam("ids", expanding=True))
+        )
+        self.live_segment_count = select(func.count()).where(S.c.partition_id == bindparam("pid"), LIVE)
+        self.lineage_of = (
+            select(L.c.epoch, L.c.start_offset).where(L.c.partition_id == bindparam("pid")).order_by(L.c.epoch)
+        )
+        self.delete_lineage = delete(L).where(L.c.partition_id == bindparam("pid"))
+        self.insert_lineage = insert(L)
 
-        order = (S.c.start_offset, S.c.event_time)
-        self.live_keys = select(*SEGMENT_KEY_COLUMNS).where(S.c.partition_id == PARTITION_ID, LIVE).order_by(*order)
-        self.all_keys = select(*SEGMENT_KEY_COLUMNS).where(S.c.partition_id == PARTITION_ID).order_by(*order)
-        self.live_rows = select(*SEGMENT_COLUMNS).where(S.c.partition_id == PARTITION_ID, LIVE).order_by(*order)
-        self.all_rows = select(*SEGMENT_COLUMNS).where(S.c.partition_id == PARTITION_ID).order_by(*order)
+        # Ties on start offset and event time go by segment id, the same on both backends: the
+        # canonical lowercase UUID text sorts as the UUID's number in C and in ICU/glibc locales.
+        order = (S.c.start_offset, S.c.event_time, S.c.segment_id)
+        self.live_listing = DriverQuery(
+            select(*LISTING_COLUMNS).where(S.c.partition_id == PARTITION_ID, LIVE).order_by(*order), dialect
+        )
+        self.all_listing = DriverQuery(
+            select(*LISTING_COLUMNS).where(S.c.partition_id == PARTITION_ID).order_by(*order), dialect
+        )
         self.finished_totals = select(func.coalesce(func.sum(S.c.size_bytes), 0), func.count()).where(
             S.c.partition_id == PARTITION_ID, LIVE, IS_FINISHED
         )

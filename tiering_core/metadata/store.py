@@ -1,32 +1,43 @@
 """The remote log metadata store (KAFKA_SEMANTICS sections 4, 5, 6, 7 and 10) over SQLAlchemy 2 Core.
 
 Every write is one transaction that first locks the partition row (PostgreSQL
-``SELECT ... FOR UPDATE``; SQLite ``BEGIN IMMEDIATE``) and checks the writer's lease token and
-expiry against the database clock, so a fenced writer lands nothing. Every read queries the
-database, so a write is visible to the next query (read-your-writes, across processes too).
-The only thing kept between calls is a bounded memo of decoded segments keyed by (segment id,
-state, event time, writer token): a segment's row is only ever written when it enters a state,
-so a changed segment is a different key and the memo cannot serve stale data. A SQLite store
-checkpoints its WAL from a background thread, so no commit waits for a checkpoint's fsync.
+``SELECT ... FOR UPDATE``; SQLite ``BEGIN IMMEDIATE``), then reads the database clock and checks
+the writer's lease token and expiry against it, so a fenced writer lands nothing (and a lease
+that ran out while waiting for the lock is expired). Every read queries the database, so a write
+is visible to the next query (read-your-writes, across processes too). The only thing kept
+between calls is a bounded memo of decoded segments keyed by (segment id, state, event time,
+writer token): a segment's row is only ever written when it enters a state, so a changed segment
+is a different key and the memo cannot serve stale data. Listed segments read their custom
+metadata when it is first asked for. A SQLite store checkpoints its WAL from a background
+thread, so no commit waits for a checkpoint's fsync.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import msgspec
-from sqlalchemy import Connection, Row, func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
 
 from tiering_core.kafka.epoch import EpochEntry, merge_lineage
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.engine import WalCheckpointer, make_engine, safe_url, sqlite_file, writer
+from tiering_core.metadata.engine import (
+    WalCheckpointer,
+    is_sqlite_in_memory,
+    make_engine,
+    safe_url,
+    sqlite_file,
+    writer,
+)
 from tiering_core.metadata.errors import (
     DuplicateSegmentError,
     FencedError,
@@ -35,11 +46,11 @@ from tiering_core.metadata.errors import (
     LeaseHeldError,
     MetadataStoreError,
     PartitionDeletedError,
+    PartitionNotEmptyError,
     SegmentNotFoundError,
 )
 from tiering_core.metadata.queries import (
     HI,
-    KEY_POSITIONS,
     D,
     E,
     G,
@@ -56,12 +67,14 @@ from tiering_core.metadata.states import (
     check_segment_transition,
 )
 from tiering_core.metadata.values import (
+    CustomMetadataLoader,
     DeleteRecordsObservation,
     Lease,
     PartitionRecord,
     RemoteLogSegmentMetadata,
     StateChange,
     TieringGap,
+    stored_segment,
 )
 
 __all__ = [
@@ -79,25 +92,8 @@ __all__ = [
 # Decoding a listing is mostly JSON parsing; msgspec's typed decoders do it several times faster
 # than the json module (and turn the epoch keys back into ints on the way).
 _decode_epochs = msgspec.json.Decoder(dict[int, int]).decode
-_decode_custom = msgspec.json.Decoder(dict[str, Any]).decode
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a listing is read and decoded.
-
-    A listing allocates thousands of objects that form no reference cycles (reference counting
-    frees them). Collections during it only walk them and promote them to the oldest generation,
-    whose growth then triggers full collections of tens of milliseconds: most of a cold
-    listing's p99 in the bench. Nothing is paused when the application already disabled it.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+_decode_epoch_lists = msgspec.json.Decoder(list[dict[int, int]]).decode
+_decode_uuids = msgspec.json.Decoder(list[uuid.UUID]).decode
 
 
 METADATA_DROPPED = "METADATA_DROPPED"  # history marker of drop_partition_metadata
@@ -108,8 +104,55 @@ _FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 _STATES = {s.value: s for s in RemoteLogSegmentState}
 
 
+class _CollectorPause:
+    """Pauses Python's cyclic garbage collector while listings are read and decoded; counted and
+    thread safe (the collector is process-wide: the first listing to start pauses it, the last
+    to end resumes it).
+
+    A listing builds thousands of objects that form no cycles (reference counting frees them).
+    Collections during it only walk them and promote them to the oldest generation, whose growth
+    then triggers full collections of tens of milliseconds: most of a listing's p99. Nothing is
+    paused or resumed when the collector was already disabled when the first listing started,
+    and the pause is short: the collector runs as usual once no listing is in progress.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._resume = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._resume = gc.isenabled()
+                if self._resume:
+                    gc.disable()
+            self._depth += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._resume:
+                self._resume = False
+                gc.enable()
+
+
+_collector_paused = _CollectorPause()
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _ascending(epochs: dict[int, int]) -> dict[int, int]:
+    """Leader epochs in ascending epoch order (as written; PostgreSQL's JSON keeps the text)."""
+    return epochs if list(epochs) == sorted(epochs) else dict(sorted(epochs.items()))
+
+
+def _epochs(text: str) -> dict[int, int]:
+    """Stored leader epochs (JSON) -> {epoch: start offset}, ascending."""
+    epochs = _decode_epochs(text)
+    return _ascending(epochs) if len(epochs) > 1 else epochs
 
 
 def _tip_params(tip: TopicIdPartition) -> dict[str, Any]:
@@ -148,6 +191,23 @@ def validate_segment_metadata(meta: RemoteLogSegmentMetadata) -> None:
         previous = start
 
 
+@dataclass(slots=True)
+class _LockedPartition:
+    """The columns of a locked partition row that writes need, and the database clock (ms) read
+    after the lock was taken."""
+
+    id: int
+    delete_state: str | None
+    dropped: bool
+    lease_holder: str | None
+    lease_token: int
+    lease_expires_ms: int
+    fencing_counter: int
+    remote_log_start_offset: int | None
+    finish_counter: int
+    db_now: int
+
+
 class RemoteLogMetadataStore:
     """Segment metadata, partition delete states, fenced leases and the section-10 state.
 
@@ -158,7 +218,13 @@ class RemoteLogMetadataStore:
     """
 
     def __init__(
-        self, url: str, *, lease_ms: int = 600_000, echo: bool = False, segment_memo: int = DEFAULT_SEGMENT_MEMO
+        self,
+        url: str,
+        *,
+        lease_ms: int = 600_000,
+        echo: bool = False,
+        segment_memo: int = DEFAULT_SEGMENT_MEMO,
+        listed_partitions: int = LISTED_PARTITIONS,
     ) -> None:
         self.url = url
         self.lease_ms = lease_ms
@@ -166,15 +232,26 @@ class RemoteLogMetadataStore:
         self._memo_young: dict[tuple[Any, ...], RemoteLogSegmentMetadata] = {}
         self._memo_old: dict[tuple[Any, ...], RemoteLogSegmentMetadata] = {}
         self._listed: dict[tuple[str, int], None] = {}  # partitions listed lately, oldest first
+        self._listed_limit = max(1, listed_partitions)
+        self._memo_lock = threading.Lock()  # the memo's generations and the listed partitions
         self._checkpointer: WalCheckpointer | None = None
         try:
+            in_memory = is_sqlite_in_memory(url)
             self.engine = make_engine(url, echo=echo)
         except (ArgumentError, NoSuchModuleError, ValueError) as exc:
             raise MetadataStoreError(f"bad metadata store url {safe_url(url)}: {exc}") from exc
+        if in_memory:
+            self.engine.dispose()
+            raise MetadataStoreError(
+                f"metadata.url {url} is an in-memory SQLite database: each connection would see "
+                "its own empty database and everything would be lost when the process ends; use a file "
+                "(sqlite:///path/to/metadata.db) or PostgreSQL"
+            )
         self._writer = writer(self.engine)
         self.dialect = self.engine.dialect.name
         self._pg = self.dialect == "postgresql"
-        self._q = Statements(self._pg)
+        self._q = Statements(self.engine.dialect)
+        self._driver_error: type[Exception] = self.engine.dialect.loaded_dbapi.Error
         try:
             from tiering_core.metadata.migrations import ensure_schema
 
@@ -214,6 +291,8 @@ class RemoteLogMetadataStore:
             yield
         except DBAPIError as exc:
             raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {exc.orig}") from exc
+        except self._driver_error as exc:  # from a DriverQuery, which bypasses SQLAlchemy
+            raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {exc}") from exc
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -238,10 +317,31 @@ class RemoteLogMetadataStore:
 
     # --- the partition row: lookup, lock, fencing ----------------------------------------
 
-    def _lock(self, conn: Connection, tip: TopicIdPartition) -> Row[Any] | None:
-        return conn.execute(self._q.lock, self._clock(_tip_params(tip))).first()
+    def _lock(self, conn: Connection, tip: TopicIdPartition) -> _LockedPartition | None:
+        """The partition row, locked until the transaction ends, with the clock read after the lock.
 
-    def _ensure(self, conn: Connection, tip: TopicIdPartition) -> Row[Any]:
+        On PostgreSQL the clock is a second statement: one inside the locking SELECT is read
+        before the lock wait, so a lease that expired while waiting would pass and a new expiry
+        would come out short by the wait. SQLite's write lock is taken at BEGIN, before this.
+        """
+        row = conn.execute(self._q.lock, _tip_params(tip)).first()
+        if row is None:
+            return None
+        db_now = int(conn.execute(self._q.clock).scalar_one()) if self._pg else now_ms()
+        return _LockedPartition(
+            id=row.id,
+            delete_state=row.delete_state,
+            dropped=bool(row.dropped),
+            lease_holder=row.lease_holder,
+            lease_token=row.lease_token,
+            lease_expires_ms=row.lease_expires_ms,
+            fencing_counter=row.fencing_counter,
+            remote_log_start_offset=row.remote_log_start_offset,
+            finish_counter=row.finish_counter,
+            db_now=db_now,
+        )
+
+    def _ensure(self, conn: Connection, tip: TopicIdPartition) -> _LockedPartition:
         row = self._lock(conn, tip)
         if row is not None:
             return row
@@ -269,7 +369,7 @@ class RemoteLogMetadataStore:
             raise MetadataStoreError(f"{tip}: could not register the partition")
         return row
 
-    def _fenced(self, conn: Connection, lease: Lease) -> Row[Any]:
+    def _fenced(self, conn: Connection, lease: Lease) -> _LockedPartition:
         """The locked partition row if ``lease`` is its current, unexpired lease; else FencedError."""
         tip = lease.topic_id_partition
         row = self._lock(conn, tip)
@@ -290,13 +390,17 @@ class RemoteLogMetadataStore:
             )
         return row
 
-    def _update_partition(self, conn: Connection, row: Row[Any], **values: Any) -> None:
+    def _update_partition(self, conn: Connection, row: _LockedPartition, **values: Any) -> None:
+        """Update the locked row, and ``row`` with it (later steps of the transaction see the change)."""
         conn.execute(self._q.update_partition, {"pid": row.id, "updated_ms": row.db_now, **values})
+        for name, value in values.items():
+            if name in _LockedPartition.__dataclass_fields__:
+                setattr(row, name, value)
 
     def _history(
         self,
         conn: Connection,
-        partition: Row[Any],
+        partition: _LockedPartition,
         lease: Lease,
         to_state: str,
         *,
@@ -373,6 +477,12 @@ class RemoteLogMetadataStore:
 
     # --- leases (fencing) ----------------------------------------------------------------
 
+    def _ttl(self, ttl_ms: int | None) -> int:
+        ttl = self.lease_ms if ttl_ms is None else ttl_ms
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+            raise ValueError(f"lease time to live must be a positive number of milliseconds, not {ttl!r}")
+        return ttl
+
     def acquire_lease(
         self, tip: TopicIdPartition, holder: str, *, ttl_ms: int | None = None, run_id: str | None = None
     ) -> Lease:
@@ -380,9 +490,7 @@ class RemoteLogMetadataStore:
 
         Raises LeaseHeldError while another lease (even one of the same holder name) is unexpired.
         """
-        ttl = self.lease_ms if ttl_ms is None else ttl_ms
-        if ttl <= 0:
-            raise ValueError(f"lease time to live must be positive, not {ttl}")
+        ttl = self._ttl(ttl_ms)
         with self._write() as conn:
             row = self._ensure(conn, tip)
             if row.lease_holder is not None and row.lease_expires_ms > row.db_now:
@@ -399,7 +507,7 @@ class RemoteLogMetadataStore:
 
     def renew_lease(self, lease: Lease, *, ttl_ms: int | None = None) -> Lease:
         """Extend a current, unexpired lease (FencedError otherwise); same token."""
-        ttl = self.lease_ms if ttl_ms is None else ttl_ms
+        ttl = self._ttl(ttl_ms)
         with self._write() as conn:
             row = self._fenced(conn, lease)
             expires = row.db_now + ttl
@@ -440,48 +548,93 @@ class RemoteLogMetadataStore:
         """Two generations: when the young one is full it becomes the old one (dropping the old)."""
         if not self._memo_limit:
             return
-        if len(self._memo_young) >= self._memo_limit // 2:
-            self._memo_old = self._memo_young
-            self._memo_young = {}
-        self._memo_young[key] = meta
+        with self._memo_lock:
+            if len(self._memo_young) >= self._memo_limit // 2:
+                self._memo_old = self._memo_young
+                self._memo_young = {}
+            self._memo_young[key] = meta
 
     def _admit(self, tip: TopicIdPartition) -> bool:
         """Memoize a partition's segments from its second listing on: a pass over many partitions
         (status) then leaves the memo alone instead of churning it (and the garbage collector)."""
         key = (tip.topic_id, tip.partition)
-        if key in self._listed:
-            return True
-        if len(self._listed) >= LISTED_PARTITIONS:
-            del self._listed[next(iter(self._listed))]
-        self._listed[key] = None
-        return False
+        with self._memo_lock:
+            if key in self._listed:
+                return True
+            while len(self._listed) >= self._listed_limit:
+                del self._listed[next(iter(self._listed))]
+            self._listed[key] = None
+            return False
 
-    def _decode(self, row: Sequence[Any], tip: TopicIdPartition, memoize: bool = False) -> RemoteLogSegmentMetadata:
-        """A row of SEGMENT_COLUMNS -> value, memoized on the columns that identify its content."""
-        key = tuple(row[i] for i in KEY_POSITIONS)
-        meta = self._memo_get(key)
+    def _decode(self, row: Sequence[Any], tip: TopicIdPartition, *, memo: bool = True) -> RemoteLogSegmentMetadata:
+        """A row starting with SEGMENT_COLUMNS -> value (with ``memo``, a memoized one is reused).
+        Its custom metadata, read with the row, is decoded when first read."""
+        sid, _pid, start, end, max_ts, size, state, epochs_json, token, event_time, custom_json = row[:11]
+        meta = self._memo_get((sid, state, event_time, token)) if memo else None
         if meta is not None:
             return meta
-        sid, _pid, start, end, max_ts, size, state, epochs_json, token, event_time, custom_json = row[:11]
-        epochs = _decode_epochs(epochs_json)
-        if len(epochs) > 1 and list(epochs) != sorted(epochs):
-            epochs = dict(sorted(epochs.items()))
-        meta = RemoteLogSegmentMetadata(
-            segment_id=uuid.UUID(sid),
-            topic_id_partition=tip,
-            start_offset=start,
-            end_offset=end,
-            max_timestamp=max_ts,
-            leader_epochs=epochs,
-            size_bytes=size,
-            state=_STATES[state],
-            writer_token=token,
-            event_time=event_time,
-            custom_metadata=_decode_custom(custom_json) if custom_json else {},
+        return stored_segment(
+            msgspec.convert(sid, uuid.UUID),
+            tip,
+            start,
+            end,
+            max_ts,
+            _epochs(epochs_json),
+            size,
+            _STATES[state],
+            token,
+            event_time,
+            custom_json or "",
         )
+
+    def _decode_listing(self, rows: Sequence[Sequence[Any]], tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """Rows of LISTING_COLUMNS -> values, in order.
+
+        A listing's hot path: a segment seen before in the same state is its memoized value (from
+        a partition's second listing on). The others' UUIDs and leader epochs are decoded by
+        msgspec in one call each, the values are built without the dataclass ``__init__``, and
+        their custom metadata is read (for all of them in one query) and decoded when first
+        asked for.
+        """
+        memoize = self._admit(tip)
+        found: list[RemoteLogSegmentMetadata | None] | None = None
+        new_rows = rows
         if memoize:
-            self._memo_put(key, meta)
-        return meta
+            memo_get = self._memo_get
+            found = [memo_get((r[0], r[5], r[8], r[7])) for r in rows]
+            new_rows = [r for r, meta in zip(rows, found, strict=True) if meta is None]
+        built: list[RemoteLogSegmentMetadata] = []
+        if new_rows:
+            sids = [r[0] for r in new_rows]
+            # Both columns are JSON the store wrote (UUID text, epoch objects): joined, they decode at once.
+            uuids = _decode_uuids('["' + '","'.join(sids) + '"]')
+            all_epochs = _decode_epoch_lists("[" + ",".join([r[6] for r in new_rows]) + "]")
+            loader = CustomMetadataLoader(self._custom_metadata_texts, sids)
+            states, build, append = _STATES, stored_segment, built.append
+            for segment_id, epochs, (_sid, start, end, max_ts, size, state, _e, token, event_time) in zip(
+                uuids, all_epochs, new_rows, strict=True
+            ):
+                if len(epochs) > 1:
+                    epochs = _ascending(epochs)
+                append(
+                    build(segment_id, tip, start, end, max_ts, epochs, size, states[state], token, event_time, loader)
+                )
+            if memoize and self._memo_limit:
+                for r, meta in zip(new_rows, built, strict=True):
+                    self._memo_put((r[0], r[5], r[8], r[7]), meta)
+        if found is None:
+            return built
+        fresh = iter(built)
+        return [meta if meta is not None else next(fresh) for meta in found]
+
+    def _custom_metadata_texts(self, segment_ids: Sequence[str]) -> dict[str, str]:
+        """The stored custom metadata JSON of these segments (those still stored)."""
+        texts: dict[str, str] = {}
+        with self._read() as conn:
+            for i in range(0, len(segment_ids), IDS_PER_QUERY):
+                chunk = list(segment_ids[i : i + IDS_PER_QUERY])
+                texts.update((sid, text or "") for sid, text in conn.execute(self._q.custom_by_ids, {"ids": chunk}))
+        return texts
 
     # --- segments ------------------------------------------------------------------------
 
@@ -545,35 +698,82 @@ class RemoteLogMetadataStore:
         A same-state update is a no-op (returns the stored value unchanged); a forbidden one raises
         InvalidStateTransitionError and writes nothing. ``custom_metadata`` is merged into the
         stored one. COPY_SEGMENT_FINISHED takes the partition's next finish sequence number and
-        raises the per-epoch highest offsets; DELETE_SEGMENT_STARTED stops the segment serving reads.
+        raises the per-epoch highest offsets (refused with PartitionDeletedError once the partition
+        is marked for deletion); DELETE_SEGMENT_STARTED stops the segment serving reads.
+        A copy finishes with ``finish_copied_segment`` instead, which also records what it teaches.
         """
-        tip = lease.topic_id_partition
-        sid = str(segment_id)
         with self._write() as conn:
             prow = self._fenced(conn, lease)
-            seg = conn.execute(self._q.segment_by_id, {"sid": sid}).first()
-            if seg is None or seg.partition_id != prow.id:
-                raise SegmentNotFoundError(f"segment {segment_id} not found in {tip}")
-            current = self._decode(seg, tip)
-            if not check_segment_transition(current.state, new_state, f"segment {segment_id} of {tip}"):
-                return current
-            event_time = prow.db_now if event_time_ms is None else event_time_ms
-            merged = current.custom_metadata
-            values: dict[str, Any] = {"sid": sid, "state": new_state.value, "event_time": event_time}
-            values["writer_token"] = lease.token
-            if custom_metadata is not None:
-                merged = {**current.custom_metadata, **custom_metadata}
-                values["custom_metadata"] = merged
-            if new_state == _FINISHED:
-                finish_seq = prow.finish_counter + 1
-                values["finish_seq"] = finish_seq
-                conn.execute(self._q.update_partition, {"pid": prow.id, "finish_counter": finish_seq})
-                self._index_finished(conn, prow.id, sid, current, finish_seq)
-            elif new_state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-                conn.execute(self._q.delete_epoch_ranges, {"sid": sid})
-            conn.execute(self._q.update_segment, values)
-            self._history(conn, prow, lease, new_state.value, segment_id=sid, from_state=current.state.value)
-        return RemoteLogSegmentMetadata(
+            meta, _ = self._transition(conn, prow, lease, segment_id, new_state, event_time_ms, custom_metadata)
+        return meta
+
+    def finish_copied_segment(
+        self,
+        segment_id: uuid.UUID,
+        lease: Lease,
+        *,
+        custom_metadata: dict[str, Any],
+        lineage: Sequence[EpochEntry],
+    ) -> RemoteLogSegmentMetadata:
+        """COPY_SEGMENT_FINISHED with everything the copy teaches, in one fenced transaction.
+
+        The segment moves to COPY_SEGMENT_FINISHED with ``custom_metadata`` merged in (as
+        ``update_segment_state``; an already finished segment is not finished twice),
+        ``lineage`` (the leader-epoch cache seen at copy time) is merged into the recorded lineage
+        (as ``record_lineage``), and an unset remote log start offset becomes the segment's start
+        offset. Either all of it lands or none: done as separate steps, a crash in between left a
+        finished segment outside the recorded lineage and the remote log start, which a later run
+        then moved past it, so retention deleted it.
+        """
+        with self._write() as conn:
+            prow = self._fenced(conn, lease)
+            meta, _ = self._transition(conn, prow, lease, segment_id, _FINISHED, None, custom_metadata)
+            self._merge_lineage(conn, prow, lineage)
+            if prow.remote_log_start_offset is None:
+                self._advance_remote_log_start(conn, prow, meta.start_offset)
+        return meta
+
+    def _transition(
+        self,
+        conn: Connection,
+        prow: _LockedPartition,
+        lease: Lease,
+        segment_id: uuid.UUID,
+        new_state: RemoteLogSegmentState,
+        event_time_ms: int | None,
+        custom_metadata: dict[str, Any] | None,
+    ) -> tuple[RemoteLogSegmentMetadata, bool]:
+        """A segment's state change inside a fenced write: (the resulting value, whether it changed)."""
+        tip = lease.topic_id_partition
+        sid = str(segment_id)
+        if new_state == _FINISHED and (prow.dropped or prow.delete_state is not None):
+            raise PartitionDeletedError(
+                f"segment {segment_id} of {tip}: cannot become {_FINISHED.value}, the partition is "
+                f"{'removed' if prow.dropped else prow.delete_state}; nothing more is copied to it"
+            )
+        seg = conn.execute(self._q.segment_by_id, {"sid": sid}).first()
+        if seg is None or seg.partition_id != prow.id:
+            raise SegmentNotFoundError(f"segment {segment_id} not found in {tip}")
+        current = self._decode(seg, tip, memo=False)  # its custom metadata as this transaction sees it
+        if not check_segment_transition(current.state, new_state, f"segment {segment_id} of {tip}"):
+            return current, False
+        event_time = prow.db_now if event_time_ms is None else event_time_ms
+        merged = current.custom_metadata
+        values: dict[str, Any] = {"sid": sid, "state": new_state.value, "event_time": event_time}
+        values["writer_token"] = lease.token
+        if custom_metadata is not None:
+            merged = {**current.custom_metadata, **custom_metadata}
+            values["custom_metadata"] = merged
+        if new_state == _FINISHED:
+            finish_seq = prow.finish_counter + 1
+            values["finish_seq"] = finish_seq
+            self._update_partition(conn, prow, finish_counter=finish_seq)
+            self._index_finished(conn, prow.id, sid, current, finish_seq)
+        elif new_state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            conn.execute(self._q.delete_epoch_ranges, {"sid": sid})
+        conn.execute(self._q.update_segment, values)
+        self._history(conn, prow, lease, new_state.value, segment_id=sid, from_state=current.state.value)
+        changed = RemoteLogSegmentMetadata(
             segment_id=current.segment_id,
             topic_id_partition=tip,
             start_offset=current.start_offset,
@@ -586,6 +786,7 @@ class RemoteLogMetadataStore:
             event_time=event_time,
             custom_metadata=merged,
         )
+        return changed, True
 
     def _index_finished(
         self, conn: Connection, partition_id: int, sid: str, meta: RemoteLogSegmentMetadata, finish_seq: int
@@ -625,50 +826,20 @@ class RemoteLogMetadataStore:
         self, tip: TopicIdPartition, epoch: int | None = None, *, include_deleted: bool = False
     ) -> list[RemoteLogSegmentMetadata]:
         """Segments in any state but DELETE_SEGMENT_FINISHED (all with ``include_deleted``), sorted by
-        start offset, then event time. With ``epoch``: those whose leader epochs include it.
+        start offset, then event time, then segment id. With ``epoch``: those whose leader epochs
+        include it.
 
-        The first listing of a partition in this process reads and decodes every row. Later ones
-        read the identifying columns of every listed segment (from the index alone), then the full
-        rows only of segments not decoded before in their current state.
+        One query, answered on SQLite from the listing index alone. Custom metadata (object keys,
+        sizes, checksums) is not part of it: the first read of any listed segment's
+        ``custom_metadata`` reads it for all of them, as stored then (a later state change may
+        have merged more into it).
         """
-        params = _tip_params(tip)
-        memoize = self._admit(tip)
-        with _collector_paused(), self._read(snapshot=True) as conn:
-            if not memoize:  # first listing in this process: nothing of it is memoized, read it all
-                rows = conn.execute(self._q.all_rows if include_deleted else self._q.live_rows, params).all()
-                metas = [self._decode(r, tip) for r in rows]
-                return metas if epoch is None else [m for m in metas if epoch in m.leader_epochs]
-            keys = conn.execute(self._q.all_keys if include_deleted else self._q.live_keys, params).all()
-            found: list[RemoteLogSegmentMetadata | None] = []
-            misses = 0
-            memo_get = self._memo_get
-            for key in keys:  # a segment never changes partition, and a topic id never its name
-                meta = memo_get(tuple(key))
-                found.append(meta)
-                misses += meta is None
-            if misses * 2 > len(keys):
-                rows = conn.execute(self._q.all_rows if include_deleted else self._q.live_rows, params).all()
-                metas = [self._decode(r, tip, memoize) for r in rows]
-            else:
-                metas = self._fill(conn, keys, found, tip, memoize)
-        if epoch is not None:
-            metas = [m for m in metas if epoch in m.leader_epochs]
-        return metas
-
-    def _fill(
-        self,
-        conn: Connection,
-        keys: Sequence[Sequence[Any]],
-        found: list[RemoteLogSegmentMetadata | None],
-        tip: TopicIdPartition,
-        memoize: bool,
-    ) -> list[RemoteLogSegmentMetadata]:
-        missing = [key[0] for key, meta in zip(keys, found, strict=True) if meta is None]
-        decoded: dict[str, RemoteLogSegmentMetadata] = {}
-        for i in range(0, len(missing), IDS_PER_QUERY):
-            for row in conn.execute(self._q.segments_by_ids, {"ids": missing[i : i + IDS_PER_QUERY]}):
-                decoded[row[0]] = self._decode(row, tip, memoize)
-        return [meta if meta is not None else decoded[key[0]] for key, meta in zip(keys, found, strict=True)]
+        query = self._q.all_listing if include_deleted else self._q.live_listing
+        with _collector_paused:
+            with self._read() as conn:
+                rows = query.rows(conn, _tip_params(tip))
+            metas = self._decode_listing(rows, tip)
+        return metas if epoch is None else [m for m in metas if epoch in m.leader_epochs]
 
     def finished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """COPY_SEGMENT_FINISHED segments by start offset (for size/count over a lineage subset)."""
@@ -717,8 +888,22 @@ class RemoteLogMetadataStore:
             row = self._fenced(conn, lease)
             current = RemotePartitionDeleteState(row.delete_state) if row.delete_state else None
             if check_partition_transition(current, state, f"partition {tip}"):
+                if state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+                    self._check_no_live_segments(conn, row, tip, f"cannot become {state.value}")
                 self._update_partition(conn, row, delete_state=state.value)
                 self._history(conn, row, lease, state.value, from_state=current.value if current else None)
+
+    def _check_no_live_segments(
+        self, conn: Connection, row: _LockedPartition, tip: TopicIdPartition, what: str
+    ) -> None:
+        """PartitionNotEmptyError unless every segment of the partition is DELETE_SEGMENT_FINISHED:
+        a segment in any other state may still have objects in the remote tier."""
+        live = int(conn.execute(self._q.live_segment_count, {"pid": row.id}).scalar_one())
+        if live:
+            raise PartitionNotEmptyError(
+                f"partition {tip}: {what} while {live} segment(s) are not "
+                f"{RemoteLogSegmentState.DELETE_SEGMENT_FINISHED.value}; delete them first"
+            )
 
     def drop_partition_metadata(self, tip: TopicIdPartition, lease: Lease) -> None:
         """After DELETE_PARTITION_FINISHED: drop segments, epochs, lineage, gaps and DeleteRecords
@@ -733,6 +918,7 @@ class RemoteLogMetadataStore:
                 )
             if row.dropped:
                 return
+            self._check_no_live_segments(conn, row, tip, "metadata cannot be dropped")
             for table in (E, H, L, G, D, S):
                 conn.execute(table.delete().where(table.c.partition_id == row.id))
             self._update_partition(conn, row, dropped=True, remote_log_start_offset=None)
@@ -751,10 +937,13 @@ class RemoteLogMetadataStore:
         self._check_lease_tip(tip, lease)
         with self._write() as conn:
             row = self._fenced(conn, lease)
-            if row.remote_log_start_offset is not None and offset <= row.remote_log_start_offset:
-                return int(row.remote_log_start_offset)
-            self._update_partition(conn, row, remote_log_start_offset=offset)
-            return offset
+            return self._advance_remote_log_start(conn, row, offset)
+
+    def _advance_remote_log_start(self, conn: Connection, row: _LockedPartition, offset: int) -> int:
+        if row.remote_log_start_offset is not None and offset <= row.remote_log_start_offset:
+            return int(row.remote_log_start_offset)
+        self._update_partition(conn, row, remote_log_start_offset=offset)
+        return offset
 
     def record_lineage(self, tip: TopicIdPartition, entries: Sequence[EpochEntry], lease: Lease) -> None:
         """Merge a leader-epoch cache seen at copy time into the recorded lineage.
@@ -767,21 +956,19 @@ class RemoteLogMetadataStore:
         self._check_lease_tip(tip, lease)
         with self._write() as conn:
             row = self._fenced(conn, lease)
-            stored = [
-                EpochEntry(r.epoch, r.start_offset)
-                for r in conn.execute(
-                    select(L.c.epoch, L.c.start_offset).where(L.c.partition_id == row.id).order_by(L.c.epoch)
-                )
-            ]
-            merged = list(merge_lineage(stored, list(entries)))
-            if merged == stored:
-                return
-            conn.execute(L.delete().where(L.c.partition_id == row.id))
-            if merged:
-                conn.execute(
-                    L.insert(),
-                    [{"partition_id": row.id, "epoch": e.epoch, "start_offset": e.start_offset} for e in merged],
-                )
+            self._merge_lineage(conn, row, entries)
+
+    def _merge_lineage(self, conn: Connection, row: _LockedPartition, entries: Sequence[EpochEntry]) -> None:
+        stored = [EpochEntry(r.epoch, r.start_offset) for r in conn.execute(self._q.lineage_of, {"pid": row.id})]
+        merged = list(merge_lineage(stored, list(entries)))
+        if merged == stored:
+            return
+        conn.execute(self._q.delete_lineage, {"pid": row.id})
+        if merged:
+            conn.execute(
+                self._q.insert_lineage,
+                [{"partition_id": row.id, "epoch": e.epoch, "start_offset": e.start_offset} for e in merged],
+            )
 
     def get_recorded_lineage(self, tip: TopicIdPartition) -> list[EpochEntry]:
         query = (
