@@ -6,6 +6,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from tiering_core.storage.errors import (
     RemoteStorageError,
 )
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
-from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, partition_prefix
 from tiering_core.storage.s3 import S3RemoteStorage
 
 TIP = TopicIdPartition("DDDDDDDDDDDDDDDDDDDDDD", TopicPartition("orders", 2))
@@ -268,3 +269,124 @@ def test_manifest_of_another_segment_is_refused(storage: RemoteStorage) -> None:
     with pytest.raises(ManifestError, match=f"describes .*{a.segment_id}"):
         storage.read_manifest(b)
     assert storage.verify_segment(b)[0].startswith("manifest:")
+
+
+# --- a delete that fails part-way leaves no manifest behind ------------------------------------
+
+
+@contextmanager
+def failing_delete(storage: RemoteStorage, key: str) -> Iterator[None]:
+    """Make the delete of ``key`` fail for real: S3 refuses a DeleteObjects that names it; on
+    the filesystem a non-empty directory sits where the object is, which unlink refuses."""
+    if isinstance(storage, S3RemoteStorage):
+
+        def refuse(request, **_kwargs):
+            if key.encode() in (request.body or b""):
+                body = b"<Error><Code>AccessDenied</Code><Message>injected</Message></Error>"
+                return AWSResponse(request.url, 403, {}, _Raw(body))
+            return None
+
+        storage.client.meta.events.register("before-send.s3.DeleteObjects", refuse)
+        try:
+            yield
+        finally:
+            storage.client.meta.events.unregister("before-send.s3.DeleteObjects", refuse)
+    else:
+        assert isinstance(storage, FilesystemRemoteStorage)
+        blocker = storage.root / key
+        data = blocker.read_bytes()
+        blocker.unlink()
+        (blocker / "in-the-way").mkdir(parents=True)
+        try:
+            yield
+        finally:
+            (blocker / "in-the-way").rmdir()
+            blocker.rmdir()
+            blocker.write_bytes(data)  # the object is still there, as after a refused delete
+
+
+def test_a_delete_that_fails_part_way_has_removed_the_manifest_first(storage: RemoteStorage) -> None:
+    ref = new_ref(300)
+    storage.copy_segment(ref, {ObjectKind.LOG: b"log", ObjectKind.OFFSET_INDEX: b"index"})
+    with failing_delete(storage, ref.key(ObjectKind.OFFSET_INDEX, PREFIX)), pytest.raises(RemoteStorageError):
+        storage.delete_segment(ref)
+    assert storage.read_manifest(ref) is None  # the segment is visibly incomplete, never "whole"
+    storage.delete_segment(ref)  # and a retry finishes the job
+    assert keys(storage) == []
+
+
+def test_a_reupload_whose_cleanup_fails_has_removed_the_old_manifest_first(storage: RemoteStorage) -> None:
+    """Re-uploading a segment with fewer kinds deletes the old manifest, then the kinds the new
+    upload does not carry; if that fails, no manifest describes the old objects any more."""
+    ref = new_ref(400)
+    storage.copy_segment(ref, {ObjectKind.LOG: b"first", ObjectKind.TRANSACTION_INDEX: b"txn"})
+    with failing_delete(storage, ref.key(ObjectKind.TRANSACTION_INDEX, PREFIX)), pytest.raises(RemoteStorageError):
+        storage.copy_segment(ref, {ObjectKind.LOG: b"second"})
+    assert storage.read_manifest(ref) is None
+    manifest = storage.copy_segment(ref, {ObjectKind.LOG: b"second"})
+    assert set(manifest.objects) == {ObjectKind.LOG} and storage.verify_segment(ref) == []
+    # the transaction index nothing lists any more is left to the orphan sweep
+    left = {ref.key(kind, PREFIX) for kind in (ObjectKind.LOG, ObjectKind.MANIFEST, ObjectKind.TRANSACTION_INDEX)}
+    assert set(keys(storage)) == left
+
+
+# --- what killed processes leave, and partitions found from the keys ---------------------------
+
+
+def leave_incomplete_upload(storage: RemoteStorage, tip: TopicIdPartition, name: str, data: bytes) -> str:
+    """What a process killed mid-upload leaves: an S3 multipart upload with one part stored,
+    or a temp file in the partition's directory. Returns the key it is listed under."""
+    key = f"{partition_prefix(tip, PREFIX)}{name}"
+    if isinstance(storage, S3RemoteStorage):
+        client = storage.client
+        upload = client.create_multipart_upload(Bucket=storage.bucket, Key=key)
+        client.upload_part(Bucket=storage.bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=data)
+        return key
+    assert isinstance(storage, FilesystemRemoteStorage)
+    temp = storage.root / key
+    temp = temp.with_name(f".tmp-{temp.name}.{uuid.uuid4().hex}")
+    temp.parent.mkdir(parents=True, exist_ok=True)
+    temp.write_bytes(data)
+    return temp.relative_to(storage.root).as_posix()
+
+
+def test_incomplete_uploads_are_listed_by_age_and_removed(storage: RemoteStorage) -> None:
+    ref = new_ref(0)
+    storage.copy_segment(ref, {ObjectKind.LOG: b"finished"})
+    key = leave_incomplete_upload(storage, TIP, "00000000000000000100-killed.log", b"x" * 1000)
+    assert keys(storage) == sorted([ref.key(ObjectKind.LOG, PREFIX), ref.key(ObjectKind.MANIFEST, PREFIX)])
+    (upload,) = storage.incomplete_uploads(TIP)
+    assert upload.key == key and upload.size == 1000 and upload.age_ms(datetime.now(UTC)) < 60_000
+    assert upload.target == f"{partition_prefix(TIP, PREFIX)}00000000000000000100-killed.log"
+    expected_kind = "multipart-upload" if isinstance(storage, S3RemoteStorage) else "temp-file"
+    assert upload.kind == expected_kind
+    hour = 3_600_000
+    assert storage.incomplete_uploads(TIP, older_than_ms=hour) == []  # young: may be in flight
+    assert storage.remove_incomplete_uploads(TIP, older_than_ms=hour) == []
+    assert storage.incomplete_uploads(TIP) == [upload]
+    later = datetime.now(UTC) + timedelta(hours=2)
+    assert storage.remove_incomplete_uploads(TIP, older_than_ms=hour, now=later) == [upload]
+    assert storage.incomplete_uploads(TIP) == []
+    assert storage.read_manifest(ref) is not None and storage.verify_segment(ref) == []  # finished data untouched
+    with pytest.raises(ValueError, match="must be positive"):
+        storage.remove_incomplete_uploads(TIP, older_than_ms=0)
+
+
+def test_partitions_are_found_from_the_keys(storage: RemoteStorage) -> None:
+    """Objects or only an unfinished upload make a partition visible; other names under the
+    prefix are not partitions."""
+    other = TopicIdPartition("ZZZZZZZZZZZZZZZZZZZZZZ", TopicPartition("a-b.c", 11))
+    upload_only = TopicIdPartition("YYYYYYYYYYYYYYYYYYYYYY", TopicPartition("orders", 0))
+    storage.copy_segment(new_ref(), {ObjectKind.LOG: b"x"})
+    storage.copy_segment(RemoteSegmentRef(other, 5, uuid.uuid4()), {ObjectKind.LOG: b"y"})
+    leave_incomplete_upload(storage, upload_only, "00000000000000000000-killed.log", b"z")
+    storage.put_object(f"{PREFIX}not-a-partition/0/file", b"foreign")
+    storage.put_object(f"{PREFIX}orders-{TIP.topic_id}/07/file", b"partition spelt another way")
+    storage.put_object(f"{PREFIX}orders-{TIP.topic_id}/x/file", b"not a partition number")
+    storage.put_object("elsewhere/orders-XXXXXXXXXXXXXXXXXXXXXX/0/file", b"outside the prefix")
+    assert storage.remote_partitions() == sorted([TIP, other, upload_only])
+
+
+def test_an_empty_store_has_no_partitions(storage: RemoteStorage) -> None:
+    assert storage.remote_partitions() == []
+    assert storage.incomplete_uploads(TIP) == []

@@ -8,8 +8,11 @@ or holds connections without answering.
 
 from __future__ import annotations
 
+import _thread
 import os
+import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ from tests.storage.faultproxy import Fault, FaultProxy, ProxyRequest
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.storage.retry import RetryPolicy
 from tiering_core.storage.s3 import S3RemoteStorage
 
 TIP = TopicIdPartition("EEEEEEEEEEEEEEEEEEEEEE", TopicPartition("faults", 0))
@@ -169,6 +173,30 @@ def test_persistent_fault_stops_at_the_deadline(s3_endpoint) -> None:
     assert injector.seen >= 3 and f"after {injector.seen} attempt" in str(err.value)
 
 
+def test_a_listing_retries_the_page_that_failed_not_the_whole_listing(s3_endpoint) -> None:
+    bucket = s3_endpoint.new_bucket()
+    storage = make(s3_endpoint.url, bucket)
+    storage.list_page_size = 2
+    client = s3_endpoint.client()
+    names = [f"k/{i:02d}" for i in range(7)]
+    for name in names:
+        client.put_object(Bucket=bucket, Key=name, Body=b"x")
+    requests: list[str] = []
+    fail_once: list[bool] = []
+
+    def third_page_fails_once(request, **_kwargs):
+        requests.append(request.url)
+        if "continuation-token" in request.url and len(requests) == 3 and not fail_once:
+            fail_once.append(True)
+            return error_response(503, "SlowDown")
+        return None
+
+    storage.client.meta.events.register("before-send.s3.ListObjectsV2", third_page_fails_once)
+    assert [o.key for o in storage.list_prefix("k/")] == names
+    assert fail_once and len(requests) == 4 + 1  # four pages, one of them asked twice
+    assert sum("continuation-token" not in url for url in requests) == 1  # the first page only once
+
+
 def test_multipart_parts_and_reads_retried_on_their_own(s3_endpoint, tmp_path: Path) -> None:
     bucket = s3_endpoint.new_bucket()
     storage = make(s3_endpoint.url, bucket, multipart_threshold_bytes=5 * MiB, multipart_part_size_bytes=5 * MiB)
@@ -230,6 +258,135 @@ def test_one_failing_part_stops_the_rest_and_aborts(s3_endpoint, tmp_path: Path)
     assert not any("partNumber=3" in url for url in sent)  # never started once part 2 failed
     assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert storage.list_objects(TIP) == [] and storage.read_manifest(ref) is None
+
+
+def _interrupt_with(kind: str):
+    """Deliver an exception to the main thread the way an operator or a supervisor does:
+    Ctrl-C (KeyboardInterrupt) or a real SIGTERM whose handler exits."""
+    if kind == "keyboard-interrupt":
+        return KeyboardInterrupt, _thread.interrupt_main
+    return SystemExit, lambda: os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _part_threads_alive() -> bool:
+    return any(t.name.startswith("s3-part") and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("kind", ["keyboard-interrupt", "sigterm"])
+def test_an_interrupt_while_parts_go_up_stops_and_aborts_the_upload(s3_endpoint, tmp_path: Path, kind: str) -> None:
+    """An exception raised in the thread that waits for the parts (Ctrl-C, a SIGTERM handler)
+    stops the upload: it reaches the caller promptly, the parts not yet sent never are, and
+    neither a multipart upload nor any object (manifest included) stays behind."""
+    bucket = s3_endpoint.new_bucket()
+    storage = make(
+        s3_endpoint.url,
+        bucket,
+        max_concurrency=2,
+        multipart_threshold_bytes=5 * MiB,
+        multipart_part_size_bytes=5 * MiB,
+    )
+    error, interrupt = _interrupt_with(kind)
+    sent: list[str] = []
+    aborted = threading.Event()
+
+    def interrupt_on_first_part(request, **_kwargs):
+        sent.append(request.url)
+        if len(sent) == 1:
+            interrupt()
+        aborted.wait(10)  # slow parts: none ends before the caller has reacted
+
+    storage.client.meta.events.register("before-send.s3.UploadPart", interrupt_on_first_part)
+    storage.client.meta.events.register("before-send.s3.AbortMultipartUpload", lambda **_: aborted.set())
+    log = tmp_path / "big.log"
+    log.write_bytes(os.urandom(50 * MiB))  # ten parts
+    ref = new_ref()
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(error):
+            storage.copy_segment(ref, {ObjectKind.LOG: log})
+        elapsed = time.monotonic() - t0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    give_up = time.monotonic() + 10
+    while _part_threads_alive() and time.monotonic() < give_up:  # parts in flight end at their next read
+        time.sleep(0.05)
+    assert not _part_threads_alive()
+    assert elapsed < 3.0, elapsed
+    assert 1 <= len(sent) <= 2, sent  # the parts in flight; none started after the interrupt
+    assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert storage.list_objects(TIP) == [] and storage.read_manifest(ref) is None
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def test_the_last_part_in_flight_aborts_the_upload_once_more(s3_endpoint, tmp_path: Path) -> None:
+    """S3 may still accept a part that was in flight when the upload was aborted, so the last
+    part in flight to end sends the abort again."""
+    bucket = s3_endpoint.new_bucket()
+    storage = make(
+        s3_endpoint.url, bucket, max_concurrency=2, multipart_threshold_bytes=5 * MiB, multipart_part_size_bytes=5 * MiB
+    )
+    aborts: list[str] = []
+    first_abort = threading.Event()
+
+    def on_abort(request, **_kwargs):
+        aborts.append(threading.current_thread().name)
+        first_abort.set()
+
+    held: list[str] = []
+
+    def hold_first_part(request, **_kwargs):
+        if not held:
+            held.append(request.url)
+            _thread.interrupt_main()
+            assert first_abort.wait(10)  # this part is still in flight when the caller aborts
+
+    storage.client.meta.events.register("before-send.s3.AbortMultipartUpload", on_abort)
+    storage.client.meta.events.register("before-send.s3.UploadPart", hold_first_part)
+    log = tmp_path / "big.log"
+    log.write_bytes(os.urandom(20 * MiB))
+    with pytest.raises(KeyboardInterrupt):
+        storage.copy_segment(new_ref(), {ObjectKind.LOG: log})
+    give_up = time.monotonic() + 10
+    while _part_threads_alive() and time.monotonic() < give_up:
+        time.sleep(0.05)
+    assert len(aborts) == 2, aborts
+    assert aborts[0] == threading.main_thread().name and aborts[1].startswith("s3-part")
+    assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_a_failed_part_is_the_error_reported_not_the_parts_it_stopped(s3_endpoint, tmp_path: Path) -> None:
+    """Part 2 fails for good while part 1 is still being sent: part 1 is stopped mid-send, and
+    the error raised is part 2's, not part 1's stop."""
+    bucket = s3_endpoint.new_bucket()
+    storage = make(
+        s3_endpoint.url,
+        bucket,
+        max_attempts=1,
+        max_concurrency=2,
+        multipart_threshold_bytes=5 * MiB,
+        multipart_part_size_bytes=5 * MiB,
+    )
+    part_two_failed = threading.Event()
+
+    def parts(request, **_kwargs):
+        if "partNumber=2" in request.url:
+            part_two_failed.set()
+            return error_response(400, "InvalidPart")
+        if "partNumber=1" in request.url:
+            assert part_two_failed.wait(10)
+            time.sleep(0.3)  # part 2's failure has stopped the upload by now
+        return None
+
+    storage.client.meta.events.register("before-send.s3.UploadPart", parts)
+    log = tmp_path / "big.log"
+    log.write_bytes(os.urandom(12 * MiB))
+    with pytest.raises(RemoteStorageError, match=r"UploadPart failed after 1 attempt\(s\).*InvalidPart"):
+        storage.copy_segment(new_ref(), {ObjectKind.LOG: log})
+    assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 
 # --- the loopback proxy: real sockets ----------------------------------------------------------
@@ -396,6 +553,43 @@ def test_hung_part_upload_is_aborted_within_the_deadline(s3_endpoint, proxy: Fau
     assert not proxy.matching(lambda r: "partNumber=3" in r.query)  # never started after the others failed
     assert len(proxy.matching(lambda r: r.method == "DELETE" and "uploadId" in r.query)) == 1
     assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_a_retry_that_hangs_after_quick_503s_still_ends_at_the_deadline(s3_endpoint, proxy: FaultProxy) -> None:
+    """503s answered at once for most of the deadline, then the endpoint hangs: the attempt
+    that meets the hang starts with well under one read timeout left, and must give up when
+    the deadline is reached, not a full read timeout later."""
+    bucket = s3_endpoint.new_bucket()
+    ref = new_ref()
+    make(s3_endpoint.url, bucket).copy_segment(ref, {ObjectKind.LOG: b"stored"})
+    timeout, deadline, hang_after = 2.0, 3.0, 2.4
+    storage = make(proxy.url, bucket, timeout_seconds=timeout, deadline_seconds=deadline)
+    storage.policy = RetryPolicy(max_attempts=10**6, base_delay=0.05, max_delay=0.05, deadline_seconds=deadline)
+    first_get: list[float] = []
+
+    def plan(request: ProxyRequest) -> Fault | None:
+        if not is_get(request):
+            return None
+        first_get.append(time.monotonic())
+        return Fault.SLOW_DOWN if time.monotonic() - first_get[0] < hang_after else Fault.HANG
+
+    proxy.plan = plan
+    t0 = time.monotonic()
+    with pytest.raises(RemoteStorageError, match=r"GetObject failed after \d+ attempt\(s\).*ReadTimeoutError"):
+        storage.fetch(ref, ObjectKind.LOG)
+    elapsed = time.monotonic() - t0
+    faults = [r.fault for r in proxy.matching(is_get)]
+    assert faults[-1] is Fault.HANG and faults.count(Fault.HANG) == 1 and faults.count(Fault.SLOW_DOWN) > 5
+    assert elapsed < deadline + 0.3, elapsed  # without the cap: about hang_after + timeout = 4.4 s
+
+
+def test_501_not_implemented_is_not_retried(s3_endpoint) -> None:
+    storage = make(s3_endpoint.url, s3_endpoint.new_bucket())
+    injector = Injector(10**6, lambda: error_response(501, "NotImplemented"))
+    storage.client.meta.events.register("before-send.s3.PutObject", injector)
+    with pytest.raises(RemoteStorageError, match=r"PutObject failed after 1 attempt\(s\).*NotImplemented"):
+        storage.copy_segment(new_ref(), {ObjectKind.LOG: b"payload"})
+    assert injector.seen == 1
 
 
 def test_refused_connections_are_retried_then_one_clear_error() -> None:

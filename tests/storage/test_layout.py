@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tiering_core.errors import ConfigError, InvalidTopicError
-from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, validate_topic_name
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, parse_segment_key, partition_prefix
 from tiering_core.storage.s3 import S3RemoteStorage
@@ -87,3 +87,52 @@ def test_hostile_prefixes_rejected_before_io(prefix: str, tmp_path: Path) -> Non
         S3RemoteStorage("bucket", prefix=prefix, endpoint_url="http://127.0.0.1:9", region="us-east-1")
     with pytest.raises(ConfigError):
         RemoteSegmentRef(TIP, 0, uuid.uuid4()).key(ObjectKind.LOG, prefix)
+
+
+# --- whole-string checks: a trailing newline (which "$" would let through) is refused ----------
+
+
+@pytest.mark.parametrize("topic", ["orders\n", "orders\r\n", "\norders", "orders\n\n"])
+def test_topic_names_ending_in_a_newline_are_rejected(topic: str) -> None:
+    with pytest.raises(InvalidTopicError, match="characters Kafka does not allow"):
+        validate_topic_name(topic)
+    with pytest.raises(InvalidTopicError):
+        RemoteSegmentRef(TopicIdPartition(TOPIC_ID, TopicPartition(topic, 0)), 0, uuid.uuid4())
+
+
+@pytest.mark.parametrize("name", ["orders-0\n", "orders-00", "orders-1\n", "orders-"])
+def test_partition_directory_names_are_matched_whole(name: str) -> None:
+    with pytest.raises(InvalidTopicError, match="is not <topic>-<partition>"):
+        TopicPartition.from_dir_name(name)
+    assert TopicPartition.from_dir_name("orders-10") == TopicPartition("orders", 10)
+
+
+def test_topic_id_ending_in_a_newline_is_rejected() -> None:
+    with pytest.raises(InvalidTopicError, match="22-character"):
+        partition_prefix(TopicIdPartition(TOPIC_ID + "\n", TopicPartition("t", 0)))
+    with pytest.raises(InvalidTopicError, match="22-character"):
+        partition_prefix(TopicIdPartition(TOPIC_ID[:-1] + "\n", TopicPartition("t", 0)))
+
+
+def test_a_key_with_a_trailing_newline_or_a_non_canonical_spelling_does_not_parse() -> None:
+    ref = RemoteSegmentRef(TIP, 5, SEGMENT)
+    key = ref.key(ObjectKind.LOG, "p/")
+    assert parse_segment_key(key, "p/") == (ref, ObjectKind.LOG)
+    assert parse_segment_key(key + "\n", "p/") is None
+    assert parse_segment_key(key.replace("/7/", "/07/"), "p/") is None  # partition 7, spelt another way
+    hyphens_moved = key.replace(str(SEGMENT), str(SEGMENT).replace("-", "") + "----")
+    assert parse_segment_key(hyphens_moved, "p/") is None  # uuid.UUID would accept it
+    arabic_digits = key.replace("00000000000000000005", "0000000000000000000\u0665")
+    assert parse_segment_key(arabic_digits, "p/") is None  # int() would accept it
+
+
+@pytest.mark.parametrize("partition", [True, False, "7", 7.0, None])
+def test_partition_must_be_an_int(partition: object) -> None:
+    with pytest.raises(InvalidTopicError, match="is not an integer"):
+        TopicPartition("orders", partition)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("base", [True, False, "0", 1.0])
+def test_base_offset_must_be_an_int(base: object) -> None:
+    with pytest.raises(InvalidTopicError, match=r"base offset .* is not an integer"):
+        RemoteSegmentRef(TIP, base, SEGMENT)  # type: ignore[arg-type]

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.storage.checksum import crc32c, crc32c_combine, crc_hex
 from tiering_core.storage.errors import ManifestError, RemoteStorageError
-from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 from tiering_core.storage.manifest import ObjectEntry, SegmentManifest
 
 
@@ -91,3 +92,11 @@ def test_crc_combine_equals_crc_of_concatenation(sizes: tuple[int, int]) -> None
     a, b = os.urandom(sizes[0]), os.urandom(sizes[1])
     assert crc32c_combine(crc32c(a), crc32c(b), len(b)) == crc32c(a + b)
     assert crc_hex(crc32c(b"123456789")) == "e3069283"  # the CRC-32C check value
+
+
+def test_a_crc_with_a_trailing_newline_is_refused() -> None:
+    ref = RemoteSegmentRef(TopicIdPartition("MMMMMMMMMMMMMMMMMMMMMM", TopicPartition("m", 0)), 0, uuid.uuid4())
+    entry = ObjectEntry(ObjectKind.LOG, ref.key(ObjectKind.LOG), 1, "deadbeef\n")
+    data = SegmentManifest.for_ref(ref, {ObjectKind.LOG: entry}, 0).to_json()
+    with pytest.raises(ManifestError, match="crc32c 'deadbeef\\\\n'"):
+        SegmentManifest.from_json(data)

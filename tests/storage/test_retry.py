@@ -15,7 +15,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from tiering_core.storage.retry import RetryPolicy, call_with_retries, is_retryable
+from tiering_core.storage.retry import RetryPolicy, attempt_time_left, call_with_retries, is_retryable
 
 
 def client_error(status: int, code: str) -> ClientError:
@@ -47,6 +47,9 @@ def test_backoff_is_full_jitter_capped() -> None:
         (EndpointConnectionError(endpoint_url="u"), True),
         (IncompleteReadError(actual_bytes=1, expected_bytes=2), True),
         (ConnectionResetError(), True),
+        (client_error(501, "NotImplemented"), False),
+        (client_error(400, "NotImplemented"), False),
+        (client_error(505, "HttpVersionNotSupported"), False),
         (client_error(403, "AccessDenied"), False),
         (client_error(404, "NoSuchKey"), False),
         (client_error(404, "NoSuchBucket"), False),
@@ -141,3 +144,41 @@ def test_fast_failures_use_the_whole_deadline() -> None:
     with pytest.raises(RuntimeError, match="gave up after"):
         call_with_retries(policy, op, fail=fail, describe="t", sleep=clock.sleep, clock=clock)
     assert clock.now <= 2.0 and op.calls > 15  # mean delay 0.05 s: about 40 attempts fit
+
+
+def test_each_attempt_knows_the_time_its_call_has_left() -> None:
+    """The transport caps an attempt's read timeout at this, so an attempt started late in
+    the deadline cannot run a full timeout past it."""
+    clock = FakeClock()
+    policy = RetryPolicy(max_attempts=10, base_delay=0.5, max_delay=0.5, deadline_seconds=3.0)
+    seen: list[float | None] = []
+
+    def op() -> str:
+        seen.append(attempt_time_left())
+        clock.now += 0.25
+        if len(seen) < 3:
+            raise client_error(503, "SlowDown")
+        return "ok"
+
+    assert attempt_time_left() is None
+    assert call_with_retries(policy, op, fail=fail, describe="t", sleep=clock.sleep, clock=clock) == "ok"
+    assert attempt_time_left() is None  # cleared when the call ends
+    left = [x for x in seen if x is not None]
+    assert len(left) == 3 and left[0] == 3.0
+    assert left == sorted(left, reverse=True) and 0 < left[2] < 2.5  # time spent is time gone
+
+
+def test_a_call_inside_another_ends_by_the_outer_deadline() -> None:
+    clock = FakeClock()
+    inner_left: list[float | None] = []
+
+    def inner() -> str:
+        inner_left.append(attempt_time_left())
+        return "inner"
+
+    def outer() -> str:
+        clock.now += 2.0
+        return call_with_retries(RetryPolicy(deadline_seconds=10.0), inner, fail=fail, describe="i", clock=clock)
+
+    call_with_retries(RetryPolicy(deadline_seconds=3.0), outer, fail=fail, describe="o", clock=clock)
+    assert inner_left == [1.0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import uuid
 from pathlib import Path
@@ -115,3 +116,49 @@ def test_timeouts_and_deadlines_come_from_the_settings() -> None:
     assert storage.policy.max_attempts == 3 and storage.policy.deadline_seconds == 21
     assert storage.cleanup_policy.deadline_seconds == 7
     assert S3RemoteStorage("bucket", deadline_seconds=9).policy.deadline_seconds == 9
+
+
+def test_every_upload_carries_its_crc32c_for_s3_to_check(s3_endpoint, tmp_path: Path) -> None:
+    """Each PutObject and UploadPart sends the CRC-32C of its bytes (the one the manifest
+    records) as x-amz-checksum-crc32c, so S3 refuses bytes that do not match it; the payload
+    is not SHA-256 signed as well (a second pass over the data for no more safety)."""
+    bucket = s3_endpoint.new_bucket()
+    storage = S3RemoteStorage(
+        bucket,
+        endpoint_url=s3_endpoint.url,
+        region="us-east-1",
+        multipart_threshold_bytes=5 * MiB,
+        multipart_part_size_bytes=5 * MiB,
+    )
+    sent: list[tuple[str, dict[str, str]]] = []
+
+    def capture(request, **_):
+        sent.append(
+            (request.url, {k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()})
+        )
+
+    storage.client.meta.events.register("before-send.s3.UploadPart", capture)
+    storage.client.meta.events.register("before-send.s3.PutObject", capture)
+    storage.client.meta.events.register("before-send.s3.CreateMultipartUpload", capture)
+    data = os.urandom(11 * MiB)
+    (tmp_path / "seg.log").write_bytes(data)
+    ref = RemoteSegmentRef(TIP, 0, uuid.uuid4())
+    manifest = storage.copy_segment(ref, {ObjectKind.LOG: tmp_path / "seg.log", ObjectKind.OFFSET_INDEX: b"idx"})
+
+    def b64(value: bytes) -> str:
+        return base64.b64encode(crc32c(value).to_bytes(4, "big")).decode()
+
+    create = [h for url, h in sent if url.endswith("?uploads")]
+    assert [h.get("x-amz-checksum-algorithm") for h in create] == ["CRC32C"]
+    parts = {int(url.rsplit("partNumber=", 1)[1].split("&")[0]): h for url, h in sent if "partNumber=" in url}
+    assert sorted(parts) == [1, 2, 3]
+    for number, headers in parts.items():
+        chunk = data[(number - 1) * 5 * MiB : number * 5 * MiB]
+        assert headers["x-amz-checksum-crc32c"] == b64(chunk)
+    puts = {url.rsplit("/", 1)[1]: h for url, h in sent if "?" not in url}
+    assert puts[ref.key(ObjectKind.OFFSET_INDEX).rsplit("/", 1)[1]]["x-amz-checksum-crc32c"] == b64(b"idx")
+    assert puts[ref.key(ObjectKind.MANIFEST).rsplit("/", 1)[1]]["x-amz-checksum-crc32c"] == b64(
+        storage.get_range(ref.key(ObjectKind.MANIFEST), 0, None)
+    )
+    assert all(h["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD" for _, h in sent if "x-amz-checksum-crc32c" in h)
+    assert manifest.objects[ObjectKind.LOG].crc32c == crc_hex(crc32c(data))

@@ -12,7 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -25,7 +25,13 @@ from tiering_core.storage.errors import (
     RemoteObjectNotFoundError,
     RemoteStorageError,
 )
-from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, partition_prefix, validate_prefix
+from tiering_core.storage.layout import (
+    ObjectKind,
+    RemoteSegmentRef,
+    parse_partition_prefix,
+    partition_prefix,
+    validate_prefix,
+)
 from tiering_core.storage.manifest import ObjectEntry, SegmentManifest
 
 log = logging.getLogger(__name__)
@@ -40,6 +46,33 @@ class RemoteObject:
     key: str
     size: int
     last_modified: datetime
+
+
+#: IncompleteUpload kinds.
+MULTIPART_UPLOAD = "multipart-upload"
+TEMP_FILE = "temp-file"
+
+
+@dataclass(frozen=True)
+class IncompleteUpload:
+    """An upload its process never finished (killed mid-copy): an S3 multipart upload, whose
+    parts are stored and billed but listed by no object listing, or a filesystem temp file.
+
+    ``key`` names the leftover: the upload's object key (S3) or the temp file (filesystem);
+    ``target`` is the object it would have become. ``last_active`` is when its newest part
+    was stored or it began (S3), or its last write (filesystem): an upload still in progress
+    is always young. ``size`` is the bytes it holds.
+    """
+
+    kind: str
+    key: str
+    target: str
+    last_active: datetime
+    size: int
+    upload_id: str | None = None
+
+    def age_ms(self, now: datetime) -> int:
+        return int((now - self.last_active).total_seconds() * 1000)
 
 
 class RemoteStorage(ABC):
@@ -80,6 +113,27 @@ class RemoteStorage(ABC):
     def describe(self, key: str) -> str:
         """Where ``key`` lives, for error messages (bucket or root)."""
 
+    @abstractmethod
+    def list_child_prefixes(self, prefix: str) -> list[str]:
+        """The distinct ``<prefix><name>/`` one level below ``prefix`` that hold anything,
+        objects or unfinished uploads (a delimiter listing), sorted."""
+
+    @abstractmethod
+    def list_incomplete_uploads(self, prefix: str) -> list[IncompleteUpload]:
+        """Every unfinished upload under ``prefix``, of any age, sorted by key."""
+
+    @abstractmethod
+    def remove_incomplete_upload(self, upload: IncompleteUpload) -> None:
+        """Abort the multipart upload or remove the temp file; one already gone is not an error."""
+
+    def _put_segment_object(self, key: str, source: Path | bytes, progress: Progress | None) -> tuple[int, int]:
+        """One object of :meth:`copy_segment`; a backend may leave making it durable to
+        :meth:`_sync_segment`, which runs once the manifest is written too."""
+        return self.put_object(key, source, progress)
+
+    def _sync_segment(self, keys: list[str]) -> None:  # noqa: B027 - only a filesystem has something to do
+        """Make the objects :meth:`_put_segment_object` wrote durable before copy_segment returns."""
+
     def discard_keys(self, keys: Iterable[str]) -> None:
         """Best-effort delete after a failure: a backend may bound it more tightly than a
         normal delete, since the caller's recovery deletes leftovers again later."""
@@ -103,7 +157,7 @@ class RemoteStorage(ABC):
     ) -> SegmentManifest:
         """Upload every object of a segment, then its manifest; on failure nothing stays behind.
 
-        If an earlier upload of the same segment finished, its manifest is deleted first (with
+        If an earlier upload of the same segment finished, its manifest is deleted first (then
         the kinds this upload does not carry), so a crash part-way through never leaves a
         manifest that describes objects this upload overwrote. The check is a HEAD, not a
         blind delete, so a fresh segment leaves no delete markers in a versioned bucket.
@@ -117,7 +171,8 @@ class RemoteStorage(ABC):
                 raise RemoteStorageError(f"{ref}: {kind.value} source {source} is not a readable file")
         manifest_key = ref.key(ObjectKind.MANIFEST, self.prefix)
         if self.object_size(manifest_key) is not None:
-            self.delete_keys([ref.key(kind, self.prefix) for kind in ObjectKind if kind not in files])
+            self.delete_keys([manifest_key])  # first, and alone: no manifest outlives its objects
+            self.delete_keys([ref.key(kind, self.prefix) for kind in UPLOAD_ORDER if kind not in files])
         entries: dict[ObjectKind, ObjectEntry] = {}
         uploaded: list[str] = [manifest_key]
         try:
@@ -126,10 +181,11 @@ class RemoteStorage(ABC):
                     continue
                 key = ref.key(kind, self.prefix)
                 uploaded.append(key)
-                size, crc = self.put_object(key, files[kind], progress)
+                size, crc = self._put_segment_object(key, files[kind], progress)
                 entries[kind] = ObjectEntry(kind, key, size, crc_hex(crc))
             manifest = SegmentManifest.for_ref(ref, entries, int(time.time() * 1000))
-            self.put_object(manifest_key, manifest.to_json())
+            self._put_segment_object(manifest_key, manifest.to_json(), None)
+            self._sync_segment(uploaded)
             return manifest
         except BaseException as exc:
             try:
@@ -203,9 +259,45 @@ class RemoteStorage(ABC):
         return problems
 
     def delete_segment(self, ref: RemoteSegmentRef) -> None:
-        """Delete every object a segment may have, manifest included (idempotent)."""
-        self.delete_keys([ref.key(kind, self.prefix) for kind in ObjectKind])
+        """Delete every object a segment may have (idempotent). The manifest goes first, in a
+        call of its own: a delete that fails part-way never leaves a manifest whose objects
+        are gone, so a segment with a manifest is always whole."""
+        self.delete_keys([ref.key(ObjectKind.MANIFEST, self.prefix)])
+        self.delete_keys([ref.key(kind, self.prefix) for kind in UPLOAD_ORDER])
 
     def list_objects(self, tip: TopicIdPartition) -> list[RemoteObject]:
         """Every object under the partition's prefix (segments of any state, and orphans)."""
         return self.list_prefix(partition_prefix(tip, self.prefix))
+
+    def remote_partitions(self) -> list[TopicIdPartition]:
+        """Every partition that holds objects or unfinished uploads under the configured
+        prefix, read from the keys themselves: it finds the data of partitions the metadata
+        store no longer knows. Names outside the layout are skipped."""
+        found = []
+        for topic_prefix in self.list_child_prefixes(self.prefix):
+            for key_prefix in self.list_child_prefixes(topic_prefix):
+                tip = parse_partition_prefix(key_prefix, self.prefix)
+                if tip is not None:
+                    found.append(tip)
+        return sorted(found)
+
+    def incomplete_uploads(
+        self, tip: TopicIdPartition, *, older_than_ms: int = 0, now: datetime | None = None
+    ) -> list[IncompleteUpload]:
+        """Unfinished uploads under the partition's prefix last active at least
+        ``older_than_ms`` ago."""
+        now = now or datetime.now(UTC)
+        uploads = self.list_incomplete_uploads(partition_prefix(tip, self.prefix))
+        return [u for u in uploads if u.age_ms(now) >= older_than_ms]
+
+    def remove_incomplete_uploads(
+        self, tip: TopicIdPartition, *, older_than_ms: int, now: datetime | None = None
+    ) -> list[IncompleteUpload]:
+        """Abort or remove the partition's unfinished uploads older than ``older_than_ms``
+        (which must be positive: an upload in flight is unfinished too); returns them."""
+        if older_than_ms <= 0:
+            raise ValueError(f"older_than_ms must be positive (an upload in flight is unfinished too): {older_than_ms}")
+        doomed = self.incomplete_uploads(tip, older_than_ms=older_than_ms, now=now)
+        for upload in doomed:
+            self.remove_incomplete_upload(upload)
+        return doomed

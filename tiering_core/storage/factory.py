@@ -39,6 +39,7 @@ def create_remote_storage(
         max_concurrency=config.max_concurrency,
         max_attempts=config.max_attempts,
         timeout_seconds=config.timeout_seconds,
+        deadline_seconds=config.deadline_seconds,
         session=session,
         aws_access_key_id=credentials.get("aws_access_key_id") or None,
         aws_secret_access_key=credentials.get("aws_secret_access_key") or None,

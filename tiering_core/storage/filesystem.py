@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import mmap
 import os
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from tiering_core.storage.base import Progress, RemoteObject, RemoteStorage
-from tiering_core.storage.checksum import crc32c
+from tiering_core.storage.base import TEMP_FILE, IncompleteUpload, Progress, RemoteObject, RemoteStorage
+from tiering_core.storage.checksum import crc32c, crc32c_combine
 from tiering_core.storage.errors import InvalidRangeError, RemoteObjectNotFoundError, RemoteStorageError
 
 CHUNK = 1 << 20
@@ -44,8 +46,15 @@ class FilesystemRemoteStorage(RemoteStorage):
         return path
 
     def put_object(self, key: str, source: Path | bytes, progress: Progress | None = None) -> tuple[int, int]:
+        size, crc = self._put_segment_object(key, source, progress)
+        self._sync_segment([key])
+        return size, crc
+
+    def _put_segment_object(self, key: str, source: Path | bytes, progress: Progress | None) -> tuple[int, int]:
+        """Write ``key`` whole: to a temp file in its directory, fsynced, renamed over the key.
+        The directory entry is made durable by :meth:`_sync_segment`, once per directory."""
         path = self._path(key)
-        tmp = path.with_name(f"{TEMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+        tmp = _temp_name(path)
         try:
             out = _create(tmp)
             try:
@@ -65,35 +74,51 @@ class FilesystemRemoteStorage(RemoteStorage):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
                 raise
-            _fsync_dir(path.parent)
             return size, crc
         except OSError as exc:
             raise RemoteStorageError(f"{self.describe(key)}: put failed: {exc}") from exc
 
+    def _sync_segment(self, keys: list[str]) -> None:
+        """One fsync per directory the renames changed (a journaling filesystem commits them
+        in order, so the manifest's entry never becomes durable before its objects')."""
+        for directory in dict.fromkeys(self._path(key).parent for key in keys):
+            try:
+                _fsync_dir(directory)
+            except OSError as exc:
+                raise RemoteStorageError(f"filesystem {self.root}: cannot sync {directory}: {exc}") from exc
+
     def get_range(self, key: str, start: int, end: int | None) -> bytes:
-        f, size = self._open(key, start)
-        with f:
+        fd, size = self._open(key, start)
+        try:
             last = size - 1 if end is None else min(end, size - 1)
-            return os.pread(f.fileno(), max(0, last - start + 1), start)
+            return _pread_exactly(fd, max(0, last - start + 1), start)
+        except OSError as exc:
+            raise RemoteStorageError(f"{self.describe(key)}: read failed: {exc}") from exc
+        finally:
+            os.close(fd)
 
     def open_object(self, key: str, start: int = 0) -> BinaryIO:
-        f, _ = self._open(key, start)
-        f.seek(start)
-        return f
+        fd, size = self._open(key, start)
+        raw = _ObjectFile(fd, start, size, self.describe(key))
+        return io.BufferedReader(raw, CHUNK)  # type: ignore[return-value]
 
-    def _open(self, key: str, start: int) -> tuple[BinaryIO, int]:
-        """The open object and its size, once ``start`` is known to be inside it."""
+    def _open(self, key: str, start: int) -> tuple[int, int]:
+        """The open object's descriptor and size, once ``start`` is known to be inside it."""
         try:
-            f = self._path(key).open("rb")
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
             raise RemoteObjectNotFoundError(f"{self.describe(key)}: object not found") from None
         except OSError as exc:
             raise RemoteStorageError(f"{self.describe(key)}: open failed: {exc}") from exc
-        size = os.fstat(f.fileno()).st_size
+        try:
+            size = os.fstat(fd).st_size
+        except OSError as exc:
+            os.close(fd)
+            raise RemoteStorageError(f"{self.describe(key)}: stat failed: {exc}") from exc
         if start >= size and not (start == 0 and size == 0):
-            f.close()
+            os.close(fd)
             raise InvalidRangeError(f"{self.describe(key)}: range start {start} is beyond the object's {size} bytes")
-        return f, size
+        return fd, size
 
     def object_size(self, key: str) -> int | None:
         try:
@@ -102,37 +127,85 @@ class FilesystemRemoteStorage(RemoteStorage):
             return None
 
     def delete_keys(self, keys: Iterable[str]) -> None:
-        parents: set[Path] = set()
-        for key in keys:
-            path = self._path(key)
-            try:
-                path.unlink()
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except OSError as exc:
-                raise RemoteStorageError(f"{self.describe(key)}: delete failed: {exc}") from exc
-            parents.add(path.parent)
-        for parent in parents:
-            self._prune(parent)
+        """Unlink in the order given (a caller deletes a manifest before its objects), then make
+        each changed directory durable: a delete that returned stays done after a crash."""
+        parents: dict[Path, None] = {}
+        try:
+            for key in keys:
+                path = self._path(key)
+                try:
+                    path.unlink()
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                except OSError as exc:
+                    raise RemoteStorageError(f"{self.describe(key)}: delete failed: {exc}") from exc
+                parents[path.parent] = None
+        finally:
+            self._sync_deletes(parents)
 
-    def _prune(self, directory: Path) -> None:
+    def _sync_deletes(self, parents: Iterable[Path]) -> None:
+        survivors: dict[Path, None] = {}
+        for parent in parents:
+            survivors[self._prune(parent)] = None
+        for directory in survivors:
+            try:
+                _fsync_dir(directory)
+            except OSError as exc:
+                raise RemoteStorageError(
+                    f"filesystem {self.root}: cannot sync {directory} after a delete: {exc}"
+                ) from exc
+
+    def _prune(self, directory: Path) -> Path:
         """Remove directories a delete left empty (as S3 has none), up to the root; a
-        directory that is not empty, or that a concurrent put just created, stays."""
+        directory that is not empty, or that a concurrent put just created, stays. Returns
+        the deepest directory left, whose entries changed."""
         while directory != self.root and directory.is_relative_to(self.root):
             try:
                 directory.rmdir()
             except OSError:
-                return
+                return directory
             directory = directory.parent
+        return directory
 
     def list_prefix(self, prefix: str) -> list[RemoteObject]:
+        """Objects only: the temp files of unfinished writes are :meth:`list_incomplete_uploads`'."""
+        return [RemoteObject(key, size, mtime) for key, size, mtime in self._walk(prefix) if not _is_temp(key)]
+
+    def list_incomplete_uploads(self, prefix: str) -> list[IncompleteUpload]:
+        """Temp files of writes that never finished; one being written now is among them, but
+        its last write is recent, so an age threshold keeps it."""
+        return [
+            IncompleteUpload(TEMP_FILE, key, _temp_target(key), mtime, size)
+            for key, size, mtime in self._walk(prefix)
+            if _is_temp(key)
+        ]
+
+    def remove_incomplete_upload(self, upload: IncompleteUpload) -> None:
+        if upload.kind != TEMP_FILE or not _is_temp(upload.key):
+            raise RemoteStorageError(f"{self.describe(upload.key)}: not a temp file of this backend")
+        self.delete_keys([upload.key])
+
+    def list_child_prefixes(self, prefix: str) -> list[str]:
+        head, _, start = prefix.rpartition("/")
+        directory = self._path(head) if head else self.root
+        lead = f"{head}/" if head else ""
+        try:
+            with os.scandir(directory) as entries:
+                return sorted(
+                    f"{lead}{e.name}/" for e in entries if e.name.startswith(start) and e.is_dir(follow_symlinks=False)
+                )
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise RemoteStorageError(f"{self.describe(prefix)}: listing failed: {exc}") from exc
+
+    def _walk(self, prefix: str) -> list[tuple[str, int, datetime]]:
+        """(key, size, mtime) of every file whose key starts with ``prefix``, sorted by key."""
         head = prefix.rpartition("/")[0]  # the deepest directory every matching key lies under
         directory = self._path(head) if head else self.root
         found = []
         for dirpath, _dirs, names in os.walk(directory):
             for name in names:
-                if name.startswith(TEMP_PREFIX):
-                    continue
                 path = Path(dirpath, name)
                 key = path.relative_to(self.root).as_posix()
                 if not key.startswith(prefix):
@@ -141,8 +214,23 @@ class FilesystemRemoteStorage(RemoteStorage):
                     stat = path.stat()
                 except FileNotFoundError:  # deleted while listing
                     continue
-                found.append(RemoteObject(key, stat.st_size, datetime.fromtimestamp(stat.st_mtime, tz=UTC)))
-        return sorted(found, key=lambda o: o.key)
+                found.append((key, stat.st_size, datetime.fromtimestamp(stat.st_mtime, tz=UTC)))
+        return sorted(found)
+
+
+def _is_temp(key: str) -> bool:
+    return key.rpartition("/")[2].startswith(TEMP_PREFIX)
+
+
+def _temp_name(path: Path) -> Path:
+    """Where ``path`` is written before it is renamed over: ``.tmp-<name>.<random hex>``."""
+    return path.with_name(f"{TEMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+
+
+def _temp_target(key: str) -> str:
+    """The key a temp file (see :func:`_temp_name`) was to be renamed to."""
+    head, slash, name = key.rpartition("/")
+    return f"{head}{slash}{name[len(TEMP_PREFIX) :].rpartition('.')[0]}"
 
 
 def _create(tmp: Path) -> int:
@@ -176,19 +264,48 @@ def _copy_checksummed(source: Path, out: int, progress: Progress | None) -> tupl
     each chunk's CRC-32C over the bytes just written, through a read-only mapping of our own
     temp file. The data is copied once (not to user space and back) and the source is read
     once; the checksum describes exactly the bytes stored. Mapping the temp file, never the
-    source, keeps a source truncated meanwhile an error (``copy`` comes up short), not SIGBUS."""
-    crc = 0
+    source, keeps a source truncated meanwhile an error (``copy`` comes up short), not SIGBUS.
+
+    A chunk is checksummed on a second thread while the kernel copies the next one, so a
+    large object costs about the copy alone, not the copy plus a checksum pass.
+    """
     with open(source, "rb", buffering=0) as src:
         size = os.fstat(src.fileno()).st_size
         copier = _KernelCopy(src.fileno(), out)
-        for offset in range(0, size, COPY_CHUNK):
-            n = min(COPY_CHUNK, size - offset)
-            copier.copy(offset, n)
-            with mmap.mmap(out, n, access=mmap.ACCESS_READ, offset=offset) as window, memoryview(window) as view:
-                crc = crc32c(view, crc)
+        if size <= COPY_CHUNK:
+            copier.copy(0, size)
+            crc = _mapped_crc(out, 0, size)
             if progress:
-                progress(n)
+                progress(size)
+            return size, crc
+        crc = 0
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fs-crc") as checksums:
+            previous: Future[int] | None = None
+            try:
+                for offset in range(0, size, COPY_CHUNK):
+                    n = min(COPY_CHUNK, size - offset)
+                    copier.copy(offset, n)
+                    if previous is not None:
+                        crc = crc32c_combine(crc, previous.result(), COPY_CHUNK)
+                    previous = checksums.submit(_mapped_crc, out, offset, n)
+                    if progress:
+                        progress(n)
+                assert previous is not None
+                last = size - (size - 1) // COPY_CHUNK * COPY_CHUNK
+                crc = crc32c_combine(crc, previous.result(), last)
+            except BaseException:
+                if previous is not None:
+                    previous.cancel()
+                raise
     return size, crc
+
+
+def _mapped_crc(fd: int, offset: int, length: int) -> int:
+    """CRC-32C of ``length`` bytes of ``fd`` from ``offset`` (a multiple of the page size)."""
+    if length == 0:
+        return 0
+    with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=offset) as window, memoryview(window) as view:
+        return crc32c(view)
 
 
 class _KernelCopy:
@@ -227,6 +344,57 @@ class _KernelCopy:
         if data:
             _write_all(self.dst, memoryview(data), position)
         return len(data)
+
+
+def _pread_exactly(fd: int, length: int, position: int) -> bytes:
+    """``length`` bytes from ``position``: one pread returns at most 0x7ffff000 bytes on Linux
+    (and may return fewer for any reason), so read until all are in."""
+    first = os.pread(fd, length, position)
+    if len(first) == length:
+        return first
+    chunks, done = [first], len(first)
+    while done < length:
+        chunk = os.pread(fd, length - done, position + done)
+        if not chunk:
+            raise OSError(errno.EIO, f"object ended at byte {position + done}, before its size when opened")
+        chunks.append(chunk)
+        done += len(chunk)
+    return b"".join(chunks)
+
+
+class _ObjectFile(io.RawIOBase):
+    """An object's bytes from ``position`` to ``end`` through positioned reads, with read
+    errors raised as RemoteStorageError like every other storage failure."""
+
+    def __init__(self, fd: int, position: int, end: int, where: str) -> None:
+        self._fd = fd
+        self._position = position
+        self._end = end
+        self._where = where
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._end - self._position)
+        if want <= 0:
+            return 0
+        try:
+            n = os.preadv(self._fd, [view[:want]], self._position)
+        except OSError as exc:
+            raise RemoteStorageError(f"{self._where}: read failed: {exc}") from exc
+        if n == 0:
+            raise RemoteStorageError(
+                f"{self._where}: object ended at byte {self._position}, before its size when opened"
+            )
+        self._position += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
 
 
 def _write_all(out: int, data: memoryview, position: int | None = None) -> None:

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from tiering_core.errors import ConfigError, InvalidTopicError
-from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, validate_topic_name
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, require_int, validate_topic_name
 
-_TOPIC_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
+#: Whole-string patterns, used with ``fullmatch`` (``$`` would accept a trailing newline).
+_TOPIC_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 
 
 class ObjectKind(StrEnum):
@@ -27,9 +28,12 @@ class ObjectKind(StrEnum):
 
 
 _KEY = re.compile(
-    r"^(?P<topic>[A-Za-z0-9._-]+)-(?P<tid>[A-Za-z0-9_-]{22})/(?P<partition>\d+)/(?P<base>\d{20})-"
-    r"(?P<uuid>[0-9a-f-]{36})\.(?P<kind>" + "|".join(re.escape(k.value) for k in ObjectKind) + r")$"
+    r"(?P<topic>[A-Za-z0-9._-]+)-(?P<tid>[A-Za-z0-9_-]{22})/(?P<partition>0|[1-9][0-9]*)/(?P<base>[0-9]{20})-"
+    r"(?P<uuid>[0-9a-f-]{36})\.(?P<kind>" + "|".join(re.escape(k.value) for k in ObjectKind) + r")"
 )
+
+
+_PARTITION = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<tid>[A-Za-z0-9_-]{22})/(?P<partition>0|[1-9][0-9]*)/")
 
 
 def validate_prefix(prefix: str) -> str:
@@ -48,8 +52,9 @@ def validate_prefix(prefix: str) -> str:
 
 
 def partition_prefix(tip: TopicIdPartition, prefix: str = "") -> str:
+    """``<prefix><topic>-<topicId>/<partition>/``: where every object of the partition lies."""
     validate_topic_name(tip.topic)
-    if not _TOPIC_ID.match(tip.topic_id):
+    if not isinstance(tip.topic_id, str) or not _TOPIC_ID.fullmatch(tip.topic_id):
         raise InvalidTopicError(f"topic id {tip.topic_id!r} is not a 22-character base64 UUID")
     return f"{validate_prefix(prefix)}{tip.topic}-{tip.topic_id}/{tip.partition}/"
 
@@ -64,6 +69,7 @@ class RemoteSegmentRef:
 
     def __post_init__(self) -> None:
         partition_prefix(self.topic_id_partition)  # hostile names fail here, before any I/O
+        require_int("base offset", self.base_offset)
         if not 0 <= self.base_offset < 10**20:
             raise InvalidTopicError(f"base offset {self.base_offset} is outside [0, 10^20)")
         if not isinstance(self.segment_id, uuid.UUID):
@@ -81,7 +87,7 @@ def parse_segment_key(key: str, prefix: str = "") -> tuple[RemoteSegmentRef, Obj
     """The segment and kind a key belongs to, or None for a key outside the layout."""
     if not key.startswith(prefix):
         return None
-    match = _KEY.match(key[len(prefix) :])
+    match = _KEY.fullmatch(key[len(prefix) :])
     if match is None:
         return None
     try:
@@ -89,4 +95,24 @@ def parse_segment_key(key: str, prefix: str = "") -> tuple[RemoteSegmentRef, Obj
         ref = RemoteSegmentRef(tip, int(match.group("base")), uuid.UUID(match.group("uuid")))
     except (InvalidTopicError, ValueError):
         return None
-    return ref, ObjectKind(match.group("kind"))
+    kind = ObjectKind(match.group("kind"))
+    if ref.key(kind, prefix) != key:  # a non-canonical spelling (UUID form) names no key of ours
+        return None
+    return ref, kind
+
+
+def parse_partition_prefix(key_prefix: str, prefix: str = "") -> TopicIdPartition | None:
+    """The partition whose :func:`partition_prefix` is ``key_prefix``, or None for a prefix
+    outside the layout (other data under the same root or bucket)."""
+    if not key_prefix.startswith(prefix):
+        return None
+    match = _PARTITION.fullmatch(key_prefix[len(prefix) :])
+    if match is None:
+        return None
+    try:
+        tip = TopicIdPartition(match.group("tid"), TopicPartition(match.group("topic"), int(match.group("partition"))))
+        if partition_prefix(tip, prefix) != key_prefix:
+            return None
+    except (InvalidTopicError, ValueError):
+        return None
+    return tip

@@ -94,7 +94,7 @@ class SegmentManifest:
             key = _field(raw, "key", str)
             size = _field(raw, "size", int)
             crc = _field(raw, "crc32c", str)
-            if size < 0 or not _CRC.match(crc) or not key.endswith(f".{kind.value}"):
+            if size < 0 or not _CRC.fullmatch(crc) or not key.endswith(f".{kind.value}"):
                 raise ManifestError(f"manifest entry {name!r} is invalid: key {key!r}, size {size}, crc32c {crc!r}")
             objects[kind] = ObjectEntry(kind, key, size, crc)
         if ObjectKind.LOG not in objects:
@@ -122,7 +122,7 @@ class SegmentManifest:
         return manifest
 
 
-_CRC = re.compile(r"^[0-9a-f]{8}$")
+_CRC = re.compile(r"[0-9a-f]{8}")  # with fullmatch: "$" would accept a trailing newline
 F = TypeVar("F")
 
 

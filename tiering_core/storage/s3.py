@@ -10,13 +10,17 @@ reads resume where a broken connection left them, pinned to the object's ETag.
 
 from __future__ import annotations
 
+import base64
+import functools
 import hashlib
 import io
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -25,10 +29,10 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, IncompleteReadError
 
 from tiering_core.errors import ConfigError
-from tiering_core.storage.base import Progress, RemoteObject, RemoteStorage
+from tiering_core.storage.base import MULTIPART_UPLOAD, IncompleteUpload, Progress, RemoteObject, RemoteStorage
 from tiering_core.storage.checksum import crc32c, crc32c_combine
 from tiering_core.storage.errors import InvalidRangeError, RemoteObjectNotFoundError, RemoteStorageError
-from tiering_core.storage.retry import RetryPolicy, call_with_retries, is_retryable
+from tiering_core.storage.retry import RetryPolicy, attempt_time_left, call_with_retries, is_retryable
 
 __all__ = ["S3RemoteStorage", "is_retryable"]
 
@@ -39,10 +43,15 @@ MAX_PARTS = 10_000
 MIN_PART = 5 * MiB  # S3's limits on every part but the last
 MAX_PART = 5 * 1024 * MiB
 NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
+NO_SUCH_UPLOAD = frozenset({"404", "NoSuchUpload"})
 READ_BUFFER = 1 * MiB
+CRC_CHUNK = 1 * MiB  # per read of the checksum pass over a window
+WAIT_POLL = 0.1  # seconds between checks for an exception raised in the waiting thread
+LIST_PAGE_SIZE = 1000  # S3's maximum keys (or uploads) per listing page
+MIN_READ_TIMEOUT = 0.01  # an attempt capped below this is hopeless, but must not mean "no timeout"
 
 
-def _code(exc: BaseException) -> str:
+def _code(exc: BaseException | None) -> str:
     return str(exc.response.get("Error", {}).get("Code", "")) if isinstance(exc, ClientError) else ""
 
 
@@ -92,6 +101,7 @@ class S3RemoteStorage(RemoteStorage):
         if session is not None and (aws_access_key_id or aws_secret_access_key or aws_session_token):
             raise ConfigError("remote credentials: give a boto3 session or access keys, not both")
         self.bucket = bucket
+        self.list_page_size = LIST_PAGE_SIZE
         self.threshold = multipart_threshold_bytes
         self.part_size = multipart_part_size_bytes
         self.concurrency = max_concurrency
@@ -118,12 +128,20 @@ class S3RemoteStorage(RemoteStorage):
                 read_timeout=timeout_seconds,
                 retries={"total_max_attempts": 1, "mode": "standard"},
                 max_pool_connections=max(10, max_concurrency * 2),
-                s3={"addressing_style": "path" if endpoint_url else "auto"},
+                # Uploads carry the CRC-32C S3 checks; a SHA-256 of the payload adds a pass, not safety.
+                s3={"addressing_style": "path" if endpoint_url else "auto", "payload_signing_enabled": False},
             ),
         )
+        self.client.meta.events.register("before-send.s3", self._cap_read_timeout)
 
     def describe(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
+
+    def _cap_read_timeout(self, request: Any, **_: Any) -> None:
+        """An attempt waits for an answer no longer than its call has left of the deadline."""
+        left = attempt_time_left()
+        if left is not None and left < self.timeout_seconds:
+            request.context["read_timeout"] = max(left, MIN_READ_TIMEOUT)
 
     def _call(self, operation: str, key: str, fn: Callable[[], T], policy: RetryPolicy | None = None) -> T:
         def fail(exc: BaseException, attempts: int, elapsed: float) -> BaseException:
@@ -131,7 +149,7 @@ class S3RemoteStorage(RemoteStorage):
             code = _code(exc)
             if code in NOT_FOUND:
                 return RemoteObjectNotFoundError(f"{where}: object not found")
-            if isinstance(exc, RemoteStorageError):
+            if isinstance(exc, RemoteStorageError | _Abandoned):
                 return exc
             return RemoteStorageError(
                 f"{where} failed after {attempts} attempt(s) in {elapsed:.1f} s: {type(exc).__name__}: {exc}"
@@ -148,10 +166,15 @@ class S3RemoteStorage(RemoteStorage):
 
     def put_object(self, key: str, source: Path | bytes, progress: Progress | None = None) -> tuple[int, int]:
         if isinstance(source, bytes):
-            self._call("PutObject", key, lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=source))
+            crc = crc32c(source)
+            self._call(
+                "PutObject",
+                key,
+                lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=source, ChecksumCRC32C=_b64(crc)),
+            )
             if progress:
                 progress(len(source))
-            return len(source), crc32c(source)
+            return len(source), crc
         path = Path(source)
         try:
             size = path.stat().st_size
@@ -163,79 +186,147 @@ class S3RemoteStorage(RemoteStorage):
         return size, self._multipart(key, path, size, report)
 
     def _upload_window(
-        self, key: str, path: Path, offset: int, length: int, progress: Progress | None, part: tuple[str, int] | None
+        self,
+        key: str,
+        path: Path,
+        offset: int,
+        length: int,
+        progress: Progress | None,
+        part: tuple[str, int] | None,
+        stop: threading.Event | None = None,
     ) -> tuple[int, str]:
         """PutObject (``part`` None) or UploadPart (upload id, part number) of one window of
-        the file; returns the window's CRC-32C and the ETag S3 gave it."""
-        with path.open("rb") as f:
-            window = _Window(f, offset, length, progress)
+        the file; returns the window's CRC-32C and the ETag S3 gave it.
+
+        The CRC-32C is taken first (C speed, page cache) and sent as the request's
+        ``x-amz-checksum-crc32c``: S3 rejects the bytes unless they match it, so the manifest's
+        checksum is the one S3 checked. That header makes botocore's own checksum pass and the
+        SHA-256 payload signature (``payload_signing_enabled`` is off) unnecessary, so the
+        bytes are sent in one more pass. ``stop`` set ends a send in flight at its next read.
+        """
+        try:
+            f = path.open("rb")
+        except OSError as exc:
+            raise RemoteStorageError(f"{self.describe(key)}: cannot read {path}: {exc}") from exc
+        with f:
+            crc = _window_crc(f.fileno(), offset, length, path)
+            window = _Window(f.fileno(), offset, length, progress, stop)
+            checksum = _b64(crc)
 
             def send() -> Any:
+                if stop is not None and stop.is_set():
+                    raise _Abandoned()
                 window.seek(0)
-                if part is None:
-                    return self.client.put_object(Bucket=self.bucket, Key=key, Body=window, ContentLength=length)
-                return self.client.upload_part(
-                    Bucket=self.bucket,
-                    Key=key,
-                    UploadId=part[0],
-                    PartNumber=part[1],
-                    Body=window,
-                    ContentLength=length,
-                )
+                try:
+                    if part is None:
+                        return self.client.put_object(
+                            Bucket=self.bucket, Key=key, Body=window, ContentLength=length, ChecksumCRC32C=checksum
+                        )
+                    return self.client.upload_part(
+                        Bucket=self.bucket,
+                        Key=key,
+                        UploadId=part[0],
+                        PartNumber=part[1],
+                        Body=window,
+                        ContentLength=length,
+                        ChecksumCRC32C=checksum,
+                    )
+                except Exception:
+                    if stop is not None and stop.is_set():  # botocore wraps our stop as a retryable error
+                        raise _Abandoned() from None
+                    raise
 
             answer = self._call("PutObject" if part is None else "UploadPart", key, send)
-            return window.finish(), str(answer.get("ETag", ""))
+            return crc, str(answer.get("ETag", ""))
 
     def _multipart(self, key: str, path: Path, size: int, progress: Progress | None) -> int:
-        """Parts go up in parallel (``max_concurrency``); a part is retried on its own; any
-        failure aborts the upload so no parts linger."""
+        """Parts go up in parallel (``max_concurrency``); a part is retried on its own.
+
+        Any failure, or an exception raised in this thread while it waits (KeyboardInterrupt,
+        a signal handler's SystemExit), stops the upload at once: no new part starts, parts
+        in flight end at their next read, queued ones are cancelled, and the upload is
+        aborted before the exception goes on. A part S3 was still receiving may be accepted
+        after the abort, so the last part in flight to end aborts the upload once more.
+        """
         part_size = max(self.part_size, -(-size // MAX_PARTS))
         windows = [(n + 1, off, min(part_size, size - off)) for n, off in enumerate(range(0, size, part_size))]
         created = self._call(
-            "CreateMultipartUpload", key, lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key)
+            "CreateMultipartUpload",
+            key,
+            lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key, ChecksumAlgorithm="CRC32C"),
         )
         upload_id = str(created["UploadId"])
-        try:
-            stop = threading.Event()
+        parts = _PartsInFlight()
 
-            def upload_part(number: int, offset: int, length: int) -> tuple[int, str]:
-                if stop.is_set():  # another part failed for good: do not start more
+        def upload_part(number: int, offset: int, length: int) -> tuple[int, str]:
+            with parts.lock:
+                if parts.stop.is_set():  # another part failed for good, or the upload was stopped
                     raise _Abandoned()
-                try:
-                    return self._upload_window(key, path, offset, length, progress, (upload_id, number))
-                except BaseException:
-                    stop.set()
-                    raise
-
-            with ThreadPoolExecutor(max_workers=max(1, self.concurrency), thread_name_prefix="s3-part") as pool:
-                futures = [pool.submit(upload_part, number, off, length) for number, off, length in windows]
-                wait(futures, return_when=FIRST_EXCEPTION)
-                if stop.is_set():
-                    for f in futures:
-                        f.cancel()
-                    wait(futures)
-                    errors = [f.exception() for f in futures if not f.cancelled()]
-                    raise next(e for e in errors if e is not None and not isinstance(e, _Abandoned))
-                results = [f.result() for f in futures]
-            parts = [
-                {"PartNumber": number, "ETag": etag} for (number, _, _), (_, etag) in zip(windows, results, strict=True)
-            ]
-            self._call("CompleteMultipartUpload", key, self._completer(key, upload_id, parts, size))
-        except BaseException:
+                parts.running += 1
             try:
-                self._call(
-                    "AbortMultipartUpload",
-                    key,
-                    lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
-                    self.cleanup_policy,
-                )
-            except RemoteStorageError as abort_error:
-                log.error("%s: abort of multipart upload %s failed: %s", self.describe(key), upload_id, abort_error)
+                return self._upload_window(key, path, offset, length, progress, (upload_id, number), parts.stop)
+            except BaseException:
+                parts.stop.set()
+                raise
+            finally:
+                with parts.lock:
+                    parts.running -= 1
+                    abort_again = parts.aborting and parts.running == 0
+                if abort_again:
+                    self._abort(key, upload_id)
+
+        pool = ThreadPoolExecutor(max_workers=max(1, self.concurrency), thread_name_prefix="s3-part")
+        futures: list[Future[tuple[int, str]]] = []
+        try:
+            futures = [pool.submit(upload_part, number, off, length) for number, off, length in windows]
+            pending = set(futures)
+            while pending and not parts.stop.is_set():
+                # a bounded wait, so that an exception meant for this thread is raised promptly
+                _, pending = wait(pending, timeout=WAIT_POLL, return_when=FIRST_EXCEPTION)
+            if parts.stop.is_set():
+                wait(futures)  # those in flight end at their next read; the rest never start
+                errors = [f.exception() for f in futures if not f.cancelled()]
+                raise next(e for e in errors if e is not None and not isinstance(e, _Abandoned))
+            results = [f.result() for f in futures]
+            done = [
+                {"PartNumber": number, "ETag": etag, "ChecksumCRC32C": _b64(crc)}
+                for (number, _, _), (crc, etag) in zip(windows, results, strict=True)
+            ]
+            self._call("CompleteMultipartUpload", key, self._completer(key, upload_id, done, size))
+        except BaseException:
+            parts.stop.set()
+            for f in futures:
+                f.cancel()
+            pool.shutdown(wait=False, cancel_futures=True)
+            with parts.lock:
+                parts.aborting = True
+            self._abort(key, upload_id)
             raise
+        pool.shutdown(wait=False)
         crc = results[0][0]
         for (_, _, length), (part_crc, _) in zip(windows[1:], results[1:], strict=True):
             crc = crc32c_combine(crc, part_crc, length)
         return crc
+
+    def _abort(self, key: str, upload_id: str, *, quiet: bool = True) -> None:
+        """AbortMultipartUpload (an upload already gone is fine). After a failed upload it is
+        best effort (``quiet``): a failure is logged, and the incomplete upload is left to
+        ``remove_incomplete_uploads``."""
+
+        def abort() -> None:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except ClientError as exc:
+                if _code(exc) not in NO_SUCH_UPLOAD:
+                    raise
+
+        if not quiet:
+            self._call("AbortMultipartUpload", key, abort)
+            return
+        try:
+            self._call("AbortMultipartUpload", key, abort, self.cleanup_policy)
+        except RemoteStorageError as abort_error:
+            log.error("%s: abort of multipart upload %s failed: %s", self.describe(key), upload_id, abort_error)
 
     def _completer(self, key: str, upload_id: str, parts: list[dict[str, Any]], size: int) -> Callable[[], None]:
         """CompleteMultipartUpload, made safe to retry: if an earlier attempt completed the
@@ -348,16 +439,127 @@ class S3RemoteStorage(RemoteStorage):
 
             self._call("DeleteObjects", remaining[0], attempt, policy)
 
-    def list_prefix(self, prefix: str) -> list[RemoteObject]:
-        def page_through() -> list[RemoteObject]:
-            found = []
-            paginator = self.client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
-                for item in page.get("Contents", []):
-                    found.append(RemoteObject(item["Key"], int(item["Size"]), item["LastModified"]))
-            return found
+    def _pages(
+        self, operation: str, where: str, request: Callable[..., Any], more: Callable[[Any], dict[str, str] | None]
+    ) -> Iterator[Any]:
+        """A paginated listing, page by page: each page is one call, retried on its own with
+        the marker that asks for it, so a failure late in a long listing repeats one page."""
+        marker: dict[str, str] = {}
+        while True:
+            page = self._call(operation, where, functools.partial(request, **marker))
+            yield page
+            following = more(page)
+            if following is None:
+                return
+            if following == marker:
+                raise RemoteStorageError(f"{self.describe(where)}: {operation} repeated its marker {marker}")
+            marker = following
 
-        return self._call("ListObjectsV2", prefix, page_through)
+    def list_prefix(self, prefix: str) -> list[RemoteObject]:
+        found = []
+        for page in self._pages(
+            "ListObjectsV2",
+            prefix,
+            lambda **marker: self.client.list_objects_v2(
+                Bucket=self.bucket, Prefix=prefix, MaxKeys=self.list_page_size, **marker
+            ),
+            _next_token,
+        ):
+            for item in page.get("Contents", []):
+                found.append(RemoteObject(item["Key"], int(item["Size"]), item["LastModified"]))
+        return found
+
+    def list_child_prefixes(self, prefix: str) -> list[str]:
+        """Common prefixes of objects (a delimiter listing), and those of unfinished multipart
+        uploads, taken from their keys (not every S3 implementation groups uploads by a
+        delimiter, and there are few of them)."""
+        found: set[str] = set()
+        for page in self._pages(
+            "ListObjectsV2",
+            prefix,
+            lambda **marker: self.client.list_objects_v2(
+                Bucket=self.bucket, Prefix=prefix, Delimiter="/", MaxKeys=self.list_page_size, **marker
+            ),
+            _next_token,
+        ):
+            found.update(str(p["Prefix"]) for p in page.get("CommonPrefixes", []))
+        for key, _upload in self._uploads(prefix):
+            head, slash, _ = key[len(prefix) :].partition("/")
+            if slash:
+                found.add(f"{prefix}{head}/")
+        return sorted(found)
+
+    def _uploads(self, prefix: str) -> Iterator[tuple[str, Any]]:
+        """(key, listing entry) of every multipart upload under ``prefix``."""
+        for page in self._pages(
+            "ListMultipartUploads",
+            prefix,
+            lambda **marker: self.client.list_multipart_uploads(
+                Bucket=self.bucket, Prefix=prefix, MaxUploads=self.list_page_size, **marker
+            ),
+            _next_upload_marker,
+        ):
+            for item in page.get("Uploads", []):
+                key = str(item["Key"])
+                if key.startswith(prefix):  # the filter is the server's; trust, but check
+                    yield key, item
+
+    def list_incomplete_uploads(self, prefix: str) -> list[IncompleteUpload]:
+        """Multipart uploads never completed nor aborted, with the bytes their parts hold; one
+        is as old as its newest part (or its initiation), so an upload still sending parts
+        is young however long ago it began. One aborted while listing is left out."""
+        found = []
+        for key, item in self._uploads(prefix):
+            upload_id = str(item["UploadId"])
+            parts = self._upload_parts(key, upload_id)
+            if parts is None:
+                continue
+            size, newest = parts
+            last_active = max(item["Initiated"], newest) if newest is not None else item["Initiated"]
+            found.append(IncompleteUpload(MULTIPART_UPLOAD, key, key, last_active, size, upload_id))
+        return sorted(found, key=lambda u: (u.key, u.last_active))
+
+    def _upload_parts(self, key: str, upload_id: str) -> tuple[int, datetime | None] | None:
+        """Bytes held by an upload's parts and when the newest was stored; None if it is gone."""
+        size, newest = 0, None
+        try:
+            for page in self._pages(
+                "ListParts",
+                key,
+                lambda **marker: self.client.list_parts(Bucket=self.bucket, Key=key, UploadId=upload_id, **marker),
+                _next_part_marker,
+            ):
+                for part in page.get("Parts", []):
+                    size += int(part["Size"])
+                    newest = part["LastModified"] if newest is None else max(newest, part["LastModified"])
+        except RemoteStorageError as exc:
+            if _code(exc.__cause__) in NO_SUCH_UPLOAD:
+                return None
+            raise
+        return size, newest
+
+    def remove_incomplete_upload(self, upload: IncompleteUpload) -> None:
+        if upload.kind != MULTIPART_UPLOAD or upload.upload_id is None:
+            raise RemoteStorageError(f"{self.describe(upload.key)}: not a multipart upload")
+        self._abort(upload.key, upload.upload_id, quiet=False)
+
+
+def _next_token(page: Any) -> dict[str, str] | None:
+    if not page.get("IsTruncated"):
+        return None
+    return {"ContinuationToken": str(page["NextContinuationToken"])}
+
+
+def _next_upload_marker(page: Any) -> dict[str, str] | None:
+    if not page.get("IsTruncated"):
+        return None
+    return {"KeyMarker": str(page["NextKeyMarker"]), "UploadIdMarker": str(page.get("NextUploadIdMarker", ""))}
+
+
+def _next_part_marker(page: Any) -> dict[str, str] | None:
+    if not page.get("IsTruncated"):
+        return None
+    return {"PartNumberMarker": str(page["NextPartNumberMarker"])}
 
 
 class _ResumableBody(io.RawIOBase):
@@ -417,7 +619,17 @@ class _ResumableBody(io.RawIOBase):
 
 
 class _Abandoned(Exception):
-    """A part not started because another part had already failed."""
+    """A part not started, or stopped mid-send, because the upload was abandoned."""
+
+
+@dataclass
+class _PartsInFlight:
+    """Shared by the parts of one multipart upload (under ``lock``)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+    running: int = 0
+    aborting: bool = False
 
 
 def _locked(progress: Progress | None) -> Progress | None:
@@ -434,26 +646,27 @@ def _locked(progress: Progress | None) -> Progress | None:
 
 
 class _Window:
-    """A seekable, read-only view of ``length`` bytes of a file from ``offset``.
+    """A seekable, read-only view of ``length`` bytes of a file from ``offset``: the request
+    body of one PutObject or UploadPart. Progress counts each byte the first time it is sent;
+    once ``stop`` is set, the next read raises, so an upload being abandoned ends mid-part."""
 
-    botocore may read a body more than once (checksum, signing, sending, a retry); the CRC
-    covers each byte the first time it passes, so the file is checksummed in the same pass
-    that streams it.
-    """
-
-    def __init__(self, f: BinaryIO, offset: int, length: int, progress: Progress | None) -> None:
-        self._fd = f.fileno()
+    def __init__(
+        self, fd: int, offset: int, length: int, progress: Progress | None, stop: threading.Event | None
+    ) -> None:
+        self._fd = fd
         self._offset = offset
         self._length = length
         self._progress = progress
+        self._stop = stop
         self._pos = 0
-        self._covered = 0  # bytes [0, covered) are in the CRC
-        self._crc = 0
+        self._reported = 0
 
     def __len__(self) -> int:
         return self._length
 
     def read(self, n: int = -1) -> bytes:
+        if self._stop is not None and self._stop.is_set():
+            raise _Abandoned()
         remaining = self._length - self._pos
         if n is None or n < 0 or n > remaining:
             n = remaining
@@ -462,14 +675,10 @@ class _Window:
         data = os.pread(self._fd, n, self._offset + self._pos)
         if len(data) < n:
             raise RemoteStorageError(f"file shrank while uploading: wanted {n} bytes at {self._offset + self._pos}")
-        end = self._pos + len(data)
-        if self._pos <= self._covered < end:
-            fresh = memoryview(data)[self._covered - self._pos :]
-            self._crc = crc32c(fresh, self._crc)
-            if self._progress:
-                self._progress(len(fresh))
-            self._covered = end
-        self._pos = end
+        self._pos += n
+        if self._progress and self._pos > self._reported:
+            self._progress(self._pos - self._reported)
+            self._reported = self._pos
         return data
 
     def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
@@ -486,9 +695,20 @@ class _Window:
     def readable(self) -> bool:
         return True
 
-    def finish(self) -> int:
-        """The window's CRC-32C; bytes the uploader skipped (never, with botocore) are read now."""
-        while self._covered < self._length:
-            self.seek(self._covered)
-            self.read(min(4 * MiB, self._length - self._covered))
-        return self._crc
+
+def _window_crc(fd: int, offset: int, length: int, path: Path) -> int:
+    """CRC-32C of ``length`` bytes of the file from ``offset``, read into one reused buffer."""
+    buffer = memoryview(bytearray(min(CRC_CHUNK, max(length, 1))))
+    crc = done = 0
+    while done < length:
+        n = os.preadv(fd, [buffer[: min(len(buffer), length - done)]], offset + done)
+        if n == 0:
+            raise RemoteStorageError(f"{path}: file shrank while uploading: it ends at {offset + done} bytes")
+        crc = crc32c(buffer[:n], crc)
+        done += n
+    return crc
+
+
+def _b64(crc: int) -> str:
+    """A CRC-32C as S3's ``x-amz-checksum-crc32c`` header spells it: base64 of 4 big-endian bytes."""
+    return base64.b64encode((crc & 0xFFFFFFFF).to_bytes(4, "big")).decode()
