@@ -13,7 +13,7 @@ import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.copy import run_copy
-from tiering_core.errors import TieringGapError
+from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.kafka.epoch import parse_leader_epoch_checkpoint
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.status import collect_status
@@ -28,6 +28,11 @@ def finished_ranges(env: TieringEnv, writer) -> list[tuple[int, int]]:
         return [
             (s.start_offset, s.end_offset) for s in ctx.metadata.list_segments(tip_of(writer)) if s.state == FINISHED
         ]
+
+
+def short_lease(env: TieringEnv) -> None:
+    """Leases of 1 s, so a killed or stalled run loses its lease quickly."""
+    env.config_path.write_text(env.config_path.read_text().replace("lease_ms: 30000", "lease_ms: 1000"))
 
 
 def copy(env: TieringEnv, writer):
@@ -111,6 +116,30 @@ def test_open_transaction_holds_back_segments_until_it_ends(tiering_env: Tiering
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9), (10, 14), (15, 19), (20, 20)]  # 20: the marker
 
 
+def test_transaction_opened_mid_segment_and_aborted(tiering_env: TieringEnv) -> None:
+    w = tiering_env.writer()
+    write_segments(w, 2)  # [0..4], [5..9]
+    w.append_records(2)  # 10, 11
+    first, _ = w.append([(b"t", b"1")], producer_id=7, transactional=True)  # 12: opens a transaction
+    w.append_records(2)
+    w.roll()  # [10..14] holds the open transaction's first offset
+    write_segments(w, 1)  # [15..19]
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        assert ctx.partitions("orders", 0)[0].last_stable_offset == first == 12
+    copy(tiering_env, w)
+    assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]  # [10..14] straddles the LSO: it waits
+    w.abort(7)
+    w.roll()
+    w.set_high_watermark()
+    copy(tiering_env, w)
+    assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9), (10, 14), (15, 19), (20, 20)]
+    with tiering_env.context() as ctx:
+        (segment,) = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.start_offset == 20]
+        txn = ctx.storage.fetch(RemoteSegmentRef(tip_of(w), 20, segment.segment_id), ObjectKind.TRANSACTION_INDEX)
+    assert txn == (w.path / "00000000000000000020.txnindex").read_bytes() != b""
+
+
 def test_reruns_new_rolls_and_delete_records(tiering_env: TieringEnv) -> None:
     w = tiering_env.writer()
     write_segments(w, 2)
@@ -153,8 +182,12 @@ def test_unclean_election_resumes_from_the_new_lineage(tiering_env: TieringEnv) 
         view = load_tier_view(ctx.partitions("orders", 0)[0], ctx.metadata)
         assert view.highest_copied_offset == 149  # end(epoch 1) - 1, not the 199 remote holds
     copy(tiering_env, w)
-    ranges = finished_ranges(tiering_env, w)
-    assert ranges[-1][1] >= 209 and any(start <= 150 <= end for start, end in ranges[1:])
+    # The resume point 150 falls inside the new segment [0..209]: it is uploaded whole again.
+    assert finished_ranges(tiering_env, w) == [(0, 199), (0, 209)]
+    with tiering_env.context() as ctx:
+        newest = ctx.metadata.list_segments(tip_of(w))[-1]
+        assert newest.leader_epochs == {0: 0, 1: 100, 2: 150}
+        assert ctx.metadata.segment_for(tip_of(w), 2, 160) == newest
 
 
 def test_every_finished_segment_matches_manifest_and_local_files(tiering_env: TieringEnv) -> None:
@@ -193,7 +226,7 @@ def test_missing_index_is_rebuilt_and_crc_failure_is_named(tiering_env: TieringE
     data[100] ^= 0xFF
     log1.write_bytes(bytes(data))
     with tiering_env.context() as ctx:
-        with pytest.raises(Exception, match=r"segment 30 not copied.*CRC mismatch"):
+        with pytest.raises(CorruptLogError, match=r"segment 30 not copied.*CRC mismatch"):
             run_copy(ctx, w.tp)
         (segment,) = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
         ref = RemoteSegmentRef(tip_of(w), 0, segment.segment_id)
@@ -232,8 +265,8 @@ KILL_SCRIPT = textwrap.dedent(
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.storage.layout import ObjectKind
 
-    def upload_then_die(storage, upload):
-        storage.copy_segment(upload.ref, {ObjectKind.LOG: upload.files[ObjectKind.LOG]})
+    def upload_then_die(storage, upload):  # the .log is up, the rest (and the manifest) never comes
+        storage.put_object(upload.ref.key(ObjectKind.LOG, storage.prefix), upload.files[ObjectKind.LOG])
         os.kill(os.getpid(), signal.SIGKILL)
 
     copy_mod.upload_segment = upload_then_die
@@ -247,9 +280,8 @@ def test_process_killed_mid_copy_is_repaired_by_the_next_run(tiering_env: Tierin
     w = tiering_env.writer()
     write_segments(w, 2)
     w.set_high_watermark()
-    cfg = tiering_env.write_config()
-    doc = tiering_env.config_path.read_text().replace("lease_ms: 30000", "lease_ms: 1000")
-    tiering_env.config_path.write_text(doc)
+    tiering_env.write_config()
+    short_lease(tiering_env)
     proc = subprocess.run(
         [sys.executable, "-c", KILL_SCRIPT, str(tiering_env.config_path)],
         cwd=ROOT,
@@ -261,8 +293,9 @@ def test_process_killed_mid_copy_is_repaired_by_the_next_run(tiering_env: Tierin
     with tiering_env.context() as ctx:
         (orphan,) = ctx.metadata.list_segments(tip_of(w))
         assert orphan.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED
-        assert ctx.storage.list_objects(tip_of(w))  # the .log object is there, no manifest
+        assert [o.key.rsplit(".", 1)[1] for o in ctx.storage.list_objects(tip_of(w))] == ["log"]  # nothing else
     time.sleep(1.2)  # the killed run's lease expires
+    tiering_env.write_config()  # 30 s leases again: the resuming run must not outlive its own lease
     result = copy(tiering_env, w)
     assert result.segments_cleaned_up == 1 and result.segments_copied == 2
     with tiering_env.context() as ctx:
@@ -272,7 +305,6 @@ def test_process_killed_mid_copy_is_repaired_by_the_next_run(tiering_env: Tierin
         referenced = {str(s.segment_id) for s in segments}
         for obj in ctx.storage.list_objects(tip_of(w)):
             assert any(sid in obj.key for sid in referenced), f"orphaned object {obj.key}"
-    assert cfg is not None
 
 
 SLOW_SCRIPT = textwrap.dedent(
@@ -337,3 +369,293 @@ def test_dry_run_changes_nothing(tiering_env: TieringEnv) -> None:
         assert [p["base_offset"] for p in result.planned] == [0, 5]
         assert ctx.metadata.list_segments(tip_of(w)) == []
         assert ctx.storage.list_objects(tip_of(w)) == []
+
+
+# --- crash windows, leases and faults around the finish step -------------------------------
+
+FINISH_THEN_DIE = textwrap.dedent(
+    """
+    import os, signal, sys
+    from tiering_core.config import load_config
+    from tiering_core.context import TieringContext
+    from tiering_core.copy import run_copy
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.metadata.store import RemoteLogMetadataStore
+
+    original = RemoteLogMetadataStore.finish_copied_segment
+
+    def finish_then_die(self, *args, **kwargs):
+        finished = original(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)  # right after the first segment's finish committed
+        return finished
+
+    RemoteLogMetadataStore.finish_copied_segment = finish_then_die
+    with TieringContext.open(load_config(sys.argv[1])) as ctx:
+        run_copy(ctx, TopicPartition("orders", 0))
+    """
+)
+
+
+def test_killed_right_after_the_first_finish_loses_nothing_to_retention(tiering_env: TieringEnv) -> None:
+    """FINISHED, the lineage and the remote log start land together: a kill after the first
+    segment finished cannot leave it outside the lineage, where retention would delete it."""
+    from tiering_core.retention import run_retention
+    from tiering_core.tier_state import is_in_lineage, load_tier_view
+
+    w = tiering_env.writer()
+    write_segments(w, 3)
+    w.set_high_watermark()
+    short_lease(tiering_env)
+    proc = subprocess.run(
+        [sys.executable, "-c", FINISH_THEN_DIE, str(tiering_env.config_path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    assert finished_ranges(tiering_env, w) == [(0, 4)]
+    time.sleep(1.2)  # the killed run's lease expires
+    tiering_env.write_config()  # 30 s leases again: the resuming run must not outlive its own lease
+    assert copy(tiering_env, w).segments_copied == 2
+    with tiering_env.context() as ctx:
+        assert ctx.metadata.get_remote_log_start_offset(tip_of(w)) == 0
+        assert run_retention(ctx, w.tp).segments_deleted == 0  # unlimited retention: nothing goes
+        view = load_tier_view(ctx.partitions("orders", 0)[0], ctx.metadata)
+        assert all(is_in_lineage(view, s) for s in ctx.metadata.list_segments(tip_of(w)))
+    assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9), (10, 14)]
+
+
+def test_unset_remote_log_start_is_repaired_to_the_first_finished_segment(tiering_env: TieringEnv) -> None:
+    """A store written apart (FINISHED recorded, remote log start not) is repaired by the next
+    copy run to the lowest finished start offset, never to the start of the segment it copies."""
+    import sqlalchemy as sa
+
+    from tiering_core.retention import run_retention
+
+    w = tiering_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    copy(tiering_env, w)
+    engine = sa.create_engine(tiering_env.metadata_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE tiering_partitions SET remote_log_start_offset = NULL"))
+    engine.dispose()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    assert copy(tiering_env, w).segments_copied == 1
+    with tiering_env.context() as ctx:
+        assert ctx.metadata.get_remote_log_start_offset(tip_of(w)) == 0
+        assert run_retention(ctx, w.tp).segments_deleted == 0
+    assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
+
+
+def _slow_uploads(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    import tiering_core.copy as copy_mod
+
+    original = copy_mod.upload_segment
+
+    def slow(storage, upload):  # an upload slower than the lease's time to live
+        time.sleep(seconds)
+        return original(storage, upload)
+
+    monkeypatch.setattr(copy_mod, "upload_segment", slow)
+
+
+def test_the_lease_is_kept_alive_during_an_upload_longer_than_its_ttl(
+    tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = tiering_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    short_lease(tiering_env)
+    _slow_uploads(monkeypatch, 2.0)
+    result = copy(tiering_env, w)
+    assert (result.segments_copied, result.fenced) == (2, False)
+    assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
+
+
+def _stalled_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that stops renewing (a stalled process): the heartbeat never beats."""
+    import tiering_core.copy as copy_mod
+    from tiering_core.heartbeat import LeaseHeartbeat
+
+    class Stalled(LeaseHeartbeat):
+        def __init__(self, store, lease, **_):
+            super().__init__(store, lease, interval_s=3600)
+
+    monkeypatch.setattr(copy_mod, "LeaseHeartbeat", Stalled)
+
+
+def test_a_lease_that_expires_under_a_stalled_run_fails_it_loudly(
+    tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiering_core.copy import CopyFailedError
+
+    w = tiering_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    short_lease(tiering_env)
+    _stalled_heartbeat(monkeypatch)
+    _slow_uploads(monkeypatch, 1.5)
+    with tiering_env.context() as ctx, pytest.raises(CopyFailedError, match=r"lease expired while copying segment 0"):
+        run_copy(ctx, w.tp)
+    with tiering_env.context() as ctx:
+        assert [s.state for s in ctx.metadata.list_segments(tip_of(w))] == [RemoteLogSegmentState.COPY_SEGMENT_STARTED]
+        assert ctx.storage.list_objects(tip_of(w)) == []  # the upload's objects were deleted
+    monkeypatch.undo()
+    result = copy(tiering_env, w)
+    assert (result.segments_cleaned_up, result.segments_copied) == (1, 2)
+
+
+def test_a_run_fenced_mid_copy_by_a_newer_run_stops_quietly(
+    tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tiering_core.copy as copy_mod
+
+    w = tiering_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    short_lease(tiering_env)
+    _stalled_heartbeat(monkeypatch)
+    original = copy_mod.upload_segment
+    newer: dict[str, object] = {}
+
+    def upload_while_a_newer_run_takes_over(storage, upload):
+        manifest = original(storage, upload)
+        if "lease" not in newer:
+            time.sleep(1.2)  # our lease expires ...
+            with tiering_env.context() as other:  # ... and a newer run takes the partition
+                newer["lease"] = other.metadata.acquire_lease(tip_of(w), holder="copy:newer")
+        return manifest
+
+    monkeypatch.setattr(copy_mod, "upload_segment", upload_while_a_newer_run_takes_over)
+    with tiering_env.context() as ctx:
+        result = run_copy(ctx, w.tp)
+    assert (result.fenced, result.segments_copied) == (True, 0)
+    with tiering_env.context() as ctx:
+        assert ctx.storage.list_objects(tip_of(w)) == []  # the fenced run deleted what it uploaded
+        ctx.metadata.release_lease(newer["lease"])  # type: ignore[arg-type]
+    monkeypatch.undo()
+    result = copy(tiering_env, w)
+    assert (result.segments_cleaned_up, result.segments_copied) == (1, 2)
+    assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
+
+
+def test_storage_down_during_cleanup_keeps_the_upload_error(
+    tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tiering_core.copy as copy_mod
+    from tiering_core.copy import CopyFailedError
+    from tiering_core.storage.errors import RemoteStorageError
+
+    w = tiering_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+
+    def failing_upload(storage, upload):
+        raise RemoteStorageError("injected: upload refused (503)")
+
+    def failing_delete(self, ref):
+        raise RemoteStorageError("injected: delete refused (503)")
+
+    monkeypatch.setattr(copy_mod, "upload_segment", failing_upload)
+    with tiering_env.context() as ctx:
+        monkeypatch.setattr(type(ctx.storage), "delete_segment", failing_delete)
+        with pytest.raises(CopyFailedError, match=r"copying segment 0 failed.*upload refused"):
+            run_copy(ctx, w.tp)
+        assert [s.state for s in ctx.metadata.list_segments(tip_of(w))] == [
+            RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+        ]
+    monkeypatch.undo()
+    result = copy(tiering_env, w)  # the next run finishes the deletion, then copies
+    assert (result.segments_cleaned_up, result.segments_copied) == (1, 2)
+    assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
+
+
+def test_broker_deleting_a_segment_while_it_is_copied_records_the_gap(
+    tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tiering_core.copy as copy_mod
+
+    w = tiering_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.set_high_watermark()
+    original = copy_mod.upload_segment
+
+    def upload_while_broker_retention_runs(storage, upload):
+        manifest = original(storage, upload)
+        if upload.metadata.start_offset == 0:
+            w.delete_oldest_segments(2, async_delete=True)  # [0..4] (being copied) and [5..9] (not yet)
+        return manifest
+
+    monkeypatch.setattr(copy_mod, "upload_segment", upload_while_broker_retention_runs)
+    with tiering_env.context() as ctx, pytest.raises(TieringGapError, match=r"5\.\.9") as err:
+        run_copy(ctx, w.tp)
+    assert err.value.result is not None and err.value.result.segments_copied == 1
+    with tiering_env.context() as ctx:
+        (row,) = collect_status(ctx, "orders", 0)
+        assert row.gaps == [[5, 9]]
+    monkeypatch.undo()
+    with tiering_env.context() as ctx, pytest.raises(TieringGapError) as again:
+        run_copy(ctx, w.tp)  # still behind the gap: loud again, and what remains is copied
+    assert again.value.result is not None and again.value.result.segments_copied == 1  # [10..14]
+    assert finished_ranges(tiering_env, w) == [(0, 4), (10, 14)]
+    assert copy(tiering_env, w).segments_copied == 0  # past the gap now: a quiet run
+    with tiering_env.context() as ctx:
+        (row,) = collect_status(ctx, "orders", 0)
+        assert row.gaps == [[5, 9]]  # recorded twice, shown once
+
+
+def test_a_gap_is_recorded_even_when_the_high_watermark_is_unknown(tiering_env: TieringEnv) -> None:
+    w = tiering_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    copy(tiering_env, w)
+    write_segments(w, 2)  # [5..9] and [10..14], not copied
+    w.delete_oldest_segments(2)  # [0..4] (copied) and [5..9] (not)
+    (tiering_env.log_dir / "replication-offset-checkpoint").unlink()
+    with tiering_env.context() as ctx, pytest.raises(TieringError, match=r"last stable offset unknown"):
+        run_copy(ctx, w.tp)
+    with tiering_env.context() as ctx:
+        assert [(g.start, g.end) for g in ctx.metadata.list_gaps(tip_of(w))] == [(5, 9)]
+
+
+def test_copy_lag_and_local_retention_risk(tiering_env: TieringEnv) -> None:
+    tiering_env.write_config(orders={"local.retention.ms": 60_000, "local.retention.bytes": 1_000_000_000})
+    old = int(time.time() * 1000) - 55_000  # 55 s old: over 80 % of the 60 s local retention
+    w = tiering_env.writer(clock=lambda: old)
+    write_segments(w, 3)
+    w.set_high_watermark(5)  # only [0..4] may be copied now
+    copy(tiering_env, w)
+    with tiering_env.context() as ctx:
+        (row,) = collect_status(ctx, "orders", 0)
+    local = sorted(w.path.glob("*.log"))
+    assert (row.copy_lag_segments, row.copy_lag_bytes) == (2, local[1].stat().st_size + local[2].stat().st_size)
+    risk = row.local_retention_risk
+    assert risk is not None and risk["at_risk"] and risk["oldest_uncopied_base_offset"] == 5
+    assert "local retention is 60000 ms" in risk["reason"]
+
+
+def test_a_missing_producer_snapshot_is_rebuilt_not_emptied(tiering_env: TieringEnv) -> None:
+    """The snapshot at the next base carries producer and open-transaction state; a lost one is
+    rebuilt from the log (the same bytes the broker wrote), never uploaded empty."""
+    w = tiering_env.writer()
+    w.append([(b"t", b"1")], producer_id=42, transactional=True)  # open at offset 0 ...
+    w.append([(b"i", b"1")], producer_id=43, transactional=False)
+    w.roll()  # [0..1]
+    w.commit(42)  # ... until 2
+    w.append_records(3)
+    w.roll()  # [2..5]
+    w.append_records(1)
+    w.set_high_watermark()
+    written = {o: (w.path / f"{o:020d}.snapshot").read_bytes() for o in (2, 6)}
+    for offset in written:
+        (w.path / f"{offset:020d}.snapshot").unlink()
+    copy(tiering_env, w)
+    with tiering_env.context() as ctx:
+        segments = ctx.metadata.list_segments(tip_of(w))
+        assert [(s.start_offset, s.end_offset) for s in segments] == [(0, 1), (2, 5)]
+        for s in segments:
+            ref = RemoteSegmentRef(tip_of(w), s.start_offset, s.segment_id)
+            assert ctx.storage.fetch(ref, ObjectKind.PRODUCER_SNAPSHOT) == written[s.end_offset + 1]

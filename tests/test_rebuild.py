@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.engine_support import TieringEnv, tip_of
 from tiering_core.copy import run_copy
 from tiering_core.kafka.index import parse_txn_index
@@ -150,14 +152,15 @@ def test_local_check_reports_damage_without_touching_the_broker_files(fs_env: Ti
     w = build_partition(fs_env)
     index = w.path / f"{0:020d}.index"
     damaged = bytearray(index.read_bytes())
-    damaged[3] ^= 0x01
+    damaged[7] ^= 0x01  # the first entry's position no longer starts a batch: lookups through it go wrong
     index.write_bytes(bytes(damaged))
     (w.path / f"{0:020d}.timeindex").unlink()
     with fs_env.context() as ctx:
         result = rebuild_partition_indexes(ctx, w.tp, repair=True, local=True)
     local = [c for c in result.checks if c.location == "local"]
     assert [c.status for c in local] == [IndexStatus.MISSING, IndexStatus.OK, IndexStatus.OK, IndexStatus.OK]
-    assert {f.kind: f.status for f in local[0].findings}[ObjectKind.OFFSET_INDEX] == IndexStatus.DIFFERED
+    finding = {f.kind: f for f in local[0].findings}[ObjectKind.OFFSET_INDEX]
+    assert finding.status == IndexStatus.DIFFERED and "byte 0" in (finding.detail or ""), finding.detail
     assert index.read_bytes() == bytes(damaged) and not (w.path / f"{0:020d}.timeindex").exists()
 
 
@@ -229,3 +232,254 @@ def test_rebuild_indexes_command_checks_then_repairs(fs_env: TieringEnv, capsys)
 
     code = main(["--config", cfg, "rebuild-indexes", "--topic", "orders", "--partition", "9"])
     assert code == 1 and "partition orders-9 is not in the log dirs" in capsys.readouterr().err
+
+
+# --- a damaged .log is never trusted -------------------------------------------------------
+
+MAX_TIMESTAMP_MSB = 35  # first byte of the first batch's maxTimestamp
+
+
+def flip_remote_byte(ctx, segment, kind: ObjectKind, position: int) -> None:
+    """Storage rot: one bit of a stored object flips behind the platform's back."""
+    ref = segment_ref(segment)
+    data = bytearray(ctx.storage.fetch(ref, kind))
+    data[position] ^= 0x01
+    ctx.storage.put_object(ref.key(kind, ctx.storage.prefix), bytes(data))
+
+
+def remote_state(env: TieringEnv, w: PartitionWriter) -> tuple[list, dict[str, bytes]]:
+    """Every segment record (any state) and every stored object of the partition, bodies included."""
+    with env.context() as ctx:
+        tip = tip_of(w)
+        segments = sorted(
+            (str(s.segment_id), s.state.value, s.start_offset, s.end_offset, repr(s.custom_metadata))
+            for s in ctx.metadata.list_segments(tip)
+        )
+        objects = {o.key: ctx.storage.get_range(o.key, 0, None) for o in ctx.storage.list_objects(tip)}
+    return segments, objects
+
+
+def test_a_flipped_header_bit_in_the_remote_log_is_a_damaged_log_and_nothing_is_repaired(
+    fs_env: TieringEnv, capsys
+) -> None:
+    import json
+
+    from tiering_core.cli import main
+
+    w = build_partition(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg1 = finished(fs_env, w)[1]
+        flip_remote_byte(ctx, seg1, ObjectKind.LOG, MAX_TIMESTAMP_MSB)
+        # The damaged header really makes the (correct) stored time index look wrong.
+        log_path = fs_env.root / "flipped.log"
+        log_path.write_bytes(ctx.storage.fetch(segment_ref(seg1), ObjectKind.LOG))
+        from tiering_core.kafka.index import rebuild_indexes
+
+        assert rebuild_indexes(log_path, seg1.start_offset, index_interval_bytes=INTERVAL).time_index != broker_file(
+            w, seg1.start_offset, ObjectKind.TIME_INDEX
+        )
+    before = remote_state(fs_env, w)
+
+    code = main(["--config", str(fs_env.config_path), "--json", "rebuild-indexes", "--topic", "orders",
+                 "--partition", "0"])
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert code == 1
+    assert (report["ok"], report["error"], report["repaired"]) == (2, 1, 0)
+    damaged = report["checks"][1]
+    assert damaged["damaged_log"] and damaged["status"] == "error" and damaged["segment_id"] == str(seg1.segment_id)
+    assert "damaged log" in damaged["error"] and "CRC-32C" in damaged["error"] and "recorded at copy time" in (
+        damaged["error"]
+    )
+    assert str(seg1.segment_id) in err and "damaged log" in err  # the segment is named on stderr
+    assert remote_state(fs_env, w) == before  # nothing repaired, nothing deleted, no new attempt
+
+
+def test_a_truncated_remote_log_is_damaged_even_where_its_batches_still_parse(fs_env: TieringEnv) -> None:
+    w = build_partition(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg0 = finished(fs_env, w)[0]
+        ref = segment_ref(seg0)
+        data = ctx.storage.fetch(ref, ObjectKind.LOG)
+        headers = list(iter_batch_headers_of(data, fs_env.root / "copy.log"))
+        cut = headers[-1].position  # drop the last whole batch: every remaining batch is valid
+        ctx.storage.put_object(ref.key(ObjectKind.LOG, ctx.storage.prefix), data[:cut])
+        ctx.storage.delete_keys([ref.key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])  # and an index to repair
+    before = remote_state(fs_env, w)
+    with fs_env.context() as ctx:
+        result = rebuild_partition_indexes(ctx, w.tp, repair=True)
+    check = result.checks[0]
+    assert check.status == IndexStatus.ERROR and check.damaged_log
+    assert f"{cut} bytes" in (check.error or "") and str(seg0.segment_id) in (check.error or "")
+    assert remote_state(fs_env, w) == before
+
+
+def iter_batch_headers_of(data: bytes, path: Path):
+    from tiering_core.kafka.batch import iter_batch_headers
+
+    path.write_bytes(data)
+    return iter_batch_headers(path)
+
+
+def test_a_damaged_snapshot_a_repair_would_carry_over_stops_the_repair(fs_env: TieringEnv) -> None:
+    w = build_partition(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg2 = finished(fs_env, w)[2]
+        ctx.storage.delete_keys([segment_ref(seg2).key(ObjectKind.TIME_INDEX, ctx.storage.prefix)])
+        flip_remote_byte(ctx, seg2, ObjectKind.LEADER_EPOCH_CHECKPOINT, 0)
+    before = remote_state(fs_env, w)
+    with fs_env.context() as ctx:
+        result = rebuild_partition_indexes(ctx, w.tp, repair=True)
+    check = result.checks[2]
+    assert check.status == IndexStatus.ERROR and check.damaged_log
+    assert "damaged leader-epoch-checkpoint" in (check.error or "") and str(seg2.segment_id) in (check.error or "")
+    assert [c.status for c in result.checks[:2]] == [IndexStatus.OK, IndexStatus.OK]
+    assert remote_state(fs_env, w) == before
+
+
+def test_a_damaged_previous_snapshot_is_not_used_to_rebuild_the_transaction_index(fs_env: TieringEnv) -> None:
+    w = build_partition(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg0 = finished(fs_env, w)[0]
+        flip_remote_byte(ctx, seg0, ObjectKind.PRODUCER_SNAPSHOT, 20)  # segment 1's producer state at its base
+    before = remote_state(fs_env, w)
+    with fs_env.context() as ctx:
+        result = rebuild_partition_indexes(ctx, w.tp, repair=True)
+    assert [c.status for c in result.checks] == [IndexStatus.OK, IndexStatus.ERROR, IndexStatus.OK]
+    assert "damaged snapshot" in (result.checks[1].error or "")
+    assert str(seg0.segment_id) in (result.checks[1].error or "")
+    assert remote_state(fs_env, w) == before
+
+
+# --- leases: leftovers, fencing, long runs --------------------------------------------------
+
+
+def test_started_leftovers_of_a_killed_repair_are_cleaned_up_by_the_next_rebuild(fs_env: TieringEnv) -> None:
+    from tiering_core.rebuild import examine_remote_segment, remote_index_tasks, repair_task, start_index_repair
+
+    w = build_partition(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg0 = finished(fs_env, w)[0]
+        ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
+        lease = ctx.metadata.acquire_lease(tip_of(w), holder="rebuild-indexes:killed")
+        task = remote_index_tasks(ctx.metadata, tip_of(w), INTERVAL)[0]
+        found = examine_remote_segment(ctx.storage, task)
+        attempt = start_index_repair(ctx.metadata, seg0, lease)
+        copied = examine_remote_segment(ctx.storage, repair_task(task, found, attempt))
+        assert copied.manifest is not None  # uploaded, then killed before its FINISHED
+        ctx.metadata.release_lease(lease)
+        result = rebuild_partition_indexes(ctx, w.tp, repair=True)
+        assert ctx.metadata.get_segment(attempt.segment_id).state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
+        assert ctx.storage.read_manifest(segment_ref(attempt)) is None
+    assert result.segments_cleaned_up == 1
+    assert [c.status for c in result.checks] == [IndexStatus.REPAIRED, IndexStatus.OK, IndexStatus.OK]
+    segments, objects = remote_state(fs_env, w)
+    live = [s for s in segments if s[1] == "COPY_SEGMENT_FINISHED"]
+    assert len(live) == 3 and all(s[1] in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED") for s in segments)
+    assert {k.rsplit("/", 1)[-1].split(".")[0].split("-", 1)[1] for k in objects} == {s[0] for s in live}
+
+
+def short_lease(env: TieringEnv, lease_ms: int) -> None:
+    import yaml
+
+    doc = yaml.safe_load(env.config_path.read_text())
+    doc["metadata"]["lease_ms"] = lease_ms
+    env.config_path.write_text(yaml.safe_dump(doc))
+
+
+def test_a_repair_fenced_before_its_finish_leaves_no_orphan_objects(fs_env: TieringEnv, monkeypatch) -> None:
+    import time
+
+    import tiering_core.rebuild as rebuild
+    from tiering_core.errors import TieringError
+
+    w = build_partition(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg0 = finished(fs_env, w)[0]
+        ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
+    originals = [s.segment_id for s in finished(fs_env, w)]
+    short_lease(fs_env, 1000)
+    attempts = []
+    other: list = []
+    real_examine = rebuild.examine_remote_segment
+
+    def examine_then_lose_the_lease(storage, task, **kwargs):
+        examination = real_examine(storage, task, **kwargs)
+        if task.repair_ref is not None:  # the repair is uploaded: another run takes over meanwhile
+            attempts.append(task.repair_ref)
+            with fs_env.context() as ctx2:
+                deadline = time.monotonic() + 10
+                while not other:
+                    try:
+                        other.append(ctx2.metadata.acquire_lease(tip_of(w), holder="copy:other"))
+                    except TieringError:
+                        assert time.monotonic() < deadline
+                        time.sleep(0.05)
+        return examination
+
+    monkeypatch.setattr(rebuild, "examine_remote_segment", examine_then_lose_the_lease)
+    with fs_env.context() as ctx, pytest.raises(TieringError, match="lost the partition's lease"):
+        rebuild_partition_indexes(ctx, w.tp, repair=True)
+    monkeypatch.undo()
+    assert len(attempts) == 1
+    _, objects = remote_state(fs_env, w)
+    assert not [k for k in objects if str(attempts[0].segment_id) in k]  # the repair's objects are gone
+    assert [s.segment_id for s in finished(fs_env, w)] == originals  # nothing was replaced
+    with fs_env.context() as ctx:  # the new holder gives up; the next rebuild finishes the job
+        ctx.metadata.release_lease(other[0])
+    short_lease(fs_env, 30_000)
+    with fs_env.context() as ctx:
+        result = rebuild_partition_indexes(ctx, w.tp, repair=True)
+    assert result.segments_cleaned_up == 1
+    assert [c.status for c in result.checks] == [IndexStatus.REPAIRED, IndexStatus.OK, IndexStatus.OK]
+
+
+def test_a_rebuild_longer_than_the_lease_renews_it_between_segments(fs_env: TieringEnv, monkeypatch) -> None:
+    import time
+
+    import tiering_core.rebuild as rebuild
+
+    w = build_partition(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg2 = finished(fs_env, w)[2]
+        ctx.storage.delete_keys([segment_ref(seg2).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
+    short_lease(fs_env, 1000)
+    real_examine = rebuild.examine_remote_segment
+
+    def slow_examine(storage, task, **kwargs):  # a slow object store: each check takes 0.45 s
+        if task.repair_ref is None:
+            time.sleep(0.45)
+        return real_examine(storage, task, **kwargs)
+
+    monkeypatch.setattr(rebuild, "examine_remote_segment", slow_examine)
+    with fs_env.context() as ctx:
+        result = rebuild_partition_indexes(ctx, w.tp, repair=True)  # 3 x 0.45 s > the 1 s lease
+    assert [c.status for c in result.checks] == [IndexStatus.OK, IndexStatus.OK, IndexStatus.REPAIRED]
+
+
+def test_broker_indexes_written_across_a_restart_are_not_damage(fs_env: TieringEnv) -> None:
+    """A broker restarted mid-segment restarts its index cadence: its file differs from a
+    one-session rebuild yet every lookup through it is right, locally and once copied."""
+    from tiering_core.kafka.index import OFFSET_ENTRY, parse_offset_index
+
+    w = build_partition(fs_env)
+    index = w.path / f"{0:020d}.index"
+    entries = parse_offset_index(index.read_bytes(), 0)
+    assert len(entries) >= 3
+    del entries[1]  # as after a restart: one entry later than a one-session broker would add it
+    index.write_bytes(b"".join(OFFSET_ENTRY.pack(e.offset, e.position) for e in entries))
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        result = rebuild_partition_indexes(ctx, w.tp, repair=True, local=True)
+    assert {c.status for c in result.checks} == {IndexStatus.OK}, [c.describe() for c in result.checks]
+    equivalent = [
+        f.detail for c in result.checks for f in c.findings if f.kind == ObjectKind.OFFSET_INDEX and f.detail
+    ]
+    assert len(equivalent) == 2 and all(d.startswith("equivalent") for d in equivalent)  # local and remote

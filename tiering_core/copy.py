@@ -11,6 +11,7 @@ e.g. a Spark executor) and the metadata commits, so parallel uploads keep every 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -20,18 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
+from tiering_core.heartbeat import LeaseHeartbeat
 from tiering_core.kafka.batch import scan_log
-from tiering_core.kafka.epoch import encode_leader_epoch_checkpoint
+from tiering_core.kafka.epoch import EpochEntry, encode_leader_epoch_checkpoint
 from tiering_core.kafka.index import rebuild_indexes
 from tiering_core.kafka.snapshot import encode_producer_snapshot
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
-from tiering_core.remote_segments import delete_remote_segment
+from tiering_core.remote_segments import abandon_attempt, delete_remote_segment
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
-from tiering_core.tier_state import CopyCandidate, OffsetRange, TierView, load_tier_view
+from tiering_core.tier_state import CopyCandidate, OffsetRange, TierView, load_tier_view, recorded_gaps
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -58,6 +60,7 @@ class SegmentUpload:
 
     metadata: RemoteLogSegmentMetadata
     files: dict[ObjectKind, Path | bytes]
+    leader_epoch_index: tuple[EpochEntry, ...] = ()
 
     @property
     def ref(self) -> RemoteSegmentRef:
@@ -200,13 +203,18 @@ def prepare_segment_upload(
     if snapshot is not None:
         files[ObjectKind.PRODUCER_SNAPSHOT] = snapshot
     else:
+        # The broker writes one at every roll, but may have lost it (an unclean shutdown, a
+        # log dir copied by hand). An empty one would silently drop producer and transaction
+        # state for restores and replicas: rebuild it by replaying the batches instead.
         log.warning(
-            "%s: no producer snapshot at %d for segment %d; uploading an empty snapshot",
+            "%s: no producer snapshot at %d for segment %d; rebuilding it from the log",
             view.log.topic_partition,
             candidate.next_base_offset,
             segment.base_offset,
         )
-        files[ObjectKind.PRODUCER_SNAPSHOT] = encode_producer_snapshot([])
+        files[ObjectKind.PRODUCER_SNAPSHOT] = encode_producer_snapshot(
+            view.log.producer_state_at(candidate.next_base_offset)
+        )
 
     epoch_index = view.full_lineage.leader_epoch_index_for_segment(candidate.next_base_offset)
     files[ObjectKind.LEADER_EPOCH_CHECKPOINT] = encode_leader_epoch_checkpoint(list(epoch_index.entries))
@@ -229,7 +237,7 @@ def prepare_segment_upload(
         event_time=int(time.time() * 1000),
         custom_metadata={},
     )
-    return SegmentUpload(metadata=metadata, files=files)
+    return SegmentUpload(metadata=metadata, files=files, leader_epoch_index=tuple(epoch_index.entries))
 
 
 def upload_segment(storage: RemoteStorage, upload: SegmentUpload) -> SegmentManifest:
@@ -249,64 +257,61 @@ def manifest_custom_metadata(manifest: SegmentManifest) -> dict[str, Any]:
 def finish_segment(
     store: RemoteLogMetadataStore, upload: SegmentUpload, manifest: SegmentManifest, lease: Lease
 ) -> RemoteLogSegmentMetadata:
-    """COPY_SEGMENT_FINISHED with the manifest's keys, sizes and checksums (only after the manifest)."""
-    finished = store.update_segment_state(
+    """COPY_SEGMENT_FINISHED (only after the manifest), in one transaction with what the copy
+    teaches the platform: the segment's leader-epoch index joins the recorded lineage, and the
+    first copy of a partition sets its remote log start offset. Done apart, a crash between the
+    steps would leave a finished segment outside the lineage, which retention would delete."""
+    return store.finish_copied_segment(
         upload.metadata.segment_id,
-        RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
         lease,
         custom_metadata=manifest_custom_metadata(manifest),
+        lineage=list(upload.leader_epoch_index),
     )
-    return finished
-
-
-def record_copied_segment(store: RemoteLogMetadataStore, view: TierView, upload: SegmentUpload, lease: Lease) -> None:
-    """After COPY_SEGMENT_FINISHED: the segment's leader-epoch index joins the recorded lineage,
-    and the first copy of a partition sets its remote log start offset."""
-    next_base = upload.metadata.end_offset + 1
-    store.record_lineage(view.tip, list(view.full_lineage.leader_epoch_index_for_segment(next_base).entries), lease)
-    if store.get_remote_log_start_offset(view.tip) is None:
-        store.set_remote_log_start_offset(view.tip, upload.metadata.start_offset, lease)
 
 
 def abandon_upload(
     store: RemoteLogMetadataStore, storage: RemoteStorage, upload: SegmentUpload, lease: Lease | None
 ) -> None:
-    """Clean up a failed copy: DELETE_SEGMENT_STARTED, delete objects, DELETE_SEGMENT_FINISHED.
-
-    When the run was fenced (``lease`` no longer valid), only the objects are deleted: the
-    metadata belongs to the new lease holder, whose recovery finishes the cleanup.
-    """
-    if lease is not None:
-        try:
-            current = store.get_segment(upload.metadata.segment_id)
-            if current is not None:
-                delete_remote_segment(store, storage, current, lease)
-                return
-        except FencedError:
-            pass
-    try:
-        storage.delete_segment(upload.ref)
-    except RemoteStorageError as exc:
-        log.error("%s: could not delete objects of failed copy %s: %s", upload.ref, upload.metadata.segment_id, exc)
+    """Clean up a failed copy (``remote_segments.abandon_attempt``); never raises."""
+    abandon_attempt(store, storage, upload.metadata, lease, "failed copy")
 
 
 def recover_failed_copies(
     store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition, lease: Lease
 ) -> int:
-    """Segments left in COPY_SEGMENT_STARTED by a killed run are deleted (we hold the lease)."""
+    """Finish what killed or failed runs left behind (we hold the lease, so nobody is copying):
+    COPY_SEGMENT_STARTED segments are deleted, DELETE_SEGMENT_STARTED ones deleted again."""
     cleaned = 0
     for segment in store.list_segments(tip):
         if segment.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            log.warning(
-                "%s: cleaning up copy %s [%d..%d] left unfinished by an earlier run",
-                tip.topic_partition,
-                segment.segment_id,
-                segment.start_offset,
-                segment.end_offset,
-            )
-            delete_remote_segment(store, storage, segment, lease)
-            cleaned += 1
+            what = "copy"
+        elif segment.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            what = "deletion"
+        else:
+            continue
+        log.warning(
+            "%s: cleaning up %s of segment %s [%d..%d] left unfinished by an earlier run",
+            tip.topic_partition,
+            what,
+            segment.segment_id,
+            segment.start_offset,
+            segment.end_offset,
+        )
+        delete_remote_segment(store, storage, segment, lease)
+        cleaned += 1
     return cleaned
+
+
+def repair_remote_log_start(store: RemoteLogMetadataStore, tip: TopicIdPartition, lease: Lease) -> None:
+    """A partition with finished segments but no remote log start offset (written by a release
+    that recorded them apart) gets the lowest finished start offset, never a later one."""
+    if store.get_remote_log_start_offset(tip) is not None:
+        return
+    finished = store.finished_segments(tip)
+    if finished:
+        start = min(s.start_offset for s in finished)
+        store.set_remote_log_start_offset(tip, start, lease)
+        log.warning("%s: remote log start offset was unset; set to %d, the first finished segment", tip, start)
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -334,12 +339,18 @@ def begin_copy_run(ctx: TieringContext, tp: TopicPartition, run_id: str) -> tupl
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); nothing to do", tp, exc)
         return None
-    cleaned = recover_failed_copies(store, ctx.storage, tip, lease)
-    view = load_tier_view(partition_log, store)
-    if view.observed_delete_records_offset is not None:
-        store.record_delete_records(
-            tip, view.observed_delete_records_offset, lease, source="log-start-offset-checkpoint"
-        )
+    try:
+        cleaned = recover_failed_copies(store, ctx.storage, tip, lease)
+        repair_remote_log_start(store, tip, lease)
+        view = load_tier_view(partition_log, store)
+        if view.observed_delete_records_offset is not None:
+            store.record_delete_records(
+                tip, view.observed_delete_records_offset, lease, source="log-start-offset-checkpoint"
+            )
+    except BaseException:
+        with contextlib.suppress(FencedError):
+            store.release_lease(lease)
+        raise
     return lease, view, cleaned
 
 
@@ -361,6 +372,7 @@ class CopyRun:
         self.view: TierView | None = None
         self.gap: OffsetRange | None = None
         self.candidates: list[CopyCandidate] = []
+        self.lease_lost: str | None = None
         self._started = time.monotonic()
 
     @classmethod
@@ -385,17 +397,11 @@ class CopyRun:
             return run
         run.lease, view, run.result.segments_cleaned_up = begun
         run.view = view
-        run.gap = view.tiering_gap()
         try:
+            run.gap = view.tiering_gap()
+            if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
+                run._record_gap(run.gap)
             view.require_lso()
-            if run.gap is not None:
-                ctx.metadata.record_gap(view.tip, run.gap.start, run.gap.end, run.lease)
-                log.error(
-                    "%s: TIERING GAP: offsets %d..%d were deleted by the broker before they were tiered",
-                    tp,
-                    run.gap.start,
-                    run.gap.end,
-                )
             run.candidates = view.copy_candidates()
         except BaseException:
             run.release()
@@ -408,7 +414,42 @@ class CopyRun:
     @property
     def active(self) -> bool:
         """Holds the partition's lease and may still write."""
-        return self.lease is not None and not self.result.fenced
+        return self.lease is not None and not self.result.fenced and self.lease_lost is None
+
+    def _record_gap(self, gap: OffsetRange) -> None:
+        lease, view = self._held()
+        self.ctx.metadata.record_gap(view.tip, gap.start, gap.end, lease)
+        log.error(
+            "%s: TIERING GAP: offsets %d..%d were deleted by the broker before they were tiered",
+            self.tp,
+            gap.start,
+            gap.end,
+        )
+
+    def heartbeat(self) -> LeaseHeartbeat:
+        """Renews the lease in the background while segments are read and uploaded."""
+        lease, _ = self._held()
+        return LeaseHeartbeat(self.ctx.metadata, lease)
+
+    def segment_vanished(self, candidate: CopyCandidate, upload: SegmentUpload | None, exc: OSError) -> None:
+        """The broker deleted the segment's files while we copied it (its own retention).
+
+        What was uploaded of it is cleaned up; the partition is looked at again, and if the
+        broker's log start has passed data not yet tiered the gap is recorded now, so ``finish``
+        fails the run loudly. Otherwise the run fails naming the vanished file.
+        """
+        if upload is not None:
+            abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self.lease if self.active else None)
+        self._held()
+        fresh = load_tier_view(_partition_log(self.ctx, self.tp), self.ctx.metadata)
+        gap = fresh.tiering_gap()
+        if gap is None:
+            raise CopyFailedError(
+                f"{self.tp}: segment {candidate.base_offset} could not be read while copying it: {exc}"
+            ) from exc
+        self.say(f"{self.tp}: the broker deleted segment {candidate.base_offset} while it was being copied")
+        self.gap = gap
+        self._record_gap(gap)
 
     def _held(self) -> tuple[Lease, TierView]:
         if self.lease is None or self.view is None:
@@ -430,16 +471,22 @@ class CopyRun:
     def commit_finished_segment(
         self, candidate: CopyCandidate, upload: SegmentUpload, manifest: SegmentManifest, seconds: float, note: str = ""
     ) -> bool:
-        """FINISHED, lineage and remote log start, lease renewal; False when fenced (upload cleaned up)."""
-        lease, view = self._held()
+        """FINISHED with lineage and remote log start (one transaction), then a lease renewal.
+
+        False when the lease was lost: the upload is cleaned up and the run stops (``result.fenced``
+        when a newer run took the partition, ``lease_lost`` when the lease merely expired).
+        """
+        lease, _ = self._held()
         store = self.ctx.metadata
         try:
             finish_segment(store, upload, manifest, lease)
-        except FencedError:
-            self.fenced_while_copying(candidate, upload)
+        except FencedError as exc:
+            self.fenced_while_copying(candidate, upload, exc)
             return False
-        record_copied_segment(store, view, upload, lease)
-        self.lease = store.renew_lease(lease)
+        try:
+            self.lease = store.renew_lease(lease)
+        except FencedError as exc:
+            self.fenced_while_copying(candidate, None, exc)
         elapsed = max(seconds, 1e-9)
         size = candidate.segment.size_bytes
         self.result.segments_copied += 1
@@ -448,15 +495,39 @@ class CopyRun:
             f"{self.tp}: copied segment {candidate.base_offset} [{candidate.base_offset}..{candidate.end_offset}] "
             f"{_fmt_bytes(size)} in {elapsed:.2f} s ({_fmt_bytes(size / elapsed)}/s){note}"
         )
-        return True
+        return self.active
 
-    def fenced_while_copying(self, candidate: CopyCandidate, upload: SegmentUpload | None) -> None:
-        """A newer run took the lease: delete this run's objects, leave the metadata to the new holder."""
+    def fenced_while_copying(
+        self, candidate: CopyCandidate, upload: SegmentUpload | None, reason: object = None
+    ) -> None:
+        """The lease is gone: delete this run's objects and leave the metadata to the next holder.
+
+        If a newer run holds the partition this run was fenced and stops quietly; if nobody does,
+        the lease expired under this run (it stalled longer than ``metadata.lease_ms``) and
+        ``finish`` fails the run, so the loss is never mistaken for a clean exit.
+        """
         if upload is not None:
             abandon_upload(self.ctx.metadata, self.ctx.storage, upload, None)
-        if not self.result.fenced:
+        if self.result.fenced or self.lease_lost is not None:
+            return
+        holder = None
+        if self.view is not None:
+            try:
+                holder = self.ctx.metadata.current_lease(self.view.tip)
+            except TieringError:
+                holder = None
+        if holder is not None and (self.lease is None or holder.token != self.lease.token):
             self.result.fenced = True
-            self.say(f"{self.tp}: fenced by a newer run while copying segment {candidate.base_offset}; stopped")
+            self.say(
+                f"{self.tp}: fenced by a newer run ({holder.holder}) while copying segment "
+                f"{candidate.base_offset}; stopped"
+            )
+        else:
+            self.lease_lost = (
+                f"the partition's lease expired while copying segment {candidate.base_offset} "
+                f"(metadata.lease_ms may be too short for this segment, or the run stalled): {reason}"
+            )
+            self.say(f"{self.tp}: {self.lease_lost}; stopped")
 
     def abandon(self, candidate: CopyCandidate, upload: SegmentUpload, reason: object) -> CopyFailedError:
         """Clean up a failed or unfinished upload under the lease; returns the error that fails the run."""
@@ -466,14 +537,17 @@ class CopyRun:
         )
 
     def renew(self) -> None:
-        """Keep the lease while uploads run elsewhere; a lost lease marks the run fenced."""
+        """Keep the lease while uploads run elsewhere; a lost lease stops the run (see ``fenced_while_copying``)."""
         if self.lease is None or not self.active:
             return
         try:
             self.lease = self.ctx.metadata.renew_lease(self.lease)
-        except FencedError:
-            self.result.fenced = True
-            self.say(f"{self.tp}: lost the partition's lease to a newer run; stopped")
+        except FencedError as exc:
+            candidate = self.candidates[0] if self.candidates else None
+            if candidate is None:
+                self.result.fenced = True
+                return
+            self.fenced_while_copying(candidate, None, exc)
 
     def release(self) -> None:
         if self.lease is None:
@@ -494,7 +568,7 @@ class CopyRun:
         result.highest_copied_offset = final.highest_copied_offset
         result.last_stable_offset = final.last_stable_offset
         result.copy_lag_segments, result.copy_lag_bytes = final.copy_lag()
-        result.gaps = [[g.start, g.end] for g in store.list_gaps(final.tip)]
+        result.gaps = recorded_gaps(store, final.tip)
         result.seconds = time.monotonic() - self._started
         rate = result.bytes_copied / result.seconds if result.seconds > 0 else 0.0
         self.say(
@@ -503,6 +577,8 @@ class CopyRun:
             f"{result.highest_copied_offset}, copy lag {result.copy_lag_segments} segment(s) / "
             f"{_fmt_bytes(result.copy_lag_bytes)}"
         )
+        if self.lease_lost is not None:
+            raise CopyFailedError(f"{self.tp}: {self.lease_lost}")
         if self.gap is not None:
             raise TieringGapError(
                 f"{self.tp}: tiering gap: offsets {self.gap.start}..{self.gap.end} were deleted by the broker "
@@ -528,17 +604,30 @@ def run_copy(
     if not run.active:
         return run.result
     try:
-        for index, candidate in enumerate(run.candidates, start=1):
-            upload = run.start_segment(candidate)
-            t0 = time.monotonic()
-            try:
-                manifest = upload_segment(ctx.storage, upload)
-            except RemoteStorageError as exc:
-                raise run.abandon(candidate, upload, exc) from exc
-            if not run.commit_finished_segment(
-                candidate, upload, manifest, time.monotonic() - t0, f" [{index}/{len(run.candidates)}]"
-            ):
-                break
+        with run.heartbeat() as beat:
+            for index, candidate in enumerate(run.candidates, start=1):
+                upload: SegmentUpload | None = None
+                t0 = time.monotonic()
+                try:
+                    upload = run.start_segment(candidate)
+                    manifest = upload_segment(ctx.storage, upload)
+                except FileNotFoundError as exc:
+                    run.segment_vanished(candidate, upload, exc)
+                    break
+                except RemoteStorageError as exc:
+                    if upload is None:
+                        raise
+                    if not candidate.segment.log_path.exists():
+                        run.segment_vanished(candidate, upload, FileNotFoundError(str(candidate.segment.log_path)))
+                        break
+                    raise run.abandon(candidate, upload, exc) from exc
+                if beat.lost is not None:
+                    run.fenced_while_copying(candidate, upload, beat.lost)
+                    break
+                if not run.commit_finished_segment(
+                    candidate, upload, manifest, time.monotonic() - t0, f" [{index}/{len(run.candidates)}]"
+                ):
+                    break
     except BaseException:
         run.release()
         raise

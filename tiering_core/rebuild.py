@@ -13,6 +13,13 @@ COPY_SEGMENT_FINISHED with the new checksums), which supersedes the damaged one 
 range, then deletes the damaged attempt the usual way. The broker's own files (``local``)
 are only checked: the log dirs are read-only for this platform.
 
+Indexes are only ever judged against a ``.log`` that is proven intact: its size and CRC-32C
+must equal what the copy recorded, and every batch must pass its own CRC. A bit flip in a
+batch header would otherwise make correct indexes look damaged, and a repair would replace the
+good copy with the damaged log. Such a segment is reported as a damaged log and nothing of it
+is repaired; so are the producer snapshot and leader-epoch index a repair carries over, and
+the previous segment's snapshot the transaction index is rebuilt from.
+
 The work is split like the copy engine's: ``examine_remote_segment`` and
 ``check_local_segment`` touch only storage or files and run anywhere (e.g. a Spark
 executor); ``start_index_repair``/``finish_index_repair``/``abandon_index_repair`` write
@@ -32,12 +39,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.copy import _fmt_bytes, manifest_custom_metadata
+from tiering_core.copy import _fmt_bytes, manifest_custom_metadata, recover_failed_copies
 from tiering_core.errors import CorruptLogError, TieringError
+from tiering_core.kafka.batch import verify_log_crc
+from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.index import (
+    IndexVerdict,
     RebuiltIndexes,
-    parse_offset_index,
-    parse_time_index,
+    check_broker_index,
     rebuild_indexes,
 )
 from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
@@ -45,8 +54,9 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
-from tiering_core.remote_segments import delete_remote_segment, segment_ref
-from tiering_core.storage.errors import RemoteStorageError
+from tiering_core.remote_segments import abandon_attempt, delete_remote_segment, segment_ref
+from tiering_core.storage.checksum import crc_hex
+from tiering_core.storage.errors import ManifestError, RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 
 if TYPE_CHECKING:
@@ -63,6 +73,11 @@ Progress = Callable[[str], None]
 INDEX_KINDS = (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX)
 #: Objects a repaired copy takes over unchanged from the damaged one.
 CARRIED_KINDS = (ObjectKind.PRODUCER_SNAPSHOT, ObjectKind.LEADER_EPOCH_CHECKPOINT)
+
+
+class DamagedSegmentError(TieringError):
+    """A remote object does not match what was recorded when the segment was copied (or a batch
+    of its ``.log`` fails its CRC): the segment's indexes cannot be judged, nothing is repaired."""
 
 
 class IndexStatus(StrEnum):
@@ -108,6 +123,7 @@ class IndexCheck:
     seconds: float = 0.0
     error: str | None = None
     repaired_as: str | None = None
+    damaged_log: bool = False  # the error is a remote object that does not match its recorded checksum
 
     @property
     def needs_repair(self) -> bool:
@@ -153,6 +169,7 @@ class IndexCheck:
             "log_bytes": self.log_bytes,
             "seconds": round(self.seconds, 3),
             "error": self.error,
+            "damaged_log": self.damaged_log,
             "repaired_as": self.repaired_as,
         }
 
@@ -182,6 +199,38 @@ def compare_index(kind: ObjectKind, stored: bytes | None, rebuilt: bytes) -> Ind
     )
 
 
+def judge_index(
+    kind: ObjectKind,
+    stored: bytes | None,
+    rebuilt: bytes,
+    log_path: Path,
+    base_offset: int,
+    *,
+    is_active: bool = False,
+    path: Path = Path("<memory>"),
+) -> IndexFinding:
+    """An offset or time index is fine when it is the rebuild or differs from it only as real
+    brokers write indexes (after restarts, follower fetches, ``recover``): every lookup through it
+    is right (``kafka.index.check_broker_index``). A damaged one names the entry and its byte.
+    The transaction index, which no such history changes, is compared byte for byte."""
+    if stored is None or kind == ObjectKind.TRANSACTION_INDEX:
+        return compare_index(kind, stored, rebuilt)
+    judged = check_broker_index(
+        "offset" if kind == ObjectKind.OFFSET_INDEX else "time",
+        stored,
+        rebuilt,
+        log_path,
+        base_offset,
+        is_active=is_active,
+        path=path,
+    )
+    if judged.verdict == IndexVerdict.IDENTICAL:
+        return IndexFinding(kind, IndexStatus.OK, len(stored), len(rebuilt))
+    if judged.verdict == IndexVerdict.EQUIVALENT:
+        return IndexFinding(kind, IndexStatus.OK, len(stored), len(rebuilt), f"equivalent: {judged.detail}")
+    return IndexFinding(kind, IndexStatus.DIFFERED, len(stored), len(rebuilt), judged.detail)
+
+
 def _rebuilt_bytes(rebuilt: RebuiltIndexes, kind: ObjectKind) -> bytes:
     if kind == ObjectKind.OFFSET_INDEX:
         return rebuilt.offset_index
@@ -199,6 +248,9 @@ def _open_transactions(snapshot: bytes | None, where: Path | str) -> dict[int, i
 
 # --- remote segments (storage only: runs anywhere) -------------------------------------------
 
+#: Download chunk of a remote ``.log`` (its size and CRC-32C are computed as it passes).
+DOWNLOAD_CHUNK = 1 << 20
+
 
 @dataclass(frozen=True)
 class RemoteIndexTask:
@@ -212,7 +264,7 @@ class RemoteIndexTask:
     """
 
     segment: RemoteLogSegmentMetadata
-    previous: RemoteSegmentRef | None
+    previous: RemoteLogSegmentMetadata | None
     index_interval_bytes: int
     repair_ref: RemoteSegmentRef | None = None
     open_transactions: dict[int, int] | None = None
@@ -231,13 +283,125 @@ def _stored(storage: RemoteStorage, ref: RemoteSegmentRef, kind: ObjectKind) -> 
     return storage.fetch(ref, kind)
 
 
+def recorded_object(segment: RemoteLogSegmentMetadata, kind: ObjectKind) -> tuple[int | None, str | None]:
+    """Size and CRC-32C (hex) of one object as the metadata recorded them when the copy finished."""
+    meta = segment.custom_metadata if isinstance(segment.custom_metadata, dict) else {}
+    sizes, crcs = meta.get("sizes"), meta.get("crc32c")
+    size = sizes.get(kind.value) if isinstance(sizes, dict) else None
+    crc = crcs.get(kind.value) if isinstance(crcs, dict) else None
+    return (size if isinstance(size, int) else None, crc if isinstance(crc, str) else None)
+
+
+class RecordedObjects:
+    """What was recorded of a segment's objects at copy time: the metadata, else its manifest
+    (read once, only for a segment whose metadata lacks the checksums)."""
+
+    def __init__(self, storage: RemoteStorage, segment: RemoteLogSegmentMetadata) -> None:
+        self.storage = storage
+        self.segment = segment
+        self._manifest: SegmentManifest | None = None
+        self._manifest_read = False
+
+    def expected(self, kind: ObjectKind) -> tuple[int | None, str | None]:
+        size, crc = recorded_object(self.segment, kind)
+        if size is not None and crc is not None:
+            return size, crc
+        if not self._manifest_read:
+            self._manifest_read = True
+            try:
+                self._manifest = self.storage.read_manifest(segment_ref(self.segment))
+            except ManifestError:
+                self._manifest = None
+        entry = self._manifest.objects.get(kind) if self._manifest is not None else None
+        if entry is not None:
+            size = entry.size if size is None else size
+            crc = entry.crc32c if crc is None else crc
+        return size, crc
+
+    def check(self, kind: ObjectKind, size: int, crc: int, note: str = "") -> None:
+        """Raise DamagedSegmentError naming the segment unless the object is what was copied."""
+        segment = self.segment
+        want_size, want_crc = self.expected(kind)
+        problems = []
+        if want_crc is None:
+            problems.append("no CRC-32C was recorded for it, so it cannot be trusted")
+        sizes = {s for s in (want_size, segment.size_bytes if kind == ObjectKind.LOG else None) if s is not None}
+        if sizes and sizes != {size}:
+            problems.append(f"it is {size} bytes, {'/'.join(map(str, sorted(sizes)))} recorded at copy time")
+        if want_crc is not None and crc_hex(crc) != want_crc:
+            problems.append(f"its CRC-32C is {crc_hex(crc)}, {want_crc} recorded at copy time")
+        if problems:
+            raise DamagedSegmentError(
+                f"damaged {kind.value}: segment {segment.segment_id} [{segment.start_offset}..{segment.end_offset}]: "
+                f"{'; '.join(problems)}{note}"
+            )
+
+    def check_bytes(self, kind: ObjectKind, data: bytes, note: str = "") -> bytes:
+        self.check(kind, len(data), crc32c(data), note)
+        return data
+
+
+def _download_log(storage: RemoteStorage, recorded: RecordedObjects, target: Path) -> int:
+    """Download the segment's ``.log`` and prove it intact: size and CRC-32C as recorded at copy
+    time, and every batch passing its own CRC. Returns its size."""
+    segment = recorded.segment
+    size = value = 0
+    with storage.open_stream(segment_ref(segment), ObjectKind.LOG) as source, target.open("wb") as sink:
+        while chunk := source.read(DOWNLOAD_CHUNK):
+            value = crc32c(chunk, value)
+            size += len(chunk)
+            sink.write(chunk)
+    recorded.check(ObjectKind.LOG, size, value)
+    try:
+        verify_log_crc(target)
+    except CorruptLogError as exc:
+        raise DamagedSegmentError(
+            f"damaged log: segment {segment.segment_id} [{segment.start_offset}..{segment.end_offset}]: "
+            f"at byte {exc.position}: {exc.reason}"
+        ) from exc
+    return size
+
+
+def _producer_state_at_base(storage: RemoteStorage, task: RemoteIndexTask) -> dict[int, int]:
+    """Open transactions at the segment's base, from the previous segment's producer snapshot
+    (checked against its recorded checksum: the transaction index is rebuilt from it)."""
+    previous = task.previous
+    if previous is None:
+        return {}
+    ref = segment_ref(previous)
+    snapshot = _stored(storage, ref, ObjectKind.PRODUCER_SNAPSHOT)
+    if snapshot is None:
+        log.warning("%s: producer snapshot of %s is missing; assuming no open transactions", segment_ref(task.segment),
+                    ref)
+        return {}
+    RecordedObjects(storage, previous).check_bytes(
+        ObjectKind.PRODUCER_SNAPSHOT,
+        snapshot,
+        f" (the transaction index of segment {task.segment.segment_id} is rebuilt from it)",
+    )
+    return _open_transactions(snapshot, f"snapshot of {ref}")
+
+
+def _carried_objects(storage: RemoteStorage, recorded: RecordedObjects) -> dict[ObjectKind, bytes]:
+    """The objects a repaired copy takes over unchanged, each proven to be what was copied."""
+    ref = segment_ref(recorded.segment)
+    carried = {}
+    for kind in CARRIED_KINDS:
+        data = _stored(storage, ref, kind)
+        if data is None:
+            raise RemoteStorageError(f"{ref}: its {kind.value} object is missing too; not repairable from the log")
+        carried[kind] = recorded.check_bytes(kind, data)
+    return carried
+
+
 def examine_remote_segment(
     storage: RemoteStorage, task: RemoteIndexTask, *, workdir: Path | None = None
 ) -> RemoteIndexExamination:
-    """Download the ``.log``, rebuild its indexes, compare; with ``repair_ref``, copy it again.
+    """Download the ``.log``, prove it intact, rebuild its indexes, compare; with ``repair_ref``,
+    copy it again.
 
-    Writes no metadata. Storage failures and a damaged ``.log`` are reported in the check's
-    ``error`` (nothing is repaired from a log that cannot be read).
+    Writes no metadata. Storage failures and a damaged ``.log`` (or a damaged object a repair
+    would carry over) are reported in the check's ``error``: nothing is repaired from them.
     """
     segment = task.segment
     ref = segment_ref(segment)
@@ -249,17 +413,13 @@ def examine_remote_segment(
     tmp = Path(tempfile.mkdtemp(prefix="tiering-rebuild-", dir=workdir))
     try:
         log_path = tmp / f"{segment.start_offset:020d}.log"
+        recorded = RecordedObjects(storage, segment)
+        carried: dict[ObjectKind, bytes] = {}
         try:
-            with storage.open_stream(ref, ObjectKind.LOG) as source, log_path.open("wb") as target:
-                shutil.copyfileobj(source, target, 1 << 20)
-            log_bytes = log_path.stat().st_size
+            log_bytes = _download_log(storage, recorded, log_path)
             ongoing = task.open_transactions
             if ongoing is None:
-                snapshot = _stored(storage, task.previous, ObjectKind.PRODUCER_SNAPSHOT) if task.previous else None
-                if task.previous is not None and snapshot is None:
-                    log.warning("%s: producer snapshot of %s is missing; assuming no open transactions", ref,
-                                task.previous)
-                ongoing = _open_transactions(snapshot, f"snapshot of {task.previous}")
+                ongoing = _producer_state_at_base(storage, task)
             rebuilt = rebuild_indexes(
                 log_path,
                 segment.start_offset,
@@ -268,14 +428,22 @@ def examine_remote_segment(
                 open_txn_first_offsets=ongoing,
             )
             stored = {kind: _stored(storage, ref, kind) for kind in INDEX_KINDS}
+            findings = tuple(
+                judge_index(kind, stored[kind], _rebuilt_bytes(rebuilt, kind), log_path, segment.start_offset)
+                for kind in INDEX_KINDS
+            )
+            if any(f.status != IndexStatus.OK for f in findings):
+                carried = _carried_objects(storage, recorded)
+        except DamagedSegmentError as exc:
+            damaged = replace(check, error=str(exc), damaged_log=True, seconds=time.monotonic() - started)
+            return RemoteIndexExamination(damaged)
         except (RemoteStorageError, CorruptLogError) as exc:
             return RemoteIndexExamination(replace(check, error=str(exc), seconds=time.monotonic() - started))
-        findings = tuple(compare_index(kind, stored[kind], _rebuilt_bytes(rebuilt, kind)) for kind in INDEX_KINDS)
         check = replace(check, findings=findings, log_bytes=log_bytes)
         manifest = None
         if task.repair_ref is not None and check.needs_repair:
             try:
-                manifest = _copy_repaired(storage, ref, task.repair_ref, log_path, rebuilt, stored)
+                manifest = _copy_repaired(storage, task.repair_ref, log_path, rebuilt, stored, carried)
             except RemoteStorageError as exc:
                 check = replace(check, error=f"repair failed: {exc}")
         return RemoteIndexExamination(replace(check, seconds=time.monotonic() - started), manifest, dict(ongoing))
@@ -285,13 +453,14 @@ def examine_remote_segment(
 
 def _copy_repaired(
     storage: RemoteStorage,
-    damaged: RemoteSegmentRef,
     target: RemoteSegmentRef,
     log_path: Path,
     rebuilt: RebuiltIndexes,
     stored: dict[ObjectKind, bytes | None],
+    carried: dict[ObjectKind, bytes],
 ) -> SegmentManifest:
-    """The segment's objects under the new attempt: same log, rebuilt indexes, same snapshot and epochs."""
+    """The segment's objects under the new attempt: the proven log, rebuilt indexes, the proven
+    snapshot and leader-epoch index."""
     files: dict[ObjectKind, Path | bytes] = {
         ObjectKind.LOG: log_path,
         ObjectKind.OFFSET_INDEX: rebuilt.offset_index,
@@ -299,11 +468,7 @@ def _copy_repaired(
     }
     if rebuilt.txn_index or stored.get(ObjectKind.TRANSACTION_INDEX) is not None:
         files[ObjectKind.TRANSACTION_INDEX] = rebuilt.txn_index
-    for kind in CARRIED_KINDS:
-        data = _stored(storage, damaged, kind)
-        if data is None:
-            raise RemoteStorageError(f"{damaged}: its {kind.value} object is missing too; not repairable from the log")
-        files[kind] = data
+    files.update(carried)
     return storage.copy_segment(target, files)
 
 
@@ -334,24 +499,31 @@ def finish_index_repair(
     manifest: SegmentManifest,
     lease: Lease,
 ) -> RemoteLogSegmentMetadata:
-    """FINISHED with the new checksums (the copy now serves the range), then the damaged one is deleted."""
+    """FINISHED with the new checksums (the copy now serves the range), then the damaged one is deleted.
+
+    FencedError only from the FINISHED step (nothing of the repair serves yet). Losing the lease
+    after it leaves two finished copies of the range; the next rebuild deletes the superseded one.
+    """
     finished = store.update_segment_state(
         attempt.segment_id,
         RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
         lease,
         custom_metadata=manifest_custom_metadata(manifest),
     )
-    delete_remote_segment(store, storage, damaged, lease)
+    try:
+        delete_remote_segment(store, storage, damaged, lease)
+    except FencedError as exc:
+        log.warning("%s: lost the lease before deleting segment %s, superseded by its repaired copy %s "
+                    "(the next rebuild deletes it): %s", damaged.topic_id_partition.topic_partition,
+                    damaged.segment_id, attempt.segment_id, exc)
     return finished
 
 
 def abandon_index_repair(
-    store: RemoteLogMetadataStore, storage: RemoteStorage, attempt: RemoteLogSegmentMetadata, lease: Lease
+    store: RemoteLogMetadataStore, storage: RemoteStorage, attempt: RemoteLogSegmentMetadata, lease: Lease | None
 ) -> None:
     """The repaired copy did not complete: delete it the usual way; the damaged one stays."""
-    current = store.get_segment(attempt.segment_id)
-    if current is not None:
-        delete_remote_segment(store, storage, current, lease)
+    abandon_attempt(store, storage, attempt, lease, "repair attempt")
 
 
 def clean_up_interrupted_repairs(
@@ -373,15 +545,12 @@ def clean_up_interrupted_repairs(
     return len(duplicates)
 
 
-def predecessors(segments: list[RemoteLogSegmentMetadata]) -> dict[uuid.UUID, RemoteSegmentRef | None]:
+def predecessors(segments: list[RemoteLogSegmentMetadata]) -> dict[uuid.UUID, RemoteLogSegmentMetadata | None]:
     """Per finished segment, the latest finished segment ending just below it (its snapshot's source)."""
     by_end: dict[int, RemoteLogSegmentMetadata] = {}
     for s in sorted(segments, key=lambda s: s.event_time):
         by_end[s.end_offset] = s
-    return {
-        s.segment_id: (segment_ref(by_end[s.start_offset - 1]) if s.start_offset - 1 in by_end else None)
-        for s in segments
-    }
+    return {s.segment_id: by_end.get(s.start_offset - 1) for s in segments}
 
 
 def finished_segments(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
@@ -431,15 +600,29 @@ def commit_index_repair(
     attempt: RemoteLogSegmentMetadata,
     found: IndexCheck,
     examination: RemoteIndexExamination,
-    lease: Lease,
+    lease: Lease | None,
 ) -> IndexCheck:
-    """Finish the repaired copy, or clean it up when the repair upload did not complete."""
+    """Finish the repaired copy, or clean it up when the repair upload did not complete.
+
+    ``lease`` None (or a lease lost meanwhile): the run was fenced, the repair's objects are
+    deleted and the segment is reported unrepaired.
+    """
     if examination.manifest is None:
         abandon_index_repair(ctx.metadata, ctx.storage, attempt, lease)
         if examination.check.error is not None:
-            return replace(found, error=examination.check.error)
+            return replace(found, error=examination.check.error, damaged_log=examination.check.damaged_log)
         return examination.check  # nothing to repair any more
-    finish_index_repair(ctx.metadata, ctx.storage, damaged, attempt, examination.manifest, lease)
+    try:
+        if lease is None:
+            raise FencedError(f"{attempt.topic_id_partition}: the partition's lease was lost")
+        finish_index_repair(ctx.metadata, ctx.storage, damaged, attempt, examination.manifest, lease)
+    except FencedError as exc:
+        abandon_index_repair(ctx.metadata, ctx.storage, attempt, None)
+        return replace(
+            found,
+            error=f"repair not finished, the run lost the partition's lease (the repaired copy {attempt.segment_id} "
+            f"was deleted): {exc}",
+        )
     return replace(found, repaired_as=str(attempt.segment_id), seconds=found.seconds + examination.check.seconds)
 
 
@@ -517,18 +700,9 @@ def _compare_local(
         ObjectKind.TRANSACTION_INDEX: segment.txn_index_path,
     }[kind]
     stored = _read(path)
-    expected = _rebuilt_bytes(rebuilt, kind)
-    if active and stored is not None and path is not None and kind != ObjectKind.TRANSACTION_INDEX:
-        try:
-            if kind == ObjectKind.OFFSET_INDEX:
-                same = parse_offset_index(stored, base, path) == parse_offset_index(expected, base)
-            else:
-                same = parse_time_index(stored, base, path) == parse_time_index(expected, base)
-        except CorruptLogError as exc:
-            return IndexFinding(kind, IndexStatus.DIFFERED, len(stored), len(expected), str(exc))
-        if same:
-            return IndexFinding(kind, IndexStatus.OK, len(stored), len(expected))
-    return compare_index(kind, stored, expected)
+    return judge_index(
+        kind, stored, _rebuilt_bytes(rebuilt, kind), segment.log_path, base, is_active=active, path=path or Path()
+    )
 
 
 # --- one partition, one process (the ``tiering rebuild-indexes`` command) -------------------
@@ -541,6 +715,7 @@ class RebuildResult:
     repair: bool
     busy: bool = False  # another run held the partition's lease
     superseded_deleted: int = 0  # leftovers of an interrupted repair
+    segments_cleaned_up: int = 0  # copies or repairs a killed run left unfinished
     checks: list[IndexCheck] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -563,6 +738,7 @@ class RebuildResult:
             "repair": self.repair,
             "busy": self.busy,
             "superseded_deleted": self.superseded_deleted,
+            "segments_cleaned_up": self.segments_cleaned_up,
             "segments": len(self.checks),
             **{status.value: self.count(status) for status in IndexStatus},
             "log_bytes": self.log_bytes,
@@ -579,6 +755,14 @@ def acquire_rebuild_lease(ctx: TieringContext, tip: TopicIdPartition, run_id: st
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); not checked", tip.topic_partition, exc)
         return None
+
+
+def clean_up_before_repair(ctx: TieringContext, tip: TopicIdPartition, lease: Lease, result: RebuildResult) -> None:
+    """What killed runs left (we hold the lease): unfinished copies and repairs in a STARTED
+    state are deleted as the copy engine's recovery does, and of two finished copies of one
+    range the superseded one."""
+    result.segments_cleaned_up = recover_failed_copies(ctx.metadata, ctx.storage, tip, lease)
+    result.superseded_deleted = clean_up_interrupted_repairs(ctx.metadata, ctx.storage, tip, lease)
 
 
 def release_rebuild_lease(ctx: TieringContext, lease: Lease) -> None:
@@ -612,18 +796,33 @@ def rebuild_partition_indexes(
         result.busy = True
         say(f"{tp}: another run holds the partition; indexes not checked")
         return result
+
+    def renewed(held: Lease, done: int) -> Lease:
+        """Renew between steps, so a partition with many segments keeps its lease."""
+        try:
+            return ctx.metadata.renew_lease(held)
+        except FencedError as exc:
+            raise TieringError(
+                f"{tp}: lost the partition's lease after {done} of {len(tasks)} segment(s); stopped "
+                f"(nothing half-done is left): {exc}"
+            ) from exc
+
+    tasks: list[RemoteIndexTask] = []
     try:
         if repair:
-            result.superseded_deleted = clean_up_interrupted_repairs(ctx.metadata, ctx.storage, tip, lease)
+            clean_up_before_repair(ctx, tip, lease, result)
         # Every segment is examined before any is repaired: a repair deletes the damaged
         # attempt, whose producer snapshot the next segment's examination may need.
         tasks = remote_index_tasks(ctx.metadata, tip, interval)
-        found = [examine_remote_segment(ctx.storage, task) for task in tasks]
-        for task, examination in zip(tasks, found, strict=True):
+        found = []
+        for task in tasks:
+            found.append(examine_remote_segment(ctx.storage, task))
+            lease = renewed(lease, len(found))
+        for done, (task, examination) in enumerate(zip(tasks, found, strict=True), start=1):
             check = examination.check
             if repair and check.needs_repair:
                 check = repair_remote_segment(ctx, task, examination, lease)
-            lease = ctx.metadata.renew_lease(lease)
+                lease = renewed(lease, done)
             result.checks.append(check)
             say(check.describe())
     finally:
@@ -649,6 +848,12 @@ def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
         f"rebuild-indexes: {len(results)} partition(s), {len(checks)} segment(s): {counts}; "
         f"{_fmt_bytes(size)} ({size} bytes) of log in {seconds:.2f} s ({_fmt_bytes(speed)}/s)"
     )
+    damaged = sum(1 for c in checks if c.damaged_log)
+    if damaged:
+        line += f"; {damaged} damaged segment(s) left unrepaired"
+    cleaned = sum(r.segments_cleaned_up for r in results)
+    if cleaned:
+        line += f"; {cleaned} unfinished copy(ies) of earlier runs cleaned up"
     if busy:
         line += f"; {busy} partition(s) held by another run"
     return line

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.tier_state import finished_in_lineage, load_tier_view
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.retention import delete_lag
+from tiering_core.tier_state import TierView, finished_in_lineage, load_tier_view, recorded_gaps
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -53,6 +56,8 @@ class PartitionStatus:
     copy_lag_bytes: int = 0
     delete_state: str | None = None
     gaps: list[list[int]] = field(default_factory=list)
+    delete_lag_segments: int = 0
+    delete_lag_bytes: int = 0
     local_retention_risk: dict[str, Any] | None = None
     on_broker: bool = True
     error: str | None = None
@@ -61,6 +66,8 @@ class PartitionStatus:
         out = {name: getattr(self, name) for name in STATUS_FIELDS}
         out.update(
             local_log_start_offset=self.local_log_start_offset,
+            delete_lag_segments=self.delete_lag_segments,
+            delete_lag_bytes=self.delete_lag_bytes,
             local_retention_risk=self.local_retention_risk,
             on_broker=self.on_broker,
             error=self.error,
@@ -79,33 +86,49 @@ def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> Partit
     record = store.get_partition(view.tip)
     finished = finished_in_lineage(view, store)
     lag_segments, lag_bytes = view.copy_lag()
-    starts = [view.local_log_start_offset]
-    if finished:
-        starts.append(
-            view.global_log_start_offset if view.global_log_start_offset is not None else finished[0].start_offset
-        )
-    risk = view.local_retention_risk(ctx.config.topic_config(tp.topic))
+    remote_start = remote_log_start(view, finished)
+    starts = [view.local_log_start_offset] + ([remote_start] if remote_start is not None else [])
+    log_start = min(starts)
+    if view.delete_records_offset is not None:
+        log_start = max(log_start, view.delete_records_offset)
+    topic_config = ctx.config.topic_config(tp.topic)
+    risk = view.local_retention_risk(topic_config)
+    delete_lag_segments, delete_lag_bytes = delete_lag(view, store, topic_config, int(time.time() * 1000))
     return PartitionStatus(
         topic=tp.topic,
         partition=tp.partition,
         topic_id=view.tip.topic_id,
-        log_start_offset=min(starts),
+        log_start_offset=log_start,
         local_log_start_offset=view.local_log_start_offset,
         high_watermark=view.high_watermark,
         last_stable_offset=view.last_stable_offset,
         log_end_offset=view.log_end_offset,
         leader_epoch=view.broker_cache.latest_epoch,
         highest_copied_offset=view.highest_copied_offset,
-        remote_log_start_offset=view.remote_log_start_offset,
+        remote_log_start_offset=remote_start,
         remote_segments=len(finished),
         remote_bytes=sum(s.size_bytes for s in finished),
         copy_lag_segments=lag_segments,
         copy_lag_bytes=lag_bytes,
+        delete_lag_segments=delete_lag_segments,
+        delete_lag_bytes=delete_lag_bytes,
         delete_state=record.delete_state.value if record is not None and record.delete_state is not None else None,
-        gaps=[[g.start, g.end] for g in store.list_gaps(view.tip)],
+        gaps=recorded_gaps(store, view.tip),
         local_retention_risk=risk.to_dict(),
         error=view.offsets_error,
     )
+
+
+def remote_log_start(view: TierView, finished: list[RemoteLogSegmentMetadata]) -> int | None:
+    """The first offset the remote tier serves: its first finished in-lineage segment, bounded
+    below by the global log start (a DeleteRecords or retention may have moved it inside that
+    segment). Without finished segments: the recorded value, if any."""
+    if not finished:
+        return view.remote_log_start_offset
+    first = min(s.start_offset for s in finished)
+    if view.global_log_start_offset is not None:
+        return max(first, view.global_log_start_offset)
+    return first
 
 
 def collect_status(
@@ -113,7 +136,7 @@ def collect_status(
 ) -> list[PartitionStatus]:
     """Every selected broker partition, plus partitions known only to the metadata store
     (removed from the broker, remote data kept) when no selector excludes them."""
-    logs = ctx.partitions(topic, partition) if topic is not None else ctx.partitions()
+    logs = ctx.partitions(topic, partition)
     rows = [partition_status(ctx, log) for log in logs]
     seen = {(r.topic, r.partition, r.topic_id) for r in rows}
     for record in ctx.metadata.list_partitions():
@@ -122,7 +145,16 @@ def collect_status(
             continue
         if (topic is not None and tip.topic != topic) or (partition is not None and tip.partition != partition):
             continue
-        finished = [s for s in ctx.metadata.list_segments(tip) if s.state.value == "COPY_SEGMENT_FINISHED"]
+        segments = ctx.metadata.list_segments(tip)
+        finished = [s for s in segments if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        # Off the broker there is no lineage to judge retention by: what waits is what removal or
+        # a started deletion will delete.
+        waiting = [
+            s
+            for s in segments
+            if s.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+            or (record.delete_state is not None and s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+        ]
         rows.append(
             PartitionStatus(
                 topic=tip.topic,
@@ -132,8 +164,10 @@ def collect_status(
                 log_start_offset=record.remote_log_start_offset,
                 remote_segments=len(finished),
                 remote_bytes=sum(s.size_bytes for s in finished),
+                delete_lag_segments=len(waiting),
+                delete_lag_bytes=sum(s.size_bytes for s in waiting),
                 delete_state=record.delete_state.value if record.delete_state is not None else None,
-                gaps=[[g.start, g.end] for g in ctx.metadata.list_gaps(tip)],
+                gaps=recorded_gaps(ctx.metadata, tip),
                 on_broker=False,
             )
         )
@@ -157,6 +191,7 @@ def format_status_table(rows: list[PartitionStatus]) -> str:
         "REMOTE-BYTES",
         "LAG",
         "LAG-BYTES",
+        "DEL-LAG",
         "DELETE",
         "GAPS/RISK",
     ]
@@ -184,6 +219,7 @@ def format_status_table(rows: list[PartitionStatus]) -> str:
                 _cell(r.remote_bytes),
                 _cell(r.copy_lag_segments),
                 _cell(r.copy_lag_bytes),
+                _cell(r.delete_lag_segments),
                 _cell(r.delete_state),
                 "; ".join(notes) or "-",
             ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,27 @@ class OffsetRange:
 
     def as_list(self) -> list[int]:
         return [self.start, self.end]
+
+
+def merge_offset_ranges(ranges: Iterable[tuple[int, int]]) -> list[OffsetRange]:
+    """Overlapping or adjacent inclusive ranges joined, in offset order.
+
+    A gap seen again by a later run (the broker's log start having moved further) is recorded as
+    a new, wider range; users want the offsets lost, not the history of sightings.
+    """
+    merged: list[OffsetRange] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1].end + 1:
+            last = merged[-1]
+            merged[-1] = OffsetRange(last.start, max(last.end, end))
+        else:
+            merged.append(OffsetRange(start, end))
+    return merged
+
+
+def recorded_gaps(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> list[list[int]]:
+    """The partition's tiering gaps as ``[start, end]`` lists (the ``gaps`` field of ``status``)."""
+    return [g.as_list() for g in merge_offset_ranges((g.start, g.end) for g in store.list_gaps(tip))]
 
 
 @dataclass(frozen=True)
