@@ -1,9 +1,15 @@
 """Remote partition removal (KAFKA_SEMANTICS section 7), triggered by hand.
 
-DELETE_PARTITION_MARKED -> DELETE_PARTITION_STARTED -> every segment deleted ->
-DELETE_PARTITION_FINISHED -> the partition's metadata is dropped (a tombstone stays, so the
-same topic id is never copied to again). Every step is idempotent: a run killed anywhere is
-resumed by running it again.
+DELETE_PARTITION_MARKED -> DELETE_PARTITION_STARTED -> every segment deleted -> every object
+left under the partition's prefix deleted -> DELETE_PARTITION_FINISHED -> the partition's
+metadata is dropped (a tombstone stays, so the same topic id is never copied to again). Every
+step is idempotent: a run killed anywhere is resumed by running it again, and a rerun after
+the drop finds the tombstone and reports the removal finished.
+
+A partition is named by topic and partition, but its remote data belongs to a topic id. A topic
+deleted and recreated under the same name gets a new topic id, whose data is live: by default
+only topic ids no longer in the broker's log dirs are removed. Removing the topic id still in
+the log dirs (a broker being decommissioned) needs that topic id named explicitly.
 """
 
 from __future__ import annotations
@@ -18,25 +24,51 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemotePartitionDeleteState
-from tiering_core.remote_segments import delete_remote_segment
+from tiering_core.remote_segments import delete_remote_segment, segment_ref
+from tiering_core.storage.layout import ObjectKind
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.metadata.store import PartitionRecord, RemoteLogMetadataStore
+    from tiering_core.storage.base import RemoteStorage
 
 log = logging.getLogger(__name__)
+
+_FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+
+
+class RemovalRefusedError(TieringError):
+    """Removing would delete the remote data of a partition the broker still holds."""
+
+
+@dataclass(frozen=True)
+class RemovalTargets:
+    """Which topic ids of a topic-partition a removal deletes, which it finds already removed
+    (tombstones) and which it leaves alone (still in the broker's log dirs)."""
+
+    topic_partition: TopicPartition
+    remove: tuple[TopicIdPartition, ...]
+    removed: tuple[TopicIdPartition, ...]
+    kept: tuple[TopicIdPartition, ...]
 
 
 @dataclass
 class RemovalResult:
+    """``topic_ids``: removed (or, in a dry run, to remove); ``kept_topic_ids``: left alone as
+    still in the log dirs; ``orphan_objects``: keys under the prefix no metadata references,
+    swept before DELETE_PARTITION_FINISHED (a dry run: would be)."""
+
     topic: str
     partition: int
     dry_run: bool = False
     fenced: bool = False
     topic_ids: list[str] = field(default_factory=list)
+    kept_topic_ids: list[str] = field(default_factory=list)
     segments_deleted: int = 0
     bytes_deleted: int = 0
     state: str | None = None
     planned: list[dict[str, Any]] = field(default_factory=list)
+    orphan_objects: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,84 +76,211 @@ class RemovalResult:
         return {**asdict(self), "seconds": round(self.seconds, 3)}
 
 
-def partitions_to_remove(ctx: TieringContext, tp: TopicPartition) -> list[TopicIdPartition]:
-    """Every topic id the metadata store holds for ``tp`` that is not already removed."""
-    found = []
-    for record in ctx.metadata.list_partitions():
-        if record.topic_partition == tp and not record.dropped:
-            found.append(TopicIdPartition(record.topic_id, record.topic_partition))
+def broker_topic_ids(ctx: TieringContext, tp: TopicPartition) -> dict[str, str]:
+    """Topic id -> partition directory, of ``tp`` in the broker's log dirs (from partition.metadata).
+
+    A directory whose topic id cannot be read refuses the removal: the remote data may be its.
+    """
+    found: dict[str, str] = {}
+    try:
+        logs = ctx.partitions()
+    except TieringError as exc:
+        raise RemovalRefusedError(
+            f"{tp}: cannot tell whether the broker still holds it ({exc}); name the topic id to remove"
+        ) from exc
+    for partition_log in logs:
+        if partition_log.topic_partition != tp:
+            continue
+        try:
+            found[partition_log.topic_id] = str(partition_log.path)
+        except TieringError as exc:
+            raise RemovalRefusedError(
+                f"{tp}: cannot tell which topic id the broker holds in {partition_log.path} ({exc}); "
+                "name the topic id to remove"
+            ) from exc
     return found
 
 
+def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | None = None) -> RemovalTargets:
+    """What removing ``tp`` (optionally only its ``topic_id``) deletes, checked before anything is.
+
+    Without ``topic_id``: every recorded, not yet dropped topic id of ``tp`` that is not in the
+    broker's log dirs, plus any whose removal already began (resumed: its data is half gone and
+    nothing can be copied to it). Refuses (RemovalRefusedError) when that leaves nothing while a
+    topic id of ``tp`` is still in the log dirs. With ``topic_id``: exactly that one, which must
+    be recorded for ``tp``. Unknown partitions raise TieringError.
+    """
+    records = [r for r in ctx.metadata.list_partitions() if r.topic_partition == tp]
+    if not records:
+        raise TieringError(f"partition {tp} has no remote data to remove (unknown to the metadata store)")
+    if topic_id is not None:
+        named = [r for r in records if r.topic_id == topic_id]
+        if not named:
+            known = ", ".join(r.topic_id for r in records)
+            raise TieringError(f"partition {tp} has no remote data under topic id {topic_id} (recorded: {known})")
+        tip = TopicIdPartition(topic_id, tp)
+        if named[0].dropped:
+            return RemovalTargets(tp, (), (tip,), ())
+        return RemovalTargets(tp, (tip,), (), ())
+
+    def tip_of(record: PartitionRecord) -> TopicIdPartition:
+        return TopicIdPartition(record.topic_id, record.topic_partition)
+
+    removed = tuple(tip_of(r) for r in records if r.dropped)
+    live = [r for r in records if not r.dropped]
+    resumed = [r for r in live if r.delete_state is not None]
+    fresh = [r for r in live if r.delete_state is None]
+    on_broker = broker_topic_ids(ctx, tp) if fresh else {}
+    remove = tuple(tip_of(r) for r in resumed + [r for r in fresh if r.topic_id not in on_broker])
+    kept = tuple(tip_of(r) for r in fresh if r.topic_id in on_broker)
+    if not remove and kept:
+        where = "; ".join(f"topic id {t.topic_id} in {on_broker[t.topic_id]}" for t in kept)
+        already = f" (already removed: topic id(s) {', '.join(t.topic_id for t in removed)})" if removed else ""
+        raise RemovalRefusedError(
+            f"{tp} is still in the broker's log dirs ({where}): its remote data is live and is not removed"
+            f"{already}. To remove it anyway (e.g. a broker being decommissioned), name the topic id: "
+            f"--topic-id {kept[0].topic_id}"
+        )
+    created = {r.topic_id: r.created_ms for r in records}
+    ordered = sorted(remove, key=lambda t: (created[t.topic_id], t.topic_id))  # oldest first
+    return RemovalTargets(tp, tuple(ordered), removed, kept)
+
+
+def partitions_to_remove(
+    ctx: TieringContext, tp: TopicPartition, topic_id: str | None = None
+) -> list[TopicIdPartition]:
+    """The topic ids a removal of ``tp`` deletes (``removal_targets``); [] when all are removed."""
+    return list(removal_targets(ctx, tp, topic_id).remove)
+
+
+def unreferenced_objects(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[str]:
+    """Keys under the partition's prefix that no live segment's metadata names (killed copies'
+    objects, stray files): a removal deletes them too, so no object outlives it."""
+    referenced = {segment_ref(s).key(kind, storage.prefix) for s in store.list_segments(tip) for kind in ObjectKind}
+    return [o.key for o in storage.list_objects(tip) if o.key not in referenced]
+
+
+def _sweep(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[str]:
+    """Delete what no metadata references: objects, and unfinished uploads of any age (we hold
+    the partition's lease, so no copy of ours is still writing: what remains was killed)."""
+    keys = unreferenced_objects(store, storage, tip)
+    if keys:
+        storage.delete_keys(keys)
+        log.info("%s: deleted %d object(s) no metadata referenced", tip, len(keys))
+    uploads = storage.remove_incomplete_uploads(tip, older_than_ms=1)
+    if uploads:
+        log.info("%s: removed %d unfinished upload(s)", tip, len(uploads))
+    return keys + [u.key for u in uploads]
+
+
 def delete_partition(
-    ctx: TieringContext, tp: TopicPartition, *, dry_run: bool = False, run_id: str | None = None
+    ctx: TieringContext,
+    tp: TopicPartition,
+    *,
+    topic_id: str | None = None,
+    dry_run: bool = False,
+    run_id: str | None = None,
 ) -> RemovalResult:
-    """Delete all remote data of a partition (all its topic ids); resumable."""
+    """Delete the remote data of a removed partition (see ``removal_targets``); resumable.
+
+    A partition whose every topic id is already removed (a rerun after a run killed after the
+    drop) reports DELETE_PARTITION_FINISHED and changes nothing.
+    """
     started = time.monotonic()
     store, storage = ctx.metadata, ctx.storage
     result = RemovalResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
-    targets = partitions_to_remove(ctx, tp)
-    if not targets:
-        raise TieringError(f"partition {tp} has no remote data to remove (unknown to the metadata store)")
-    result.topic_ids = [t.topic_id for t in targets]
-    for tip in targets:
-        segments = store.list_segments(tip)
-        result.planned.extend(
-            {
-                "topic_id": tip.topic_id,
-                "segment_id": str(s.segment_id),
-                "start_offset": s.start_offset,
-                "end_offset": s.end_offset,
-                "size_bytes": s.size_bytes,
-                "state": s.state.value,
-            }
-            for s in segments
-        )
+    targets = removal_targets(ctx, tp, topic_id)
+    result.kept_topic_ids = [t.topic_id for t in targets.kept]
+    for tip in targets.kept:
+        log.info("%s: topic id %s is in the broker's log dirs: its remote data is left alone", tp, tip.topic_id)
+    if not targets.remove:
+        result.topic_ids = [t.topic_id for t in targets.removed]
+        result.state = _FINISHED.value
+        log.info("%s: already removed (topic id(s) %s)", tp, ", ".join(result.topic_ids))
+        result.seconds = time.monotonic() - started
+        return result
+    result.topic_ids = [t.topic_id for t in targets.remove]
     if dry_run:
-        log.info("%s: dry run: %d remote segment(s) would be deleted", tp, len(result.planned))
+        for tip in targets.remove:
+            result.planned.extend(
+                {
+                    "topic_id": tip.topic_id,
+                    "segment_id": str(s.segment_id),
+                    "start_offset": s.start_offset,
+                    "end_offset": s.end_offset,
+                    "size_bytes": s.size_bytes,
+                    "state": s.state.value,
+                }
+                for s in store.list_segments(tip)
+            )
+            result.orphan_objects.extend(unreferenced_objects(store, storage, tip))
+            result.orphan_objects.extend(u.key for u in storage.incomplete_uploads(tip, older_than_ms=1))
+        log.info(
+            "%s: dry run: topic id(s) %s: %d remote segment(s) and %d unreferenced object(s) would be deleted",
+            tp,
+            ", ".join(result.topic_ids),
+            len(result.planned),
+            len(result.orphan_objects),
+        )
+        result.seconds = time.monotonic() - started
         return result
 
     run = run_id or uuid.uuid4().hex
-    for tip in targets:
-        try:
-            lease = store.acquire_lease(tip, holder=f"delete-partition:{run}", run_id=run)
-        except LeaseHeldError as exc:
-            log.warning("%s: another run holds the partition (%s); removal not started", tp, exc)
-            result.fenced = True
-            continue
-        try:
-            record = store.get_partition(tip)
-            state = record.delete_state if record is not None else None
-            if state is None:
-                store.mark_partition_for_deletion(tip, lease)
-                state = RemotePartitionDeleteState.DELETE_PARTITION_MARKED
-                log.info("%s: marked for deletion", tip)
-            if state == RemotePartitionDeleteState.DELETE_PARTITION_MARKED:
-                store.update_partition_delete_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED, lease)
-                state = RemotePartitionDeleteState.DELETE_PARTITION_STARTED
-            if state == RemotePartitionDeleteState.DELETE_PARTITION_STARTED:
-                for segment in store.list_segments(tip):
-                    delete_remote_segment(store, storage, segment, lease)
-                    result.segments_deleted += 1
-                    result.bytes_deleted += segment.size_bytes
-                    lease = store.renew_lease(lease)
-                store.update_partition_delete_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, lease)
-                state = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
-            store.drop_partition_metadata(tip, lease)
-            result.state = state.value
-            log.info(
-                "%s: remote partition deleted (%d segment(s), %d bytes)",
-                tip,
-                result.segments_deleted,
-                result.bytes_deleted,
-            )
-        except FencedError:
-            result.fenced = True
-            log.warning("%s: fenced by a newer run; removal stopped (run it again to resume)", tip)
-        finally:
-            try:
-                store.release_lease(lease)
-            except (FencedError, TieringError):
-                pass
+    states: list[str] = []
+    for tip in targets.remove:
+        state = _remove_one(ctx, tip, run, result)
+        if state is not None:
+            states.append(state)
+    if states and not result.fenced:
+        result.state = _FINISHED.value
+    elif states:
+        result.state = states[-1]
     result.seconds = time.monotonic() - started
     return result
+
+
+def _remove_one(ctx: TieringContext, tip: TopicIdPartition, run: str, result: RemovalResult) -> str | None:
+    """Section 7 for one topic id, from wherever an earlier run stopped; the state reached."""
+    store, storage = ctx.metadata, ctx.storage
+    try:
+        lease = store.acquire_lease(tip, holder=f"delete-partition:{run}", run_id=run)
+    except LeaseHeldError as exc:
+        log.warning("%s: another run holds the partition (%s); removal not started", tip, exc)
+        result.fenced = True
+        return None
+    state: RemotePartitionDeleteState | None = None
+    try:
+        record = store.get_partition(tip)
+        state = record.delete_state if record is not None else None
+        if state is None:
+            store.mark_partition_for_deletion(tip, lease)
+            state = RemotePartitionDeleteState.DELETE_PARTITION_MARKED
+            log.info("%s: marked for deletion", tip)
+        if state == RemotePartitionDeleteState.DELETE_PARTITION_MARKED:
+            store.update_partition_delete_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED, lease)
+            state = RemotePartitionDeleteState.DELETE_PARTITION_STARTED
+        if state == RemotePartitionDeleteState.DELETE_PARTITION_STARTED:
+            for segment in store.list_segments(tip):
+                delete_remote_segment(store, storage, segment, lease)
+                result.segments_deleted += 1
+                result.bytes_deleted += segment.size_bytes
+                lease = store.renew_lease(lease)
+            result.orphan_objects.extend(_sweep(store, storage, tip))
+            store.update_partition_delete_state(tip, _FINISHED, lease)
+            state = _FINISHED
+        elif record is not None and not record.dropped:
+            # Resumed at FINISHED: nothing was left then, but sweep again rather than trust it.
+            result.orphan_objects.extend(_sweep(store, storage, tip))
+        store.drop_partition_metadata(tip, lease)
+        log.info(
+            "%s: remote partition deleted (%d segment(s), %d bytes)", tip, result.segments_deleted, result.bytes_deleted
+        )
+    except FencedError:
+        result.fenced = True
+        log.warning("%s: fenced by a newer run; removal stopped (run it again to resume)", tip)
+    finally:
+        try:
+            store.release_lease(lease)
+        except (FencedError, TieringError):
+            pass
+    return state.value if state is not None else None

@@ -5,6 +5,11 @@ are the platform's own, so the broker deleting its old segments (and truncating 
 cache from the start) never deletes remote data. The plan is computed read-only
 (``plan_retention``); the run records the new remote log start offset **before** deleting any
 object, then deletes each segment as DELETE_SEGMENT_STARTED -> objects -> DELETE_SEGMENT_FINISHED.
+
+A run holds the partition's lease, so a COPY_SEGMENT_STARTED segment it finds cannot be copied
+right now: it is the leftover of a killed copy, cleaned up first (the copy engine's own
+recovery) so that it never stops the walk. Read-only callers that cannot know (``delete_lag``
+while a copy holds the lease) stop at it, as Kafka stops at a segment being copied.
 """
 
 from __future__ import annotations
@@ -16,15 +21,17 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.config import TopicConfig
+from tiering_core.copy import recover_failed_copies
+from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.remote_segments import delete_remote_segment
-from tiering_core.tier_state import TierView, is_in_lineage, load_tier_view
+from tiering_core.tier_state import TierView, finished_in_lineage, is_in_lineage, load_tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
-    from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
+    from tiering_core.metadata.store import PartitionRecord, RemoteLogMetadataStore, RemoteLogSegmentMetadata
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +42,12 @@ REASON_TIME = "retention.ms-breach"
 REASON_SIZE = "retention.bytes-breach"
 REASON_OLD_EPOCHS = "epochs-older-than-lineage"
 REASON_DISABLED = "remote.log.delete.on.disable"
+#: Not a retention rule: the objects of a killed copy, cleaned up before the walk.
+REASON_COPY_LEFTOVER = "killed-copy-cleanup"
+
+_STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+_DELETING = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,8 @@ class PlannedDeletion:
 
 @dataclass(frozen=True)
 class RetentionPlan:
+    """What a run deletes, in order; ``new_log_start_offset`` is recorded before any object goes."""
+
     deletions: tuple[PlannedDeletion, ...]
     new_log_start_offset: int | None
     stopped_at: str | None
@@ -62,9 +77,21 @@ class RetentionPlan:
     def bytes(self) -> int:
         return sum(d.segment.size_bytes for d in self.deletions)
 
+    @property
+    def copy_leftovers(self) -> tuple[PlannedDeletion, ...]:
+        return tuple(d for d in self.deletions if d.reason == REASON_COPY_LEFTOVER)
+
+    @property
+    def retention_deletions(self) -> tuple[PlannedDeletion, ...]:
+        """Remote data the rules delete (killed copies' leftovers excluded: never remote data)."""
+        return tuple(d for d in self.deletions if d.reason != REASON_COPY_LEFTOVER)
+
 
 @dataclass
 class RetentionResult:
+    """One partition's retention run; ``new_remote_log_start_offset`` is what the run recorded
+    (a dry run: would record), None when it does not move."""
+
     topic: str
     partition: int
     dry_run: bool = False
@@ -72,7 +99,10 @@ class RetentionResult:
     skipped_reason: str | None = None
     segments_deleted: int = 0
     bytes_deleted: int = 0
+    copies_cleaned: int = 0
     remote_log_start_offset: int | None = None
+    new_remote_log_start_offset: int | None = None
+    stopped_at: str | None = None
     planned: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -82,12 +112,9 @@ class RetentionResult:
 
 
 def retention_size_total(view: TierView, store: RemoteLogMetadataStore) -> int:
-    """Finished in-lineage remote bytes + local bytes of segments not yet fully copied (active included)."""
-    remote = sum(
-        s.size_bytes
-        for s in store.list_segments(view.tip)
-        if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and is_in_lineage(view, s)
-    )
+    """Section 6's size total: finished in-lineage remote bytes + local bytes of segments not
+    wholly copied (the active one included). A segment being copied counts once, as local."""
+    remote = sum(s.size_bytes for s in finished_in_lineage(view, store))
     segments = view.log.segments
     local = 0
     for i, segment in enumerate(segments):
@@ -97,31 +124,63 @@ def retention_size_total(view: TierView, store: RemoteLogMetadataStore) -> int:
     return remote + local
 
 
-def plan_retention(view: TierView, store: RemoteLogMetadataStore, topic: TopicConfig, now_ms: int) -> RetentionPlan:
-    """Which remote segments retention deletes now (read-only), in deletion order."""
+def time_retention_limit(topic: TopicConfig, now_ms: int) -> int | None:
+    """Kafka's ``cleanupUntilMs``: segments with maxTimestamp at or below it breach retention.ms.
+
+    None (no time deletions) for unlimited retention, and when ``now - retention.ms`` is
+    negative (Kafka's ``cleanupUntilMs >= 0`` guard).
+    """
+    if topic.retention_ms <= -1:
+        return None
+    limit = now_ms - topic.retention_ms
+    return limit if limit >= 0 else None
+
+
+def plan_retention(
+    view: TierView,
+    store: RemoteLogMetadataStore,
+    topic: TopicConfig,
+    now_ms: int,
+    *,
+    copy_in_progress: bool = True,
+) -> RetentionPlan:
+    """Which remote segments retention deletes now (read-only), in deletion order.
+
+    ``copy_in_progress``: a COPY_SEGMENT_STARTED segment is being copied right now, and the
+    walk stops at it (Kafka). A run holding the lease passes False: such a segment is a killed
+    copy's leftover, planned for cleanup (REASON_COPY_LEFTOVER) and walked past.
+    """
     segments = store.list_segments(view.tip)
     chosen: dict[uuid.UUID, PlannedDeletion] = {}
 
     def choose(segment: RemoteLogSegmentMetadata, reason: str) -> None:
         chosen.setdefault(segment.segment_id, PlannedDeletion(segment, reason))
 
+    def ordered() -> tuple[PlannedDeletion, ...]:
+        return tuple(sorted(chosen.values(), key=lambda d: (d.segment.start_offset, d.segment.event_time)))
+
+    # A deletion once started is always finished, whatever the topic's config says now.
+    for s in segments:
+        if s.state == _DELETING:
+            choose(s, REASON_DANGLING)
+    if not copy_in_progress:
+        for s in segments:
+            if s.state == _STARTED:
+                choose(s, REASON_COPY_LEFTOVER)
+
     if not topic.remote_storage_enable:
         if topic.remote_log_delete_on_disable:
             for s in segments:
-                if s.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+                if s.state == _FINISHED:
                     choose(s, REASON_DISABLED)
-        return RetentionPlan(tuple(chosen.values()), None, None)
-
-    for s in segments:
-        if s.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-            choose(s, REASON_DANGLING)
+        return RetentionPlan(ordered(), None, None)
 
     lineage = view.lineage.without_empty_epochs()
     log_start = view.global_log_start_offset
     remaining: int | None = None
     if topic.retention_bytes > -1:
         remaining = retention_size_total(view, store) - topic.retention_bytes
-    time_limit = now_ms - topic.retention_ms if topic.retention_ms > -1 else None
+    time_limit = time_retention_limit(topic, now_ms)
     new_log_start: int | None = None
     stopped_at: str | None = None
     first_epoch = lineage.earliest_epoch
@@ -131,11 +190,11 @@ def plan_retention(view: TierView, store: RemoteLogMetadataStore, topic: TopicCo
         if not can_process:
             break
         for s in sorted((x for x in segments if epoch in x.leader_epochs), key=lambda x: x.start_offset):
-            if s.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            if s.state == _STARTED and copy_in_progress:
                 stopped_at = f"segment {s.segment_id} [{s.start_offset}..{s.end_offset}] is being copied"
                 can_process = False
                 break
-            if s.segment_id in chosen or s.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+            if s.segment_id in chosen or s.state != _FINISHED:
                 continue
             delete = (
                 log_start is not None
@@ -145,6 +204,11 @@ def plan_retention(view: TierView, store: RemoteLogMetadataStore, topic: TopicCo
             )
             reason = REASON_LOG_START
             valid = False
+            if delete and remaining is not None and is_in_lineage(view, s):
+                # Below the log start it is no longer part of the log's size (Kafka's local log
+                # deletes log-start breaches before measuring size): a rerun after a run killed
+                # between recording the log start and deleting must not delete more by size.
+                remaining = max(0, remaining - s.size_bytes)
             if not delete:
                 valid = is_in_lineage(view, s)
                 if valid and time_limit is not None and s.max_timestamp <= time_limit:
@@ -166,12 +230,47 @@ def plan_retention(view: TierView, store: RemoteLogMetadataStore, topic: TopicCo
     # Segments whose epochs all predate the lineage's earliest epoch are never served again.
     if first_epoch is not None:
         for s in segments:
-            if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and s.leader_epochs:
-                if max(s.leader_epochs) < first_epoch:
-                    choose(s, REASON_OLD_EPOCHS)
+            if s.state == _FINISHED and s.leader_epochs and max(s.leader_epochs) < first_epoch:
+                choose(s, REASON_OLD_EPOCHS)
 
-    ordered = sorted(chosen.values(), key=lambda d: (d.segment.start_offset, d.segment.event_time))
-    return RetentionPlan(tuple(ordered), new_log_start, stopped_at)
+    return RetentionPlan(ordered(), new_log_start, stopped_at)
+
+
+def delete_lag(view: TierView, store: RemoteLogMetadataStore, topic: TopicConfig, now_ms: int) -> tuple[int, int]:
+    """(segments, bytes) waiting to be deleted, as Kafka's RemoteDeleteLagSegments/Bytes. Read-only.
+
+    What retention would delete now plus deletions started and not finished, each once. A
+    partition being removed (or removed) waits for all its remaining segments. A killed copy's
+    leftover is not remote data and is not counted; a COPY_SEGMENT_STARTED segment stops the
+    walk while some run holds the partition's lease (it may be being copied right now).
+    """
+    record = store.get_partition(view.tip)
+    if record is None:
+        return 0, 0
+    if _removed(record) is not None:
+        pending = [s for s in store.list_segments(view.tip) if s.state != _STARTED]
+    else:
+        plan = plan_retention(view, store, topic, now_ms, copy_in_progress=store.is_lease_active(view.tip))
+        pending = [d.segment for d in plan.retention_deletions]
+    unique = {s.segment_id: s for s in pending}
+    return len(unique), sum(s.size_bytes for s in unique.values())
+
+
+def _removed(record: PartitionRecord) -> str | None:
+    """Why retention leaves a partition alone: removed, or being removed (section 7 owns it)."""
+    if record.dropped:
+        return "removed"
+    if record.delete_state is not None:
+        return f"being removed ({record.delete_state.value})"
+    return None
+
+
+def _advanced(plan: RetentionPlan, current: int | None) -> int | None:
+    """The remote log start offset the plan records, None when it would not move it."""
+    new = plan.new_log_start_offset
+    if new is None or (current is not None and new <= current):
+        return None
+    return new
 
 
 def run_retention(
@@ -189,21 +288,36 @@ def run_retention(
     topic = ctx.config.topic_config(tp.topic)
     store, storage = ctx.metadata, ctx.storage
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+    view = load_tier_view(partition_log, store)
+    record = store.get_partition(view.tip)
+    result.remote_log_start_offset = view.remote_log_start_offset
+    if record is None:
+        result.skipped_reason = "nothing tiered yet"
+        return result
+    removed = _removed(record)
+    if removed is not None:
+        result.skipped_reason = removed
+        log.info("%s: topic id %s is %s in the remote tier; retention does nothing", tp, view.tip.topic_id, removed)
+        return result
+
     if dry_run:
-        view = load_tier_view(partition_log, store)
-        plan = plan_retention(view, store, topic, now)
-        result.planned = [d.to_dict() for d in plan.deletions]
-        result.remote_log_start_offset = view.remote_log_start_offset
+        # As the run would see it: it holds the lease, so COPY_SEGMENT_STARTED is a leftover.
+        plan = plan_retention(view, store, topic, now, copy_in_progress=False)
+        _report_plan(result, plan, view.remote_log_start_offset)
+        result.copies_cleaned = len(plan.copy_leftovers)
         for d in plan.deletions:
             log.info(
                 "%s: would delete segment [%d..%d] (%s)", tp, d.segment.start_offset, d.segment.end_offset, d.reason
             )
+        if plan.copy_leftovers:
+            log.info(
+                "%s: %d leftover(s) of killed copies would be cleaned up first; planned as if they were",
+                tp,
+                len(plan.copy_leftovers),
+            )
+        result.seconds = time.monotonic() - started
         return result
 
-    view = load_tier_view(partition_log, store)
-    if store.get_partition(view.tip) is None:
-        result.skipped_reason = "nothing tiered yet"
-        return result
     run = run_id or uuid.uuid4().hex
     try:
         lease = store.acquire_lease(view.tip, holder=f"retention:{run}", run_id=run)
@@ -217,16 +331,24 @@ def run_retention(
                 view.tip, view.observed_delete_records_offset, lease, source="log-start-offset-checkpoint"
             )
         view = load_tier_view(partition_log, store)
-        plan = plan_retention(view, store, topic, now)
-        result.planned = [d.to_dict() for d in plan.deletions]
+        plan = plan_retention(view, store, topic, now, copy_in_progress=False)
+        _report_plan(result, plan, view.remote_log_start_offset)
         if plan.new_log_start_offset is not None:
             store.set_remote_log_start_offset(view.tip, plan.new_log_start_offset, lease)
             log.info("%s: remote log start offset -> %d", tp, plan.new_log_start_offset)
-        for d in plan.deletions:
-            delete_remote_segment(store, storage, d.segment, lease)
+        done: set[uuid.UUID] = set()
+        if plan.copy_leftovers:
+            # Also finishes every dangling deletion: those are counted below as deleted.
+            recover_failed_copies(store, storage, view.tip, lease)
+            result.copies_cleaned = len(plan.copy_leftovers)
+            done = {d.segment.segment_id for d in plan.deletions if d.reason in (REASON_COPY_LEFTOVER, REASON_DANGLING)}
+            lease = store.renew_lease(lease)
+        for d in plan.retention_deletions:
+            if d.segment.segment_id not in done:
+                delete_remote_segment(store, storage, d.segment, lease)
+                lease = store.renew_lease(lease)
             result.segments_deleted += 1
             result.bytes_deleted += d.segment.size_bytes
-            lease = store.renew_lease(lease)
         if plan.stopped_at:
             log.info("%s: retention stopped: %s", tp, plan.stopped_at)
     except FencedError:
@@ -249,17 +371,46 @@ def run_retention(
     return result
 
 
-def apply_delete_records(ctx: TieringContext, tp: TopicPartition, before_offset: int) -> int:
-    """``tiering delete-records``: record a DeleteRecords by hand; retention then deletes below it."""
-    from tiering_core.errors import TieringError
+def _report_plan(result: RetentionResult, plan: RetentionPlan, current_log_start: int | None) -> None:
+    result.planned = [d.to_dict() for d in plan.deletions]
+    result.new_remote_log_start_offset = _advanced(plan, current_log_start)
+    result.stopped_at = plan.stopped_at
 
+
+def apply_delete_records(ctx: TieringContext, tp: TopicPartition, before_offset: int) -> int:
+    """``tiering delete-records``: record a DeleteRecords by hand; retention then deletes below it.
+
+    Like Kafka's DeleteRecords it cannot pass the high watermark (the log end offset when the
+    high watermark is unknown, which the error then says). Only a tiered, not removed partition
+    takes one: nothing is registered for a partition the remote tier does not hold.
+    """
     if before_offset < 0:
         raise TieringError(f"--before-offset must be >= 0, got {before_offset}")
     store = ctx.metadata
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
     view = load_tier_view(partition_log, store)
-    if before_offset > view.log_end_offset:
-        raise TieringError(f"{tp}: offset {before_offset} is beyond the log end offset {view.log_end_offset}")
+    record = store.get_partition(view.tip)
+    if record is None:
+        raise TieringError(
+            f"{tp}: nothing tiered (topic id {view.tip.topic_id} is unknown to the metadata store); "
+            "a DeleteRecords is recorded only for a tiered partition"
+        )
+    removed = _removed(record)
+    if removed is not None:
+        raise TieringError(f"{tp}: topic id {view.tip.topic_id} is {removed} in the remote tier; nothing recorded")
+    if view.high_watermark is not None:
+        if before_offset > view.high_watermark:
+            raise TieringError(
+                f"{tp}: offset {before_offset} is beyond the high watermark {view.high_watermark} "
+                "(DeleteRecords cannot pass it)"
+            )
+    else:
+        log.warning("%s: high watermark unknown (%s); bounding by the log end offset", tp, view.offsets_error)
+        if before_offset > view.log_end_offset:
+            raise TieringError(
+                f"{tp}: offset {before_offset} is beyond the log end offset {view.log_end_offset} "
+                f"(the high watermark is unknown: {view.offsets_error})"
+            )
     lease = store.acquire_lease(view.tip, holder="delete-records")
     try:
         store.record_delete_records(view.tip, before_offset, lease, source="tiering delete-records")
@@ -267,53 +418,3 @@ def apply_delete_records(ctx: TieringContext, tp: TopicPartition, before_offset:
         store.release_lease(lease)
     recorded = store.get_delete_records_offset(view.tip)
     return before_offset if recorded is None else recorded
-
-
-@dataclass(frozen=True)
-class OrphanObject:
-    key: str
-    size: int
-    age_ms: int
-    deleted: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "size": self.size, "age_ms": self.age_ms, "deleted": self.deleted}
-
-
-def find_orphans(
-    ctx: TieringContext,
-    topic: str | None = None,
-    partition: int | None = None,
-    *,
-    grace_ms: int = 3_600_000,
-    delete: bool = False,
-) -> list[OrphanObject]:
-    """Remote objects under a partition's prefix that no live metadata references.
-
-    Only objects older than ``grace_ms`` are deleted, so a copy in flight is never touched.
-    """
-    from tiering_core.kafka.topic import TopicIdPartition
-    from tiering_core.storage.layout import parse_segment_key
-
-    now = int(time.time() * 1000)
-    found: list[OrphanObject] = []
-    for record in ctx.metadata.list_partitions():
-        tp = record.topic_partition
-        if (topic is not None and tp.topic != topic) or (partition is not None and tp.partition != partition):
-            continue
-        tip = TopicIdPartition(record.topic_id, tp)
-        live = {s.segment_id for s in ctx.metadata.list_segments(tip)}
-        doomed: list[str] = []
-        for obj in ctx.storage.list_objects(tip):
-            parsed = parse_segment_key(obj.key, ctx.config.remote.prefix)
-            if parsed is not None and parsed[0].segment_id in live:
-                continue
-            age = now - int(obj.last_modified.timestamp() * 1000)
-            old_enough = age >= grace_ms
-            if delete and old_enough:
-                doomed.append(obj.key)
-            found.append(OrphanObject(obj.key, obj.size, age, delete and old_enough))
-        if doomed:
-            ctx.storage.delete_keys(doomed)
-            log.info("%s: deleted %d orphaned object(s)", tip, len(doomed))
-    return found
