@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,19 +135,29 @@ def test_fetch_find_offset_and_verify_contracts(fs_env: TieringEnv, capsys: pyte
 
 @pytest.mark.parametrize("backend", ["filesystem", "s3"])
 def test_demo_runs_end_to_end(tmp_path: Path, backend: str) -> None:
+    spark = backend == "s3"  # once with the Spark step (spark-submit on local[2]), once without
     proc = subprocess.run(
-        [sys.executable, "-m", "tiering_core.cli", "demo", "--dir", str(tmp_path / "demo"), "--backend", backend],
+        [sys.executable, "-m", "tiering_core.cli", "demo", "--dir", str(tmp_path / "demo"), "--backend", backend]
+        + ([] if spark else ["--no-spark"]),
         cwd=ROOT,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "copied" in proc.stderr and "payments-0" in proc.stdout
+    assert "orders-0: copied segment 0 [0.." in proc.stdout and "payments-0" in proc.stdout  # per-segment progress
+    if spark:
+        assert "with the Spark parallel upload app on local[2]" in proc.stdout
+        assert "(and topic clicks on Spark)" in proc.stdout
+        assert "demo:   clicks-0: copied segment 0" in proc.stdout  # the Spark app's progress, relayed
+        assert not any(line.startswith("clicks-0: copied") for line in proc.stdout.splitlines())  # not the engine
+    else:
+        assert any(line.startswith("clicks-0: copied segment") for line in proc.stdout.splitlines())
     assert "finished segment(s)" in proc.stdout and ", 0 with problems" in proc.stdout  # verified after the copy
     assert "demo:   offset 0 leader_epoch 0 key b'key-0'" in proc.stdout  # read back from the remote tier
-    rows = [line for line in proc.stdout.splitlines() if line.startswith(("orders-", "payments-", "clicks-"))]
-    assert len(rows) == 6
+    table = [line for line in proc.stdout.splitlines() if re.match(r"(orders|payments|clicks)-\d+ +\d", line)]
+    assert len(table) == 6
     status = subprocess.run(
         [
             sys.executable,
@@ -166,3 +178,137 @@ def test_demo_runs_end_to_end(tmp_path: Path, backend: str) -> None:
         timeout=120,
     )
     assert status.returncode == 0 and len(json.loads(status.stdout)) >= 3
+
+
+def test_demo_json_keeps_stdout_one_document_and_never_wipes_a_foreign_dir(tmp_path: Path) -> None:
+    foreign = tmp_path / "kafka-data"
+    foreign.mkdir()
+    (foreign / "orders-0").mkdir()
+    demo = [sys.executable, "-m", "tiering_core.cli", "demo", "--backend", "filesystem", "--no-spark"]
+    refused = subprocess.run([*demo, "--dir", str(foreign)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "was not made by `tiering demo`" in refused.stderr
+    assert (foreign / "orders-0").is_dir()  # untouched
+    target = tmp_path / "demo"
+    for _ in range(2):  # a rerun replaces what the first run made
+        proc = subprocess.run(
+            [*demo, "--dir", str(target), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rows = json.loads(proc.stdout)
+        assert len(rows) == 6 and {r["topic"] for r in rows} == {"orders", "payments", "clicks"}
+        assert "demo: built a Kafka log dir" in proc.stderr
+
+
+def test_global_options_also_after_the_command(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    assert run(capsys, "copy", "--config", cfg)[0] == 0
+    code, out, _ = run(capsys, "segments", "--topic", "orders", "--partition", "0", "--json", "--config", cfg)
+    assert code == 0 and [s["start_offset"] for s in json.loads(out)] == [0]
+    code, out, _ = run(capsys, "--json", "status", "--config", cfg)
+    assert code == 0 and json.loads(out)[0]["highest_copied_offset"] == 4
+
+
+def test_status_partition_needs_a_topic(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    fs_env.writer().set_high_watermark()
+    code, _, err = run(capsys, "--config", str(fs_env.config_path), "status", "--partition", "0")
+    assert code == 1 and "--partition needs --topic" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (FileNotFoundError(2, "No such file or directory", "/logs/orders-0/00000000000000000000.log"), "No such file"),
+        (ValueError("something\nspanning lines"), "failed unexpectedly: ValueError: something spanning lines"),
+    ],
+)
+def test_unexpected_errors_are_one_line_too(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error, expected
+) -> None:
+    import tiering_core.status as status_mod
+
+    def broken(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(status_mod, "collect_status", broken)
+    fs_env.writer().set_high_watermark()
+    code, out, err = run(capsys, "--config", str(fs_env.config_path), "status")
+    assert code == 1 and out == "" and expected in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_retention_delete_records_and_status_report_where_the_remote_tier_starts(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = fs_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.append_records(2)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    select = ("--topic", "orders", "--partition", "0")
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    code, out, _ = run(capsys, "--config", cfg, "delete-records", *select, "--before-offset", "7", "--yes")
+    assert code == 0 and json.loads(json.dumps({"ok": True})) and "log start offset is now 7" in out
+    code, out, _ = run(capsys, "--config", cfg, "--json", "status", *select)
+    (row,) = json.loads(out)
+    # [0..4] breaches the log start now: retention would delete it; remote reads start at 7.
+    assert (row["log_start_offset"], row["remote_log_start_offset"]) == (7, 7)
+    assert (row["delete_lag_segments"], row["delete_lag_bytes"]) == (1, (w.path / f"{0:020d}.log").stat().st_size)
+    code, out, _ = run(capsys, "--config", cfg, "retention", "--dry-run")
+    assert code == 0 and "orders-0: would delete 1 segment(s)" in out
+    code, out, _ = run(capsys, "--config", cfg, "retention")
+    assert code == 0 and "orders-0: deleted 1 segment(s)" in out
+    code, out, _ = run(capsys, "--config", cfg, "--json", "status", *select)
+    (row,) = json.loads(out)
+    assert (row["remote_segments"], row["remote_log_start_offset"], row["delete_lag_segments"]) == (2, 7, 0)
+    code, out, _ = run(capsys, "--config", cfg, "status")
+    assert "DEL-LAG" in out.splitlines()[0]
+
+
+def test_delete_partition_names_topic_ids_and_refuses_one_still_on_the_broker(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = fs_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    select = ("--topic", "orders", "--partition", "0")
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    code, _, err = run(capsys, "--config", cfg, "delete-partition", *select, "--yes")
+    assert code == 1 and w.topic_id in err and "--topic-id" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "--config", cfg, "delete-partition", *select, "--topic-id", w.topic_id, "--dry-run")
+    assert code == 0 and f"(topic id {w.topic_id}): would delete 2 segment(s)" in out
+    remove = ("delete-partition", *select, "--topic-id", w.topic_id, "--yes")
+    code, out, _ = run(capsys, "--config", cfg, "--json", *remove)
+    result = json.loads(out)
+    assert code == 0 and (result["segments_deleted"], result["state"]) == (2, "DELETE_PARTITION_FINISHED")
+
+
+def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from tests.engine_support import tip_of
+    from tiering_core.storage.layout import partition_prefix
+
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    with fs_env.context() as ctx:
+        stray = partition_prefix(tip_of(w), ctx.storage.prefix) + "00000000000000000000-stray.log"
+        ctx.storage.put_object(stray, b"left by a killed copy")
+    time.sleep(0.05)
+    code, _, err = run(capsys, "--config", cfg, "retention", "--delete-orphans", "--grace-ms", "0")
+    assert code == 1 and "grace" in err and err.count("\n") == 1
+    dry = ("retention", "--delete-orphans", "--dry-run", "--grace-ms", "1")
+    code, out, _ = run(capsys, "--config", cfg, "--json", *dry)
+    (orphan,) = json.loads(out)
+    assert code == 0 and (orphan["key"], orphan["kind"], orphan["deleted"]) == (stray, "object", False)
+    code, out, _ = run(capsys, "--config", cfg, "retention", "--delete-orphans", "--grace-ms", "1")
+    assert code == 0 and f"deleted object {stray}" in out
+    code, out, _ = run(capsys, "--config", cfg, "retention", "--orphans")
+    assert code == 0 and out.strip() == "no orphaned objects"

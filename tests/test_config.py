@@ -58,6 +58,14 @@ def test_yaml_file_relative_paths_resolve_beside_the_file(tmp_path: Path) -> Non
         (lambda d: d["remote"].update(backend="ftp"), "remote.backend"),
         (lambda d: d["remote"].update(bucket="ab"), "remote.bucket"),
         (lambda d: d["remote"].update(prefix="../escape/"), "remote.prefix"),
+        (lambda d: d["remote"].update(prefix=False), "remote.prefix"),
+        (lambda d: d["remote"].update(deadline_seconds=0), "remote.deadline_seconds"),
+        (lambda d: d["remote"].update(timeout_seconds=30, deadline_seconds=10), "remote.deadline_seconds"),
+        (lambda d: d["remote"].update(region=[1, 2]), "remote.region"),
+        (lambda d: d["remote"].update(endpoint_url=5), "remote.endpoint_url"),
+        (lambda d: d["remote"].update(endpoint_url="127.0.0.1:9000"), "remote.endpoint_url"),
+        (lambda d: d["topics"]["orders"].update({"retention.ms": "--5"}), "topics.orders.retention.ms"),
+        (lambda d: d["topics"]["orders"].update({"retention.ms": "\u00b2"}), "topics.orders.retention.ms"),
         (lambda d: d.pop("log_dirs"), "log_dirs"),
         (lambda d: d["metadata"].pop("url"), "metadata.url"),
     ],
@@ -95,3 +103,34 @@ def test_index_cache_settings(tmp_path: Path) -> None:
         parse_config({**base_doc(tmp_path), "index_cache_dir": ""})
     with pytest.raises(ConfigError, match="index_cache_bytes"):
         parse_config({**base_doc(tmp_path), "index_cache_bytes": -1})
+
+
+def test_a_key_given_twice_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "tiering.yaml"
+    path.write_text(
+        "log_dirs: [data]\nmetadata: {url: 'sqlite:///meta.db'}\nremote: {backend: filesystem, root: tier}\n"
+        "topics:\n  orders: {retention.ms: 1000}\n  orders: {retention.ms: 2000}\n"
+    )
+    with pytest.raises(ConfigError, match=r"duplicate key 'orders'"):
+        load_config(path)
+
+
+def test_string_integers_are_accepted_only_when_they_are_integers(tmp_path: Path) -> None:
+    doc = base_doc(tmp_path)
+    doc["topics"]["orders"]["retention.ms"] = " -1 "
+    assert parse_config(doc).topic_config("orders").retention_ms == -1
+
+
+def test_deadline_defaults_to_the_backends_and_can_be_set(tmp_path: Path) -> None:
+    from tiering_core.storage.factory import create_remote_storage
+
+    doc = base_doc(tmp_path)
+    assert parse_config(doc).remote.deadline_seconds is None
+    doc["remote"].update(timeout_seconds=5, deadline_seconds=12.5)
+    remote = parse_config(doc).remote
+    assert remote.deadline_seconds == 12.5
+    storage = create_remote_storage(remote)
+    try:
+        assert storage.policy.deadline_seconds == 12.5  # type: ignore[attr-defined]
+    finally:
+        storage.close()

@@ -98,18 +98,20 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
-    from tiering_core.retention import find_orphans, run_retention
+    from tiering_core.orphans import find_orphans
+    from tiering_core.retention import run_retention
 
     failures: list[str] = []
     with _context(args) as ctx:
         if args.orphans or args.delete_orphans:
-            orphans = find_orphans(ctx, args.topic, args.partition, grace_ms=args.grace_ms, delete=args.delete_orphans)
+            delete = args.delete_orphans and not args.dry_run
+            orphans = find_orphans(ctx, args.topic, args.partition, grace_ms=args.grace_ms, delete=delete)
             _emit(
                 args,
                 [o.to_dict() for o in orphans],
                 lambda: (
                     "\n".join(
-                        f"{'deleted' if o.deleted else 'orphan'} {o.key} ({o.size} bytes, {o.age_ms} ms old)"
+                        f"{'deleted' if o.deleted else 'orphan'} {o.kind} {o.key} ({o.size} bytes, {o.age_ms} ms old)"
                         for o in orphans
                     )
                     or "no orphaned objects"
@@ -125,16 +127,28 @@ def cmd_retention(args: argparse.Namespace) -> int:
     _emit(
         args,
         [r.to_dict() for r in results],
-        lambda: "\n".join(
-            f"{r.topic}-{r.partition}: {'would delete' if r.dry_run else 'deleted'} "
-            f"{len(r.planned) if r.dry_run else r.segments_deleted} segment(s)"
-            + (" (held by another run)" if r.fenced else "")
-            for r in results
-        ),
+        lambda: "\n".join(_retention_line(r) for r in results),
     )
     for failure in failures:
         print(f"tiering: retention failed: {failure}", file=sys.stderr)
     return EXIT_FAILURE if failures else EXIT_OK
+
+
+def _retention_line(r: Any) -> str:
+    line = f"{r.topic}-{r.partition}: "
+    if r.skipped_reason:
+        return line + f"skipped ({r.skipped_reason})"
+    line += f"{'would delete' if r.dry_run else 'deleted'} "
+    line += f"{len(r.planned) if r.dry_run else r.segments_deleted} segment(s)"
+    if not r.dry_run:
+        line += f", {r.bytes_deleted} bytes"
+    if r.copies_cleaned:
+        line += f"; cleaned up {r.copies_cleaned} copy(ies) a killed run left"
+    if r.new_remote_log_start_offset is not None:
+        line += f"; remote log start offset {'would become' if r.dry_run else '->'} {r.new_remote_log_start_offset}"
+    if r.fenced:
+        line += " (held by another run)"
+    return line
 
 
 def cmd_delete_partition(args: argparse.Namespace) -> int:
@@ -147,19 +161,23 @@ def cmd_delete_partition(args: argparse.Namespace) -> int:
             "(use --dry-run to see what would be deleted)"
         )
     with _context(args) as ctx:
-        result = delete_partition(ctx, TopicPartition(args.topic, args.partition), dry_run=args.dry_run)
-    _emit(
-        args,
-        result.to_dict(),
-        lambda: (
-            f"{args.topic}-{args.partition}: "
-            + (
-                f"would delete {len(result.planned)} segment(s)"
-                if result.dry_run
-                else f"deleted {result.segments_deleted} segment(s), state {result.state}"
-            )
-        ),
-    )
+        result = delete_partition(
+            ctx, TopicPartition(args.topic, args.partition), topic_id=args.topic_id, dry_run=args.dry_run
+        )
+
+    def human() -> str:
+        ids = ", ".join(result.topic_ids) or "none"
+        line = f"{args.topic}-{args.partition} (topic id {ids}): " + (
+            f"would delete {len(result.planned)} segment(s) and {len(result.orphan_objects)} unreferenced object(s)"
+            if result.dry_run
+            else f"deleted {result.segments_deleted} segment(s), {result.bytes_deleted} bytes, "
+            f"{len(result.orphan_objects)} unreferenced object(s); state {result.state}"
+        )
+        if result.kept_topic_ids:
+            line += f"; kept topic id {', '.join(result.kept_topic_ids)} (still in the log dirs)"
+        return line
+
+    _emit(args, result.to_dict(), human)
     return EXIT_FAILURE if result.fenced else EXIT_OK
 
 
@@ -311,7 +329,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from tiering_core.demo import run_demo
 
-    return run_demo(Path(args.dir), backend=args.backend, as_json=args.json)
+    return run_demo(Path(args.dir), backend=args.backend, as_json=args.json, spark=not args.no_spark)
 
 
 # --- parser ---------------------------------------------------------------------------------
@@ -322,11 +340,32 @@ def _add_selectors(parser: argparse.ArgumentParser, *, required: bool = False) -
     parser.add_argument("--partition", type=int, required=required, help="partition number (needs --topic)")
 
 
+def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """``--config``, ``--json`` and ``-v`` before or after the command (``tiering segments ... --json``).
+
+    On the subcommands they default to SUPPRESS, so an option given before the command is kept.
+    """
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument("--config", default=default(None), help="platform config file (YAML); default: $TIERING_CONFIG")
+    parser.add_argument("--json", action="store_true", default=default(False), help="machine-readable output")
+    parser.add_argument("-v", "--verbose", action="store_true", default=default(False), help="debug logging")
+
+
+class _SubcommandsWithGlobalOptions(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Every subcommand also accepts the global options."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
+        _add_global_options(parser, defaults=False)
+        return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tiering", description="Batch tiered storage for Apache Kafka (KIP-405).")
-    parser.add_argument("--config", help="platform config file (YAML); default: $TIERING_CONFIG")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    _add_global_options(parser, defaults=True)
+    parser.register("action", "parsers", _SubcommandsWithGlobalOptions)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("status", help="tier state of every partition")
@@ -342,7 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selectors(p)
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.add_argument("--orphans", action="store_true", help="list remote objects no metadata references")
-    p.add_argument("--delete-orphans", action="store_true", help="delete orphans older than --grace-ms")
+    p.add_argument(
+        "--delete-orphans", action="store_true", help="delete orphans older than --grace-ms (not with --dry-run)"
+    )
     p.add_argument("--grace-ms", type=int, default=3_600_000, help="orphans younger than this are kept")
     p.set_defaults(handler=cmd_retention)
 
@@ -350,6 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selectors(p, required=True)
     p.add_argument("--yes", action="store_true", help="really delete")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument(
+        "--topic-id",
+        default=None,
+        help="remove exactly this topic id (needed while the partition is still in the log dirs)",
+    )
     p.set_defaults(handler=cmd_delete_partition)
 
     p = sub.add_parser("delete-records", help="apply a DeleteRecords to the remote tier (needs --yes)")
@@ -392,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_restore)
 
     p = sub.add_parser("db", help="metadata schema migrations")
+    p.register("action", "parsers", _SubcommandsWithGlobalOptions)
     dbsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     up = dbsub.add_parser("upgrade", help="migrate the metadata schema to a revision (default head)")
     up.add_argument("revision", nargs="?", default="head")
@@ -403,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="build a demo log dir, start a local S3 endpoint, copy, print status")
     p.add_argument("--dir", default="demo-run", help="where the demo's log dir, metadata and config go")
     p.add_argument("--backend", choices=["s3", "filesystem"], default="s3")
+    p.add_argument("--no-spark", action="store_true", help="copy every topic in-process, without local Spark")
     p.set_defaults(handler=cmd_demo)
 
     return parser
@@ -422,11 +470,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except TieringError as exc:
-        print(f"tiering: {exc}", file=sys.stderr)
+        print(f"tiering: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("tiering: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a file vanished or a disk failed under us: name it, no traceback
+        log.debug("%s failed", args.command, exc_info=True)
+        print(f"tiering: {args.command}: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as exc:  # a bug: still one line, the traceback with --verbose
+        log.debug("%s failed", args.command, exc_info=True)
+        print(
+            f"tiering: {args.command} failed unexpectedly: {type(exc).__name__}: {_one_line(exc)}"
+            + ("" if args.verbose else " (rerun with -v for the traceback)"),
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

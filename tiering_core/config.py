@@ -6,6 +6,7 @@ silently falls back to a default.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -82,6 +83,7 @@ class RemoteConfig:
     max_concurrency: int = 4
     max_attempts: int = 5
     timeout_seconds: float = 60.0
+    deadline_seconds: float | None = None  # one remote call with its retries; None: 3 x timeout_seconds
 
 
 @dataclass(frozen=True)
@@ -112,9 +114,12 @@ def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> No
             raise ConfigError(f"{name}: unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
 def _as_int(value: Any, key: str, minimum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
             value = int(value.strip())
         else:
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
@@ -135,6 +140,24 @@ def _as_str(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{key}: expected a non-empty string, got {value!r}")
     return value
+
+
+def _positive_number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"{key}: expected a positive number, got {value!r}")
+    return float(value)
+
+
+def _optional_str(section: Mapping[str, Any], name: str, key: str) -> str | None:
+    value = section.get(name)
+    return None if value is None else _as_str(value, key)
+
+
+def _endpoint_url(section: Mapping[str, Any]) -> str | None:
+    url = _optional_str(section, "endpoint_url", "remote.endpoint_url")
+    if url is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        raise ConfigError(f"remote.endpoint_url: {url!r} is not an http:// or https:// URL")
+    return url
 
 
 def parse_topic_config(raw: Any, where: str, base: TopicConfig) -> TopicConfig:
@@ -202,13 +225,16 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             "max_concurrency",
             "max_attempts",
             "timeout_seconds",
+            "deadline_seconds",
         },
         "remote",
     )
     backend = _as_str(remote_raw.get("backend"), "remote.backend")
     if backend not in ("s3", "filesystem"):
         raise ConfigError(f"remote.backend: {backend!r} is not one of s3, filesystem")
-    prefix = remote_raw.get("prefix") or ""
+    prefix = remote_raw.get("prefix")
+    if prefix is None:
+        prefix = ""
     if not isinstance(prefix, str) or ".." in prefix.split("/") or prefix.startswith("/"):
         raise ConfigError(f"remote.prefix: {prefix!r} is not a relative key prefix")
     bucket = remote_raw.get("bucket")
@@ -219,15 +245,21 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             raise ConfigError(f"remote.bucket: {bucket!r} is shorter than 3 characters")
     else:
         root = resolve(_as_str(root, "remote.root"))
-    timeout = remote_raw.get("timeout_seconds", 60.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ConfigError(f"remote.timeout_seconds: expected a positive number, got {timeout!r}")
+    timeout = _positive_number(remote_raw.get("timeout_seconds", 60.0), "remote.timeout_seconds")
+    deadline = remote_raw.get("deadline_seconds")
+    if deadline is not None:
+        deadline = _positive_number(deadline, "remote.deadline_seconds")
+        if deadline < timeout:
+            raise ConfigError(
+                f"remote.deadline_seconds: {deadline} is shorter than remote.timeout_seconds {timeout} "
+                "(a single attempt could not finish)"
+            )
     remote = RemoteConfig(
         backend=backend,
         bucket=bucket if backend == "s3" else None,
         prefix=prefix,
-        endpoint_url=remote_raw.get("endpoint_url"),
-        region=remote_raw.get("region"),
+        endpoint_url=_endpoint_url(remote_raw),
+        region=_optional_str(remote_raw, "region", "remote.region"),
         root=root if isinstance(root, Path) else None,
         multipart_threshold_bytes=_as_int(
             remote_raw.get("multipart_threshold_bytes", 8 * 1024 * 1024),
@@ -241,7 +273,8 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         ),
         max_concurrency=_as_int(remote_raw.get("max_concurrency", 4), "remote.max_concurrency", 1),
         max_attempts=_as_int(remote_raw.get("max_attempts", 5), "remote.max_attempts", 1),
-        timeout_seconds=float(timeout),
+        timeout_seconds=timeout,
+        deadline_seconds=deadline,
     )
 
     topics_raw = _require_mapping(doc.get("topics") or {}, "topics")
@@ -277,7 +310,23 @@ def load_config(path: Path | str) -> PlatformConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     return parse_config(raw, source=path, base_dir=path.parent.resolve())
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error naming it:
+    silently keeping the last value would let a typo'd override go unnoticed."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
