@@ -7,8 +7,16 @@ Trigger it with a config (the UI's "Trigger" form, the REST API or the CLI)::
 
 Airflow validates the Params before a run is created (a bad topic name, an empty or negative
 partition list is refused there). Each Param has its own JSON schema, so "``confirm`` equals
-``topic``" cannot be written in one; the first task checks it, and that every partition has
-remote data, before anything is deleted. ``dry_run`` defaults to true: it lists what would go.
+``topic``" cannot be written in one; the first task checks it and decides, for the whole
+request and before anything is deleted, which topic ids of each partition go:
+
+- a partition's remote data belongs to a topic id. Data of topic ids no longer in the broker's
+  log dirs (the topic was deleted, or deleted and recreated under a new id) is removed;
+- data of a topic id the broker still holds is live: a request that would only delete such
+  data is refused (nothing deleted) unless ``force`` is true (e.g. a broker being
+  decommissioned), which removes it too. A partition unknown to the metadata store is refused.
+
+``dry_run`` defaults to true: it lists what the same request would delete and changes nothing.
 The config does not matter to parsing, so this DAG loads even when the config is broken.
 """
 
@@ -18,7 +26,7 @@ import logging
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # dags/ and plugins/ ship side by side; the hooks and operators are the package ``plugins``.
 _PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
@@ -28,45 +36,110 @@ if _PROJECT_ROOT not in sys.path:
 from airflow.sdk import DAG, Param, task  # noqa: E402
 
 from plugins.operators.tiering import TieringDeletePartitionOperator  # noqa: E402
+from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH  # noqa: E402
 
-# Kafka's legal topic names: ASCII letters, digits, '.', '_', '-'; 1..249 characters; not "." or "..".
-TOPIC_PATTERN = r"^(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}$"
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.kafka.topic import TopicPartition
+
+# Kafka's legal topic names as a JSON-schema pattern (the runtime check is the core's
+# validate_topic_name; a test keeps the two in step). JSON schema searches, so both ends are
+# anchored; Python's jsonschema uses re, whose $ also matches before a final newline, which
+# (?!\n) rules out (a no-op in the UI's JavaScript).
+TOPIC_PATTERN = rf"^(?!\.{{1,2}}$)[a-zA-Z0-9._-]{{1,{MAX_TOPIC_NAME_LENGTH}}}$(?!\n)"
 log = logging.getLogger(__name__)
 
 
-@task
-def validate_request(params: dict[str, Any] | None = None) -> list[int]:
-    """Refuse the request unless ``confirm`` repeats the topic and every partition has remote data."""
+def recorded_on_broker(ctx: TieringContext, tp: TopicPartition) -> list[str]:
+    """The topic ids of ``tp`` that both the metadata store records and the broker's log dirs hold."""
+    from tiering_core.errors import TieringError
+    from tiering_core.removal import broker_topic_ids, removal_targets
+
+    held = []
+    for topic_id in broker_topic_ids(ctx, tp):
+        try:
+            removal_targets(ctx, tp, topic_id)  # raises unless the store records this topic id for tp
+        except TieringError:
+            continue
+        held.append(topic_id)
+    return held
+
+
+@task(
+    retries=3,  # a metadata store or log dir that is briefly unreachable; refusals never retry
+    retry_delay=timedelta(seconds=30),
+    retry_exponential_backoff=2.0,
+    max_retry_delay=timedelta(minutes=5),
+)
+def validate_request(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Refuse the request unless ``confirm`` repeats the topic, every partition has remote data and
+    no live data (a topic id still in the log dirs) would go without ``force``; per partition, the
+    topic ids to delete (a dry run: to list)."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from plugins.hooks.tiering import TieringHook
-    from tiering_core.errors import InvalidTopicError
+    from tiering_core.errors import InvalidTopicError, TieringError
     from tiering_core.kafka.topic import TopicPartition, validate_topic_name
-    from tiering_core.removal import partitions_to_remove
+    from tiering_core.metadata.errors import MetadataStoreError
+    from tiering_core.removal import RemovalRefusedError, removal_targets
 
     assert params is not None
     topic, confirm = params["topic"], params["confirm"]
+    dry_run, force = bool(params["dry_run"]), bool(params["force"])
     if confirm != topic:
         raise AirflowFailException(f"confirm must repeat the topic name {topic!r} (got {confirm!r}); nothing deleted")
     try:
         validate_topic_name(topic)
     except InvalidTopicError as exc:
         raise AirflowFailException(f"{exc}; nothing deleted") from exc
-    partitions = sorted({int(p) for p in params["partitions"]})
-    hook = TieringHook()
-    with hook.get_conn() as ctx:
-        unknown = [p for p in partitions if not partitions_to_remove(ctx, TopicPartition(topic, p))]
+    plan: list[dict[str, Any]] = []
+    unknown: list[str] = []
+    live: dict[str, list[str]] = {}  # partitions whose only remote data is live
+    with TieringHook().get_conn() as ctx:
+        for partition in sorted({int(p) for p in params["partitions"]}):
+            tp = TopicPartition(topic, partition)
+            try:
+                targets = removal_targets(ctx, tp)
+                remove = [t.topic_id for t in targets.remove]
+                held = [t.topic_id for t in targets.kept]
+            except MetadataStoreError:
+                raise  # transient: the task retries
+            except RemovalRefusedError as exc:
+                try:
+                    remove, held = [], recorded_on_broker(ctx, tp)
+                except RemovalRefusedError:
+                    held = []  # a partition directory whose topic id cannot be read
+                if not held:
+                    raise AirflowFailException(f"{exc}; nothing deleted") from exc
+            except TieringError as exc:
+                log.info("%s", exc)
+                unknown.append(str(tp))
+                continue
+            if held and not remove:
+                live[str(tp)] = held
+            if held:
+                verb = "deleted too (force)" if force else "kept"
+                log.warning("%s: topic id(s) %s are still in the broker's log dirs: %s", tp, held, verb)
+            # No explicit topic id left (every one already removed): the core reports it finished.
+            topic_ids = remove + held if force else remove
+            plan.append({"partition": partition, "topic_ids": topic_ids if topic_ids or held else None})
     if unknown:
         raise AirflowFailException(
-            f"{topic}: partition(s) {unknown} have no remote data (unknown to the metadata store or already "
-            "removed); nothing deleted"
+            f"{topic}: partition(s) {', '.join(unknown)} have no remote data (unknown to the metadata store); "
+            "nothing deleted"
         )
-    still_local = sorted(set(partitions) & set(hook.partitions(topic)))
-    if still_local:
-        log.warning("%s partition(s) %s are still in this broker's log dirs", topic, still_local)
-    mode = "dry run: listing" if params["dry_run"] else "deleting"
-    log.info("%s the remote data of %s partition(s) %s", mode, topic, partitions)
-    return partitions
+    if live and not force:
+        which = "; ".join(f"{tp} (topic id {', '.join(ids)})" for tp, ids in live.items())
+        refusal = (
+            f"still in the broker's log dirs, so their remote data is live: {which}. Set force to delete it "
+            "anyway (e.g. a broker being decommissioned)"
+        )
+        if not dry_run:
+            raise AirflowFailException(f"{refusal}; nothing deleted")
+        log.warning("dry run: a real run would be refused: %s", refusal)
+    mode = "dry run: listing" if dry_run else "deleting"
+    log.info("%s the remote data of %s: %s", mode, topic, plan)
+    return plan
 
 
 with DAG(
@@ -103,6 +176,13 @@ with DAG(
         "dry_run": Param(
             True, type="boolean", title="Dry run", description="Only list what would be deleted (the default)."
         ),
+        "force": Param(
+            False,
+            type="boolean",
+            title="Force",
+            description="Also delete the remote data of topic ids the broker still holds in its log dirs "
+            "(e.g. a broker being decommissioned). Without it such a request is refused.",
+        ),
     },
 ) as tiering_delete_partition:
     TieringDeletePartitionOperator.partial(
@@ -113,4 +193,4 @@ with DAG(
         retries=3,
         retry_delay=timedelta(minutes=1),
         retry_exponential_backoff=2.0,
-    ).expand(partition=validate_request())
+    ).expand_kwargs(validate_request())

@@ -10,9 +10,12 @@
   (``spark_apps/verify_segments.py``).
 
 Params select the partitions (empty: all in the log dirs). The Spark master comes from the
-``spark_default`` connection (``local[2]``, ``spark://...``, ``yarn``, ``k8s://...``). The config
-file is the ``config`` param, else ``$TIERING_CONFIG`` when the file was parsed, else the
-Variable ``tiering_config``. Parsing imports only Airflow and the Spark provider's operator.
+``spark_default`` connection (``local[2]``, ``spark://...``, ``yarn``, ``k8s://...``); without
+that connection it is ``local[*]``. S3 credentials come from the ``aws_default`` connection at
+run time (see ``plugins/operators/spark.py``). The config file is the ``config`` param, else
+``$TIERING_CONFIG`` when the file was parsed, else the Variable ``tiering_config``. spark-submit
+is the one beside this interpreter when it has one (found through ``PATH`` when the task runs),
+else the one on ``PATH``. Parsing imports only Airflow and the Spark provider's operator.
 """
 
 from __future__ import annotations
@@ -21,9 +24,15 @@ import os
 import sys
 from pathlib import Path
 
-import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Param
+# dags/ and plugins/ ship side by side; the operators are the package ``plugins``.
+_PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
+if _PROJECT_ROOT not in sys.path:
+    sys.path.append(_PROJECT_ROOT)
+
+import pendulum  # noqa: E402
+from airflow.sdk import DAG, Param  # noqa: E402
+
+from plugins.operators.spark import TieringSparkSubmitOperator  # noqa: E402
 
 APPS = Path(__file__).resolve().parents[1] / "spark_apps"
 VENV_BIN = Path(sys.executable).parent
@@ -47,19 +56,19 @@ def selector_params() -> dict[str, Param]:
     }
 
 
-def submit(task_id: str, app: str, args: list[str]) -> SparkSubmitOperator:
-    """spark-submit of one app; spark-submit and Python from this interpreter's environment."""
-    spark_submit = VENV_BIN / "spark-submit"
-    return SparkSubmitOperator(
+def submit(task_id: str, app: str, args: list[str]) -> TieringSparkSubmitOperator:
+    """spark-submit of one app, with Python (and spark-submit, when it has one) from this environment."""
+    return TieringSparkSubmitOperator(
         task_id=task_id,
         conn_id="spark_default",
         application=str(APPS / app),
         application_args=args,
         name=f"tiering-{task_id.replace('_', '-')}",
-        spark_binary=str(spark_submit) if spark_submit.exists() else "spark-submit",
+        spark_binary="spark-submit",
         env_vars={
             "TIERING_CONFIG": CONFIG,
             "PYSPARK_PYTHON": sys.executable,
+            # First on PATH: spark-submit resolves here when the task runs, not at parse time.
             "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         },
     )

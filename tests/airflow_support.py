@@ -9,6 +9,7 @@ import); the conftests of tests/dags and tests/plugins call it at import and use
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ UPLOAD_POOL = "tiering_uploads"
 
 _home: Path | None = None
 _migrated = False
+_JWT_SECRET = secrets.token_urlsafe(48)  # 64 characters, one per test session
 
 
 def airflow_env() -> dict[str, str]:
@@ -36,6 +38,8 @@ def airflow_env() -> dict[str, str]:
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # Airflow's own default is 16 random bytes, below what PyJWT recommends for HS512.
+        "AIRFLOW__API_AUTH__JWT_SECRET": _JWT_SECRET,
     }
 
 
@@ -122,3 +126,35 @@ def task_runs(dag_id: str, run_id: str, task_id: str) -> dict[str, TaskRun]:
             )
             for ti in tis
         }
+
+
+def reschedules(dag_id: str, run_id: str, task_id: str) -> int:
+    """How often the task's (unmapped) instance was rescheduled in one run (a sensor in reschedule mode)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskreschedule import TaskReschedule
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    with create_session() as session:
+        return int(
+            session.scalar(
+                select(func.count())
+                .select_from(TaskReschedule)
+                .join(TaskInstance, TaskReschedule.ti_id == TaskInstance.id)
+                .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)
+            )
+            or 0
+        )
+
+
+def latest_run_id(dag_id: str) -> str:
+    """The run id of the DAG's most recently created run (e.g. one ``airflow dags test`` made)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run_id = session.scalar(select(DagRun.run_id).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()))
+    if run_id is None:
+        raise LookupError(f"{dag_id} has no run")
+    return str(run_id)

@@ -8,15 +8,15 @@ endpoint from its extra ``endpoint_url``; they are handed to the core and never 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from tiering_core.errors import ConfigError
-
 if TYPE_CHECKING:
     from tiering_core.config import PlatformConfig
     from tiering_core.context import AwsCredentials, TieringContext
+    from tiering_core.kafka.topic import TopicPartition
 
 CONFIG_ENV = "TIERING_CONFIG"
 CONFIG_VARIABLE = "tiering_config"
@@ -30,6 +30,8 @@ def resolve_config_path(explicit: str | None = None) -> str:
         return os.environ[CONFIG_ENV]
     from airflow.sdk import Variable
 
+    from tiering_core.errors import ConfigError
+
     path = Variable.get(CONFIG_VARIABLE, default=None)
     if not path:
         raise ConfigError(
@@ -39,11 +41,79 @@ def resolve_config_path(explicit: str | None = None) -> str:
     return str(path)
 
 
+def named_topics(config: PlatformConfig) -> frozenset[str]:
+    """The topics the config names (each gets DAGs of its own), without the ``"*"`` default."""
+    from tiering_core.config import DEFAULT_TOPIC
+
+    return frozenset(config.topics) - {DEFAULT_TOPIC}
+
+
 def load_topics(config_path: str | None = None) -> list[str]:
     """The topics named in the config (not the ``*`` default), sorted; reads only the YAML file."""
-    from tiering_core.config import DEFAULT_TOPIC, load_config
+    from tiering_core.config import load_config
 
-    return sorted(topic for topic in load_config(resolve_config_path(config_path)).topics if topic != DEFAULT_TOPIC)
+    return sorted(named_topics(load_config(resolve_config_path(config_path))))
+
+
+def connection_credentials(aws_conn_id: str | None, log: Any) -> AwsCredentials | None:
+    """``aws_credentials`` of the connection, or ``None`` for the config and the AWS chain.
+
+    A missing ``aws_default`` is normal (local filesystem tier, instance roles); a missing
+    connection named explicitly is an error.
+    """
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    if not aws_conn_id:
+        return None
+    try:
+        BaseHook.get_connection(aws_conn_id)
+    except AirflowNotFoundException:
+        if aws_conn_id != TieringHook.default_conn_name:
+            raise
+        log.info("No connection %r: S3 credentials come from the config and the AWS chain", aws_conn_id)
+        return None
+    return aws_credentials(aws_conn_id, log)
+
+
+def aws_credentials(aws_conn_id: str, log: Any) -> AwsCredentials:
+    """S3 credentials, endpoint and region of an Airflow ``aws`` connection, read the way the Amazon
+    provider reads it: keys from login/password (or the extras), ``role_arn`` assumed through STS,
+    ``profile_name`` from the shared files, the endpoint from ``endpoint_url`` or
+    ``service_config.s3``. Without keys, role or profile the keys stay ``None`` (the AWS chain).
+    Secrets are registered with Airflow's log masker and never logged."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    from tiering_core.context import AwsCredentials
+
+    aws = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
+    conn = aws.conn_config
+    access_key = secret_key = token = None
+    if conn.aws_access_key_id or conn.role_arn or conn.profile_name:
+        frozen = aws.get_credentials(region_name=conn.region_name)  # assumes the role if there is one
+        access_key, secret_key, token = frozen.access_key, frozen.secret_key, frozen.token or None
+    credentials = AwsCredentials(
+        access_key_id=access_key,
+        secret_access_key=secret_key,
+        session_token=token,
+        endpoint_url=conn.get_service_endpoint_url("s3"),
+        region=conn.region_name,
+    )
+    source = "the AWS chain"
+    if conn.role_arn:
+        source = f"role {conn.role_arn}"
+    elif conn.profile_name:
+        source = f"profile {conn.profile_name}"
+    elif conn.aws_access_key_id:
+        source = "access keys"
+    log.info(
+        "Connection %r: endpoint %s, region %s, credentials from %s",
+        aws_conn_id,
+        credentials.endpoint_url or "(from config)",
+        credentials.region or "(from config)",
+        source,
+    )
+    return credentials
 
 
 class TieringHook(BaseHook):
@@ -65,40 +135,8 @@ class TieringHook(BaseHook):
         return load_config(self.config_path)
 
     def get_credentials(self) -> AwsCredentials | None:
-        """Credentials and endpoint from the connection; ``None`` means the config and the AWS chain.
-
-        A missing ``aws_default`` is normal (local filesystem tier, instance roles); a missing
-        connection named explicitly is an error.
-        """
-        from airflow.sdk.exceptions import AirflowNotFoundException
-
-        from tiering_core.context import AwsCredentials
-
-        if not self.aws_conn_id:
-            return None
-        try:
-            conn = self.get_connection(self.aws_conn_id)
-        except AirflowNotFoundException:
-            if self.aws_conn_id != self.default_conn_name:
-                raise
-            self.log.info("No connection %r: S3 credentials come from the config and the AWS chain", self.aws_conn_id)
-            return None
-        extra: dict[str, Any] = conn.extra_dejson or {}
-        s3_service = (extra.get("service_config") or {}).get("s3") or {}
-        credentials = AwsCredentials(
-            access_key_id=conn.login or None,
-            secret_access_key=conn.password or None,
-            session_token=extra.get("aws_session_token"),
-            endpoint_url=extra.get("endpoint_url") or s3_service.get("endpoint_url"),
-            region=extra.get("region_name"),
-        )
-        self.log.info(
-            "Connection %r: endpoint %s, region %s",
-            self.aws_conn_id,
-            credentials.endpoint_url or "(from config)",
-            credentials.region or "(from config)",
-        )
-        return credentials
+        """Credentials and endpoint from the connection; ``None`` means the config and the AWS chain."""
+        return connection_credentials(self.aws_conn_id, self.log)
 
     def get_conn(self) -> TieringContext:
         """An open context (metadata store, remote storage); use it as a context manager."""
@@ -113,13 +151,31 @@ class TieringHook(BaseHook):
         logs = select_partitions(self.get_config())  # the log dirs only: no metadata store, no S3
         return [log.topic_partition.partition for log in logs if log.topic_partition.topic == topic]
 
+    def default_partitions(self) -> list[TopicPartition]:
+        """The partitions in the log dirs of every topic the config does not name: those the ``"*"``
+        default covers, which have no DAGs of their own (read-only, the log dirs only)."""
+        from tiering_core.context import select_partitions
+
+        config = self.get_config()
+        named = named_topics(config)
+        return [log.topic_partition for log in select_partitions(config) if log.topic_partition.topic not in named]
+
     def eligible_partitions(self, topic: str) -> list[int]:
         """Partitions of ``topic`` with a segment a copy run would upload now (read-only)."""
+        return [tp.partition for tp in self._eligible(lambda tp, named: tp.topic == topic)]
+
+    def eligible_default_partitions(self) -> list[str]:
+        """``<topic>-<partition>`` of the partitions ``default_partitions`` covers with a segment a
+        copy run would upload now (read-only)."""
+        return [str(tp) for tp in self._eligible(lambda tp, named: tp.topic not in named)]
+
+    def _eligible(self, wanted: Callable[[TopicPartition, frozenset[str]], bool]) -> list[TopicPartition]:
         from tiering_core.copy import plan_copy
 
         with self.get_conn() as ctx:
+            named = named_topics(ctx.config)
             return [
-                log.topic_partition.partition
+                log.topic_partition
                 for log in ctx.partitions()
-                if log.topic_partition.topic == topic and plan_copy(ctx, log.topic_partition).eligible
+                if wanted(log.topic_partition, named) and plan_copy(ctx, log.topic_partition).eligible
             ]

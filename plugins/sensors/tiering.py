@@ -2,8 +2,9 @@
 
 Deferrable by default: one check on the worker (no deferral when work is already waiting),
 then ``EligibleSegmentTrigger`` polls in the triggerer. With ``deferrable=False`` it pokes in
-reschedule mode, releasing the worker slot between pokes. Either way it returns (and pushes to
-XCom) the eligible partition numbers.
+reschedule mode, releasing the worker slot between pokes (for deployments without a triggerer).
+Either way it returns (and pushes to XCom) the eligible partition numbers, or for
+``topic="*"`` (every topic the config does not name) their ``<topic>-<partition>`` labels.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from plugins.hooks.tiering import TieringHook
-from plugins.triggers.tiering import EligibleSegmentTrigger
+from plugins.triggers.tiering import EligibleSegmentTrigger, eligible
 
 
 class EligibilityCheckError(Exception):
@@ -50,7 +51,7 @@ class EligibleSegmentSensor(BaseSensorOperator):
         return TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id)
 
     def poke(self, context: Any) -> PokeReturnValue:
-        found = self.hook().eligible_partitions(self.topic)
+        found = eligible(self.hook(), self.topic)
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, found or "none")
         return PokeReturnValue(is_done=bool(found), xcom_value=found)
 
@@ -72,7 +73,7 @@ class EligibleSegmentSensor(BaseSensorOperator):
             timeout=timedelta(seconds=float(self.timeout)),
         )
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> list[int]:
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> list[int] | list[str]:
         if event.get("status") != "eligible":
             raise EligibilityCheckError(f"{self.topic}: eligibility check failed: {event.get('message')}")
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, event["partitions"])

@@ -3,6 +3,11 @@
 Mounted by the Airflow plugin under ``/tiering``; each request reads the live state with
 ``collect_status`` (the same rows as ``tiering status --json``). Links are relative so the
 page also works when Airflow is served under a path prefix.
+
+Every route requires an Airflow user allowed to see plugin views, authenticated the way the
+rest of Airflow's API is: a JWT as ``Authorization: Bearer`` (REST clients) or in the ``_token``
+cookie that Airflow's UI sets at login (the page inside the UI). Anonymous requests get 401,
+users without the permission 403: the page names topics and sizes, which are not public.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse
 
 from plugins.hooks.tiering import TieringHook
@@ -113,9 +118,24 @@ def render_error(message: str) -> str:
     )
 
 
+def plugin_view_access() -> Any:
+    """The dependency every route runs: Airflow's own check for access to plugin views."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+    from airflow.api_fastapi.core_api.security import requires_access_view
+
+    return Depends(requires_access_view(AccessView.PLUGINS))
+
+
 def create_app(config_path: str | None = None) -> FastAPI:
     """The page and its JSON; ``config_path=None`` resolves the config on each request."""
-    app = FastAPI(title="Kafka tiering", description="Tier state of every partition", docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="Kafka tiering",
+        description="Tier state of every partition",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        dependencies=[plugin_view_access()],
+    )
 
     @app.get("/api/partitions")
     def partitions(topic: str | None = Query(None, description="only this topic")) -> list[dict[str, Any]]:

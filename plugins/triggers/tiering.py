@@ -14,9 +14,20 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from plugins.hooks.tiering import TieringHook
 
+DEFAULT_TOPICS = "*"  # the config's name for its default: every topic it does not name
+
+
+def eligible(hook: TieringHook, topic: str) -> list[int] | list[str]:
+    """Partition numbers of ``topic`` with an eligible segment; labels for ``"*"``."""
+    return hook.eligible_default_partitions() if topic == DEFAULT_TOPICS else hook.eligible_partitions(topic)
+
 
 class EligibleSegmentTrigger(BaseTrigger):
-    """Fires ``{"status": "eligible", "topic", "partitions"}`` once; a failed poll fires ``status: error``."""
+    """Fires ``{"status": "eligible", "topic", "partitions"}`` once; a failed poll fires ``status: error``.
+
+    ``topic="*"`` watches every topic the config does not name (the ``"*"`` default); its
+    partitions are then ``<topic>-<partition>`` labels rather than numbers.
+    """
 
     def __init__(
         self, *, topic: str, config_path: str, aws_conn_id: str | None = None, poll_interval: float = 60.0
@@ -38,8 +49,8 @@ class EligibleSegmentTrigger(BaseTrigger):
             },
         )
 
-    def eligible_partitions(self) -> list[int]:
-        return TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id).eligible_partitions(self.topic)
+    def eligible_partitions(self) -> list[int] | list[str]:
+        return eligible(TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id), self.topic)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

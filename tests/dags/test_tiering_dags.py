@@ -22,6 +22,7 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 
 DAGS = ROOT / "dags"
 OURS = (str(DAGS), str(ROOT / "plugins"))
+DEFAULT_DAGS = ("tiering_copy_default_topics", "tiering_retention_default_topics")
 
 
 def dagbag(path: Path = DAGS):
@@ -63,7 +64,7 @@ def test_every_dag_file_imports_cleanly_for_several_topics(tiering: TieringEnv) 
     ours = [f"{w.filename}: {w.message}" for w in caught if w.filename.startswith(OURS)]
     assert ours == []
     expected = {f"tiering_{kind}__{topic}" for kind in ("copy", "retention") for topic in tiering.topics}
-    assert expected | {"tiering_delete_partition"} <= set(bag.dag_ids)
+    assert expected | set(DEFAULT_DAGS) | {"tiering_delete_partition"} <= set(bag.dag_ids)
 
     copy = bag.dags["tiering_copy__clicks.v2"]
     assert set(copy.tags) == {"tiering", "copy", "clicks.v2"}
@@ -74,6 +75,15 @@ def test_every_dag_file_imports_cleanly_for_several_topics(tiering: TieringEnv) 
     assert task.pool == "tiering_uploads" and task.map_index_template == "{{ task.topic }}-{{ task.partition }}"
     assert task.retries == 3 and task.retry_exponential_backoff == 2.0 and task.max_retry_delay is not None
     assert listing.task_id in task.upstream_task_ids
+
+    default_copy = bag.dags["tiering_copy_default_topics"]
+    assert set(default_copy.tags) == {"tiering", "copy", "default-topics"} and default_copy.max_active_runs == 1
+    default_sensor = default_copy.get_task("wait_for_eligible_segment")
+    assert default_sensor.topic == "*" and default_sensor.deferrable and default_sensor.soft_fail
+    assert default_copy.get_task("copy").pool == "tiering_uploads"
+    assert bag.dags["tiering_retention_default_topics"].get_task("retention").map_index_template == (
+        "{{ task.topic }}-{{ task.partition }}"
+    )
 
     retention = bag.dags["tiering_retention__payments"]
     assert set(retention.tags) == {"tiering", "retention", "payments"}
@@ -117,7 +127,8 @@ def test_parsing_reads_only_the_config_and_imports_nothing_heavy(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["errors"] == {}
-    assert out["dags"] == sorted(f"tiering_{k}__{t}" for k in ("copy", "retention") for t in ("orders", "payments"))
+    per_topic = [f"tiering_{k}__{t}" for k in ("copy", "retention") for t in ("orders", "payments")]
+    assert out["dags"] == sorted(per_topic + list(DEFAULT_DAGS))
     heavy = ("boto3", "botocore", "fastapi", "tiering_core.copy", "tiering_core.context", "tiering_core.metadata")
     assert [m for m in out["new"] if m.startswith(heavy)] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiering.yaml"]  # no log dir, no DB created
@@ -287,3 +298,160 @@ def test_copy_dag_defers_while_nothing_is_eligible_and_copies_once_a_segment_rol
     (copy,) = task_runs(dag.dag_id, run.run_id, "copy").values()
     assert (copy.label, copy.result["segments_copied"]) == ("orders-0", 1)
     assert finished(tiering, w) == [(0, 4)]
+
+
+def test_every_dag_file_parses_without_warnings_or_errors_in_a_fresh_process(tiering: TieringEnv, tmp_path) -> None:
+    """A fresh interpreter, as the DAG processor's: nothing imported or warned about earlier can hide a
+    warning our files raise at import."""
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder=sys.argv[1])
+        print(json.dumps({"warnings": bag.captured_warnings, "errors": bag.import_errors,
+                          "files": sorted({dag.fileloc for dag in bag.dags.values()})}))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(DAGS)],
+        env={**os.environ, **airflow_env()},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["errors"] == {}
+    assert out["warnings"] == {}
+    assert out["files"] == sorted(str(path) for path in DAGS.glob("*.py"))
+
+
+def set_default_topic_config(env: TieringEnv, **knobs: int) -> None:
+    doc = yaml.safe_load(env.config_path.read_text())
+    doc["topics"]["*"].update(knobs)
+    env.config_path.write_text(yaml.safe_dump(doc))
+
+
+def test_topics_under_the_default_are_tiered_by_the_catch_all_dags(tiering: TieringEnv, s3_endpoint) -> None:
+    """``audit`` is not named in the config (orders, payments, clicks.v2 are): the ``"*"`` default
+    covers it and only the catch-all DAGs tier it."""
+    audit = partitions_with_segments(tiering, "audit", 2, 2)
+    (orders,) = partitions_with_segments(tiering, "orders", 1, 2)
+    bag = dagbag(DAGS / "tiering_dags.py")
+    assert not any("audit" in dag_id for dag_id in bag.dag_ids)  # parsing never looked at the log dirs
+
+    copy = bag.dags["tiering_copy_default_topics"]
+    run = copy.test()
+    assert run.state == "success"
+    (sensor,) = task_runs(copy.dag_id, run.run_id, "wait_for_eligible_segment").values()
+    assert sensor.result == ["audit-0", "audit-1"]
+    copies = task_runs(copy.dag_id, run.run_id, "copy")
+    assert sorted(copies) == ["audit-0", "audit-1"]
+    assert all(t.state == "success" and t.result["segments_copied"] == 2 for t in copies.values())
+    assert [finished(tiering, w) for w in audit] == [[(0, 4), (5, 9)]] * 2
+    assert finished(tiering, orders) == []  # a named topic: its own DAG's work
+
+    set_default_topic_config(tiering, **{"retention.bytes": 0})
+    retention = bag.dags["tiering_retention_default_topics"]
+    run = retention.test()
+    assert run.state == "success"
+    deletions = task_runs(retention.dag_id, run.run_id, "retention")
+    assert sorted(deletions) == ["audit-0", "audit-1"]
+    assert all(t.result["segments_deleted"] == 2 for t in deletions.values())
+    assert [finished(tiering, w) for w in audit] == [[], []]
+
+
+def test_without_a_triggerer_the_sensor_reschedules_until_a_segment_rolls(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plugins.sensors.tiering import EligibleSegmentSensor
+    from tests.airflow_support import reschedules
+
+    monkeypatch.setenv("TIERING_SENSOR_DEFERRABLE", "false")
+    monkeypatch.setenv("TIERING_SENSOR_POKE_SECONDS", "0.2")
+    w = tiering.writer("orders", 0)
+    w.append_records(5)  # only the active segment
+    w.set_high_watermark()
+    modes: list[str] = []
+    poke = EligibleSegmentSensor.poke
+
+    def counted(sensor: EligibleSegmentSensor, context):
+        modes.append(sensor.mode)
+        if len(modes) == 3:  # the broker rolls the segment between the second and third poke
+            w.roll()
+            w.append_records(1)
+            w.set_high_watermark()
+        return poke(sensor, context)
+
+    monkeypatch.setattr(EligibleSegmentSensor, "poke", counted)
+    dag = dagbag(DAGS / "tiering_dags.py").dags["tiering_copy__orders"]
+    assert dag.get_task("wait_for_eligible_segment").deferrable is False
+    run = dag.test()
+    assert run.state == "success"
+    assert modes == ["reschedule"] * 3
+    assert reschedules(dag.dag_id, run.run_id, "wait_for_eligible_segment") == 2
+    (sensor,) = task_runs(dag.dag_id, run.run_id, "wait_for_eligible_segment").values()
+    assert (sensor.result, sensor.try_number) == ([0], 1)  # a reschedule is not a retry
+    (copy,) = task_runs(dag.dag_id, run.run_id, "copy").values()
+    assert (copy.label, copy.result["segments_copied"]) == ("orders-0", 1)
+
+
+def test_a_bad_deferrable_switch_is_an_import_error_naming_it(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIERING_SENSOR_DEFERRABLE", "maybe")
+    bag = dagbag(DAGS / "tiering_dags.py")
+    assert (
+        "TIERING_SENSOR_DEFERRABLE: expected true or false, got 'maybe'"
+        in bag.import_errors[str(DAGS / "tiering_dags.py")]
+    )
+
+
+def airflow_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``airflow ...`` in a fresh process, started outside the project, without PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [AIRFLOW_BIN, *args], env={**env, **airflow_env()}, capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
+    tiering: TieringEnv, s3_endpoint, tmp_path: Path
+) -> None:
+    import shutil
+
+    from plugins.hooks.tiering import TieringHook
+    from tests.airflow_support import latest_run_id
+    from tiering_core.copy import run_copy
+
+    (payments,) = partitions_with_segments(tiering, "payments", 1, 3)  # retention.bytes = 0
+    (orders,) = partitions_with_segments(tiering, "orders", 1, 2)
+    with TieringHook().get_conn() as ctx:
+        for w in (payments, orders):
+            run_copy(ctx, w.tp)
+    assert len(finished(tiering, payments)) == 3 and len(finished(tiering, orders)) == 2
+
+    proc = airflow_cli("dags", "test", "tiering_retention__payments", cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    (task,) = task_runs(
+        "tiering_retention__payments", latest_run_id("tiering_retention__payments"), "retention"
+    ).values()
+    assert (task.label, task.state, task.result["segments_deleted"]) == ("payments-0", "success", 3)
+    assert finished(tiering, payments) == []
+
+    shutil.rmtree(orders.path)  # the partition was removed from the broker
+    removal = "tiering_delete_partition"
+    conf = {"topic": "orders", "partitions": [0], "confirm": "orders"}
+    proc = airflow_cli("dags", "test", removal, "--conf", json.dumps(conf), cwd=tmp_path)  # dry run by default
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    (task,) = task_runs(removal, latest_run_id(removal), "delete_partition").values()
+    assert (task.label, task.result["dry_run"], len(task.result["planned"])) == ("orders-0", True, 2)
+    assert len(finished(tiering, orders)) == 2
+
+    proc = airflow_cli("dags", "test", removal, "--conf", json.dumps({**conf, "dry_run": False}), cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    (task,) = task_runs(removal, latest_run_id(removal), "delete_partition").values()
+    assert (task.label, task.state, task.result["segments_deleted"]) == ("orders-0", "success", 2)
+    assert task.result["state"] == "DELETE_PARTITION_FINISHED" and finished(tiering, orders) == []
+    assert SECRET not in proc.stdout + proc.stderr

@@ -1,4 +1,5 @@
-"""The Spark DAGs run spark-submit through SparkSubmitOperator (dag.test(), spark_default = local[2])."""
+"""The Spark DAGs run spark-submit through SparkSubmitOperator (dag.test(), spark_default = local[2]);
+without spark_default the master is local[*], and S3 credentials reach the apps from aws_default."""
 
 from __future__ import annotations
 
@@ -33,9 +34,12 @@ def spark_dags(fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch):
 
 def test_dags_parse_light_with_params(spark_dags) -> None:
     assert set(spark_dags) == {"tiering_spark_bulk_upload", "tiering_spark_rebuild_indexes", "tiering_spark_verify"}
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
     for dag in spark_dags.values():
         (task,) = dag.tasks
-        assert task.task_type == "SparkSubmitOperator" and task._conn_id == "spark_default"
+        assert isinstance(task, SparkSubmitOperator) and task._conn_id == "spark_default"
+        assert task.aws_conn_id == "aws_default" and "AWS_SECRET_ACCESS_KEY" not in task.env_vars
         assert Path(task.application).is_file() and Path(task.application).parent == ROOT / "spark_apps"
         assert {"config", "topic", "partitions"} <= set(dag.params)
     assert spark_dags["tiering_spark_rebuild_indexes"].params["repair"] is True
@@ -92,3 +96,68 @@ def test_verify_dag_succeeds_on_an_intact_tier_and_fails_on_damage(spark_dags, f
         damaged = next(s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED)
         ctx.storage.delete_keys([segment_ref(damaged).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
     assert dag.test(run_conf={"topic": "orders"}).state == "failed"
+
+
+def test_bulk_upload_to_s3_without_spark_default_runs_local_with_the_aws_connections_keys(
+    tmp_path: Path, s3_endpoint, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """No spark_default: the master is local[*], not the provider's yarn. The config names no S3
+    endpoint and the environment holds no AWS keys: the apps can only reach moto's S3 server with the
+    endpoint and keys of aws_default, passed at run time and never stored with the task's fields."""
+    import json
+    import os
+
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    secret = "spark-secret-Hq83"
+    log_dir = tmp_path / "kafka-logs"
+    log_dir.mkdir()
+    remote = {"backend": "s3", "bucket": s3_endpoint.new_bucket(), "prefix": "t/", "region": "us-east-1"}
+    env = TieringEnv(tmp_path, log_dir, tmp_path / "tiering.yaml", remote, f"sqlite:///{tmp_path / 'm.db'}")
+    env.write_config()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AIRFLOW_CONN_SPARK_DEFAULT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TIERING_CONFIG", str(env.config_path))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "AKIDSPARK",
+                "password": secret,
+                "extra": {"endpoint_url": s3_endpoint.url, "region_name": "us-east-1"},
+            }
+        ),
+    )
+    monkeypatch.chdir(tmp_path)
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(SPARK_FILE)).dags["tiering_spark_bulk_upload"]
+    writers = []
+    for p in range(2):
+        w = env.writer("orders", p)
+        write_segments(w, 2)
+        w.set_high_watermark()
+        writers.append(w)
+    run = dag.test(run_conf={"topic": "orders"})
+    logs = "".join(capfd.readouterr())
+    assert run.state == "success", logs[-5000:]
+    assert "--master local[*]" in logs and "--master yarn" not in logs
+    assert "AIRFLOW_CONN_SPARK_DEFAULT" not in os.environ  # set only while the hook resolved it
+    with env.context() as ctx:
+        states = [[s.state for s in ctx.metadata.list_segments(tip_of(w))] for w in writers]
+    assert states == [[FINISHED] * 2] * 2
+    listing = s3_endpoint.client().list_objects_v2(Bucket=remote["bucket"])
+    assert sum(o["Key"].endswith(".log") for o in listing.get("Contents", [])) == 4
+    assert secret not in logs
+    with create_session() as session:
+        stored = session.scalars(
+            select(RenderedTaskInstanceFields.rendered_fields).where(
+                RenderedTaskInstanceFields.dag_id == dag.dag_id, RenderedTaskInstanceFields.run_id == run.run_id
+            )
+        ).all()
+    assert stored and all(
+        secret not in json.dumps(fields) and "AKIDSPARK" not in json.dumps(fields) for fields in stored
+    )

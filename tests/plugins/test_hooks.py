@@ -95,3 +95,80 @@ def test_partitions_and_eligible_partitions(tiering: TieringEnv) -> None:
     assert hook.partitions("absent") == []
     assert hook.eligible_partitions("orders") == [0]
     assert hook.eligible_partitions("payments") == []
+
+
+def test_default_partitions_are_those_of_topics_the_config_does_not_name(tiering: TieringEnv) -> None:
+    tiering.write_config(orders={})
+    named = tiering.writer("orders", 0)
+    write_segments(named, 1)
+    named.set_high_watermark()
+    for partition, closed in ((0, True), (1, False)):
+        w = tiering.writer("audit", partition)
+        if closed:
+            write_segments(w, 1)
+        w.append_records(2)
+        w.set_high_watermark()
+    hook = TieringHook()
+    assert [str(tp) for tp in hook.default_partitions()] == ["audit-0", "audit-1"]
+    assert hook.eligible_default_partitions() == ["audit-0"]
+    assert hook.eligible_partitions("orders") == [0]
+    tiering.write_config(audit={})  # named now: DAGs of its own, no longer a default topic
+    assert hook.default_partitions() == [] and hook.eligible_default_partitions() == []
+
+
+@pytest.fixture()
+def s3_tiering(tmp_path, s3_endpoint, monkeypatch: pytest.MonkeyPatch) -> TieringEnv:
+    """An S3 tier whose config names no endpoint: it comes from the connection, as in production."""
+    log_dir = tmp_path / "kafka-logs"
+    log_dir.mkdir()
+    remote = {"backend": "s3", "bucket": s3_endpoint.new_bucket(), "prefix": "t/"}
+    env = TieringEnv(tmp_path, log_dir, tmp_path / "tiering.yaml", remote, f"sqlite:///{tmp_path / 'm.db'}")
+    env.write_config()
+    monkeypatch.setenv("TIERING_CONFIG", str(env.config_path))
+    return env
+
+
+def signing_keys(ctx) -> tuple[str, str, str | None]:
+    frozen = ctx.storage.client._get_credentials().get_frozen_credentials()
+    return frozen.access_key, frozen.secret_key, frozen.token
+
+
+def test_the_s3_client_signs_with_the_connections_keys(
+    s3_tiering: TieringEnv, s3_endpoint, monkeypatch, caplog, capfd
+) -> None:
+    import os
+
+    assert os.environ["AWS_ACCESS_KEY_ID"] != "AKIDHOOK"  # the environment holds other keys
+    connection(monkeypatch, "aws_default", {"endpoint_url": s3_endpoint.url, "region_name": "us-east-1"})
+    caplog.set_level(logging.DEBUG)
+    with TieringHook().get_conn() as ctx:
+        assert signing_keys(ctx) == ("AKIDHOOK", SECRET, None)
+        assert ctx.storage.client.meta.endpoint_url == s3_endpoint.url
+        assert ctx.storage.client.meta.region_name == "us-east-1"
+        ctx.storage.client.head_bucket(Bucket=s3_tiering.remote["bucket"])  # a real signed request
+    logs = caplog.text + "".join(capfd.readouterr())
+    assert "credentials from access keys" in logs and SECRET not in logs
+
+
+def test_a_role_arn_connection_signs_with_the_assumed_roles_keys(
+    s3_tiering: TieringEnv, s3_endpoint, monkeypatch, caplog, capfd
+) -> None:
+    role = "arn:aws:iam::123456789012:role/kafka-tiering"
+    connection(
+        monkeypatch,
+        "aws_default",
+        {
+            "endpoint_url": s3_endpoint.url,
+            "region_name": "us-east-1",
+            "role_arn": role,
+            "service_config": {"sts": {"endpoint_url": s3_endpoint.url}},  # moto's STS answers AssumeRole
+        },
+    )
+    caplog.set_level(logging.INFO)  # a task's level (botocore's own DEBUG log prints STS answers whole)
+    with TieringHook().get_conn() as ctx:
+        access_key, secret_key, token = signing_keys(ctx)
+        assert access_key != "AKIDHOOK" and secret_key != SECRET and token  # temporary keys of the role
+        ctx.storage.client.head_bucket(Bucket=s3_tiering.remote["bucket"])
+    logs = caplog.text + "".join(capfd.readouterr())
+    assert f"credentials from role {role}" in logs
+    assert secret_key not in logs and token not in logs and SECRET not in logs

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from plugins.operators.tiering import (
@@ -45,3 +47,66 @@ def test_copy_operator_plans_without_copying_then_copies(tiering: TieringEnv) ->
     with tiering.context() as ctx:
         states = {s.state for s in ctx.metadata.list_segments(tip_of(w))}
     assert states == {RemoteLogSegmentState.COPY_SEGMENT_FINISHED}
+
+
+SPARK_SECRET = "spark-op-secret-3Rm"
+
+
+@pytest.fixture()
+def aws_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "AKIDSPARKOP",
+                "password": SPARK_SECRET,
+                "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"},
+            }
+        ),
+    )
+
+
+def spark_operator():
+    from plugins.operators.spark import TieringSparkSubmitOperator
+
+    return TieringSparkSubmitOperator(
+        task_id="submit", application="app.py", spark_binary="spark-submit", env_vars={"TIERING_CONFIG": "/t.yaml"}
+    )
+
+
+def test_spark_submit_on_a_cluster_gives_the_executors_the_s3_credentials_without_keeping_them(
+    aws_connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://127.0.0.1:7077")
+    op = spark_operator()
+    hook = op._get_hook()
+    command = hook._build_spark_submit_command("app.py")
+    assert command[command.index("--master") + 1] == "spark://127.0.0.1:7077"
+    assert f"spark.executorEnv.AWS_SECRET_ACCESS_KEY={SPARK_SECRET}" in command
+    assert "spark.executorEnv.AWS_ENDPOINT_URL_S3=http://127.0.0.1:9" in command
+    assert SPARK_SECRET not in hook._mask_cmd(command)  # the command line as the hook logs it
+    assert (op.env_vars, op.conf) == ({"TIERING_CONFIG": "/t.yaml"}, None)  # the task's own fields: no secret
+
+
+def test_spark_submit_in_local_mode_passes_the_credentials_by_environment_only(
+    aws_connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+    op = spark_operator()
+    hook = op._get_hook()
+    command = hook._build_spark_submit_command("app.py")
+    assert command[command.index("--master") + 1] == "local[*]"  # no spark_default: the embedded default
+    assert SPARK_SECRET not in " ".join(command)
+    assert hook._env["AWS_ACCESS_KEY_ID"] == "AKIDSPARKOP" and hook._env["AWS_SECRET_ACCESS_KEY"] == SPARK_SECRET
+    assert hook._env["AWS_DEFAULT_REGION"] == "eu-west-1" and hook._env["TIERING_CONFIG"] == "/t.yaml"
+    assert "AIRFLOW_CONN_SPARK_DEFAULT" not in os.environ
+    assert op.env_vars == {"TIERING_CONFIG": "/t.yaml"}
+
+
+def test_an_existing_spark_default_is_honoured(aws_connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+    command = spark_operator()._get_hook()._build_spark_submit_command("app.py")
+    assert command[command.index("--master") + 1] == "local[2]"

@@ -140,3 +140,17 @@ def test_non_deferrable_sensor_pokes_in_reschedule_mode(tiering: TieringEnv) -> 
     w.set_high_watermark()
     poked = sensor.poke({})
     assert poked.is_done and poked.xcom_value == [0]
+
+
+def test_trigger_for_the_default_topics_fires_with_partition_labels(tiering: TieringEnv) -> None:
+    """``topic="*"``: every topic the config does not name (here all of them), labelled."""
+    waiting = tiering.writer("audit", 1)
+    waiting.append_records(3)
+    waiting.set_high_watermark()
+    trigger = EligibleSegmentTrigger(topic="*", config_path=str(tiering.config_path), poll_interval=0.1)
+    with pytest.raises(asyncio.TimeoutError):
+        first_event(trigger, 0.5)
+    waiting.roll()
+    waiting.set_high_watermark()
+    event = first_event(trigger, 10.0)
+    assert event.payload == {"status": "eligible", "topic": "*", "partitions": ["audit-1"]}

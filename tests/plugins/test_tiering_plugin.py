@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 from tests.airflow_support import AIRFLOW_BIN, ROOT, airflow_env
+from tests.engine_support import TieringEnv
 
 
 def test_plugin_is_registered_with_its_app_and_nav_entry() -> None:
@@ -45,9 +46,10 @@ def test_plugin_and_trigger_load_from_a_process_outside_the_project(tmp_path: Pa
         from airflow._shared.module_loading import import_string
         plugins_manager.ensure_plugins_loaded()
         names = [p["name"] for p in plugins_manager.get_plugin_info()]
+        page_built = sorted({"plugins.tiering_ui.app", "airflow.api_fastapi.core_api.security"} & set(sys.modules))
         trigger = import_string("plugins.triggers.tiering.EligibleSegmentTrigger")
         print(json.dumps({"plugins": names, "errors": plugins_manager.get_import_errors(),
-                          "trigger": trigger.__module__}))
+                          "trigger": trigger.__module__, "page_built": page_built}))
         """
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -61,7 +63,8 @@ def test_plugin_and_trigger_load_from_a_process_outside_the_project(tmp_path: Pa
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"plugins": ["tiering"], "errors": {}, "trigger": "plugins.triggers.tiering"}
+    # Loading the plugin (as every task process does) builds no web app: that waits for a request.
+    assert out == {"plugins": ["tiering"], "errors": {}, "trigger": "plugins.triggers.tiering", "page_built": []}
 
 
 def test_airflow_plugins_command_lists_it(tmp_path: Path) -> None:
@@ -77,3 +80,29 @@ def test_airflow_plugins_command_lists_it(tmp_path: Path) -> None:
     start = proc.stdout.index("[")
     (plugin,) = json.loads(proc.stdout[start:])
     assert plugin["name"] == "tiering" and "tiering_plugin.py" in plugin["source"]
+
+
+def test_mounted_in_airflows_api_server_the_page_requires_a_logged_in_user(
+    tiering: TieringEnv, airflow_home: Path
+) -> None:
+    """Airflow's own API app, with its auth manager and this plugin mounted: anonymous -> 401, a token
+    from ``POST /auth/token`` -> 200 by bearer header and by the UI's cookie."""
+    from airflow.api_fastapi.app import create_app, purge_cached_app
+    from fastapi.testclient import TestClient
+
+    tiering.writer("orders", 3).append_records(2)
+    client = TestClient(create_app(apps="core"))
+    try:
+        for path in ("/tiering/", "/tiering/api/partitions"):
+            assert client.get(path).status_code == 401
+        passwords = json.loads((airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
+        login = client.post("/auth/token", json={"username": "admin", "password": passwords["admin"]})
+        assert login.status_code == 201
+        token = login.json()["access_token"]
+        rows = client.get("/tiering/api/partitions", headers={"Authorization": f"Bearer {token}"})
+        assert rows.status_code == 200
+        assert [(r["topic"], r["partition"]) for r in rows.json()] == [("orders", 3)]
+        page = TestClient(client.app, cookies={"_token": token}).get("/tiering/")
+        assert page.status_code == 200 and "<td>orders-3</td>" in page.text
+    finally:
+        purge_cached_app()

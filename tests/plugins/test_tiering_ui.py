@@ -1,4 +1,6 @@
-"""The Tiering page and its JSON answer with the live state of the store on every request."""
+"""The Tiering page and its JSON answer with the live state of the store on every request, and
+only to an Airflow user allowed to see plugin views (a JWT from Airflow's auth manager, sent as
+the UI sends it: the ``_token`` cookie, or as a REST client does: a bearer header)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,60 @@ from tiering_core.copy import run_copy
 from tiering_core.errors import TieringGapError
 from tiering_core.status import STATUS_FIELDS
 
+COOKIE = "_token"  # the cookie Airflow's UI keeps its JWT in (COOKIE_NAME_JWT_TOKEN)
+
+
+@pytest.fixture(scope="module")
+def auth_manager():
+    """Airflow's configured auth manager (the simple one), initialised as the API server does."""
+    from airflow.api_fastapi.app import init_auth_manager
+
+    return init_auth_manager()
+
+
+def token_for(auth_manager, role: str | None, username: str = "viewer") -> str:
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    return auth_manager.generate_jwt(SimpleAuthManagerUser(username=username, role=role))
+
 
 @pytest.fixture()
-def client(tiering: TieringEnv) -> TestClient:
-    return TestClient(create_app(str(tiering.config_path)))
+def client(tiering: TieringEnv, auth_manager) -> TestClient:
+    """A logged-in viewer, as inside Airflow's UI."""
+    return TestClient(create_app(str(tiering.config_path)), cookies={COOKIE: token_for(auth_manager, "viewer")})
+
+
+def test_the_cookie_name_is_airflows() -> None:
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    assert COOKIE == COOKIE_NAME_JWT_TOKEN
+
+
+@pytest.mark.parametrize("path", ["/", "/api/partitions", "/api/partitions?topic=orders"])
+def test_anonymous_and_unauthorised_requests_are_refused_before_any_state_is_read(
+    tiering: TieringEnv, auth_manager, path: str
+) -> None:
+    tiering.writer("orders", 0).append_records(1)
+    app = create_app(str(tiering.config_path))
+    anonymous = TestClient(app).get(path)
+    assert anonymous.status_code == 401 and "orders" not in anonymous.text
+    forged = TestClient(app, cookies={COOKIE: "not-a-jwt"}).get(path)
+    assert forged.status_code == 403 and "orders" not in forged.text
+    signed_elsewhere = token_for(auth_manager, "admin")[:-4] + "AAAA"  # signature no longer matches
+    assert TestClient(app, headers={"Authorization": f"Bearer {signed_elsewhere}"}).get(path).status_code == 403
+    no_role = TestClient(app, cookies={COOKIE: token_for(auth_manager, None, "nobody")}).get(path)
+    assert no_role.status_code == 403 and "orders" not in no_role.text
+    # The same requests with a valid viewer token, by cookie (the UI) or bearer header (REST).
+    assert TestClient(app, cookies={COOKIE: token_for(auth_manager, "viewer")}).get(path).status_code == 200
+    bearer = {"Authorization": f"Bearer {token_for(auth_manager, 'viewer')}"}
+    assert TestClient(app, headers=bearer).get(path).status_code == 200
+
+
+def test_a_broken_config_is_not_revealed_to_anonymous_users(tiering: TieringEnv) -> None:
+    anonymous = TestClient(create_app(str(tiering.root / "absent.yaml")))
+    for path in ("/", "/api/partitions"):
+        answer = anonymous.get(path)
+        assert answer.status_code == 401 and "absent.yaml" not in answer.text
 
 
 def test_json_follows_the_live_state(tiering: TieringEnv, client: TestClient) -> None:
@@ -65,8 +117,10 @@ def test_page_lists_every_partition_with_its_tier_state_and_flags_gaps(tiering: 
     assert "href='api/partitions'" in text  # relative: works under any prefix
 
 
-def test_a_broken_config_is_reported_not_crashed(tiering: TieringEnv) -> None:
-    client = TestClient(create_app(str(tiering.root / "absent.yaml")))
+def test_a_broken_config_is_reported_not_crashed(tiering: TieringEnv, auth_manager) -> None:
+    client = TestClient(
+        create_app(str(tiering.root / "absent.yaml")), cookies={COOKIE: token_for(auth_manager, "viewer")}
+    )
     answer = client.get("/api/partitions")
     assert answer.status_code == 503 and "cannot read config file" in answer.json()["detail"]
     page = client.get("/")
@@ -74,9 +128,9 @@ def test_a_broken_config_is_reported_not_crashed(tiering: TieringEnv) -> None:
 
 
 def test_without_an_explicit_path_the_config_is_resolved_per_request(
-    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch, auth_manager
 ) -> None:
-    client = TestClient(create_app())
+    client = TestClient(create_app(), headers={"Authorization": f"Bearer {token_for(auth_manager, 'viewer')}"})
     tiering.writer("orders", 0).append_records(1)
     assert [r["topic"] for r in client.get("/api/partitions").json()] == ["orders"]
     monkeypatch.delenv("TIERING_CONFIG")
