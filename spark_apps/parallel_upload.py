@@ -7,9 +7,12 @@ takes: lease and fencing, recovery of killed runs, tiering gaps, COPY_SEGMENT_ST
 segment is handed out. Each upload is a one-task Spark job, so a failed or killed task costs
 only its segment; executors build the storage backend from the config and stream the files
 from the log dir path (S3 through boto3). Results are committed per partition in offset
-order as they arrive: after a failure at segment k, the partition's later segments are
-cleaned up instead of finished, so the copied offset never skips. Exit 1 on failures, 3 after
-a tiering gap (the rest is copied first).
+order as they arrive: after a failure at segment k (its upload, or its check on the driver),
+the segments before k still finish, as a sequential run would, and the later ones are cleaned
+up instead of finished, so the copied offset never skips. A partition whose lease is lost
+stops alone; a partition done releases its lease at once. If the driver itself fails, queued
+uploads are dropped, running ones cancelled, what never ran is cleaned up and every lease
+released. Exit 1 on failures, 3 after a tiering gap (the rest is copied first).
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import logging
 import os
 import socket
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +50,8 @@ if TYPE_CHECKING:
     from tiering_core.storage.manifest import SegmentManifest
 
 APP = "parallel_upload"
+
+log = logging.getLogger(__name__)
 
 
 # --- executor side ---------------------------------------------------------------------------
@@ -80,9 +86,17 @@ Uploader = Callable[[RemoteConfig, SegmentUpload], UploadOutcome]
 
 @dataclass
 class InFlight:
+    """A segment handed out to an executor (``future``), or the segment whose check failed on
+    the driver (``refused``): commits stop there, after the segments before it."""
+
     candidate: CopyCandidate
-    upload: SegmentUpload
-    future: Future[UploadOutcome]
+    upload: SegmentUpload | None
+    future: Future[UploadOutcome] | None
+    refused: BaseException | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.future is None or self.future.done()
 
 
 @dataclass
@@ -90,19 +104,51 @@ class PartitionUpload:
     """A partition's copy run and its uploads in flight, committed strictly in offset order."""
 
     run: CopyRun
+    waiting: collections.deque[CopyCandidate] = field(default_factory=collections.deque)
     pending: collections.deque[InFlight] = field(default_factory=collections.deque)
     failure: str | None = None
+    closed: bool = False  # nothing more is committed (a failure, a fence, a vanished segment)
+    halted: bool = False  # a segment was refused: none after it is handed out
+    done: bool = False  # finished: lease released, result reported
+
+    @classmethod
+    def of(cls, run: CopyRun) -> PartitionUpload:
+        return cls(run, collections.deque(run.candidates))
+
+    @property
+    def tp(self) -> TopicPartition:
+        return self.run.tp
 
     @property
     def stopped(self) -> bool:
-        return self.failure is not None or not self.run.active
+        return self.closed or not self.run.active
+
+    @property
+    def handing_out(self) -> bool:
+        return bool(self.waiting) and not self.stopped and not self.halted
+
+    @property
+    def settled(self) -> bool:
+        """Every candidate committed, cleaned up or never to be handed out."""
+        return not self.pending and not self.handing_out
 
     def stop(self, failure: str | None) -> None:
-        """Stop after a failure (``None``: the run was fenced); uploads not started never will."""
+        """Commit nothing more (``None``: no failure of its own, e.g. fenced); uploads not
+        started never will be, the others are cleaned up as they end."""
+        self.closed = True
         if self.failure is None:
             self.failure = failure
+        self.waiting.clear()
         for item in self.pending:
-            item.future.cancel()
+            if item.future is not None:
+                item.future.cancel()
+
+    def refuse(self, candidate: CopyCandidate, exc: BaseException) -> None:
+        """The driver's check of ``candidate`` failed: the segments before it still commit, in
+        order, as a sequential run would; then the partition stops there."""
+        self.pending.append(InFlight(candidate, None, None, exc))
+        self.halted = True
+        self.waiting.clear()
 
 
 @dataclass
@@ -112,6 +158,7 @@ class Report:
     gaps: list[str] = field(default_factory=list)
     workers: set[str] = field(default_factory=set)
     seconds: float = 0.0
+    check_seconds: float = 0.0  # the driver's segment checks (CRC scan) and STARTED writes
 
     @property
     def segments(self) -> int:
@@ -140,7 +187,7 @@ class Report:
             f"parallel upload: {len(self.results)} partition(s), {self.segments} segment(s), "
             f"{runtime.fmt_bytes(self.bytes)} ({self.bytes} bytes) in {self.seconds:.2f} s "
             f"({runtime.rate(self.bytes, self.seconds)}) on {len(self.workers)} executor worker(s); "
-            f"{len(self.failures)} failure(s)"
+            f"{len(self.failures)} failure(s); segment checks on the driver {self.check_seconds:.2f} s"
         )
         if self.fenced:
             line += f", {len(self.fenced)} partition(s) held by another run"
@@ -151,34 +198,63 @@ class Report:
 
 def _round_robin(partitions: list[PartitionUpload]) -> Iterator[tuple[PartitionUpload, CopyCandidate]]:
     """Every partition's first segment, then every second one, ...: early offsets go out first."""
-    depth = max((len(p.run.candidates) for p in partitions), default=0)
-    for index in range(depth):
-        for p in partitions:
-            if index < len(p.run.candidates):
-                yield p, p.run.candidates[index]
+    while ready := [p for p in partitions if p.handing_out]:
+        for p in ready:
+            if p.handing_out:
+                yield p, p.waiting.popleft()
+
+
+def _outcome(item: InFlight, report: Report) -> tuple[UploadOutcome | None, str | None]:
+    """What became of a settled upload: its outcome, or why there is none."""
+    assert item.future is not None
+    if item.future.cancelled():
+        return None, "not uploaded"
+    exc = item.future.exception()
+    if exc is not None:
+        return None, f"Spark task failed: {runtime.spark_failure_reason(exc)}"
+    outcome = item.future.result()
+    report.workers.add(outcome.worker)
+    return outcome, outcome.error
+
+
+def _vanished(partition: PartitionUpload, item: InFlight, exc: FileNotFoundError) -> None:
+    """The broker deleted the segment while it was copied: a tiering gap (reported when the
+    partition finishes) or a failure naming the file; the partition stops, as ``run_copy`` does."""
+    try:
+        partition.run.segment_vanished(item.candidate, item.upload, exc)
+    except TieringError as failure:
+        partition.stop(str(failure))
+    else:
+        partition.stop(None)
+
+
+def _refused(partition: PartitionUpload, item: InFlight) -> None:
+    """The commits reached the refused segment: stop there, as ``run_copy`` would."""
+    exc = item.refused
+    if isinstance(exc, FileNotFoundError):
+        _vanished(partition, item, exc)
+    else:
+        partition.stop(f"{partition.tp}: segment {item.candidate.base_offset} not copied: {exc}")
 
 
 def _commit_ready(partition: PartitionUpload, report: Report) -> None:
-    """Commit the finished prefix of a partition's uploads; after a failure, clean up instead."""
+    """Commit the settled prefix of a partition's uploads; after a failure, clean up instead."""
     run = partition.run
-    while partition.pending and partition.pending[0].future.done():
+    while partition.pending and partition.pending[0].settled:
         item = partition.pending.popleft()
-        outcome: UploadOutcome | None = None
-        if item.future.cancelled():
-            error: str | None = "not uploaded"
-        elif (exc := item.future.exception()) is not None:
-            error = f"Spark task failed: {runtime.spark_failure_reason(exc)}"
-        else:
-            outcome = item.future.result()
-            report.workers.add(outcome.worker)
-            error = outcome.error
         base = item.candidate.base_offset
+        if item.refused is not None:
+            if not partition.stopped:
+                _refused(partition, item)
+            continue
+        assert item.upload is not None
+        outcome, error = _outcome(item, report)
         if partition.stopped:  # an earlier segment failed, or the run was fenced
             if run.active:
                 run.abandon(item.candidate, item.upload, partition.failure)
-                runtime.say(f"{run.tp}: segment {base} not finished (an earlier segment failed); cleaned up")
+                run.say(f"{run.tp}: segment {base} not finished (an earlier segment failed); cleaned up")
             else:
-                run.fenced_while_copying(item.candidate, item.upload)
+                run.fenced_while_copying(item.candidate, item.upload, "the run lost the partition")
             continue
         if outcome is not None and outcome.manifest is not None:
             if not run.commit_finished_segment(
@@ -186,9 +262,64 @@ def _commit_ready(partition: PartitionUpload, report: Report) -> None:
             ):
                 partition.stop(None)
             continue
+        log_path = item.candidate.segment.log_path
+        if not log_path.exists():  # the broker deleted it during the upload
+            _vanished(partition, item, FileNotFoundError(str(log_path)))
+            continue
         failure = run.abandon(item.candidate, item.upload, error)
-        runtime.say(f"{run.tp}: segment {base} failed ({error}); cleaned up")
+        run.say(f"{run.tp}: segment {base} failed ({error}); cleaned up")
         partition.stop(str(failure))
+
+
+def _finish_if_settled(partition: PartitionUpload, report: Report) -> None:
+    """Release a partition's lease as soon as all its segments are committed (not at the end
+    of the whole run), and report what it did."""
+    if partition.done or not partition.settled:
+        return
+    partition.done = True
+    run = partition.run
+    try:
+        report.results.append(run.finish())
+    except TieringGapError as exc:
+        report.gaps.append(str(exc))
+        report.results.append(run.result)
+    except (TieringError, OSError) as exc:  # the lease expired under the run, the partition vanished
+        report.failures.append(str(exc) if str(exc).startswith(f"{partition.tp}:") else f"{partition.tp}: {exc}")
+        report.results.append(run.result)
+    if partition.failure is not None:
+        report.failures.append(partition.failure)
+
+
+def _abort(partitions: list[PartitionUpload], reason: BaseException, running: set[int]) -> None:
+    """After the driver failed and the jobs were cancelled: clean up, under the lease, every
+    STARTED upload that never ran or had ended before the abort, and release every lease.
+
+    An upload whose task was running (``running``: ids of its future) is left STARTED: a
+    cancelled task's Python worker may still write for a moment, and the next run's recovery
+    deletes whatever it wrote together with the metadata.
+    """
+    why = f"the run was aborted: {type(reason).__name__}: {reason}"
+    for partition in partitions:
+        run = partition.run
+        for item in partition.pending:
+            if item.upload is None or item.future is None:
+                continue
+            if id(item.future) in running and not item.future.cancelled():
+                run.say(f"{run.tp}: segment {item.candidate.base_offset} was uploading when the run was aborted; "
+                        "left for the next run to clean up")
+                continue
+            try:
+                if run.active:
+                    run.abandon(item.candidate, item.upload, why)
+                else:
+                    run.fenced_while_copying(item.candidate, item.upload, why)
+            except Exception as exc:  # keep cleaning up; the original error is what is raised
+                log.warning("%s: could not clean up segment %d: %s", run.tp, item.candidate.base_offset, exc)
+        partition.pending.clear()
+        try:
+            run.release()
+        except Exception as exc:
+            log.warning("%s: could not release the lease: %s", run.tp, exc)
 
 
 def run_parallel_upload(
@@ -206,18 +337,24 @@ def run_parallel_upload(
     sc = spark.sparkContext
     run = run_id or f"spark-{uuid.uuid4().hex}"
     slots = parallelism or max(1, sc.defaultParallelism)
-    renew_every = max(0.5, ctx.config.metadata.lease_ms / 3000.0)
+    renew_every = max(0.05, ctx.config.metadata.lease_ms / 3000.0)
+    upload_fn = functools.partial(uploader, ctx.config.remote)
     report = Report()
 
     uploads: list[PartitionUpload] = []
-    for tp in partitions:
-        try:
-            uploads.append(PartitionUpload(CopyRun.begin(ctx, tp, run_id=run, progress=say)))
-        except TieringError as exc:
-            report.failures.append(f"{tp}: {exc}")
+    try:
+        for tp in partitions:
+            try:
+                uploads.append(PartitionUpload.of(CopyRun.begin(ctx, tp, run_id=run, progress=say)))
+            except (TieringError, OSError) as exc:
+                report.failures.append(f"{tp}: {exc}")
+    except BaseException:
+        for p in uploads:
+            p.run.release()
+        raise
     active = [p for p in uploads if p.run.active]
-    total = sum(len(p.run.candidates) for p in active)
-    size = sum(c.segment.size_bytes for p in active for c in p.run.candidates)
+    total = sum(len(p.waiting) for p in active)
+    size = sum(c.segment.size_bytes for p in active for c in p.waiting)
     say(
         f"parallel upload: {total} segment(s), {runtime.fmt_bytes(size)} of {len(active)} partition(s) planned; "
         f"{slots} upload(s) at a time"
@@ -228,56 +365,53 @@ def run_parallel_upload(
         nonlocal last_renewal
         if time.monotonic() - last_renewal >= renew_every:
             for p in uploads:
-                if not p.stopped:
+                if not p.done and not p.stopped:
                     p.run.renew()
                     if not p.run.active:
                         p.stop(None)
             last_renewal = time.monotonic()
 
-    try:
-        with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="upload") as pool:
-            for partition, candidate in _round_robin(active):
-                if partition.stopped:
-                    continue
-                try:
-                    upload = partition.run.start_segment(candidate)
-                except FencedError:
-                    partition.run.fenced_while_copying(candidate, None)
-                    partition.stop(None)
-                    continue
-                except TieringError as exc:
-                    say(f"{partition.run.tp}: segment {candidate.base_offset} not copied: {exc}")
-                    partition.stop(f"{partition.run.tp}: {exc}")
-                    continue
-                future = pool.submit(
-                    runtime.run_one_job,
-                    sc,
-                    upload,
-                    functools.partial(uploader, ctx.config.remote),
-                    f"upload {partition.run.tp} segment {candidate.base_offset}",
-                )
-                partition.pending.append(InFlight(candidate, upload, future))
-                _commit_ready(partition, report)
-                renew_if_due()
-            while any(p.pending for p in uploads):
-                futures = [item.future for p in uploads for item in p.pending]
-                wait(futures, timeout=renew_every, return_when=FIRST_COMPLETED)
-                for p in uploads:
-                    _commit_ready(p, report)
-                renew_if_due()
-    except BaseException:
-        for p in uploads:  # what is STARTED is cleaned up by the next run
-            p.run.release()
-        raise
-
-    for p in uploads:
+    def start(partition: PartitionUpload, candidate: CopyCandidate) -> None:
+        t0 = time.monotonic()
         try:
-            report.results.append(p.run.finish())
-        except TieringGapError as exc:
-            report.gaps.append(str(exc))
-            report.results.append(p.run.result)
-        if p.failure is not None:
-            report.failures.append(p.failure)
+            upload = partition.run.start_segment(candidate)
+        except FencedError as exc:
+            partition.run.fenced_while_copying(candidate, None, exc)
+            partition.stop(None)
+            return
+        except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
+            say(f"{partition.tp}: segment {candidate.base_offset} not copied ({exc}); "
+                "the segments before it are still committed")
+            partition.refuse(candidate, exc)
+            return
+        finally:
+            report.check_seconds += time.monotonic() - t0
+        description = f"upload {partition.tp} segment {candidate.base_offset}"
+        partition.pending.append(InFlight(candidate, upload, jobs.submit(upload, upload_fn, description)))
+
+    jobs = runtime.SparkJobs(sc, slots, "upload")
+    try:
+        for partition, candidate in _round_robin(uploads):
+            start(partition, candidate)
+            _commit_ready(partition, report)
+            _finish_if_settled(partition, report)
+            renew_if_due()
+        while not all(p.done for p in uploads):
+            futures = [i.future for p in uploads for i in p.pending if i.future is not None]
+            if futures:
+                wait(futures, timeout=renew_every, return_when=FIRST_COMPLETED)
+            for p in uploads:
+                _commit_ready(p, report)
+                _finish_if_settled(p, report)
+            renew_if_due()
+    except BaseException as exc:
+        running = {id(i.future) for p in uploads for i in p.pending if i.future is not None and not i.future.done()}
+        jobs.cancel()  # queued uploads never start, running ones are interrupted
+        _abort(uploads, exc, running)
+        raise
+    jobs.close()
+
+    report.results.sort(key=lambda r: (r.topic, r.partition))
     report.seconds = time.monotonic() - started
     say(report.summary())
     return report
@@ -296,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
     args = build_parser().parse_args(argv)
+    runtime.configure_logging(args)
     own_session = spark is None
     try:
         selection = runtime.parse_selection(args)
@@ -305,9 +440,8 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
             if spark is None:
                 spark = runtime.spark_session("tiering-parallel-upload", args.master)
             report = run_parallel_upload(ctx, partitions, spark, run_id=args.run_id, parallelism=args.parallelism)
-    except TieringError as exc:
-        runtime.fail(APP, str(exc))
-        return runtime.EXIT_FAILURE
+    except (Exception, KeyboardInterrupt) as exc:
+        return runtime.report_failure(APP, exc)
     finally:
         if own_session and spark is not None:
             spark.stop()

@@ -15,6 +15,8 @@ repaired / error) and a summary; exit 1 if damage remains.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
 import time
 import uuid
@@ -29,7 +31,6 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the checkou
 from spark_apps import runtime
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.rebuild import (
@@ -39,9 +40,10 @@ from tiering_core.rebuild import (
     RebuildResult,
     RemoteIndexExamination,
     RemoteIndexTask,
+    abandon_index_repair,
     acquire_rebuild_lease,
     check_local_segment,
-    clean_up_interrupted_repairs,
+    clean_up_before_repair,
     commit_index_repair,
     examine_remote_segment,
     format_rebuild_summary,
@@ -58,6 +60,9 @@ if TYPE_CHECKING:
     from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
 
 APP = "rebuild_indexes"
+MAX_NAMED = 20  # unresolved segments named on stderr, one line each
+
+log = logging.getLogger(__name__)
 
 
 # --- executor side ---------------------------------------------------------------------------
@@ -130,40 +135,47 @@ def run_rebuild(
     remote = ctx.config.remote
     failures: list[str] = []
     parts: list[PartitionRebuild] = []
-    for tp in partitions:
-        partition_log = ctx.partitions(tp.topic, tp.partition)[0]
-        tip = TopicIdPartition(partition_log.topic_id, tp)
-        interval = ctx.config.topic_config(tp.topic).index_interval_bytes
-        part = PartitionRebuild(RebuildResult(tp.topic, tp.partition, repair), tip, None)
-        parts.append(part)
-        if local:
-            part.local = local_index_tasks(partition_log, interval)
-        part.lease = acquire_rebuild_lease(ctx, tip, run)
-        if part.lease is None:
-            part.result.busy = True
-            say(f"{tp}: another run holds the partition; remote indexes not checked")
-            continue
-        if repair:
-            part.result.superseded_deleted = clean_up_interrupted_repairs(ctx.metadata, ctx.storage, tip, part.lease)
-        part.remote = remote_index_tasks(ctx.metadata, tip, interval)
-
+    renew_every = max(0.05, ctx.config.metadata.lease_ms / 3000.0)
     last_renewal = time.monotonic()
-    renew_every = max(0.5, ctx.config.metadata.lease_ms / 3000.0)
 
-    def renew() -> None:
+    def renew(force: bool = False) -> None:
         nonlocal last_renewal
-        if time.monotonic() - last_renewal < renew_every:
+        if not force and time.monotonic() - last_renewal < renew_every:
             return
         for part in parts:
             if part.lease is not None:
                 try:
                     part.lease = ctx.metadata.renew_lease(part.lease)
-                except FencedError:
-                    failures.append(f"{part.tip.topic_partition}: lost the partition's lease; stopped")
-                    part.lease = None
+                except FencedError as exc:
+                    lost(part, exc)
         last_renewal = time.monotonic()
 
+    def lost(part: PartitionRebuild, exc: FencedError) -> None:
+        failures.append(f"{part.tip.topic_partition}: lost the partition's lease; its repairs stopped: {exc}")
+        part.lease = None
+
+    repairs: list[tuple[PartitionRebuild, RemoteIndexTask, RemoteIndexExamination, RemoteLogSegmentMetadata]] = []
+    committed: set[int] = set()
+    repairs_handed_out = False
     try:
+        for tp in partitions:
+            partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+            tip = TopicIdPartition(partition_log.topic_id, tp)
+            interval = ctx.config.topic_config(tp.topic).index_interval_bytes
+            part = PartitionRebuild(RebuildResult(tp.topic, tp.partition, repair), tip, None)
+            parts.append(part)
+            if local:
+                part.local = local_index_tasks(partition_log, interval)
+            part.lease = acquire_rebuild_lease(ctx, tip, run)
+            if part.lease is None:
+                part.result.busy = True
+                say(f"{tp}: another run holds the partition; remote indexes not checked")
+                continue
+            if repair:
+                clean_up_before_repair(ctx, tip, part.lease, part.result)
+            part.remote = remote_index_tasks(ctx.metadata, tip, interval)
+            renew()
+
         remote_items = [(part, task) for part in parts for task in part.remote]
         local_items = [(part, task) for part in parts for task in part.local]
         total = sum(t.segment.size_bytes for _, t in remote_items)
@@ -172,7 +184,7 @@ def run_rebuild(
             f"{len(local_items)} local segment(s) of {len(parts)} partition(s); mode {'repair' if repair else 'check'}"
         )
         # Phase 1: examine everything (nothing changes yet).
-        for outcome in runtime.run_jobs(
+        with contextlib.closing(runtime.run_jobs(
             sc,
             [task for _, task in remote_items],
             lambda task: examine_on_executor(remote, task),
@@ -180,24 +192,32 @@ def run_rebuild(
             describe=lambda task: f"rebuild indexes of {task.segment.topic_id_partition.topic_partition} "
             f"segment {task.segment.start_offset}",
             on_wait=renew,
-        ):
-            part, task = remote_items[outcome.index]
-            if isinstance(outcome.result, RemoteIndexExamination):
-                part.found[outcome.index] = outcome.result
-            else:
-                check = _failed_check(task, part.tip.topic_partition, outcome.error or "no result")
-                part.found[outcome.index] = RemoteIndexExamination(check)
-        # Phase 2: a new copy of each damaged segment, committed as it completes.
-        repairs: list[tuple[PartitionRebuild, RemoteIndexTask, RemoteIndexExamination, RemoteLogSegmentMetadata]] = []
+            wait_seconds=renew_every,
+        )) as outcomes:
+            for outcome in outcomes:
+                part, task = remote_items[outcome.index]
+                if isinstance(outcome.result, RemoteIndexExamination):
+                    part.found[outcome.index] = outcome.result
+                else:
+                    check = _failed_check(task, part.tip.topic_partition, outcome.error or "no result")
+                    part.found[outcome.index] = RemoteIndexExamination(check)
+        # Phase 2: a new copy of each damaged segment, committed as it completes. A segment
+        # whose .log is not proven intact is never repaired (its check carries the error).
+        renew(force=True)
         for index, (part, task) in enumerate(remote_items):
             found = part.found[index]
             if repair and found.check.needs_repair and part.lease is not None:
-                attempt = start_index_repair(ctx.metadata, task.segment, part.lease)
-                repairs.append((part, repair_task(task, found, attempt), found, attempt))
-            else:
-                part.result.checks.append(found.check)
-                say(found.check.describe())
-        for outcome in runtime.run_jobs(
+                try:
+                    attempt = start_index_repair(ctx.metadata, task.segment, part.lease)
+                except FencedError as exc:
+                    lost(part, exc)
+                else:
+                    repairs.append((part, repair_task(task, found, attempt), found, attempt))
+                    continue
+            part.result.checks.append(found.check)
+            say(found.check.describe())
+        repairs_handed_out = True
+        with contextlib.closing(runtime.run_jobs(
             sc,
             [r[1] for r in repairs],
             lambda task: examine_on_executor(remote, task),
@@ -205,34 +225,51 @@ def run_rebuild(
             describe=lambda task: f"repair indexes of {task.segment.topic_id_partition.topic_partition} "
             f"segment {task.segment.start_offset}",
             on_wait=renew,
-        ):
-            part, task, found, attempt = repairs[outcome.index]
-            examination = outcome.result
-            if not isinstance(examination, RemoteIndexExamination):
-                examination = RemoteIndexExamination(
-                    _failed_check(task, part.tip.topic_partition, f"repair failed: {outcome.error}")
-                )
-            if part.lease is None:
-                check = examination.check  # fenced: the new lease holder's recovery cleans up the attempt
-            else:
+            wait_seconds=renew_every,
+        )) as outcomes:
+            for outcome in outcomes:
+                part, task, found, attempt = repairs[outcome.index]
+                examination = outcome.result
+                if not isinstance(examination, RemoteIndexExamination):
+                    examination = RemoteIndexExamination(
+                        _failed_check(task, part.tip.topic_partition, f"repair failed: {outcome.error}")
+                    )
+                # Without the lease (lost meanwhile) the repair's objects are deleted, its
+                # metadata left to the new lease holder's recovery.
                 check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, part.lease)
-            part.result.checks.append(check)
-            say(check.describe())
+                committed.add(outcome.index)
+                part.result.checks.append(check)
+                say(check.describe())
         # The broker's own segments: checked, never changed.
-        for outcome in runtime.run_jobs(
+        with contextlib.closing(runtime.run_jobs(
             sc,
             [task for _, task in local_items],
             check_local_on_executor,
             slots=slots,
             describe=lambda task: f"check local indexes of segment {task.base_offset} in {task.partition_dir.name}",
             on_wait=renew,
-        ):
-            part, local_task = local_items[outcome.index]
-            check = outcome.result if isinstance(outcome.result, IndexCheck) else _failed_check(
-                local_task, part.tip.topic_partition, outcome.error or "no result"
-            )
-            part.result.checks.append(check)
-            say(check.describe())
+            wait_seconds=renew_every,
+        )) as local_outcomes:
+            for outcome in local_outcomes:
+                part, local_task = local_items[outcome.index]
+                check = outcome.result if isinstance(outcome.result, IndexCheck) else _failed_check(
+                    local_task, part.tip.topic_partition, outcome.error or "no result"
+                )
+                part.result.checks.append(check)
+                say(check.describe())
+    except BaseException as exc:
+        # The jobs are cancelled (closing the outcomes). Repairs started but never handed out
+        # are cleaned up now; those handed out are left STARTED, as a cancelled task may still
+        # write for a moment: the next rebuild (or copy) run's recovery deletes them.
+        for index, (part, _task, _found, attempt) in enumerate(repairs):
+            if index not in committed and not repairs_handed_out:
+                try:
+                    abandon_index_repair(ctx.metadata, ctx.storage, attempt, part.lease)
+                except Exception as cleanup:  # the next run's recovery deletes it; raise the cause
+                    log.warning("%s: could not clean up repair attempt %s: %s", part.tip.topic_partition,
+                                attempt.segment_id, cleanup)
+        log.debug("rebuild aborted: %s", exc)
+        raise
     finally:
         for part in parts:
             if part.lease is not None:
@@ -265,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
     args = build_parser().parse_args(argv)
+    runtime.configure_logging(args)
     own_session = spark is None
     try:
         selection = runtime.parse_selection(args)
@@ -282,15 +320,16 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
                 run_id=args.run_id,
                 parallelism=args.parallelism,
             )
-    except TieringError as exc:
-        runtime.fail(APP, str(exc))
-        return runtime.EXIT_FAILURE
+    except (Exception, KeyboardInterrupt) as exc:
+        return runtime.report_failure(APP, exc)
     finally:
         if own_session and spark is not None:
             spark.stop()
     for line in report.failures:
         runtime.fail(APP, line)
     damaged = report.unresolved_remote()
+    for check in damaged[:MAX_NAMED]:  # each unresolved segment named, with what was found
+        runtime.fail(APP, check.describe())
     if damaged:
         kinds = sorted({c.status.value for c in damaged})
         hint = " (run with --mode repair)" if args.mode == "check" and IndexStatus.ERROR.value not in kinds else ""

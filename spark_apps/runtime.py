@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 import os
 import sys
 import tempfile
+import threading
+import time
+import uuid
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tiering_core.copy import _fmt_bytes as fmt_bytes
 from tiering_core.errors import TieringError
@@ -35,12 +40,18 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_GAP = 3  # the exit code of ``tiering copy`` for a tiering gap
+EXIT_INTERRUPTED = 130
+
+#: How long an abort waits for cancelled Spark jobs to end before it cleans up around them.
+CANCEL_SETTLE_SECONDS = 60.0
 
 DEFAULT_MASTER = "local[*]"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_PACKAGES = ("tiering_core", "spark_apps")
 
 __all__ = ["fmt_bytes"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -78,6 +89,18 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partition", default=None, help="only this partition (needs --topic)")
     parser.add_argument("--partitions", default=None, help="<topic>-<partition> list: orders-0,orders-3")
     parser.add_argument("--master", default=None, help=f"Spark master when spark-submit sets none ({DEFAULT_MASTER})")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug log on stderr (tracebacks of failures)")
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """Warnings (and with ``--verbose`` the debug log, tracebacks included) on stderr."""
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "alembic", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def parse_selection(args: argparse.Namespace) -> Selection:
@@ -159,7 +182,28 @@ def say(line: str) -> None:
 
 def fail(app: str, reason: str) -> None:
     """A one-line reason on stderr."""
-    print(f"{app}: failed: {reason}", file=sys.stderr, flush=True)
+    print(f"{app}: failed: {one_line(reason)}", file=sys.stderr, flush=True)
+
+
+def one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def report_failure(app: str, exc: BaseException) -> int:
+    """The exit code and one line on stderr for an error that ended a run; the traceback goes
+    to the debug log (``--verbose``), never to the user's screen."""
+    if isinstance(exc, KeyboardInterrupt):
+        fail(app, "interrupted")
+        return EXIT_INTERRUPTED
+    if isinstance(exc, TieringError):
+        fail(app, str(exc) or type(exc).__name__)
+        return EXIT_FAILURE
+    log.debug("%s failed", app, exc_info=exc)
+    if isinstance(exc, OSError):  # a file vanished or a disk failed under us: name it
+        fail(app, f"{type(exc).__name__}: {exc}")
+    else:
+        fail(app, f"unexpected {type(exc).__name__}: {spark_failure_reason(exc)} (rerun with -v for the traceback)")
+    return EXIT_FAILURE
 
 
 def rate(size: int, seconds: float) -> str:
@@ -195,6 +239,73 @@ def run_one_job(sc: SparkContext, item: T, fn: Callable[[T], R], description: st
     return sc.parallelize([item], 1).map(fn).collect()[0]
 
 
+class SparkJobs:
+    """One-task Spark jobs submitted from driver threads, ``slots`` at a time.
+
+    Every job carries this runner's job tag, so ``cancel`` drops what is queued and interrupts
+    what runs: an abort never waits for every queued job to run first. Use as a context
+    manager: leaving it by an exception cancels, leaving it normally waits for the jobs.
+    """
+
+    def __init__(self, sc: SparkContext, slots: int, name: str) -> None:
+        self.sc = sc
+        self.tag = f"tiering-{name}-{uuid.uuid4().hex}"
+        self._pool = ThreadPoolExecutor(max_workers=max(1, slots), thread_name_prefix=name)
+        self._futures: list[Future[Any]] = []
+        self._cancelled = threading.Event()
+
+    def submit(self, item: T, fn: Callable[[T], R], description: str) -> Future[R]:
+        future = self._pool.submit(self._run, item, fn, description)
+        self._futures.append(future)
+        return future
+
+    def _run(self, item: T, fn: Callable[[T], R], description: str) -> R:
+        if self._cancelled.is_set():
+            raise CancelledError(f"{description}: cancelled before it started")
+        self.sc.setInterruptOnCancel(True)
+        self.sc.addJobTag(self.tag)
+        try:
+            return run_one_job(self.sc, item, fn, description)
+        finally:
+            self.sc.removeJobTag(self.tag)
+
+    def cancel(self, settle_seconds: float = CANCEL_SETTLE_SECONDS) -> None:
+        """Drop queued jobs, cancel running ones (their tasks are interrupted), and wait, bounded,
+        until the driver has seen every job end. A cancelled task's Python worker may still run
+        for a moment after that: work it had begun is for the next run's recovery."""
+        self._cancelled.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + settle_seconds
+        while True:
+            try:
+                self.sc.cancelJobsWithTag(self.tag)
+            except Exception as exc:  # the context may be gone already; nothing more to stop
+                log.warning("could not cancel Spark jobs tagged %s: %s", self.tag, exc)
+                return
+            running = [f for f in self._futures if not f.done()]
+            if not running:
+                return
+            if time.monotonic() >= deadline:
+                log.warning("%d Spark job(s) still running %.0f s after they were cancelled", len(running),
+                            settle_seconds)
+                return
+            wait(running, timeout=0.5)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> SparkJobs:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.cancel()
+
+
 @dataclass(frozen=True)
 class JobOutcome:
     index: int
@@ -211,15 +322,15 @@ def run_jobs(
     describe: Callable[[T], str],
     on_wait: Callable[[], None] | None = None,
     wait_seconds: float = 5.0,
-) -> Iterator[JobOutcome]:
+) -> Generator[JobOutcome, None, None]:
     """Each item as its own Spark job, ``slots`` at a time; outcomes as they complete.
 
-    ``on_wait`` runs between completions (and at least every ``wait_seconds``), e.g. to renew leases.
+    ``on_wait`` runs between completions (and at least every ``wait_seconds``), e.g. to renew
+    leases. If the consumer stops early (an exception, or ``close()``), queued jobs are dropped
+    and running ones cancelled instead of being waited for.
     """
-    with ThreadPoolExecutor(max_workers=max(1, slots), thread_name_prefix="spark-job") as pool:
-        pending: dict[Future[R], int] = {
-            pool.submit(run_one_job, sc, item, fn, describe(item)): i for i, item in enumerate(items)
-        }
+    with SparkJobs(sc, slots, "spark-job") as jobs:
+        pending: dict[Future[R], int] = {jobs.submit(item, fn, describe(item)): i for i, item in enumerate(items)}
         while pending:
             done, _ = wait(list(pending), timeout=wait_seconds, return_when=FIRST_COMPLETED)
             for future in done:

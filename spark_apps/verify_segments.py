@@ -13,6 +13,7 @@ indexes; a damaged ``.log`` needs the broker's copy or a restore from elsewhere)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +27,6 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the checkou
 from spark_apps import runtime
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.verify import SegmentVerification, format_verify_summary, segments_to_verify, verify_segment
 
@@ -76,24 +76,25 @@ def run_verify(
     remote = ctx.config.remote
     results: list[SegmentVerification | None] = [None] * len(segments)
     done = 0
-    for outcome in runtime.run_jobs(
+    with contextlib.closing(runtime.run_jobs(
         sc,
         segments,
         lambda segment: verify_on_executor(remote, segment),
         slots=parallelism or max(1, sc.defaultParallelism),
         describe=lambda s: f"verify {s.topic_id_partition.topic_partition} segment {s.start_offset}",
-    ):
-        segment = segments[outcome.index]
-        result = outcome.result
-        if not isinstance(result, SegmentVerification):
-            tp = segment.topic_id_partition.topic_partition
-            result = SegmentVerification(
-                tp.topic, tp.partition, str(segment.segment_id), segment.start_offset, segment.end_offset,
-                segment.size_bytes, [outcome.error or "no result"],
-            )
-        results[outcome.index] = result
-        done += 1
-        say(f"{result.describe()} [{done}/{len(segments)}]")
+    )) as outcomes:  # an abort cancels the queued and running checks
+        for outcome in outcomes:
+            segment = segments[outcome.index]
+            result = outcome.result
+            if not isinstance(result, SegmentVerification):
+                tp = segment.topic_id_partition.topic_partition
+                result = SegmentVerification(
+                    tp.topic, tp.partition, str(segment.segment_id), segment.start_offset, segment.end_offset,
+                    segment.size_bytes, [outcome.error or "no result"],
+                )
+            results[outcome.index] = result
+            done += 1
+            say(f"{result.describe()} [{done}/{len(segments)}]")
     checked = [r for r in results if r is not None]
     report = Report(checked, time.monotonic() - started)
     say(f"{format_verify_summary(checked)} in {report.seconds:.2f} s ({runtime.rate(size, report.seconds)})")
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
     args = build_parser().parse_args(argv)
+    runtime.configure_logging(args)
     own_session = spark is None
     try:
         selection = runtime.parse_selection(args)
@@ -118,9 +120,8 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
             if spark is None:
                 spark = runtime.spark_session("tiering-verify-segments", args.master)
             report = run_verify(ctx, partitions, spark, parallelism=args.parallelism)
-    except TieringError as exc:
-        runtime.fail(APP, str(exc))
-        return runtime.EXIT_FAILURE
+    except (Exception, KeyboardInterrupt) as exc:
+        return runtime.report_failure(APP, exc)
     finally:
         if own_session and spark is not None:
             spark.stop()

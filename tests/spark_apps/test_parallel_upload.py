@@ -1,11 +1,20 @@
-"""Parallel upload in local[2]: the remote state of sequential copy runs; failures isolated and repaired."""
+"""Parallel upload in local[2]: the remote state of sequential copy runs; failures isolated and repaired.
+
+Executor-side faults (a failed upload, a killed Python worker) and barriers between executors
+and the driver go through files in the test's directory: executors are other processes.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.engine_support import write_segments
@@ -13,16 +22,20 @@ from tests.services import S3Endpoint
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.copy import run_copy
+from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.kafka.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.remote_segments import segment_ref
 from tiering_core.storage.layout import ObjectKind
+from tiering_core.tier_state import load_tier_view
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 
 
 def make_log_dir(root: Path, partitions: int = 8) -> Path:
+    """Partition p has 2 + p % 3 closed segments of 20 records (bases 0, 20, 40, ...)."""
     log_dir = root / "kafka-logs"
     log_dir.mkdir()
     clock = iter(range(1_700_000_000_000, 1_700_000_000_000 + 10**6))
@@ -39,11 +52,13 @@ def make_log_dir(root: Path, partitions: int = 8) -> Path:
     return log_dir
 
 
-def make_config(root: Path, log_dir: Path, name: str, remote: dict[str, Any] | None = None) -> Path:
+def make_config(
+    root: Path, log_dir: Path, name: str, remote: dict[str, Any] | None = None, lease_ms: int = 60_000
+) -> Path:
     path = root / f"{name}.yaml"
     doc = {
         "log_dirs": [str(log_dir)],
-        "metadata": {"url": f"sqlite:///{root / f'{name}.db'}", "lease_ms": 60_000},
+        "metadata": {"url": f"sqlite:///{root / f'{name}.db'}", "lease_ms": lease_ms},
         "remote": remote or {"backend": "filesystem", "root": str(root / f"{name}-tier")},
     }
     path.write_text(yaml.safe_dump(doc))
@@ -54,17 +69,31 @@ def s3_remote(endpoint: S3Endpoint) -> dict[str, Any]:
     return {"backend": "s3", "bucket": endpoint.new_bucket(), "prefix": "p/", "endpoint_url": endpoint.url}
 
 
-def remote_state(config: Path) -> dict[str, list[tuple]]:
-    """Per partition: (start, end, epochs, size, state, per-kind crc32c, object bodies); asserts no orphans."""
-    state: dict[str, list[tuple]] = {}
+def normalised_manifest(data: bytes, segment_id: str) -> str:
+    """A manifest with its attempt's UUID and creation time taken out (they differ per attempt)."""
+    doc = json.loads(data.decode().replace(segment_id, "<segment-id>"))
+    doc["created_at_ms"] = 0
+    return json.dumps(doc, sort_keys=True)
+
+
+def remote_state(config: Path) -> dict[str, dict[str, Any]]:
+    """Per partition: what a reader and the next run see of the remote tier, attempt UUIDs aside.
+
+    Partition metadata (remote log start offset, recorded lineage, gaps, highest copied offset)
+    and per segment its offsets, max timestamp, epochs, size, state, recorded checksums, the
+    body of every object and the manifest. Asserts every segment is finished and intact and
+    that nothing else is stored (no orphans).
+    """
+    state: dict[str, dict[str, Any]] = {}
     with TieringContext.open(load_config(config)) as ctx:
+        logs = {log.topic_partition: log for log in ctx.partitions()}
         for record in ctx.metadata.list_partitions():
             tip = TopicIdPartition(record.topic_id, record.topic_partition)
             rows = []
             objects = 0
             for s in ctx.metadata.list_segments(tip):
                 ref = segment_ref(s)
-                assert s.state == FINISHED and ctx.storage.verify_segment(ref) == []
+                assert s.state == FINISHED and ctx.storage.verify_segment(ref) == [], s
                 manifest = ctx.storage.read_manifest(ref)
                 assert manifest is not None
                 objects += len(manifest.objects) + 1
@@ -72,18 +101,57 @@ def remote_state(config: Path) -> dict[str, list[tuple]]:
                 assert crc == tuple(sorted((k.value, e.crc32c) for k, e in manifest.objects.items()))
                 bodies = tuple((k.value, ctx.storage.fetch(ref, k)) for k in sorted(manifest.objects))
                 rows.append(
-                    (s.start_offset, s.end_offset, tuple(sorted(s.leader_epochs.items())), s.size_bytes, s.state, crc,
-                     bodies)
+                    (
+                        s.start_offset,
+                        s.end_offset,
+                        s.max_timestamp,
+                        tuple(sorted(s.leader_epochs.items())),
+                        s.size_bytes,
+                        s.state,
+                        crc,
+                        bodies,
+                        normalised_manifest(ctx.storage.fetch(ref, ObjectKind.MANIFEST), str(s.segment_id)),
+                    )
                 )
             assert len(ctx.storage.list_objects(tip)) == objects  # nothing but finished segments' objects
-            state[str(record.topic_partition)] = rows
+            view = load_tier_view(logs[record.topic_partition], ctx.metadata)
+            state[str(record.topic_partition)] = {
+                "remote_log_start_offset": ctx.metadata.get_remote_log_start_offset(tip),
+                "lineage": ctx.metadata.get_recorded_lineage(tip),
+                "gaps": [(g.start, g.end) for g in ctx.metadata.list_gaps(tip)],
+                "highest_copied_offset": view.highest_copied_offset,
+                "segments": rows,
+            }
     return state
 
 
-def copy_sequentially(config: Path) -> None:
+def bases(state: dict[str, dict[str, Any]], tp: str) -> list[int]:
+    return [row[0] for row in state[tp]["segments"]]
+
+
+def copy_sequentially(config: Path) -> list[str]:
+    """What ``tiering copy`` leaves: one run per partition; a failing partition stops there."""
+    errors = []
     with TieringContext.open(load_config(config)) as ctx:
         for log in ctx.partitions():
-            run_copy(ctx, log.topic_partition)
+            try:
+                run_copy(ctx, log.topic_partition)
+            except TieringError as exc:
+                errors.append(str(exc))
+    return errors
+
+
+def tip(config: Path, partition: int) -> TopicIdPartition:
+    with TieringContext.open(load_config(config)) as ctx:
+        log = ctx.partitions("orders", partition)[0]
+        return TopicIdPartition(log.topic_id, log.topic_partition)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def test_parallel_equals_sequential_on_s3(tmp_path: Path, spark, s3_endpoint: S3Endpoint) -> None:
@@ -92,7 +160,7 @@ def test_parallel_equals_sequential_on_s3(tmp_path: Path, spark, s3_endpoint: S3
     log_dir = make_log_dir(tmp_path)
     sequential = make_config(tmp_path, log_dir, "seq", s3_remote(s3_endpoint))
     parallel = make_config(tmp_path, log_dir, "par", s3_remote(s3_endpoint))
-    copy_sequentially(sequential)
+    assert copy_sequentially(sequential) == []
     lines: list[str] = []
     with TieringContext.open(load_config(parallel)) as ctx:
         report = run_parallel_upload(ctx, [log.topic_partition for log in ctx.partitions()], spark, say=lines.append)
@@ -101,29 +169,52 @@ def test_parallel_equals_sequential_on_s3(tmp_path: Path, spark, s3_endpoint: S3
     assert sum("copied segment" in line for line in lines) == expected_segments
     assert "parallel upload: 8 partition(s)" in lines[-1]
     seq, par = remote_state(sequential), remote_state(parallel)
-    assert sum(len(rows) for rows in par.values()) == expected_segments
+    assert sum(len(p["segments"]) for p in par.values()) == expected_segments
+    assert par["orders-3"]["lineage"] != par["orders-0"]["lineage"]  # the leader change is recorded
     assert par == seq
 
 
-def failing_uploader(bad_base: int, bad_partition: int, kill: bool):
+# --- executor-side faults ----------------------------------------------------------------------
+
+
+def failing_uploader(markers: Path, bad_partition: int, bad_base: int, mode: str, after_base: int):
+    """Every upload leaves ``done-<partition>-<base>`` once uploaded. Segment ``bad_base`` of
+    ``bad_partition`` waits until segment ``after_base`` of its partition has been uploaded (so
+    a later segment is deterministically uploaded already), then fails as ``mode`` says:
+    ``fail`` (a partial upload, then an error), ``kill`` (the Python worker dies before
+    uploading), ``kill-after-log`` (dies after the .log is stored), ``kill-after-manifest``
+    (dies after the whole segment, manifest included, is stored)."""
     from spark_apps.parallel_upload import UploadOutcome, upload_on_executor
 
     def upload(remote, item):
         meta = item.metadata
-        if meta.topic_id_partition.partition == bad_partition and meta.start_offset == bad_base:
-            if kill:
-                os._exit(1)  # the executor's Python worker dies mid-task
+        key = (meta.topic_id_partition.partition, meta.start_offset)
+        if key == (bad_partition, bad_base):
+            deadline = time.monotonic() + 60
+            while not (markers / f"done-{bad_partition}-{after_base}").exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the later segment was never uploaded")
+                time.sleep(0.02)
             from tiering_core.storage.factory import create_remote_storage
 
-            with create_remote_storage(remote) as storage:  # a partial upload, then the failure
+            if mode == "kill":
+                os._exit(1)  # the executor's Python worker dies mid-task
+            with create_remote_storage(remote) as storage:
+                if mode == "kill-after-manifest":
+                    storage.copy_segment(item.ref, item.files)
+                    os._exit(1)
                 storage.put_object(item.ref.key(ObjectKind.LOG, storage.prefix), item.files[ObjectKind.LOG])
+            if mode == "kill-after-log":
+                os._exit(1)
             return UploadOutcome(None, "RemoteStorageError: injected upload failure", 0.0, "test")
-        return upload_on_executor(remote, item)
+        outcome = upload_on_executor(remote, item)
+        (markers / f"done-{key[0]}-{key[1]}").touch()
+        return outcome
 
     return upload
 
 
-def test_failed_upload_and_killed_task_are_isolated_and_repaired(tmp_path: Path, spark) -> None:
+def test_failed_uploads_and_killed_tasks_are_isolated_and_repaired(tmp_path: Path, spark) -> None:
     from spark_apps.parallel_upload import run_parallel_upload
 
     log_dir = make_log_dir(tmp_path, partitions=3)
@@ -131,20 +222,286 @@ def test_failed_upload_and_killed_task_are_isolated_and_repaired(tmp_path: Path,
     reference = make_config(tmp_path, log_dir, "seq")
     copy_sequentially(reference)
     tps = [TopicPartition("orders", p) for p in range(3)]
-    # Partition 2 has segments 0, 20, 40, 60: segment 20 fails, then (next run) is killed.
-    for kill in (False, True):
+    # Partition 2 has segments 0, 20, 40, 60: segment 20 fails each run, in another way, after
+    # segment 40 was uploaded.
+    for mode in ("fail", "kill", "kill-after-log", "kill-after-manifest"):
+        markers = tmp_path / f"markers-{mode}"
+        markers.mkdir()
+        lines: list[str] = []
         with TieringContext.open(load_config(config)) as ctx:
-            report = run_parallel_upload(ctx, tps, spark, uploader=failing_uploader(20, 2, kill), parallelism=2)
-        assert report.exit_code == 1 and len(report.failures) == 1 and "orders-2" in report.failures[0]
-        assert ("Python worker exited unexpectedly" in report.failures[0]) == kill
+            report = run_parallel_upload(
+                ctx, tps, spark, uploader=failing_uploader(markers, 2, 20, mode, 40), parallelism=2,
+                say=lines.append,
+            )
+        assert report.exit_code == 1 and len(report.failures) == 1, (mode, report.failures)
+        assert "orders-2: copying segment 20 failed" in report.failures[0]
+        assert ("Python worker exited unexpectedly" in report.failures[0]) == mode.startswith("kill"), mode
+        assert (markers / "done-2-40").exists()  # segment 40 was uploaded, and is cleaned up:
+        assert "orders-2: segment 40 not finished (an earlier segment failed); cleaned up" in lines, mode
         state = remote_state(config)  # every finished segment has its objects; nothing else is stored
-        assert [r[0] for r in state["orders-2"]] == [0]  # offsets never skip past the failed segment
-        assert [r[0] for r in state["orders-0"]] == [0, 20]  # other partitions are not affected
-        assert [r[0] for r in state["orders-1"]] == [0, 20, 40]
+        assert bases(state, "orders-2") == [0]  # offsets never skip past the failed segment
+        assert bases(state, "orders-0") == [0, 20]  # other partitions are not affected
+        assert bases(state, "orders-1") == [0, 20, 40]
+        with TieringContext.open(load_config(config)) as ctx:
+            assert [s.state for s in ctx.metadata.list_segments(tip(config, 2))] == [FINISHED]
     with TieringContext.open(load_config(config)) as ctx:
         report = run_parallel_upload(ctx, tps, spark)
     assert report.failures == [] and report.segments == 3
     assert remote_state(config) == remote_state(reference)
+
+
+def test_a_segment_failing_its_check_stops_its_partition_after_the_segments_before_it(tmp_path: Path, spark) -> None:
+    """Segment 40 of partition 2 fails its CRC check on the driver while segments 0 and 20 are
+    still uploading: those still finish (as a sequential run would), 40 and 60 do not."""
+    from spark_apps.parallel_upload import run_parallel_upload, upload_on_executor
+
+    log_dir = make_log_dir(tmp_path, partitions=3)
+    damaged = log_dir / "orders-2" / f"{40:020d}.log"
+    data = bytearray(damaged.read_bytes())
+    data[70] ^= 0x10  # a record byte of the first batch: its CRC no longer matches
+    damaged.write_bytes(bytes(data))
+    config = make_config(tmp_path, log_dir, "par")
+    reference = make_config(tmp_path, log_dir, "seq")
+    sequential_errors = copy_sequentially(reference)
+    assert len(sequential_errors) == 1 and "segment 40 not copied" in sequential_errors[0]
+    markers = tmp_path / "markers"
+    markers.mkdir()
+
+    def say(line: str) -> None:
+        if line.startswith("orders-2: segment 40 not copied"):
+            (markers / "refused").touch()
+
+    def uploader(remote, item):
+        meta = item.metadata
+        if (meta.topic_id_partition.partition, meta.start_offset) == (2, 20):
+            deadline = time.monotonic() + 60
+            while not (markers / "refused").exists():  # still in flight when 40 is refused
+                if time.monotonic() > deadline:
+                    raise TimeoutError("segment 40 was never refused")
+                time.sleep(0.02)
+        return upload_on_executor(remote, item)
+
+    tps = [TopicPartition("orders", p) for p in range(3)]
+    with TieringContext.open(load_config(config)) as ctx:
+        report = run_parallel_upload(ctx, tps, spark, uploader=uploader, parallelism=2, say=say)
+    state = remote_state(config)
+    assert bases(state, "orders-2") == [0, 20]
+    assert state == remote_state(reference)
+    assert report.exit_code == 1 and len(report.failures) == 1
+    assert report.failures[0].startswith("orders-2: segment 40 not copied") and "CRC mismatch" in report.failures[0]
+
+
+# --- the driver --------------------------------------------------------------------------------
+
+
+class DriverAbort(Exception):
+    """The driver fails mid-run (a bug, a lost database connection, a signal)."""
+
+
+def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: Path, spark) -> None:
+    from spark_apps.parallel_upload import run_parallel_upload, upload_on_executor
+
+    log_dir = make_log_dir(tmp_path, partitions=4)
+    config = make_config(tmp_path, log_dir, "par")
+    reference = make_config(tmp_path, log_dir, "seq")
+    copy_sequentially(reference)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    total = sum(2 + p % 3 for p in range(4)) + 1
+
+    def uploader(remote, item):
+        meta = item.metadata
+        (markers / f"{meta.topic_id_partition.partition}-{meta.start_offset}").touch()
+        time.sleep(0.5)
+        return upload_on_executor(remote, item)
+
+    tps = [TopicPartition("orders", p) for p in range(4)]
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if "copied segment" in line:
+            raise DriverAbort("the driver failed after its first commit")
+
+    with TieringContext.open(load_config(config)) as ctx, pytest.raises(DriverAbort):
+        run_parallel_upload(ctx, tps, spark, uploader=uploader, parallelism=1, say=say)
+    started = {p.name for p in markers.iterdir()}
+    assert len(started) <= 3 < total  # the first, the one in flight, at most one more: not all queued ones
+    in_flight = [line for line in lines if "was uploading when the run was aborted" in line]
+    assert len(in_flight) <= 2  # the one running, and one a slot had just taken
+    with TieringContext.open(load_config(config)) as ctx:
+        segments = [s for p in range(4) for s in ctx.metadata.list_segments(tip(config, p))]
+        # One finished; every upload that never ran was cleaned up; the one running may be left
+        # STARTED (its task may still write for a moment) for the next run's recovery.
+        assert sorted(s.state.value for s in segments) == sorted([FINISHED.value] + [STARTED.value] * len(in_flight))
+        for p in range(4):  # every lease was released
+            ctx.metadata.release_lease(ctx.metadata.acquire_lease(tip(config, p), holder="copy:check"))
+    with TieringContext.open(load_config(config)) as ctx:
+        report = run_parallel_upload(ctx, tps, spark)
+    assert report.failures == [] and report.segments == total - 1 and report.cleaned_up == len(in_flight)
+    assert remote_state(config) == remote_state(reference)  # and no orphans
+
+
+@pytest.mark.parametrize("taken", [True, False], ids=["taken-by-another-run", "expired"])
+def test_a_partition_losing_its_lease_mid_run_stops_alone(tmp_path: Path, spark, taken: bool) -> None:
+    """Partition 1's lease is lost while its segment 20 uploads (its renewals are lost, then it
+    expires; another run takes it, or nobody does). The other partitions finish."""
+    from spark_apps.parallel_upload import run_parallel_upload, upload_on_executor
+
+    log_dir = make_log_dir(tmp_path, partitions=3)
+    config = make_config(tmp_path, log_dir, "par", lease_ms=1500)
+    reference = make_config(tmp_path, log_dir, "seq")
+    copy_sequentially(reference)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    tip1 = tip(config, 1)
+
+    def say(line: str) -> None:
+        if line.startswith("orders-1: copied segment 0 "):
+            (markers / "committed-0").touch()
+
+    def uploader(remote, item):
+        meta = item.metadata
+        if (meta.topic_id_partition.partition, meta.start_offset) == (1, 20):
+            deadline = time.monotonic() + 60
+            while not (markers / "committed-0").exists():
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            (markers / "uploading-20").touch()
+            while not (markers / "lease-lost").exists():
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        return upload_on_executor(remote, item)
+
+    other = []
+
+    def lose_the_lease() -> None:
+        wait_until((markers / "uploading-20").exists)
+        with TieringContext.open(load_config(config)) as ctx2:
+            wait_until(lambda: ctx2.metadata.current_lease(tip1) is None)  # expired
+            if taken:
+                other.append(ctx2.metadata.acquire_lease(tip1, holder="copy:other"))
+        (markers / "lease-lost").touch()
+
+    tps = [TopicPartition("orders", p) for p in range(3)]
+    thief = threading.Thread(target=lose_the_lease)
+    thief.start()
+    with TieringContext.open(load_config(config)) as ctx:
+        real_renew = ctx.metadata.renew_lease
+
+        def renew_lease(lease, **kwargs):  # partition 1's renewals are lost once 20 uploads
+            if lease.topic_id_partition == tip1 and (markers / "uploading-20").exists():
+                return lease
+            return real_renew(lease, **kwargs)
+
+        ctx.metadata.renew_lease = renew_lease  # type: ignore[method-assign]
+        report = run_parallel_upload(ctx, tps, spark, uploader=uploader, parallelism=2, say=say)
+    thief.join()
+    if taken:
+        assert report.fenced == ["orders-1"] and report.failures == [] and report.exit_code == 0
+    else:
+        assert report.fenced == [] and report.exit_code == 1 and len(report.failures) == 1
+        assert report.failures[0].startswith("orders-1: the partition's lease expired while copying segment 20")
+    assert [(r.partition, r.segments_copied) for r in report.results] == [(0, 2), (1, 1), (2, 4)]
+    with TieringContext.open(load_config(config)) as ctx:
+        segments = ctx.metadata.list_segments(tip1)
+        finished = [s for s in segments if s.state == FINISHED]
+        assert [s.start_offset for s in finished] == [0]
+        keys = {o.key for o in ctx.storage.list_objects(tip1)}  # the fenced uploads' objects are gone
+        assert keys == {e.key for e in ctx.storage.read_manifest(segment_ref(finished[0])).objects.values()} | {
+            segment_ref(finished[0]).key(ObjectKind.MANIFEST, ctx.storage.prefix)
+        }
+        for p in (0, 2):  # the others finished and gave their leases back
+            ctx.metadata.release_lease(ctx.metadata.acquire_lease(tip(config, p), holder="copy:check"))
+        if taken:
+            ctx.metadata.release_lease(other[0])
+    with TieringContext.open(load_config(config)) as ctx:  # the next run repairs the partition
+        report = run_parallel_upload(ctx, tps, spark)
+    assert report.failures == [] and report.segments == 2
+    assert remote_state(config) == remote_state(reference)
+
+
+def test_a_partition_releases_its_lease_once_its_segments_are_committed(tmp_path: Path, spark) -> None:
+    """While partition 2's last upload is held up, partitions 0 and 1 are done: their leases are
+    free for other runs (retention, removal) instead of being held until the whole run ends."""
+    from spark_apps.parallel_upload import run_parallel_upload, upload_on_executor
+
+    log_dir = make_log_dir(tmp_path, partitions=3)
+    config = make_config(tmp_path, log_dir, "par")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    tips = [tip(config, p) for p in range(3)]
+
+    def uploader(remote, item):
+        meta = item.metadata
+        if (meta.topic_id_partition.partition, meta.start_offset) == (2, 60):
+            (markers / "holding").touch()
+            deadline = time.monotonic() + 60
+            while not (markers / "looked").exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("nobody looked")
+                time.sleep(0.02)
+        return upload_on_executor(remote, item)
+
+    seen: dict[str, bool] = {}
+
+    def look() -> None:
+        try:
+            wait_until((markers / "holding").exists)
+            with TieringContext.open(load_config(config)) as ctx2:
+                store = ctx2.metadata
+                try:
+                    wait_until(lambda: store.current_lease(tips[0]) is None and store.current_lease(tips[1]) is None,
+                               timeout=30)
+                    seen["released"] = True
+                except AssertionError:
+                    seen["released"] = False
+                seen["last held"] = store.current_lease(tips[2]) is not None
+        finally:
+            (markers / "looked").touch()
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    with TieringContext.open(load_config(config)) as ctx:
+        report = run_parallel_upload(ctx, [TopicPartition("orders", p) for p in range(3)], spark, uploader=uploader)
+    watcher.join()
+    assert report.failures == [] and report.segments == 2 + 3 + 4
+    assert seen == {"released": True, "last held": True}  # while partition 2 still uploaded
+
+
+def test_a_segment_the_broker_deletes_mid_run_fails_its_partition_with_one_line(tmp_path: Path, spark) -> None:
+    from spark_apps.parallel_upload import run_parallel_upload
+
+    log_dir = make_log_dir(tmp_path, partitions=3)
+    config = make_config(tmp_path, log_dir, "par")
+    reference = make_config(tmp_path, log_dir, "seq")
+
+    def broker_retention(line: str) -> None:  # right after planning, the broker drops 1's oldest segment
+        if line.startswith("parallel upload:") and "planned" in line:
+            for path in (log_dir / "orders-1").glob(f"{0:020d}.*"):
+                path.unlink()
+
+    tps = [TopicPartition("orders", p) for p in range(3)]
+    with TieringContext.open(load_config(config)) as ctx:
+        report = run_parallel_upload(ctx, tps, spark, say=broker_retention)
+    assert report.exit_code == 1 and len(report.failures) == 1
+    assert report.failures[0].startswith("orders-1: segment 0 could not be read while copying it")
+    assert "\n" not in report.failures[0]
+    with TieringContext.open(load_config(config)) as ctx:
+        assert ctx.metadata.list_segments(tip(config, 1)) == [] and ctx.storage.list_objects(tip(config, 1)) == []
+        report = run_parallel_upload(ctx, tps, spark)  # the next run copies what the broker still has
+    assert report.failures == [] and report.segments == 2
+    copy_sequentially(reference)
+    assert remote_state(config) == remote_state(reference)
+
+
+def test_bad_selector_is_a_one_line_reason(tmp_path: Path, capsys) -> None:
+    from spark_apps.parallel_upload import main
+
+    config = make_config(tmp_path, make_log_dir(tmp_path, partitions=1), "bad")
+    assert main(["--config", str(config), "--partitions", "orders-0,orders-7"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["parallel_upload: failed: partition orders-7 is not in the log dirs"]
 
 
 def test_tiering_gap_fails_after_copying_the_rest(tmp_path: Path, spark) -> None:
@@ -163,16 +520,7 @@ def test_tiering_gap_fails_after_copying_the_rest(tmp_path: Path, spark) -> None
     assert main(["--config", str(config), "--partitions", "orders-0"], spark=spark) == 3
     with TieringContext.open(load_config(config)) as ctx:
         log = ctx.partitions("orders", 0)[0]
-        tip = TopicIdPartition(log.topic_id, log.topic_partition)
-        assert [[g.start, g.end] for g in ctx.metadata.list_gaps(tip)] == [[20, 29]]
-        finished = [(s.start_offset, s.end_offset) for s in ctx.metadata.list_segments(tip) if s.state == FINISHED]
+        tip0 = TopicIdPartition(log.topic_id, log.topic_partition)
+        assert [[g.start, g.end] for g in ctx.metadata.list_gaps(tip0)] == [[20, 29]]
+        finished = [(s.start_offset, s.end_offset) for s in ctx.metadata.list_segments(tip0) if s.state == FINISHED]
     assert finished == [(0, 9), (10, 19), (30, 39), (40, 49)]
-
-
-def test_bad_selector_is_a_one_line_reason(tmp_path: Path, capsys) -> None:
-    from spark_apps.parallel_upload import main
-
-    config = make_config(tmp_path, make_log_dir(tmp_path, partitions=1), "bad")
-    assert main(["--config", str(config), "--partitions", "orders-0,orders-7"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["parallel_upload: failed: partition orders-7 is not in the log dirs"]

@@ -6,7 +6,14 @@ from pathlib import Path
 
 from tests.engine_support import TieringEnv, tip_of
 from tests.services import S3Endpoint
-from tests.test_rebuild import broker_file, build_partition
+from tests.test_rebuild import (
+    MAX_TIMESTAMP_MSB,
+    broker_file,
+    build_partition,
+    flip_remote_byte,
+    short_lease,
+)
+from tests.test_rebuild import remote_state as partition_state
 from tiering_core.copy import run_copy
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -80,3 +87,73 @@ def test_rebuild_job_finds_and_repairs_deleted_and_corrupted_indexes(tmp_path: P
         assert p0[0].segment_id not in repaired_ids and p0[2].segment_id in repaired_ids
         again = run_rebuild(ctx, [TopicPartition("orders", 0)], spark, repair=True, local=True)
     assert [c.status for c in again.checks] == [IndexStatus.OK] * 7 and again.exit_code == 0
+
+
+def test_a_flipped_header_bit_in_a_remote_log_is_reported_and_not_repaired(tmp_path: Path, spark, s3_endpoint,
+                                                                          capsys) -> None:
+    from spark_apps.rebuild_indexes import main
+
+    env = s3_env(tmp_path, s3_endpoint)
+    w = build_partition(env, 0)
+    with env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg1 = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED][1]
+        flip_remote_byte(ctx, seg1, ObjectKind.LOG, MAX_TIMESTAMP_MSB)
+    before = partition_state(env, w)
+    capsys.readouterr()
+    assert main(["--config", str(env.config_path), "--partitions", "orders-0"], spark=spark) == 1
+    out, err = capsys.readouterr()
+    named = [line for line in err.splitlines() if str(seg1.segment_id) in line]
+    assert len(named) == 1 and "error: damaged log" in named[0] and "recorded at copy time" in named[0]
+    assert "1 damaged segment(s) left unrepaired" in out
+    assert partition_state(env, w) == before  # nothing repaired, nothing deleted, no new attempt
+
+
+def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark, s3_endpoint,
+                                                           monkeypatch) -> None:
+    import time
+
+    import spark_apps.rebuild_indexes as app
+    from tiering_core.errors import TieringError
+
+    env = s3_env(tmp_path, s3_endpoint)
+    w = build_partition(env, 0)
+    with env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg0 = next(s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED)
+        ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
+    short_lease(env, 600)  # renewed every 0.2 s: the driver notices the loss while the repair uploads
+    attempts = []
+    other = []
+    real_start = app.start_index_repair
+
+    def start_then_lose_the_lease(store, damaged, lease):  # the driver stalls; another run takes over
+        attempt = real_start(store, damaged, lease)
+        attempts.append(attempt)
+        with env.context() as ctx2:
+            deadline = time.monotonic() + 10
+            while not other:
+                try:
+                    other.append(ctx2.metadata.acquire_lease(tip_of(w), holder="copy:other"))
+                except TieringError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+        return attempt
+
+    monkeypatch.setattr(app, "start_index_repair", start_then_lose_the_lease)
+    with env.context() as ctx:
+        report = app.run_rebuild(ctx, [w.tp], spark, repair=True)
+    monkeypatch.undo()
+    assert report.exit_code == 1 and len(attempts) == 1
+    assert [c.status for c in report.checks] == [IndexStatus.ERROR, IndexStatus.OK, IndexStatus.OK]
+    assert (report.checks[0].error or "").startswith("repair not finished, the run lost the partition's lease")
+    assert len(report.failures) == 1 and report.failures[0].startswith("orders-0: lost the partition's lease")
+    _, objects = partition_state(env, w)
+    assert not [k for k in objects if str(attempts[0].segment_id) in k]  # the repair's objects are gone
+    with env.context() as ctx:
+        ctx.metadata.release_lease(other[0])
+    short_lease(env, 30_000)
+    with env.context() as ctx:
+        again = app.run_rebuild(ctx, [w.tp], spark, repair=True)
+    assert again.results[0].segments_cleaned_up == 1
+    assert [c.status for c in again.checks] == [IndexStatus.REPAIRED, IndexStatus.OK, IndexStatus.OK]

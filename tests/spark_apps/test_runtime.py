@@ -1,0 +1,79 @@
+"""What every Spark app shares: one-line failures, and jobs that an abort really stops."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.spark_apps.test_parallel_upload import make_config, make_log_dir
+
+APPS = ["parallel_upload", "rebuild_indexes", "verify_segments"]
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_an_os_error_ends_an_app_with_one_line_and_the_traceback_in_the_debug_log(
+    app: str, tmp_path: Path, spark, monkeypatch, capsys, caplog
+) -> None:
+    from spark_apps import runtime
+
+    config = make_config(tmp_path, make_log_dir(tmp_path, partitions=1), "os")
+    vanished = tmp_path / "kafka-logs" / "orders-0" / f"{0:020d}.log"
+
+    def broker_deleted_it(self, ctx):  # the broker's retention removes a segment while it is listed
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(vanished))
+
+    monkeypatch.setattr(runtime.Selection, "resolve", broker_deleted_it)
+    caplog.set_level(logging.DEBUG, logger="spark_apps.runtime")
+    main = importlib.import_module(f"spark_apps.{app}").main
+    assert main(["--config", str(config)], spark=spark) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{app}: failed: FileNotFoundError: [Errno 2] No such file or directory: '{vanished}'"]
+    assert any(r.exc_info and r.exc_info[0] is FileNotFoundError for r in caplog.records)
+
+
+def test_an_unexpected_error_is_one_line_too(tmp_path: Path, spark, monkeypatch, capsys) -> None:
+    from spark_apps import runtime
+    from spark_apps.parallel_upload import main
+
+    config = make_config(tmp_path, make_log_dir(tmp_path, partitions=1), "bug")
+
+    def bug(self, ctx):
+        raise KeyError("a bug\nwith a second line")
+
+    monkeypatch.setattr(runtime.Selection, "resolve", bug)
+    assert main(["--config", str(config)], spark=spark) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("parallel_upload: failed: unexpected KeyError: ")
+    assert err[0].endswith("(rerun with -v for the traceback)")
+
+
+def test_jobs_are_cancelled_when_their_consumer_stops_early(tmp_path: Path, spark) -> None:
+    """An exception while outcomes are consumed drops the queued jobs and cancels the running
+    ones instead of running every queued job first."""
+    from spark_apps import runtime
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+
+    def slow(item: int) -> int:
+        (markers / str(item)).touch()
+        time.sleep(3)
+        return item
+
+    with pytest.raises(RuntimeError, match="consumer failed"):
+        with contextlib.closing(runtime.run_jobs(
+            spark.sparkContext, list(range(8)), slow, slots=2, describe=lambda i: f"sleep {i}"
+        )) as outcomes:
+            for _outcome in outcomes:
+                raise RuntimeError("consumer failed")
+    started = len(list(markers.iterdir()))
+    assert started <= 4  # the first two, and at most the two that took their slots
+    time.sleep(1)
+    assert len(list(markers.iterdir())) == started  # nothing queued starts afterwards
+    assert spark.sparkContext.parallelize([1, 2], 2).sum() == 3  # the context is still usable
