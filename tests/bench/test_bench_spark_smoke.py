@@ -17,8 +17,11 @@ def test_bench_spark_quick_prints_ratios() -> None:
         timeout=300,
     ).stdout
     for name in (
-        "parallel_upload_speedup/sequential_run_copy",
+        "parallel_upload_speedup/sequential_cli_copy",
+        "parallel_upload_speedup_median_round/sequential_cli_copy",
+        "driver_check_time/parallel_upload_time",
         "index_rebuild_time/plain_read_time",
         "spark_index_rebuild_time/plain_read_time",
+        "remote_index_check_time/plain_read_time",
     ):
         assert f"RATIO {name} = " in out, out
