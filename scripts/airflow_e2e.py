@@ -11,10 +11,19 @@ simple auth manager:
 2. triggers it again with nothing eligible: the sensor defers to the triggerer; a new partition
    with a closed segment appears; the trigger fires and the run copies it;
 3. checks that invalid params for ``tiering_delete_partition`` are refused (HTTP 400);
-4. reads ``/tiering/api/partitions`` and screenshots ``/tiering/`` with headless Chromium (when
-   /usr/bin/chromium exists) to ``test-artifacts/tiering-page.png``.
+4. checks that the Tiering page and its JSON refuse anonymous requests (401/403) and answer the
+   token's holder; reads ``/tiering/api/partitions``; opens ``/tiering/`` in headless Chromium
+   logged in (the JWT in the cookie Airflow's UI uses, set over Chromium's DevTools protocol),
+   checks the rendered page lists the partitions, and saves its screenshot and DOM to
+   ``test-artifacts/tiering-page.png`` and ``.html``.
 
-Every process it started is stopped at the end, whatever happened.
+Chromium is ``$TIERING_CHROMIUM`` (a path or a command name), else the first of chromium,
+chromium-browser, google-chrome on ``PATH``. Without it the screenshot is skipped with a
+warning, except under CI (``CI`` set), where a missing browser fails the run.
+
+Every process it started is stopped at the end, whatever happened: Airflow runs in a process
+group of its own, which is terminated (then killed) as a whole, together with any process under
+it that moved to a session of its own. SIGTERM to this script does the same before it exits.
 
     python scripts/airflow_e2e.py [--artifacts DIR] [--timeout SECONDS] [--keep]
 """
@@ -22,6 +31,7 @@ Every process it started is stopped at the end, whatever happened.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import os
@@ -36,6 +46,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,7 +55,9 @@ sys.path.insert(0, str(ROOT))
 
 DAG_ID = "tiering_copy__orders"
 REMOVAL_DAG_ID = "tiering_delete_partition"
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ENV = "TIERING_CHROMIUM"
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+JWT_COOKIE = "_token"  # where Airflow's UI keeps the logged-in user's JWT
 BUCKET = "kafka-tiered-e2e"
 T = TypeVar("T")
 
@@ -176,34 +189,171 @@ def add_partition_with_a_closed_segment(log_dir: Path, topic: str, partition: in
     writer.set_high_watermark()
 
 
-def screenshot(url: str, out: Path) -> bool:
-    if not CHROMIUM.exists():
-        say(f"{CHROMIUM} is not installed; no screenshot taken")
-        return False
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.unlink(missing_ok=True)
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def find_chromium() -> str | None:
+    """``$TIERING_CHROMIUM`` (a path or a command), else the first Chromium on ``PATH``."""
+    override = os.environ.get(CHROMIUM_ENV, "").strip()
+    if override:
+        found = shutil.which(override)
+        if found is None:
+            raise E2EError(f"{CHROMIUM_ENV}={override!r} is not an executable")
+        return found
+    return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
+
+
+class DevTools:
+    """Chromium's DevTools protocol over its websocket: only the calls a logged-in screenshot needs."""
+
+    def __init__(self, ws_url: str) -> None:
+        from websockets.sync.client import connect
+
+        self.ws = connect(ws_url, max_size=None, proxy=None, open_timeout=30)
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
+        self.next_id += 1
+        message: dict[str, Any] = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        self.ws.send(json.dumps(message))
+        while True:
+            reply = json.loads(self.ws.recv(timeout=60))
+            if reply.get("id") != self.next_id:
+                self.events.append(reply)
+                continue
+            if "error" in reply:
+                raise E2EError(f"Chromium: {method} failed: {reply['error']}")
+            return dict(reply.get("result") or {})
+
+    def wait_event(self, method: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, event in enumerate(self.events):
+                if event.get("method") == method:
+                    return dict(self.events.pop(i).get("params") or {})
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise E2EError(f"Chromium: no {method} within {timeout:.0f} s")
+            self.events.append(json.loads(self.ws.recv(timeout=remaining)))
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+@dataclass(frozen=True)
+class RenderedPage:
+    """What a logged-in browser got for the page: HTTP status, DOM and screenshot."""
+
+    status: int
+    dom: str
+    png: bytes
+
+
+def render_logged_in(chromium: str, url: str, token: str, size: tuple[int, int] = (1760, 480)) -> RenderedPage:
+    """Open ``url`` in headless Chromium with ``token`` in Airflow's JWT cookie, as a logged-in user's
+    browser holds it; return the document's status, its DOM after load and a PNG of the page."""
     with tempfile.TemporaryDirectory(prefix="e2e-chromium-") as profile:
-        subprocess.run(
+        browser = subprocess.Popen(
             [
-                str(CHROMIUM),
+                chromium,
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
+                "--disable-dev-shm-usage",
                 "--disable-background-networking",
                 "--disable-component-update",
                 "--disable-sync",
                 "--no-first-run",
-                f"--user-data-dir={profile}",
                 "--hide-scrollbars",
-                "--window-size=1760,480",
-                f"--screenshot={out}",
-                url,
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile}",
+                "about:blank",
             ],
-            check=True,
-            capture_output=True,
-            timeout=120,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
-    return out.exists() and out.stat().st_size > 0
+        try:
+            active = Path(profile) / "DevToolsActivePort"  # "<port>\n<browser websocket path>"
+            port, path = wait_for("Chromium's DevTools port", lambda: active.read_text().split(), 60, 0.2)[:2]
+            tools = DevTools(f"ws://127.0.0.1:{port}{path}")
+            try:
+                target = tools.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+                session = tools.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+                tools.call("Network.enable", session=session)
+                tools.call("Page.enable", session=session)
+                origin = urllib.parse.urlsplit(url)
+                tools.call(
+                    "Network.setCookie",
+                    {
+                        "name": JWT_COOKIE,
+                        "value": token,
+                        "url": f"{origin.scheme}://{origin.netloc}/",
+                        "httpOnly": True,
+                    },
+                    session=session,
+                )
+                width, height = size
+                tools.call(
+                    "Emulation.setDeviceMetricsOverride",
+                    {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+                    session=session,
+                )
+                navigated = tools.call("Page.navigate", {"url": url}, session=session)
+                if navigated.get("errorText"):
+                    raise E2EError(f"Chromium could not open {url}: {navigated['errorText']}")
+                status = 0
+                while not status:
+                    event = tools.wait_event("Network.responseReceived", 60)
+                    if event.get("type") == "Document":
+                        status = int(event["response"]["status"])
+                tools.wait_event("Page.loadEventFired", 60)
+                dom = tools.call(
+                    "Runtime.evaluate",
+                    {"expression": "document.documentElement.outerHTML", "returnByValue": True},
+                    session=session,
+                )["result"]["value"]
+                shot = tools.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session)
+                return RenderedPage(status, str(dom), base64.b64decode(shot["data"]))
+            finally:
+                tools.close()
+        finally:
+            browser.terminate()
+            try:
+                browser.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                browser.kill()
+                browser.wait()
+
+
+def screenshot(api: Api, labels: list[str], artifacts: Path) -> None:
+    """The Tiering page as a logged-in user sees it: checked to list ``labels``, saved as PNG and HTML."""
+    chromium = find_chromium()
+    if chromium is None:
+        names = ", ".join(CHROMIUM_NAMES)
+        if in_ci():
+            raise E2EError(f"no Chromium ({names} or ${CHROMIUM_ENV}); CI requires the Tiering page screenshot")
+        say(f"WARNING: no Chromium ({names} or ${CHROMIUM_ENV}); no screenshot taken")
+        return
+    assert api.token is not None
+    page = render_logged_in(chromium, f"{api.base}/tiering/", api.token)
+    if page.status != 200:
+        raise E2EError(f"the logged-in browser got HTTP {page.status} for /tiering/: {page.dom[:500]}")
+    missing = [label for label in labels if f"<td>{label}</td>" not in page.dom]
+    if missing:
+        raise E2EError(f"the rendered Tiering page does not list {missing}: {page.dom[:2000]}")
+    if not page.png.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise E2EError("Chromium returned no PNG")
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot, dom = artifacts / "tiering-page.png", artifacts / "tiering-page.html"
+    shot.write_bytes(page.png)
+    dom.write_text(page.dom)
+    say(f"screenshot saved to {shot} ({len(page.png)} bytes, logged in; the page lists {', '.join(labels)})")
 
 
 def airflow_env(work: Path, port: int, endpoint: str, config: Path) -> dict[str, str]:
@@ -256,8 +406,11 @@ def run(work: Path, artifacts: Path, timeout: float) -> None:
             timeout=120,
         )
         with (work / "standalone.log").open("w") as log:
-            proc = subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        say(f"airflow standalone (pid {proc.pid}) on {base}, log {work / 'standalone.log'}")
+            # A process group of its own: stop() ends it as a whole, never this script's group.
+            proc = subprocess.Popen(
+                [airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        say(f"airflow standalone (pid {proc.pid}, process group {proc.pid}) on {base}, log {work / 'standalone.log'}")
         try:
             exercise(Api(base), work, env, artifacts, timeout)
         finally:
@@ -307,29 +460,42 @@ def exercise(api: Api, work: Path, env: dict[str, str], artifacts: Path, timeout
     if status != 400:
         raise E2EError(f"invalid removal params were not refused: {status} {answer}")
 
+    anonymous = Api(api.base)
+    refused = {path: anonymous.call("GET", path)[0] for path in ("/tiering/", "/tiering/api/partitions")}
+    say("anonymous requests to the Tiering page refused: " + ", ".join(f"{p} {s}" for p, s in refused.items()))
+    if any(status not in (401, 403) for status in refused.values()):
+        raise E2EError(f"the Tiering page answered anonymous requests: {refused}")
     status, partitions = api.call("GET", "/tiering/api/partitions")
     if status != 200:
-        raise E2EError(f"/tiering/api/partitions answered {status}: {partitions}")
+        raise E2EError(f"/tiering/api/partitions answered {status} with a token: {partitions}")
     remote = {f"{p['topic']}-{p['partition']}": p["remote_segments"] for p in partitions}
     say("Tiering page: remote segments per partition: " + json.dumps(remote, sort_keys=True))
     expected = {label: r["segments_copied"] for label, r in results.items()} | {"orders-3": 1}
     if {k: remote.get(k) for k in expected} != expected:
         raise E2EError(f"the Tiering page disagrees with the runs: {remote} vs {expected}")
-    shot = artifacts / "tiering-page.png"
-    if screenshot(f"{api.base}/tiering/", shot):
-        say(f"screenshot saved to {shot}")
+    screenshot(api, sorted(expected), artifacts)
     say(f"OK in {time.monotonic() - started:.0f} s")
 
 
+def signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop standalone and every process under it (its components run in sessions of their own)."""
+    """Stop standalone's whole process group, and any process under it that left the group
+    (some components start sessions of their own): SIGTERM, then SIGKILL for what remains."""
     import psutil
 
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
     try:
         family = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         family = []
-    for member in [*family, psutil.Process(proc.pid)]:
+    signal_group(proc.pid, signal.SIGTERM)
+    for member in family:
         try:
             member.terminate()
         except psutil.NoSuchProcess:
@@ -337,21 +503,24 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        pass
     _, alive = psutil.wait_procs(family, timeout=20)
-    for member in alive:  # anything that ignored SIGTERM
+    signal_group(proc.pid, signal.SIGKILL)  # anything in the group that ignored SIGTERM
+    for member in alive:
         try:
             member.kill()
         except psutil.NoSuchProcess:
             pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
     psutil.wait_procs(alive, timeout=10)
     say(f"airflow stopped ({len(family)} processes under standalone, {len(alive)} needed SIGKILL)")
 
 
 def main() -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the local S3 endpoint's request log
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a polite kill still stops Airflow
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a polite kill still stops Airflow (finally)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifacts", type=Path, default=ROOT / "test-artifacts")
     parser.add_argument("--timeout", type=float, default=120, help="seconds each DAG run may take")

@@ -1,13 +1,44 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtualenv and install everything from the pinned
 # constraints. Idempotent: a second run with unchanged pins only re-checks the tools.
+# Checks what the tests need from the machine (Java 17+ for Spark, PostgreSQL, Chromium for
+# the Tiering page screenshot) and names whatever is missing. Under CI (CI set) a missing
+# Chromium is an error; elsewhere the screenshot is skipped with a warning.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${TIERING_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
+CHROMIUM_NAMES=(chromium chromium-browser google-chrome)
 
 stamp_of() { cat requirements.txt constraints.txt setup.cfg | sha256sum | cut -d' ' -f1; }
+in_ci() { case "${CI:-}" in "" | 0 | false | False | FALSE | no) return 1 ;; *) return 0 ;; esac; }
+# The browser the end-to-end script uses: $TIERING_CHROMIUM, else the first on PATH.
+find_chromium() {
+  if [ -n "${TIERING_CHROMIUM:-}" ]; then
+    command -v "$TIERING_CHROMIUM"
+    return
+  fi
+  local name
+  for name in "${CHROMIUM_NAMES[@]}"; do
+    command -v "$name" && return 0
+  done
+  return 1
+}
+# Run a quiet command; on failure show the tail of its output instead of hiding it.
+quietly() {
+  local what=$1 log
+  shift
+  log=$(mktemp)
+  if "$@" >"$log" 2>&1; then
+    rm -f "$log"
+    return 0
+  fi
+  echo "bootstrap: $what failed; the last lines of its output:" >&2
+  tail -n 25 "$log" | sed 's/^/    /' >&2
+  rm -f "$log"
+  return 1
+}
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "bootstrap: creating virtualenv $VENV"
@@ -15,7 +46,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if [ "$(cat "$VENV/.tiering-stamp" 2>/dev/null)" != "$(stamp_of)" ]; then
   echo "bootstrap: installing pinned dependencies (a few minutes on a fresh machine)"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
+  # pip itself moves only to a version the constraints pin, never to whatever is newest today.
+  pip_pin=$(grep -E '^pip==' constraints.txt || true)
+  if [ -n "$pip_pin" ]; then
+    "$VENV/bin/python" -m pip install -q "$pip_pin"
+  fi
   "$VENV/bin/python" -m pip install -q -r requirements.txt -c constraints.txt
   # pyspark-client (pulled in by the Spark provider) shares files with the full pyspark
   # wheel; reinstall pyspark last so spark-submit and its jars are intact.
@@ -24,25 +59,72 @@ if [ "$(cat "$VENV/.tiering-stamp" 2>/dev/null)" != "$(stamp_of)" ]; then
   stamp_of > "$VENV/.tiering-stamp"
 fi
 
-# Headless Chromium screenshots the Tiering page in the end-to-end test (optional).
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "bootstrap: installing chromium for the UI screenshot test"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
-    || echo "bootstrap: chromium could not be installed; the UI screenshot will be skipped" >&2
+# Headless Chromium screenshots the Tiering page in the end-to-end test.
+if ! find_chromium >/dev/null && [ -z "${TIERING_CHROMIUM:-}" ] && [ "$(id -u)" = 0 ] \
+  && command -v apt-get >/dev/null 2>&1; then
+  echo "bootstrap: installing chromium for the Tiering page screenshot"
+  quietly "apt-get update" apt-get update -qq \
+    && quietly "apt-get install chromium" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+    || true
 fi
 
 missing=()
+if ! chromium=$(find_chromium); then
+  if [ -n "${TIERING_CHROMIUM:-}" ]; then
+    why="TIERING_CHROMIUM=$TIERING_CHROMIUM is not an executable"
+  else
+    why="none of ${CHROMIUM_NAMES[*]} is on PATH (apt-get install chromium, or set TIERING_CHROMIUM)"
+  fi
+  if in_ci; then
+    missing+=("chromium: $why; CI requires the Tiering page screenshot")
+  else
+    echo "bootstrap: WARNING: chromium: $why; the end-to-end test will skip the Tiering page screenshot" >&2
+  fi
+else
+  echo "bootstrap: chromium: $chromium"
+fi
+
+java_ok=no
 if ! command -v java >/dev/null 2>&1; then
-  missing+=("java: not found (install a JDK 17+, e.g. apt-get install openjdk-17-jre-headless)")
+  missing+=("java: not found (install a JDK 17+, e.g. apt-get install openjdk-17-jre-headless); Spark needs it")
 else
   jv=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
   if [ -z "$jv" ] || [ "$jv" -lt 17 ]; then
-    missing+=("java: version ${jv:-unknown} found, 17 or newer is required")
+    missing+=("java: version ${jv:-unknown} found, 17 or newer is required by Spark")
+  else
+    java_ok=yes
   fi
 fi
-if ! PATH="$VENV/bin:$PATH" "$VENV/bin/spark-submit" --version >/dev/null 2>&1; then
-  missing+=("spark-submit: $VENV/bin/spark-submit does not run (pyspark install is broken; delete $VENV and rerun)")
+# spark-submit can only run with a usable Java; without one the line above says what to fix.
+if [ "$java_ok" = yes ]; then
+  if ! spark_out=$(PATH="$VENV/bin:$PATH" "$VENV/bin/spark-submit" --version 2>&1); then
+    missing+=("spark-submit: $VENV/bin/spark-submit does not run: $(printf '%s' "$spark_out" | tail -n 3 | tr '\n' ' ')(reinstall the pinned pyspark: rm $VENV/.tiering-stamp and rerun this script)")
+  fi
 fi
+
+# PostgreSQL: the tests start a private server from the server binaries, or use one on 127.0.0.1:5432.
+pg_bin=""
+for dir in "$(pg_config --bindir 2>/dev/null || true)" /usr/lib/postgresql/*/bin; do
+  if [ -n "$dir" ] && [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ]; then
+    pg_bin=$dir
+    break
+  fi
+done
+if [ -n "$pg_bin" ]; then
+  echo "bootstrap: postgresql server binaries: $pg_bin"
+elif [ -n "${TIERING_TEST_PG_URL:-}" ]; then
+  echo "bootstrap: postgresql: TIERING_TEST_PG_URL names the test server"
+elif (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
+  echo "bootstrap: postgresql: no server binaries, using the server on 127.0.0.1:5432"
+else
+  if command -v pg_config >/dev/null 2>&1; then
+    where="pg_config --bindir ($(pg_config --bindir)) has no initdb/pg_ctl"
+  else
+    where="no pg_config on PATH and no /usr/lib/postgresql/*/bin with initdb and pg_ctl"
+  fi
+  missing+=("postgresql: $where, and no server answers on 127.0.0.1:5432 (apt-get install postgresql, or set TIERING_TEST_PG_URL)")
+fi
+
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: missing requirements:" >&2
   printf '  - %s\n' "${missing[@]}" >&2

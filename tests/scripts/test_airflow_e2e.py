@@ -1,32 +1,77 @@
 """scripts/airflow_e2e.py against a real Airflow (standalone: API server, scheduler, dag-processor,
 triggerer): REST-triggered copy runs, a deferral through the triggerer, refused params, the Tiering
-page and its screenshot."""
+page behind Airflow's login and its screenshot as a logged-in user; and the script's cleanup when it
+is stopped mid-run."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-SHOT = ROOT / "test-artifacts" / "tiering-page.png"
+SCRIPT = ROOT / "scripts" / "airflow_e2e.py"
+ARTIFACTS = ROOT / "test-artifacts"
+SHOT = ARTIFACTS / "tiering-page.png"
+DOM = ARTIFACTS / "tiering-page.html"
+E2E_SECONDS = 900  # the script bounds each wait itself; this only guards against a hang
+STOP_GRACE_SECONDS = 120  # after SIGTERM, for the script to stop Airflow before it is killed
+# Above both, so pytest-timeout never SIGKILLs the run before the script could clean up.
+TEST_TIMEOUT = E2E_SECONDS + STOP_GRACE_SECONDS + 180
+
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("airflow_e2e", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["airflow_e2e"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def start_script(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def stop_script(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGTERM first (the script exits through its cleanup and stops Airflow), SIGKILL only after a grace."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
 
 
 @pytest.fixture(scope="module")
 def e2e() -> subprocess.CompletedProcess[str]:
     SHOT.unlink(missing_ok=True)
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "airflow_e2e.py"), "--artifacts", str(SHOT.parent)],
-        capture_output=True,
-        text=True,
-        timeout=900,  # the script bounds each wait itself; this only guards against a hang
-        cwd=ROOT,
-    )
+    DOM.unlink(missing_ok=True)
+    proc = start_script("--artifacts", str(ARTIFACTS))
+    try:
+        out, err = proc.communicate(timeout=E2E_SECONDS)
+    except subprocess.TimeoutExpired:
+        out, err = stop_script(proc)
+        pytest.fail(f"the e2e script hung for {E2E_SECONDS} s and was stopped:\n{out[-3000:]}\n{err[-3000:]}")
+    except BaseException:  # interrupted (pytest-timeout, Ctrl-C): never leave Airflow running
+        stop_script(proc)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def line(output: str, prefix: str) -> str:
@@ -36,6 +81,7 @@ def line(output: str, prefix: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(TEST_TIMEOUT)
 def test_rest_triggered_runs_copy_defer_and_show_on_the_tiering_page(e2e) -> None:
     out = e2e.stdout
     assert e2e.returncode == 0, out[-3000:] + e2e.stderr[-5000:]
@@ -45,16 +91,96 @@ def test_rest_triggered_runs_copy_defer_and_show_on_the_tiering_page(e2e) -> Non
     assert "the sensor is deferred to the triggerer" in out
     assert line(out, "e2e: deferred run ").endswith("finished: success; trigger fired for partitions [3]")
     assert "invalid removal params refused with HTTP 400" in out
+    refused = line(out, "e2e: anonymous requests to the Tiering page refused: ")
+    assert re.fullmatch(r"e2e: .*refused: /tiering/ 40[13], /tiering/api/partitions 40[13]", refused)
     page = json.loads(line(out, "e2e: Tiering page: remote segments per partition: ").split(": ", 3)[3])
     assert {k: page[k] for k in copied} == copied and page["orders-3"] == 1
     assert line(out, "e2e: OK in ") and line(out, "e2e: airflow stopped (")
 
 
 @pytest.mark.slow
-def test_tiering_page_screenshot(e2e) -> None:
+@pytest.mark.timeout(TEST_TIMEOUT)
+def test_tiering_page_screenshot_as_a_logged_in_user(e2e) -> None:
     assert e2e.returncode == 0, e2e.stdout[-3000:]
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium); the run itself is checked above")
-    assert f"e2e: screenshot saved to {SHOT}" in e2e.stdout
+    if "e2e: WARNING: no Chromium" in e2e.stdout:
+        assert not load_script().in_ci(), "under CI a missing Chromium must fail the run"
+        pytest.skip("no Chromium installed (apt-get install -y chromium, or set TIERING_CHROMIUM)")
+    labels = ["orders-0", "orders-1", "orders-2", "orders-3"]
+    assert line(e2e.stdout, f"e2e: screenshot saved to {SHOT} (").endswith(
+        f"logged in; the page lists {', '.join(labels)})"
+    )
     data = SHOT.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
+    dom = DOM.read_text()  # the page the browser rendered, not a login page or an error
+    assert "<h1>Kafka tiered storage</h1>" in dom and "Tier state unavailable" not in dom
+    assert all(f"<td>{label}</td>" in dom for label in labels)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(TEST_TIMEOUT)
+def test_sigterm_mid_run_stops_every_airflow_process(tmp_path: Path) -> None:
+    """What the fixture above does on a hang: SIGTERM; the script must take all of Airflow with it."""
+    import psutil
+
+    proc = start_script("--artifacts", str(tmp_path))
+    assert proc.stdout is not None
+    try:
+        group = None
+        for text in proc.stdout:
+            if m := re.match(r"e2e: airflow standalone \(pid (\d+), process group (\d+)\)", text):
+                group = int(m.group(2))
+                break
+        assert group is not None, "the script ended before it started Airflow"
+        standalone = psutil.Process(group)
+        deadline = time.monotonic() + 240
+        while len(standalone.children(recursive=True)) < 3 and time.monotonic() < deadline:
+            time.sleep(2)  # its components (API server, scheduler, ...) are starting
+        started = [(p, p.create_time()) for p in [standalone, *standalone.children(recursive=True)]]
+        assert len(started) >= 4, f"standalone started too few components: {started}"
+    except BaseException:
+        stop_script(proc)
+        raise
+    out, err = stop_script(proc)
+    assert proc.returncode == 143, out[-3000:] + err[-3000:]
+    assert "e2e: airflow stopped (" in out
+    survivors = [p.pid for p, created in started if p.is_running() and p.create_time() == created]
+    assert survivors == []
+    with pytest.raises(ProcessLookupError):
+        os.killpg(group, 0)  # nothing left in Airflow's process group
+
+
+def test_missing_chromium_fails_under_ci_and_is_a_warning_elsewhere(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    e2e = load_script()
+    api = e2e.Api("http://127.0.0.1:9")
+    api.token = "unused"
+    monkeypatch.setenv("PATH", str(tmp_path))  # no browser anywhere
+    monkeypatch.delenv("TIERING_CHROMIUM", raising=False)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(e2e.E2EError, match="CI requires the Tiering page screenshot"):
+        e2e.screenshot(api, ["orders-0"], tmp_path)
+    monkeypatch.delenv("CI")
+    e2e.screenshot(api, ["orders-0"], tmp_path)
+    assert "e2e: WARNING: no Chromium" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_chromium_is_found_on_path_or_named_by_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    e2e = load_script()
+    browser = tmp_path / "bin" / "chromium-browser"
+    browser.parent.mkdir()
+    browser.write_text("#!/bin/sh\n")
+    browser.chmod(0o755)
+    monkeypatch.setenv("PATH", str(browser.parent))
+    monkeypatch.delenv("TIERING_CHROMIUM", raising=False)
+    assert e2e.find_chromium() == str(browser)
+    elsewhere = tmp_path / "opt" / "my-chrome"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("#!/bin/sh\n")
+    elsewhere.chmod(0o755)
+    monkeypatch.setenv("TIERING_CHROMIUM", str(elsewhere))
+    assert e2e.find_chromium() == str(elsewhere)
+    monkeypatch.setenv("TIERING_CHROMIUM", str(tmp_path / "absent"))
+    with pytest.raises(e2e.E2EError, match=r"TIERING_CHROMIUM=.* is not an executable"):
+        e2e.find_chromium()

@@ -1,0 +1,103 @@
+"""scripts/bootstrap.sh names what the machine lacks: Chromium (an error only under CI), Java (without
+blaming the virtualenv), PostgreSQL; a failing apt-get shows its output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = Path(sys.executable).parent.parent
+SEARCHED = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def machine_without(tmp_path: Path, *absent: str, extra: dict[str, str] | None = None) -> Path:
+    """A PATH directory holding every command of this machine except ``absent`` (plus ``extra`` scripts)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for directory in SEARCHED:
+        if not os.path.isdir(directory):
+            continue
+        for entry in os.scandir(directory):
+            link = bin_dir / entry.name
+            if entry.name in absent or link.exists() or link.is_symlink():
+                continue
+            link.symlink_to(entry.path)
+    for name, body in (extra or {}).items():
+        script = bin_dir / name
+        script.write_text(body)
+        script.chmod(0o755)
+    return bin_dir
+
+
+def bootstrap(bin_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("CI", "TIERING_CHROMIUM")}
+    return subprocess.run(
+        ["/bin/bash", str(ROOT / "scripts" / "bootstrap.sh")],
+        env={**base, "PATH": str(bin_dir), "TIERING_VENV": str(VENV), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+
+
+CHROMIUMS = ("chromium", "chromium-browser", "google-chrome")
+
+
+@pytest.fixture()
+def no_chromium(tmp_path: Path) -> Path:
+    # apt-get is absent too, so the script cannot install a browser.
+    return machine_without(tmp_path, *CHROMIUMS, "apt-get")
+
+
+def test_missing_chromium_fails_under_ci(no_chromium: Path) -> None:
+    proc = bootstrap(no_chromium, CI="true")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "chromium: none of chromium chromium-browser google-chrome is on PATH" in proc.stderr
+    assert "CI requires the Tiering page screenshot" in proc.stderr
+
+
+def test_missing_chromium_is_a_warning_outside_ci(no_chromium: Path) -> None:
+    proc = bootstrap(no_chromium)
+    assert "WARNING: chromium:" in proc.stderr and "will skip the Tiering page screenshot" in proc.stderr
+    assert "CI requires" not in proc.stderr
+
+
+def test_chromium_named_by_the_environment(no_chromium: Path, tmp_path: Path) -> None:
+    browser = tmp_path / "opt" / "my-chrome"
+    browser.parent.mkdir()
+    browser.write_text("#!/bin/sh\n")
+    browser.chmod(0o755)
+    proc = bootstrap(no_chromium, CI="true", TIERING_CHROMIUM=str(browser))
+    assert f"bootstrap: chromium: {browser}" in proc.stdout and "chromium:" not in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bootstrap installs Chromium only as root")
+def test_a_failing_apt_get_shows_its_output(tmp_path: Path) -> None:
+    failing_apt = "#!/bin/sh\necho 'E: Unable to locate package chromium' >&2\nexit 100\n"
+    proc = bootstrap(machine_without(tmp_path, *CHROMIUMS, "apt-get", extra={"apt-get": failing_apt}))
+    assert "bootstrap: apt-get update failed; the last lines of its output:" in proc.stderr
+    assert "E: Unable to locate package chromium" in proc.stderr
+
+
+def test_without_java_spark_is_not_blamed(tmp_path: Path) -> None:
+    proc = bootstrap(machine_without(tmp_path, "java"))
+    assert proc.returncode == 1
+    assert "java: not found (install a JDK 17+" in proc.stderr
+    assert "spark-submit" not in proc.stderr and "delete" not in proc.stderr
+
+
+def test_postgresql_server_binaries_are_found_where_the_tests_look(tmp_path: Path) -> None:
+    from tests.services import pg_bindir
+
+    expected = pg_bindir()
+    if expected is None:
+        pytest.skip("no PostgreSQL server binaries on this machine")
+    proc = bootstrap(machine_without(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"bootstrap: postgresql server binaries: {expected}\n" in proc.stdout
