@@ -14,9 +14,9 @@ from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.test_retention import (
     assert_objects_match_metadata,
     end_state,
+    normal_leases,
     remote_ranges,
     run_killed,
-    normal_leases,
     short_leases,
     snapshot_state,
     twin_of,
