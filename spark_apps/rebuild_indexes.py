@@ -48,7 +48,6 @@ from tiering_core.rebuild import (
     examine_remote_segment,
     format_rebuild_summary,
     local_index_tasks,
-    release_rebuild_lease,
     remote_index_tasks,
     repair_task,
     start_index_repair,
@@ -273,7 +272,7 @@ def run_rebuild(
     finally:
         for part in parts:
             if part.lease is not None:
-                release_rebuild_lease(ctx, part.lease)
+                ctx.metadata.release_lease_if_current(part.lease)
     seconds = time.monotonic() - started
     results = []
     for part in parts:

@@ -11,7 +11,6 @@ e.g. a Spark executor) and the metadata commits, so parallel uploads keep every 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
@@ -348,8 +347,7 @@ def begin_copy_run(ctx: TieringContext, tp: TopicPartition, run_id: str) -> tupl
                 tip, view.observed_delete_records_offset, lease, source="log-start-offset-checkpoint"
             )
     except BaseException:
-        with contextlib.suppress(FencedError):
-            store.release_lease(lease)
+        store.release_lease_if_current(lease)
         raise
     return lease, view, cleaned
 
@@ -552,10 +550,7 @@ class CopyRun:
     def release(self) -> None:
         if self.lease is None:
             return
-        try:
-            self.ctx.metadata.release_lease(self.lease)
-        except FencedError:
-            pass
+        self.ctx.metadata.release_lease_if_current(self.lease)
         self.lease = None
 
     def finish(self) -> CopyResult:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.storage.base import MULTIPART_UPLOAD, IncompleteUpload
+from tiering_core.storage.base import MULTIPART_UPLOAD, IncompleteUpload, RemoteObject
 from tiering_core.storage.layout import ObjectKind, parse_segment_key
 
 if TYPE_CHECKING:
@@ -117,18 +117,46 @@ def _segment_id(key: str, prefix: str, tip: TopicIdPartition) -> uuid.UUID | Non
     return parsed[0].segment_id
 
 
+def _unreferenced_objects(
+    storage: RemoteStorage, tip: TopicIdPartition, live: set[uuid.UUID]
+) -> list[tuple[RemoteObject, uuid.UUID | None]]:
+    """Objects under the partition's prefix that no live segment names, with the segment their
+    key names (None: not a layout key)."""
+    found = []
+    for obj in storage.list_objects(tip):
+        segment_id = _segment_id(obj.key, storage.prefix, tip)
+        if segment_id is None or segment_id not in live:
+            found.append((obj, segment_id))
+    return found
+
+
+def unreferenced_object_keys(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[str]:
+    """Keys under the partition's prefix that no live segment names, whatever their age: what a
+    partition removal, holding the lease after deleting every segment, sweeps."""
+    return [obj.key for obj, _ in _unreferenced_objects(storage, tip, _live_segment_ids(store, tip))]
+
+
+def delete_unreferenced_keys(storage: RemoteStorage, keys: list[str]) -> None:
+    """Delete orphaned objects, manifests first: a manifest never outlives the objects it
+    lists, even an orphaned one."""
+    manifests = [k for k in keys if k.endswith(f".{ObjectKind.MANIFEST.value}")]
+    if manifests:
+        storage.delete_keys(manifests)
+    rest = [k for k in keys if not k.endswith(f".{ObjectKind.MANIFEST.value}")]
+    if rest:
+        storage.delete_keys(rest)
+
+
 def _candidates(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[_Candidate]:
     """What no live segment named when read, with ages as of the end of the listing."""
     live = _live_segment_ids(store, tip)
-    objects = storage.list_objects(tip)
+    objects = _unreferenced_objects(storage, tip, live)
     uploads = storage.incomplete_uploads(tip)
     now = datetime.now(UTC)
     found = []
-    for obj in objects:
-        segment_id = _segment_id(obj.key, storage.prefix, tip)
-        if segment_id is None or segment_id not in live:
-            age = int((now - obj.last_modified).total_seconds() * 1000)
-            found.append(_Candidate(OrphanObject(obj.key, obj.size, age, False, OBJECT), segment_id))
+    for obj, segment_id in objects:
+        age = int((now - obj.last_modified).total_seconds() * 1000)
+        found.append(_Candidate(OrphanObject(obj.key, obj.size, age, False, OBJECT), segment_id))
     for upload in uploads:
         segment_id = _segment_id(upload.target, storage.prefix, tip)
         if segment_id is None or segment_id not in live:
@@ -152,13 +180,7 @@ def _delete_old(
     live = _live_segment_ids(store, tip)  # read again: a copy may have started since the listing
     orphans = [c for c in candidates if c.segment_id is None or c.segment_id not in live]
     doomed = [c for c in orphans if c.orphan.age_ms >= grace_ms]
-    objects = [c.orphan.key for c in doomed if c.upload is None]
-    manifests = [k for k in objects if k.endswith(f".{ObjectKind.MANIFEST.value}")]
-    if manifests:  # a manifest never outlives the objects it lists, even an orphaned one
-        storage.delete_keys(manifests)
-    rest = [k for k in objects if not k.endswith(f".{ObjectKind.MANIFEST.value}")]
-    if rest:
-        storage.delete_keys(rest)
+    delete_unreferenced_keys(storage, [c.orphan.key for c in doomed if c.upload is None])
     for c in doomed:
         if c.upload is not None:
             storage.remove_incomplete_upload(c.upload)

@@ -765,13 +765,6 @@ def clean_up_before_repair(ctx: TieringContext, tip: TopicIdPartition, lease: Le
     result.superseded_deleted = clean_up_interrupted_repairs(ctx.metadata, ctx.storage, tip, lease)
 
 
-def release_rebuild_lease(ctx: TieringContext, lease: Lease) -> None:
-    try:
-        ctx.metadata.release_lease(lease)
-    except FencedError:
-        pass
-
-
 def rebuild_partition_indexes(
     ctx: TieringContext,
     tp: TopicPartition,
@@ -826,7 +819,7 @@ def rebuild_partition_indexes(
             result.checks.append(check)
             say(check.describe())
     finally:
-        release_rebuild_lease(ctx, lease)
+        ctx.metadata.release_lease_if_current(lease)
     if local:
         for local_task in local_index_tasks(partition_log, interval):
             check = check_local_segment(local_task)

@@ -24,8 +24,8 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemotePartitionDeleteState
-from tiering_core.remote_segments import delete_remote_segment, segment_ref
-from tiering_core.storage.layout import ObjectKind
+from tiering_core.orphans import delete_unreferenced_keys, unreferenced_object_keys
+from tiering_core.remote_segments import delete_remote_segment
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -146,26 +146,12 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
     return RemovalTargets(tp, tuple(ordered), removed, kept)
 
 
-def partitions_to_remove(
-    ctx: TieringContext, tp: TopicPartition, topic_id: str | None = None
-) -> list[TopicIdPartition]:
-    """The topic ids a removal of ``tp`` deletes (``removal_targets``); [] when all are removed."""
-    return list(removal_targets(ctx, tp, topic_id).remove)
-
-
-def unreferenced_objects(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[str]:
-    """Keys under the partition's prefix that no live segment's metadata names (killed copies'
-    objects, stray files): a removal deletes them too, so no object outlives it."""
-    referenced = {segment_ref(s).key(kind, storage.prefix) for s in store.list_segments(tip) for kind in ObjectKind}
-    return [o.key for o in storage.list_objects(tip) if o.key not in referenced]
-
-
 def _sweep(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[str]:
     """Delete what no metadata references: objects, and unfinished uploads of any age (we hold
     the partition's lease, so no copy of ours is still writing: what remains was killed)."""
-    keys = unreferenced_objects(store, storage, tip)
+    keys = unreferenced_object_keys(store, storage, tip)
     if keys:
-        storage.delete_keys(keys)
+        delete_unreferenced_keys(storage, keys)
         log.info("%s: deleted %d object(s) no metadata referenced", tip, len(keys))
     uploads = storage.remove_incomplete_uploads(tip, older_than_ms=1)
     if uploads:
@@ -213,7 +199,7 @@ def delete_partition(
                 }
                 for s in store.list_segments(tip)
             )
-            result.orphan_objects.extend(unreferenced_objects(store, storage, tip))
+            result.orphan_objects.extend(unreferenced_object_keys(store, storage, tip))
             result.orphan_objects.extend(u.key for u in storage.incomplete_uploads(tip, older_than_ms=1))
         log.info(
             "%s: dry run: topic id(s) %s: %d remote segment(s) and %d unreferenced object(s) would be deleted",
@@ -280,7 +266,7 @@ def _remove_one(ctx: TieringContext, tip: TopicIdPartition, run: str, result: Re
         log.warning("%s: fenced by a newer run; removal stopped (run it again to resume)", tip)
     finally:
         try:
-            store.release_lease(lease)
-        except (FencedError, TieringError):
-            pass
+            store.release_lease_if_current(lease)
+        except TieringError as exc:  # the removal's outcome stands; the lease expires on its own
+            log.warning("%s: could not release the lease: %s", tip, exc)
     return state.value if state is not None else None

@@ -355,10 +355,7 @@ def run_retention(
         result.fenced = True
         log.warning("%s: fenced by a newer run; retention stopped", tp)
     finally:
-        try:
-            store.release_lease(lease)
-        except FencedError:
-            pass
+        store.release_lease_if_current(lease)
     result.remote_log_start_offset = store.get_remote_log_start_offset(view.tip)
     result.seconds = time.monotonic() - started
     log.info(

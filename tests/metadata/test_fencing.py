@@ -134,6 +134,17 @@ def test_renew_extends_and_current_lease_tells_whether_a_run_is_live(store) -> N
         store.release_lease(Lease(TIP, "never-held", 0, 0))
 
 
+def test_releasing_at_the_end_of_a_run_gives_up_only_a_current_lease(store) -> None:
+    old = store.acquire_lease(TIP, "copier", ttl_ms=300)
+    wait_until_expired(store, TIP)
+    newer = store.acquire_lease(TIP, "retention", ttl_ms=60_000)
+    assert store.release_lease_if_current(old) is False  # superseded: the newer run keeps it
+    current = store.current_lease(TIP)
+    assert current is not None and (current.holder, current.token) == ("retention", newer.token)
+    assert store.release_lease_if_current(newer) is True
+    assert store.current_lease(TIP) is None and store.get_partition(TIP).lease_holder is None
+
+
 # --- real processes -------------------------------------------------------------------------
 
 

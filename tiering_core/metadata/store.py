@@ -522,6 +522,15 @@ class RemoteLogMetadataStore:
                 raise FencedError(f"{lease.topic_id_partition}: lease token {lease.token} is no longer current")
             self._update_partition(conn, row, lease_holder=None, lease_expires_ms=0)
 
+    def release_lease_if_current(self, lease: Lease) -> bool:
+        """``release_lease`` at the end of a run: False, and nothing to give up, when a newer run
+        has taken the partition meanwhile (the run's own writes were fenced already)."""
+        try:
+            self.release_lease(lease)
+        except FencedError:
+            return False
+        return True
+
     def current_lease(self, tip: TopicIdPartition) -> Lease | None:
         """The partition's unexpired lease (its run may still be writing), or None."""
         with self._read() as conn:
