@@ -115,6 +115,20 @@ def test_a_key_given_twice_is_an_error_naming_it(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_merge_keys_may_be_overridden_and_an_unhashable_key_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "tiering.yaml"
+    head = "log_dirs: [data]\nmetadata: {url: 'sqlite:///meta.db'}\nremote: {backend: filesystem, root: tier}\n"
+    path.write_text(
+        head + "topics:\n  payments: &short {retention.ms: 1000, retention.bytes: 10}\n"
+        "  orders: {<<: *short, retention.ms: 2000}\n"
+    )
+    orders = load_config(path).topic_config("orders")
+    assert (orders.retention_ms, orders.retention_bytes) == (2000, 10)
+    path.write_text(head + "topics:\n  ? [orders, payments]\n  : {retention.ms: 1000}\n")
+    with pytest.raises(ConfigError, match="unhashable key"):
+        load_config(path)
+
+
 def test_string_integers_are_accepted_only_when_they_are_integers(tmp_path: Path) -> None:
     doc = base_doc(tmp_path)
     doc["topics"]["orders"]["retention.ms"] = " -1 "

@@ -318,13 +318,20 @@ def load_config(path: Path | str) -> PlatformConfig:
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, but a key given twice in one mapping is an error naming it:
-    silently keeping the last value would let a typo'd override go unnoticed."""
+    silently keeping the last value would let a typo'd override go unnoticed. Merge keys
+    (``<<: *defaults``) may be overridden, as in YAML itself."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
-            if key in seen:
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: the safe loader names it below
+                continue
+            if duplicate:
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
                 )
