@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tiering_core.copy import _fmt_bytes as fmt_bytes
-from tiering_core.errors import TieringError
+from tiering_core.errors import TieringError, one_line
 from tiering_core.kafka.topic import TopicPartition
 
 if TYPE_CHECKING:
@@ -183,10 +183,6 @@ def say(line: str) -> None:
 def fail(app: str, reason: str) -> None:
     """A one-line reason on stderr."""
     print(f"{app}: failed: {one_line(reason)}", file=sys.stderr, flush=True)
-
-
-def one_line(text: object) -> str:
-    return " ".join(str(text).split())
 
 
 def report_failure(app: str, exc: BaseException) -> int:

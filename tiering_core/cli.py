@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tiering_core.errors import TieringError
+from tiering_core.errors import TieringError, one_line
 
 log = logging.getLogger("tiering")
 
@@ -329,7 +329,9 @@ def cmd_db(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from tiering_core.demo import run_demo
 
-    return run_demo(Path(args.dir), backend=args.backend, as_json=args.json, spark=not args.no_spark)
+    return run_demo(
+        Path(args.dir), say=_progress(args), backend=args.backend, as_json=args.json, spark=not args.no_spark
+    )
 
 
 # --- parser ---------------------------------------------------------------------------------
@@ -490,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return one_line(exc) or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -144,14 +144,11 @@ def run_spark_upload(config_path: Path, topic: str, say: Callable[[str], None]) 
     return True
 
 
-def run_demo(root: Path, *, backend: str = "s3", as_json: bool = False, spark: bool = True) -> int:
+def run_demo(
+    root: Path, *, say: Callable[[str], None], backend: str = "s3", as_json: bool = False, spark: bool = True
+) -> int:
+    """``say`` prints progress (the command's, which keeps stdout for the JSON document under --json)."""
     root = prepare_demo_dir(root)
-    out = sys.stderr if as_json else sys.stdout
-
-    def say(line: str) -> None:
-        """Progress: stdout, or stderr under --json so stdout stays one JSON document."""
-        print(line, file=out, flush=True)
-
     log_dir = root / "kafka-logs"
     log_dir.mkdir()
     partitions = build_demo_log_dir(log_dir)

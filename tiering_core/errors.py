@@ -9,6 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def one_line(text: object) -> str:
+    """A message folded onto one line, for the one-line reason a command or app prints."""
+    return " ".join(str(text).split())
+
+
 class TieringError(Exception):
     """Base of every error the platform raises on purpose."""
 
