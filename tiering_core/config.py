@@ -206,8 +206,11 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     meta_raw = _require_mapping(doc.get("metadata"), "metadata")
     _check_keys(meta_raw, {"url", "lease_ms"}, "metadata")
     url = _as_str(meta_raw.get("url"), "metadata.url")
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
-        url = "sqlite:///" + str(resolve(url[len("sqlite:///") :]))
+    sqlite_path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
+    # A relative file resolves beside the config; in-memory databases and URI forms stay as
+    # written, for the store to judge (it refuses in-memory ones).
+    if sqlite_path and not sqlite_path.startswith(("/", ":memory:", "file:")):
+        url = "sqlite:///" + str(resolve(sqlite_path))
     metadata = MetadataConfig(url=url, lease_ms=_as_int(meta_raw.get("lease_ms", 600_000), "metadata.lease_ms", 1))
 
     remote_raw = _require_mapping(doc.get("remote"), "remote")

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, event, text
@@ -733,9 +734,14 @@ def test_renewing_with_a_time_to_live_that_is_not_positive_is_refused(store) -> 
 
 
 @pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file::memory:?cache=shared&uri=true"])
-def test_an_in_memory_sqlite_url_is_refused_naming_the_setting(url: str) -> None:
-    with pytest.raises(MetadataStoreError, match=r"metadata\.url .*in-memory SQLite.*sqlite:///path"):
-        RemoteLogMetadataStore(url)
+def test_an_in_memory_sqlite_url_is_refused_naming_the_setting(url: str, tmp_path: Path) -> None:
+    from tiering_core.config import parse_config
+
+    doc = {"log_dirs": ["kafka"], "metadata": {"url": url}, "remote": {"backend": "filesystem", "root": "tier"}}
+    configured = parse_config(doc, base_dir=tmp_path).metadata.url  # not turned into a file path
+    for candidate in (url, configured):
+        with pytest.raises(MetadataStoreError, match=r"metadata\.url .*in-memory SQLite.*sqlite:///path"):
+            RemoteLogMetadataStore(candidate)
 
 
 def test_two_threads_evicting_the_same_listed_partition_do_not_collide(store) -> None:

@@ -207,6 +207,12 @@ class _LockedPartition:
     finish_counter: int
     db_now: int
 
+    @property
+    def removal(self) -> str | None:
+        """How far the partition's removal went ("removed" once dropped), None while it is live:
+        a removed or being-removed partition is never copied to again."""
+        return "removed" if self.dropped else self.delete_state
+
 
 class RemoteLogMetadataStore:
     """Segment metadata, partition delete states, fenced leases and the section-10 state.
@@ -237,11 +243,11 @@ class RemoteLogMetadataStore:
         self._checkpointer: WalCheckpointer | None = None
         try:
             in_memory = is_sqlite_in_memory(url)
-            self.engine = make_engine(url, echo=echo)
+            if not in_memory:
+                self.engine = make_engine(url, echo=echo)
         except (ArgumentError, NoSuchModuleError, ValueError) as exc:
             raise MetadataStoreError(f"bad metadata store url {safe_url(url)}: {exc}") from exc
         if in_memory:
-            self.engine.dispose()
             raise MetadataStoreError(
                 f"metadata.url {url} is an in-memory SQLite database: each connection would see "
                 "its own empty database and everything would be lost when the process ends; use a file "
@@ -301,12 +307,9 @@ class RemoteLogMetadataStore:
             yield conn
 
     @contextmanager
-    def _read(self, *, snapshot: bool = False) -> Iterator[Connection]:
-        """A read transaction; ``snapshot``: all its statements see one point in time (SQLite's
-        WAL read transactions always do; PostgreSQL needs REPEATABLE READ for it)."""
+    def _read(self) -> Iterator[Connection]:
+        """A read transaction."""
         with self._guard(), self.engine.connect() as conn:
-            if snapshot and self._pg:
-                conn.execution_options(isolation_level="REPEATABLE READ")
             yield conn
 
     def _clock(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -448,10 +451,9 @@ class RemoteLogMetadataStore:
         a recreated topic has a new topic id and is a new partition."""
         with self._write() as conn:
             row = self._ensure(conn, tip)
-        if row.dropped or row.delete_state is not None:
-            state = "removed" if row.dropped else row.delete_state
+        if row.removal is not None:
             raise PartitionDeletedError(
-                f"{tip}: partition is {state} in the remote tier; a recreated topic gets a new topic id"
+                f"{tip}: partition is {row.removal} in the remote tier; a recreated topic gets a new topic id"
             )
 
     def get_partition(self, tp: TopicIdPartition | TopicPartition) -> PartitionRecord | None:
@@ -664,10 +666,9 @@ class RemoteLogMetadataStore:
         sid = str(meta.segment_id)
         with self._write() as conn:
             row = self._fenced(conn, lease)
-            if row.dropped or row.delete_state is not None:
+            if row.removal is not None:
                 raise PartitionDeletedError(
-                    f"{meta.topic_id_partition}: partition is {'removed' if row.dropped else row.delete_state}; "
-                    "nothing more is copied to it"
+                    f"{meta.topic_id_partition}: partition is {row.removal}; nothing more is copied to it"
                 )
             try:
                 conn.execute(
@@ -713,7 +714,7 @@ class RemoteLogMetadataStore:
         """
         with self._write() as conn:
             prow = self._fenced(conn, lease)
-            meta, _ = self._transition(conn, prow, lease, segment_id, new_state, event_time_ms, custom_metadata)
+            meta = self._transition(conn, prow, lease, segment_id, new_state, event_time_ms, custom_metadata)
         return meta
 
     def finish_copied_segment(
@@ -736,7 +737,7 @@ class RemoteLogMetadataStore:
         """
         with self._write() as conn:
             prow = self._fenced(conn, lease)
-            meta, _ = self._transition(conn, prow, lease, segment_id, _FINISHED, None, custom_metadata)
+            meta = self._transition(conn, prow, lease, segment_id, _FINISHED, None, custom_metadata)
             self._merge_lineage(conn, prow, lineage)
             if prow.remote_log_start_offset is None:
                 self._advance_remote_log_start(conn, prow, meta.start_offset)
@@ -751,21 +752,21 @@ class RemoteLogMetadataStore:
         new_state: RemoteLogSegmentState,
         event_time_ms: int | None,
         custom_metadata: dict[str, Any] | None,
-    ) -> tuple[RemoteLogSegmentMetadata, bool]:
-        """A segment's state change inside a fenced write: (the resulting value, whether it changed)."""
+    ) -> RemoteLogSegmentMetadata:
+        """A segment's state change inside a fenced write; the resulting value."""
         tip = lease.topic_id_partition
         sid = str(segment_id)
-        if new_state == _FINISHED and (prow.dropped or prow.delete_state is not None):
+        if new_state == _FINISHED and prow.removal is not None:
             raise PartitionDeletedError(
                 f"segment {segment_id} of {tip}: cannot become {_FINISHED.value}, the partition is "
-                f"{'removed' if prow.dropped else prow.delete_state}; nothing more is copied to it"
+                f"{prow.removal}; nothing more is copied to it"
             )
         seg = conn.execute(self._q.segment_by_id, {"sid": sid}).first()
         if seg is None or seg.partition_id != prow.id:
             raise SegmentNotFoundError(f"segment {segment_id} not found in {tip}")
         current = self._decode(seg, tip, memo=False)  # its custom metadata as this transaction sees it
         if not check_segment_transition(current.state, new_state, f"segment {segment_id} of {tip}"):
-            return current, False
+            return current
         event_time = prow.db_now if event_time_ms is None else event_time_ms
         merged = current.custom_metadata
         values: dict[str, Any] = {"sid": sid, "state": new_state.value, "event_time": event_time}
@@ -795,7 +796,7 @@ class RemoteLogMetadataStore:
             event_time=event_time,
             custom_metadata=merged,
         )
-        return changed, True
+        return changed
 
     def _index_finished(
         self, conn: Connection, partition_id: int, sid: str, meta: RemoteLogSegmentMetadata, finish_seq: int
