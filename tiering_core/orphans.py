@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.storage.base import MULTIPART_UPLOAD, IncompleteUpload, RemoteObject
+from tiering_core.storage.base import MULTIPART_UPLOAD, TEMP_FILE, IncompleteUpload, RemoteObject
 from tiering_core.storage.layout import ObjectKind, parse_segment_key
 
 if TYPE_CHECKING:
@@ -34,10 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: OrphanObject kinds.
+#: OrphanObject kinds; a filesystem temp file keeps its ``IncompleteUpload`` kind, ``TEMP_FILE``.
 OBJECT = "object"
 INCOMPLETE_UPLOAD = "incomplete-upload"
-TEMP_FILE = "temp-file"
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,11 @@ from tiering_core.kafka.batch import (
     READ_CHUNK,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
+    LogFile,
+    iter_batch_data,
     iter_batch_headers,
     scan_log,
+    verify_batch_crc,
     verify_log_crc,
 )
 from tiering_core.kafka.records import ControlRecordType, RecordSpec, encode_batch, encode_control_batch
@@ -165,6 +168,33 @@ def test_crc_mismatch_names_stored_and_computed(tmp_path: Path) -> None:
     log, positions = _damaged(tmp_path, flip)
     _assert_fails_everywhere(log, positions[2], "CRC mismatch in batch at offset 8: stored 0x[0-9a-f]{8}, computed", 2)
     assert len(list(iter_batch_headers(log))) == 5  # without verification the walk does not look at record bytes
+
+
+def test_verify_batch_crc_takes_the_batch_bytes_and_names_its_position(tmp_path: Path) -> None:
+    log = tmp_path / "00000000000000000000.log"
+    _write_log(log)
+    header = list(iter_batch_headers(log))[2]
+    assert header.position > 0
+    with LogFile(log) as log_file:
+        data = bytearray(log_file.batch_bytes(header))
+    verify_batch_crc(data, header, log)  # the batch from its byte 0, the header as walked
+    data[70] ^= 0xFF
+    with pytest.raises(CorruptLogError, match="CRC mismatch in batch at offset 8") as err:
+        verify_batch_crc(data, header, log)
+    assert err.value.path == log and err.value.position == header.position
+
+
+def test_iter_batch_data_names_a_batch_cut_while_read(tmp_path: Path) -> None:
+    log = tmp_path / "00000000000000000000.log"
+    batches = _write_log(log, batches=3)
+    second = len(batches[0])
+    walk = iter_batch_data(log)
+    assert next(walk) == (0, batches[0])
+    with log.open("r+b") as f:  # the broker cuts the segment after the walk read its headers
+        f.truncate(second + 20)
+    with pytest.raises(CorruptLogError, match=r"cut short while being read.*truncated meanwhile") as err:
+        next(walk)
+    assert err.value.path == log and err.value.position == second
 
 
 def test_unknown_magic(tmp_path: Path) -> None:

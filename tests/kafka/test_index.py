@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from tiering_core.errors import CorruptLogError
-from tiering_core.kafka.batch import iter_batch_headers
+from tiering_core.kafka.batch import LogFile, iter_batch_headers
 from tiering_core.kafka.index import (
     AbortedTxn,
     OffsetIndexEntry,
     TimeIndexEntry,
     aborted_transactions_in,
+    decode_end_transaction_marker,
     encode_offset_index,
     encode_time_index,
     encode_txn_index,
@@ -258,3 +259,38 @@ def test_rebuild_reports_damage_and_bad_markers(tmp_path: Path) -> None:
     empty = tmp_path / "00000000000000000009.log"
     empty.write_bytes(b"")
     assert rebuild_indexes(empty, 9).offset_index == b""
+
+
+def test_a_marker_is_decoded_from_its_batch_bytes_and_named_at_its_position(tmp_path: Path) -> None:
+    log = tmp_path / "00000000000000000000.log"
+    good = encode_batch(
+        [RecordSpec(b"a", b"1", 5)],
+        base_offset=0,
+        partition_leader_epoch=0,
+        producer_id=4,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+    markers = {
+        kind: encode_control_batch(
+            kind,
+            base_offset=1,
+            partition_leader_epoch=0,
+            producer_id=4,
+            producer_epoch=0,
+            coordinator_epoch=3,
+            timestamp=6,
+        )
+        for kind in (ControlRecordType.COMMIT, ControlRecordType.LEADER_CHANGE)
+    }
+    log.write_bytes(good + markers[ControlRecordType.COMMIT])
+    (header,) = list(iter_batch_headers(log, len(good)))
+    with LogFile(log) as log_file:
+        marker = decode_end_transaction_marker(log_file.batch_bytes(header), header, log)
+    assert (marker.type, marker.coordinator_epoch) == (ControlRecordType.COMMIT, 3)
+    log.write_bytes(good + markers[ControlRecordType.LEADER_CHANGE])
+    (header,) = list(iter_batch_headers(log, len(good)))
+    with LogFile(log) as log_file, pytest.raises(CorruptLogError, match="not a transaction marker") as err:
+        decode_end_transaction_marker(log_file.batch_bytes(header), header, log)
+    assert err.value.path == log and err.value.position == len(good)

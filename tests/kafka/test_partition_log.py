@@ -407,3 +407,18 @@ def test_position_of_never_trusts_a_damaged_entry(make_writer) -> None:
         position = PartitionLog(w.path).position_of(segment, target)
         holder = next(h for h in iter_batch_headers(segment.log_path) if h.last_offset >= target)
         assert position <= holder.position
+
+
+def test_position_of_never_trusts_an_entry_whose_batch_fails_its_crc(make_writer) -> None:
+    w = make_writer(segment_bytes=10**9, index_interval_bytes=100)
+    w.append_records(200, value_size=30, per_batch=4)
+    w.roll()
+    segment = PartitionLog(w.path).segments[0]
+    entries = read_offset_index(segment.index_path, 0)
+    k = len(entries) // 2
+    data = bytearray(segment.log_path.read_bytes())
+    data[entries[k].position + 70] ^= 0xFF  # a record byte: the header still parses
+    segment.log_path.write_bytes(bytes(data))
+    log = PartitionLog(w.path)
+    assert log.position_of(segment, entries[k].offset) == 0
+    assert log.position_of(segment, entries[k - 1].offset) == entries[k - 1].position

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from kafka.record import MemoryRecords
 
+from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, iter_batch_headers
 from tiering_core.kafka.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -25,7 +26,13 @@ from tiering_core.kafka.index import (
     rebuild_indexes,
 )
 from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
-from tiering_core.kafka.records import ControlRecordType, RecordSpec, decode_control_record, iter_batches
+from tiering_core.kafka.records import (
+    ControlRecordType,
+    RecordSpec,
+    decode_control_record,
+    encode_control_batch,
+    iter_batches,
+)
 from tiering_core.kafka.snapshot import ProducerStateEntry, open_transactions, read_producer_snapshot
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.kafka.writer import PartitionWriter, build_demo_log_dir
@@ -341,6 +348,34 @@ def test_truncate_to_replays_the_coordinator_epoch_of_markers(make_writer) -> No
     straight.roll()
     name = f"{cut:020d}.snapshot"
     assert (truncated.path / name).read_bytes() == (straight.path / name).read_bytes()
+
+
+def test_truncate_to_names_a_damaged_marker_at_its_position(make_writer) -> None:
+    """Replaying the ``.log`` reads each marker where it lies: damage is reported at its batch."""
+    w = make_writer(segment_bytes=10**9)
+    w.append_records(5)
+    w.begin_transaction(4)
+    w.append([(b"t", b"1")], producer_id=4)
+    marker = w.commit(4)
+    w.append_records(5)
+    (header,) = [h for h in iter_batch_headers(w.active_log_path) if h.base_offset == marker]
+    assert header.position > 0
+    bogus = encode_control_batch(
+        ControlRecordType.LEADER_CHANGE,
+        base_offset=marker,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=4,
+        producer_epoch=header.producer_epoch,
+        coordinator_epoch=0,
+        timestamp=header.max_timestamp,
+    )
+    assert len(bogus) == header.size_in_bytes
+    with w.active_log_path.open("r+b") as f:
+        f.seek(header.position)
+        f.write(bogus)
+    with pytest.raises(CorruptLogError, match="LEADER_CHANGE record, not a transaction marker") as err:
+        w.truncate_to(w.next_offset)
+    assert err.value.path == w.active_log_path and err.value.position == header.position
 
 
 def _kafka_python_view(log: Path) -> list[tuple]:

@@ -194,11 +194,13 @@ def crc_mismatch(header: RecordBatchHeader, computed: int, path: Path) -> Corrup
     )
 
 
-def verify_batch_crc(buf: Buffer, header: RecordBatchHeader, path: Path) -> None:
-    """Check one batch's CRC-32C (bytes 21..end of the batch) against its header; ``buf`` holds the file."""
-    start = header.position + CRC_START
-    end = header.position + header.size_in_bytes
-    computed = crc32c(memoryview(buf)[start:end])
+def verify_batch_crc(data: Buffer, header: RecordBatchHeader, path: Path) -> None:
+    """Check one batch's CRC-32C (bytes 21..end of the batch) against its header.
+
+    ``data`` holds the batch from its byte 0 (e.g. ``LogFile.batch_bytes``), so a caller never
+    has to shift the header; a mismatch is reported at ``header.position``, where the batch is.
+    """
+    computed = crc32c(memoryview(data)[CRC_START : header.size_in_bytes])
     if computed != header.crc:
         raise crc_mismatch(header, computed, path)
 
@@ -372,14 +374,10 @@ def iter_batch_data(path: Path, start_position: int = 0) -> Iterator[tuple[int, 
     decoder checks it on the bytes it decodes)."""
     with LogFile(Path(path)) as log:
         for values, position in _walk(log, start_position, False):
-            size = LOG_OVERHEAD + values[1]
-            data = log.read_at(position, size)
-            if len(data) < size:
-                raise log.explain(
-                    CorruptLogError(
-                        path, position, f"batch was cut short while being read ({len(data)} of {size} bytes)"
-                    )
-                )
+            try:
+                data = log.batch_bytes(_header(values, position))
+            except CorruptLogError as exc:
+                raise log.explain(exc) from None
             yield position, data
 
 

@@ -33,7 +33,7 @@ import os
 import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
@@ -298,7 +298,11 @@ def aborted_transactions_in(entries: Sequence[AbortedTxn], fetch_offset: int, up
 
 @dataclass
 class IndexBuilder:
-    """The broker's per-segment index bookkeeping, shared by the writer and the rebuild."""
+    """The broker's per-segment index bookkeeping, kept by the writer as it appends.
+
+    ``rebuild_indexes`` applies the same ``LogSegment.append`` rule in its own loop, written out
+    for speed; the writer's files and a rebuild of the same ``.log`` are equal byte for byte.
+    """
 
     base_offset: int
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
@@ -358,11 +362,11 @@ def complete_txn(ongoing: dict[int, int], producer_id: int, marker_offset: int, 
 def decode_end_transaction_marker(data: Buffer, header: RecordBatchHeader, path: Path) -> ControlRecord:
     """The commit/abort marker (type and coordinator epoch) in a transactional control batch.
 
-    ``data`` holds the batch at ``header.position``; only its one record is decoded. Anything
-    but one ABORT or COMMIT record is a ``CorruptLogError`` naming the batch.
+    ``data`` holds the batch from its byte 0 (e.g. ``LogFile.batch_bytes``); only its one record
+    is decoded. Anything but one ABORT or COMMIT record is a ``CorruptLogError`` naming the
+    batch at ``header.position``, where it sits in its file.
     """
-    start = header.position
-    records = decode_records(header, bytes(data[start + HEADER_SIZE : start + header.size_in_bytes]), path)
+    records = decode_records(header, bytes(data[HEADER_SIZE : header.size_in_bytes]), path)
     try:
         if len(records) != 1:
             raise ValueError(f"holds {len(records)} records, not one")
@@ -378,11 +382,7 @@ def decode_end_transaction_marker(data: Buffer, header: RecordBatchHeader, path:
 
 def read_end_transaction_marker(log: LogFile, header: RecordBatchHeader) -> ControlRecord:
     """Read and decode the marker batch ``header`` describes from an open ``.log``."""
-    data = log.batch_bytes(header)
-    try:
-        return decode_end_transaction_marker(data, replace(header, position=0), log.path)
-    except CorruptLogError as exc:
-        raise CorruptLogError(log.path, header.position, exc.reason) from None
+    return decode_end_transaction_marker(log.batch_bytes(header), header, log.path)
 
 
 @dataclass(frozen=True)
@@ -516,10 +516,6 @@ class IndexJudgement:
 
     verdict: IndexVerdict
     detail: str | None = None
-
-    @property
-    def is_damaged(self) -> bool:
-        return self.verdict == IndexVerdict.DAMAGED
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from stat import S_ISREG
@@ -206,7 +206,7 @@ class PartitionLog:
                 header = parse_header_at(head, 0, log_file.path, entry.position, log_file.size)
                 if offset is not None and header.base_offset > offset:
                     return 0
-                verify_batch_crc(log_file.batch_bytes(header), replace(header, position=0), log_file.path)
+                verify_batch_crc(log_file.batch_bytes(header), header, log_file.path)
         except (OSError, CorruptLogError):
             return 0
         return entry.position
@@ -276,27 +276,36 @@ class PartitionLog:
         """
         hw = self.high_watermark
         start, ongoing = self._producer_state_at_or_below(hw)
+        for segment, header in self._batches_between(start, hw):
+            if header.is_transactional:
+                if header.is_control:
+                    end_transaction_marker_for(segment, header)  # raises unless it is a commit or abort
+                    ongoing.pop(header.producer_id, None)
+                else:
+                    ongoing.setdefault(header.producer_id, header.base_offset)
+        return min([hw, *ongoing.values()])
+
+    def _batches_between(self, start: int, end: int) -> Iterator[tuple[LogSegment, RecordBatchHeader]]:
+        """Each batch holding an offset in [``start``, ``end``), by header, with its segment.
+
+        The walk starts at ``start`` through the offset index and stops at the batch that reaches
+        ``end``, never parsing past it: beyond the HW the tail may be mid-write.
+        """
         for segment in self.segments:
             following = self.next_base_offset(segment)
             if following is not None and following <= start:
                 continue
-            if segment.base_offset >= hw:
-                break
+            if segment.base_offset >= end:
+                return
             position = self.position_of(segment, start) if segment.base_offset < start else 0
             for header in iter_batch_headers(segment.log_path, position):
                 if header.last_offset < start:
                     continue
-                if header.base_offset >= hw:
-                    break
-                if header.is_transactional:
-                    if header.is_control:
-                        end_transaction_marker_for(segment, header)  # raises unless it is a commit or abort
-                        ongoing.pop(header.producer_id, None)
-                    else:
-                        ongoing.setdefault(header.producer_id, header.base_offset)
-                if header.next_offset >= hw:
-                    break  # never parse past the HW: the tail may be mid-write
-        return min([hw, *ongoing.values()])
+                if header.base_offset >= end:
+                    return
+                yield segment, header
+                if header.next_offset >= end:
+                    return
 
     def _producer_state_at_or_below(self, offset: int) -> tuple[int, dict[int, int]]:
         """(offset, open transactions) from the newest usable snapshot, else the log start with none."""
@@ -341,22 +350,13 @@ class PartitionLog:
         """
         start, entries = self._newest_snapshot_at_or_below(offset)
         tracker = ProducerStateTracker(entries)
-        for segment in self.segments:
-            following = self.next_base_offset(segment)
-            if following is not None and following <= start:
+        for segment, header in self._batches_between(start, offset):
+            if not header.has_producer_id:
                 continue
-            if segment.base_offset >= offset:
-                break
-            position = self.position_of(segment, start) if segment.base_offset < start else 0
-            for header in iter_batch_headers(segment.log_path, position):
-                if header.base_offset >= offset:
-                    break
-                if header.last_offset < start or not header.has_producer_id:
-                    continue
-                if header.is_control:
-                    tracker.on_end_marker(header, end_transaction_marker_record(segment, header))
-                else:
-                    tracker.on_data_batch(header)
+            if header.is_control:
+                tracker.on_end_marker(header, end_transaction_marker_record(segment, header))
+            else:
+                tracker.on_data_batch(header)
         return tracker.snapshot_entries()
 
     # --- epochs and snapshots --------------------------------------------------------------

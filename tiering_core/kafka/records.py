@@ -28,9 +28,9 @@ from tiering_core.kafka.batch import (
     MAGIC_V2,
     MIN_RECORD_OVERHEAD,
     RecordBatchHeader,
-    crc_mismatch,
     iter_batch_data,
     parse_header_at,
+    verify_batch_crc,
 )
 from tiering_core.kafka.compression import CompressionError, UnsupportedCodecError, compress, decompress
 from tiering_core.kafka.crc import crc32c
@@ -361,12 +361,9 @@ def decode_batch(
     path = path if isinstance(path, Path) else Path(path)
     view = memoryview(buf)
     header = parse_header_at(view, 0, path, position, position + len(view))
-    end = header.size_in_bytes
     if verify_crc:
-        computed = crc32c(view[CRC_START:end])
-        if computed != header.crc:
-            raise crc_mismatch(header, computed, path)
-    return header, decode_records(header, bytes(view[HEADER_SIZE:end]), path)
+        verify_batch_crc(view, header, path)
+    return header, decode_records(header, bytes(view[HEADER_SIZE : header.size_in_bytes]), path)
 
 
 def iter_batches(path: Path, start_position: int = 0) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:

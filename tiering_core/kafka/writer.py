@@ -33,6 +33,7 @@ from tiering_core.kafka.batch import (
     CODEC_NONE,
     CODEC_SNAPPY,
     CODEC_ZSTD,
+    LogFile,
     RecordBatchHeader,
     iter_batch_headers,
     parse_header,
@@ -53,8 +54,8 @@ from tiering_core.kafka.index import (
     TIME_ENTRY,
     AbortedTxn,
     IndexBuilder,
-    decode_end_transaction_marker,
     encode_txn_index,
+    read_end_transaction_marker,
 )
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
 from tiering_core.kafka.producer_state import ProducerState, ProducerStateTracker
@@ -520,15 +521,14 @@ class PartitionWriter:
         self._write_active_indexes()
 
     def _replay(self, header: RecordBatchHeader, log_path: Path, *, collect: bool) -> None:
+        """Feed one batch to the producer state; with ``collect``, an abort joins the active ``.txnindex``."""
         if not header.has_producer_id:
             return
         if not header.is_control:
             self.state.on_data_batch(header)
             return
-        with log_path.open("rb") as f:
-            f.seek(header.position)
-            data = f.read(header.size_in_bytes)
-        marker = decode_end_transaction_marker(data, replace(header, position=0), log_path)
+        with LogFile(log_path) as log_file:
+            marker = read_end_transaction_marker(log_file, header)
         entry = self.state.on_end_marker(header, marker)
         if entry is not None and collect:
             self.builder.aborted.append(entry)
