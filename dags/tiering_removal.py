@@ -26,7 +26,7 @@ import logging
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 # dags/ and plugins/ ship side by side; the hooks and operators are the package ``plugins``.
 _PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
@@ -38,31 +38,12 @@ from airflow.sdk import DAG, Param, task  # noqa: E402
 from plugins.operators.tiering import TieringDeletePartitionOperator  # noqa: E402
 from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH  # noqa: E402
 
-if TYPE_CHECKING:
-    from tiering_core.context import TieringContext
-    from tiering_core.kafka.topic import TopicPartition
-
 # Kafka's legal topic names as a JSON-schema pattern (the runtime check is the core's
 # validate_topic_name; a test keeps the two in step). JSON schema searches, so both ends are
 # anchored; Python's jsonschema uses re, whose $ also matches before a final newline, which
 # (?!\n) rules out (a no-op in the UI's JavaScript).
 TOPIC_PATTERN = rf"^(?!\.{{1,2}}$)[a-zA-Z0-9._-]{{1,{MAX_TOPIC_NAME_LENGTH}}}$(?!\n)"
 log = logging.getLogger(__name__)
-
-
-def recorded_on_broker(ctx: TieringContext, tp: TopicPartition) -> list[str]:
-    """The topic ids of ``tp`` that both the metadata store records and the broker's log dirs hold."""
-    from tiering_core.errors import TieringError
-    from tiering_core.removal import broker_topic_ids, removal_targets
-
-    held = []
-    for topic_id in broker_topic_ids(ctx, tp):
-        try:
-            removal_targets(ctx, tp, topic_id)  # raises unless the store records this topic id for tp
-        except TieringError:
-            continue
-        held.append(topic_id)
-    return held
 
 
 @task(
@@ -100,21 +81,18 @@ def validate_request(params: dict[str, Any] | None = None) -> list[dict[str, Any
             tp = TopicPartition(topic, partition)
             try:
                 targets = removal_targets(ctx, tp)
-                remove = [t.topic_id for t in targets.remove]
-                held = [t.topic_id for t in targets.kept]
             except MetadataStoreError:
                 raise  # transient: the task retries
             except RemovalRefusedError as exc:
-                try:
-                    remove, held = [], recorded_on_broker(ctx, tp)
-                except RemovalRefusedError:
-                    held = []  # a partition directory whose topic id cannot be read
-                if not held:
+                if exc.targets is None:  # a partition directory whose topic id cannot be read
                     raise AirflowFailException(f"{exc}; nothing deleted") from exc
+                targets = exc.targets  # only live data: refused below unless force
             except TieringError as exc:
                 log.info("%s", exc)
                 unknown.append(str(tp))
                 continue
+            remove = [t.topic_id for t in targets.remove]
+            held = [t.topic_id for t in targets.kept]
             if held and not remove:
                 live[str(tp)] = held
             if held:

@@ -26,7 +26,7 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.kafka.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
-from tiering_core.removal import RemovalRefusedError, delete_partition, removal_targets
+from tiering_core.removal import RemovalRefusedError, RemovalTargets, delete_partition, removal_targets
 from tiering_core.retention import run_retention
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 
@@ -85,6 +85,43 @@ def test_partition_still_on_the_broker_is_refused_without_its_topic_id(fs_env: T
         with pytest.raises(TieringError, match="unknown to the metadata store"):
             delete_partition(ctx, TopicPartition("orders", 9))
     assert snapshot_state(fs_env, tip_of(w)) == before
+
+
+def test_a_refusal_carries_what_it_found(tiering_env: TieringEnv) -> None:
+    """The refused removal's targets (the live topic id kept, the already removed one) come with
+    the error, so a caller deciding on force needs no second look at the store."""
+    old = tiered_partition(tiering_env)
+    delete_topic_on_broker(old)
+    new = tiered_partition(tiering_env, segments=2)
+    with tiering_env.context() as ctx:
+        delete_partition(ctx, old.tp)
+        with pytest.raises(RemovalRefusedError) as refused:
+            removal_targets(ctx, new.tp)
+    assert refused.value.targets == RemovalTargets(new.tp, (), (tip_of(old),), (tip_of(new),))
+    shutil.rmtree(tiering_env.log_dir)  # the broker cannot be read: nothing was found
+    with tiering_env.context() as ctx, pytest.raises(RemovalRefusedError) as unreadable:
+        removal_targets(ctx, new.tp)
+    assert unreadable.value.targets is None
+
+
+def test_named_topic_ids_are_removed_as_one_result(tiering_env: TieringEnv) -> None:
+    old = tiered_partition(tiering_env)
+    delete_topic_on_broker(old)
+    new = tiered_partition(tiering_env, segments=2)  # recreated, still in the log dirs
+    new_before = snapshot_state(tiering_env, tip_of(new))
+    with tiering_env.context() as ctx:
+        with pytest.raises(ValueError, match="not both"):
+            delete_partition(ctx, new.tp, topic_id=new.topic_id, topic_ids=[new.topic_id])
+        nothing = delete_partition(ctx, new.tp, topic_ids=[])
+        assert (nothing.topic_ids, nothing.state, nothing.segments_deleted) == ([], None, 0)
+        dry = delete_partition(ctx, new.tp, topic_ids=[new.topic_id, old.topic_id], dry_run=True)
+        assert dry.topic_ids == [new.topic_id, old.topic_id] and len(dry.planned) == 5
+        assert snapshot_state(tiering_env, tip_of(new)) == new_before
+        result = delete_partition(ctx, new.tp, topic_ids=[old.topic_id, new.topic_id])
+        assert (result.topic_ids, result.segments_deleted, result.state) == ([old.topic_id, new.topic_id], 5, FINISHED)
+        again = delete_partition(ctx, new.tp, topic_ids=[old.topic_id, new.topic_id])
+        assert (again.topic_ids, again.segments_deleted, again.state) == ([old.topic_id, new.topic_id], 0, FINISHED)
+    assert remote_ranges(tiering_env, old) == remote_ranges(tiering_env, new) == []
 
 
 def test_recreated_topic_is_left_intact(tiering_env: TieringEnv) -> None:

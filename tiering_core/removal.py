@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +38,6 @@ log = logging.getLogger(__name__)
 _FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
 
 
-class RemovalRefusedError(TieringError):
-    """Removing would delete the remote data of a partition the broker still holds."""
-
-
 @dataclass(frozen=True)
 class RemovalTargets:
     """Which topic ids of a topic-partition a removal deletes, which it finds already removed
@@ -50,6 +47,19 @@ class RemovalTargets:
     remove: tuple[TopicIdPartition, ...]
     removed: tuple[TopicIdPartition, ...]
     kept: tuple[TopicIdPartition, ...]
+
+
+class RemovalRefusedError(TieringError):
+    """Removing would delete the remote data of a partition the broker still holds.
+
+    ``targets`` is what was found (nothing to remove, the live topic ids ``kept``), so a caller
+    deciding whether to force the removal needs no second look at the store; ``None`` when the
+    broker's log dirs could not be read at all.
+    """
+
+    def __init__(self, message: str, *, targets: RemovalTargets | None = None) -> None:
+        super().__init__(message)
+        self.targets = targets
 
 
 @dataclass
@@ -139,7 +149,8 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
         raise RemovalRefusedError(
             f"{tp} is still in the broker's log dirs ({where}): its remote data is live and is not removed"
             f"{already}. To remove it anyway (e.g. a broker being decommissioned), name the topic id: "
-            f"--topic-id {kept[0].topic_id}"
+            f"--topic-id {kept[0].topic_id}",
+            targets=RemovalTargets(tp, (), removed, kept),
         )
     created = {r.topic_id: r.created_ms for r in records}
     ordered = sorted(remove, key=lambda t: (created[t.topic_id], t.topic_id))  # oldest first
@@ -159,30 +170,52 @@ def _sweep(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPa
     return keys + [u.key for u in uploads]
 
 
+def _named_targets(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> RemovalTargets:
+    """``removal_targets`` of each named topic id, in the order given, as one (each must be recorded)."""
+    each = [removal_targets(ctx, tp, topic_id) for topic_id in dict.fromkeys(topic_ids)]
+    return RemovalTargets(
+        tp,
+        tuple(t for one in each for t in one.remove),
+        tuple(t for one in each for t in one.removed),
+        (),
+    )
+
+
 def delete_partition(
     ctx: TieringContext,
     tp: TopicPartition,
     *,
+    topic_ids: Sequence[str] | None = None,
     topic_id: str | None = None,
     dry_run: bool = False,
     run_id: str | None = None,
 ) -> RemovalResult:
     """Delete the remote data of a removed partition (see ``removal_targets``); resumable.
 
-    A partition whose every topic id is already removed (a rerun after a run killed after the
+    ``topic_ids`` (or a single ``topic_id``) names exactly the topic ids to remove, each recorded
+    for ``tp``, whether or not the broker still holds it (the caller decided), reported as one
+    result; an empty list removes nothing.
+    A partition whose every target is already removed (a rerun after a run killed after the
     drop) reports DELETE_PARTITION_FINISHED and changes nothing.
     """
+    if topic_id is not None:
+        if topic_ids is not None:
+            raise ValueError("name the topic ids to remove either as topic_id or as topic_ids, not both")
+        topic_ids = [topic_id]
     started = time.monotonic()
     store, storage = ctx.metadata, ctx.storage
     result = RemovalResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
-    targets = removal_targets(ctx, tp, topic_id)
+    targets = removal_targets(ctx, tp) if topic_ids is None else _named_targets(ctx, tp, topic_ids)
     result.kept_topic_ids = [t.topic_id for t in targets.kept]
     for tip in targets.kept:
         log.info("%s: topic id %s is in the broker's log dirs: its remote data is left alone", tp, tip.topic_id)
     if not targets.remove:
         result.topic_ids = [t.topic_id for t in targets.removed]
-        result.state = _FINISHED.value
-        log.info("%s: already removed (topic id(s) %s)", tp, ", ".join(result.topic_ids))
+        if targets.removed:
+            result.state = _FINISHED.value
+            log.info("%s: already removed (topic id(s) %s)", tp, ", ".join(result.topic_ids))
+        else:
+            log.info("%s: no topic id named: nothing to remove", tp)
         result.seconds = time.monotonic() - started
         return result
     result.topic_ids = [t.topic_id for t in targets.remove]

@@ -121,41 +121,13 @@ class TieringDeletePartitionOperator(TieringPartitionOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException
 
-        from tiering_core.removal import RemovalResult, delete_partition
+        from tiering_core.removal import delete_partition
 
         tp = self.topic_partition()
-        dry_run, run_id = self.is_plan_only(), context["run_id"]
         with self.hook().get_conn() as ctx:
-            if self.topic_ids is None:
-                results = [delete_partition(ctx, tp, dry_run=dry_run, run_id=run_id)]
-            else:
-                results = [
-                    delete_partition(ctx, tp, topic_id=topic_id, dry_run=dry_run, run_id=run_id)
-                    for topic_id in self.topic_ids
-                ]
-        result = combined(RemovalResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run), results)
-        if result["fenced"]:
+            result = delete_partition(
+                ctx, tp, topic_ids=self.topic_ids, dry_run=self.is_plan_only(), run_id=context["run_id"]
+            )
+        if result.fenced:
             raise AirflowException(f"{tp}: another run holds the partition; removal resumes on retry")
-        return result
-
-
-def combined(empty: Any, results: Sequence[Any]) -> dict[str, Any]:
-    """One partition's removal results (one per topic id) as one: counts and lists added up, fenced
-    if any was, the state of the least advanced. ``empty`` is the result of removing nothing."""
-    if len(results) == 1:
-        return dict(results[0].to_dict())
-    total: dict[str, Any] = empty.to_dict()
-    states = []
-    for result in results:
-        for key, value in result.to_dict().items():
-            if key == "state":
-                states.append(value)
-            elif isinstance(value, bool):
-                total[key] = total[key] or value
-            elif isinstance(value, int | float | list) and key not in ("partition",):
-                total[key] = total[key] + value
-    finished = [s for s in states if s == "DELETE_PARTITION_FINISHED"]
-    total["state"] = next((s for s in states if s != "DELETE_PARTITION_FINISHED"), finished[0] if finished else None)
-    if "seconds" in total:
-        total["seconds"] = round(total["seconds"], 3)
-    return total
+        return result.to_dict()

@@ -249,6 +249,40 @@ def test_validation_retries_a_transient_store_error(
     assert remote_state(tiering, s3_endpoint, copied[1]) == (0, 0)
 
 
+def test_a_store_outage_while_live_data_is_validated_is_retried_not_refused(
+    removal_dag, on_broker, tiering: TieringEnv, s3_endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both partitions are still on the broker (force): the store fails once, right after the first
+    partition's live topic id was found. That is a transient error (the task retries), never "no
+    such topic id", which would refuse the request without a retry."""
+    from tiering_core.metadata.errors import MetadataStoreError
+    from tiering_core.metadata.store import RemoteLogMetadataStore
+
+    real = RemoteLogMetadataStore.list_partitions
+    calls: list[int] = []
+
+    def flaky(self: RemoteLogMetadataStore) -> list:
+        calls.append(len(calls))
+        if len(calls) == 2:
+            raise MetadataStoreError("metadata store unreachable (injected)")
+        return real(self)
+
+    monkeypatch.setattr(RemoteLogMetadataStore, "list_partitions", flaky)
+    check = removal_dag.get_task("validate_request")
+    check.retry_delay = timedelta(0)  # retry at once in the test
+    conf = {"topic": "orders", "partitions": [0, 1], "confirm": "orders", "dry_run": False, "force": True}
+    run = removal_dag.test(run_conf=conf)
+    assert run.state == "success"
+    (validated,) = task_runs(removal_dag.dag_id, run.run_id, "validate_request").values()
+    assert (validated.state, validated.try_number) == ("success", 2)
+    deletes = task_runs(removal_dag.dag_id, run.run_id, "delete_partition")
+    for label, task in deletes.items():
+        w = on_broker[int(label[-1])]
+        assert task.result["topic_ids"] == [w.topic_id] and task.result["state"] == "DELETE_PARTITION_FINISHED"
+    assert sorted(deletes) == ["orders-0", "orders-1"]
+    assert [remote_state(tiering, s3_endpoint, w) for w in on_broker] == [(0, 0), (0, 0)]
+
+
 @pytest.mark.parametrize(
     "conf",
     [

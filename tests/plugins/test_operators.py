@@ -49,6 +49,48 @@ def test_copy_operator_plans_without_copying_then_copies(tiering: TieringEnv) ->
     assert states == {RemoteLogSegmentState.COPY_SEGMENT_FINISHED}
 
 
+def test_delete_operator_removes_the_named_topic_ids_in_one_core_call(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic deleted and recreated (two topic ids), both named: one removal, one result."""
+    import shutil
+
+    import tiering_core.removal as removal
+    from tiering_core.copy import run_copy
+
+    writers = []
+    for _ in range(2):
+        w = tiering.writer("orders", 0)
+        write_segments(w, 2)
+        w.set_high_watermark()
+        with tiering.context() as ctx:
+            assert run_copy(ctx, w.tp).segments_copied == 2
+        writers.append(w)
+        if len(writers) == 1:
+            shutil.rmtree(w.path)  # the topic is deleted; the next writer recreates it
+    old, new = writers
+    real, calls = removal.delete_partition, []
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("topic_ids"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(removal, "delete_partition", counting)
+    names = [old.topic_id, new.topic_id]
+    listed = TieringDeletePartitionOperator(
+        task_id="d", topic="orders", partition=0, topic_ids=[], plan_only=True
+    ).execute({"run_id": "none"})
+    assert (listed["topic_ids"], listed["planned"], listed["state"]) == ([], [], None)
+    result = TieringDeletePartitionOperator(task_id="d", topic="orders", partition=0, topic_ids=names).execute(
+        {"run_id": "both"}
+    )
+    assert calls == [[], names]
+    assert result["topic_ids"] == names and result["segments_deleted"] == 4 and result["kept_topic_ids"] == []
+    assert result["state"] == "DELETE_PARTITION_FINISHED" and result["fenced"] is False
+    with tiering.context() as ctx:
+        assert ctx.metadata.list_segments(tip_of(old)) == ctx.metadata.list_segments(tip_of(new)) == []
+
+
 SPARK_SECRET = "spark-op-secret-3Rm"
 
 
