@@ -42,7 +42,7 @@ from airflow.sdk import DAG, task  # noqa: E402
 from plugins.hooks.tiering import load_topics  # noqa: E402
 from plugins.operators.tiering import TieringCopyOperator, TieringRetentionOperator, as_bool  # noqa: E402
 from plugins.sensors.tiering import EligibleSegmentSensor  # noqa: E402
-from plugins.triggers.tiering import DEFAULT_TOPICS  # noqa: E402
+from tiering_core.config import DEFAULT_TOPIC  # noqa: E402
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 UPLOAD_POOL = "tiering_uploads"
@@ -158,7 +158,7 @@ def default_copy_dag() -> DAG:
         tags=["tiering", "copy", "default-topics"],
         default_args=DEFAULT_ARGS,
     ) as dag:
-        wait = sensor(DEFAULT_TOPICS)
+        wait = sensor(DEFAULT_TOPIC)
         partitions = list_default_partitions.override(task_id="list_partitions")()
         copies = TieringCopyOperator.partial(
             task_id="copy", pool=UPLOAD_POOL, map_index_template=PARTITION_LABEL

@@ -40,6 +40,7 @@ from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.copy import CopyResult, CopyRun, SegmentUpload, upload_segment
 from tiering_core.errors import TieringError, TieringGapError
+from tiering_core.heartbeat import renew_interval
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.tier_state import CopyCandidate
@@ -217,11 +218,11 @@ def _outcome(item: InFlight, report: Report) -> tuple[UploadOutcome | None, str 
     return outcome, outcome.error
 
 
-def _vanished(partition: PartitionUpload, item: InFlight, exc: FileNotFoundError) -> None:
-    """The broker deleted the segment while it was copied: a tiering gap (reported when the
-    partition finishes) or a failure naming the file; the partition stops, as ``run_copy`` does."""
+def _stop_after(partition: PartitionUpload, settle: Callable[[], None]) -> None:
+    """Stop the partition after ``settle`` (a ``CopyRun`` failure path), as ``run_copy`` stops: with
+    the failure it raised, or with none when it recorded a tiering gap (reported at the finish)."""
     try:
-        partition.run.segment_vanished(item.candidate, item.upload, exc)
+        settle()
     except TieringError as failure:
         partition.stop(str(failure))
     else:
@@ -232,7 +233,7 @@ def _refused(partition: PartitionUpload, item: InFlight) -> None:
     """The commits reached the refused segment: stop there, as ``run_copy`` would."""
     exc = item.refused
     if isinstance(exc, FileNotFoundError):
-        _vanished(partition, item, exc)
+        _stop_after(partition, functools.partial(partition.run.segment_vanished, item.candidate, item.upload, exc))
     else:
         partition.stop(f"{partition.tp}: segment {item.candidate.base_offset} not copied: {exc}")
 
@@ -262,13 +263,7 @@ def _commit_ready(partition: PartitionUpload, report: Report) -> None:
             ):
                 partition.stop(None)
             continue
-        log_path = item.candidate.segment.log_path
-        if not log_path.exists():  # the broker deleted it during the upload
-            _vanished(partition, item, FileNotFoundError(str(log_path)))
-            continue
-        failure = run.abandon(item.candidate, item.upload, error)
-        run.say(f"{run.tp}: segment {base} failed ({error}); cleaned up")
-        partition.stop(str(failure))
+        _stop_after(partition, functools.partial(run.upload_failed, item.candidate, item.upload, error))
 
 
 def _finish_if_settled(partition: PartitionUpload, report: Report) -> None:
@@ -337,7 +332,7 @@ def run_parallel_upload(
     sc = spark.sparkContext
     run = run_id or f"spark-{uuid.uuid4().hex}"
     slots = parallelism or max(1, sc.defaultParallelism)
-    renew_every = max(0.05, ctx.config.metadata.lease_ms / 3000.0)
+    renew_every = renew_interval(ctx.config.metadata.lease_ms)
     upload_fn = functools.partial(uploader, ctx.config.remote)
     report = Report()
 

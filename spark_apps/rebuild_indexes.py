@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the checkou
 from spark_apps import runtime
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
+from tiering_core.heartbeat import renew_interval
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.rebuild import (
@@ -134,7 +135,7 @@ def run_rebuild(
     remote = ctx.config.remote
     failures: list[str] = []
     parts: list[PartitionRebuild] = []
-    renew_every = max(0.05, ctx.config.metadata.lease_ms / 3000.0)
+    renew_every = renew_interval(ctx.config.metadata.lease_ms)
     last_renewal = time.monotonic()
 
     def renew(force: bool = False) -> None:
@@ -154,7 +155,6 @@ def run_rebuild(
         part.lease = None
 
     repairs: list[tuple[PartitionRebuild, RemoteIndexTask, RemoteIndexExamination, RemoteLogSegmentMetadata]] = []
-    committed: set[int] = set()
     repairs_handed_out = False
     try:
         for tp in partitions:
@@ -236,7 +236,6 @@ def run_rebuild(
                 # Without the lease (lost meanwhile) the repair's objects are deleted, its
                 # metadata left to the new lease holder's recovery.
                 check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, part.lease)
-                committed.add(outcome.index)
                 part.result.checks.append(check)
                 say(check.describe())
         # The broker's own segments: checked, never changed.
@@ -260,8 +259,8 @@ def run_rebuild(
         # The jobs are cancelled (closing the outcomes). Repairs started but never handed out
         # are cleaned up now; those handed out are left STARTED, as a cancelled task may still
         # write for a moment: the next rebuild (or copy) run's recovery deletes them.
-        for index, (part, _task, _found, attempt) in enumerate(repairs):
-            if index not in committed and not repairs_handed_out:
+        if not repairs_handed_out:
+            for part, _task, _found, attempt in repairs:
                 try:
                     abandon_index_repair(ctx.metadata, ctx.storage, attempt, part.lease)
                 except Exception as cleanup:  # the next run's recovery deletes it; raise the cause

@@ -607,6 +607,54 @@ def test_broker_deleting_a_segment_while_it_is_copied_records_the_gap(
         assert row.gaps == [[5, 9]]  # recorded twice, shown once
 
 
+def test_a_failed_upload_of_a_segment_the_broker_deleted_meanwhile_is_the_vanished_segment(
+    tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upload fails because the broker's retention took the file: not a plain upload failure
+    but the vanished segment, cleaned up either way: the gap is recorded when data not yet tiered
+    went, else the run fails naming the file."""
+    import tiering_core.copy as copy_mod
+    from tiering_core.copy import CopyFailedError
+    from tiering_core.storage.errors import RemoteStorageError
+
+    original = copy_mod.upload_segment
+    writers = {}
+    for partition in (0, 1):
+        w = writers[partition] = tiering_env.writer("orders", partition)
+        write_segments(w, 3)  # [0..4], [5..9], [10..14]
+        w.set_high_watermark()
+    lines: list[str] = []
+
+    def upload_while_broker_retention_runs(storage, upload):
+        meta = upload.metadata
+        w = writers[meta.topic_id_partition.partition]
+        if (meta.topic_id_partition.partition, meta.start_offset) in ((0, 5), (1, 0)):
+            w.delete_oldest_segments(2 if meta.start_offset == 5 else 1)
+            raise RemoteStorageError("injected: the file went away mid-upload")
+        return original(storage, upload)
+
+    monkeypatch.setattr(copy_mod, "upload_segment", upload_while_broker_retention_runs)
+    with tiering_env.context() as ctx, pytest.raises(TieringGapError, match=r"5\.\.9") as err:
+        run_copy(ctx, writers[0].tp, progress=lines.append)  # [0..4] copied, then [5..9] goes too
+    assert err.value.result is not None and err.value.result.segments_copied == 1
+    assert "orders-0: the broker deleted segment 5 while it was being copied" in lines
+    with tiering_env.context() as ctx, pytest.raises(CopyFailedError, match="segment 0 could not be read"):
+        run_copy(ctx, writers[1].tp, progress=lines.append)  # nothing tiered yet: no gap
+    assert not any("cleaned up" in line for line in lines)
+    assert finished_ranges(tiering_env, writers[0]) == [(0, 4)] and finished_ranges(tiering_env, writers[1]) == []
+    with tiering_env.context() as ctx:
+        assert [(g.start, g.end) for g in ctx.metadata.list_gaps(tip_of(writers[0]))] == [(5, 9)]
+        assert ctx.metadata.list_segments(tip_of(writers[1])) == []
+        assert ctx.storage.list_objects(tip_of(writers[1])) == []
+
+
+def test_leases_are_renewed_at_a_third_of_their_time_to_live() -> None:
+    from tiering_core.heartbeat import renew_interval
+
+    assert renew_interval(600_000) == 200.0
+    assert renew_interval(30) == 0.05  # tiny test leases: no busy loop
+
+
 def test_a_gap_is_recorded_even_when_the_high_watermark_is_unknown(tiering_env: TieringEnv) -> None:
     w = tiering_env.writer()
     write_segments(w, 1)

@@ -534,6 +534,21 @@ class CopyRun:
             f"{self.tp}: copying segment {candidate.base_offset} failed and was cleaned up: {reason}"
         )
 
+    def upload_failed(self, candidate: CopyCandidate, upload: SegmentUpload, reason: object) -> None:
+        """An upload failed. If the segment's ``.log`` is gone the broker deleted it meanwhile, which
+        is ``segment_vanished`` (a gap recorded and this returns, or it raises naming the file);
+        otherwise the upload is cleaned up and the CopyFailedError that fails the run is raised.
+        Either way the run copies nothing more."""
+        log_path = candidate.segment.log_path
+        if not log_path.exists():
+            self.segment_vanished(candidate, upload, FileNotFoundError(str(log_path)))
+            return
+        failure = self.abandon(candidate, upload, reason)
+        self.say(f"{self.tp}: segment {candidate.base_offset} failed ({reason}); cleaned up")
+        if isinstance(reason, BaseException):
+            raise failure from reason
+        raise failure
+
     def renew(self) -> None:
         """Keep the lease while uploads run elsewhere; a lost lease stops the run (see ``fenced_while_copying``)."""
         if self.lease is None or not self.active:
@@ -612,10 +627,8 @@ def run_copy(
                 except RemoteStorageError as exc:
                     if upload is None:
                         raise
-                    if not candidate.segment.log_path.exists():
-                        run.segment_vanished(candidate, upload, FileNotFoundError(str(candidate.segment.log_path)))
-                        break
-                    raise run.abandon(candidate, upload, exc) from exc
+                    run.upload_failed(candidate, upload, exc)
+                    break
                 if beat.lost is not None:
                     run.fenced_while_copying(candidate, upload, beat.lost)
                     break

@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MIN_RENEW_INTERVAL_S = 0.05  # floor for the very short leases of tests: no busy loop
+
+
+def renew_interval(lease_ms: int) -> float:
+    """Seconds between renewals of a lease living ``lease_ms``: a third of it, so a missed or
+    slow renewal still leaves time for the next one before the lease expires."""
+    return max(lease_ms / 3000.0, MIN_RENEW_INTERVAL_S)
+
 
 class LeaseHeartbeat:
     """Renew ``lease`` every ``interval_s`` seconds (default: a third of the store's lease time)
@@ -30,7 +38,7 @@ class LeaseHeartbeat:
     def __init__(self, store: RemoteLogMetadataStore, lease: Lease, *, interval_s: float | None = None) -> None:
         self._store = store
         self._lease = lease
-        self._interval = interval_s if interval_s is not None else max(store.lease_ms / 3000.0, 0.05)
+        self._interval = interval_s if interval_s is not None else renew_interval(store.lease_ms)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None

@@ -8,7 +8,6 @@ endpoint from its extra ``endpoint_url``; they are handed to the core and never 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
@@ -160,22 +159,18 @@ class TieringHook(BaseHook):
         named = named_topics(config)
         return [log.topic_partition for log in select_partitions(config) if log.topic_partition.topic not in named]
 
-    def eligible_partitions(self, topic: str) -> list[int]:
-        """Partitions of ``topic`` with a segment a copy run would upload now (read-only)."""
-        return [tp.partition for tp in self._eligible(lambda tp, named: tp.topic == topic)]
-
-    def eligible_default_partitions(self) -> list[str]:
-        """``<topic>-<partition>`` of the partitions ``default_partitions`` covers with a segment a
-        copy run would upload now (read-only)."""
-        return [str(tp) for tp in self._eligible(lambda tp, named: tp.topic not in named)]
-
-    def _eligible(self, wanted: Callable[[TopicPartition, frozenset[str]], bool]) -> list[TopicPartition]:
+    def eligible(self, topic: str) -> list[int] | list[str]:
+        """What a copy run would upload now (read-only): the partition numbers of ``topic``; for
+        ``"*"``, the ``<topic>-<partition>`` labels of the partitions ``default_partitions`` covers."""
+        from tiering_core.config import DEFAULT_TOPIC
         from tiering_core.copy import plan_copy
 
+        default = topic == DEFAULT_TOPIC
         with self.get_conn() as ctx:
             named = named_topics(ctx.config)
-            return [
-                log.topic_partition
-                for log in ctx.partitions()
-                if wanted(log.topic_partition, named) and plan_copy(ctx, log.topic_partition).eligible
+            found = [
+                tp
+                for tp in (log.topic_partition for log in ctx.partitions())
+                if (tp.topic not in named if default else tp.topic == topic) and plan_copy(ctx, tp).eligible
             ]
+        return [str(tp) for tp in found] if default else [tp.partition for tp in found]

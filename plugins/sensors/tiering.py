@@ -16,7 +16,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from plugins.hooks.tiering import TieringHook
-from plugins.triggers.tiering import EligibleSegmentTrigger, eligible
+from plugins.triggers.tiering import EligibleSegmentTrigger
 
 
 class EligibilityCheckError(Exception):
@@ -51,7 +51,7 @@ class EligibleSegmentSensor(BaseSensorOperator):
         return TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id)
 
     def poke(self, context: Any) -> PokeReturnValue:
-        found = eligible(self.hook(), self.topic)
+        found = self.hook().eligible(self.topic)
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, found or "none")
         return PokeReturnValue(is_done=bool(found), xcom_value=found)
 

@@ -14,13 +14,6 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from plugins.hooks.tiering import TieringHook
 
-DEFAULT_TOPICS = "*"  # the config's name for its default: every topic it does not name
-
-
-def eligible(hook: TieringHook, topic: str) -> list[int] | list[str]:
-    """Partition numbers of ``topic`` with an eligible segment; labels for ``"*"``."""
-    return hook.eligible_default_partitions() if topic == DEFAULT_TOPICS else hook.eligible_partitions(topic)
-
 
 class EligibleSegmentTrigger(BaseTrigger):
     """Fires ``{"status": "eligible", "topic", "partitions"}`` once; a failed poll fires ``status: error``.
@@ -50,7 +43,7 @@ class EligibleSegmentTrigger(BaseTrigger):
         )
 
     def eligible_partitions(self) -> list[int] | list[str]:
-        return eligible(TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id), self.topic)
+        return TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id).eligible(self.topic)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

@@ -93,8 +93,8 @@ def test_partitions_and_eligible_partitions(tiering: TieringEnv) -> None:
     hook = TieringHook()
     assert hook.partitions("orders") == [0, 1]
     assert hook.partitions("absent") == []
-    assert hook.eligible_partitions("orders") == [0]
-    assert hook.eligible_partitions("payments") == []
+    assert hook.eligible("orders") == [0]
+    assert hook.eligible("payments") == []
 
 
 def test_default_partitions_are_those_of_topics_the_config_does_not_name(tiering: TieringEnv) -> None:
@@ -110,10 +110,10 @@ def test_default_partitions_are_those_of_topics_the_config_does_not_name(tiering
         w.set_high_watermark()
     hook = TieringHook()
     assert [str(tp) for tp in hook.default_partitions()] == ["audit-0", "audit-1"]
-    assert hook.eligible_default_partitions() == ["audit-0"]
-    assert hook.eligible_partitions("orders") == [0]
+    assert hook.eligible("*") == ["audit-0"]
+    assert hook.eligible("orders") == [0]
     tiering.write_config(audit={})  # named now: DAGs of its own, no longer a default topic
-    assert hook.default_partitions() == [] and hook.eligible_default_partitions() == []
+    assert hook.default_partitions() == [] and hook.eligible("*") == []
 
 
 @pytest.fixture()

@@ -62,15 +62,15 @@ def test_trigger_serializes_to_an_importable_class_path(tiering: TieringEnv) -> 
 def test_trigger_polls_off_the_event_loop(tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     """A slow check (a slow metadata store, injected here) must not stall the triggerer's loop."""
     only_active_segment(tiering)
-    check = TieringHook.eligible_partitions
+    check = TieringHook.eligible
     threads: set[int] = set()
 
-    def slow_check(self: TieringHook, topic: str) -> list[int]:
+    def slow_check(self: TieringHook, topic: str) -> list[int] | list[str]:
         threads.add(threading.get_ident())
         time.sleep(0.4)
         return check(self, topic)
 
-    monkeypatch.setattr(TieringHook, "eligible_partitions", slow_check)
+    monkeypatch.setattr(TieringHook, "eligible", slow_check)
     trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.config_path), poll_interval=0.05)
 
     async def run() -> int:
