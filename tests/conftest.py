@@ -1,4 +1,9 @@
-"""Shared fixtures: real S3 (moto server), real PostgreSQL, real SQLite files."""
+"""Shared fixtures: real S3 (moto server), real PostgreSQL, Redis and Spark standalone servers the
+tests start themselves (tests/services.py), real SQLite files.
+
+A server that cannot be had fails the tests that need it under CI (``CI`` set), with the one-line
+reason; elsewhere those tests are skipped with that reason, and the README says which variable
+points them at an existing server instead."""
 
 from __future__ import annotations
 
@@ -9,7 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import PostgresServer, S3Endpoint, moto_s3, postgres_server
+from tests.services import (
+    STARTED,
+    PostgresServer,
+    RedisServer,
+    S3Endpoint,
+    ServiceUnavailable,
+    SparkStandalone,
+    moto_s3,
+    postgres_server,
+    redis_server,
+    spark_standalone,
+)
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
@@ -28,10 +44,53 @@ def s3_bucket(s3_endpoint: S3Endpoint) -> str:
     return s3_endpoint.new_bucket()
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def unavailable(what: str, exc: ServiceUnavailable) -> None:
+    """A missing server: a failure under CI, a skip on a user's machine."""
+    reason = f"{what}: {exc}"
+    if in_ci():
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
-    with postgres_server() as server:
-        yield server
+    """PostgreSQL: ``TIERING_TEST_PG_URL``, else a private server."""
+    try:
+        with postgres_server() as server:
+            yield server
+    except ServiceUnavailable as exc:
+        unavailable("PostgreSQL", exc)
+
+
+@pytest.fixture(scope="session")
+def redis() -> Iterator[RedisServer]:
+    """Redis: ``TIERING_TEST_REDIS_URL``, else a private ``redis-server``."""
+    try:
+        with redis_server() as server:
+            yield server
+    except ServiceUnavailable as exc:
+        unavailable("Redis", exc)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[SparkStandalone]:
+    """A Spark standalone cluster manager: ``TIERING_TEST_SPARK_MASTER``, else a private master
+    and worker."""
+    try:
+        with spark_standalone() as cluster:
+            yield cluster
+    except ServiceUnavailable as exc:
+        unavailable("Spark standalone", exc)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Name every server the run started, with its port and where its binaries came from."""
+    for service in STARTED:
+        terminalreporter.write_line(f"services: {service.describe()}")
 
 
 @pytest.fixture()
