@@ -8,4 +8,6 @@ export PATH="$VENV/bin:$PATH"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy
-echo "== pytest"; pytest "$@"
+# Two test processes by default (the suite waits on servers and subprocesses as much as it computes);
+# TIERING_TEST_WORKERS=0 runs it in this process.
+echo "== pytest"; pytest -n "${TIERING_TEST_WORKERS:-2}" "$@"

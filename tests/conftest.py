@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,10 +88,25 @@ def spark_cluster() -> Iterator[SparkStandalone]:
         unavailable("Spark standalone", exc)
 
 
+#: Servers that pytest-xdist workers started, as they reported them when they finished.
+WORKER_SERVICES: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the controller what this process started
+        workeroutput["tiering_services"] = [service.describe() for service in STARTED]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    WORKER_SERVICES.extend(getattr(node, "workeroutput", {}).get("tiering_services", []))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Name every server the run started, with its port and where its binaries came from."""
-    for service in STARTED:
-        terminalreporter.write_line(f"services: {service.describe()}")
+    for described in [service.describe() for service in STARTED] + WORKER_SERVICES:
+        terminalreporter.write_line(f"services: {described}")
 
 
 @pytest.fixture()
