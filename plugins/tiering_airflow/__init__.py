@@ -1,10 +1,10 @@
-"""Airflow glue for the tiering platform, importable as the package ``plugins``.
+"""Airflow glue for the tiering platform: the package ``tiering_airflow``.
 
 ``hooks``, ``operators``, ``sensors`` and ``triggers`` are a few lines each over
-``tiering_core``; ``tiering_ui`` is the Tiering page; ``tiering_plugin.py`` registers the page
-with Airflow. Airflow's plugin manager loads only ``tiering_plugin.py`` (see ``.airflowignore``);
-everything else is imported as ``plugins.<module>``, the same name from the project root and
-from inside Airflow, so serialized trigger class paths resolve everywhere.
+``tiering_core``; ``ui`` is the Tiering page. ``plugins/tiering_plugin.py`` registers the page
+with Airflow, whose plugin manager loads only that file (see ``plugins/.airflowignore``). The
+package has one name everywhere, from Airflow's plugins folder on ``sys.path`` or from
+``pip install .``, so serialized trigger class paths resolve in every component.
 """
 
 from __future__ import annotations

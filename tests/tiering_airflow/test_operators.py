@@ -6,13 +6,13 @@ import os
 
 import pytest
 
-from plugins.operators.tiering import (
+from tests.engine_support import TieringEnv, tip_of, write_segments
+from tiering_airflow.operators.tiering import (
     TieringCopyOperator,
     TieringDeletePartitionOperator,
     TieringRetentionOperator,
     as_bool,
 )
-from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.metadata.states import RemoteLogSegmentState
 
 OPERATORS = (TieringCopyOperator, TieringRetentionOperator, TieringDeletePartitionOperator)
@@ -112,7 +112,7 @@ def aws_connection(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def spark_operator():
-    from plugins.operators.spark import TieringSparkSubmitOperator
+    from tiering_airflow.operators.spark import TieringSparkSubmitOperator
 
     return TieringSparkSubmitOperator(
         task_id="submit", application="app.py", spark_binary="spark-submit", env_vars={"TIERING_CONFIG": "/t.yaml"}

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from plugins.hooks.tiering import TieringHook, connection_credentials
+from tiering_airflow.hooks.tiering import TieringHook, connection_credentials
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
