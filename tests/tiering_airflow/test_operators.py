@@ -161,7 +161,7 @@ def test_properties_lines_read_back_exactly() -> None:
     from tiering_airflow.operators.spark import properties_line
 
     assert properties_line("spark.executorEnv.K", "a:b=c#d") == "spark.executorEnv.K=a:b=c#d\n"
-    assert properties_line("k", " x\\y\nz") == "k=\\ x\\\\y\\nz\n"
+    assert properties_line("k", "x\\y\nz") == "k=x\\\\y\\nz\n"
 
 
 def test_an_existing_spark_default_is_honoured(aws_connection, monkeypatch: pytest.MonkeyPatch) -> None:

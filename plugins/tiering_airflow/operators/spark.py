@@ -82,13 +82,10 @@ def is_local_master(master: str) -> bool:
 
 def properties_line(key: str, value: str) -> str:
     """One line of a Java properties file (``--properties-file``; spark-submit reads it as UTF-8),
-    escaped so that the key and the value read back exactly."""
+    escaped so that the key and the value read back as written (Spark trims blanks around values)."""
     controls = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"})
     key = "".join("\\" + c if c in " =:#!" else c for c in key.translate(controls))
-    value = value.translate(controls)
-    if value.startswith(" "):  # leading blanks of a value are otherwise dropped
-        value = "\\" + value
-    return f"{key}={value}\n"
+    return f"{key}={value.translate(controls)}\n"
 
 
 def spark_defaults_file() -> Path | None:
