@@ -8,39 +8,9 @@ Everything else is the package ``tiering_airflow`` beside it: Airflow puts the p
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
-
 from airflow.plugins_manager import AirflowPlugin
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
-
-class TieringPageApp:
-    """The Tiering page's ASGI app, built on its first request.
-
-    Every Airflow component loads plugins, each task process included, but only the API server
-    serves HTTP. Building the FastAPI app (and importing Airflow's API security for it) there
-    alone keeps that import, about a second of CPU, off every task start.
-    """
-
-    def __init__(self) -> None:
-        self._app: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
-        self._lock = threading.Lock()
-
-    def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-        with self._lock:
-            if self._app is None:
-                from tiering_airflow.ui.app import create_app
-
-                self._app = create_app()
-            return self._app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await (self._app or self.app())(scope, receive, send)
+from tiering_airflow.ui.page import TieringPageApp
 
 
 class TieringPlugin(AirflowPlugin):
