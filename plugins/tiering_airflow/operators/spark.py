@@ -16,7 +16,8 @@ What it adds, all decided at execute time (parsing reads nothing from disk or co
   masker hides the secrets in the task log.
 
 ``env_vars`` (templated, not secret) go the same ways. The provider's cluster-side tracking
-through the Kubernetes or YARN APIs is not offered: ``execute`` waits for spark-submit.
+through the Kubernetes or YARN APIs is not offered (``execute`` waits for spark-submit), nor is its
+OpenLineage injection into ``conf``.
 """
 
 from __future__ import annotations
