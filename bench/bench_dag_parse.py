@@ -2,7 +2,7 @@
 
 Our files: the generated per-topic and catch-all DAGs, the removal DAG and the Spark DAGs. Both
 sides are parsed in the same process after Airflow's own imports are warm. The first parse of
-each of our files also imports what it needs (the ``plugins`` package, the Spark provider), as a
+each of our files also imports what it needs (the ``tiering_airflow`` package, the Spark provider), as a
 fresh DAG processor would; later parses show the steady state. Partitions are mapped at run
 time, so the 64 x 32 partition directories created here are never read by parsing; the target
 is under 3 s in total.

@@ -27,22 +27,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-# dags/ and plugins/ ship side by side; the hooks and operators are the package ``plugins``.
-_PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
-if _PROJECT_ROOT not in sys.path:
-    sys.path.append(_PROJECT_ROOT)
+from airflow.sdk import DAG, task
 
-from airflow.sdk import DAG, task  # noqa: E402
-
-from plugins.hooks.tiering import load_topics  # noqa: E402
-from plugins.operators.tiering import TieringCopyOperator, TieringRetentionOperator, as_bool  # noqa: E402
-from plugins.sensors.tiering import EligibleSegmentSensor  # noqa: E402
-from tiering_core.config import DEFAULT_TOPIC  # noqa: E402
+from tiering_airflow.hooks.tiering import load_topics
+from tiering_airflow.operators.tiering import TieringCopyOperator, TieringRetentionOperator, as_bool
+from tiering_airflow.sensors.tiering import EligibleSegmentSensor
+from tiering_core.config import DEFAULT_TOPIC
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 UPLOAD_POOL = "tiering_uploads"
@@ -77,7 +70,7 @@ def list_partitions(topic: str) -> list[int]:
     """The topic's partitions on this broker, found at run time; none -> the run is skipped."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from plugins.hooks.tiering import TieringHook
+    from tiering_airflow.hooks.tiering import TieringHook
 
     partitions = TieringHook().partitions(topic)
     if not partitions:
@@ -90,7 +83,7 @@ def list_default_partitions() -> list[dict[str, Any]]:
     """Every partition on this broker of a topic the config does not name, as operator arguments."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from plugins.hooks.tiering import TieringHook
+    from tiering_airflow.hooks.tiering import TieringHook
 
     partitions = TieringHook().default_partitions()
     if not partitions:

@@ -23,20 +23,13 @@ The config does not matter to parsing, so this DAG loads even when the config is
 from __future__ import annotations
 
 import logging
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-# dags/ and plugins/ ship side by side; the hooks and operators are the package ``plugins``.
-_PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
-if _PROJECT_ROOT not in sys.path:
-    sys.path.append(_PROJECT_ROOT)
+from airflow.sdk import DAG, Param, task
 
-from airflow.sdk import DAG, Param, task  # noqa: E402
-
-from plugins.operators.tiering import TieringDeletePartitionOperator  # noqa: E402
-from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH  # noqa: E402
+from tiering_airflow.operators.tiering import TieringDeletePartitionOperator
+from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH
 
 # Kafka's legal topic names as a JSON-schema pattern (the runtime check is the core's
 # validate_topic_name; a test keeps the two in step). JSON schema searches, so both ends are
@@ -58,7 +51,7 @@ def validate_request(params: dict[str, Any] | None = None) -> list[dict[str, Any
     topic ids to delete (a dry run: to list)."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from plugins.hooks.tiering import TieringHook
+    from tiering_airflow.hooks.tiering import TieringHook
     from tiering_core.errors import InvalidTopicError, TieringError
     from tiering_core.kafka.topic import TopicPartition, validate_topic_name
     from tiering_core.metadata.errors import MetadataStoreError

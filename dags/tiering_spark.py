@@ -12,7 +12,7 @@
 Params select the partitions (empty: all in the log dirs). The Spark master comes from the
 ``spark_default`` connection (``local[2]``, ``spark://...``, ``yarn``, ``k8s://...``); without
 that connection it is ``local[*]``. S3 credentials come from the ``aws_default`` connection at
-run time (see ``plugins/operators/spark.py``). The config file is the ``config`` param, else
+run time (see ``tiering_airflow/operators/spark.py``). The config file is the ``config`` param, else
 ``$TIERING_CONFIG`` when the file was parsed, else the Variable ``tiering_config``. spark-submit
 is the one beside this interpreter when it has one (found through ``PATH`` when the task runs),
 else the one on ``PATH``. Parsing imports only Airflow and the Spark provider's operator.
@@ -24,15 +24,10 @@ import os
 import sys
 from pathlib import Path
 
-# dags/ and plugins/ ship side by side; the operators are the package ``plugins``.
-_PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
-if _PROJECT_ROOT not in sys.path:
-    sys.path.append(_PROJECT_ROOT)
+import pendulum
+from airflow.sdk import DAG, Param
 
-import pendulum  # noqa: E402
-from airflow.sdk import DAG, Param  # noqa: E402
-
-from plugins.operators.spark import TieringSparkSubmitOperator  # noqa: E402
+from tiering_airflow.operators.spark import TieringSparkSubmitOperator
 
 APPS = Path(__file__).resolve().parents[1] / "spark_apps"
 VENV_BIN = Path(sys.executable).parent

@@ -2,7 +2,7 @@
 DB migrated once, the project's dags/ and plugins/ folders, no examples.
 
 ``configure_airflow()`` must run before anything imports airflow (Airflow reads its config at
-import); the conftests of tests/dags and tests/plugins call it at import and use
+import); the conftests of tests/dags and tests/tiering_airflow call it at import and use
 ``airflow_db()`` as a session fixture.
 """
 

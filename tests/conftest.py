@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,12 @@ from tests.services import (
     redis_server,
     spark_standalone,
 )
+
+# The package tiering_airflow lives in Airflow's plugins folder, which Airflow puts on sys.path
+# itself (and `pip install .` installs); the tests import it before Airflow runs, from this checkout.
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+if PLUGINS not in sys.path:
+    sys.path.insert(0, PLUGINS)
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

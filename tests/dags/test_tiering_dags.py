@@ -269,7 +269,7 @@ def test_airflow_dags_test_cli_from_outside_the_project(tiering: TieringEnv, tmp
 def test_copy_dag_defers_while_nothing_is_eligible_and_copies_once_a_segment_rolls(
     tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from plugins.triggers.tiering import EligibleSegmentTrigger
+    from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
 
     monkeypatch.setenv("TIERING_SENSOR_POKE_SECONDS", "0.2")
     w = tiering.writer("orders", 0)
@@ -365,8 +365,8 @@ def test_topics_under_the_default_are_tiered_by_the_catch_all_dags(tiering: Tier
 def test_without_a_triggerer_the_sensor_reschedules_until_a_segment_rolls(
     tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from plugins.sensors.tiering import EligibleSegmentSensor
     from tests.airflow_support import reschedules
+    from tiering_airflow.sensors.tiering import EligibleSegmentSensor
 
     monkeypatch.setenv("TIERING_SENSOR_DEFERRABLE", "false")
     monkeypatch.setenv("TIERING_SENSOR_POKE_SECONDS", "0.2")
@@ -421,8 +421,8 @@ def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
 ) -> None:
     import shutil
 
-    from plugins.hooks.tiering import TieringHook
     from tests.airflow_support import latest_run_id
+    from tiering_airflow.hooks.tiering import TieringHook
     from tiering_core.copy import run_copy
 
     (payments,) = partitions_with_segments(tiering, "payments", 1, 3)  # retention.bytes = 0

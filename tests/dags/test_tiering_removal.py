@@ -31,7 +31,7 @@ def removal_dag(tiering: TieringEnv):
 
 def copy_partitions(tiering: TieringEnv, topic: str, partitions: list[int]) -> list[PartitionWriter]:
     """The partitions, two segments each, copied to the bucket through the aws_default connection."""
-    from plugins.hooks.tiering import TieringHook
+    from tiering_airflow.hooks.tiering import TieringHook
 
     writers = []
     for p in partitions:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from plugins.tiering_ui.app import COLUMNS, create_app
 from tests.engine_support import TieringEnv, write_segments
+from tiering_airflow.ui.app import COLUMNS, create_app
 from tiering_core.copy import run_copy
 from tiering_core.errors import TieringGapError
 from tiering_core.status import STATUS_FIELDS

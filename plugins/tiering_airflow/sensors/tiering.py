@@ -15,8 +15,8 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from plugins.hooks.tiering import TieringHook
-from plugins.triggers.tiering import EligibleSegmentTrigger
+from tiering_airflow.hooks.tiering import TieringHook
+from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
 
 
 class EligibilityCheckError(Exception):

@@ -29,7 +29,7 @@ def test_plugin_is_registered_with_its_app_and_nav_entry() -> None:
 
 
 def test_plugin_folder_only_registers_the_plugin_module() -> None:
-    """The package's other modules are imported as ``plugins.*``, never by the plugin manager."""
+    """The package's other modules are imported as ``tiering_airflow.*``, never by the plugin manager."""
     from airflow import plugins_manager
 
     plugins_manager.ensure_plugins_loaded()
@@ -46,8 +46,8 @@ def test_plugin_and_trigger_load_from_a_process_outside_the_project(tmp_path: Pa
         from airflow._shared.module_loading import import_string
         plugins_manager.ensure_plugins_loaded()
         names = [p["name"] for p in plugins_manager.get_plugin_info()]
-        page_built = sorted({"plugins.tiering_ui.app", "airflow.api_fastapi.core_api.security"} & set(sys.modules))
-        trigger = import_string("plugins.triggers.tiering.EligibleSegmentTrigger")
+        page_built = sorted({"tiering_airflow.ui.app", "airflow.api_fastapi.core_api.security"} & set(sys.modules))
+        trigger = import_string("tiering_airflow.triggers.tiering.EligibleSegmentTrigger")
         print(json.dumps({"plugins": names, "errors": plugins_manager.get_import_errors(),
                           "trigger": trigger.__module__, "page_built": page_built}))
         """
@@ -64,7 +64,12 @@ def test_plugin_and_trigger_load_from_a_process_outside_the_project(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     # Loading the plugin (as every task process does) builds no web app: that waits for a request.
-    assert out == {"plugins": ["tiering"], "errors": {}, "trigger": "plugins.triggers.tiering", "page_built": []}
+    assert out == {
+        "plugins": ["tiering"],
+        "errors": {},
+        "trigger": "tiering_airflow.triggers.tiering",
+        "page_built": [],
+    }
 
 
 def test_airflow_plugins_command_lists_it(tmp_path: Path) -> None:

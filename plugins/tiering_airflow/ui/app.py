@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse
 
-from plugins.hooks.tiering import TieringHook
+from tiering_airflow.hooks.tiering import TieringHook
 
 # (status field, column title): the tier-state fields an operator watches.
 COLUMNS: tuple[tuple[str, str], ...] = (

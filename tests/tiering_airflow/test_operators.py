@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from plugins.operators.tiering import (
+from tests.engine_support import TieringEnv, tip_of, write_segments
+from tiering_airflow.operators.tiering import (
     TieringCopyOperator,
     TieringDeletePartitionOperator,
     TieringRetentionOperator,
     as_bool,
 )
-from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.metadata.states import RemoteLogSegmentState
 
 OPERATORS = (TieringCopyOperator, TieringRetentionOperator, TieringDeletePartitionOperator)
@@ -112,7 +113,7 @@ def aws_connection(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def spark_operator():
-    from plugins.operators.spark import TieringSparkSubmitOperator
+    from tiering_airflow.operators.spark import TieringSparkSubmitOperator
 
     return TieringSparkSubmitOperator(
         task_id="submit", application="app.py", spark_binary="spark-submit", env_vars={"TIERING_CONFIG": "/t.yaml"}
@@ -122,14 +123,21 @@ def spark_operator():
 def test_spark_submit_on_a_cluster_gives_the_executors_the_s3_credentials_without_keeping_them(
     aws_connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Not on the command line (any user of the host reads it): in a properties file only the task's
+    user can read, gone when spark-submit ends, and in the environment of spark-submit itself."""
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://127.0.0.1:7077")
     op = spark_operator()
-    hook = op._get_hook()
-    command = hook._build_spark_submit_command("app.py")
-    assert command[command.index("--master") + 1] == "spark://127.0.0.1:7077"
-    assert f"spark.executorEnv.AWS_SECRET_ACCESS_KEY={SPARK_SECRET}" in command
-    assert "spark.executorEnv.AWS_ENDPOINT_URL_S3=http://127.0.0.1:9" in command
-    assert SPARK_SECRET not in hook._mask_cmd(command)  # the command line as the hook logs it
+    with op.submission() as submission:
+        command = submission.hook._build_spark_submit_command("app.py")
+        assert command[command.index("--master") + 1] == "spark://127.0.0.1:7077"
+        assert SPARK_SECRET not in " ".join(command)
+        properties = Path(command[command.index("--properties-file") + 1])
+        assert properties.stat().st_mode & 0o777 == 0o600
+        lines = properties.read_text().splitlines()
+        assert f"spark.executorEnv.AWS_SECRET_ACCESS_KEY={SPARK_SECRET}" in lines
+        assert "spark.executorEnv.AWS_ENDPOINT_URL_S3=http://127.0.0.1:9" in lines
+        assert submission.env["AWS_SECRET_ACCESS_KEY"] == SPARK_SECRET
+    assert not properties.exists()
     assert (op.env_vars, op.conf) == ({"TIERING_CONFIG": "/t.yaml"}, None)  # the task's own fields: no secret
 
 
@@ -138,17 +146,26 @@ def test_spark_submit_in_local_mode_passes_the_credentials_by_environment_only(
 ) -> None:
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
     op = spark_operator()
-    hook = op._get_hook()
-    command = hook._build_spark_submit_command("app.py")
+    with op.submission() as submission:
+        command = submission.hook._build_spark_submit_command("app.py")
+        env = submission.env
     assert command[command.index("--master") + 1] == "local[*]"  # no spark_default: the embedded default
     assert SPARK_SECRET not in " ".join(command)
-    assert hook._env["AWS_ACCESS_KEY_ID"] == "AKIDSPARKOP" and hook._env["AWS_SECRET_ACCESS_KEY"] == SPARK_SECRET
-    assert hook._env["AWS_DEFAULT_REGION"] == "eu-west-1" and hook._env["TIERING_CONFIG"] == "/t.yaml"
+    assert env["AWS_ACCESS_KEY_ID"] == "AKIDSPARKOP" and env["AWS_SECRET_ACCESS_KEY"] == SPARK_SECRET
+    assert env["AWS_DEFAULT_REGION"] == "eu-west-1" and env["TIERING_CONFIG"] == "/t.yaml"
     assert "AIRFLOW_CONN_SPARK_DEFAULT" not in os.environ
     assert op.env_vars == {"TIERING_CONFIG": "/t.yaml"}
 
 
+def test_properties_lines_read_back_exactly() -> None:
+    from tiering_airflow.operators.spark import properties_line
+
+    assert properties_line("spark.executorEnv.K", "a:b=c#d") == "spark.executorEnv.K=a:b=c#d\n"
+    assert properties_line("k", "x\\y\nz") == "k=x\\\\y\\nz\n"
+
+
 def test_an_existing_spark_default_is_honoured(aws_connection, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
-    command = spark_operator()._get_hook()._build_spark_submit_command("app.py")
+    with spark_operator().submission() as submission:
+        command = submission.hook._build_spark_submit_command("app.py")
     assert command[command.index("--master") + 1] == "local[2]"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from plugins.hooks.tiering import TieringHook
-from plugins.sensors.tiering import EligibilityCheckError, EligibleSegmentSensor
-from plugins.triggers.tiering import EligibleSegmentTrigger
 from tests.engine_support import TieringEnv
+from tiering_airflow.hooks.tiering import TieringHook
+from tiering_airflow.sensors.tiering import EligibilityCheckError, EligibleSegmentSensor
+from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
 
 
 def first_event(trigger: EligibleSegmentTrigger, within: float) -> Any:
@@ -53,7 +53,7 @@ def test_trigger_serializes_to_an_importable_class_path(tiering: TieringEnv) -> 
 
     trigger = EligibleSegmentTrigger(topic="orders", config_path="/etc/t.yaml", aws_conn_id="s3", poll_interval=5)
     classpath, kwargs = trigger.serialize()
-    assert classpath == "plugins.triggers.tiering.EligibleSegmentTrigger"
+    assert classpath == "tiering_airflow.triggers.tiering.EligibleSegmentTrigger"
     assert import_string(classpath) is EligibleSegmentTrigger
     assert kwargs == {"topic": "orders", "config_path": "/etc/t.yaml", "aws_conn_id": "s3", "poll_interval": 5}
     assert EligibleSegmentTrigger(**kwargs).serialize() == (classpath, kwargs)

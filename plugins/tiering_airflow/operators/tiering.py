@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from plugins.hooks.tiering import TieringHook
+from tiering_airflow.hooks.tiering import TieringHook
 
 if TYPE_CHECKING:
     from tiering_core.kafka.topic import TopicPartition

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from plugins.hooks.tiering import TieringHook, load_topics, resolve_config_path
 from tests.engine_support import TieringEnv, write_segments
+from tiering_airflow.hooks.tiering import TieringHook, load_topics, resolve_config_path
 from tiering_core.errors import ConfigError
 
 SECRET = "hook-secret-5Kd9"

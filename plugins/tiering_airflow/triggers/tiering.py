@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from plugins.hooks.tiering import TieringHook
+from tiering_airflow.hooks.tiering import TieringHook
 
 
 class EligibleSegmentTrigger(BaseTrigger):
