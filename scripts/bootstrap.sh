@@ -13,7 +13,7 @@ VENV=${TIERING_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
 CHROMIUM_NAMES=(chromium chromium-browser google-chrome)
 
-stamp_of() { cat requirements.txt constraints.txt setup.cfg | sha256sum | cut -d' ' -f1; }
+stamp_of() { cat requirements.txt constraints.txt setup.cfg setup.py | sha256sum | cut -d' ' -f1; }
 in_ci() { case "${CI:-}" in "" | 0 | false | False | FALSE | no) return 1 ;; *) return 0 ;; esac; }
 # The browser the end-to-end script uses: $TIERING_CHROMIUM, else the first on PATH.
 find_chromium() {
