@@ -168,8 +168,9 @@ class Statements:
         self.all_listing = DriverQuery(
             select(*LISTING_COLUMNS).where(S.c.partition_id == PARTITION_ID).order_by(*order), dialect
         )
-        self.finished_totals = select(func.coalesce(func.sum(S.c.size_bytes), 0), func.count()).where(
-            S.c.partition_id == PARTITION_ID, LIVE, IS_FINISHED
+        # Figures over a partition's live segments, from the index of live segments.
+        self.segment_totals = select(func.count(), func.coalesce(func.sum(S.c.size_bytes), 0)).where(
+            S.c.partition_id == PARTITION_ID, LIVE, S.c.state.in_(bindparam("states", expanding=True))
         )
 
         self.insert_epoch_ranges = insert(E)
@@ -186,6 +187,17 @@ class Statements:
             select(H.c.highest_offset)
             .join(P, P.c.id == H.c.partition_id)
             .where(*WHERE_TIP, H.c.epoch == bindparam("epoch"))
+        )
+        # The epochs with finished data in [lowest, upto], newest first (the primary key's order).
+        self.epochs_highest_down_from = (
+            select(H.c.epoch, H.c.highest_offset)
+            .where(
+                H.c.partition_id == PARTITION_ID,
+                H.c.epoch <= bindparam("upto"),
+                H.c.epoch >= bindparam("lowest"),
+            )
+            .order_by(H.c.epoch.desc())
+            .limit(bindparam("n"))
         )
         # The latest finished range of the epoch holding the offset. Ranges starting more than the
         # epoch's widest range below the offset cannot hold it, so the index scan stays short.
