@@ -6,11 +6,14 @@ each finished with realistic custom metadata (object keys, sizes, CRCs of seven 
 leader epoch every 100 segments. Then, through the public API, with p50/p99 over many calls:
 
 - ``highest_offset_for_epoch`` and ``segment_for`` at random partitions, epochs and offsets;
-- ``list_segments`` of one whole partition, three ways: ``fresh_process`` (the first call of a
-  new process that just opened the store, as every Airflow task is; one process per sample),
-  ``cold`` (a partition this process has not listed yet: every segment is decoded) and ``warm``
-  (a partition listed before, as copy and retention list theirs several times a run: the
-  memoized values are reused);
+- ``latest_copied_epoch`` over a lineage of every epoch (the highest copied offset's one query)
+  and ``segment_totals`` of finished segments (remote size and count, delete lag), at random
+  partitions;
+- ``list_segments`` of one whole partition as runs list it (without custom metadata), three
+  ways: ``fresh_process`` (the first call of a new process that just opened the store, as every
+  Airflow task is; one process per sample), ``cold`` (a partition this process has not listed
+  yet: every segment is decoded) and ``warm`` (a partition listed before, as copy and retention
+  list theirs several times a run: the memoized values are reused);
 - an ``add_segment`` + ``finish_copied_segment`` pair (two fenced write transactions, the
   copier's per-segment metadata writes).
 
@@ -186,7 +189,7 @@ def first_listing(url: str, partition: int, segments: int) -> None:
     """In a new process: open the store, list one partition, print the listing's wall and CPU ms."""
     with RemoteLogMetadataStore(url) as store:
         c0, t0 = time.thread_time(), time.perf_counter()
-        listed = store.list_segments(tip_of(partition))
+        listed = store.list_segments(tip_of(partition), custom_metadata=False)
         wall, cpu = (time.perf_counter() - t0) * 1000, (time.thread_time() - c0) * 1000
         assert len(listed) == segments
     print(json.dumps({"wall_ms": wall, "cpu_ms": cpu}))
@@ -233,8 +236,21 @@ def run(partitions: int, segments: int, runs: int, root: Path) -> dict[str, Figu
             found = store.segment_for(tip_of(rng.randrange(partitions)), offset // (EPOCH_EVERY * SEGMENT_SPAN), offset)
             assert found is not None and found.start_offset <= offset <= found.end_offset
 
+        lineage = list(range(max_epoch + 1))
+
+        def latest_copied() -> None:
+            assert store.latest_copied_epoch(tip_of(rng.randrange(partitions)), lineage) is not None
+
+        def totals() -> None:
+            count, _ = store.segment_totals(
+                tip_of(rng.randrange(partitions)), (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,)
+            )
+            assert count == segments
+
         results["highest_offset_for_epoch"] = measure(hofe, runs)
         results["segment_for"] = measure(segment_for, runs)
+        results["latest_copied_epoch"] = measure(latest_copied, runs)
+        results["segment_totals"] = measure(totals, max(20, runs // 3))
 
         cold_order = list(range(partitions))
         rng.shuffle(cold_order)
@@ -243,16 +259,16 @@ def run(partitions: int, segments: int, runs: int, root: Path) -> dict[str, Figu
         cold = iter(cold_order[1 + fresh_runs :])
 
         def list_cold() -> None:
-            assert len(store.list_segments(tip_of(next(cold)))) == segments
+            assert len(store.list_segments(tip_of(next(cold)), custom_metadata=False)) == segments
 
         results["list_segments_fresh_process"] = first_listings(url, cold_order[1:], segments, fresh_runs)
         results["list_segments_cold"] = measure(list_cold, cold_runs)
         hot = tip_of(cold_order[0])
         for _ in range(2):  # the store memoizes a partition's segments from its second listing on
-            store.list_segments(hot)
+            store.list_segments(hot, custom_metadata=False)
 
         def list_warm() -> None:
-            assert len(store.list_segments(hot)) == segments
+            assert len(store.list_segments(hot, custom_metadata=False)) == segments
 
         results["list_segments_warm"] = measure(list_warm, max(20, runs // 3))
 

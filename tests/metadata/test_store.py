@@ -44,12 +44,6 @@ OTHER = tip("DDDDDDDDDDDDDDDDDDDDDD", "payments", 0)
 TIP_RE = re.escape(str(TIP))
 
 
-@pytest.fixture()
-def store(metadata_url: str):
-    with RemoteLogMetadataStore(metadata_url) as s:
-        yield s
-
-
 # --- segment_for: supersede and overlap ------------------------------------------------------
 
 

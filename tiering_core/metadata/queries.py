@@ -88,6 +88,19 @@ LISTING_COLUMNS = (
     S.c.event_time,
 )
 
+# The partition row's columns a write needs: transactions.LockedPartition's fields but the clock.
+LOCKED_COLUMNS = (
+    "id",
+    "delete_state",
+    "dropped",
+    "lease_holder",
+    "lease_token",
+    "lease_expires_ms",
+    "fencing_counter",
+    "remote_log_start_offset",
+    "finish_counter",
+)
+
 WHERE_TIP = (P.c.topic_id == bindparam("tid"), P.c.partition == bindparam("part"))
 PARTITION_ID = select(P.c.id).where(*WHERE_TIP).scalar_subquery()
 
@@ -132,7 +145,7 @@ class Statements:
         # The partition row, locked. The clock is read by a separate statement once the lock is
         # held (``clock``): a clock read inside this statement is taken before it waits for the
         # lock, so a lease that expired during the wait would still pass.
-        self.lock = select(P).where(*WHERE_TIP).with_for_update(of=P)
+        self.lock = select(*(P.c[name] for name in LOCKED_COLUMNS)).where(*WHERE_TIP).with_for_update(of=P)
         self.clock = select(self.now)
         self.insert_partition = dialect_insert(P).on_conflict_do_nothing(index_elements=["topic_id", "partition"])
         self.update_partition = update(P).where(P.c.id == bindparam("pid"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection
@@ -198,18 +199,8 @@ class SegmentStore(SegmentListing, LineageStore, PartitionStore):
             conn.execute(self._q.delete_epoch_ranges, {"sid": sid})
         conn.execute(self._q.update_segment, values)
         self._history(conn, prow, lease, new_state.value, segment_id=sid, from_state=current.state.value)
-        return RemoteLogSegmentMetadata(
-            segment_id=current.segment_id,
-            topic_id_partition=tip,
-            start_offset=current.start_offset,
-            end_offset=current.end_offset,
-            max_timestamp=current.max_timestamp,
-            leader_epochs=current.leader_epochs,
-            size_bytes=current.size_bytes,
-            state=new_state,
-            writer_token=lease.token,
-            event_time=event_time,
-            custom_metadata=merged,
+        return replace(
+            current.with_state(new_state, event_time=event_time, writer_token=lease.token), custom_metadata=merged
         )
 
     def _index_finished(

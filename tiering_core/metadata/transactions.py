@@ -40,8 +40,8 @@ def tip_of(row: Any) -> TopicIdPartition:
 
 @dataclass(slots=True)
 class LockedPartition:
-    """The columns of a locked partition row that writes need, and the database clock (ms) read
-    after the lock was taken."""
+    """The columns of a locked partition row that writes need (``queries.LOCKED_COLUMNS``), and
+    the database clock (ms) read after the lock was taken."""
 
     id: int
     delete_state: str | None
@@ -120,18 +120,7 @@ class StoreCore:
         if row is None:
             return None
         db_now = int(conn.execute(self._q.clock).scalar_one()) if self._pg else now_ms()
-        return LockedPartition(
-            id=row.id,
-            delete_state=row.delete_state,
-            dropped=bool(row.dropped),
-            lease_holder=row.lease_holder,
-            lease_token=row.lease_token,
-            lease_expires_ms=row.lease_expires_ms,
-            fencing_counter=row.fencing_counter,
-            remote_log_start_offset=row.remote_log_start_offset,
-            finish_counter=row.finish_counter,
-            db_now=db_now,
-        )
+        return LockedPartition(**row._asdict(), db_now=db_now)
 
     def _ensure(self, conn: Connection, tip: TopicIdPartition) -> LockedPartition:
         """The locked partition row, registered first if the store does not know it yet."""
