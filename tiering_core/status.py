@@ -145,11 +145,11 @@ def collect_status(
             continue
         if (topic is not None and tip.topic != topic) or (partition is not None and tip.partition != partition):
             continue
-        finished = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-        remote_segments, remote_bytes = ctx.metadata.segment_totals(tip, (finished,))
+        finished_state = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        remote_segments, remote_bytes = ctx.metadata.segment_totals(tip, (finished_state,))
         # Off the broker there is no lineage to judge retention by: what waits is what removal or
         # a started deletion will delete.
-        waiting = {RemoteLogSegmentState.DELETE_SEGMENT_STARTED} | ({finished} if record.delete_state else set())
+        waiting = {RemoteLogSegmentState.DELETE_SEGMENT_STARTED} | ({finished_state} if record.delete_state else set())
         waiting_segments, waiting_bytes = ctx.metadata.segment_totals(tip, waiting)
         rows.append(
             PartitionStatus(

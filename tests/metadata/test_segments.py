@@ -3,8 +3,7 @@ listings with or without custom metadata, on SQLite and a real PostgreSQL."""
 
 from __future__ import annotations
 
-from tests.metadata.support import delete, finish, segment, tip
-from tests.metadata.test_store import count_queries
+from tests.metadata.support import count_queries, delete, finish, segment, tip
 from tiering_core.kafka.epoch import EpochEntry, LeaderEpochCache
 from tiering_core.metadata.segments import EPOCHS_PER_QUERY
 from tiering_core.metadata.states import RemoteLogSegmentState
