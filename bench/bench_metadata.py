@@ -6,9 +6,6 @@ each finished with realistic custom metadata (object keys, sizes, CRCs of seven 
 leader epoch every 100 segments. Then, through the public API, with p50/p99 over many calls:
 
 - ``highest_offset_for_epoch`` and ``segment_for`` at random partitions, epochs and offsets;
-- ``latest_copied_epoch`` over a lineage of every epoch (the highest copied offset's one query)
-  and ``segment_totals`` of finished segments (remote size and count, delete lag), at random
-  partitions;
 - ``list_segments`` of one whole partition as runs list it (without custom metadata), three
   ways: ``fresh_process`` (the first call of a new process that just opened the store, as every
   Airflow task is; one process per sample), ``cold`` (a partition this process has not listed
@@ -236,21 +233,8 @@ def run(partitions: int, segments: int, runs: int, root: Path) -> dict[str, Figu
             found = store.segment_for(tip_of(rng.randrange(partitions)), offset // (EPOCH_EVERY * SEGMENT_SPAN), offset)
             assert found is not None and found.start_offset <= offset <= found.end_offset
 
-        lineage = list(range(max_epoch + 1))
-
-        def latest_copied() -> None:
-            assert store.latest_copied_epoch(tip_of(rng.randrange(partitions)), lineage) is not None
-
-        def totals() -> None:
-            count, _ = store.segment_totals(
-                tip_of(rng.randrange(partitions)), (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,)
-            )
-            assert count == segments
-
         results["highest_offset_for_epoch"] = measure(hofe, runs)
         results["segment_for"] = measure(segment_for, runs)
-        results["latest_copied_epoch"] = measure(latest_copied, runs)
-        results["segment_totals"] = measure(totals, max(20, runs // 3))
 
         cold_order = list(range(partitions))
         rng.shuffle(cold_order)
