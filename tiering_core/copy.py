@@ -281,7 +281,7 @@ def recover_failed_copies(
     """Finish what killed or failed runs left behind (we hold the lease, so nobody is copying):
     COPY_SEGMENT_STARTED segments are deleted, DELETE_SEGMENT_STARTED ones deleted again."""
     cleaned = 0
-    for segment in store.list_segments(tip):
+    for segment in store.list_segments(tip, custom_metadata=False):
         if segment.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
             what = "copy"
         elif segment.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
@@ -306,7 +306,7 @@ def repair_remote_log_start(store: RemoteLogMetadataStore, tip: TopicIdPartition
     that recorded them apart) gets the lowest finished start offset, never a later one."""
     if store.get_remote_log_start_offset(tip) is not None:
         return
-    finished = store.finished_segments(tip)
+    finished = store.finished_segments(tip, custom_metadata=False)
     if finished:
         start = min(s.start_offset for s in finished)
         store.set_remote_log_start_offset(tip, start, lease)

@@ -114,7 +114,7 @@ class RetentionResult:
 def retention_size_total(view: TierView, store: RemoteLogMetadataStore) -> int:
     """Section 6's size total: finished in-lineage remote bytes + local bytes of segments not
     wholly copied (the active one included). A segment being copied counts once, as local."""
-    remote = sum(s.size_bytes for s in finished_in_lineage(view, store))
+    remote = sum(s.size_bytes for s in finished_in_lineage(view, store, custom_metadata=False))
     segments = view.log.segments
     local = 0
     for i, segment in enumerate(segments):
@@ -150,7 +150,7 @@ def plan_retention(
     walk stops at it (Kafka). A run holding the lease passes False: such a segment is a killed
     copy's leftover, planned for cleanup (REASON_COPY_LEFTOVER) and walked past.
     """
-    segments = store.list_segments(view.tip)
+    segments = store.list_segments(view.tip, custom_metadata=False)
     chosen: dict[uuid.UUID, PlannedDeletion] = {}
 
     def choose(segment: RemoteLogSegmentMetadata, reason: str) -> None:
@@ -185,11 +185,15 @@ def plan_retention(
     stopped_at: str | None = None
     first_epoch = lineage.earliest_epoch
 
+    by_epoch: dict[int, list[RemoteLogSegmentMetadata]] = {}  # in listing order, each segment once per epoch
+    for s in segments:
+        for e in s.leader_epochs:
+            by_epoch.setdefault(e, []).append(s)
     can_process = True
     for epoch in lineage.epochs():
         if not can_process:
             break
-        for s in sorted((x for x in segments if epoch in x.leader_epochs), key=lambda x: x.start_offset):
+        for s in sorted(by_epoch.get(epoch, ()), key=lambda x: x.start_offset):
             if s.state == _STARTED and copy_in_progress:
                 stopped_at = f"segment {s.segment_id} [{s.start_offset}..{s.end_offset}] is being copied"
                 can_process = False
@@ -248,10 +252,9 @@ def delete_lag(view: TierView, store: RemoteLogMetadataStore, topic: TopicConfig
     if record is None:
         return 0, 0
     if _removed(record) is not None:
-        pending = [s for s in store.list_segments(view.tip) if s.state != _STARTED]
-    else:
-        plan = plan_retention(view, store, topic, now_ms, copy_in_progress=store.is_lease_active(view.tip))
-        pending = [d.segment for d in plan.retention_deletions]
+        return store.segment_totals(view.tip, (_FINISHED, _DELETING))
+    plan = plan_retention(view, store, topic, now_ms, copy_in_progress=store.is_lease_active(view.tip))
+    pending = [d.segment for d in plan.retention_deletions]
     unique = {s.segment_id: s for s in pending}
     return len(unique), sum(s.size_bytes for s in unique.values())
 

@@ -84,7 +84,7 @@ def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> Partit
     except TieringError as exc:
         return PartitionStatus(tp.topic, tp.partition, None, error=str(exc))
     record = store.get_partition(view.tip)
-    finished = finished_in_lineage(view, store)
+    finished = finished_in_lineage(view, store, custom_metadata=False)
     lag_segments, lag_bytes = view.copy_lag()
     remote_start = remote_log_start(view, finished)
     starts = [view.local_log_start_offset] + ([remote_start] if remote_start is not None else [])
@@ -145,16 +145,12 @@ def collect_status(
             continue
         if (topic is not None and tip.topic != topic) or (partition is not None and tip.partition != partition):
             continue
-        segments = ctx.metadata.list_segments(tip)
-        finished = [s for s in segments if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        finished_state = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        remote_segments, remote_bytes = ctx.metadata.segment_totals(tip, (finished_state,))
         # Off the broker there is no lineage to judge retention by: what waits is what removal or
         # a started deletion will delete.
-        waiting = [
-            s
-            for s in segments
-            if s.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
-            or (record.delete_state is not None and s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
-        ]
+        waiting = {RemoteLogSegmentState.DELETE_SEGMENT_STARTED} | ({finished_state} if record.delete_state else set())
+        waiting_segments, waiting_bytes = ctx.metadata.segment_totals(tip, waiting)
         rows.append(
             PartitionStatus(
                 topic=tip.topic,
@@ -162,10 +158,10 @@ def collect_status(
                 topic_id=tip.topic_id,
                 remote_log_start_offset=record.remote_log_start_offset,
                 log_start_offset=record.remote_log_start_offset,
-                remote_segments=len(finished),
-                remote_bytes=sum(s.size_bytes for s in finished),
-                delete_lag_segments=len(waiting),
-                delete_lag_bytes=sum(s.size_bytes for s in waiting),
+                remote_segments=remote_segments,
+                remote_bytes=remote_bytes,
+                delete_lag_segments=waiting_segments,
+                delete_lag_bytes=waiting_bytes,
                 delete_state=record.delete_state.value if record.delete_state is not None else None,
                 gaps=recorded_gaps(ctx.metadata, tip),
                 on_broker=False,

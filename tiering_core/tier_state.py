@@ -229,13 +229,12 @@ def highest_copied_offset(
     at or before ``h`` (remote holds more of it than this lineage: an unclean election), the
     copied offset is the epoch's end - 1, else ``h``. Nothing copied: -1.
     """
-    for epoch in reversed(lineage.epochs()):
-        highest = store.highest_offset_for_epoch(tip, epoch)
-        if highest is None:
-            continue
-        _, end = lineage.end_offset_for(epoch, log_end_offset)
-        return end - 1 if end <= highest else highest
-    return -1
+    latest = store.latest_copied_epoch(tip, lineage.epochs())
+    if latest is None:
+        return -1
+    epoch, highest = latest
+    _, end = lineage.end_offset_for(epoch, log_end_offset)
+    return end - 1 if end <= highest else highest
 
 
 def observed_delete_records(log: PartitionLog) -> int | None:
@@ -293,10 +292,13 @@ def is_in_lineage(view: TierView, segment: RemoteLogSegmentMetadata) -> bool:
     return is_segment_in_lineage(segment.leader_epochs, segment.end_offset, view.lineage, view.log_end_offset)
 
 
-def finished_in_lineage(view: TierView, store: RemoteLogMetadataStore) -> list[RemoteLogSegmentMetadata]:
-    """COPY_SEGMENT_FINISHED segments inside the lineage: what is served and counted as remote size."""
+def finished_in_lineage(
+    view: TierView, store: RemoteLogMetadataStore, *, custom_metadata: bool = True
+) -> list[RemoteLogSegmentMetadata]:
+    """COPY_SEGMENT_FINISHED segments inside the lineage: what is served and counted as remote size
+    (``custom_metadata=False``: without their object keys, sizes and checksums)."""
     return [
         s
-        for s in store.list_segments(view.tip)
+        for s in store.list_segments(view.tip, custom_metadata=custom_metadata)
         if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and is_in_lineage(view, s)
     ]

@@ -10,6 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import event
+
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, RemoteLogSegmentMetadata
@@ -73,3 +75,15 @@ def worker(*args: str) -> subprocess.Popen[str]:
 def start_in(seconds: float) -> str:
     """A shared start instant for racing processes (they import and connect before it)."""
     return repr(time.time() + seconds)
+
+
+def count_queries(store: RemoteLogMetadataStore) -> list[str]:
+    """The SELECTs the store runs from now on."""
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        if sql.lstrip().upper().startswith("SELECT"):
+            statements.append(sql)
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    return statements

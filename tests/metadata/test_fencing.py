@@ -26,12 +26,6 @@ S = RemoteLogSegmentState
 TIP = tip("CCCCCCCCCCCCCCCCCCCCCC", "orders", 1)  # the partition the workers contend for
 
 
-@pytest.fixture()
-def store(metadata_url: str):
-    with RemoteLogMetadataStore(metadata_url) as s:
-        yield s
-
-
 def snapshot(store: RemoteLogMetadataStore) -> tuple[Any, ...]:
     """Everything a write could change."""
     record = store.get_partition(TIP)

@@ -88,6 +88,19 @@ LISTING_COLUMNS = (
     S.c.event_time,
 )
 
+# The partition row's columns a write needs: transactions.LockedPartition's fields but the clock.
+LOCKED_COLUMNS = (
+    "id",
+    "delete_state",
+    "dropped",
+    "lease_holder",
+    "lease_token",
+    "lease_expires_ms",
+    "fencing_counter",
+    "remote_log_start_offset",
+    "finish_counter",
+)
+
 WHERE_TIP = (P.c.topic_id == bindparam("tid"), P.c.partition == bindparam("part"))
 PARTITION_ID = select(P.c.id).where(*WHERE_TIP).scalar_subquery()
 
@@ -132,7 +145,7 @@ class Statements:
         # The partition row, locked. The clock is read by a separate statement once the lock is
         # held (``clock``): a clock read inside this statement is taken before it waits for the
         # lock, so a lease that expired during the wait would still pass.
-        self.lock = select(P).where(*WHERE_TIP).with_for_update(of=P)
+        self.lock = select(*(P.c[name] for name in LOCKED_COLUMNS)).where(*WHERE_TIP).with_for_update(of=P)
         self.clock = select(self.now)
         self.insert_partition = dialect_insert(P).on_conflict_do_nothing(index_elements=["topic_id", "partition"])
         self.update_partition = update(P).where(P.c.id == bindparam("pid"))
@@ -168,8 +181,9 @@ class Statements:
         self.all_listing = DriverQuery(
             select(*LISTING_COLUMNS).where(S.c.partition_id == PARTITION_ID).order_by(*order), dialect
         )
-        self.finished_totals = select(func.coalesce(func.sum(S.c.size_bytes), 0), func.count()).where(
-            S.c.partition_id == PARTITION_ID, LIVE, IS_FINISHED
+        # Figures over a partition's live segments, from the index of live segments.
+        self.segment_totals = select(func.count(), func.coalesce(func.sum(S.c.size_bytes), 0)).where(
+            S.c.partition_id == PARTITION_ID, LIVE, S.c.state.in_(bindparam("states", expanding=True))
         )
 
         self.insert_epoch_ranges = insert(E)
@@ -186,6 +200,17 @@ class Statements:
             select(H.c.highest_offset)
             .join(P, P.c.id == H.c.partition_id)
             .where(*WHERE_TIP, H.c.epoch == bindparam("epoch"))
+        )
+        # The epochs with finished data in [lowest, upto], newest first (the primary key's order).
+        self.epochs_highest_down_from = (
+            select(H.c.epoch, H.c.highest_offset)
+            .where(
+                H.c.partition_id == PARTITION_ID,
+                H.c.epoch <= bindparam("upto"),
+                H.c.epoch >= bindparam("lowest"),
+            )
+            .order_by(H.c.epoch.desc())
+            .limit(bindparam("n"))
         )
         # The latest finished range of the epoch holding the offset. Ranges starting more than the
         # epoch's widest range below the offset cannot hold it, so the index scan stays short.

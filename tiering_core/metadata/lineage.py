@@ -1,0 +1,112 @@
+"""What a partition's history teaches the store (KAFKA_SEMANTICS 10): the leader-epoch lineage
+recorded from copied segments, DeleteRecords offsets observed, and tiering gaps.
+
+Each only grows in what it tells: the lineage is merged (``merge_lineage``), a DeleteRecords
+offset is kept only above every earlier one, and a gap recorded twice is recorded once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Select, Table, func, select
+
+from tiering_core.kafka.epoch import EpochEntry, merge_lineage
+from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.metadata.queries import D, G, L, P
+from tiering_core.metadata.transactions import LockedPartition, StoreCore
+from tiering_core.metadata.values import DeleteRecordsObservation, Lease, TieringGap
+
+
+def _of_partition(query: Select[Any], table: Table, tip: TopicIdPartition) -> Select[Any]:
+    """``query`` over ``table`` restricted to the rows of one partition, by topic id and partition."""
+    return query.join(P, P.c.id == table.c.partition_id).where(
+        P.c.topic_id == tip.topic_id, P.c.partition == tip.partition
+    )
+
+
+class LineageStore(StoreCore):
+    """The recorded lineage, DeleteRecords observations and tiering gaps of partitions."""
+
+    def record_lineage(self, tip: TopicIdPartition, entries: Sequence[EpochEntry], lease: Lease) -> None:
+        """Merge a leader-epoch cache seen at copy time into the recorded lineage.
+
+        The result is ``merge_lineage(recorded, entries)`` (KAFKA_SEMANTICS 10.2): from the new
+        entries' first start offset on they replace what was recorded (they may reflect a
+        truncation after an unclean election); earlier recorded epochs are kept, and the first
+        new epoch keeps an earlier recorded start.
+        """
+        with self._fenced_write(lease, tip) as (conn, row):
+            self._merge_lineage(conn, row, entries)
+
+    def _merge_lineage(self, conn: Connection, row: LockedPartition, entries: Sequence[EpochEntry]) -> None:
+        stored = [EpochEntry(r.epoch, r.start_offset) for r in conn.execute(self._q.lineage_of, {"pid": row.id})]
+        merged = list(merge_lineage(stored, list(entries)))
+        if merged == stored:
+            return
+        conn.execute(self._q.delete_lineage, {"pid": row.id})
+        if merged:
+            conn.execute(
+                self._q.insert_lineage,
+                [{"partition_id": row.id, "epoch": e.epoch, "start_offset": e.start_offset} for e in merged],
+            )
+
+    def get_recorded_lineage(self, tip: TopicIdPartition) -> list[EpochEntry]:
+        query = _of_partition(select(L.c.epoch, L.c.start_offset), L, tip).order_by(L.c.epoch)
+        with self._read() as conn:
+            return [EpochEntry(r.epoch, r.start_offset) for r in conn.execute(query)]
+
+    # --- DeleteRecords (KAFKA_SEMANTICS 10.1) ---------------------------------------------
+
+    def record_delete_records(self, tip: TopicIdPartition, offset: int, lease: Lease, source: str) -> int:
+        """Record an observed DeleteRecords offset (kept only if above every earlier one, so it
+        survives the broker's checkpoint entry disappearing). Returns the highest observed."""
+        with self._fenced_write(lease, tip) as (conn, row):
+            highest = conn.execute(self._q.highest_delete_records, {"pid": row.id}).scalar()
+            if highest is not None and offset <= highest:
+                return int(highest)
+            conn.execute(
+                D.insert(),
+                {
+                    "partition_id": row.id,
+                    "before_offset": offset,
+                    "source": source[:255],
+                    "observed_ms": row.db_now,
+                    "token": lease.token,
+                    "run_id": lease.run_id,
+                },
+            )
+            return offset
+
+    def get_delete_records_offset(self, tip: TopicIdPartition) -> int | None:
+        """The highest DeleteRecords offset ever observed for the partition."""
+        with self._read() as conn:
+            return conn.execute(_of_partition(select(func.max(D.c.before_offset)), D, tip)).scalar()
+
+    def delete_records_observations(self, tip: TopicIdPartition) -> list[DeleteRecordsObservation]:
+        query = _of_partition(select(D), D, tip).order_by(D.c.before_offset)
+        with self._read() as conn:
+            return [
+                DeleteRecordsObservation(r.before_offset, r.source, r.observed_ms, r.token, r.run_id)
+                for r in conn.execute(query)
+            ]
+
+    # --- tiering gaps (KAFKA_SEMANTICS 10.3) ----------------------------------------------
+
+    def record_gap(self, tip: TopicIdPartition, start: int, end: int, lease: Lease) -> None:
+        """Record a tiering gap [start, end]; recording the same range again changes nothing."""
+        if end < start:
+            raise ValueError(f"{tip}: gap {start}..{end} is not a range")
+        with self._fenced_write(lease, tip) as (conn, row):
+            conn.execute(
+                self._q.insert_gap,
+                {"partition_id": row.id, "start_offset": start, "end_offset": end, "detected_ms": row.db_now},
+            )
+
+    def list_gaps(self, tip: TopicIdPartition) -> list[TieringGap]:
+        query = _of_partition(select(G.c.start_offset, G.c.end_offset, G.c.detected_ms), G, tip).order_by(
+            G.c.start_offset, G.c.end_offset
+        )
+        with self._read() as conn:
+            return [TieringGap(r.start_offset, r.end_offset, r.detected_ms) for r in conn.execute(query)]
