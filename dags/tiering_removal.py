@@ -62,7 +62,7 @@ def validate_request(params: dict[str, Any] | None = None) -> list[dict[str, Any
     from tiering_core.errors import InvalidTopicError, TieringError
     from tiering_core.kafka.topic import TopicPartition, validate_topic_name
     from tiering_core.metadata.errors import MetadataStoreError
-    from tiering_core.removal import RemovalRefusedError, removal_targets
+    from tiering_core.runs.removal import RemovalRefusedError, removal_targets
 
     assert params is not None
     topic, confirm = params["topic"], params["confirm"]

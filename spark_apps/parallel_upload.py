@@ -2,7 +2,7 @@
 
     spark-submit spark_apps/parallel_upload.py --config FILE [--topic T [--partition P] | --partitions orders-0,...]
 
-Per partition the driver runs ``tiering_core.copy.CopyRun``, the same steps ``run_copy``
+Per partition the driver runs ``tiering_core.runs.copy.CopyRun``, the same steps ``run_copy``
 takes: lease and fencing, recovery of killed runs, tiering gaps, COPY_SEGMENT_STARTED before a
 segment is handed out. Each upload is a one-task Spark job, so a failed or killed task costs
 only its segment; executors build the storage backend from the config and stream the files
@@ -38,12 +38,12 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the checkou
 from spark_apps import runtime
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.copy import CopyResult, CopyRun, SegmentUpload, upload_segment
 from tiering_core.errors import TieringError, TieringGapError
-from tiering_core.heartbeat import renew_interval
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError
-from tiering_core.tier_state import CopyCandidate
+from tiering_core.runs.copy import CopyResult, CopyRun, SegmentUpload, upload_segment
+from tiering_core.runs.lease import renew_interval
+from tiering_core.tier.view import CopyCandidate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

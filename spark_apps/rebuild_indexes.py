@@ -3,7 +3,7 @@
     spark-submit spark_apps/rebuild_indexes.py --config FILE [--topic T [--partition P] | --partitions ...]
         [--mode repair|check] [--local]
 
-The logic is ``tiering_core.rebuild``; this app only spreads it. The driver holds each
+The logic is ``tiering_core.runs.rebuild.run``; this app only spreads it. The driver holds each
 partition's lease; executors download each finished remote segment's ``.log``, rebuild its
 offset, time and transaction indexes and compare (``--local`` also checks the broker's own
 segments, read-only). In repair mode the driver then writes COPY_SEGMENT_STARTED for a new
@@ -31,10 +31,10 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the checkou
 from spark_apps import runtime
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.heartbeat import renew_interval
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
-from tiering_core.rebuild import (
+from tiering_core.runs.lease import renew_interval
+from tiering_core.runs.rebuild.run import (
     IndexCheck,
     IndexStatus,
     LocalIndexTask,

@@ -25,9 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tiering_core.copy import _fmt_bytes as fmt_bytes
 from tiering_core.errors import TieringError, one_line
 from tiering_core.kafka.topic import TopicPartition
+from tiering_core.runs.copy import _fmt_bytes as fmt_bytes
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from tiering_core.config import RemoteConfig
     from tiering_core.context import TieringContext
-    from tiering_core.storage.base import RemoteStorage
+    from tiering_core.storage.segments import RemoteStorage
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

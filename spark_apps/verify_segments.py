@@ -2,7 +2,7 @@
 
     spark-submit spark_apps/verify_segments.py --config FILE [--topic T [--partition P] | --partitions ...]
 
-The logic is ``tiering_core.verify``; this app only spreads it. The driver lists the finished
+The logic is ``tiering_core.read.verify``; this app only spreads it. The driver lists the finished
 segments of the selected partitions (reading metadata only: no lease, nothing is written);
 executors stream each segment's objects, checking sizes and CRC-32C against the manifest, and the
 manifest against the checksums recorded when the copy finished. One line per segment and a
@@ -28,7 +28,7 @@ from spark_apps import runtime
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.verify import SegmentVerification, format_verify_summary, segments_to_verify, verify_segment
+from tiering_core.read.verify import SegmentVerification, format_verify_summary, segments_to_verify, verify_segment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,9 +13,9 @@ import pytest
 
 from tests.engine_support import TieringEnv, write_segments
 from tiering_core.cli import main
-from tiering_core.status import STATUS_FIELDS
+from tiering_core.tier.status import STATUS_FIELDS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -123,7 +123,7 @@ def test_fetch_find_offset_and_verify_contracts(fs_env: TieringEnv, capsys: pyte
     assert code == 0 and [r["ok"] for r in json.loads(out)] == [True, True]
     with fs_env.context() as ctx:
         from tests.engine_support import tip_of
-        from tiering_core.remote_segments import segment_ref
+        from tiering_core.runs.segment_ops import segment_ref
         from tiering_core.storage.layout import ObjectKind
 
         segment = ctx.metadata.list_segments(tip_of(w))[1]
@@ -227,7 +227,7 @@ def test_status_partition_needs_a_topic(fs_env: TieringEnv, capsys: pytest.Captu
 def test_unexpected_errors_are_one_line_too(
     fs_env: TieringEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error, expected
 ) -> None:
-    import tiering_core.status as status_mod
+    import tiering_core.tier.status as status_mod
 
     def broken(*args, **kwargs):
         raise error

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from kafka.record import MemoryRecords
 
+from tiering_core.demo.writer import PartitionWriter, build_demo_log_dir
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, iter_batch_headers
 from tiering_core.kafka.checkpoints import (
@@ -35,7 +36,6 @@ from tiering_core.kafka.records import (
 )
 from tiering_core.kafka.snapshot import ProducerStateEntry, open_transactions, read_producer_snapshot
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.kafka.writer import PartitionWriter, build_demo_log_dir
 
 CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
 

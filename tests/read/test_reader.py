@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of
-from tiering_core.copy import run_copy
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.records import Record, iter_records
-from tiering_core.kafka.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.remote_read import OffsetOutOfRangeError, RemoteIndexCache, open_reader
-from tiering_core.remote_segments import segment_ref
-from tiering_core.retention import apply_delete_records
+from tiering_core.read.reader import OffsetOutOfRangeError, RemoteIndexCache, open_reader
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.retention import apply_delete_records
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 INTERVAL = 128  # dense offset/time indexes, so seeks really start mid-segment
@@ -118,7 +118,7 @@ def test_damaged_stored_indexes_are_not_used_and_reads_stay_correct(
         damaged = bytearray(storage.fetch(segment_ref(segments[2]), ObjectKind.OFFSET_INDEX))
         damaged[7] ^= 0x40  # a wrong position would seek into the middle of a batch
         storage.put_object(index_key, bytes(damaged))
-        with caplog.at_level(logging.WARNING, logger="tiering_core.remote_read"):
+        with caplog.at_level(logging.WARNING, logger="tiering_core.read.reader"):
             reader = open_reader(ctx, w.tp)
             for start in (5, segments[2].start_offset + 9):
                 got = reader.read(start, 5)

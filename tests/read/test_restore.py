@@ -10,7 +10,7 @@ from kafka.record import MemoryRecords
 
 from tests.engine_support import TieringEnv, tip_of
 from tiering_core.cli import main
-from tiering_core.copy import run_copy
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.kafka.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -20,11 +20,11 @@ from tiering_core.kafka.checkpoints import (
 )
 from tiering_core.kafka.epoch import read_leader_epoch_checkpoint
 from tiering_core.kafka.partition_log import PartitionLog
-from tiering_core.kafka.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.remote_segments import segment_ref
-from tiering_core.restore import restore_partition
-from tiering_core.retention import apply_delete_records
+from tiering_core.read.restore import restore_partition
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.retention import apply_delete_records
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 SUFFIXES = ("log", "index", "timeindex", "txnindex")

@@ -6,13 +6,13 @@ import json
 from dataclasses import replace
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tiering_core.copy import run_copy
 from tiering_core.kafka.crc import crc32c
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.remote_segments import segment_ref
+from tiering_core.read.verify import verify_partition
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.verify import verify_partition
 
 
 def copied(env: TieringEnv, segments: int = 3):  # type: ignore[no-untyped-def]

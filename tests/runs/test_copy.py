@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tiering_core.copy import run_copy
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.kafka.epoch import parse_leader_epoch_checkpoint
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.status import collect_status
+from tiering_core.runs.copy import run_copy
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.tier.status import collect_status
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 
@@ -177,7 +177,7 @@ def test_unclean_election_resumes_from_the_new_lineage(tiering_env: TieringEnv) 
     w.append_records(5)
     w.set_high_watermark()
     with tiering_env.context() as ctx:
-        from tiering_core.tier_state import load_tier_view
+        from tiering_core.tier.view import load_tier_view
 
         view = load_tier_view(ctx.partitions("orders", 0)[0], ctx.metadata)
         assert view.highest_copied_offset == 149  # end(epoch 1) - 1, not the 199 remote holds
@@ -259,7 +259,7 @@ def test_broker_retention_after_copy_and_gap_before_copy(tiering_env: TieringEnv
 KILL_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
-    import tiering_core.copy as copy_mod
+    import tiering_core.runs.copy as copy_mod
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
@@ -310,7 +310,7 @@ def test_process_killed_mid_copy_is_repaired_by_the_next_run(tiering_env: Tierin
 SLOW_SCRIPT = textwrap.dedent(
     """
     import sys, time
-    import tiering_core.copy as copy_mod
+    import tiering_core.runs.copy as copy_mod
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
@@ -378,7 +378,7 @@ FINISH_THEN_DIE = textwrap.dedent(
     import os, signal, sys
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext
-    from tiering_core.copy import run_copy
+    from tiering_core.runs.copy import run_copy
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogMetadataStore
 
@@ -399,8 +399,8 @@ FINISH_THEN_DIE = textwrap.dedent(
 def test_killed_right_after_the_first_finish_loses_nothing_to_retention(tiering_env: TieringEnv) -> None:
     """FINISHED, the lineage and the remote log start land together: a kill after the first
     segment finished cannot leave it outside the lineage, where retention would delete it."""
-    from tiering_core.retention import run_retention
-    from tiering_core.tier_state import is_in_lineage, load_tier_view
+    from tiering_core.runs.retention import run_retention
+    from tiering_core.tier.view import is_in_lineage, load_tier_view
 
     w = tiering_env.writer()
     write_segments(w, 3)
@@ -431,7 +431,7 @@ def test_unset_remote_log_start_is_repaired_to_the_first_finished_segment(tierin
     copy run to the lowest finished start offset, never to the start of the segment it copies."""
     import sqlalchemy as sa
 
-    from tiering_core.retention import run_retention
+    from tiering_core.runs.retention import run_retention
 
     w = tiering_env.writer()
     write_segments(w, 1)
@@ -451,7 +451,7 @@ def test_unset_remote_log_start_is_repaired_to_the_first_finished_segment(tierin
 
 
 def _slow_uploads(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    import tiering_core.copy as copy_mod
+    import tiering_core.runs.copy as copy_mod
 
     original = copy_mod.upload_segment
 
@@ -477,8 +477,8 @@ def test_the_lease_is_kept_alive_during_an_upload_longer_than_its_ttl(
 
 def _stalled_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
     """A run that stops renewing (a stalled process): the heartbeat never beats."""
-    import tiering_core.copy as copy_mod
-    from tiering_core.heartbeat import LeaseHeartbeat
+    import tiering_core.runs.copy as copy_mod
+    from tiering_core.runs.lease import LeaseHeartbeat
 
     class Stalled(LeaseHeartbeat):
         def __init__(self, store, lease, **_):
@@ -490,7 +490,7 @@ def _stalled_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_lease_that_expires_under_a_stalled_run_fails_it_loudly(
     tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tiering_core.copy import CopyFailedError
+    from tiering_core.runs.copy import CopyFailedError
 
     w = tiering_env.writer()
     write_segments(w, 2)
@@ -511,7 +511,7 @@ def test_a_lease_that_expires_under_a_stalled_run_fails_it_loudly(
 def test_a_run_fenced_mid_copy_by_a_newer_run_stops_quietly(
     tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tiering_core.copy as copy_mod
+    import tiering_core.runs.copy as copy_mod
 
     w = tiering_env.writer()
     write_segments(w, 2)
@@ -545,8 +545,8 @@ def test_a_run_fenced_mid_copy_by_a_newer_run_stops_quietly(
 def test_storage_down_during_cleanup_keeps_the_upload_error(
     tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tiering_core.copy as copy_mod
-    from tiering_core.copy import CopyFailedError
+    import tiering_core.runs.copy as copy_mod
+    from tiering_core.runs.copy import CopyFailedError
     from tiering_core.storage.errors import RemoteStorageError
 
     w = tiering_env.writer()
@@ -576,7 +576,7 @@ def test_storage_down_during_cleanup_keeps_the_upload_error(
 def test_broker_deleting_a_segment_while_it_is_copied_records_the_gap(
     tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tiering_core.copy as copy_mod
+    import tiering_core.runs.copy as copy_mod
 
     w = tiering_env.writer()
     write_segments(w, 3)  # [0..4], [5..9], [10..14]
@@ -613,8 +613,8 @@ def test_a_failed_upload_of_a_segment_the_broker_deleted_meanwhile_is_the_vanish
     """The upload fails because the broker's retention took the file: not a plain upload failure
     but the vanished segment, cleaned up either way: the gap is recorded when data not yet tiered
     went, else the run fails naming the file."""
-    import tiering_core.copy as copy_mod
-    from tiering_core.copy import CopyFailedError
+    import tiering_core.runs.copy as copy_mod
+    from tiering_core.runs.copy import CopyFailedError
     from tiering_core.storage.errors import RemoteStorageError
 
     original = copy_mod.upload_segment
@@ -649,7 +649,7 @@ def test_a_failed_upload_of_a_segment_the_broker_deleted_meanwhile_is_the_vanish
 
 
 def test_leases_are_renewed_at_a_third_of_their_time_to_live() -> None:
-    from tiering_core.heartbeat import renew_interval
+    from tiering_core.runs.lease import renew_interval
 
     assert renew_interval(600_000) == 200.0
     assert renew_interval(30) == 0.05  # tiny test leases: no busy loop

@@ -14,11 +14,11 @@ import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.context import TieringContext
-from tiering_core.copy import run_copy
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.kafka.writer import PartitionWriter
-from tiering_core.orphans import INCOMPLETE_UPLOAD, OBJECT, TEMP_FILE, OrphanObject, find_orphans
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.orphans import INCOMPLETE_UPLOAD, OBJECT, TEMP_FILE, OrphanObject, find_orphans
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, partition_prefix
 from tiering_core.storage.s3 import S3RemoteStorage
@@ -178,7 +178,7 @@ def test_objects_of_deleted_segments_are_orphans(env: TieringEnv, tiered: Partit
         survivor = ref.key(ObjectKind.LOG, "t/")
         data = ctx.storage.get_range(survivor, 0, None)
         lease = ctx.metadata.acquire_lease(tip, holder="test")
-        from tiering_core.remote_segments import delete_remote_segment
+        from tiering_core.runs.segment_ops import delete_remote_segment
 
         delete_remote_segment(ctx.metadata, ctx.storage, first, lease)
         ctx.metadata.release_lease(lease)

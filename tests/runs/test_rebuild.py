@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of
-from tiering_core.copy import run_copy
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.index import parse_txn_index
-from tiering_core.kafka.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.rebuild import IndexStatus, rebuild_partition_indexes
-from tiering_core.remote_segments import segment_ref
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.rebuild.run import IndexStatus, rebuild_partition_indexes
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.tier_state import load_tier_view
+from tiering_core.tier.view import load_tier_view
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 INTERVAL = 256
@@ -175,8 +175,8 @@ def test_partition_held_by_another_run_is_not_checked(fs_env: TieringEnv) -> Non
 
 
 def test_repair_killed_after_its_finish_is_completed_by_the_next_run(fs_env: TieringEnv) -> None:
-    from tiering_core.copy import manifest_custom_metadata
-    from tiering_core.rebuild import (
+    from tiering_core.runs.copy import manifest_custom_metadata
+    from tiering_core.runs.rebuild.run import (
         examine_remote_segment,
         remote_index_tasks,
         repair_task,
@@ -359,7 +359,12 @@ def test_a_damaged_previous_snapshot_is_not_used_to_rebuild_the_transaction_inde
 
 
 def test_started_leftovers_of_a_killed_repair_are_cleaned_up_by_the_next_rebuild(fs_env: TieringEnv) -> None:
-    from tiering_core.rebuild import examine_remote_segment, remote_index_tasks, repair_task, start_index_repair
+    from tiering_core.runs.rebuild.run import (
+        examine_remote_segment,
+        remote_index_tasks,
+        repair_task,
+        start_index_repair,
+    )
 
     w = build_partition(fs_env)
     with fs_env.context() as ctx:
@@ -395,7 +400,7 @@ def short_lease(env: TieringEnv, lease_ms: int) -> None:
 def test_a_repair_fenced_before_its_finish_leaves_no_orphan_objects(fs_env: TieringEnv, monkeypatch) -> None:
     import time
 
-    import tiering_core.rebuild as rebuild
+    import tiering_core.runs.rebuild.run as rebuild
     from tiering_core.errors import TieringError
 
     w = build_partition(fs_env)
@@ -443,7 +448,7 @@ def test_a_repair_fenced_before_its_finish_leaves_no_orphan_objects(fs_env: Tier
 def test_a_rebuild_longer_than_the_lease_renews_it_between_segments(fs_env: TieringEnv, monkeypatch) -> None:
     import time
 
-    import tiering_core.rebuild as rebuild
+    import tiering_core.runs.rebuild.run as rebuild
 
     w = build_partition(fs_env)
     with fs_env.context() as ctx:

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tests.test_retention import (
+from tests.runs.test_retention import (
     assert_objects_match_metadata,
     end_state,
     normal_leases,
@@ -21,13 +21,13 @@ from tests.test_retention import (
     snapshot_state,
     twin_of,
 )
-from tiering_core.copy import run_copy
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.kafka.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
-from tiering_core.removal import RemovalRefusedError, RemovalTargets, delete_partition, removal_targets
-from tiering_core.retention import run_retention
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.removal import RemovalRefusedError, RemovalTargets, delete_partition, removal_targets
+from tiering_core.runs.retention import run_retention
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 
 FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED.value
@@ -176,8 +176,8 @@ def test_removal_sweeps_objects_no_metadata_references(fs_env: TieringEnv) -> No
     w = tiered_partition(fs_env)
     stray = put_stray_object(fs_env, tip_of(w))
     with fs_env.context() as ctx:  # and a killed copy: COPY_SEGMENT_STARTED with an object stored
-        from tiering_core.copy import prepare_segment_upload, upload_segment
-        from tiering_core.tier_state import CopyCandidate, load_tier_view
+        from tiering_core.runs.copy import prepare_segment_upload, upload_segment
+        from tiering_core.tier.view import CopyCandidate, load_tier_view
 
         write_segments(w, 1)
         w.set_high_watermark()
@@ -215,8 +215,8 @@ def test_rerun_after_the_drop_reports_the_removal_finished(fs_env: TieringEnv) -
 REMOVAL_CRASH = textwrap.dedent(
     """
     import os, signal, sys
-    import tiering_core.remote_segments as rs
-    import tiering_core.removal as removal
+    import tiering_core.runs.segment_ops as rs
+    import tiering_core.runs.removal as removal
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tiering_core.copy import CopyResult, run_copy
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.kafka.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.retention import (
+from tiering_core.runs.copy import CopyResult, run_copy
+from tiering_core.runs.retention import (
     REASON_COPY_LEFTOVER,
     REASON_DANGLING,
     apply_delete_records,
@@ -35,9 +35,9 @@ from tiering_core.retention import (
     time_retention_limit,
 )
 from tiering_core.storage.layout import parse_segment_key
-from tiering_core.tier_state import load_tier_view
+from tiering_core.tier.view import load_tier_view
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 DELETING = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
@@ -102,7 +102,7 @@ def assert_objects_match_metadata(env: TieringEnv, tip: TopicIdPartition) -> Non
             parsed = parse_segment_key(obj.key, ctx.storage.prefix)
             assert parsed is not None and parsed[0].segment_id in live, f"object without metadata: {obj.key}"
         for segment in live.values():
-            from tiering_core.remote_segments import segment_ref
+            from tiering_core.runs.segment_ops import segment_ref
 
             assert ctx.storage.verify_segment(segment_ref(segment)) == [], segment
 
@@ -184,7 +184,7 @@ def copy_blocked_mid_upload(env: TieringEnv, w: PartitionWriter) -> Iterator[lis
 
 
 def test_broker_local_retention_never_deletes_remote_data(tiering_env: TieringEnv) -> None:
-    from tiering_core.remote_read import open_reader
+    from tiering_core.read.reader import open_reader
 
     w = tiering_env.writer()
     write_segments(w, 2)
@@ -359,7 +359,7 @@ def test_dangling_delete_is_finished_even_with_tiering_disabled(fs_env: TieringE
 
 
 def test_retention_on_a_removed_partition_does_nothing(fs_env: TieringEnv) -> None:
-    from tiering_core.removal import delete_partition
+    from tiering_core.runs.removal import delete_partition
 
     w = fs_env.writer()
     write_segments(w, 2)
@@ -466,7 +466,7 @@ def test_retention_bytes_zero_deletes_nothing_while_a_copy_runs(fs_env: TieringE
 
 
 def test_segment_being_copied_counts_against_the_size_budget_not_the_remote_size(fs_env: TieringEnv) -> None:
-    from tiering_core.status import collect_status
+    from tiering_core.tier.status import collect_status
 
     w = copied_then_one_more(fs_env)
     local = {int(p.stem): p.stat().st_size for p in w.path.glob("*.log")}
@@ -498,7 +498,7 @@ def test_segment_being_copied_counts_against_the_size_budget_not_the_remote_size
 COPY_KILLED_MID_UPLOAD = textwrap.dedent(
     """
     import os, signal, sys
-    import tiering_core.copy as copy_mod
+    import tiering_core.runs.copy as copy_mod
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
@@ -551,8 +551,8 @@ def test_killed_copy_leftover_is_cleaned_and_does_not_stop_retention(fs_env: Tie
 
 def reupload_first_segment(env: TieringEnv, w: PartitionWriter) -> None:
     """A second finished copy of segment [0..4] overlapping the first (as a re-upload is)."""
-    from tiering_core.copy import finish_segment, prepare_segment_upload, upload_segment
-    from tiering_core.tier_state import CopyCandidate
+    from tiering_core.runs.copy import finish_segment, prepare_segment_upload, upload_segment
+    from tiering_core.tier.view import CopyCandidate
 
     with env.context() as ctx:
         partition_log = ctx.partitions("orders", 0)[0]
@@ -597,8 +597,8 @@ def test_overlapping_reuploads_are_both_deleted_when_breached(fs_env: TieringEnv
 def test_divergent_segment_after_an_unclean_election(
     tiering_env: TieringEnv, delete_records: int | None, kept: bool
 ) -> None:
-    from tiering_core.remote_read import open_reader
-    from tiering_core.status import collect_status
+    from tiering_core.read.reader import open_reader
+    from tiering_core.tier.status import collect_status
 
     w = tiering_env.writer()
     w.append_records(100)
@@ -679,7 +679,7 @@ def test_delete_records_by_hand_without_a_high_watermark_is_bounded_by_the_log_e
 
 
 def test_delete_records_by_hand_refuses_untiered_and_removed_partitions(fs_env: TieringEnv) -> None:
-    from tiering_core.removal import delete_partition
+    from tiering_core.runs.removal import delete_partition
 
     w = fs_env.writer()
     write_segments(w, 2)
@@ -701,8 +701,8 @@ def test_delete_records_by_hand_refuses_untiered_and_removed_partitions(fs_env: 
 RETENTION_CRASH = textwrap.dedent(
     """
     import os, signal, sys
-    import tiering_core.remote_segments as rs
-    import tiering_core.retention as retention
+    import tiering_core.runs.segment_ops as rs
+    import tiering_core.runs.retention as retention
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition

@@ -5,20 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.engine_support import TieringEnv, tip_of
-from tests.services import S3Endpoint
-from tests.test_rebuild import (
+from tests.runs.test_rebuild import (
     MAX_TIMESTAMP_MSB,
     broker_file,
     build_partition,
     flip_remote_byte,
     short_lease,
 )
-from tests.test_rebuild import remote_state as partition_state
-from tiering_core.copy import run_copy
+from tests.runs.test_rebuild import remote_state as partition_state
+from tests.services import S3Endpoint
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.rebuild import IndexStatus
-from tiering_core.remote_segments import segment_ref
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.rebuild.run import IndexStatus
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED

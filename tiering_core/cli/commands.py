@@ -62,7 +62,7 @@ def _progress(args: argparse.Namespace) -> Callable[[str], None]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tiering_core.status import collect_status, format_status_table
+    from tiering_core.tier.status import collect_status, format_status_table
 
     with _context(args) as ctx:
         rows = collect_status(ctx, args.topic, args.partition)
@@ -71,8 +71,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    from tiering_core.copy import CopyResult, format_copy_summary, run_copy
     from tiering_core.errors import TieringGapError
+    from tiering_core.runs.copy import CopyResult, format_copy_summary, run_copy
 
     results = []
     failures: list[str] = []
@@ -98,8 +98,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
-    from tiering_core.orphans import find_orphans
-    from tiering_core.retention import run_retention
+    from tiering_core.runs.orphans import find_orphans
+    from tiering_core.runs.retention import run_retention
 
     failures: list[str] = []
     with _context(args) as ctx:
@@ -153,7 +153,7 @@ def _retention_line(r: Any) -> str:
 
 def cmd_delete_partition(args: argparse.Namespace) -> int:
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.removal import delete_partition
+    from tiering_core.runs.removal import delete_partition
 
     if not args.yes and not args.dry_run:
         raise TieringError(
@@ -183,7 +183,7 @@ def cmd_delete_partition(args: argparse.Namespace) -> int:
 
 def cmd_delete_records(args: argparse.Namespace) -> int:
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.retention import apply_delete_records
+    from tiering_core.runs.retention import apply_delete_records
 
     if not args.yes:
         raise TieringError("refusing to delete records without --yes")
@@ -198,7 +198,7 @@ def cmd_delete_records(args: argparse.Namespace) -> int:
 
 
 def cmd_segments(args: argparse.Namespace) -> int:
-    from tiering_core.status import format_segments_table, list_remote_segments
+    from tiering_core.tier.status import format_segments_table, list_remote_segments
 
     with _context(args) as ctx:
         rows = list_remote_segments(ctx, args.topic, args.partition)
@@ -210,7 +210,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
     import time
 
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.rebuild import format_rebuild_summary, rebuild_partition_indexes
+    from tiering_core.runs.rebuild.run import format_rebuild_summary, rebuild_partition_indexes
 
     started = time.monotonic()
     with _context(args) as ctx:
@@ -233,7 +233,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.remote_read import open_reader
+    from tiering_core.read.reader import open_reader
 
     if args.max_records < 1:
         raise TieringError(f"--max-records must be at least 1, got {args.max_records}")
@@ -260,7 +260,7 @@ def _show(data: bytes | None, limit: int = 60) -> str:
 
 def cmd_find_offset(args: argparse.Namespace) -> int:
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.remote_read import open_reader
+    from tiering_core.read.reader import open_reader
 
     with _context(args) as ctx:
         reader = open_reader(ctx, TopicPartition(args.topic, args.partition))
@@ -278,7 +278,7 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from tiering_core.verify import format_verify_summary, verify_partition
+    from tiering_core.read.verify import format_verify_summary, verify_partition
 
     results = []
     with _context(args) as ctx:
@@ -296,7 +296,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.restore import restore_partition
+    from tiering_core.read.restore import restore_partition
 
     with _context(args) as ctx:
         result = restore_partition(
@@ -327,7 +327,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from tiering_core.demo import run_demo
+    from tiering_core.demo.run import run_demo
 
     return run_demo(
         Path(args.dir), say=_progress(args), backend=args.backend, as_json=args.json, spark=not args.no_spark

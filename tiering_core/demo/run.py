@@ -24,13 +24,13 @@ import yaml
 
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
-from tiering_core.copy import format_copy_summary, run_copy
+from tiering_core.demo.writer import build_demo_log_dir
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.kafka.writer import build_demo_log_dir
-from tiering_core.remote_read import open_reader
-from tiering_core.status import collect_status, format_status_table
-from tiering_core.verify import format_verify_summary, verify_partition
+from tiering_core.read.reader import open_reader
+from tiering_core.read.verify import format_verify_summary, verify_partition
+from tiering_core.runs.copy import format_copy_summary, run_copy
+from tiering_core.tier.status import collect_status, format_status_table
 
 DEMO_BUCKET = "kafka-tiered-demo"
 
@@ -114,7 +114,7 @@ SPARK_TOPIC = "clicks"
 def spark_submit_command() -> list[str] | None:
     """``spark-submit`` and the parallel upload app, when both are here (a source checkout with
     pyspark installed); None otherwise, and the demo copies every topic without Spark."""
-    app = Path(__file__).resolve().parents[1] / "spark_apps" / "parallel_upload.py"
+    app = Path(__file__).resolve().parents[2] / "spark_apps" / "parallel_upload.py"
     submit = shutil.which("spark-submit") or str(Path(sys.executable).with_name("spark-submit"))
     if not app.is_file() or not Path(submit).is_file() or shutil.which("java") is None:
         return None

@@ -33,17 +33,17 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.index import lookup_offset, lookup_timestamp, parse_offset_index, parse_time_index
 from tiering_core.kafka.records import Record, read_batches
-from tiering_core.remote_segments import segment_ref
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.tier_state import TierView, finished_in_lineage, is_in_lineage, load_tier_view
+from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, load_tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
-    from tiering_core.storage.base import RemoteStorage
+    from tiering_core.storage.segments import RemoteStorage
 
 log = logging.getLogger(__name__)
 

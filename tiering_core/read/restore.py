@@ -36,8 +36,8 @@ from tiering_core.kafka.checkpoints import (
 from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.epoch import write_leader_epoch_checkpoint
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
-from tiering_core.remote_read import open_reader
-from tiering_core.remote_segments import segment_ref
+from tiering_core.read.reader import open_reader
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
@@ -48,8 +48,8 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogSegmentMetadata
-    from tiering_core.remote_read import RemoteLogReader
-    from tiering_core.storage.base import RemoteStorage
+    from tiering_core.read.reader import RemoteLogReader
+    from tiering_core.storage.segments import RemoteStorage
 
 log = logging.getLogger(__name__)
 

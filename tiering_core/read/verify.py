@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.remote_segments import segment_ref
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.errors import ManifestError
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogSegmentMetadata
-    from tiering_core.storage.base import RemoteStorage
+    from tiering_core.storage.segments import RemoteStorage
 
 
 @dataclass

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
-from tiering_core.heartbeat import LeaseHeartbeat
 from tiering_core.kafka.batch import scan_log
 from tiering_core.kafka.epoch import EpochEntry, encode_leader_epoch_checkpoint
 from tiering_core.kafka.index import rebuild_indexes
@@ -29,16 +28,17 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
-from tiering_core.remote_segments import abandon_attempt, delete_remote_segment
+from tiering_core.runs.lease import LeaseHeartbeat
+from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
-from tiering_core.tier_state import CopyCandidate, OffsetRange, TierView, load_tier_view, recorded_gaps
+from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, load_tier_view, recorded_gaps
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import RemoteLogMetadataStore
-    from tiering_core.storage.base import RemoteStorage
     from tiering_core.storage.manifest import SegmentManifest
+    from tiering_core.storage.segments import RemoteStorage
 
 log = logging.getLogger(__name__)
 

@@ -25,13 +25,13 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemotePartitionDeleteState
-from tiering_core.orphans import delete_unreferenced_keys, unreferenced_object_keys
-from tiering_core.remote_segments import delete_remote_segment
+from tiering_core.runs.orphans import delete_unreferenced_keys, unreferenced_object_keys
+from tiering_core.runs.segment_ops import delete_remote_segment
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import PartitionRecord, RemoteLogMetadataStore
-    from tiering_core.storage.base import RemoteStorage
+    from tiering_core.storage.segments import RemoteStorage
 
 log = logging.getLogger(__name__)
 

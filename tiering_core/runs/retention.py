@@ -21,13 +21,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.config import TopicConfig
-from tiering_core.copy import recover_failed_copies
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.remote_segments import delete_remote_segment
-from tiering_core.tier_state import TierView, finished_in_lineage, is_in_lineage, load_tier_view
+from tiering_core.runs.copy import recover_failed_copies
+from tiering_core.runs.segment_ops import delete_remote_segment
+from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, load_tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext

@@ -6,9 +6,9 @@ import boto3
 
 from tiering_core.config import RemoteConfig
 from tiering_core.errors import ConfigError
-from tiering_core.storage.base import RemoteStorage
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.s3 import S3RemoteStorage
+from tiering_core.storage.segments import RemoteStorage
 
 CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.retention import delete_lag
-from tiering_core.tier_state import TierView, finished_in_lineage, load_tier_view, recorded_gaps
+from tiering_core.runs.retention import delete_lag
+from tiering_core.tier.view import TierView, finished_in_lineage, load_tier_view, recorded_gaps
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext

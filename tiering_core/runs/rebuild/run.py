@@ -39,7 +39,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.copy import _fmt_bytes, manifest_custom_metadata, recover_failed_copies
 from tiering_core.errors import CorruptLogError, TieringError
 from tiering_core.kafka.batch import verify_log_crc
 from tiering_core.kafka.crc import crc32c
@@ -54,7 +53,8 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
-from tiering_core.remote_segments import abandon_attempt, delete_remote_segment, segment_ref
+from tiering_core.runs.copy import _fmt_bytes, manifest_custom_metadata, recover_failed_copies
+from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import ManifestError, RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.partition_log import LogSegment, PartitionLog
     from tiering_core.metadata.store import Lease, RemoteLogMetadataStore
-    from tiering_core.storage.base import RemoteStorage
     from tiering_core.storage.manifest import SegmentManifest
+    from tiering_core.storage.segments import RemoteStorage
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, IncompleteReadError
 
 from tiering_core.errors import ConfigError
-from tiering_core.storage.base import MULTIPART_UPLOAD, IncompleteUpload, Progress, RemoteObject, RemoteStorage
 from tiering_core.storage.checksum import crc32c, crc32c_combine
 from tiering_core.storage.errors import InvalidRangeError, RemoteObjectNotFoundError, RemoteStorageError
 from tiering_core.storage.retry import RetryPolicy, attempt_time_left, call_with_retries, is_retryable
+from tiering_core.storage.segments import MULTIPART_UPLOAD, IncompleteUpload, Progress, RemoteObject, RemoteStorage
 
 __all__ = ["S3RemoteStorage", "is_retryable"]
 
