@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the checkou
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_apps import runtime
+from tiering_core.cli.output import format_rebuild_summary
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
@@ -47,7 +48,6 @@ from tiering_core.runs.rebuild.run import (
     clean_up_before_repair,
     commit_index_repair,
     examine_remote_segment,
-    format_rebuild_summary,
     local_index_tasks,
     remote_index_tasks,
     repair_task,
@@ -110,8 +110,9 @@ class Report:
 def _failed_check(task: RemoteIndexTask | LocalIndexTask, tp: TopicPartition, error: str) -> IndexCheck:
     if isinstance(task, RemoteIndexTask):
         s = task.segment
-        return IndexCheck(tp.topic, tp.partition, s.start_offset, s.end_offset, "remote", str(s.segment_id),
-                          error=error)
+        return IndexCheck(
+            tp.topic, tp.partition, s.start_offset, s.end_offset, "remote", str(s.segment_id), error=error
+        )
     end = None if task.next_base_offset is None else task.next_base_offset - 1
     return IndexCheck(tp.topic, tp.partition, task.base_offset, end, "local", None, error=error)
 
@@ -183,16 +184,20 @@ def run_rebuild(
             f"{len(local_items)} local segment(s) of {len(parts)} partition(s); mode {'repair' if repair else 'check'}"
         )
         # Phase 1: examine everything (nothing changes yet).
-        with contextlib.closing(runtime.run_jobs(
-            sc,
-            [task for _, task in remote_items],
-            lambda task: examine_on_executor(remote, task),
-            slots=slots,
-            describe=lambda task: f"rebuild indexes of {task.segment.topic_id_partition.topic_partition} "
-            f"segment {task.segment.start_offset}",
-            on_wait=renew,
-            wait_seconds=renew_every,
-        )) as outcomes:
+        with contextlib.closing(
+            runtime.run_jobs(
+                sc,
+                [task for _, task in remote_items],
+                lambda task: examine_on_executor(remote, task),
+                slots=slots,
+                describe=lambda task: (
+                    f"rebuild indexes of {task.segment.topic_id_partition.topic_partition} "
+                    f"segment {task.segment.start_offset}"
+                ),
+                on_wait=renew,
+                wait_seconds=renew_every,
+            )
+        ) as outcomes:
             for outcome in outcomes:
                 part, task = remote_items[outcome.index]
                 if isinstance(outcome.result, RemoteIndexExamination):
@@ -216,16 +221,20 @@ def run_rebuild(
             part.result.checks.append(found.check)
             say(found.check.describe())
         repairs_handed_out = True
-        with contextlib.closing(runtime.run_jobs(
-            sc,
-            [r[1] for r in repairs],
-            lambda task: examine_on_executor(remote, task),
-            slots=slots,
-            describe=lambda task: f"repair indexes of {task.segment.topic_id_partition.topic_partition} "
-            f"segment {task.segment.start_offset}",
-            on_wait=renew,
-            wait_seconds=renew_every,
-        )) as outcomes:
+        with contextlib.closing(
+            runtime.run_jobs(
+                sc,
+                [r[1] for r in repairs],
+                lambda task: examine_on_executor(remote, task),
+                slots=slots,
+                describe=lambda task: (
+                    f"repair indexes of {task.segment.topic_id_partition.topic_partition} "
+                    f"segment {task.segment.start_offset}"
+                ),
+                on_wait=renew,
+                wait_seconds=renew_every,
+            )
+        ) as outcomes:
             for outcome in outcomes:
                 part, task, found, attempt = repairs[outcome.index]
                 examination = outcome.result
@@ -239,19 +248,23 @@ def run_rebuild(
                 part.result.checks.append(check)
                 say(check.describe())
         # The broker's own segments: checked, never changed.
-        with contextlib.closing(runtime.run_jobs(
-            sc,
-            [task for _, task in local_items],
-            check_local_on_executor,
-            slots=slots,
-            describe=lambda task: f"check local indexes of segment {task.base_offset} in {task.partition_dir.name}",
-            on_wait=renew,
-            wait_seconds=renew_every,
-        )) as local_outcomes:
+        with contextlib.closing(
+            runtime.run_jobs(
+                sc,
+                [task for _, task in local_items],
+                check_local_on_executor,
+                slots=slots,
+                describe=lambda task: f"check local indexes of segment {task.base_offset} in {task.partition_dir.name}",
+                on_wait=renew,
+                wait_seconds=renew_every,
+            )
+        ) as local_outcomes:
             for outcome in local_outcomes:
                 part, local_task = local_items[outcome.index]
-                check = outcome.result if isinstance(outcome.result, IndexCheck) else _failed_check(
-                    local_task, part.tip.topic_partition, outcome.error or "no result"
+                check = (
+                    outcome.result
+                    if isinstance(outcome.result, IndexCheck)
+                    else _failed_check(local_task, part.tip.topic_partition, outcome.error or "no result")
                 )
                 part.result.checks.append(check)
                 say(check.describe())
@@ -264,8 +277,12 @@ def run_rebuild(
                 try:
                     abandon_index_repair(ctx.metadata, ctx.storage, attempt, part.lease)
                 except Exception as cleanup:  # the next run's recovery deletes it; raise the cause
-                    log.warning("%s: could not clean up repair attempt %s: %s", part.tip.topic_partition,
-                                attempt.segment_id, cleanup)
+                    log.warning(
+                        "%s: could not clean up repair attempt %s: %s",
+                        part.tip.topic_partition,
+                        attempt.segment_id,
+                        cleanup,
+                    )
         log.debug("rebuild aborted: %s", exc)
         raise
     finally:
@@ -289,10 +306,20 @@ def run_rebuild(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=APP, description="Rebuild and repair segment indexes on Spark.")
     runtime.add_common_arguments(parser)
-    parser.add_argument("--mode", choices=["repair", "check"], default="repair",
-                        help="repair (default) re-copies damaged segments; check only reports")
-    parser.add_argument("--local", nargs="?", const="yes", default="no", choices=["yes", "no"],
-                        help="also check the broker's local segments (read-only)")
+    parser.add_argument(
+        "--mode",
+        choices=["repair", "check"],
+        default="repair",
+        help="repair (default) re-copies damaged segments; check only reports",
+    )
+    parser.add_argument(
+        "--local",
+        nargs="?",
+        const="yes",
+        default="no",
+        choices=["yes", "no"],
+        help="also check the broker's local segments (read-only)",
+    )
     parser.add_argument("--parallelism", type=int, default=None, help="segments at a time (default: Spark's)")
     parser.add_argument("--run-id", default=None, help="run id recorded with the partitions' leases")
     return parser
@@ -334,8 +361,11 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
         runtime.fail(APP, f"{len(damaged)} remote segment(s) still {'/'.join(kinds)}{hint}")
     local_damage = [c for c in report.checks if c.location == "local" and c.status != IndexStatus.OK]
     if local_damage:
-        print(f"{APP}: warning: {len(local_damage)} local segment(s) with damaged indexes (the broker's files; "
-              "not changed)", file=sys.stderr)
+        print(
+            f"{APP}: warning: {len(local_damage)} local segment(s) with damaged indexes (the broker's files; "
+            "not changed)",
+            file=sys.stderr,
+        )
     return report.exit_code
 
 

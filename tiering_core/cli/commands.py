@@ -62,7 +62,8 @@ def _progress(args: argparse.Namespace) -> Callable[[str], None]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tiering_core.tier.status import collect_status, format_status_table
+    from tiering_core.cli.output import format_status_table
+    from tiering_core.tier.status import collect_status
 
     with _context(args) as ctx:
         rows = collect_status(ctx, args.topic, args.partition)
@@ -71,8 +72,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from tiering_core.cli.output import format_copy_summary
     from tiering_core.errors import TieringGapError
-    from tiering_core.runs.copy import CopyResult, format_copy_summary, run_copy
+    from tiering_core.runs.copy import CopyResult, run_copy
 
     results = []
     failures: list[str] = []
@@ -198,7 +200,8 @@ def cmd_delete_records(args: argparse.Namespace) -> int:
 
 
 def cmd_segments(args: argparse.Namespace) -> int:
-    from tiering_core.tier.status import format_segments_table, list_remote_segments
+    from tiering_core.cli.output import format_segments_table
+    from tiering_core.tier.status import list_remote_segments
 
     with _context(args) as ctx:
         rows = list_remote_segments(ctx, args.topic, args.partition)
@@ -209,8 +212,9 @@ def cmd_segments(args: argparse.Namespace) -> int:
 def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
     import time
 
+    from tiering_core.cli.output import format_rebuild_summary
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.runs.rebuild.run import format_rebuild_summary, rebuild_partition_indexes
+    from tiering_core.runs.rebuild.run import rebuild_partition_indexes
 
     started = time.monotonic()
     with _context(args) as ctx:
@@ -241,11 +245,14 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         records = open_reader(ctx, TopicPartition(args.topic, args.partition)).read(args.offset, args.max_records)
 
     def human() -> str:
-        return "\n".join(
-            f"offset {r.offset} timestamp {r.timestamp} leader_epoch {r.leader_epoch} "
-            f"key {_show(r.key)} value {_show(r.value)}" + (f" headers {len(r.headers)}" if r.headers else "")
-            for r in records
-        ) or "no records"
+        return (
+            "\n".join(
+                f"offset {r.offset} timestamp {r.timestamp} leader_epoch {r.leader_epoch} "
+                f"key {_show(r.key)} value {_show(r.value)}" + (f" headers {len(r.headers)}" if r.headers else "")
+                for r in records
+            )
+            or "no records"
+        )
 
     _emit(args, [r.to_dict() for r in records], human)
     return EXIT_OK
@@ -278,7 +285,8 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from tiering_core.read.verify import format_verify_summary, verify_partition
+    from tiering_core.cli.output import format_verify_summary
+    from tiering_core.read.verify import verify_partition
 
     results = []
     with _context(args) as ctx:
@@ -347,6 +355,7 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
 
     On the subcommands they default to SUPPRESS, so an option given before the command is kept.
     """
+
     def default(value: object) -> object:
         return value if defaults else argparse.SUPPRESS
 

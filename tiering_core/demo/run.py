@@ -22,15 +22,16 @@ from pathlib import Path
 
 import yaml
 
+from tiering_core.cli.output import format_copy_summary, format_status_table, format_verify_summary
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.demo.writer import build_demo_log_dir
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.read.reader import open_reader
-from tiering_core.read.verify import format_verify_summary, verify_partition
-from tiering_core.runs.copy import format_copy_summary, run_copy
-from tiering_core.tier.status import collect_status, format_status_table
+from tiering_core.read.verify import verify_partition
+from tiering_core.runs.copy import run_copy
+from tiering_core.tier.status import collect_status
 
 DEMO_BUCKET = "kafka-tiered-demo"
 
@@ -98,8 +99,7 @@ def prepare_demo_dir(root: Path) -> Path:
         if any(root.iterdir()):
             if not (root / DEMO_MARKER).is_file():
                 raise TieringError(
-                    f"demo dir {root} is not empty and was not made by `tiering demo`; "
-                    "choose a new or empty directory"
+                    f"demo dir {root} is not empty and was not made by `tiering demo`; choose a new or empty directory"
                 )
             shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)

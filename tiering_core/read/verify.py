@@ -91,9 +91,3 @@ def segments_to_verify(ctx: TieringContext, tp: TopicPartition) -> list[RemoteLo
 
 def verify_partition(ctx: TieringContext, tp: TopicPartition) -> list[SegmentVerification]:
     return [verify_segment(ctx.storage, s) for s in segments_to_verify(ctx, tp)]
-
-
-def format_verify_summary(results: list[SegmentVerification]) -> str:
-    bad = sum(1 for r in results if not r.ok)
-    size = sum(r.size_bytes for r in results)
-    return f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"

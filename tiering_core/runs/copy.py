@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.kafka.batch import scan_log
 from tiering_core.kafka.epoch import EpochEntry, encode_leader_epoch_checkpoint
@@ -316,14 +317,6 @@ def repair_remote_log_start(store: RemoteLogMetadataStore, tip: TopicIdPartition
 # --- the run ---------------------------------------------------------------------------------
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
 def begin_copy_run(ctx: TieringContext, tp: TopicPartition, run_id: str) -> tuple[Lease, TierView, int] | None:
     """Lease, recovery, DeleteRecords and lineage bookkeeping, then a fresh view.
 
@@ -491,7 +484,7 @@ class CopyRun:
         self.result.bytes_copied += size
         self.say(
             f"{self.tp}: copied segment {candidate.base_offset} [{candidate.base_offset}..{candidate.end_offset}] "
-            f"{_fmt_bytes(size)} in {elapsed:.2f} s ({_fmt_bytes(size / elapsed)}/s){note}"
+            f"{fmt_bytes(size)} in {elapsed:.2f} s ({fmt_bytes(size / elapsed)}/s){note}"
         )
         return self.active
 
@@ -582,10 +575,10 @@ class CopyRun:
         result.seconds = time.monotonic() - self._started
         rate = result.bytes_copied / result.seconds if result.seconds > 0 else 0.0
         self.say(
-            f"{self.tp}: copied {result.segments_copied} segment(s), {_fmt_bytes(result.bytes_copied)} "
-            f"in {result.seconds:.2f} s ({_fmt_bytes(rate)}/s); highest copied offset "
+            f"{self.tp}: copied {result.segments_copied} segment(s), {fmt_bytes(result.bytes_copied)} "
+            f"in {result.seconds:.2f} s ({fmt_bytes(rate)}/s); highest copied offset "
             f"{result.highest_copied_offset}, copy lag {result.copy_lag_segments} segment(s) / "
-            f"{_fmt_bytes(result.copy_lag_bytes)}"
+            f"{fmt_bytes(result.copy_lag_bytes)}"
         )
         if self.lease_lost is not None:
             raise CopyFailedError(f"{self.tp}: {self.lease_lost}")
@@ -655,16 +648,6 @@ def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress) -> CopyResu
     result.planned = [c.to_dict() for c in plan.candidates]
     result.gaps = [plan.gap] if plan.gap else []
     for c in plan.candidates:
-        say(f"{tp}: would copy segment {c.base_offset} [{c.base_offset}..{c.end_offset}] {_fmt_bytes(c.size_bytes)}")
+        say(f"{tp}: would copy segment {c.base_offset} [{c.base_offset}..{c.end_offset}] {fmt_bytes(c.size_bytes)}")
     say(f"{tp}: dry run: {len(plan.candidates)} segment(s) would be copied")
     return result
-
-
-def format_copy_summary(results: list[CopyResult]) -> str:
-    copied = sum(r.segments_copied for r in results)
-    size = sum(r.bytes_copied for r in results)
-    fenced = sum(1 for r in results if r.fenced)
-    line = f"copy: {len(results)} partition(s), {copied} segment(s), {_fmt_bytes(size)}"
-    if fenced:
-        line += f", {fenced} partition(s) held by another run"
-    return line

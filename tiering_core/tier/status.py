@@ -174,64 +174,6 @@ def collect_status(
     return sorted(rows, key=lambda r: (r.topic, r.partition))
 
 
-def _cell(value: Any) -> str:
-    return "-" if value is None else str(value)
-
-
-def format_status_table(rows: list[PartitionStatus]) -> str:
-    headers = [
-        "PARTITION",
-        "LOG-START",
-        "HW",
-        "LSO",
-        "LEO",
-        "EPOCH",
-        "COPIED",
-        "REMOTE",
-        "REMOTE-BYTES",
-        "LAG",
-        "LAG-BYTES",
-        "DEL-LAG",
-        "DELETE",
-        "GAPS/RISK",
-    ]
-    table = [headers]
-    for r in rows:
-        notes = []
-        if r.gaps:
-            notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
-        if r.local_retention_risk and r.local_retention_risk.get("at_risk"):
-            notes.append("AT RISK: " + str(r.local_retention_risk.get("reason")))
-        if r.error:
-            notes.append("error: " + r.error)
-        if not r.on_broker:
-            notes.append("not on broker")
-        table.append(
-            [
-                f"{r.topic}-{r.partition}",
-                _cell(r.log_start_offset),
-                _cell(r.high_watermark),
-                _cell(r.last_stable_offset),
-                _cell(r.log_end_offset),
-                _cell(r.leader_epoch),
-                _cell(r.highest_copied_offset),
-                _cell(r.remote_segments),
-                _cell(r.remote_bytes),
-                _cell(r.copy_lag_segments),
-                _cell(r.copy_lag_bytes),
-                _cell(r.delete_lag_segments),
-                _cell(r.delete_state),
-                "; ".join(notes) or "-",
-            ]
-        )
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers) - 1)]
-    lines = []
-    for row in table:
-        cells = [row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
 def segment_to_dict(segment: RemoteLogSegmentMetadata) -> dict[str, Any]:
     """The ``segments --json`` contract of DESIGN.md."""
     objects = segment.custom_metadata.get("objects", {}) if isinstance(segment.custom_metadata, dict) else {}
@@ -263,16 +205,3 @@ def list_remote_segments(ctx: TieringContext, topic: str, partition: int) -> lis
         # Validate the selector against the broker so a typo is an error, not an empty list.
         ctx.partitions(topic, partition)
     return sorted(rows, key=lambda r: (r["start_offset"], r["end_offset"]))
-
-
-def format_segments_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "no remote segments"
-    lines = [f"{'START':>20} {'END':>20} {'SIZE':>12}  {'STATE':<24} EPOCHS  SEGMENT-ID"]
-    for r in rows:
-        epochs = ",".join(f"{e}:{o}" for e, o in r["leader_epochs"].items())
-        lines.append(
-            f"{r['start_offset']:>20} {r['end_offset']:>20} {r['size_bytes']:>12}  {r['state']:<24} {epochs}  "
-            f"{r['segment_id']}"
-        )
-    return "\n".join(lines)

@@ -39,6 +39,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import CorruptLogError, TieringError
 from tiering_core.kafka.batch import verify_log_crc
 from tiering_core.kafka.crc import crc32c
@@ -53,7 +54,7 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
-from tiering_core.runs.copy import _fmt_bytes, manifest_custom_metadata, recover_failed_copies
+from tiering_core.runs.copy import manifest_custom_metadata, recover_failed_copies
 from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import ManifestError, RemoteStorageError
@@ -154,7 +155,7 @@ class IndexCheck:
         line = f"{head}: {self.status.value}: {', '.join(parts)}"
         if self.repaired_as is not None:
             line += f"; copied again as {self.repaired_as}"
-        return f"{line} [{_fmt_bytes(self.log_bytes)} of log in {self.seconds:.2f} s]"
+        return f"{line} [{fmt_bytes(self.log_bytes)} of log in {self.seconds:.2f} s]"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -371,8 +372,9 @@ def _producer_state_at_base(storage: RemoteStorage, task: RemoteIndexTask) -> di
     ref = segment_ref(previous)
     snapshot = _stored(storage, ref, ObjectKind.PRODUCER_SNAPSHOT)
     if snapshot is None:
-        log.warning("%s: producer snapshot of %s is missing; assuming no open transactions", segment_ref(task.segment),
-                    ref)
+        log.warning(
+            "%s: producer snapshot of %s is missing; assuming no open transactions", segment_ref(task.segment), ref
+        )
         return {}
     RecordedObjects(storage, previous).check_bytes(
         ObjectKind.PRODUCER_SNAPSHOT,
@@ -513,9 +515,14 @@ def finish_index_repair(
     try:
         delete_remote_segment(store, storage, damaged, lease)
     except FencedError as exc:
-        log.warning("%s: lost the lease before deleting segment %s, superseded by its repaired copy %s "
-                    "(the next rebuild deletes it): %s", damaged.topic_id_partition.topic_partition,
-                    damaged.segment_id, attempt.segment_id, exc)
+        log.warning(
+            "%s: lost the lease before deleting segment %s, superseded by its repaired copy %s "
+            "(the next rebuild deletes it): %s",
+            damaged.topic_id_partition.topic_partition,
+            damaged.segment_id,
+            attempt.segment_id,
+            exc,
+        )
     return finished
 
 
@@ -539,8 +546,13 @@ def clean_up_interrupted_repairs(
             duplicates.append(latest[key])
         latest[key] = s
     for s in duplicates:
-        log.warning("%s: deleting segment %s [%d..%d], superseded by an identical copy", tip.topic_partition,
-                    s.segment_id, s.start_offset, s.end_offset)
+        log.warning(
+            "%s: deleting segment %s [%d..%d], superseded by an identical copy",
+            tip.topic_partition,
+            s.segment_id,
+            s.start_offset,
+            s.end_offset,
+        )
         delete_remote_segment(store, storage, s, lease)
     return len(duplicates)
 
@@ -683,9 +695,7 @@ def check_local_segment(task: LocalIndexTask) -> IndexCheck:
             is_active=active,
             open_txn_first_offsets=ongoing,
         )
-        findings = tuple(
-            _compare_local(kind, segment, rebuilt, active, task.base_offset) for kind in INDEX_KINDS
-        )
+        findings = tuple(_compare_local(kind, segment, rebuilt, active, task.base_offset) for kind in INDEX_KINDS)
     except (CorruptLogError, OSError) as exc:
         return replace(check, error=str(exc), seconds=time.monotonic() - started)
     return replace(check, findings=findings, log_bytes=segment.size_bytes, seconds=time.monotonic() - started)
@@ -827,26 +837,3 @@ def rebuild_partition_indexes(
             say(check.describe())
     result.seconds = time.monotonic() - started
     return result
-
-
-def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
-    checks = [c for r in results for c in r.checks]
-    size = sum(c.log_bytes for c in checks)
-    counts = ", ".join(
-        f"{sum(1 for c in checks if c.status == status)} {status.value}" for status in IndexStatus
-    )
-    busy = sum(1 for r in results if r.busy)
-    speed = size / seconds if seconds > 0 else 0.0
-    line = (
-        f"rebuild-indexes: {len(results)} partition(s), {len(checks)} segment(s): {counts}; "
-        f"{_fmt_bytes(size)} ({size} bytes) of log in {seconds:.2f} s ({_fmt_bytes(speed)}/s)"
-    )
-    damaged = sum(1 for c in checks if c.damaged_log)
-    if damaged:
-        line += f"; {damaged} damaged segment(s) left unrepaired"
-    cleaned = sum(r.segments_cleaned_up for r in results)
-    if cleaned:
-        line += f"; {cleaned} unfinished copy(ies) of earlier runs cleaned up"
-    if busy:
-        line += f"; {busy} partition(s) held by another run"
-    return line
