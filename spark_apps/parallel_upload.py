@@ -332,7 +332,7 @@ def run_parallel_upload(
     sc = spark.sparkContext
     run = run_id or f"spark-{uuid.uuid4().hex}"
     slots = parallelism or max(1, sc.defaultParallelism)
-    renew_every = renew_interval(ctx.config.metadata.lease_ms)
+    check_every = renew_interval(ctx.config.metadata.lease_ms)
     upload_fn = functools.partial(uploader, ctx.config.remote)
     report = Report()
 
@@ -354,18 +354,6 @@ def run_parallel_upload(
         f"parallel upload: {total} segment(s), {runtime.fmt_bytes(size)} of {len(active)} partition(s) planned; "
         f"{slots} upload(s) at a time"
     )
-    last_renewal = time.monotonic()
-
-    def renew_if_due() -> None:
-        nonlocal last_renewal
-        if time.monotonic() - last_renewal >= renew_every:
-            for p in uploads:
-                if not p.done and not p.stopped:
-                    p.run.renew()
-                    if not p.run.active:
-                        p.stop(None)
-            last_renewal = time.monotonic()
-
     def start(partition: PartitionUpload, candidate: CopyCandidate) -> None:
         t0 = time.monotonic()
         try:
@@ -390,15 +378,13 @@ def run_parallel_upload(
             start(partition, candidate)
             _commit_ready(partition, report)
             _finish_if_settled(partition, report)
-            renew_if_due()
         while not all(p.done for p in uploads):
             futures = [i.future for p in uploads for i in p.pending if i.future is not None]
             if futures:
-                wait(futures, timeout=renew_every, return_when=FIRST_COMPLETED)
+                wait(futures, timeout=check_every, return_when=FIRST_COMPLETED)
             for p in uploads:
                 _commit_ready(p, report)
                 _finish_if_settled(p, report)
-            renew_if_due()
     except BaseException as exc:
         running = {id(i.future) for p in uploads for i in p.pending if i.future is not None and not i.future.done()}
         jobs.cancel()  # queued uploads never start, running ones are interrupted

@@ -477,14 +477,9 @@ def test_the_lease_is_kept_alive_during_an_upload_longer_than_its_ttl(
 
 def _stalled_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
     """A run that stops renewing (a stalled process): the heartbeat never beats."""
-    import tiering_core.runs.copy as copy_mod
-    from tiering_core.runs.lease import LeaseHeartbeat
+    import tiering_core.runs.lease as lease_mod
 
-    class Stalled(LeaseHeartbeat):
-        def __init__(self, store, lease, **_):
-            super().__init__(store, lease, interval_s=3600)
-
-    monkeypatch.setattr(copy_mod, "LeaseHeartbeat", Stalled)
+    monkeypatch.setattr(lease_mod, "renew_interval", lambda lease_ms: 3600.0)
 
 
 def test_a_lease_that_expires_under_a_stalled_run_fails_it_loudly(

@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
-from tiering_core.runs.lease import LeaseHeartbeat
+from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+Uploader = Callable[["RemoteStorage", "SegmentUpload"], "SegmentManifest"]
 
 
 class CopyFailedError(TieringError):
@@ -317,8 +319,11 @@ def repair_remote_log_start(store: RemoteLogMetadataStore, tip: TopicIdPartition
 # --- the run ---------------------------------------------------------------------------------
 
 
-def begin_copy_run(ctx: TieringContext, tp: TopicPartition, run_id: str) -> tuple[Lease, TierView, int] | None:
-    """Lease, recovery, DeleteRecords and lineage bookkeeping, then a fresh view.
+def begin_copy_run(
+    ctx: TieringContext, tp: TopicPartition, run_id: str, hold: ExitStack
+) -> tuple[HeldPartition, TierView, int] | None:
+    """Hold the partition (until ``hold`` closes), recovery, DeleteRecords and lineage
+    bookkeeping, then a fresh view.
 
     Returns None when another run holds the partition's lease.
     """
@@ -327,22 +332,18 @@ def begin_copy_run(ctx: TieringContext, tp: TopicPartition, run_id: str) -> tupl
     tip = TopicIdPartition(partition_log.topic_id, tp)
     store.register_partition(tip)
     try:
-        lease = store.acquire_lease(tip, holder=f"copy:{run_id}", run_id=run_id)
+        held = hold.enter_context(held_partition(store, tip, holder=f"copy:{run_id}", run_id=run_id))
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); nothing to do", tp, exc)
         return None
-    try:
-        cleaned = recover_failed_copies(store, ctx.storage, tip, lease)
-        repair_remote_log_start(store, tip, lease)
-        view = load_tier_view(partition_log, store)
-        if view.observed_delete_records_offset is not None:
-            store.record_delete_records(
-                tip, view.observed_delete_records_offset, lease, source="log-start-offset-checkpoint"
-            )
-    except BaseException:
-        store.release_lease_if_current(lease)
-        raise
-    return lease, view, cleaned
+    cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
+    repair_remote_log_start(store, tip, held.lease)
+    view = load_tier_view(partition_log, store)
+    if view.observed_delete_records_offset is not None:
+        store.record_delete_records(
+            tip, view.observed_delete_records_offset, held.lease, source="log-start-offset-checkpoint"
+        )
+    return held, view, cleaned
 
 
 class CopyRun:
@@ -352,6 +353,8 @@ class CopyRun:
     COPY_SEGMENT_STARTED before an upload, FINISHED only after the manifest, the lineage and
     remote-log-start bookkeeping, the cleanup of failures and the lease have one home. Uploads
     (``upload_segment``) may run anywhere; their results are committed here in offset order.
+    The partition is held (``held_partition``, renewed in the background) from ``begin`` to
+    ``finish`` or ``release``; ``active`` asks ``held.holds``.
     """
 
     def __init__(self, ctx: TieringContext, tp: TopicPartition, say: Progress) -> None:
@@ -359,11 +362,12 @@ class CopyRun:
         self.tp = tp
         self.say = say
         self.result = CopyResult(topic=tp.topic, partition=tp.partition)
-        self.lease: Lease | None = None
+        self.held: HeldPartition | None = None
+        self._hold = ExitStack()
         self.view: TierView | None = None
         self.gap: OffsetRange | None = None
         self.candidates: list[CopyCandidate] = []
-        self.lease_lost: str | None = None
+        self._expired: str | None = None  # why the run fails: its lease expired under it
         self._started = time.monotonic()
 
     @classmethod
@@ -381,14 +385,14 @@ class CopyRun:
             run.result.skipped_reason = reason
             run.say(f"{tp}: skipped ({reason})")
             return run
-        begun = begin_copy_run(ctx, tp, run_id)
-        if begun is None:
-            run.result.fenced = True
-            run.say(f"{tp}: another copy run holds the partition; nothing done")
-            return run
-        run.lease, view, run.result.segments_cleaned_up = begun
-        run.view = view
         try:
+            begun = begin_copy_run(ctx, tp, run_id, run._hold)
+            if begun is None:
+                run.result.fenced = True
+                run.say(f"{tp}: another copy run holds the partition; nothing done")
+                return run
+            run.held, view, run.result.segments_cleaned_up = begun
+            run.view = view
             run.gap = view.tiering_gap()
             if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
                 run._record_gap(run.gap)
@@ -405,7 +409,7 @@ class CopyRun:
     @property
     def active(self) -> bool:
         """Holds the partition's lease and may still write."""
-        return self.lease is not None and not self.result.fenced and self.lease_lost is None
+        return self.held is not None and self.held.holds
 
     def _record_gap(self, gap: OffsetRange) -> None:
         lease, view = self._held()
@@ -417,11 +421,6 @@ class CopyRun:
             gap.end,
         )
 
-    def heartbeat(self) -> LeaseHeartbeat:
-        """Renews the lease in the background while segments are read and uploaded."""
-        lease, _ = self._held()
-        return LeaseHeartbeat(self.ctx.metadata, lease)
-
     def segment_vanished(self, candidate: CopyCandidate, upload: SegmentUpload | None, exc: OSError) -> None:
         """The broker deleted the segment's files while we copied it (its own retention).
 
@@ -430,7 +429,7 @@ class CopyRun:
         fails the run loudly. Otherwise the run fails naming the vanished file.
         """
         if upload is not None:
-            abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self.lease if self.active else None)
+            abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
         self._held()
         fresh = load_tier_view(_partition_log(self.ctx, self.tp), self.ctx.metadata)
         gap = fresh.tiering_gap()
@@ -443,9 +442,12 @@ class CopyRun:
         self._record_gap(gap)
 
     def _held(self) -> tuple[Lease, TierView]:
-        if self.lease is None or self.view is None:
+        if self.held is None or self.view is None:
             raise TieringError(f"{self.tp}: the copy run does not hold the partition")
-        return self.lease, self.view
+        return self.held.lease, self.view
+
+    def _lease_if_held(self) -> Lease | None:
+        return self.held.lease if self.held is not None and self.held.holds else None
 
     def start_segment(self, candidate: CopyCandidate) -> SegmentUpload:
         """Verify and gather the segment, then COPY_SEGMENT_STARTED (before anything is uploaded)."""
@@ -465,7 +467,7 @@ class CopyRun:
         """FINISHED with lineage and remote log start (one transaction), then a lease renewal.
 
         False when the lease was lost: the upload is cleaned up and the run stops (``result.fenced``
-        when a newer run took the partition, ``lease_lost`` when the lease merely expired).
+        when a newer run took the partition; ``finish`` fails the run when the lease merely expired).
         """
         lease, _ = self._held()
         store = self.ctx.metadata
@@ -474,10 +476,9 @@ class CopyRun:
         except FencedError as exc:
             self.fenced_while_copying(candidate, upload, exc)
             return False
-        try:
-            self.lease = store.renew_lease(lease)
-        except FencedError as exc:
-            self.fenced_while_copying(candidate, None, exc)
+        held = self.held
+        if held is not None and not held.renew():
+            self.fenced_while_copying(candidate, None, held.lost)
         elapsed = max(seconds, 1e-9)
         size = candidate.segment.size_bytes
         self.result.segments_copied += 1
@@ -499,30 +500,27 @@ class CopyRun:
         """
         if upload is not None:
             abandon_upload(self.ctx.metadata, self.ctx.storage, upload, None)
-        if self.result.fenced or self.lease_lost is not None:
+        self._lost_while_copying(candidate.base_offset, reason)
+
+    def _lost_while_copying(self, base_offset: int, reason: object) -> None:
+        """Say once how the lease was lost: fenced by a newer run, or expired under this one."""
+        if self.held is None or self.result.fenced or self._expired is not None:
             return
-        holder = None
-        if self.view is not None:
-            try:
-                holder = self.ctx.metadata.current_lease(self.view.tip)
-            except TieringError:
-                holder = None
-        if holder is not None and (self.lease is None or holder.token != self.lease.token):
+        self.held.lose(reason)
+        holder = self.held.newer_holder()
+        if holder is not None:
             self.result.fenced = True
-            self.say(
-                f"{self.tp}: fenced by a newer run ({holder.holder}) while copying segment "
-                f"{candidate.base_offset}; stopped"
-            )
+            self.say(f"{self.tp}: fenced by a newer run ({holder.holder}) while copying segment {base_offset}; stopped")
         else:
-            self.lease_lost = (
-                f"the partition's lease expired while copying segment {candidate.base_offset} "
-                f"(metadata.lease_ms may be too short for this segment, or the run stalled): {reason}"
+            self._expired = (
+                f"the partition's lease expired while copying segment {base_offset} "
+                f"(metadata.lease_ms may be too short for this segment, or the run stalled): {self.held.lost}"
             )
-            self.say(f"{self.tp}: {self.lease_lost}; stopped")
+            self.say(f"{self.tp}: {self._expired}; stopped")
 
     def abandon(self, candidate: CopyCandidate, upload: SegmentUpload, reason: object) -> CopyFailedError:
         """Clean up a failed or unfinished upload under the lease; returns the error that fails the run."""
-        abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self.lease if self.active else None)
+        abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
         return CopyFailedError(
             f"{self.tp}: copying segment {candidate.base_offset} failed and was cleaned up: {reason}"
         )
@@ -542,27 +540,14 @@ class CopyRun:
             raise failure from reason
         raise failure
 
-    def renew(self) -> None:
-        """Keep the lease while uploads run elsewhere; a lost lease stops the run (see ``fenced_while_copying``)."""
-        if self.lease is None or not self.active:
-            return
-        try:
-            self.lease = self.ctx.metadata.renew_lease(self.lease)
-        except FencedError as exc:
-            candidate = self.candidates[0] if self.candidates else None
-            if candidate is None:
-                self.result.fenced = True
-                return
-            self.fenced_while_copying(candidate, None, exc)
-
     def release(self) -> None:
-        if self.lease is None:
-            return
-        self.ctx.metadata.release_lease_if_current(self.lease)
-        self.lease = None
+        """Stop renewing and give the partition up (idempotent)."""
+        self._hold.close()
 
     def finish(self) -> CopyResult:
         """Release the lease, record final offsets and lag; raise TieringGapError after a gap."""
+        if self.held is not None and self.held.lost is not None:  # lost in the background
+            self._lost_while_copying(self.candidates[0].base_offset if self.candidates else -1, self.held.lost)
         self.release()
         if self.view is None:
             return self.result
@@ -580,8 +565,8 @@ class CopyRun:
             f"{result.highest_copied_offset}, copy lag {result.copy_lag_segments} segment(s) / "
             f"{fmt_bytes(result.copy_lag_bytes)}"
         )
-        if self.lease_lost is not None:
-            raise CopyFailedError(f"{self.tp}: {self.lease_lost}")
+        if self._expired is not None:
+            raise CopyFailedError(f"{self.tp}: {self._expired}")
         if self.gap is not None:
             raise TieringGapError(
                 f"{self.tp}: tiering gap: offsets {self.gap.start}..{self.gap.end} were deleted by the broker "
@@ -598,8 +583,12 @@ def run_copy(
     dry_run: bool = False,
     run_id: str | None = None,
     progress: Progress | None = None,
+    uploader: Uploader | None = None,
 ) -> CopyResult:
-    """Copy every eligible segment of one partition; see the module docstring."""
+    """Copy every eligible segment of one partition; see the module docstring.
+
+    ``uploader`` puts a segment's objects (default ``upload_segment``; a test injects faults here).
+    """
     say = progress or (lambda line: log.info("%s", line))
     if dry_run:
         return _dry_run(ctx, tp, say)
@@ -607,28 +596,27 @@ def run_copy(
     if not run.active:
         return run.result
     try:
-        with run.heartbeat() as beat:
-            for index, candidate in enumerate(run.candidates, start=1):
-                upload: SegmentUpload | None = None
-                t0 = time.monotonic()
-                try:
-                    upload = run.start_segment(candidate)
-                    manifest = upload_segment(ctx.storage, upload)
-                except FileNotFoundError as exc:
-                    run.segment_vanished(candidate, upload, exc)
-                    break
-                except RemoteStorageError as exc:
-                    if upload is None:
-                        raise
-                    run.upload_failed(candidate, upload, exc)
-                    break
-                if beat.lost is not None:
-                    run.fenced_while_copying(candidate, upload, beat.lost)
-                    break
-                if not run.commit_finished_segment(
-                    candidate, upload, manifest, time.monotonic() - t0, f" [{index}/{len(run.candidates)}]"
-                ):
-                    break
+        for index, candidate in enumerate(run.candidates, start=1):
+            upload: SegmentUpload | None = None
+            t0 = time.monotonic()
+            try:
+                upload = run.start_segment(candidate)
+                manifest = (uploader or upload_segment)(ctx.storage, upload)
+            except FileNotFoundError as exc:
+                run.segment_vanished(candidate, upload, exc)
+                break
+            except RemoteStorageError as exc:
+                if upload is None:
+                    raise
+                run.upload_failed(candidate, upload, exc)
+                break
+            if not run.active:
+                run.fenced_while_copying(candidate, upload, run.held.lost if run.held else None)
+                break
+            if not run.commit_finished_segment(
+                candidate, upload, manifest, time.monotonic() - t0, f" [{index}/{len(run.candidates)}]"
+            ):
+                break
     except BaseException:
         run.release()
         raise
