@@ -25,6 +25,7 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemotePartitionDeleteState
+from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.orphans import delete_unreferenced_keys, unreferenced_object_keys
 from tiering_core.runs.segment_ops import delete_remote_segment
 
@@ -261,45 +262,61 @@ def delete_partition(
 def _remove_one(ctx: TieringContext, tip: TopicIdPartition, run: str, result: RemovalResult) -> str | None:
     """Section 7 for one topic id, from wherever an earlier run stopped; the state reached."""
     store, storage = ctx.metadata, ctx.storage
+    state: RemotePartitionDeleteState | None = None
     try:
-        lease = store.acquire_lease(tip, holder=f"delete-partition:{run}", run_id=run)
+        with held_partition(store, tip, holder=f"delete-partition:{run}", run_id=run) as held:
+            state = _remove_held(store, storage, held, result)
     except LeaseHeldError as exc:
         log.warning("%s: another run holds the partition (%s); removal not started", tip, exc)
         result.fenced = True
         return None
+    except _Stopped as stopped:
+        state = stopped.state
+        result.fenced = True
+        log.warning("%s: fenced by a newer run; removal stopped (run it again to resume)", tip)
+    return state.value if state is not None else None
+
+
+class _Stopped(Exception):
+    """Fenced while removing: carries the state reached."""
+
+    def __init__(self, state: RemotePartitionDeleteState | None) -> None:
+        super().__init__(state)
+        self.state = state
+
+
+def _remove_held(
+    store: RemoteLogMetadataStore, storage: RemoteStorage, held: HeldPartition, result: RemovalResult
+) -> RemotePartitionDeleteState | None:
+    tip = held.tip
     state: RemotePartitionDeleteState | None = None
     try:
         record = store.get_partition(tip)
         state = record.delete_state if record is not None else None
         if state is None:
-            store.mark_partition_for_deletion(tip, lease)
+            store.mark_partition_for_deletion(tip, held.require())
             state = RemotePartitionDeleteState.DELETE_PARTITION_MARKED
             log.info("%s: marked for deletion", tip)
         if state == RemotePartitionDeleteState.DELETE_PARTITION_MARKED:
-            store.update_partition_delete_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED, lease)
+            store.update_partition_delete_state(
+                tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED, held.require()
+            )
             state = RemotePartitionDeleteState.DELETE_PARTITION_STARTED
         if state == RemotePartitionDeleteState.DELETE_PARTITION_STARTED:
             for segment in store.list_segments(tip):
-                delete_remote_segment(store, storage, segment, lease)
+                delete_remote_segment(store, storage, segment, held.require())
                 result.segments_deleted += 1
                 result.bytes_deleted += segment.size_bytes
-                lease = store.renew_lease(lease)
             result.orphan_objects.extend(_sweep(store, storage, tip))
-            store.update_partition_delete_state(tip, _FINISHED, lease)
+            store.update_partition_delete_state(tip, _FINISHED, held.require())
             state = _FINISHED
         elif record is not None and not record.dropped:
             # Resumed at FINISHED: nothing was left then, but sweep again rather than trust it.
             result.orphan_objects.extend(_sweep(store, storage, tip))
-        store.drop_partition_metadata(tip, lease)
+        store.drop_partition_metadata(tip, held.require())
         log.info(
             "%s: remote partition deleted (%d segment(s), %d bytes)", tip, result.segments_deleted, result.bytes_deleted
         )
-    except FencedError:
-        result.fenced = True
-        log.warning("%s: fenced by a newer run; removal stopped (run it again to resume)", tip)
-    finally:
-        try:
-            store.release_lease_if_current(lease)
-        except TieringError as exc:  # the removal's outcome stands; the lease expires on its own
-            log.warning("%s: could not release the lease: %s", tip, exc)
-    return state.value if state is not None else None
+    except FencedError as exc:
+        raise _Stopped(state) from exc
+    return state

@@ -26,11 +26,13 @@ from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import recover_failed_copies
+from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_ops import delete_remote_segment
 from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, load_tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.kafka.partition_log import PartitionLog
     from tiering_core.metadata.store import PartitionRecord, RemoteLogMetadataStore, RemoteLogSegmentMetadata
 
 log = logging.getLogger(__name__)
@@ -286,7 +288,7 @@ def run_retention(
     now = int(time.time() * 1000) if now_ms is None else now_ms
     result = RetentionResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
     topic = ctx.config.topic_config(tp.topic)
-    store, storage = ctx.metadata, ctx.storage
+    store = ctx.metadata
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
     view = load_tier_view(partition_log, store)
     record = store.get_partition(view.tip)
@@ -320,42 +322,15 @@ def run_retention(
 
     run = run_id or uuid.uuid4().hex
     try:
-        lease = store.acquire_lease(view.tip, holder=f"retention:{run}", run_id=run)
+        with held_partition(store, view.tip, holder=f"retention:{run}", run_id=run) as held:
+            view = _apply_retention(ctx, held, view, partition_log, topic, now, result)
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); retention skipped", tp, exc)
         result.fenced = True
         return result
-    try:
-        if view.observed_delete_records_offset is not None:
-            store.record_delete_records(
-                view.tip, view.observed_delete_records_offset, lease, source="log-start-offset-checkpoint"
-            )
-        view = load_tier_view(partition_log, store)
-        plan = plan_retention(view, store, topic, now, copy_in_progress=False)
-        _report_plan(result, plan, view.remote_log_start_offset)
-        if plan.new_log_start_offset is not None:
-            store.set_remote_log_start_offset(view.tip, plan.new_log_start_offset, lease)
-            log.info("%s: remote log start offset -> %d", tp, plan.new_log_start_offset)
-        done: set[uuid.UUID] = set()
-        if plan.copy_leftovers:
-            # Also finishes every dangling deletion: those are counted below as deleted.
-            recover_failed_copies(store, storage, view.tip, lease)
-            result.copies_cleaned = len(plan.copy_leftovers)
-            done = {d.segment.segment_id for d in plan.deletions if d.reason in (REASON_COPY_LEFTOVER, REASON_DANGLING)}
-            lease = store.renew_lease(lease)
-        for d in plan.retention_deletions:
-            if d.segment.segment_id not in done:
-                delete_remote_segment(store, storage, d.segment, lease)
-                lease = store.renew_lease(lease)
-            result.segments_deleted += 1
-            result.bytes_deleted += d.segment.size_bytes
-        if plan.stopped_at:
-            log.info("%s: retention stopped: %s", tp, plan.stopped_at)
     except FencedError:
         result.fenced = True
         log.warning("%s: fenced by a newer run; retention stopped", tp)
-    finally:
-        store.release_lease_if_current(lease)
     result.remote_log_start_offset = store.get_remote_log_start_offset(view.tip)
     result.seconds = time.monotonic() - started
     log.info(
@@ -366,6 +341,43 @@ def run_retention(
         result.remote_log_start_offset,
     )
     return result
+
+
+def _apply_retention(
+    ctx: TieringContext,
+    held: HeldPartition,
+    view: TierView,
+    partition_log: PartitionLog,
+    topic: TopicConfig,
+    now: int,
+    result: RetentionResult,
+) -> TierView:
+    """Plan and delete while holding the partition; the view the plan was made from."""
+    store, storage, tp = ctx.metadata, ctx.storage, partition_log.topic_partition
+    if view.observed_delete_records_offset is not None:
+        store.record_delete_records(
+            view.tip, view.observed_delete_records_offset, held.require(), source="log-start-offset-checkpoint"
+        )
+    view = load_tier_view(partition_log, store)
+    plan = plan_retention(view, store, topic, now, copy_in_progress=False)
+    _report_plan(result, plan, view.remote_log_start_offset)
+    if plan.new_log_start_offset is not None:
+        store.set_remote_log_start_offset(view.tip, plan.new_log_start_offset, held.require())
+        log.info("%s: remote log start offset -> %d", tp, plan.new_log_start_offset)
+    done: set[uuid.UUID] = set()
+    if plan.copy_leftovers:
+        # Also finishes every dangling deletion: those are counted below as deleted.
+        recover_failed_copies(store, storage, view.tip, held.require())
+        result.copies_cleaned = len(plan.copy_leftovers)
+        done = {d.segment.segment_id for d in plan.deletions if d.reason in (REASON_COPY_LEFTOVER, REASON_DANGLING)}
+    for d in plan.retention_deletions:
+        if d.segment.segment_id not in done:
+            delete_remote_segment(store, storage, d.segment, held.require())
+        result.segments_deleted += 1
+        result.bytes_deleted += d.segment.size_bytes
+    if plan.stopped_at:
+        log.info("%s: retention stopped: %s", tp, plan.stopped_at)
+    return view
 
 
 def _report_plan(result: RetentionResult, plan: RetentionPlan, current_log_start: int | None) -> None:
@@ -408,10 +420,7 @@ def apply_delete_records(ctx: TieringContext, tp: TopicPartition, before_offset:
                 f"{tp}: offset {before_offset} is beyond the log end offset {view.log_end_offset} "
                 f"(the high watermark is unknown: {view.offsets_error})"
             )
-    lease = store.acquire_lease(view.tip, holder="delete-records")
-    try:
-        store.record_delete_records(view.tip, before_offset, lease, source="tiering delete-records")
-    finally:
-        store.release_lease(lease)
+    with held_partition(store, view.tip, holder="delete-records", heartbeat=False) as held:
+        store.record_delete_records(view.tip, before_offset, held.lease, source="tiering delete-records")
     recorded = store.get_delete_records_offset(view.tip)
     return before_offset if recorded is None else recorded
