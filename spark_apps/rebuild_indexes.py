@@ -34,7 +34,7 @@ from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
-from tiering_core.runs.lease import renew_interval
+from tiering_core.runs.lease import HeldPartition, renew_interval
 from tiering_core.runs.rebuild.run import (
     IndexCheck,
     IndexStatus,
@@ -43,11 +43,11 @@ from tiering_core.runs.rebuild.run import (
     RemoteIndexExamination,
     RemoteIndexTask,
     abandon_index_repair,
-    acquire_rebuild_lease,
     check_local_segment,
     clean_up_before_repair,
     commit_index_repair,
     examine_remote_segment,
+    hold_for_rebuild,
     local_index_tasks,
     remote_index_tasks,
     repair_task,
@@ -83,7 +83,7 @@ def check_local_on_executor(task: LocalIndexTask) -> IndexCheck:
 class PartitionRebuild:
     result: RebuildResult
     tip: TopicIdPartition
-    lease: Lease | None
+    held: HeldPartition | None  # None: another run holds the partition
     remote: list[RemoteIndexTask] = field(default_factory=list)
     local: list[LocalIndexTask] = field(default_factory=list)
     found: dict[int, RemoteIndexExamination] = field(default_factory=dict)
@@ -136,24 +136,24 @@ def run_rebuild(
     remote = ctx.config.remote
     failures: list[str] = []
     parts: list[PartitionRebuild] = []
-    renew_every = renew_interval(ctx.config.metadata.lease_ms)
-    last_renewal = time.monotonic()
+    check_every = renew_interval(ctx.config.metadata.lease_ms)
+    hold = contextlib.ExitStack()  # every partition's lease, renewed in the background until the end
 
-    def renew(force: bool = False) -> None:
-        nonlocal last_renewal
-        if not force and time.monotonic() - last_renewal < renew_every:
-            return
+    def lease_of(part: PartitionRebuild) -> Lease | None:
+        """The partition's lease while the run holds it; a loss is reported once, and its repairs stop."""
+        if part.held is None:
+            return None
+        if part.held.holds:
+            return part.held.lease
+        failures.append(
+            f"{part.tip.topic_partition}: lost the partition's lease; its repairs stopped: {part.held.lost}"
+        )
+        part.held = None
+        return None
+
+    def still_held() -> None:
         for part in parts:
-            if part.lease is not None:
-                try:
-                    part.lease = ctx.metadata.renew_lease(part.lease)
-                except FencedError as exc:
-                    lost(part, exc)
-        last_renewal = time.monotonic()
-
-    def lost(part: PartitionRebuild, exc: FencedError) -> None:
-        failures.append(f"{part.tip.topic_partition}: lost the partition's lease; its repairs stopped: {exc}")
-        part.lease = None
+            lease_of(part)
 
     repairs: list[tuple[PartitionRebuild, RemoteIndexTask, RemoteIndexExamination, RemoteLogSegmentMetadata]] = []
     repairs_handed_out = False
@@ -166,15 +166,14 @@ def run_rebuild(
             parts.append(part)
             if local:
                 part.local = local_index_tasks(partition_log, interval)
-            part.lease = acquire_rebuild_lease(ctx, tip, run)
-            if part.lease is None:
+            part.held = hold_for_rebuild(ctx, tip, run, hold)
+            if part.held is None:
                 part.result.busy = True
                 say(f"{tp}: another run holds the partition; remote indexes not checked")
                 continue
             if repair:
-                clean_up_before_repair(ctx, tip, part.lease, part.result)
+                clean_up_before_repair(ctx, tip, part.held.lease, part.result)
             part.remote = remote_index_tasks(ctx.metadata, tip, interval)
-            renew()
 
         remote_items = [(part, task) for part in parts for task in part.remote]
         local_items = [(part, task) for part in parts for task in part.local]
@@ -194,8 +193,8 @@ def run_rebuild(
                     f"rebuild indexes of {task.segment.topic_id_partition.topic_partition} "
                     f"segment {task.segment.start_offset}"
                 ),
-                on_wait=renew,
-                wait_seconds=renew_every,
+                on_wait=still_held,
+                wait_seconds=check_every,
             )
         ) as outcomes:
             for outcome in outcomes:
@@ -207,14 +206,17 @@ def run_rebuild(
                     part.found[outcome.index] = RemoteIndexExamination(check)
         # Phase 2: a new copy of each damaged segment, committed as it completes. A segment
         # whose .log is not proven intact is never repaired (its check carries the error).
-        renew(force=True)
+        still_held()
         for index, (part, task) in enumerate(remote_items):
             found = part.found[index]
-            if repair and found.check.needs_repair and part.lease is not None:
+            lease = lease_of(part)
+            if repair and found.check.needs_repair and lease is not None:
                 try:
-                    attempt = start_index_repair(ctx.metadata, task.segment, part.lease)
+                    attempt = start_index_repair(ctx.metadata, task.segment, lease)
                 except FencedError as exc:
-                    lost(part, exc)
+                    if part.held is not None:
+                        part.held.lose(exc)
+                    lease_of(part)
                 else:
                     repairs.append((part, repair_task(task, found, attempt), found, attempt))
                     continue
@@ -231,8 +233,8 @@ def run_rebuild(
                     f"repair indexes of {task.segment.topic_id_partition.topic_partition} "
                     f"segment {task.segment.start_offset}"
                 ),
-                on_wait=renew,
-                wait_seconds=renew_every,
+                on_wait=still_held,
+                wait_seconds=check_every,
             )
         ) as outcomes:
             for outcome in outcomes:
@@ -244,7 +246,7 @@ def run_rebuild(
                     )
                 # Without the lease (lost meanwhile) the repair's objects are deleted, its
                 # metadata left to the new lease holder's recovery.
-                check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, part.lease)
+                check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, lease_of(part))
                 part.result.checks.append(check)
                 say(check.describe())
         # The broker's own segments: checked, never changed.
@@ -255,8 +257,8 @@ def run_rebuild(
                 check_local_on_executor,
                 slots=slots,
                 describe=lambda task: f"check local indexes of segment {task.base_offset} in {task.partition_dir.name}",
-                on_wait=renew,
-                wait_seconds=renew_every,
+                on_wait=still_held,
+                wait_seconds=check_every,
             )
         ) as local_outcomes:
             for outcome in local_outcomes:
@@ -275,7 +277,7 @@ def run_rebuild(
         if not repairs_handed_out:
             for part, _task, _found, attempt in repairs:
                 try:
-                    abandon_index_repair(ctx.metadata, ctx.storage, attempt, part.lease)
+                    abandon_index_repair(ctx.metadata, ctx.storage, attempt, lease_of(part))
                 except Exception as cleanup:  # the next run's recovery deletes it; raise the cause
                     log.warning(
                         "%s: could not clean up repair attempt %s: %s",
@@ -286,9 +288,7 @@ def run_rebuild(
         log.debug("rebuild aborted: %s", exc)
         raise
     finally:
-        for part in parts:
-            if part.lease is not None:
-                ctx.metadata.release_lease_if_current(part.lease)
+        hold.close()
     seconds = time.monotonic() - started
     results = []
     for part in parts:

@@ -429,6 +429,9 @@ def test_a_repair_fenced_before_its_finish_leaves_no_orphan_objects(fs_env: Tier
         return examination
 
     monkeypatch.setattr(rebuild, "examine_remote_segment", examine_then_lose_the_lease)
+    import tiering_core.runs.lease as lease_mod
+
+    monkeypatch.setattr(lease_mod, "renew_interval", lambda lease_ms: 3600.0)  # a stalled run: no beat
     with fs_env.context() as ctx, pytest.raises(TieringError, match="lost the partition's lease"):
         rebuild_partition_indexes(ctx, w.tp, repair=True)
     monkeypatch.undo()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from tests.engine_support import TieringEnv, tip_of
@@ -127,7 +128,10 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
     other = []
     real_start = app.start_index_repair
 
+    stalled = threading.Event()  # the driver stalls: its lease heartbeat does not renew meanwhile
+
     def start_then_lose_the_lease(store, damaged, lease):  # the driver stalls; another run takes over
+        stalled.set()
         attempt = real_start(store, damaged, lease)
         attempts.append(attempt)
         with env.context() as ctx2:
@@ -138,10 +142,19 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
                 except TieringError:
                     assert time.monotonic() < deadline
                     time.sleep(0.05)
+        stalled.clear()
         return attempt
 
     monkeypatch.setattr(app, "start_index_repair", start_then_lose_the_lease)
     with env.context() as ctx:
+        real_renew = ctx.metadata.renew_lease
+
+        def renew_unless_stalled(lease, **kwargs):
+            while stalled.is_set():
+                time.sleep(0.01)
+            return real_renew(lease, **kwargs)
+
+        monkeypatch.setattr(ctx.metadata, "renew_lease", renew_unless_stalled)
         report = app.run_rebuild(ctx, [w.tp], spark, repair=True)
     monkeypatch.undo()
     assert report.exit_code == 1 and len(attempts) == 1

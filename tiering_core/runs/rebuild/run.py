@@ -34,6 +34,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -55,6 +56,7 @@ from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
 from tiering_core.runs.copy import manifest_custom_metadata, recover_failed_copies
+from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import ManifestError, RemoteStorageError
@@ -757,11 +759,12 @@ class RebuildResult:
         }
 
 
-def acquire_rebuild_lease(ctx: TieringContext, tip: TopicIdPartition, run_id: str) -> Lease | None:
-    """The partition's lease for a rebuild (None when a copy, retention or removal run holds it)."""
+def hold_for_rebuild(ctx: TieringContext, tip: TopicIdPartition, run_id: str, hold: ExitStack) -> HeldPartition | None:
+    """Hold the partition for a rebuild until ``hold`` closes (None when a copy, retention or
+    removal run holds it)."""
     ctx.metadata.register_partition(tip)
     try:
-        return ctx.metadata.acquire_lease(tip, holder=f"rebuild-indexes:{run_id}", run_id=run_id)
+        return hold.enter_context(held_partition(ctx.metadata, tip, holder=f"rebuild-indexes:{run_id}", run_id=run_id))
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); not checked", tip.topic_partition, exc)
         return None
@@ -794,42 +797,39 @@ def rebuild_partition_indexes(
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
     interval = ctx.config.topic_config(tp.topic).index_interval_bytes
     tip = TopicIdPartition(partition_log.topic_id, tp)
-    lease = acquire_rebuild_lease(ctx, tip, run_id or uuid.uuid4().hex)
-    if lease is None:
-        result.busy = True
-        say(f"{tp}: another run holds the partition; indexes not checked")
-        return result
-
-    def renewed(held: Lease, done: int) -> Lease:
-        """Renew between steps, so a partition with many segments keeps its lease."""
-        try:
-            return ctx.metadata.renew_lease(held)
-        except FencedError as exc:
-            raise TieringError(
-                f"{tp}: lost the partition's lease after {done} of {len(tasks)} segment(s); stopped "
-                f"(nothing half-done is left): {exc}"
-            ) from exc
-
     tasks: list[RemoteIndexTask] = []
-    try:
+    with ExitStack() as hold:
+        held = hold_for_rebuild(ctx, tip, run_id or uuid.uuid4().hex, hold)
+        if held is None:
+            result.busy = True
+            say(f"{tp}: another run holds the partition; indexes not checked")
+            return result
+
+        def holding(done: int) -> Lease:
+            """After each step (renewed now, as a step may outlast a beat): still held, or stop."""
+            if not held.renew():
+                raise TieringError(
+                    f"{tp}: lost the partition's lease after {done} of {len(tasks)} segment(s); stopped "
+                    f"(nothing half-done is left): {held.lost}"
+                )
+            return held.lease
+
         if repair:
-            clean_up_before_repair(ctx, tip, lease, result)
+            clean_up_before_repair(ctx, tip, held.lease, result)
         # Every segment is examined before any is repaired: a repair deletes the damaged
         # attempt, whose producer snapshot the next segment's examination may need.
         tasks = remote_index_tasks(ctx.metadata, tip, interval)
         found = []
         for task in tasks:
             found.append(examine_remote_segment(ctx.storage, task))
-            lease = renewed(lease, len(found))
+            holding(len(found))
         for done, (task, examination) in enumerate(zip(tasks, found, strict=True), start=1):
             check = examination.check
             if repair and check.needs_repair:
-                check = repair_remote_segment(ctx, task, examination, lease)
-                lease = renewed(lease, done)
+                check = repair_remote_segment(ctx, task, examination, held.lease)
+                holding(done)
             result.checks.append(check)
             say(check.describe())
-    finally:
-        ctx.metadata.release_lease_if_current(lease)
     if local:
         for local_task in local_index_tasks(partition_log, interval):
             check = check_local_segment(local_task)
