@@ -119,8 +119,9 @@ def test_deleted_and_corrupted_remote_indexes_are_found_then_repaired(fs_env: Ti
                     assert kind not in manifest.objects
                 else:  # byte for byte what the broker wrote
                     assert storage.fetch(ref, kind) == expected, (s.start_offset, kind)
-        assert len(storage.list_objects(tip_of(w))) == sum(len(storage.read_manifest(segment_ref(s)).objects) + 1
-                                                           for s in after)  # no orphans
+        assert len(storage.list_objects(tip_of(w))) == sum(
+            len(storage.read_manifest(segment_ref(s)).objects) + 1 for s in after
+        )  # no orphans
         view = load_tier_view(ctx.partitions("orders", 0)[0], ctx.metadata)
         assert view.highest_copied_offset == copied_before
         again = rebuild_partition_indexes(ctx, w.tp, repair=True)
@@ -175,13 +176,13 @@ def test_partition_held_by_another_run_is_not_checked(fs_env: TieringEnv) -> Non
 
 
 def test_repair_killed_after_its_finish_is_completed_by_the_next_run(fs_env: TieringEnv) -> None:
-    from tiering_core.runs.copy import manifest_custom_metadata
     from tiering_core.runs.rebuild.run import (
         examine_remote_segment,
         remote_index_tasks,
         repair_task,
         start_index_repair,
     )
+    from tiering_core.storage.manifest import CopyRecord
 
     w = build_partition(fs_env)
     with fs_env.context() as ctx:
@@ -194,7 +195,10 @@ def test_repair_killed_after_its_finish_is_completed_by_the_next_run(fs_env: Tie
         attempt = start_index_repair(ctx.metadata, seg0, lease)
         copied = examine_remote_segment(ctx.storage, repair_task(task, found, attempt))
         ctx.metadata.update_segment_state(
-            attempt.segment_id, FINISHED, lease, custom_metadata=manifest_custom_metadata(copied.manifest)
+            attempt.segment_id,
+            FINISHED,
+            lease,
+            custom_metadata=CopyRecord.of_manifest(copied.manifest).to_custom_metadata(),
         )
         ctx.metadata.release_lease(lease)  # killed here: the damaged attempt is still finished too
         assert [s.start_offset for s in finished(fs_env, w)][:2] == [0, 0]
@@ -281,16 +285,19 @@ def test_a_flipped_header_bit_in_the_remote_log_is_a_damaged_log_and_nothing_is_
         )
     before = remote_state(fs_env, w)
 
-    code = main(["--config", str(fs_env.config_path), "--json", "rebuild-indexes", "--topic", "orders",
-                 "--partition", "0"])
+    code = main(
+        ["--config", str(fs_env.config_path), "--json", "rebuild-indexes", "--topic", "orders", "--partition", "0"]
+    )
     out, err = capsys.readouterr()
     report = json.loads(out)
     assert code == 1
     assert (report["ok"], report["error"], report["repaired"]) == (2, 1, 0)
     damaged = report["checks"][1]
     assert damaged["damaged_log"] and damaged["status"] == "error" and damaged["segment_id"] == str(seg1.segment_id)
-    assert "damaged log" in damaged["error"] and "CRC-32C" in damaged["error"] and "recorded at copy time" in (
-        damaged["error"]
+    assert (
+        "damaged log" in damaged["error"]
+        and "CRC-32C" in damaged["error"]
+        and "recorded at copy time" in (damaged["error"])
     )
     assert str(seg1.segment_id) in err and "damaged log" in err  # the segment is named on stderr
     assert remote_state(fs_env, w) == before  # nothing repaired, nothing deleted, no new attempt
@@ -487,7 +494,5 @@ def test_broker_indexes_written_across_a_restart_are_not_damage(fs_env: TieringE
         run_copy(ctx, w.tp)
         result = rebuild_partition_indexes(ctx, w.tp, repair=True, local=True)
     assert {c.status for c in result.checks} == {IndexStatus.OK}, [c.describe() for c in result.checks]
-    equivalent = [
-        f.detail for c in result.checks for f in c.findings if f.kind == ObjectKind.OFFSET_INDEX and f.detail
-    ]
+    equivalent = [f.detail for c in result.checks for f in c.findings if f.kind == ObjectKind.OFFSET_INDEX and f.detail]
     assert len(equivalent) == 2 and all(d.startswith("equivalent") for d in equivalent)  # local and remote

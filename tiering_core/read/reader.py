@@ -37,6 +37,7 @@ from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, load_tier_view
 
 if TYPE_CHECKING:
@@ -195,9 +196,7 @@ class RemoteIndexCache:
 
 
 def _recorded_crc(segment: RemoteLogSegmentMetadata, kind: ObjectKind) -> str | None:
-    crcs = segment.custom_metadata.get("crc32c") if isinstance(segment.custom_metadata, dict) else None
-    value = crcs.get(kind.value) if isinstance(crcs, dict) else None
-    return value if isinstance(value, str) else None
+    return CopyRecord.of_segment(segment).crc(kind)
 
 
 def _tp(segment: RemoteLogSegmentMetadata) -> str:

@@ -41,6 +41,7 @@ from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.manifest import CopyRecord
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -120,8 +121,7 @@ def served_chain(reader: RemoteLogReader) -> list[RemoteLogSegmentMetadata]:
 
 def _download(storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: ObjectKind, target: Path) -> int:
     """Stream one object to ``target``, checking the CRC-32C recorded for it; its size, or -1 if absent."""
-    crcs = segment.custom_metadata.get("crc32c", {}) if isinstance(segment.custom_metadata, dict) else {}
-    expected = crcs.get(kind.value)
+    expected = CopyRecord.of_segment(segment).crc(kind)
     value = size = 0
     try:
         with storage.open_stream(segment_ref(segment), kind) as source, target.open("wb") as out:
@@ -205,4 +205,3 @@ def _write_root_checkpoints(target: Path, tp: TopicPartition, result: RestoreRes
     update_offset_checkpoints(
         target / LOG_START_OFFSET_CHECKPOINT, {tp: start if start is not None and start > first_base else None}
     )
-

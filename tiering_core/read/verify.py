@@ -15,6 +15,7 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.errors import ManifestError
+from tiering_core.storage.manifest import CopyRecord
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -70,7 +71,7 @@ def verify_segment(storage: RemoteStorage, segment: RemoteLogSegmentMetadata) ->
     except ManifestError as exc:
         result.problems.append(f"manifest: {exc}")
         return result
-    recorded = segment.custom_metadata.get("crc32c", {}) if isinstance(segment.custom_metadata, dict) else {}
+    recorded = CopyRecord.of_segment(segment).crc32c
     if manifest is not None and recorded:
         stored = {kind.value: entry.crc32c for kind, entry in manifest.objects.items()}
         for kind in sorted(set(recorded) | set(stored)):

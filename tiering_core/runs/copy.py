@@ -34,6 +34,7 @@ from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, load_tier_view, recorded_gaps
 
 if TYPE_CHECKING:
@@ -247,15 +248,6 @@ def upload_segment(storage: RemoteStorage, upload: SegmentUpload) -> SegmentMani
     return storage.copy_segment(upload.ref, upload.files)
 
 
-def manifest_custom_metadata(manifest: SegmentManifest) -> dict[str, Any]:
-    """What the metadata store keeps of a manifest: each object's key, size and checksum."""
-    return {
-        "objects": {kind.value: entry.key for kind, entry in manifest.objects.items()},
-        "sizes": {kind.value: entry.size for kind, entry in manifest.objects.items()},
-        "crc32c": {kind.value: entry.crc32c for kind, entry in manifest.objects.items()},
-    }
-
-
 def finish_segment(
     store: RemoteLogMetadataStore, upload: SegmentUpload, manifest: SegmentManifest, lease: Lease
 ) -> RemoteLogSegmentMetadata:
@@ -266,7 +258,7 @@ def finish_segment(
     return store.finish_copied_segment(
         upload.metadata.segment_id,
         lease,
-        custom_metadata=manifest_custom_metadata(manifest),
+        custom_metadata=CopyRecord.of_manifest(manifest).to_custom_metadata(),
         lineage=list(upload.leader_epoch_index),
     )
 

@@ -10,6 +10,7 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.retention import delete_lag
+from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.view import TierView, finished_in_lineage, load_tier_view, recorded_gaps
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ def collect_status(
 
 def segment_to_dict(segment: RemoteLogSegmentMetadata) -> dict[str, Any]:
     """The ``segments --json`` contract of DESIGN.md."""
-    objects = segment.custom_metadata.get("objects", {}) if isinstance(segment.custom_metadata, dict) else {}
+    objects = CopyRecord.of_segment(segment).objects
     return {
         "segment_id": str(segment.segment_id),
         "topic": segment.topic_id_partition.topic,

@@ -55,12 +55,13 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
-from tiering_core.runs.copy import manifest_custom_metadata, recover_failed_copies
+from tiering_core.runs.copy import recover_failed_copies
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import ManifestError, RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.storage.manifest import CopyRecord
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -288,11 +289,8 @@ def _stored(storage: RemoteStorage, ref: RemoteSegmentRef, kind: ObjectKind) -> 
 
 def recorded_object(segment: RemoteLogSegmentMetadata, kind: ObjectKind) -> tuple[int | None, str | None]:
     """Size and CRC-32C (hex) of one object as the metadata recorded them when the copy finished."""
-    meta = segment.custom_metadata if isinstance(segment.custom_metadata, dict) else {}
-    sizes, crcs = meta.get("sizes"), meta.get("crc32c")
-    size = sizes.get(kind.value) if isinstance(sizes, dict) else None
-    crc = crcs.get(kind.value) if isinstance(crcs, dict) else None
-    return (size if isinstance(size, int) else None, crc if isinstance(crc, str) else None)
+    record = CopyRecord.of_segment(segment)
+    return record.size(kind), record.crc(kind)
 
 
 class RecordedObjects:
@@ -512,7 +510,7 @@ def finish_index_repair(
         attempt.segment_id,
         RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
         lease,
-        custom_metadata=manifest_custom_metadata(manifest),
+        custom_metadata=CopyRecord.of_manifest(manifest).to_custom_metadata(),
     )
     try:
         delete_remote_segment(store, storage, damaged, lease)
