@@ -51,7 +51,7 @@ from tiering_core.kafka.index import rebuild_indexes  # noqa: E402
 from tiering_core.kafka.records import RecordSpec  # noqa: E402
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition  # noqa: E402
 from tiering_core.runs.copy import run_copy  # noqa: E402
-from tiering_core.runs.rebuild.run import examine_remote_segment, remote_index_tasks  # noqa: E402
+from tiering_core.runs.rebuild import examine_remote_segment, remote_index_tasks  # noqa: E402
 
 MiB = 1 << 20
 CHUNK = 1 << 20

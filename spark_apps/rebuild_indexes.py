@@ -35,7 +35,7 @@ from tiering_core.context import TieringContext
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.runs.lease import HeldPartition, renew_interval
-from tiering_core.runs.rebuild.run import (
+from tiering_core.runs.rebuild import (
     IndexCheck,
     IndexStatus,
     LocalIndexTask,

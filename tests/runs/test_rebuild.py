@@ -11,7 +11,7 @@ from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.index import parse_txn_index
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.rebuild.run import IndexStatus, rebuild_partition_indexes
+from tiering_core.runs.rebuild import IndexStatus, rebuild_partition_indexes
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.tier.view import load_tier_view
@@ -176,7 +176,7 @@ def test_partition_held_by_another_run_is_not_checked(fs_env: TieringEnv) -> Non
 
 
 def test_repair_killed_after_its_finish_is_completed_by_the_next_run(fs_env: TieringEnv) -> None:
-    from tiering_core.runs.rebuild.run import (
+    from tiering_core.runs.rebuild import (
         examine_remote_segment,
         remote_index_tasks,
         repair_task,
@@ -366,7 +366,7 @@ def test_a_damaged_previous_snapshot_is_not_used_to_rebuild_the_transaction_inde
 
 
 def test_started_leftovers_of_a_killed_repair_are_cleaned_up_by_the_next_rebuild(fs_env: TieringEnv) -> None:
-    from tiering_core.runs.rebuild.run import (
+    from tiering_core.runs.rebuild import (
         examine_remote_segment,
         remote_index_tasks,
         repair_task,

@@ -18,7 +18,7 @@ from tests.services import S3Endpoint
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.rebuild.run import IndexStatus
+from tiering_core.runs.rebuild import IndexStatus
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 

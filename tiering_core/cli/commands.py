@@ -214,7 +214,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
 
     from tiering_core.cli.output import format_rebuild_summary
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.runs.rebuild.run import rebuild_partition_indexes
+    from tiering_core.runs.rebuild import rebuild_partition_indexes
 
     started = time.monotonic()
     with _context(args) as ctx:

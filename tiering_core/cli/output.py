@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.runs.copy import CopyResult
-    from tiering_core.runs.rebuild.run import RebuildResult
+    from tiering_core.runs.rebuild import RebuildResult
     from tiering_core.tier.status import PartitionStatus
 
 
@@ -132,6 +132,6 @@ def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
 
 
 def _index_statuses() -> list[Any]:
-    from tiering_core.runs.rebuild.run import IndexStatus
+    from tiering_core.runs.rebuild import IndexStatus
 
     return list(IndexStatus)
