@@ -47,7 +47,7 @@ from tiering_core.kafka.checkpoints import (  # noqa: E402
     REPLICATION_OFFSET_CHECKPOINT,
     update_offset_checkpoint,
 )
-from tiering_core.kafka.index import rebuild_indexes  # noqa: E402
+from tiering_core.kafka.index_rebuild import rebuild_indexes  # noqa: E402
 from tiering_core.kafka.records import RecordSpec  # noqa: E402
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition  # noqa: E402
 from tiering_core.runs.copy import run_copy  # noqa: E402

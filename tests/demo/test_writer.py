@@ -19,13 +19,8 @@ from tiering_core.kafka.checkpoints import (
     write_offset_checkpoint,
 )
 from tiering_core.kafka.epoch import EpochEntry, read_leader_epoch_checkpoint
-from tiering_core.kafka.index import (
-    AbortedTxn,
-    read_offset_index,
-    read_time_index,
-    read_txn_index,
-    rebuild_indexes,
-)
+from tiering_core.kafka.index import AbortedTxn, read_offset_index, read_time_index, read_txn_index
+from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
 from tiering_core.kafka.records import (
     ControlRecordType,

@@ -278,7 +278,7 @@ def test_a_flipped_header_bit_in_the_remote_log_is_a_damaged_log_and_nothing_is_
         # The damaged header really makes the (correct) stored time index look wrong.
         log_path = fs_env.root / "flipped.log"
         log_path.write_bytes(ctx.storage.fetch(segment_ref(seg1), ObjectKind.LOG))
-        from tiering_core.kafka.index import rebuild_indexes
+        from tiering_core.kafka.index_rebuild import rebuild_indexes
 
         assert rebuild_indexes(log_path, seg1.start_offset, index_interval_bytes=INTERVAL).time_index != broker_file(
             w, seg1.start_offset, ObjectKind.TIME_INDEX

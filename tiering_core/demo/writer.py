@@ -53,10 +53,9 @@ from tiering_core.kafka.index import (
     OFFSET_ENTRY,
     TIME_ENTRY,
     AbortedTxn,
-    IndexBuilder,
     encode_txn_index,
-    read_end_transaction_marker,
 )
+from tiering_core.kafka.index_rebuild import IndexBuilder, read_end_transaction_marker
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
 from tiering_core.kafka.producer_state import ProducerState, ProducerStateTracker
 from tiering_core.kafka.records import (

@@ -33,12 +33,8 @@ from tiering_core.kafka.checkpoints import (
     read_partition_metadata,
 )
 from tiering_core.kafka.epoch import EpochEntry, read_leader_epoch_checkpoint
-from tiering_core.kafka.index import (
-    OffsetIndexEntry,
-    last_offset_index_entry,
-    lookup_offset_index_file,
-    read_end_transaction_marker,
-)
+from tiering_core.kafka.index import OffsetIndexEntry, last_offset_index_entry, lookup_offset_index_file
+from tiering_core.kafka.index_rebuild import read_end_transaction_marker
 from tiering_core.kafka.producer_state import ProducerStateTracker
 from tiering_core.kafka.records import ControlRecord, ControlRecordType
 from tiering_core.kafka.snapshot import (

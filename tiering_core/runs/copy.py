@@ -24,7 +24,7 @@ from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.kafka.batch import scan_log
 from tiering_core.kafka.epoch import EpochEntry, encode_leader_epoch_checkpoint
-from tiering_core.kafka.index import rebuild_indexes
+from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.snapshot import encode_producer_snapshot
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError

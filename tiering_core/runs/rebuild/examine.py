@@ -18,10 +18,7 @@ from typing import TYPE_CHECKING
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import verify_log_crc
 from tiering_core.kafka.crc import crc32c
-from tiering_core.kafka.index import (
-    RebuiltIndexes,
-    rebuild_indexes,
-)
+from tiering_core.kafka.index_rebuild import RebuiltIndexes, rebuild_indexes
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex

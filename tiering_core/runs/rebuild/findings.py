@@ -12,11 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import TieringError
-from tiering_core.kafka.index import (
-    IndexVerdict,
-    RebuiltIndexes,
-    check_broker_index,
-)
+from tiering_core.kafka.index_check import IndexVerdict, check_broker_index
+from tiering_core.kafka.index_rebuild import RebuiltIndexes
 from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
 from tiering_core.storage.layout import ObjectKind
 
