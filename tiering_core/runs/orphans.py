@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.storage.layout import ObjectKind, parse_segment_key
-from tiering_core.storage.segments import MULTIPART_UPLOAD, TEMP_FILE, IncompleteUpload, RemoteObject
+from tiering_core.storage.objects import MULTIPART_UPLOAD, TEMP_FILE, IncompleteUpload, RemoteObject
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext

@@ -10,29 +10,29 @@ reads resume where a broken connection left them, pinned to the object's ETag.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import io
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError, IncompleteReadError
+from botocore.exceptions import ClientError
 
 from tiering_core.errors import ConfigError
 from tiering_core.storage.checksum import crc32c, crc32c_combine
 from tiering_core.storage.errors import InvalidRangeError, RemoteObjectNotFoundError, RemoteStorageError
+from tiering_core.storage.objects import MULTIPART_UPLOAD, IncompleteUpload, Progress, RemoteObject
 from tiering_core.storage.retry import RetryPolicy, attempt_time_left, call_with_retries, is_retryable
-from tiering_core.storage.segments import MULTIPART_UPLOAD, IncompleteUpload, Progress, RemoteObject, RemoteStorage
+from tiering_core.storage.s3.multipart import Abandoned, PartsInFlight, Window, b64, locked, window_crc
+from tiering_core.storage.s3.reads import READ_BUFFER, ResumableBody, next_part_marker, next_token, next_upload_marker
+from tiering_core.storage.segments import RemoteStorage
 
 __all__ = ["S3RemoteStorage", "is_retryable"]
 
@@ -44,8 +44,6 @@ MIN_PART = 5 * MiB  # S3's limits on every part but the last
 MAX_PART = 5 * 1024 * MiB
 NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
 NO_SUCH_UPLOAD = frozenset({"404", "NoSuchUpload"})
-READ_BUFFER = 1 * MiB
-CRC_CHUNK = 1 * MiB  # per read of the checksum pass over a window
 WAIT_POLL = 0.1  # seconds between checks for an exception raised in the waiting thread
 LIST_PAGE_SIZE = 1000  # S3's maximum keys (or uploads) per listing page
 MIN_READ_TIMEOUT = 0.01  # an attempt capped below this is hopeless, but must not mean "no timeout"
@@ -149,7 +147,7 @@ class S3RemoteStorage(RemoteStorage):
             code = _code(exc)
             if code in NOT_FOUND:
                 return RemoteObjectNotFoundError(f"{where}: object not found")
-            if isinstance(exc, RemoteStorageError | _Abandoned):
+            if isinstance(exc, RemoteStorageError | Abandoned):
                 return exc
             return RemoteStorageError(
                 f"{where} failed after {attempts} attempt(s) in {elapsed:.1f} s: {type(exc).__name__}: {exc}"
@@ -170,7 +168,7 @@ class S3RemoteStorage(RemoteStorage):
             self._call(
                 "PutObject",
                 key,
-                lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=source, ChecksumCRC32C=_b64(crc)),
+                lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=source, ChecksumCRC32C=b64(crc)),
             )
             if progress:
                 progress(len(source))
@@ -180,7 +178,7 @@ class S3RemoteStorage(RemoteStorage):
             size = path.stat().st_size
         except OSError as exc:
             raise RemoteStorageError(f"{self.describe(key)}: PutObject: cannot read {path}: {exc}") from exc
-        report = _locked(progress)
+        report = locked(progress)
         if size < self.threshold:
             return size, self._upload_window(key, path, 0, size, report, None)[0]
         return size, self._multipart(key, path, size, report)
@@ -209,13 +207,13 @@ class S3RemoteStorage(RemoteStorage):
         except OSError as exc:
             raise RemoteStorageError(f"{self.describe(key)}: cannot read {path}: {exc}") from exc
         with f:
-            crc = _window_crc(f.fileno(), offset, length, path)
-            window = _Window(f.fileno(), offset, length, progress, stop)
-            checksum = _b64(crc)
+            crc = window_crc(f.fileno(), offset, length, path)
+            window = Window(f.fileno(), offset, length, progress, stop)
+            checksum = b64(crc)
 
             def send() -> Any:
                 if stop is not None and stop.is_set():
-                    raise _Abandoned()
+                    raise Abandoned()
                 window.seek(0)
                 try:
                     if part is None:
@@ -233,7 +231,7 @@ class S3RemoteStorage(RemoteStorage):
                     )
                 except Exception:
                     if stop is not None and stop.is_set():  # botocore wraps our stop as a retryable error
-                        raise _Abandoned() from None
+                        raise Abandoned() from None
                     raise
 
             answer = self._call("PutObject" if part is None else "UploadPart", key, send)
@@ -256,12 +254,12 @@ class S3RemoteStorage(RemoteStorage):
             lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key, ChecksumAlgorithm="CRC32C"),
         )
         upload_id = str(created["UploadId"])
-        parts = _PartsInFlight()
+        parts = PartsInFlight()
 
         def upload_part(number: int, offset: int, length: int) -> tuple[int, str]:
             with parts.lock:
                 if parts.stop.is_set():  # another part failed for good, or the upload was stopped
-                    raise _Abandoned()
+                    raise Abandoned()
                 parts.running += 1
             try:
                 return self._upload_window(key, path, offset, length, progress, (upload_id, number), parts.stop)
@@ -286,10 +284,10 @@ class S3RemoteStorage(RemoteStorage):
             if parts.stop.is_set():
                 wait(futures)  # those in flight end at their next read; the rest never start
                 errors = [f.exception() for f in futures if not f.cancelled()]
-                raise next(e for e in errors if e is not None and not isinstance(e, _Abandoned))
+                raise next(e for e in errors if e is not None and not isinstance(e, Abandoned))
             results = [f.result() for f in futures]
             done = [
-                {"PartNumber": number, "ETag": etag, "ChecksumCRC32C": _b64(crc)}
+                {"PartNumber": number, "ETag": etag, "ChecksumCRC32C": b64(crc)}
                 for (number, _, _), (crc, etag) in zip(windows, results, strict=True)
             ]
             self._call("CompleteMultipartUpload", key, self._completer(key, upload_id, done, size))
@@ -393,7 +391,7 @@ class S3RemoteStorage(RemoteStorage):
 
     def open_object(self, key: str, start: int = 0) -> BinaryIO:
         answer = self._call("GetObject", key, lambda: self._get(key, start))
-        raw = _ResumableBody(self, key, start, start + int(answer["ContentLength"]), answer["Body"], answer["ETag"])
+        raw = ResumableBody(self, key, start, start + int(answer["ContentLength"]), answer["Body"], answer["ETag"])
         return io.BufferedReader(raw, READ_BUFFER)  # type: ignore[return-value]
 
     def object_size(self, key: str) -> int | None:
@@ -463,7 +461,7 @@ class S3RemoteStorage(RemoteStorage):
             lambda **marker: self.client.list_objects_v2(
                 Bucket=self.bucket, Prefix=prefix, MaxKeys=self.list_page_size, **marker
             ),
-            _next_token,
+            next_token,
         ):
             for item in page.get("Contents", []):
                 found.append(RemoteObject(item["Key"], int(item["Size"]), item["LastModified"]))
@@ -480,7 +478,7 @@ class S3RemoteStorage(RemoteStorage):
             lambda **marker: self.client.list_objects_v2(
                 Bucket=self.bucket, Prefix=prefix, Delimiter="/", MaxKeys=self.list_page_size, **marker
             ),
-            _next_token,
+            next_token,
         ):
             found.update(str(p["Prefix"]) for p in page.get("CommonPrefixes", []))
         for key, _upload in self._uploads(prefix):
@@ -497,7 +495,7 @@ class S3RemoteStorage(RemoteStorage):
             lambda **marker: self.client.list_multipart_uploads(
                 Bucket=self.bucket, Prefix=prefix, MaxUploads=self.list_page_size, **marker
             ),
-            _next_upload_marker,
+            next_upload_marker,
         ):
             for item in page.get("Uploads", []):
                 key = str(item["Key"])
@@ -527,7 +525,7 @@ class S3RemoteStorage(RemoteStorage):
                 "ListParts",
                 key,
                 lambda **marker: self.client.list_parts(Bucket=self.bucket, Key=key, UploadId=upload_id, **marker),
-                _next_part_marker,
+                next_part_marker,
             ):
                 for part in page.get("Parts", []):
                     size += int(part["Size"])
@@ -542,173 +540,3 @@ class S3RemoteStorage(RemoteStorage):
         if upload.kind != MULTIPART_UPLOAD or upload.upload_id is None:
             raise RemoteStorageError(f"{self.describe(upload.key)}: not a multipart upload")
         self._abort(upload.key, upload.upload_id, quiet=False)
-
-
-def _next_token(page: Any) -> dict[str, str] | None:
-    if not page.get("IsTruncated"):
-        return None
-    return {"ContinuationToken": str(page["NextContinuationToken"])}
-
-
-def _next_upload_marker(page: Any) -> dict[str, str] | None:
-    if not page.get("IsTruncated"):
-        return None
-    return {"KeyMarker": str(page["NextKeyMarker"]), "UploadIdMarker": str(page.get("NextUploadIdMarker", ""))}
-
-
-def _next_part_marker(page: Any) -> dict[str, str] | None:
-    if not page.get("IsTruncated"):
-        return None
-    return {"PartNumberMarker": str(page["NextPartNumberMarker"])}
-
-
-class _ResumableBody(io.RawIOBase):
-    """An object's bytes [position, end): a broken, stalled or cut-off connection is reopened
-    at the current position (If-Match the first response's ETag, so a concurrent overwrite
-    is an error rather than a splice of two versions) under the storage's retry policy."""
-
-    def __init__(self, owner: S3RemoteStorage, key: str, position: int, end: int, body: Any, etag: str) -> None:
-        self._owner = owner
-        self._key = key
-        self._position = position
-        self._end = end
-        self._body: Any = body
-        self._etag = etag
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        if not len(view) or self._position >= self._end:
-            self._drop()
-            return 0
-
-        def attempt() -> int:
-            if self._body is None:
-                self._body = self._owner._get(self._key, self._position, etag=self._etag)["Body"]
-            try:
-                n = int(self._body.readinto(view[: self._end - self._position]))
-                if n == 0:
-                    raise IncompleteReadError(actual_bytes=self._position, expected_bytes=self._end)
-                return n
-            except BaseException:
-                self._drop()
-                raise
-
-        n = self._owner._call("GetObject", self._key, attempt)
-        self._position += n
-        return n
-
-    def readall(self) -> bytes:
-        """The rest of the object in 1 MiB reads (RawIOBase's default reads 8 KiB at a time)."""
-        out = bytearray()
-        chunk = bytearray(READ_BUFFER)
-        while n := self.readinto(chunk):
-            out += memoryview(chunk)[:n]
-        return bytes(out)
-
-    def _drop(self) -> None:
-        if self._body is not None:
-            body, self._body = self._body, None
-            body.close()
-
-    def close(self) -> None:
-        self._drop()
-        super().close()
-
-
-class _Abandoned(Exception):
-    """A part not started, or stopped mid-send, because the upload was abandoned."""
-
-
-@dataclass
-class _PartsInFlight:
-    """Shared by the parts of one multipart upload (under ``lock``)."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    stop: threading.Event = field(default_factory=threading.Event)
-    running: int = 0
-    aborting: bool = False
-
-
-def _locked(progress: Progress | None) -> Progress | None:
-    """Parts report progress from several threads; the caller's callback sees one at a time."""
-    if progress is None:
-        return None
-    lock = threading.Lock()
-
-    def report(n: int) -> None:
-        with lock:
-            progress(n)
-
-    return report
-
-
-class _Window:
-    """A seekable, read-only view of ``length`` bytes of a file from ``offset``: the request
-    body of one PutObject or UploadPart. Progress counts each byte the first time it is sent;
-    once ``stop`` is set, the next read raises, so an upload being abandoned ends mid-part."""
-
-    def __init__(
-        self, fd: int, offset: int, length: int, progress: Progress | None, stop: threading.Event | None
-    ) -> None:
-        self._fd = fd
-        self._offset = offset
-        self._length = length
-        self._progress = progress
-        self._stop = stop
-        self._pos = 0
-        self._reported = 0
-
-    def __len__(self) -> int:
-        return self._length
-
-    def read(self, n: int = -1) -> bytes:
-        if self._stop is not None and self._stop.is_set():
-            raise _Abandoned()
-        remaining = self._length - self._pos
-        if n is None or n < 0 or n > remaining:
-            n = remaining
-        if n <= 0:
-            return b""
-        data = os.pread(self._fd, n, self._offset + self._pos)
-        if len(data) < n:
-            raise RemoteStorageError(f"file shrank while uploading: wanted {n} bytes at {self._offset + self._pos}")
-        self._pos += n
-        if self._progress and self._pos > self._reported:
-            self._progress(self._pos - self._reported)
-            self._reported = self._pos
-        return data
-
-    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._length}[whence]
-        self._pos = max(0, min(self._length, base + position))
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-
-def _window_crc(fd: int, offset: int, length: int, path: Path) -> int:
-    """CRC-32C of ``length`` bytes of the file from ``offset``, read into one reused buffer."""
-    buffer = memoryview(bytearray(min(CRC_CHUNK, max(length, 1))))
-    crc = done = 0
-    while done < length:
-        n = os.preadv(fd, [buffer[: min(len(buffer), length - done)]], offset + done)
-        if n == 0:
-            raise RemoteStorageError(f"{path}: file shrank while uploading: it ends at {offset + done} bytes")
-        crc = crc32c(buffer[:n], crc)
-        done += n
-    return crc
-
-
-def _b64(crc: int) -> str:
-    """A CRC-32C as S3's ``x-amz-checksum-crc32c`` header spells it: base64 of 4 big-endian bytes."""
-    return base64.b64encode((crc & 0xFFFFFFFF).to_bytes(4, "big")).decode()
