@@ -41,8 +41,9 @@ from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError
-from tiering_core.runs.copy import CopyResult, CopyRun, SegmentUpload, upload_segment
+from tiering_core.runs.copy import CopyResult, CopyRun
 from tiering_core.runs.lease import renew_interval
+from tiering_core.runs.segment_copy import SegmentUpload, upload_segment
 from tiering_core.tier.view import CopyCandidate
 
 if TYPE_CHECKING:

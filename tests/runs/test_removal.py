@@ -176,7 +176,7 @@ def test_removal_sweeps_objects_no_metadata_references(fs_env: TieringEnv) -> No
     w = tiered_partition(fs_env)
     stray = put_stray_object(fs_env, tip_of(w))
     with fs_env.context() as ctx:  # and a killed copy: COPY_SEGMENT_STARTED with an object stored
-        from tiering_core.runs.copy import prepare_segment_upload, upload_segment
+        from tiering_core.runs.segment_copy import prepare_segment_upload, upload_segment
         from tiering_core.tier.view import CopyCandidate, load_tier_view
 
         write_segments(w, 1)

@@ -551,7 +551,7 @@ def test_killed_copy_leftover_is_cleaned_and_does_not_stop_retention(fs_env: Tie
 
 def reupload_first_segment(env: TieringEnv, w: PartitionWriter) -> None:
     """A second finished copy of segment [0..4] overlapping the first (as a re-upload is)."""
-    from tiering_core.runs.copy import finish_segment, prepare_segment_upload, upload_segment
+    from tiering_core.runs.segment_copy import finish_segment, prepare_segment_upload, upload_segment
     from tiering_core.tier.view import CopyCandidate
 
     with env.context() as ctx:

@@ -25,8 +25,8 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.runs.copy import recover_failed_copies
 from tiering_core.runs.lease import HeldPartition, held_partition
+from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import delete_remote_segment
 from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, load_tier_view
 

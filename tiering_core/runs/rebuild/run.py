@@ -41,8 +41,8 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
-from tiering_core.runs.copy import recover_failed_copies
 from tiering_core.runs.lease import HeldPartition, held_partition
+from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_ref
 from tiering_core.storage.manifest import CopyRecord
 
