@@ -11,7 +11,8 @@ from tests.engine_support import TieringEnv, tip_of
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.records import Record, iter_records
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.read.reader import OffsetOutOfRangeError, RemoteIndexCache, open_reader
+from tiering_core.read.index_cache import RemoteIndexCache
+from tiering_core.read.reader import OffsetOutOfRangeError, open_reader
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.retention import apply_delete_records
 from tiering_core.runs.segment_ops import segment_ref
