@@ -1,4 +1,4 @@
-"""The copy engine (KAFKA_SEMANTICS 5 with 10) on real log dirs, S3 via moto, SQLite and PostgreSQL."""
+"""The copy engine (docs/kafka-rules.md section 5 with 10) on real log dirs, S3 via moto, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Partition removal (KAFKA_SEMANTICS 7): which topic ids it removes, dry runs, the sweep of
+"""Partition removal (docs/kafka-rules.md section 7): which topic ids it removes, dry runs, the sweep of
 unreferenced objects, resuming after a kill at each step, no recopy."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Remote retention (KAFKA_SEMANTICS 6 read with 10): size, time, log start, lineage, delete lag,
+"""Remote retention (docs/kafka-rules.md section 6 read with 10): size, time, log start, lineage, delete lag,
 copies in flight and killed, DeleteRecords by hand, dry runs and runs killed at each step."""
 
 from __future__ import annotations

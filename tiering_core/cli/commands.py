@@ -1,7 +1,7 @@
 """The ``tiering`` command: ``tiering --config FILE <command>``.
 
 Exit 0 on success; otherwise non-zero with a one-line reason on stderr. ``--json`` prints
-machine-readable output whose field names are stable (DESIGN.md).
+machine-readable output whose field names are stable (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The cache mirrors Kafka's ``LeaderEpochFileCache`` (storage module) as an immutable value:
 every change returns a new cache, so a view of the broker's cache can be copied, truncated and
-compared without side effects. KAFKA_SEMANTICS sections 3, 6 and 10 are the rules followed.
+compared without side effects. docs/kafka-rules.md sections 3, 6 and 10 are the rules followed.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ class LeaderEpochCache:
         return entry.epoch if entry is not None else None
 
     def epoch_for_offset(self, offset: int) -> int | None:
-        """Epoch of the last entry whose start offset <= ``offset`` (KAFKA_SEMANTICS 3).
+        """Epoch of the last entry whose start offset <= ``offset`` (docs/kafka-rules.md section 3).
 
         Kafka's ``epochForOffset`` differs only for empty epochs: for an offset equal to several
         entries' start it returns the first of them. The offset's records belong to the last
@@ -318,7 +318,7 @@ class LeaderEpochCache:
         return cache.truncate_from_end(end_offset)
 
     def segment_leader_epochs(self, base_offset: int, next_base_offset: int) -> dict[int, int]:
-        """The epochs of segment [base, nextBase) and where each starts within it (KAFKA_SEMANTICS 3)."""
+        """The epochs of segment [base, nextBase) and where each starts within it (docs/kafka-rules.md section 3)."""
         return self.entries_in_range(base_offset, next_base_offset).as_dict()
 
     def leader_epoch_index_for_segment(self, next_base_offset: int) -> LeaderEpochCache:
@@ -379,7 +379,7 @@ def _filtered_epochs(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
 def is_segment_in_lineage(
     segment_epochs: Mapping[int, int], segment_end_offset: int, lineage: LeaderEpochCache, log_end_offset: int
 ) -> bool:
-    """Whether a remote segment lies within lineage L (KAFKA_SEMANTICS 6, the lineage check).
+    """Whether a remote segment lies within lineage L (docs/kafka-rules.md section 6, the lineage check).
 
     Follows Kafka's ``RemoteLogManager.isRemoteSegmentWithinLeaderEpochs`` and the section's
     wording clause by clause. Both the segment's epochs S and L are taken with empty epochs
@@ -422,7 +422,7 @@ def is_segment_in_lineage(
 
 
 def merge_lineage(recorded: Sequence[EpochEntry], current: Sequence[EpochEntry]) -> LeaderEpochCache:
-    """KAFKA_SEMANTICS 10 item 2: the recorded epoch history overridden by the broker's current cache.
+    """docs/kafka-rules.md section 10 item 2: the recorded epoch history overridden by the broker's current cache.
 
     From the current cache's first start offset on, the current cache wins (it reflects
     truncations after unclean elections). Before it, recorded entries survive when their epoch

@@ -1,4 +1,4 @@
-"""Reads from the remote tier (KAFKA_SEMANTICS section 8, with section 10's lineage).
+"""Reads from the remote tier (docs/kafka-rules.md section 8, with section 10's lineage).
 
 Only COPY_SEGMENT_FINISHED segments inside the partition's lineage serve reads, from the global
 log start offset up to the highest copied offset; what lies above is the broker's to serve.
@@ -49,7 +49,7 @@ class OffsetOutOfRangeError(TieringError):
 
 @dataclass(frozen=True)
 class FetchedRecord:
-    """One record as ``tiering fetch`` prints it (DESIGN.md's ``fetch`` contract)."""
+    """One record as ``tiering fetch`` prints it (docs/architecture.md's ``fetch`` contract)."""
 
     offset: int
     timestamp: int

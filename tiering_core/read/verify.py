@@ -1,6 +1,6 @@
 """``tiering verify``: every finished remote segment against its manifest and its metadata.
 
-DESIGN invariant 2: a COPY_SEGMENT_FINISHED segment's objects exist and match their manifest's
+docs/architecture.md invariant 2: a COPY_SEGMENT_FINISHED segment's objects exist and match their manifest's
 sizes and checksums. Each object is streamed once (``RemoteStorage.verify_segment``); the
 manifest is also compared with the checksums the metadata recorded when the copy finished, so
 a manifest rewritten behind the platform's back is caught too. Nothing is changed.

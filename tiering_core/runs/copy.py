@@ -1,6 +1,6 @@
 """The copy task: what Kafka's RemoteLogManager does as leader, as one idempotent batch run.
 
-Per partition (KAFKA_SEMANTICS sections 5 and 10): take the partition's lease, clean up what
+Per partition (docs/kafka-rules.md sections 5 and 10): take the partition's lease, clean up what
 a killed earlier run left in COPY_SEGMENT_STARTED, find the highest copied offset along the
 lineage, and copy every closed segment whose next base offset is at or below the LSO:
 new UUID, COPY_SEGMENT_STARTED, objects, manifest last, COPY_SEGMENT_FINISHED.

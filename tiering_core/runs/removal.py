@@ -1,4 +1,4 @@
-"""Remote partition removal (KAFKA_SEMANTICS section 7), triggered by hand.
+"""Remote partition removal (docs/kafka-rules.md section 7), triggered by hand.
 
 DELETE_PARTITION_MARKED -> DELETE_PARTITION_STARTED -> every segment deleted -> every object
 left under the partition's prefix deleted -> DELETE_PARTITION_FINISHED -> the partition's

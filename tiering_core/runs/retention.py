@@ -1,6 +1,6 @@
 """The expiration task: Kafka's remote retention as one batch run per partition.
 
-KAFKA_SEMANTICS section 6 read with section 10: the lineage and the global log start offset
+docs/kafka-rules.md section 6 read with section 10: the lineage and the global log start offset
 are the platform's own, so the broker deleting its old segments (and truncating its epoch
 cache from the start) never deletes remote data. The plan is computed read-only
 (``plan_retention``); the run records the new remote log start offset **before** deleting any

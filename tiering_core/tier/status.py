@@ -176,7 +176,7 @@ def collect_status(
 
 
 def segment_to_dict(segment: RemoteLogSegmentMetadata) -> dict[str, Any]:
-    """The ``segments --json`` contract of DESIGN.md."""
+    """The ``segments --json`` contract of docs/architecture.md."""
     objects = CopyRecord.of_segment(segment).objects
     return {
         "segment_id": str(segment.segment_id),

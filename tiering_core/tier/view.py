@@ -1,7 +1,7 @@
 """A partition's tier state: the broker's local log joined with what the remote tier holds.
 
 Copy, retention, status and reads derive their offsets here and nowhere else:
-the lineage and global log start offset of KAFKA_SEMANTICS section 10, the highest copied
+the lineage and global log start offset of docs/kafka-rules.md section 10, the highest copied
 offset of section 5 step 1, the copy candidates of step 3, copy lag, tiering gaps and
 local-retention risk.
 """
@@ -223,7 +223,7 @@ class TierView:
 def highest_copied_offset(
     store: RemoteLogMetadataStore, tip: TopicIdPartition, lineage: LeaderEpochCache, log_end_offset: int
 ) -> int:
-    """KAFKA_SEMANTICS 5 step 1: walk the lineage's epochs from the latest backwards.
+    """docs/kafka-rules.md section 5 step 1: walk the lineage's epochs from the latest backwards.
 
     For the first epoch with finished remote data up to ``h``: if the lineage ends that epoch
     at or before ``h`` (remote holds more of it than this lineage: an unclean election), the

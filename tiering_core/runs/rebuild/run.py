@@ -1,7 +1,7 @@
 """Index rebuild: rebuild a segment's offset, time and transaction indexes from its ``.log``,
 compare them with what is stored, and repair what is missing or different.
 
-Indexes can always be rebuilt by walking batch headers (KAFKA_SEMANTICS section 1); the
+Indexes can always be rebuilt by walking batch headers (docs/kafka-rules.md section 1); the
 transaction index also needs the transactions open at the segment's base, which the producer
 snapshot at that offset holds (for a remote segment: the snapshot uploaded with the segment
 that ends just below it).
