@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.errors import TieringError
-from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.errors import FencedError, LeaseHeldError
+from tiering_core.errors import InvalidTopicError, TieringError
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, validate_topic_name
+from tiering_core.metadata.errors import FencedError, LeaseHeldError, MetadataStoreError
 from tiering_core.metadata.states import RemotePartitionDeleteState
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.orphans import delete_unreferenced_keys, unreferenced_object_keys
@@ -156,6 +156,81 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
     created = {r.topic_id: r.created_ms for r in records}
     ordered = sorted(remove, key=lambda t: (created[t.topic_id], t.topic_id))  # oldest first
     return RemovalTargets(tp, tuple(ordered), removed, kept)
+
+
+class RemovalRequestRefusedError(TieringError):
+    """A removal request refused before anything is deleted (a wrong confirmation, a partition
+    without remote data, live data without ``force``); retrying does not help."""
+
+
+def plan_removal_request(
+    ctx: TieringContext,
+    topic: str,
+    partitions: Sequence[int | str],
+    *,
+    confirm: str,
+    dry_run: bool,
+    force: bool,
+) -> list[dict[str, Any]]:
+    """The rules of a removal request (the Airflow removal DAG's): ``confirm`` must repeat the
+    topic, every partition must have remote data, and no live data (a topic id still in the log
+    dirs) goes without ``force``. Per partition, the topic ids to delete (a dry run: to list).
+
+    A refusal raises ``RemovalRequestRefusedError``; a metadata store outage raises
+    ``MetadataStoreError`` (transient: the caller retries).
+    """
+    if confirm != topic:
+        raise RemovalRequestRefusedError(
+            f"confirm must repeat the topic name {topic!r} (got {confirm!r}); nothing deleted"
+        )
+    try:
+        validate_topic_name(topic)
+    except InvalidTopicError as exc:
+        raise RemovalRequestRefusedError(f"{exc}; nothing deleted") from exc
+    plan: list[dict[str, Any]] = []
+    unknown: list[str] = []
+    live: dict[str, list[str]] = {}  # partitions whose only remote data is live
+    for partition in sorted({int(p) for p in partitions}):
+        tp = TopicPartition(topic, partition)
+        try:
+            targets = removal_targets(ctx, tp)
+        except MetadataStoreError:
+            raise  # transient: the caller retries
+        except RemovalRefusedError as exc:
+            if exc.targets is None:  # a partition directory whose topic id cannot be read
+                raise RemovalRequestRefusedError(f"{exc}; nothing deleted") from exc
+            targets = exc.targets  # only live data: refused below unless force
+        except TieringError as exc:
+            log.info("%s", exc)
+            unknown.append(str(tp))
+            continue
+        remove = [t.topic_id for t in targets.remove]
+        held = [t.topic_id for t in targets.kept]
+        if held and not remove:
+            live[str(tp)] = held
+        if held:
+            verb = "deleted too (force)" if force else "kept"
+            log.warning("%s: topic id(s) %s are still in the broker's log dirs: %s", tp, held, verb)
+        # No explicit topic id left (every one already removed): the core reports it finished.
+        topic_ids = remove + held if force else remove
+        plan.append({"partition": partition, "topic_ids": topic_ids if topic_ids or held else None})
+    if unknown:
+        raise RemovalRequestRefusedError(
+            f"{topic}: partition(s) {', '.join(unknown)} have no remote data (unknown to the metadata store); "
+            "nothing deleted"
+        )
+    if live and not force:
+        which = "; ".join(f"{tp} (topic id {', '.join(ids)})" for tp, ids in live.items())
+        refusal = (
+            f"still in the broker's log dirs, so their remote data is live: {which}. Set force to delete it "
+            "anyway (e.g. a broker being decommissioned)"
+        )
+        if not dry_run:
+            raise RemovalRequestRefusedError(f"{refusal}; nothing deleted")
+        log.warning("dry run: a real run would be refused: %s", refusal)
+    mode = "dry run: listing" if dry_run else "deleting"
+    log.info("%s the remote data of %s: %s", mode, topic, plan)
+    return plan
 
 
 def _sweep(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[str]:
