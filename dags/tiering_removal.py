@@ -59,7 +59,8 @@ def validate_request(params: dict[str, Any] | None = None) -> list[dict[str, Any
     from airflow.sdk.exceptions import AirflowFailException
 
     from plugins.hooks.tiering import TieringHook
-    from tiering_core.runs.removal import RemovalRequestRefusedError, plan_removal_request
+    from tiering_core.runs.errors import RemovalRequestRefusedError
+    from tiering_core.runs.removal import plan_removal_request
 
     assert params is not None
     try:

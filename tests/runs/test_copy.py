@@ -485,7 +485,7 @@ def _stalled_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_lease_that_expires_under_a_stalled_run_fails_it_loudly(
     tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tiering_core.runs.copy import CopyFailedError
+    from tiering_core.runs.errors import CopyFailedError
 
     w = tiering_env.writer()
     write_segments(w, 2)
@@ -541,7 +541,7 @@ def test_storage_down_during_cleanup_keeps_the_upload_error(
     tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import tiering_core.runs.copy as copy_mod
-    from tiering_core.runs.copy import CopyFailedError
+    from tiering_core.runs.errors import CopyFailedError
     from tiering_core.storage.errors import RemoteStorageError
 
     w = tiering_env.writer()
@@ -609,7 +609,7 @@ def test_a_failed_upload_of_a_segment_the_broker_deleted_meanwhile_is_the_vanish
     but the vanished segment, cleaned up either way: the gap is recorded when data not yet tiered
     went, else the run fails naming the file."""
     import tiering_core.runs.copy as copy_mod
-    from tiering_core.runs.copy import CopyFailedError
+    from tiering_core.runs.errors import CopyFailedError
     from tiering_core.storage.errors import RemoteStorageError
 
     original = copy_mod.upload_segment

@@ -24,6 +24,7 @@ from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.store import Lease
+from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, load_tier_view, recorded_gaps
@@ -46,10 +47,6 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 Uploader = Callable[["RemoteStorage", "SegmentUpload"], "SegmentManifest"]
-
-
-class CopyFailedError(TieringError):
-    """A segment could not be copied; what was uploaded of it has been cleaned up."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from tiering_core.errors import InvalidTopicError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, validate_topic_name
 from tiering_core.metadata.errors import FencedError, LeaseHeldError, MetadataStoreError
 from tiering_core.metadata.states import RemotePartitionDeleteState
+from tiering_core.runs.errors import RemovalRefusedError, RemovalRequestRefusedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.orphans import delete_unreferenced_keys, unreferenced_object_keys
 from tiering_core.runs.segment_ops import delete_remote_segment
@@ -48,19 +49,6 @@ class RemovalTargets:
     remove: tuple[TopicIdPartition, ...]
     removed: tuple[TopicIdPartition, ...]
     kept: tuple[TopicIdPartition, ...]
-
-
-class RemovalRefusedError(TieringError):
-    """Removing would delete the remote data of a partition the broker still holds.
-
-    ``targets`` is what was found (nothing to remove, the live topic ids ``kept``), so a caller
-    deciding whether to force the removal needs no second look at the store; ``None`` when the
-    broker's log dirs could not be read at all.
-    """
-
-    def __init__(self, message: str, *, targets: RemovalTargets | None = None) -> None:
-        super().__init__(message)
-        self.targets = targets
 
 
 @dataclass
@@ -156,11 +144,6 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
     created = {r.topic_id: r.created_ms for r in records}
     ordered = sorted(remove, key=lambda t: (created[t.topic_id], t.topic_id))  # oldest first
     return RemovalTargets(tp, tuple(ordered), removed, kept)
-
-
-class RemovalRequestRefusedError(TieringError):
-    """A removal request refused before anything is deleted (a wrong confirmation, a partition
-    without remote data, live data without ``force``); retrying does not help."""
 
 
 def plan_removal_request(

@@ -4,6 +4,7 @@ the single-process ``tiering rebuild-indexes``)."""
 
 from __future__ import annotations
 
+from tiering_core.runs.errors import DamagedSegmentError
 from tiering_core.runs.rebuild.examine import (
     DOWNLOAD_CHUNK,
     LocalIndexTask,
@@ -18,7 +19,6 @@ from tiering_core.runs.rebuild.examine import (
 from tiering_core.runs.rebuild.findings import (
     CARRIED_KINDS,
     INDEX_KINDS,
-    DamagedSegmentError,
     IndexCheck,
     IndexFinding,
     IndexStatus,

@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from tiering_core.kafka.partition_log import LogSegment, PartitionLog
     from tiering_core.storage.manifest import SegmentManifest
     from tiering_core.storage.segments import RemoteStorage
+from tiering_core.runs.errors import DamagedSegmentError
 from tiering_core.runs.rebuild.findings import (
     CARRIED_KINDS,
     INDEX_KINDS,
-    DamagedSegmentError,
     IndexCheck,
     IndexFinding,
     IndexStatus,

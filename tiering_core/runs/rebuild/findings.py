@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.cli.output import fmt_bytes
-from tiering_core.errors import TieringError
 from tiering_core.kafka.index_check import IndexVerdict, check_broker_index
 from tiering_core.kafka.index_rebuild import RebuiltIndexes
 from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
@@ -26,11 +25,6 @@ log = logging.getLogger(__name__)
 INDEX_KINDS = (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX)
 #: Objects a repaired copy takes over unchanged from the damaged one.
 CARRIED_KINDS = (ObjectKind.PRODUCER_SNAPSHOT, ObjectKind.LEADER_EPOCH_CHECKPOINT)
-
-
-class DamagedSegmentError(TieringError):
-    """A remote object does not match what was recorded when the segment was copied (or a batch
-    of its ``.log`` fails its CRC): the segment's indexes cannot be judged, nothing is repaired."""
 
 
 class IndexStatus(StrEnum):
