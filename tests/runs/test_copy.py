@@ -269,9 +269,8 @@ KILL_SCRIPT = textwrap.dedent(
         storage.put_object(upload.ref.key(ObjectKind.LOG, storage.prefix), upload.files[ObjectKind.LOG])
         os.kill(os.getpid(), signal.SIGKILL)
 
-    copy_mod.upload_segment = upload_then_die
     with TieringContext.open(load_config(sys.argv[1])) as ctx:
-        copy_mod.run_copy(ctx, TopicPartition("orders", 0))
+        copy_mod.run_copy(ctx, TopicPartition("orders", 0), uploader=upload_then_die)
     """
 )
 
@@ -322,9 +321,8 @@ SLOW_SCRIPT = textwrap.dedent(
         time.sleep(3)
         return original(storage, upload)
 
-    copy_mod.upload_segment = slow_upload
     with TieringContext.open(load_config(sys.argv[1])) as ctx:
-        result = copy_mod.run_copy(ctx, TopicPartition("orders", 0))
+        result = copy_mod.run_copy(ctx, TopicPartition("orders", 0), uploader=slow_upload)
     print("copied", result.segments_copied, "fenced", result.fenced, flush=True)
     """
 )
@@ -450,16 +448,14 @@ def test_unset_remote_log_start_is_repaired_to_the_first_finished_segment(tierin
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
 
 
-def _slow_uploads(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    import tiering_core.runs.copy as copy_mod
-
-    original = copy_mod.upload_segment
+def _slow_uploads(seconds: float):
+    from tiering_core.runs.segment_copy import upload_segment
 
     def slow(storage, upload):  # an upload slower than the lease's time to live
         time.sleep(seconds)
-        return original(storage, upload)
+        return upload_segment(storage, upload)
 
-    monkeypatch.setattr(copy_mod, "upload_segment", slow)
+    return slow
 
 
 def test_the_lease_is_kept_alive_during_an_upload_longer_than_its_ttl(
@@ -469,8 +465,8 @@ def test_the_lease_is_kept_alive_during_an_upload_longer_than_its_ttl(
     write_segments(w, 2)
     w.set_high_watermark()
     short_lease(tiering_env)
-    _slow_uploads(monkeypatch, 2.0)
-    result = copy(tiering_env, w)
+    with tiering_env.context() as ctx:
+        result = run_copy(ctx, w.tp, uploader=_slow_uploads(2.0))
     assert (result.segments_copied, result.fenced) == (2, False)
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
 
@@ -492,9 +488,8 @@ def test_a_lease_that_expires_under_a_stalled_run_fails_it_loudly(
     w.set_high_watermark()
     short_lease(tiering_env)
     _stalled_heartbeat(monkeypatch)
-    _slow_uploads(monkeypatch, 1.5)
     with tiering_env.context() as ctx, pytest.raises(CopyFailedError, match=r"lease expired while copying segment 0"):
-        run_copy(ctx, w.tp)
+        run_copy(ctx, w.tp, uploader=_slow_uploads(1.5))
     with tiering_env.context() as ctx:
         assert [s.state for s in ctx.metadata.list_segments(tip_of(w))] == [RemoteLogSegmentState.COPY_SEGMENT_STARTED]
         assert ctx.storage.list_objects(tip_of(w)) == []  # the upload's objects were deleted
@@ -524,9 +519,8 @@ def test_a_run_fenced_mid_copy_by_a_newer_run_stops_quietly(
                 newer["lease"] = other.metadata.acquire_lease(tip_of(w), holder="copy:newer")
         return manifest
 
-    monkeypatch.setattr(copy_mod, "upload_segment", upload_while_a_newer_run_takes_over)
     with tiering_env.context() as ctx:
-        result = run_copy(ctx, w.tp)
+        result = run_copy(ctx, w.tp, uploader=upload_while_a_newer_run_takes_over)
     assert (result.fenced, result.segments_copied) == (True, 0)
     with tiering_env.context() as ctx:
         assert ctx.storage.list_objects(tip_of(w)) == []  # the fenced run deleted what it uploaded
@@ -540,7 +534,6 @@ def test_a_run_fenced_mid_copy_by_a_newer_run_stops_quietly(
 def test_storage_down_during_cleanup_keeps_the_upload_error(
     tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tiering_core.runs.copy as copy_mod
     from tiering_core.runs.errors import CopyFailedError
     from tiering_core.storage.errors import RemoteStorageError
 
@@ -554,11 +547,10 @@ def test_storage_down_during_cleanup_keeps_the_upload_error(
     def failing_delete(self, ref):
         raise RemoteStorageError("injected: delete refused (503)")
 
-    monkeypatch.setattr(copy_mod, "upload_segment", failing_upload)
     with tiering_env.context() as ctx:
         monkeypatch.setattr(type(ctx.storage), "delete_segment", failing_delete)
         with pytest.raises(CopyFailedError, match=r"copying segment 0 failed.*upload refused"):
-            run_copy(ctx, w.tp)
+            run_copy(ctx, w.tp, uploader=failing_upload)
         assert [s.state for s in ctx.metadata.list_segments(tip_of(w))] == [
             RemoteLogSegmentState.DELETE_SEGMENT_STARTED
         ]
@@ -584,9 +576,8 @@ def test_broker_deleting_a_segment_while_it_is_copied_records_the_gap(
             w.delete_oldest_segments(2, async_delete=True)  # [0..4] (being copied) and [5..9] (not yet)
         return manifest
 
-    monkeypatch.setattr(copy_mod, "upload_segment", upload_while_broker_retention_runs)
     with tiering_env.context() as ctx, pytest.raises(TieringGapError, match=r"5\.\.9") as err:
-        run_copy(ctx, w.tp)
+        run_copy(ctx, w.tp, uploader=upload_while_broker_retention_runs)
     assert err.value.result is not None and err.value.result.segments_copied == 1
     with tiering_env.context() as ctx:
         (row,) = collect_status(ctx, "orders", 0)
@@ -628,13 +619,14 @@ def test_a_failed_upload_of_a_segment_the_broker_deleted_meanwhile_is_the_vanish
             raise RemoteStorageError("injected: the file went away mid-upload")
         return original(storage, upload)
 
-    monkeypatch.setattr(copy_mod, "upload_segment", upload_while_broker_retention_runs)
     with tiering_env.context() as ctx, pytest.raises(TieringGapError, match=r"5\.\.9") as err:
-        run_copy(ctx, writers[0].tp, progress=lines.append)  # [0..4] copied, then [5..9] goes too
+        # [0..4] copied, then [5..9] goes too
+        run_copy(ctx, writers[0].tp, progress=lines.append, uploader=upload_while_broker_retention_runs)
     assert err.value.result is not None and err.value.result.segments_copied == 1
     assert "orders-0: the broker deleted segment 5 while it was being copied" in lines
     with tiering_env.context() as ctx, pytest.raises(CopyFailedError, match="segment 0 could not be read"):
-        run_copy(ctx, writers[1].tp, progress=lines.append)  # nothing tiered yet: no gap
+        # nothing tiered yet: no gap
+        run_copy(ctx, writers[1].tp, progress=lines.append, uploader=upload_while_broker_retention_runs)
     assert not any("cleaned up" in line for line in lines)
     assert finished_ranges(tiering_env, writers[0]) == [(0, 4)] and finished_ranges(tiering_env, writers[1]) == []
     with tiering_env.context() as ctx:

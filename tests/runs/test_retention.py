@@ -508,9 +508,8 @@ COPY_KILLED_MID_UPLOAD = textwrap.dedent(
         storage.put_object(upload.ref.key(ObjectKind.LOG, storage.prefix), upload.files[ObjectKind.LOG])
         os.kill(os.getpid(), signal.SIGKILL)
 
-    copy_mod.upload_segment = upload_then_die
     with TieringContext.open(load_config(sys.argv[1])) as ctx:
-        copy_mod.run_copy(ctx, TopicPartition("orders", 0))
+        copy_mod.run_copy(ctx, TopicPartition("orders", 0), uploader=upload_then_die)
     """
 )
 
