@@ -157,7 +157,7 @@ class Api:
 def write_config(work: Path) -> Path:
     import yaml
 
-    from tiering_core.demo.writer import build_demo_log_dir
+    from tiering_core.demo.log_dir import build_demo_log_dir
 
     build_demo_log_dir(work / "kafka-logs")
     config = work / "tiering.yaml"

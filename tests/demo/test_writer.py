@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from kafka.record import MemoryRecords
 
-from tiering_core.demo.writer import PartitionWriter, build_demo_log_dir
+from tiering_core.demo.log_dir import build_demo_log_dir
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, iter_batch_headers
 from tiering_core.kafka.checkpoints import (
