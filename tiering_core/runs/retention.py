@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +139,62 @@ def time_retention_limit(topic: TopicConfig, now_ms: int) -> int | None:
     return limit if limit >= 0 else None
 
 
+@dataclass
+class RetentionRules:
+    """Kafka's ``RemoteLogRetentionHandler``: one predicate per rule, asked of the finished
+    segments in lineage order; a segment breaching a rule is deleted, the first in the lineage
+    breaching none stops the walk.
+
+    ``over_size`` is the size total's excess over ``retention.bytes`` still to delete (None:
+    unlimited); every deletion counts against it, whichever rule made it.
+    """
+
+    view: TierView
+    log_start: int | None
+    first_epoch: int | None
+    time_limit: int | None
+    over_size: int | None
+
+    def _deleted(self, segment: RemoteLogSegmentMetadata) -> None:
+        if self.over_size is not None:
+            self.over_size = max(0, self.over_size - segment.size_bytes)
+
+    def breaches_log_start(self, segment: RemoteLogSegmentMetadata) -> bool:
+        """Wholly below the global log start offset, in epochs no later than the lineage's first."""
+        if self.log_start is None or self.first_epoch is None or segment.end_offset >= self.log_start:
+            return False
+        if not all(e <= self.first_epoch for e in segment.leader_epochs):
+            return False
+        if is_in_lineage(self.view, segment):
+            # Below the log start it is no longer part of the log's size (Kafka's local log
+            # deletes log-start breaches before measuring size): a rerun after a run killed
+            # between recording the log start and deleting must not delete more by size.
+            self._deleted(segment)
+        return True
+
+    def breaches_time(self, segment: RemoteLogSegmentMetadata) -> bool:
+        """``retention.ms``: its max timestamp is at or below Kafka's ``cleanupUntilMs``."""
+        if self.time_limit is None or segment.max_timestamp > self.time_limit:
+            return False
+        self._deleted(segment)
+        return True
+
+    def breaches_size(self, segment: RemoteLogSegmentMetadata) -> bool:
+        """``retention.bytes``: deleting it keeps the size total at or above the limit."""
+        if self.over_size is None or self.over_size - segment.size_bytes < 0:
+            return False
+        self.over_size -= segment.size_bytes
+        return True
+
+
+def _in_lineage_order(
+    epochs: Iterable[int], segments: list[RemoteLogSegmentMetadata]
+) -> Iterator[RemoteLogSegmentMetadata]:
+    """Each epoch's segments by start offset, epochs oldest first (Kafka's walk of the cache)."""
+    for epoch in epochs:
+        yield from sorted((x for x in segments if epoch in x.leader_epochs), key=lambda x: x.start_offset)
+
+
 def plan_retention(
     view: TierView,
     store: RemoteLogMetadataStore,
@@ -178,56 +235,35 @@ def plan_retention(
         return RetentionPlan(ordered(), None, None)
 
     lineage = view.lineage.without_empty_epochs()
-    log_start = view.global_log_start_offset
-    remaining: int | None = None
-    if topic.retention_bytes > -1:
-        remaining = retention_size_total(view, store) - topic.retention_bytes
-    time_limit = time_retention_limit(topic, now_ms)
+    rules = RetentionRules(
+        view,
+        log_start=view.global_log_start_offset,
+        first_epoch=lineage.earliest_epoch,
+        time_limit=time_retention_limit(topic, now_ms),
+        over_size=retention_size_total(view, store) - topic.retention_bytes if topic.retention_bytes > -1 else None,
+    )
     new_log_start: int | None = None
     stopped_at: str | None = None
     first_epoch = lineage.earliest_epoch
-
-    can_process = True
-    for epoch in lineage.epochs():
-        if not can_process:
+    for s in _in_lineage_order(lineage.epochs(), segments):
+        if s.state == _STARTED and copy_in_progress:
+            stopped_at = f"segment {s.segment_id} [{s.start_offset}..{s.end_offset}] is being copied"
             break
-        for s in sorted((x for x in segments if epoch in x.leader_epochs), key=lambda x: x.start_offset):
-            if s.state == _STARTED and copy_in_progress:
-                stopped_at = f"segment {s.segment_id} [{s.start_offset}..{s.end_offset}] is being copied"
-                can_process = False
-                break
-            if s.segment_id in chosen or s.state != _FINISHED:
-                continue
-            delete = (
-                log_start is not None
-                and first_epoch is not None
-                and all(e <= first_epoch for e in s.leader_epochs)
-                and s.end_offset < log_start
-            )
-            reason = REASON_LOG_START
-            valid = False
-            if delete and remaining is not None and is_in_lineage(view, s):
-                # Below the log start it is no longer part of the log's size (Kafka's local log
-                # deletes log-start breaches before measuring size): a rerun after a run killed
-                # between recording the log start and deleting must not delete more by size.
-                remaining = max(0, remaining - s.size_bytes)
-            if not delete:
-                valid = is_in_lineage(view, s)
-                if valid and time_limit is not None and s.max_timestamp <= time_limit:
-                    delete, reason = True, REASON_TIME
-                    if remaining is not None:
-                        remaining = max(0, remaining - s.size_bytes)
-                elif valid and remaining is not None and remaining - s.size_bytes >= 0:
-                    delete, reason = True, REASON_SIZE
-                    remaining -= s.size_bytes
-                if delete:
-                    new_log_start = max(new_log_start or 0, s.end_offset + 1)
-            if delete:
-                choose(s, reason)
-            elif valid:
-                stopped_at = f"segment [{s.start_offset}..{s.end_offset}] is within the lineage and breaches nothing"
-                can_process = False
-                break
+        if s.segment_id in chosen or s.state != _FINISHED:
+            continue
+        if rules.breaches_log_start(s):
+            choose(s, REASON_LOG_START)
+            continue
+        if not is_in_lineage(view, s):
+            continue
+        if rules.breaches_time(s):
+            choose(s, REASON_TIME)
+        elif rules.breaches_size(s):
+            choose(s, REASON_SIZE)
+        else:
+            stopped_at = f"segment [{s.start_offset}..{s.end_offset}] is within the lineage and breaches nothing"
+            break
+        new_log_start = max(new_log_start or 0, s.end_offset + 1)
 
     # Segments whose epochs all predate the lineage's earliest epoch are never served again.
     if first_epoch is not None:
