@@ -16,10 +16,11 @@ from tiering_core.kafka.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    read_leader_epoch_checkpoint,
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
-from tiering_core.kafka.epoch import EpochEntry, read_leader_epoch_checkpoint
+from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.index import AbortedTxn, read_offset_index, read_time_index, read_txn_index
 from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.partition_log import PartitionLog, discover_partitions

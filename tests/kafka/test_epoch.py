@@ -9,18 +9,20 @@ from pathlib import Path
 import pytest
 
 from tiering_core.errors import CorruptLogError
+from tiering_core.kafka.checkpoints import (
+    LeaderEpochCheckpointMissingError,
+    encode_leader_epoch_checkpoint,
+    parse_leader_epoch_checkpoint,
+    read_leader_epoch_checkpoint,
+    write_leader_epoch_checkpoint,
+)
 from tiering_core.kafka.epoch import (
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
     EpochEntry,
     LeaderEpochCache,
-    LeaderEpochCheckpointMissingError,
-    encode_leader_epoch_checkpoint,
     is_segment_in_lineage,
     merge_lineage,
-    parse_leader_epoch_checkpoint,
-    read_leader_epoch_checkpoint,
-    write_leader_epoch_checkpoint,
 )
 
 CACHE = LeaderEpochCache.of({0: 0, 1: 100, 2: 200})

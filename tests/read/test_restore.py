@@ -16,9 +16,9 @@ from tiering_core.kafka.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    read_leader_epoch_checkpoint,
     read_offset_checkpoint,
 )
-from tiering_core.kafka.epoch import read_leader_epoch_checkpoint
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.restore import restore_partition

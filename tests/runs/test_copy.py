@@ -13,7 +13,7 @@ import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
-from tiering_core.kafka.epoch import parse_leader_epoch_checkpoint
+from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef

@@ -41,9 +41,10 @@ from tiering_core.kafka.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
     new_topic_id,
     update_offset_checkpoint,
+    write_leader_epoch_checkpoint,
     write_partition_metadata,
 )
-from tiering_core.kafka.epoch import LeaderEpochCache, write_leader_epoch_checkpoint
+from tiering_core.kafka.epoch import LeaderEpochCache
 from tiering_core.kafka.index import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     OFFSET_ENTRY,

@@ -31,10 +31,10 @@ from tiering_core.kafka.checkpoints import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     update_offset_checkpoints,
+    write_leader_epoch_checkpoint,
     write_partition_metadata,
 )
 from tiering_core.kafka.crc import crc32c
-from tiering_core.kafka.epoch import write_leader_epoch_checkpoint
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
 from tiering_core.read.reader import open_reader
 from tiering_core.runs.segment_ops import segment_ref

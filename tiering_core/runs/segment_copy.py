@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from tiering_core.errors import CorruptLogError, TieringError
 from tiering_core.kafka.batch import scan_log
-from tiering_core.kafka.epoch import EpochEntry, encode_leader_epoch_checkpoint
+from tiering_core.kafka.checkpoints import encode_leader_epoch_checkpoint
+from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.snapshot import encode_producer_snapshot
 from tiering_core.kafka.topic import TopicIdPartition
