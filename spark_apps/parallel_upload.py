@@ -301,8 +301,10 @@ def _abort(partitions: list[PartitionUpload], reason: BaseException, running: se
             if item.upload is None or item.future is None:
                 continue
             if id(item.future) in running and not item.future.cancelled():
-                run.say(f"{run.tp}: segment {item.candidate.base_offset} was uploading when the run was aborted; "
-                        "left for the next run to clean up")
+                run.say(
+                    f"{run.tp}: segment {item.candidate.base_offset} was uploading when the run was aborted; "
+                    "left for the next run to clean up"
+                )
                 continue
             try:
                 if run.active:
@@ -355,6 +357,7 @@ def run_parallel_upload(
         f"parallel upload: {total} segment(s), {runtime.fmt_bytes(size)} of {len(active)} partition(s) planned; "
         f"{slots} upload(s) at a time"
     )
+
     def start(partition: PartitionUpload, candidate: CopyCandidate) -> None:
         t0 = time.monotonic()
         try:
@@ -364,8 +367,10 @@ def run_parallel_upload(
             partition.stop(None)
             return
         except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
-            say(f"{partition.tp}: segment {candidate.base_offset} not copied ({exc}); "
-                "the segments before it are still committed")
+            say(
+                f"{partition.tp}: segment {candidate.base_offset} not copied ({exc}); "
+                "the segments before it are still committed"
+            )
             partition.refuse(candidate, exc)
             return
         finally:

@@ -92,8 +92,12 @@ def test_find_offset_by_timestamp(fs_env: TieringEnv) -> None:
     with fs_env.context() as ctx:
         run_copy(ctx, w.tp)
         reader = open_reader(ctx, w.tp)
-        for target in (expected[0].timestamp - 1, expected[3].timestamp, expected[40].timestamp + 1,
-                       expected[-1].timestamp):
+        for target in (
+            expected[0].timestamp - 1,
+            expected[3].timestamp,
+            expected[40].timestamp + 1,
+            expected[-1].timestamp,
+        ):
             want = next(r for r in expected if r.timestamp >= target)
             found = reader.offset_for_timestamp(target)
             assert found is not None

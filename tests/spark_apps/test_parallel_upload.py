@@ -230,7 +230,11 @@ def test_failed_uploads_and_killed_tasks_are_isolated_and_repaired(tmp_path: Pat
         lines: list[str] = []
         with TieringContext.open(load_config(config)) as ctx:
             report = run_parallel_upload(
-                ctx, tps, spark, uploader=failing_uploader(markers, 2, 20, mode, 40), parallelism=2,
+                ctx,
+                tps,
+                spark,
+                uploader=failing_uploader(markers, 2, 20, mode, 40),
+                parallelism=2,
                 say=lines.append,
             )
         assert report.exit_code == 1 and len(report.failures) == 1, (mode, report.failures)
@@ -451,8 +455,10 @@ def test_a_partition_releases_its_lease_once_its_segments_are_committed(tmp_path
             with TieringContext.open(load_config(config)) as ctx2:
                 store = ctx2.metadata
                 try:
-                    wait_until(lambda: store.current_lease(tips[0]) is None and store.current_lease(tips[1]) is None,
-                               timeout=30)
+                    wait_until(
+                        lambda: store.current_lease(tips[0]) is None and store.current_lease(tips[1]) is None,
+                        timeout=30,
+                    )
                     seen["released"] = True
                 except AssertionError:
                     seen["released"] = False

@@ -90,8 +90,9 @@ def test_rebuild_job_finds_and_repairs_deleted_and_corrupted_indexes(tmp_path: P
     assert [c.status for c in again.checks] == [IndexStatus.OK] * 7 and again.exit_code == 0
 
 
-def test_a_flipped_header_bit_in_a_remote_log_is_reported_and_not_repaired(tmp_path: Path, spark, s3_endpoint,
-                                                                          capsys) -> None:
+def test_a_flipped_header_bit_in_a_remote_log_is_reported_and_not_repaired(
+    tmp_path: Path, spark, s3_endpoint, capsys
+) -> None:
     from spark_apps.rebuild_indexes import main
 
     env = s3_env(tmp_path, s3_endpoint)
@@ -110,8 +111,7 @@ def test_a_flipped_header_bit_in_a_remote_log_is_reported_and_not_repaired(tmp_p
     assert partition_state(env, w) == before  # nothing repaired, nothing deleted, no new attempt
 
 
-def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark, s3_endpoint,
-                                                           monkeypatch) -> None:
+def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark, s3_endpoint, monkeypatch) -> None:
     import time
 
     import spark_apps.rebuild_indexes as app
