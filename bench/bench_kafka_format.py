@@ -31,11 +31,11 @@ from pathlib import Path
 import crc32c as raw_crc
 from kafka.record import MemoryRecords
 
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.batch import iter_batch_headers, verify_log_crc
-from tiering_core.kafka.index import rebuild_indexes
+from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.records import RecordSpec, encode_batch, iter_records
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.kafka.writer import PartitionWriter
 
 CHUNK = 1 << 20
 TIMESTAMP = 1_700_000_000_000

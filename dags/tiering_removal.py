@@ -52,65 +52,22 @@ def validate_request(params: dict[str, Any] | None = None) -> list[dict[str, Any
     from airflow.sdk.exceptions import AirflowFailException
 
     from tiering_airflow.hooks.tiering import TieringHook
-    from tiering_core.errors import InvalidTopicError, TieringError
-    from tiering_core.kafka.topic import TopicPartition, validate_topic_name
-    from tiering_core.metadata.errors import MetadataStoreError
-    from tiering_core.removal import RemovalRefusedError, removal_targets
+    from tiering_core.runs.errors import RemovalRequestRefusedError
+    from tiering_core.runs.removal import plan_removal_request
 
     assert params is not None
-    topic, confirm = params["topic"], params["confirm"]
-    dry_run, force = bool(params["dry_run"]), bool(params["force"])
-    if confirm != topic:
-        raise AirflowFailException(f"confirm must repeat the topic name {topic!r} (got {confirm!r}); nothing deleted")
     try:
-        validate_topic_name(topic)
-    except InvalidTopicError as exc:
-        raise AirflowFailException(f"{exc}; nothing deleted") from exc
-    plan: list[dict[str, Any]] = []
-    unknown: list[str] = []
-    live: dict[str, list[str]] = {}  # partitions whose only remote data is live
-    with TieringHook().get_conn() as ctx:
-        for partition in sorted({int(p) for p in params["partitions"]}):
-            tp = TopicPartition(topic, partition)
-            try:
-                targets = removal_targets(ctx, tp)
-            except MetadataStoreError:
-                raise  # transient: the task retries
-            except RemovalRefusedError as exc:
-                if exc.targets is None:  # a partition directory whose topic id cannot be read
-                    raise AirflowFailException(f"{exc}; nothing deleted") from exc
-                targets = exc.targets  # only live data: refused below unless force
-            except TieringError as exc:
-                log.info("%s", exc)
-                unknown.append(str(tp))
-                continue
-            remove = [t.topic_id for t in targets.remove]
-            held = [t.topic_id for t in targets.kept]
-            if held and not remove:
-                live[str(tp)] = held
-            if held:
-                verb = "deleted too (force)" if force else "kept"
-                log.warning("%s: topic id(s) %s are still in the broker's log dirs: %s", tp, held, verb)
-            # No explicit topic id left (every one already removed): the core reports it finished.
-            topic_ids = remove + held if force else remove
-            plan.append({"partition": partition, "topic_ids": topic_ids if topic_ids or held else None})
-    if unknown:
-        raise AirflowFailException(
-            f"{topic}: partition(s) {', '.join(unknown)} have no remote data (unknown to the metadata store); "
-            "nothing deleted"
-        )
-    if live and not force:
-        which = "; ".join(f"{tp} (topic id {', '.join(ids)})" for tp, ids in live.items())
-        refusal = (
-            f"still in the broker's log dirs, so their remote data is live: {which}. Set force to delete it "
-            "anyway (e.g. a broker being decommissioned)"
-        )
-        if not dry_run:
-            raise AirflowFailException(f"{refusal}; nothing deleted")
-        log.warning("dry run: a real run would be refused: %s", refusal)
-    mode = "dry run: listing" if dry_run else "deleting"
-    log.info("%s the remote data of %s: %s", mode, topic, plan)
-    return plan
+        with TieringHook().get_conn() as ctx:
+            return plan_removal_request(
+                ctx,
+                params["topic"],
+                params["partitions"],
+                confirm=params["confirm"],
+                dry_run=bool(params["dry_run"]),
+                force=bool(params["force"]),
+            )
+    except RemovalRequestRefusedError as exc:
+        raise AirflowFailException(str(exc)) from exc
 
 
 with DAG(

@@ -2,7 +2,7 @@
 
     spark-submit spark_apps/parallel_upload.py --config FILE [--topic T [--partition P] | --partitions orders-0,...]
 
-Per partition the driver runs ``tiering_core.copy.CopyRun``, the same steps ``run_copy``
+Per partition the driver runs ``tiering_core.runs.copy.CopyRun``, the same steps ``run_copy``
 takes: lease and fencing, recovery of killed runs, tiering gaps, COPY_SEGMENT_STARTED before a
 segment is handed out. Each upload is a one-task Spark job, so a failed or killed task costs
 only its segment; executors build the storage backend from the config and stream the files
@@ -38,12 +38,13 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the checkou
 from spark_apps import runtime
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.copy import CopyResult, CopyRun, SegmentUpload, upload_segment
 from tiering_core.errors import TieringError, TieringGapError
-from tiering_core.heartbeat import renew_interval
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError
-from tiering_core.tier_state import CopyCandidate
+from tiering_core.runs.copy import CopyResult, CopyRun
+from tiering_core.runs.lease import renew_interval
+from tiering_core.runs.segment_copy import SegmentUpload, upload_segment
+from tiering_core.tier.view import CopyCandidate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -300,8 +301,10 @@ def _abort(partitions: list[PartitionUpload], reason: BaseException, running: se
             if item.upload is None or item.future is None:
                 continue
             if id(item.future) in running and not item.future.cancelled():
-                run.say(f"{run.tp}: segment {item.candidate.base_offset} was uploading when the run was aborted; "
-                        "left for the next run to clean up")
+                run.say(
+                    f"{run.tp}: segment {item.candidate.base_offset} was uploading when the run was aborted; "
+                    "left for the next run to clean up"
+                )
                 continue
             try:
                 if run.active:
@@ -332,7 +335,7 @@ def run_parallel_upload(
     sc = spark.sparkContext
     run = run_id or f"spark-{uuid.uuid4().hex}"
     slots = parallelism or max(1, sc.defaultParallelism)
-    renew_every = renew_interval(ctx.config.metadata.lease_ms)
+    check_every = renew_interval(ctx.config.metadata.lease_ms)
     upload_fn = functools.partial(uploader, ctx.config.remote)
     report = Report()
 
@@ -354,17 +357,6 @@ def run_parallel_upload(
         f"parallel upload: {total} segment(s), {runtime.fmt_bytes(size)} of {len(active)} partition(s) planned; "
         f"{slots} upload(s) at a time"
     )
-    last_renewal = time.monotonic()
-
-    def renew_if_due() -> None:
-        nonlocal last_renewal
-        if time.monotonic() - last_renewal >= renew_every:
-            for p in uploads:
-                if not p.done and not p.stopped:
-                    p.run.renew()
-                    if not p.run.active:
-                        p.stop(None)
-            last_renewal = time.monotonic()
 
     def start(partition: PartitionUpload, candidate: CopyCandidate) -> None:
         t0 = time.monotonic()
@@ -375,8 +367,10 @@ def run_parallel_upload(
             partition.stop(None)
             return
         except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
-            say(f"{partition.tp}: segment {candidate.base_offset} not copied ({exc}); "
-                "the segments before it are still committed")
+            say(
+                f"{partition.tp}: segment {candidate.base_offset} not copied ({exc}); "
+                "the segments before it are still committed"
+            )
             partition.refuse(candidate, exc)
             return
         finally:
@@ -390,15 +384,13 @@ def run_parallel_upload(
             start(partition, candidate)
             _commit_ready(partition, report)
             _finish_if_settled(partition, report)
-            renew_if_due()
         while not all(p.done for p in uploads):
             futures = [i.future for p in uploads for i in p.pending if i.future is not None]
             if futures:
-                wait(futures, timeout=renew_every, return_when=FIRST_COMPLETED)
+                wait(futures, timeout=check_every, return_when=FIRST_COMPLETED)
             for p in uploads:
                 _commit_ready(p, report)
                 _finish_if_settled(p, report)
-            renew_if_due()
     except BaseException as exc:
         running = {id(i.future) for p in uploads for i in p.pending if i.future is not None and not i.future.done()}
         jobs.cancel()  # queued uploads never start, running ones are interrupted

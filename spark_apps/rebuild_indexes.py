@@ -3,7 +3,7 @@
     spark-submit spark_apps/rebuild_indexes.py --config FILE [--topic T [--partition P] | --partitions ...]
         [--mode repair|check] [--local]
 
-The logic is ``tiering_core.rebuild``; this app only spreads it. The driver holds each
+The logic is ``tiering_core.runs.rebuild.run``; this app only spreads it. The driver holds each
 partition's lease; executors download each finished remote segment's ``.log``, rebuild its
 offset, time and transaction indexes and compare (``--local`` also checks the broker's own
 segments, read-only). In repair mode the driver then writes COPY_SEGMENT_STARTED for a new
@@ -29,12 +29,13 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the checkou
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_apps import runtime
+from tiering_core.cli.output import format_rebuild_summary
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.heartbeat import renew_interval
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
-from tiering_core.rebuild import (
+from tiering_core.runs.lease import HeldPartition, renew_interval
+from tiering_core.runs.rebuild import (
     IndexCheck,
     IndexStatus,
     LocalIndexTask,
@@ -42,12 +43,11 @@ from tiering_core.rebuild import (
     RemoteIndexExamination,
     RemoteIndexTask,
     abandon_index_repair,
-    acquire_rebuild_lease,
     check_local_segment,
     clean_up_before_repair,
     commit_index_repair,
     examine_remote_segment,
-    format_rebuild_summary,
+    hold_for_rebuild,
     local_index_tasks,
     remote_index_tasks,
     repair_task,
@@ -83,7 +83,7 @@ def check_local_on_executor(task: LocalIndexTask) -> IndexCheck:
 class PartitionRebuild:
     result: RebuildResult
     tip: TopicIdPartition
-    lease: Lease | None
+    held: HeldPartition | None  # None: another run holds the partition
     remote: list[RemoteIndexTask] = field(default_factory=list)
     local: list[LocalIndexTask] = field(default_factory=list)
     found: dict[int, RemoteIndexExamination] = field(default_factory=dict)
@@ -110,8 +110,9 @@ class Report:
 def _failed_check(task: RemoteIndexTask | LocalIndexTask, tp: TopicPartition, error: str) -> IndexCheck:
     if isinstance(task, RemoteIndexTask):
         s = task.segment
-        return IndexCheck(tp.topic, tp.partition, s.start_offset, s.end_offset, "remote", str(s.segment_id),
-                          error=error)
+        return IndexCheck(
+            tp.topic, tp.partition, s.start_offset, s.end_offset, "remote", str(s.segment_id), error=error
+        )
     end = None if task.next_base_offset is None else task.next_base_offset - 1
     return IndexCheck(tp.topic, tp.partition, task.base_offset, end, "local", None, error=error)
 
@@ -135,24 +136,24 @@ def run_rebuild(
     remote = ctx.config.remote
     failures: list[str] = []
     parts: list[PartitionRebuild] = []
-    renew_every = renew_interval(ctx.config.metadata.lease_ms)
-    last_renewal = time.monotonic()
+    check_every = renew_interval(ctx.config.metadata.lease_ms)
+    hold = contextlib.ExitStack()  # every partition's lease, renewed in the background until the end
 
-    def renew(force: bool = False) -> None:
-        nonlocal last_renewal
-        if not force and time.monotonic() - last_renewal < renew_every:
-            return
+    def lease_of(part: PartitionRebuild) -> Lease | None:
+        """The partition's lease while the run holds it; a loss is reported once, and its repairs stop."""
+        if part.held is None:
+            return None
+        if part.held.holds:
+            return part.held.lease
+        failures.append(
+            f"{part.tip.topic_partition}: lost the partition's lease; its repairs stopped: {part.held.lost}"
+        )
+        part.held = None
+        return None
+
+    def still_held() -> None:
         for part in parts:
-            if part.lease is not None:
-                try:
-                    part.lease = ctx.metadata.renew_lease(part.lease)
-                except FencedError as exc:
-                    lost(part, exc)
-        last_renewal = time.monotonic()
-
-    def lost(part: PartitionRebuild, exc: FencedError) -> None:
-        failures.append(f"{part.tip.topic_partition}: lost the partition's lease; its repairs stopped: {exc}")
-        part.lease = None
+            lease_of(part)
 
     repairs: list[tuple[PartitionRebuild, RemoteIndexTask, RemoteIndexExamination, RemoteLogSegmentMetadata]] = []
     repairs_handed_out = False
@@ -165,15 +166,14 @@ def run_rebuild(
             parts.append(part)
             if local:
                 part.local = local_index_tasks(partition_log, interval)
-            part.lease = acquire_rebuild_lease(ctx, tip, run)
-            if part.lease is None:
+            part.held = hold_for_rebuild(ctx, tip, run, hold)
+            if part.held is None:
                 part.result.busy = True
                 say(f"{tp}: another run holds the partition; remote indexes not checked")
                 continue
             if repair:
-                clean_up_before_repair(ctx, tip, part.lease, part.result)
+                clean_up_before_repair(ctx, tip, part.held.lease, part.result)
             part.remote = remote_index_tasks(ctx.metadata, tip, interval)
-            renew()
 
         remote_items = [(part, task) for part in parts for task in part.remote]
         local_items = [(part, task) for part in parts for task in part.local]
@@ -183,16 +183,20 @@ def run_rebuild(
             f"{len(local_items)} local segment(s) of {len(parts)} partition(s); mode {'repair' if repair else 'check'}"
         )
         # Phase 1: examine everything (nothing changes yet).
-        with contextlib.closing(runtime.run_jobs(
-            sc,
-            [task for _, task in remote_items],
-            lambda task: examine_on_executor(remote, task),
-            slots=slots,
-            describe=lambda task: f"rebuild indexes of {task.segment.topic_id_partition.topic_partition} "
-            f"segment {task.segment.start_offset}",
-            on_wait=renew,
-            wait_seconds=renew_every,
-        )) as outcomes:
+        with contextlib.closing(
+            runtime.run_jobs(
+                sc,
+                [task for _, task in remote_items],
+                lambda task: examine_on_executor(remote, task),
+                slots=slots,
+                describe=lambda task: (
+                    f"rebuild indexes of {task.segment.topic_id_partition.topic_partition} "
+                    f"segment {task.segment.start_offset}"
+                ),
+                on_wait=still_held,
+                wait_seconds=check_every,
+            )
+        ) as outcomes:
             for outcome in outcomes:
                 part, task = remote_items[outcome.index]
                 if isinstance(outcome.result, RemoteIndexExamination):
@@ -202,30 +206,37 @@ def run_rebuild(
                     part.found[outcome.index] = RemoteIndexExamination(check)
         # Phase 2: a new copy of each damaged segment, committed as it completes. A segment
         # whose .log is not proven intact is never repaired (its check carries the error).
-        renew(force=True)
+        still_held()
         for index, (part, task) in enumerate(remote_items):
             found = part.found[index]
-            if repair and found.check.needs_repair and part.lease is not None:
+            lease = lease_of(part)
+            if repair and found.check.needs_repair and lease is not None:
                 try:
-                    attempt = start_index_repair(ctx.metadata, task.segment, part.lease)
+                    attempt = start_index_repair(ctx.metadata, task.segment, lease)
                 except FencedError as exc:
-                    lost(part, exc)
+                    if part.held is not None:
+                        part.held.lose(exc)
+                    lease_of(part)
                 else:
                     repairs.append((part, repair_task(task, found, attempt), found, attempt))
                     continue
             part.result.checks.append(found.check)
             say(found.check.describe())
         repairs_handed_out = True
-        with contextlib.closing(runtime.run_jobs(
-            sc,
-            [r[1] for r in repairs],
-            lambda task: examine_on_executor(remote, task),
-            slots=slots,
-            describe=lambda task: f"repair indexes of {task.segment.topic_id_partition.topic_partition} "
-            f"segment {task.segment.start_offset}",
-            on_wait=renew,
-            wait_seconds=renew_every,
-        )) as outcomes:
+        with contextlib.closing(
+            runtime.run_jobs(
+                sc,
+                [r[1] for r in repairs],
+                lambda task: examine_on_executor(remote, task),
+                slots=slots,
+                describe=lambda task: (
+                    f"repair indexes of {task.segment.topic_id_partition.topic_partition} "
+                    f"segment {task.segment.start_offset}"
+                ),
+                on_wait=still_held,
+                wait_seconds=check_every,
+            )
+        ) as outcomes:
             for outcome in outcomes:
                 part, task, found, attempt = repairs[outcome.index]
                 examination = outcome.result
@@ -235,23 +246,27 @@ def run_rebuild(
                     )
                 # Without the lease (lost meanwhile) the repair's objects are deleted, its
                 # metadata left to the new lease holder's recovery.
-                check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, part.lease)
+                check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, lease_of(part))
                 part.result.checks.append(check)
                 say(check.describe())
         # The broker's own segments: checked, never changed.
-        with contextlib.closing(runtime.run_jobs(
-            sc,
-            [task for _, task in local_items],
-            check_local_on_executor,
-            slots=slots,
-            describe=lambda task: f"check local indexes of segment {task.base_offset} in {task.partition_dir.name}",
-            on_wait=renew,
-            wait_seconds=renew_every,
-        )) as local_outcomes:
+        with contextlib.closing(
+            runtime.run_jobs(
+                sc,
+                [task for _, task in local_items],
+                check_local_on_executor,
+                slots=slots,
+                describe=lambda task: f"check local indexes of segment {task.base_offset} in {task.partition_dir.name}",
+                on_wait=still_held,
+                wait_seconds=check_every,
+            )
+        ) as local_outcomes:
             for outcome in local_outcomes:
                 part, local_task = local_items[outcome.index]
-                check = outcome.result if isinstance(outcome.result, IndexCheck) else _failed_check(
-                    local_task, part.tip.topic_partition, outcome.error or "no result"
+                check = (
+                    outcome.result
+                    if isinstance(outcome.result, IndexCheck)
+                    else _failed_check(local_task, part.tip.topic_partition, outcome.error or "no result")
                 )
                 part.result.checks.append(check)
                 say(check.describe())
@@ -262,16 +277,18 @@ def run_rebuild(
         if not repairs_handed_out:
             for part, _task, _found, attempt in repairs:
                 try:
-                    abandon_index_repair(ctx.metadata, ctx.storage, attempt, part.lease)
+                    abandon_index_repair(ctx.metadata, ctx.storage, attempt, lease_of(part))
                 except Exception as cleanup:  # the next run's recovery deletes it; raise the cause
-                    log.warning("%s: could not clean up repair attempt %s: %s", part.tip.topic_partition,
-                                attempt.segment_id, cleanup)
+                    log.warning(
+                        "%s: could not clean up repair attempt %s: %s",
+                        part.tip.topic_partition,
+                        attempt.segment_id,
+                        cleanup,
+                    )
         log.debug("rebuild aborted: %s", exc)
         raise
     finally:
-        for part in parts:
-            if part.lease is not None:
-                ctx.metadata.release_lease_if_current(part.lease)
+        hold.close()
     seconds = time.monotonic() - started
     results = []
     for part in parts:
@@ -289,10 +306,20 @@ def run_rebuild(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=APP, description="Rebuild and repair segment indexes on Spark.")
     runtime.add_common_arguments(parser)
-    parser.add_argument("--mode", choices=["repair", "check"], default="repair",
-                        help="repair (default) re-copies damaged segments; check only reports")
-    parser.add_argument("--local", nargs="?", const="yes", default="no", choices=["yes", "no"],
-                        help="also check the broker's local segments (read-only)")
+    parser.add_argument(
+        "--mode",
+        choices=["repair", "check"],
+        default="repair",
+        help="repair (default) re-copies damaged segments; check only reports",
+    )
+    parser.add_argument(
+        "--local",
+        nargs="?",
+        const="yes",
+        default="no",
+        choices=["yes", "no"],
+        help="also check the broker's local segments (read-only)",
+    )
     parser.add_argument("--parallelism", type=int, default=None, help="segments at a time (default: Spark's)")
     parser.add_argument("--run-id", default=None, help="run id recorded with the partitions' leases")
     return parser
@@ -334,8 +361,11 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
         runtime.fail(APP, f"{len(damaged)} remote segment(s) still {'/'.join(kinds)}{hint}")
     local_damage = [c for c in report.checks if c.location == "local" and c.status != IndexStatus.OK]
     if local_damage:
-        print(f"{APP}: warning: {len(local_damage)} local segment(s) with damaged indexes (the broker's files; "
-              "not changed)", file=sys.stderr)
+        print(
+            f"{APP}: warning: {len(local_damage)} local segment(s) with damaged indexes (the broker's files; "
+            "not changed)",
+            file=sys.stderr,
+        )
     return report.exit_code
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tiering_core.copy import _fmt_bytes as fmt_bytes
+from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import TieringError, one_line
 from tiering_core.kafka.topic import TopicPartition
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from tiering_core.config import RemoteConfig
     from tiering_core.context import TieringContext
-    from tiering_core.storage.base import RemoteStorage
+    from tiering_core.storage.segments import RemoteStorage
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -282,8 +282,9 @@ class SparkJobs:
             if not running:
                 return
             if time.monotonic() >= deadline:
-                log.warning("%d Spark job(s) still running %.0f s after they were cancelled", len(running),
-                            settle_seconds)
+                log.warning(
+                    "%d Spark job(s) still running %.0f s after they were cancelled", len(running), settle_seconds
+                )
                 return
             wait(running, timeout=0.5)
 

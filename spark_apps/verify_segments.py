@@ -2,7 +2,7 @@
 
     spark-submit spark_apps/verify_segments.py --config FILE [--topic T [--partition P] | --partitions ...]
 
-The logic is ``tiering_core.verify``; this app only spreads it. The driver lists the finished
+The logic is ``tiering_core.read.verify``; this app only spreads it. The driver lists the finished
 segments of the selected partitions (reading metadata only: no lease, nothing is written);
 executors stream each segment's objects, checking sizes and CRC-32C against the manifest, and the
 manifest against the checksums recorded when the copy finished. One line per segment and a
@@ -25,10 +25,11 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the checkou
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_apps import runtime
+from tiering_core.cli.output import format_verify_summary
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.verify import SegmentVerification, format_verify_summary, segments_to_verify, verify_segment
+from tiering_core.read.verify import SegmentVerification, segments_to_verify, verify_segment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,27 +71,33 @@ def run_verify(
     segments = [s for tp in partitions for s in segments_to_verify(ctx, tp)]
     size = sum(s.size_bytes for s in segments)
     say(
-        f"verify: {len(segments)} finished segment(s), {runtime.fmt_bytes(size)} of log, "
-        f"{len(partitions)} partition(s)"
+        f"verify: {len(segments)} finished segment(s), {runtime.fmt_bytes(size)} of log, {len(partitions)} partition(s)"
     )
     remote = ctx.config.remote
     results: list[SegmentVerification | None] = [None] * len(segments)
     done = 0
-    with contextlib.closing(runtime.run_jobs(
-        sc,
-        segments,
-        lambda segment: verify_on_executor(remote, segment),
-        slots=parallelism or max(1, sc.defaultParallelism),
-        describe=lambda s: f"verify {s.topic_id_partition.topic_partition} segment {s.start_offset}",
-    )) as outcomes:  # an abort cancels the queued and running checks
+    with contextlib.closing(
+        runtime.run_jobs(
+            sc,
+            segments,
+            lambda segment: verify_on_executor(remote, segment),
+            slots=parallelism or max(1, sc.defaultParallelism),
+            describe=lambda s: f"verify {s.topic_id_partition.topic_partition} segment {s.start_offset}",
+        )
+    ) as outcomes:  # an abort cancels the queued and running checks
         for outcome in outcomes:
             segment = segments[outcome.index]
             result = outcome.result
             if not isinstance(result, SegmentVerification):
                 tp = segment.topic_id_partition.topic_partition
                 result = SegmentVerification(
-                    tp.topic, tp.partition, str(segment.segment_id), segment.start_offset, segment.end_offset,
-                    segment.size_bytes, [outcome.error or "no result"],
+                    tp.topic,
+                    tp.partition,
+                    str(segment.segment_id),
+                    segment.start_offset,
+                    segment.end_offset,
+                    segment.size_bytes,
+                    [outcome.error or "no result"],
                 )
             results[outcome.index] = result
             done += 1
@@ -126,9 +133,10 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
         if own_session and spark is not None:
             spark.stop()
     if report.damaged:
-        runtime.fail(APP, f"{len(report.damaged)} segment(s) with problems: " + "; ".join(
-            r.describe() for r in report.damaged[:5]
-        ))
+        runtime.fail(
+            APP,
+            f"{len(report.damaged)} segment(s) with problems: " + "; ".join(r.describe() for r in report.damaged[:5]),
+        )
     return report.exit_code
 
 

@@ -13,8 +13,8 @@ import yaml
 
 from tiering_core.config import PlatformConfig, load_config
 from tiering_core.context import TieringContext
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.kafka.writer import PartitionWriter
 
 _clock = itertools.count(1_700_000_000_000, 11)
 

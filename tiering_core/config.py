@@ -22,7 +22,7 @@ DEFAULT_TOPIC = "*"
 
 @dataclass(frozen=True)
 class TopicConfig:
-    """A topic's tiering knobs, with Kafka's names and meanings (KAFKA_SEMANTICS section 9).
+    """A topic's tiering knobs, with Kafka's names and meanings (docs/kafka-rules.md section 9).
 
     ``retention_ms``/``retention_bytes`` are the total (remote) retention; ``-1`` means
     unlimited. ``local_retention_*`` mirror the broker's own local retention: ``-2`` means

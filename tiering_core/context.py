@@ -12,7 +12,7 @@ from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
 
 if TYPE_CHECKING:
     from tiering_core.metadata.store import RemoteLogMetadataStore
-    from tiering_core.storage.base import RemoteStorage
+    from tiering_core.storage.segments import RemoteStorage
 
 
 @dataclass(frozen=True)

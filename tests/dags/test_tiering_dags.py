@@ -17,7 +17,7 @@ import yaml
 from tests.airflow_support import AIRFLOW_BIN, ROOT, airflow_env, task_runs
 from tests.dags.conftest import SECRET
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tiering_core.kafka.writer import PartitionWriter
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 
 DAGS = ROOT / "dags"
@@ -129,7 +129,7 @@ def test_parsing_reads_only_the_config_and_imports_nothing_heavy(tmp_path: Path)
     assert out["errors"] == {}
     per_topic = [f"tiering_{k}__{t}" for k in ("copy", "retention") for t in ("orders", "payments")]
     assert out["dags"] == sorted(per_topic + list(DEFAULT_DAGS))
-    heavy = ("boto3", "botocore", "fastapi", "tiering_core.copy", "tiering_core.context", "tiering_core.metadata")
+    heavy = ("boto3", "botocore", "fastapi", "tiering_core.runs.copy", "tiering_core.context", "tiering_core.metadata")
     assert [m for m in out["new"] if m.startswith(heavy)] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiering.yaml"]  # no log dir, no DB created
 
@@ -423,7 +423,7 @@ def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
 
     from tests.airflow_support import latest_run_id
     from tiering_airflow.hooks.tiering import TieringHook
-    from tiering_core.copy import run_copy
+    from tiering_core.runs.copy import run_copy
 
     (payments,) = partitions_with_segments(tiering, "payments", 1, 3)  # retention.bytes = 0
     (orders,) = partitions_with_segments(tiering, "orders", 1, 2)

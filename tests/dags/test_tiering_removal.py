@@ -12,10 +12,10 @@ import pytest
 
 from tests.airflow_support import ROOT, task_runs
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tiering_core.copy import run_copy
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.kafka.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.runs.copy import run_copy
 
 DAG_FILE = ROOT / "dags" / "tiering_removal.py"
 
@@ -226,7 +226,7 @@ def test_force_on_a_recreated_topic_deletes_both_topic_ids_as_one_result(
 def test_validation_retries_a_transient_store_error(
     removal_dag, copied, tiering: TieringEnv, s3_endpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tiering_core.removal as removal
+    import tiering_core.runs.removal as removal
     from tiering_core.metadata.errors import MetadataStoreError
 
     real = removal.removal_targets

@@ -11,9 +11,9 @@ import pytest
 
 from tests.airflow_support import ROOT
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tests.test_rebuild import broker_file, build_partition
+from tests.runs.test_rebuild import broker_file, build_partition
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.remote_segments import segment_ref
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -66,7 +66,7 @@ def test_bulk_upload_dag_runs_spark_submit(spark_dags, fs_env: TieringEnv) -> No
 
 
 def test_rebuild_dag_repairs_a_deleted_index(spark_dags, fs_env: TieringEnv) -> None:
-    from tiering_core.copy import run_copy
+    from tiering_core.runs.copy import run_copy
 
     w = build_partition(fs_env)
     with fs_env.context() as ctx:
@@ -83,7 +83,7 @@ def test_rebuild_dag_repairs_a_deleted_index(spark_dags, fs_env: TieringEnv) -> 
 
 
 def test_verify_dag_succeeds_on_an_intact_tier_and_fails_on_damage(spark_dags, fs_env: TieringEnv) -> None:
-    from tiering_core.copy import run_copy
+    from tiering_core.runs.copy import run_copy
 
     w = fs_env.writer("orders", 0)
     write_segments(w, 2)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.kafka.writer import PartitionWriter
 
 
 @pytest.fixture()

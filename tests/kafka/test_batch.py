@@ -235,7 +235,7 @@ def test_an_old_format_message_is_named_by_its_magic_everywhere(tmp_path: Path) 
     message is 'unknown magic 1', not 'smaller than a v2 batch header'."""
     import io
 
-    from tiering_core.kafka.index import rebuild_indexes
+    from tiering_core.kafka.index_rebuild import rebuild_indexes
     from tiering_core.kafka.records import decode_batch, iter_batches, read_batches
 
     v1 = _v1_message(0, b"k", b"v", 1_000)
@@ -348,7 +348,7 @@ def test_crc_check_and_rebuild_of_a_segment_truncated_meanwhile_name_the_cut(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batches: int, value_size: int
 ) -> None:
     """The file is cut after the first read (fault injection): the error names the cut batch."""
-    from tiering_core.kafka.index import rebuild_indexes
+    from tiering_core.kafka.index_rebuild import rebuild_indexes
 
     log = tmp_path / "00000000000000000000.log"
     positions = _big_log(log, batches, value_size)
@@ -373,7 +373,7 @@ def test_no_reader_maps_a_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     """Every reader of a broker's files works by pread: mmap is never called."""
     import mmap
 
-    from tiering_core.kafka.index import rebuild_indexes
+    from tiering_core.kafka.index_rebuild import rebuild_indexes
     from tiering_core.kafka.partition_log import PartitionLog
     from tiering_core.kafka.records import iter_batches
 

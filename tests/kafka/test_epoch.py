@@ -9,18 +9,20 @@ from pathlib import Path
 import pytest
 
 from tiering_core.errors import CorruptLogError
+from tiering_core.kafka.checkpoints import (
+    LeaderEpochCheckpointMissingError,
+    encode_leader_epoch_checkpoint,
+    parse_leader_epoch_checkpoint,
+    read_leader_epoch_checkpoint,
+    write_leader_epoch_checkpoint,
+)
 from tiering_core.kafka.epoch import (
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
     EpochEntry,
     LeaderEpochCache,
-    LeaderEpochCheckpointMissingError,
-    encode_leader_epoch_checkpoint,
     is_segment_in_lineage,
     merge_lineage,
-    parse_leader_epoch_checkpoint,
-    read_leader_epoch_checkpoint,
-    write_leader_epoch_checkpoint,
 )
 
 CACHE = LeaderEpochCache.of({0: 0, 1: 100, 2: 200})
@@ -32,7 +34,7 @@ def entries(mapping: dict[int, int]) -> list[EpochEntry]:
     return [EpochEntry(e, o) for e, o in sorted(mapping.items())]
 
 
-# --- KAFKA_SEMANTICS section 3 ----------------------------------------------------------------------
+# --- docs/kafka-rules.md section 3 ----------------------------------------------------------------------
 
 
 def test_semantics_section_3_examples() -> None:
@@ -373,7 +375,7 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     assert isinstance(err.value, CorruptLogError) and err.value.path == path
 
 
-# --- lineage check (KAFKA_SEMANTICS section 6) -----------------------------------------------------------
+# --- lineage check (docs/kafka-rules.md section 6) -----------------------------------------------------------
 
 LINEAGE = LeaderEpochCache.of({1: 100, 2: 200, 4: 400})  # epoch 3 never led
 
@@ -459,7 +461,7 @@ def test_unclean_election_segment_beyond_new_leaders_epoch_start() -> None:
     assert new_lineage.end_offset_for(1, 300) == (1, 200)
 
 
-# --- lineage merge (KAFKA_SEMANTICS section 10 item 2) -------------------------------------------------
+# --- lineage merge (docs/kafka-rules.md section 10 item 2) -------------------------------------------------
 
 
 @pytest.mark.parametrize(

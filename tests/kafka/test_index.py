@@ -14,7 +14,6 @@ from tiering_core.kafka.index import (
     OffsetIndexEntry,
     TimeIndexEntry,
     aborted_transactions_in,
-    decode_end_transaction_marker,
     encode_offset_index,
     encode_time_index,
     encode_txn_index,
@@ -26,8 +25,8 @@ from tiering_core.kafka.index import (
     read_offset_index,
     read_time_index,
     read_txn_index,
-    rebuild_indexes,
 )
+from tiering_core.kafka.index_rebuild import decode_end_transaction_marker, rebuild_indexes
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.records import ControlRecordType, RecordSpec, encode_batch, encode_control_batch
 

@@ -19,7 +19,8 @@ import pytest
 from kafka.record import MemoryRecords
 
 from tiering_core.kafka.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
-from tiering_core.kafka.index import IndexVerdict, LogLayout, check_broker_index, rebuild_indexes
+from tiering_core.kafka.index_check import IndexVerdict, LogLayout, check_broker_index
+from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.records import ControlRecordType, RecordSpec, encode_batch, encode_control_batch
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.producer_state import ProducerStateTracker
 from tiering_core.kafka.snapshot import encode_producer_snapshot, read_producer_snapshot, snapshot_file_name
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.kafka.writer import PartitionWriter
 
 
 def busy_partition(log_dir: Path, seed: int) -> PartitionWriter:

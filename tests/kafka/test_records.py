@@ -289,7 +289,8 @@ def test_a_later_control_record_version_is_read_as_version_0(caplog) -> None:
 
 
 def test_indexes_and_the_lso_accept_a_later_marker_version(tmp_path: Path) -> None:
-    from tiering_core.kafka.index import AbortedTxn, parse_txn_index, rebuild_indexes
+    from tiering_core.kafka.index import AbortedTxn, parse_txn_index
+    from tiering_core.kafka.index_rebuild import rebuild_indexes
 
     data = encode_batch(
         [RecordSpec(b"a", b"1", 900)],

@@ -7,7 +7,7 @@ from tests.metadata.support import count_queries, delete, finish, segment, tip
 from tiering_core.kafka.epoch import EpochEntry, LeaderEpochCache
 from tiering_core.metadata.segments import EPOCHS_PER_QUERY
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.tier_state import highest_copied_offset
+from tiering_core.tier.view import highest_copied_offset
 
 S = RemoteLogSegmentState
 TIP = tip("CCCCCCCCCCCCCCCCCCCCCC", "orders", 1)

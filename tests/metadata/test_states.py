@@ -25,7 +25,7 @@ from tiering_core.metadata.store import RemoteLogMetadataStore
 
 S = RemoteLogSegmentState
 P = RemotePartitionDeleteState
-# KAFKA_SEMANTICS 4, written out independently of the module under test.
+# docs/kafka-rules.md section 4, written out independently of the module under test.
 SEGMENT_ALLOWED = {
     (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED),
     (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED),

@@ -633,7 +633,7 @@ def test_an_in_memory_sqlite_url_is_refused_naming_the_setting(url: str, tmp_pat
 def test_a_segment_whose_first_epoch_starts_inside_it_is_accepted(store) -> None:
     """After DeleteRecords moved the log start offset into a segment, the broker's leader-epoch
     cache starts there (Kafka truncates it from the start), so the segment's leader epochs begin
-    after its base offset (KAFKA_SEMANTICS 3). The copier uploads such a segment; the offsets
+    after its base offset (docs/kafka-rules.md section 3). The copier uploads such a segment; the offsets
     before the first epoch were deleted and are never served."""
     lease = store.acquire_lease(TIP, "t")
     done = finish(store, lease, segment(TIP, 0, 99, {0: 50}))

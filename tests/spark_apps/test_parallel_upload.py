@@ -21,14 +21,14 @@ from tests.engine_support import write_segments
 from tests.services import S3Endpoint
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
-from tiering_core.copy import run_copy
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.kafka.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.remote_segments import segment_ref
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.tier_state import load_tier_view
+from tiering_core.tier.view import load_tier_view
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
@@ -230,7 +230,11 @@ def test_failed_uploads_and_killed_tasks_are_isolated_and_repaired(tmp_path: Pat
         lines: list[str] = []
         with TieringContext.open(load_config(config)) as ctx:
             report = run_parallel_upload(
-                ctx, tps, spark, uploader=failing_uploader(markers, 2, 20, mode, 40), parallelism=2,
+                ctx,
+                tps,
+                spark,
+                uploader=failing_uploader(markers, 2, 20, mode, 40),
+                parallelism=2,
                 say=lines.append,
             )
         assert report.exit_code == 1 and len(report.failures) == 1, (mode, report.failures)
@@ -451,8 +455,10 @@ def test_a_partition_releases_its_lease_once_its_segments_are_committed(tmp_path
             with TieringContext.open(load_config(config)) as ctx2:
                 store = ctx2.metadata
                 try:
-                    wait_until(lambda: store.current_lease(tips[0]) is None and store.current_lease(tips[1]) is None,
-                               timeout=30)
+                    wait_until(
+                        lambda: store.current_lease(tips[0]) is None and store.current_lease(tips[1]) is None,
+                        timeout=30,
+                    )
                     seen["released"] = True
                 except AssertionError:
                     seen["released"] = False

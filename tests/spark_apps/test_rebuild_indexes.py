@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from tests.engine_support import TieringEnv, tip_of
-from tests.services import S3Endpoint
-from tests.test_rebuild import (
+from tests.runs.test_rebuild import (
     MAX_TIMESTAMP_MSB,
     broker_file,
     build_partition,
     flip_remote_byte,
     short_lease,
 )
-from tests.test_rebuild import remote_state as partition_state
-from tiering_core.copy import run_copy
+from tests.runs.test_rebuild import remote_state as partition_state
+from tests.services import S3Endpoint
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.rebuild import IndexStatus
-from tiering_core.remote_segments import segment_ref
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.rebuild import IndexStatus
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -89,8 +90,9 @@ def test_rebuild_job_finds_and_repairs_deleted_and_corrupted_indexes(tmp_path: P
     assert [c.status for c in again.checks] == [IndexStatus.OK] * 7 and again.exit_code == 0
 
 
-def test_a_flipped_header_bit_in_a_remote_log_is_reported_and_not_repaired(tmp_path: Path, spark, s3_endpoint,
-                                                                          capsys) -> None:
+def test_a_flipped_header_bit_in_a_remote_log_is_reported_and_not_repaired(
+    tmp_path: Path, spark, s3_endpoint, capsys
+) -> None:
     from spark_apps.rebuild_indexes import main
 
     env = s3_env(tmp_path, s3_endpoint)
@@ -109,8 +111,7 @@ def test_a_flipped_header_bit_in_a_remote_log_is_reported_and_not_repaired(tmp_p
     assert partition_state(env, w) == before  # nothing repaired, nothing deleted, no new attempt
 
 
-def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark, s3_endpoint,
-                                                           monkeypatch) -> None:
+def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark, s3_endpoint, monkeypatch) -> None:
     import time
 
     import spark_apps.rebuild_indexes as app
@@ -127,7 +128,10 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
     other = []
     real_start = app.start_index_repair
 
+    stalled = threading.Event()  # the driver stalls: its lease heartbeat does not renew meanwhile
+
     def start_then_lose_the_lease(store, damaged, lease):  # the driver stalls; another run takes over
+        stalled.set()
         attempt = real_start(store, damaged, lease)
         attempts.append(attempt)
         with env.context() as ctx2:
@@ -138,10 +142,19 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
                 except TieringError:
                     assert time.monotonic() < deadline
                     time.sleep(0.05)
+        stalled.clear()
         return attempt
 
     monkeypatch.setattr(app, "start_index_repair", start_then_lose_the_lease)
     with env.context() as ctx:
+        real_renew = ctx.metadata.renew_lease
+
+        def renew_unless_stalled(lease, **kwargs):
+            while stalled.is_set():
+                time.sleep(0.01)
+            return real_renew(lease, **kwargs)
+
+        monkeypatch.setattr(ctx.metadata, "renew_lease", renew_unless_stalled)
         report = app.run_rebuild(ctx, [w.tp], spark, repair=True)
     monkeypatch.undo()
     assert report.exit_code == 1 and len(attempts) == 1

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from tests.engine_support import tip_of, write_segments
 from tests.spark_apps.test_rebuild_indexes import s3_env
-from tiering_core.copy import run_copy
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.remote_segments import segment_ref
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED

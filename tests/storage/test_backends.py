@@ -13,7 +13,6 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.storage.base import RemoteStorage
 from tiering_core.storage.checksum import crc32c, crc_hex
 from tiering_core.storage.errors import (
     InvalidRangeError,
@@ -24,6 +23,7 @@ from tiering_core.storage.errors import (
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, partition_prefix
 from tiering_core.storage.s3 import S3RemoteStorage
+from tiering_core.storage.segments import RemoteStorage
 
 TIP = TopicIdPartition("DDDDDDDDDDDDDDDDDDDDDD", TopicPartition("orders", 2))
 PREFIX = "p/"

@@ -56,8 +56,8 @@ def test_delete_operator_removes_the_named_topic_ids_in_one_core_call(
     """A topic deleted and recreated (two topic ids), both named: one removal, one result."""
     import shutil
 
-    import tiering_core.removal as removal
-    from tiering_core.copy import run_copy
+    import tiering_core.runs.removal as removal
+    from tiering_core.runs.copy import run_copy
 
     writers = []
     for _ in range(2):

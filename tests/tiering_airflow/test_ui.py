@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 
 from tests.engine_support import TieringEnv, write_segments
 from tiering_airflow.ui.app import COLUMNS, create_app
-from tiering_core.copy import run_copy
 from tiering_core.errors import TieringGapError
-from tiering_core.status import STATUS_FIELDS
+from tiering_core.runs.copy import run_copy
+from tiering_core.tier.status import STATUS_FIELDS
 
 COOKIE = "_token"  # the cookie Airflow's UI keeps its JWT in (COOKIE_NAME_JWT_TOKEN)
 

@@ -17,10 +17,11 @@ import os
 import re
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tiering_core.errors import CorruptLogError, InvalidTopicError
+from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicPartition
 
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -236,3 +237,119 @@ def read_partition_metadata(path: Path) -> str:
 
 def write_partition_metadata(path: Path, topic_id: str) -> None:
     atomic_write(Path(path), encode_partition_metadata(topic_id))
+
+
+# --- leader-epoch-checkpoint ---------------------------------------------------------------
+
+_MAX_EPOCH = 2**31 - 1
+_MAX_OFFSET = 2**63 - 1
+# Kafka splits an entry line on runs of whitespace and wants two fields; Java's split drops
+# trailing empty strings (so trailing whitespace is fine) but keeps a leading one (so leading
+# whitespace is a third, empty field: malformed).
+_ENTRY = re.compile(r"([+-]?[0-9]+)\s+([+-]?[0-9]+)\s*", re.ASCII)
+_TEXT_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+class LeaderEpochCheckpointMissingError(CorruptLogError):
+    """A partition directory without ``leader-epoch-checkpoint`` (the broker always creates it)."""
+
+
+# --- checkpoint codec ----------------------------------------------------------------------------
+
+
+def _lines_with_positions(text: str) -> list[tuple[str, int]]:
+    """Lines as ``BufferedReader.readLine`` sees them, each with its starting byte position."""
+    lines: list[tuple[str, int]] = []
+    start = 0  # character index
+    byte_pos = 0
+    for brk in _TEXT_LINE_BREAK.finditer(text):
+        line = text[start : brk.start()]
+        lines.append((line, byte_pos))
+        byte_pos += len(line.encode()) + len(brk.group())
+        start = brk.end()
+    if start < len(text):
+        lines.append((text[start:], byte_pos))
+    return lines
+
+
+def parse_leader_epoch_checkpoint(text: str, path: Path) -> list[EpochEntry]:
+    """Parse ``0\\n<N>\\n<epoch> <startOffset>\\n...``; malformed input names the file, byte and line.
+
+    As Kafka's ``CheckpointFile`` reader: an empty file (the broker creates it empty before the
+    first epoch is assigned) and a file holding only the version line are an empty cache, and an
+    entry is its line split on whitespace (trailing whitespace allowed, leading not).
+    Beyond Kafka, entries must be in order (epochs strictly increasing, start offsets
+    non-decreasing) and non-negative, because Kafka's ``assign`` would silently drop or reject
+    such entries and this platform must not guess a lineage.
+    """
+    lines = _lines_with_positions(text)
+    if not lines:
+        return []
+    version_line, _ = lines[0]
+    if not _INT.fullmatch(version_line) or int(version_line) != CHECKPOINT_VERSION:
+        raise CorruptLogError(
+            path, 0, f"line 1: unsupported leader-epoch-checkpoint version {version_line!r} (expected 0)"
+        )
+    if len(lines) == 1:
+        return []
+    count_line, count_pos = lines[1]
+    if not _INT.fullmatch(count_line) or int(count_line) < 0:
+        raise CorruptLogError(path, count_pos, f"line 2: entry count {count_line!r} is not a non-negative integer")
+    count = int(count_line)
+    body = lines[2:]
+    entries: list[EpochEntry] = []
+    for number, (line, position) in enumerate(body, start=3):
+        match = _ENTRY.fullmatch(line)
+        if match is None:
+            raise CorruptLogError(
+                path, position, f"line {number}: malformed entry {line!r} (expected '<epoch> <startOffset>')"
+            )
+        epoch, start = int(match.group(1)), int(match.group(2))
+        if not 0 <= epoch <= _MAX_EPOCH or not 0 <= start <= _MAX_OFFSET:
+            raise CorruptLogError(path, position, f"line {number}: epoch or start offset out of range in {line!r}")
+        if entries and (epoch <= entries[-1].epoch or start < entries[-1].start_offset):
+            prev = entries[-1]
+            raise CorruptLogError(
+                path,
+                position,
+                f"line {number}: entry {line!r} does not follow '{prev.epoch} {prev.start_offset}' "
+                "(epochs must increase and start offsets must not decrease)",
+            )
+        entries.append(EpochEntry(epoch, start))
+    if len(entries) != count:
+        raise CorruptLogError(
+            path, count_pos, f"line 2: entry count {count} does not match {len(entries)} entry line(s)"
+        )
+    return entries
+
+
+def read_leader_epoch_checkpoint(path: Path) -> list[EpochEntry]:
+    """Read a partition's ``leader-epoch-checkpoint``.
+
+    A missing file is an error, not an empty cache: the broker creates the file with the
+    partition, so its absence means this is not a complete partition directory, and guessing an
+    empty lineage would make every remote segment look like the remains of an unclean election.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise LeaderEpochCheckpointMissingError(
+            path, 0, "leader-epoch-checkpoint is missing (the broker creates it with the partition)"
+        ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptLogError(path, exc.start, "leader-epoch-checkpoint is not UTF-8 text") from None
+    return parse_leader_epoch_checkpoint(text, path)
+
+
+def encode_leader_epoch_checkpoint(entries: Sequence[EpochEntry]) -> bytes:
+    """The checkpoint text exactly as the broker writes it (``\\n`` line ends, one space)."""
+    lines = [str(CHECKPOINT_VERSION), str(len(entries))] + [f"{e.epoch} {e.start_offset}" for e in entries]
+    return ("\n".join(lines) + "\n").encode("ascii")
+
+
+def write_leader_epoch_checkpoint(path: Path, entries: Sequence[EpochEntry]) -> None:
+    """Atomic write (temp file in the same directory, fsync, rename): readers never see half a file."""
+    atomic_write(Path(path), encode_leader_epoch_checkpoint(entries))

@@ -21,6 +21,7 @@ import lz4.frame
 import snappy
 import zstandard
 
+from tiering_core.errors import TieringError
 from tiering_core.kafka.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
 
 CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
@@ -32,11 +33,11 @@ XERIAL_BLOCK_SIZE = 32 * 1024
 _BLOCK_LENGTH = struct.Struct(">i")
 
 
-class UnsupportedCodecError(ValueError):
-    """The attributes name a codec Kafka does not define."""
+class UnsupportedCodecError(TieringError, ValueError):
+    """The attributes name a codec Kafka does not define (also a ValueError: a bad argument)."""
 
 
-class CompressionError(ValueError):
+class CompressionError(TieringError, ValueError):
     """A compressed record block cannot be decompressed (truncated or damaged)."""
 
 

@@ -29,16 +29,13 @@ from tiering_core.kafka.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
     REPLICATION_OFFSET_CHECKPOINT,
+    read_leader_epoch_checkpoint,
     read_offset_checkpoint,
     read_partition_metadata,
 )
-from tiering_core.kafka.epoch import EpochEntry, read_leader_epoch_checkpoint
-from tiering_core.kafka.index import (
-    OffsetIndexEntry,
-    last_offset_index_entry,
-    lookup_offset_index_file,
-    read_end_transaction_marker,
-)
+from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.index import OffsetIndexEntry, last_offset_index_entry, lookup_offset_index_file
+from tiering_core.kafka.index_rebuild import read_end_transaction_marker
 from tiering_core.kafka.producer_state import ProducerStateTracker
 from tiering_core.kafka.records import ControlRecord, ControlRecordType
 from tiering_core.kafka.snapshot import (

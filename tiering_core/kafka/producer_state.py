@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tiering_core.kafka.batch import RecordBatchHeader
-from tiering_core.kafka.index import AbortedTxn, complete_txn
+from tiering_core.kafka.index import AbortedTxn
+from tiering_core.kafka.index_rebuild import complete_txn
 from tiering_core.kafka.records import NO_SEQUENCE, ControlRecord, ControlRecordType
 from tiering_core.kafka.snapshot import ProducerStateEntry
 

@@ -1,14 +1,19 @@
-"""Build the configured remote storage backend."""
+"""Build the configured remote storage backend.
+
+Each backend is imported only when configured: the filesystem backend runs without boto3.
+"""
 
 from __future__ import annotations
 
-import boto3
+from typing import TYPE_CHECKING
 
 from tiering_core.config import RemoteConfig
 from tiering_core.errors import ConfigError
-from tiering_core.storage.base import RemoteStorage
-from tiering_core.storage.filesystem import FilesystemRemoteStorage
-from tiering_core.storage.s3 import S3RemoteStorage
+
+if TYPE_CHECKING:
+    import boto3
+
+    from tiering_core.storage.segments import RemoteStorage
 
 CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 
@@ -24,11 +29,15 @@ def create_remote_storage(
     if config.backend == "filesystem":
         if config.root is None:
             raise ConfigError("remote.root: required for the filesystem backend")
+        from tiering_core.storage.filesystem import FilesystemRemoteStorage
+
         return FilesystemRemoteStorage(config.root, prefix=config.prefix)
     if config.backend != "s3":
         raise ConfigError(f"remote.backend: {config.backend!r} is not s3 or filesystem")
     if not config.bucket:
         raise ConfigError("remote.bucket: required for the s3 backend")
+    from tiering_core.storage.s3 import S3RemoteStorage
+
     return S3RemoteStorage(
         config.bucket,
         prefix=config.prefix,

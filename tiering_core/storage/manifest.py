@@ -124,6 +124,7 @@ class SegmentManifest:
 
 _CRC = re.compile(r"[0-9a-f]{8}")  # with fullmatch: "$" would accept a trailing newline
 F = TypeVar("F")
+T = TypeVar("T")
 
 
 def _field(doc: dict[str, Any], name: str, kind: type[F]) -> F:
@@ -131,3 +132,58 @@ def _field(doc: dict[str, Any], name: str, kind: type[F]) -> F:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ManifestError(f"manifest field {name!r} must be {kind.__name__}, got {value!r}")
     return value
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    """What copy records of a segment's objects in its metadata (KIP-405's custom metadata):
+    each object's key, size and CRC-32C, as the manifest lists them.
+
+    Copy and the index repair write it (``to_custom_metadata``); every reader (the remote
+    reader, restore, verify, rebuild, status) decodes it with ``of_segment``, which keeps only
+    well-typed values: a record written by an older version, or none at all, reads as empty.
+    """
+
+    objects: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    crc32c: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_manifest(cls, manifest: SegmentManifest) -> CopyRecord:
+        entries = manifest.objects.items()
+        return cls(
+            objects={kind.value: entry.key for kind, entry in entries},
+            sizes={kind.value: entry.size for kind, entry in entries},
+            crc32c={kind.value: entry.crc32c for kind, entry in entries},
+        )
+
+    @classmethod
+    def decode(cls, custom_metadata: object) -> CopyRecord:
+        meta = custom_metadata if isinstance(custom_metadata, dict) else {}
+
+        def typed(name: str, kind: type[T]) -> dict[str, T]:
+            raw = meta.get(name)
+            if not isinstance(raw, dict):
+                return {}
+            return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, kind)}
+
+        return cls(objects=typed("objects", str), sizes=typed("sizes", int), crc32c=typed("crc32c", str))
+
+    @classmethod
+    def of_segment(cls, segment: Any) -> CopyRecord:
+        """The record of a ``RemoteLogSegmentMetadata`` (any object with ``custom_metadata``). A
+        segment listed without its custom metadata is a programming error, never "nothing
+        recorded": a reader would skip every checksum."""
+        custom_metadata = getattr(segment, "custom_metadata", None)
+        if custom_metadata is None:
+            raise ValueError(f"segment {getattr(segment, 'segment_id', '?')} was listed without its custom metadata")
+        return cls.decode(custom_metadata)
+
+    def to_custom_metadata(self) -> dict[str, Any]:
+        return {"objects": dict(self.objects), "sizes": dict(self.sizes), "crc32c": dict(self.crc32c)}
+
+    def size(self, kind: ObjectKind) -> int | None:
+        return self.sizes.get(kind.value)
+
+    def crc(self, kind: ObjectKind) -> str | None:
+        return self.crc32c.get(kind.value)

@@ -163,7 +163,7 @@ class TieringHook(BaseHook):
         """What a copy run would upload now (read-only): the partition numbers of ``topic``; for
         ``"*"``, the ``<topic>-<partition>`` labels of the partitions ``default_partitions`` covers."""
         from tiering_core.config import DEFAULT_TOPIC
-        from tiering_core.copy import plan_copy
+        from tiering_core.runs.copy import plan_copy
 
         default = topic == DEFAULT_TOPIC
         with self.get_conn() as ctx:

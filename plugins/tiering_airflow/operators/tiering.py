@@ -73,8 +73,8 @@ class TieringCopyOperator(TieringPartitionOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tiering_core.copy import CopyResult, run_copy
         from tiering_core.errors import TieringGapError
+        from tiering_core.runs.copy import CopyResult, run_copy
 
         tp = self.topic_partition()
         with self.hook().get_conn() as ctx:
@@ -96,7 +96,7 @@ class TieringRetentionOperator(TieringPartitionOperator):
     """Delete the remote segments of one partition that breach its retention."""
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from tiering_core.retention import run_retention
+        from tiering_core.runs.retention import run_retention
 
         tp = self.topic_partition()
         with self.hook().get_conn() as ctx:
@@ -121,7 +121,7 @@ class TieringDeletePartitionOperator(TieringPartitionOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException
 
-        from tiering_core.removal import delete_partition
+        from tiering_core.runs.removal import delete_partition
 
         tp = self.topic_partition()
         with self.hook().get_conn() as ctx:

@@ -53,7 +53,7 @@ class StatusUnavailable(Exception):
 def read_status(config_path: str | None, topic: str | None = None) -> list[dict[str, Any]]:
     """The status rows, read now."""
     from tiering_core.errors import TieringError
-    from tiering_core.status import collect_status
+    from tiering_core.tier.status import collect_status
 
     try:
         with TieringHook(config_path=config_path).get_conn() as ctx:

@@ -1,0 +1,314 @@
+"""The ``tiering`` command: JSON contracts, exit codes, one-line errors, and the demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.engine_support import TieringEnv, write_segments
+from tiering_core.cli import main
+from tiering_core.tier.status import STATUS_FIELDS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_status_copy_segments_json_contract(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    w = fs_env.writer()
+    w.append_records(10)
+    w.become_leader(3)
+    write_segments(w, 2)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    code, out, _ = run(capsys, "--config", cfg, "--json", "copy", "--dry-run")
+    assert code == 0 and [p["base_offset"] for p in json.loads(out)[0]["planned"]] == [0, 15]
+    code, out, _ = run(capsys, "--config", cfg, "--json", "copy")
+    assert code == 0 and json.loads(out)[0]["segments_copied"] == 2
+    code, out, _ = run(capsys, "--config", cfg, "--json", "status")
+    (row,) = json.loads(out)
+    assert set(STATUS_FIELDS) <= set(row)
+    assert (row["topic"], row["partition"], row["leader_epoch"], row["highest_copied_offset"]) == ("orders", 0, 3, 19)
+    assert (row["remote_segments"], row["copy_lag_segments"], row["gaps"]) == (2, 0, [])
+    code, out, _ = run(capsys, "--config", cfg, "--json", "segments", "--topic", "orders", "--partition", "0")
+    seg, second = json.loads(out)
+    assert (second["start_offset"], second["end_offset"]) == (15, 19)
+    assert set(seg) == {
+        "segment_id",
+        "topic",
+        "partition",
+        "start_offset",
+        "end_offset",
+        "leader_epochs",
+        "max_timestamp",
+        "size_bytes",
+        "state",
+        "objects",
+    }
+    assert seg["leader_epochs"] == {"0": 0, "3": 10} and seg["state"] == "COPY_SEGMENT_FINISHED"
+    assert set(seg["objects"]) == {"log", "index", "timeindex", "snapshot", "leader-epoch-checkpoint"}
+    code, out, _ = run(capsys, "--config", cfg, "status")
+    assert code == 0 and "orders-0" in out
+
+
+def test_errors_are_one_line_and_nonzero(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    fs_env.writer().set_high_watermark()
+    cfg = str(fs_env.config_path)
+    code, _, err = run(capsys, "--config", cfg, "delete-partition", "--topic", "orders", "--partition", "0")
+    assert code != 0 and "--yes" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "--config", cfg, "status", "--topic", "nope")
+    assert code != 0 and "'nope'" in err and err.count("\n") == 1
+    bad = fs_env.root / "bad.yaml"
+    bad.write_text("log_dirs: [x]\nmetadata: {url: 'sqlite:///m.db'}\nremote: {backend: s4}\n")
+    code, _, err = run(capsys, "--config", str(bad), "status")
+    assert code != 0 and "remote.backend" in err and err.count("\n") == 1
+
+
+def test_gap_exit_code(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    w = fs_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    write_segments(w, 3)
+    w.set_high_watermark()
+    w.delete_oldest_segments(3)
+    code, _, err = run(capsys, "--config", cfg, "copy")
+    assert code == 3 and "tiering gap" in err
+
+
+def test_fetch_find_offset_and_verify_contracts(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    import base64
+
+    w = fs_env.writer()
+    w.append([(b"k0", b"v0", [("trace", b"t0")]), (None, b"v1")])
+    write_segments(w, 2)
+    w.append_records(3)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    select = ("--topic", "orders", "--partition", "0")
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+
+    code, out, _ = run(capsys, "--config", cfg, "--json", "fetch", *select, "--offset", "0", "--max-records", "3")
+    first, second, third = json.loads(out)
+    assert code == 0 and set(first) == {"offset", "timestamp", "leader_epoch", "key", "value", "headers"}
+    assert (first["offset"], base64.b64decode(first["key"]), base64.b64decode(first["value"])) == (0, b"k0", b"v0")
+    assert first["headers"] == [{"key": "trace", "value": base64.b64encode(b"t0").decode()}]
+    assert (second["key"], third["offset"], third["leader_epoch"]) == (None, 2, 0)
+
+    at = str(third["timestamp"])
+    code, out, _ = run(capsys, "--config", cfg, "--json", "find-offset", *select, "--timestamp", at)
+    assert code == 0 and json.loads(out) == {
+        "offset": 2,
+        "timestamp": third["timestamp"],
+        "leader_epoch": 0,
+    }
+    code, out, _ = run(capsys, "--config", cfg, "--json", "find-offset", *select, "--timestamp", str(2**62))
+    assert code == 0 and json.loads(out) is None
+
+    code, out, err = run(capsys, "--config", cfg, "fetch", *select, "--offset", "999")
+    assert code == 1 and "above the remote tier" in err and err.count("\n") == 1
+
+    code, out, _ = run(capsys, "--config", cfg, "--json", "verify")
+    assert code == 0 and [r["ok"] for r in json.loads(out)] == [True, True]
+    with fs_env.context() as ctx:
+        from tests.engine_support import tip_of
+        from tiering_core.runs.segment_ops import segment_ref
+        from tiering_core.storage.layout import ObjectKind
+
+        segment = ctx.metadata.list_segments(tip_of(w))[1]
+        ctx.storage.delete_keys([segment_ref(segment).key(ObjectKind.LOG, ctx.storage.prefix)])
+    code, out, err = run(capsys, "--config", cfg, "verify")
+    assert code == 1 and "1 with problems" in out
+    assert f"segment {segment.start_offset}..{segment.end_offset}" in err and "log: object" in err
+
+
+@pytest.mark.parametrize("backend", ["filesystem", "s3"])
+def test_demo_runs_end_to_end(tmp_path: Path, backend: str) -> None:
+    spark = backend == "s3"  # once with the Spark step (spark-submit on local[2]), once without
+    proc = subprocess.run(
+        [sys.executable, "-m", "tiering_core.cli", "demo", "--dir", str(tmp_path / "demo"), "--backend", backend]
+        + ([] if spark else ["--no-spark"]),
+        cwd=ROOT,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "orders-0: copied segment 0 [0.." in proc.stdout and "payments-0" in proc.stdout  # per-segment progress
+    if spark:
+        assert "with the Spark parallel upload app on local[2]" in proc.stdout
+        assert "(and topic clicks on Spark)" in proc.stdout
+        assert "demo:   clicks-0: copied segment 0" in proc.stdout  # the Spark app's progress, relayed
+        assert not any(line.startswith("clicks-0: copied") for line in proc.stdout.splitlines())  # not the engine
+    else:
+        assert any(line.startswith("clicks-0: copied segment") for line in proc.stdout.splitlines())
+    assert "finished segment(s)" in proc.stdout and ", 0 with problems" in proc.stdout  # verified after the copy
+    assert "demo:   offset 0 leader_epoch 0 key b'key-0'" in proc.stdout  # read back from the remote tier
+    table = [line for line in proc.stdout.splitlines() if re.match(r"(orders|payments|clicks)-\d+ +\d", line)]
+    assert len(table) == 6
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiering_core.cli",
+            "--config",
+            str(tmp_path / "demo" / "tiering.yaml"),
+            "--json",
+            "segments",
+            "--topic",
+            "orders",
+            "--partition",
+            "0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert status.returncode == 0 and len(json.loads(status.stdout)) >= 3
+
+
+def test_demo_json_keeps_stdout_one_document_and_never_wipes_a_foreign_dir(tmp_path: Path) -> None:
+    foreign = tmp_path / "kafka-data"
+    foreign.mkdir()
+    (foreign / "orders-0").mkdir()
+    demo = [sys.executable, "-m", "tiering_core.cli", "demo", "--backend", "filesystem", "--no-spark"]
+    refused = subprocess.run([*demo, "--dir", str(foreign)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "was not made by `tiering demo`" in refused.stderr
+    assert (foreign / "orders-0").is_dir()  # untouched
+    target = tmp_path / "demo"
+    for _ in range(2):  # a rerun replaces what the first run made
+        proc = subprocess.run(
+            [*demo, "--dir", str(target), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rows = json.loads(proc.stdout)
+        assert len(rows) == 6 and {r["topic"] for r in rows} == {"orders", "payments", "clicks"}
+        assert "demo: built a Kafka log dir" in proc.stderr
+
+
+def test_global_options_also_after_the_command(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    assert run(capsys, "copy", "--config", cfg)[0] == 0
+    code, out, _ = run(capsys, "segments", "--topic", "orders", "--partition", "0", "--json", "--config", cfg)
+    assert code == 0 and [s["start_offset"] for s in json.loads(out)] == [0]
+    code, out, _ = run(capsys, "--json", "status", "--config", cfg)
+    assert code == 0 and json.loads(out)[0]["highest_copied_offset"] == 4
+
+
+def test_status_partition_needs_a_topic(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    fs_env.writer().set_high_watermark()
+    code, _, err = run(capsys, "--config", str(fs_env.config_path), "status", "--partition", "0")
+    assert code == 1 and "--partition needs --topic" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (FileNotFoundError(2, "No such file or directory", "/logs/orders-0/00000000000000000000.log"), "No such file"),
+        (ValueError("something\nspanning lines"), "failed unexpectedly: ValueError: something spanning lines"),
+    ],
+)
+def test_unexpected_errors_are_one_line_too(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error, expected
+) -> None:
+    import tiering_core.tier.status as status_mod
+
+    def broken(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(status_mod, "collect_status", broken)
+    fs_env.writer().set_high_watermark()
+    code, out, err = run(capsys, "--config", str(fs_env.config_path), "status")
+    assert code == 1 and out == "" and expected in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_retention_delete_records_and_status_report_where_the_remote_tier_starts(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = fs_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.append_records(2)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    select = ("--topic", "orders", "--partition", "0")
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    code, out, _ = run(capsys, "--config", cfg, "delete-records", *select, "--before-offset", "7", "--yes")
+    assert code == 0 and json.loads(json.dumps({"ok": True})) and "log start offset is now 7" in out
+    code, out, _ = run(capsys, "--config", cfg, "--json", "status", *select)
+    (row,) = json.loads(out)
+    # [0..4] breaches the log start now: retention would delete it; remote reads start at 7.
+    assert (row["log_start_offset"], row["remote_log_start_offset"]) == (7, 7)
+    assert (row["delete_lag_segments"], row["delete_lag_bytes"]) == (1, (w.path / f"{0:020d}.log").stat().st_size)
+    code, out, _ = run(capsys, "--config", cfg, "retention", "--dry-run")
+    assert code == 0 and "orders-0: would delete 1 segment(s)" in out
+    code, out, _ = run(capsys, "--config", cfg, "retention")
+    assert code == 0 and "orders-0: deleted 1 segment(s)" in out
+    code, out, _ = run(capsys, "--config", cfg, "--json", "status", *select)
+    (row,) = json.loads(out)
+    assert (row["remote_segments"], row["remote_log_start_offset"], row["delete_lag_segments"]) == (2, 7, 0)
+    code, out, _ = run(capsys, "--config", cfg, "status")
+    assert "DEL-LAG" in out.splitlines()[0]
+
+
+def test_delete_partition_names_topic_ids_and_refuses_one_still_on_the_broker(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = fs_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    select = ("--topic", "orders", "--partition", "0")
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    code, _, err = run(capsys, "--config", cfg, "delete-partition", *select, "--yes")
+    assert code == 1 and w.topic_id in err and "--topic-id" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "--config", cfg, "delete-partition", *select, "--topic-id", w.topic_id, "--dry-run")
+    assert code == 0 and f"(topic id {w.topic_id}): would delete 2 segment(s)" in out
+    remove = ("delete-partition", *select, "--topic-id", w.topic_id, "--yes")
+    code, out, _ = run(capsys, "--config", cfg, "--json", *remove)
+    result = json.loads(out)
+    assert code == 0 and (result["segments_deleted"], result["state"]) == (2, "DELETE_PARTITION_FINISHED")
+
+
+def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from tests.engine_support import tip_of
+    from tiering_core.storage.layout import partition_prefix
+
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    with fs_env.context() as ctx:
+        stray = partition_prefix(tip_of(w), ctx.storage.prefix) + "00000000000000000000-stray.log"
+        ctx.storage.put_object(stray, b"left by a killed copy")
+    time.sleep(0.05)
+    code, _, err = run(capsys, "--config", cfg, "retention", "--delete-orphans", "--grace-ms", "0")
+    assert code == 1 and "grace" in err and err.count("\n") == 1
+    dry = ("retention", "--delete-orphans", "--dry-run", "--grace-ms", "1")
+    code, out, _ = run(capsys, "--config", cfg, "--json", *dry)
+    (orphan,) = json.loads(out)
+    assert code == 0 and (orphan["key"], orphan["kind"], orphan["deleted"]) == (stray, "object", False)
+    code, out, _ = run(capsys, "--config", cfg, "retention", "--delete-orphans", "--grace-ms", "1")
+    assert code == 0 and f"deleted object {stray}" in out
+    code, out, _ = run(capsys, "--config", cfg, "retention", "--orphans")
+    assert code == 0 and out.strip() == "no orphaned objects"

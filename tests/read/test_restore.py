@@ -1,0 +1,147 @@
+"""``restore``: the remote tier written back as a partition directory a broker (and kafka-python) reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kafka.record import MemoryRecords
+
+from tests.engine_support import TieringEnv, tip_of
+from tiering_core.cli import main
+from tiering_core.demo.writer import PartitionWriter
+from tiering_core.errors import TieringError
+from tiering_core.kafka.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
+)
+from tiering_core.kafka.partition_log import PartitionLog
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.read.restore import restore_partition
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.retention import apply_delete_records
+from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.storage.layout import ObjectKind
+
+SUFFIXES = ("log", "index", "timeindex", "txnindex")
+
+
+def build(env: TieringEnv) -> PartitionWriter:
+    env.write_config(orders={"index.interval.bytes": 256})
+    w = env.writer("orders", 0, index_interval_bytes=256)
+    w.append_records(30)
+    w.append([(b"t", b"x")], producer_id=7, transactional=True)
+    w.roll()
+    w.become_leader(3)
+    w.append_records(20)
+    w.abort(7)
+    w.roll()
+    w.append_records(25)
+    w.roll()
+    w.append_records(4)  # active
+    w.set_high_watermark()
+    return w
+
+
+def kafka_python_offsets(log: Path) -> list[tuple[int, bytes | None]]:
+    out = []
+    records = MemoryRecords(log.read_bytes())
+    while (batch := records.next_batch()) is not None:
+        assert batch.validate_crc()
+        out.extend((r.offset, r.value) for r in batch)
+    return out
+
+
+def test_restored_directory_is_what_the_broker_wrote(tiering_env: TieringEnv, tmp_path: Path) -> None:
+    w = build(tiering_env)
+    broker = PartitionLog(w.path)
+    closed = broker.segments[:-1]
+    originals = {
+        (s.base_offset, suffix): (w.path / f"{s.base_offset:020d}.{suffix}").read_bytes()
+        for s in closed
+        for suffix in SUFFIXES
+        if (w.path / f"{s.base_offset:020d}.{suffix}").exists()
+    }
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    w.delete_oldest_segments(2)  # the broker's own retention: only the remote tier has them now
+    with tiering_env.context() as ctx:
+        result = restore_partition(ctx, w.tp, tmp_path / "restored")
+    restored = tmp_path / "restored" / "orders-0"
+    active_base = broker.segments[-1].base_offset
+    assert (result.directory, result.segments) == (restored, 3)
+    assert (result.log_start_offset, result.end_offset) == (0, active_base - 1)
+    for (base, suffix), data in originals.items():
+        assert (restored / f"{base:020d}.{suffix}").read_bytes() == data, (base, suffix)
+    assert not list((tmp_path / "restored").glob(".*"))  # no work directory left behind
+    log = PartitionLog(restored)
+    assert [s.base_offset for s in log.segments] == [s.base_offset for s in closed]
+    assert log.topic_id == w.topic_id
+    epochs = read_leader_epoch_checkpoint(restored / "leader-epoch-checkpoint")
+    assert [(e.epoch, e.start_offset) for e in epochs] == [(0, 0), (3, 31)]
+    end = result.end_offset
+    assert end is not None
+    for name in (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT):
+        assert read_offset_checkpoint(tmp_path / "restored" / name)[w.tp] == end + 1
+    assert w.tp not in read_offset_checkpoint(tmp_path / "restored" / LOG_START_OFFSET_CHECKPOINT)
+    # An independent reader sees every offset, 0..end, with valid CRCs.
+    offsets = [o for s in log.segments for o, _ in kafka_python_offsets(s.log_path)]
+    assert offsets == list(range(end + 1))
+    assert (restored / f"{closed[1].base_offset:020d}.snapshot").exists()
+
+
+def test_restore_after_delete_records_sets_the_log_start(fs_env: TieringEnv, tmp_path: Path) -> None:
+    w = build(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        apply_delete_records(ctx, w.tp, 40)
+        result = restore_partition(ctx, w.tp, tmp_path / "r")
+    assert result.log_start_offset == 40 and result.segments == 2  # segment [0..30] is wholly below the start
+    assert read_offset_checkpoint(tmp_path / "r" / LOG_START_OFFSET_CHECKPOINT)[w.tp] == 40
+    assert PartitionLog(tmp_path / "r" / "orders-0").log_start_offset == 40
+
+
+def test_restore_refuses_to_overwrite_or_write_into_the_broker(fs_env: TieringEnv, tmp_path: Path) -> None:
+    w = build(fs_env)
+    with fs_env.context() as ctx:
+        with pytest.raises(TieringError, match="holds no data to restore"):
+            restore_partition(ctx, w.tp, tmp_path / "r")
+        run_copy(ctx, w.tp)
+        with pytest.raises(TieringError, match="inside the broker's log dir"):
+            restore_partition(ctx, w.tp, fs_env.log_dir / "elsewhere")
+        restore_partition(ctx, w.tp, tmp_path / "r")
+        with pytest.raises(TieringError, match="already exists"):
+            restore_partition(ctx, w.tp, tmp_path / "r")
+
+
+def test_a_damaged_object_fails_the_restore_and_leaves_nothing(fs_env: TieringEnv, tmp_path: Path) -> None:
+    w = build(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        segment = [
+            s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        ][1]
+        key = segment_ref(segment).key(ObjectKind.TIME_INDEX, ctx.storage.prefix)
+        data = bytearray(ctx.storage.fetch(segment_ref(segment), ObjectKind.TIME_INDEX))
+        data[0] ^= 0x01
+        ctx.storage.put_object(key, bytes(data))
+        with pytest.raises(TieringError, match=f"segment {segment.segment_id}: timeindex crc32c"):
+            restore_partition(ctx, w.tp, tmp_path / "r")
+    assert list((tmp_path / "r").iterdir()) == []
+
+
+def test_restore_command(fs_env: TieringEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = build(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    argv = ["--config", str(fs_env.config_path), "--json", "restore", "--topic", "orders", "--partition", "0"]
+    assert main([*argv, "--to", str(tmp_path / "r")]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert (report["segments"], report["log_start_offset"]) == (3, 0) and "restored segment" in err
+    assert main([*argv, "--to", str(tmp_path / "r")]) == 1
+    assert "already exists" in capsys.readouterr().err

@@ -1,0 +1,9 @@
+"""``python -m tiering_core.cli`` runs the ``tiering`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from tiering_core.cli.commands import main
+
+sys.exit(main())

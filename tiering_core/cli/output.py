@@ -1,0 +1,137 @@
+"""Every human-readable line the ``tiering`` command, the demo and the Spark apps print.
+
+The runs return values (and ``--json`` prints their ``to_dict``); how they read to a person is
+decided here, in one place.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tiering_core.read.verify import SegmentVerification
+    from tiering_core.runs.copy import CopyResult
+    from tiering_core.runs.rebuild import RebuildResult
+    from tiering_core.tier.status import PartitionStatus
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def format_copy_summary(results: list[CopyResult]) -> str:
+    copied = sum(r.segments_copied for r in results)
+    size = sum(r.bytes_copied for r in results)
+    fenced = sum(1 for r in results if r.fenced)
+    line = f"copy: {len(results)} partition(s), {copied} segment(s), {fmt_bytes(size)}"
+    if fenced:
+        line += f", {fenced} partition(s) held by another run"
+    return line
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def format_status_table(rows: list[PartitionStatus]) -> str:
+    headers = [
+        "PARTITION",
+        "LOG-START",
+        "HW",
+        "LSO",
+        "LEO",
+        "EPOCH",
+        "COPIED",
+        "REMOTE",
+        "REMOTE-BYTES",
+        "LAG",
+        "LAG-BYTES",
+        "DEL-LAG",
+        "DELETE",
+        "GAPS/RISK",
+    ]
+    table = [headers]
+    for r in rows:
+        notes = []
+        if r.gaps:
+            notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
+        if r.local_retention_risk and r.local_retention_risk.get("at_risk"):
+            notes.append("AT RISK: " + str(r.local_retention_risk.get("reason")))
+        if r.error:
+            notes.append("error: " + r.error)
+        if not r.on_broker:
+            notes.append("not on broker")
+        table.append(
+            [
+                f"{r.topic}-{r.partition}",
+                _cell(r.log_start_offset),
+                _cell(r.high_watermark),
+                _cell(r.last_stable_offset),
+                _cell(r.log_end_offset),
+                _cell(r.leader_epoch),
+                _cell(r.highest_copied_offset),
+                _cell(r.remote_segments),
+                _cell(r.remote_bytes),
+                _cell(r.copy_lag_segments),
+                _cell(r.copy_lag_bytes),
+                _cell(r.delete_lag_segments),
+                _cell(r.delete_state),
+                "; ".join(notes) or "-",
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers) - 1)]
+    lines = []
+    for row in table:
+        cells = [row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def format_segments_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no remote segments"
+    lines = [f"{'START':>20} {'END':>20} {'SIZE':>12}  {'STATE':<24} EPOCHS  SEGMENT-ID"]
+    for r in rows:
+        epochs = ",".join(f"{e}:{o}" for e, o in r["leader_epochs"].items())
+        lines.append(
+            f"{r['start_offset']:>20} {r['end_offset']:>20} {r['size_bytes']:>12}  {r['state']:<24} {epochs}  "
+            f"{r['segment_id']}"
+        )
+    return "\n".join(lines)
+
+
+def format_verify_summary(results: list[SegmentVerification]) -> str:
+    bad = sum(1 for r in results if not r.ok)
+    size = sum(r.size_bytes for r in results)
+    return f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
+
+
+def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
+    checks = [c for r in results for c in r.checks]
+    size = sum(c.log_bytes for c in checks)
+    counts = ", ".join(f"{sum(1 for c in checks if c.status == status)} {status.value}" for status in _index_statuses())
+    busy = sum(1 for r in results if r.busy)
+    speed = size / seconds if seconds > 0 else 0.0
+    line = (
+        f"rebuild-indexes: {len(results)} partition(s), {len(checks)} segment(s): {counts}; "
+        f"{fmt_bytes(size)} ({size} bytes) of log in {seconds:.2f} s ({fmt_bytes(speed)}/s)"
+    )
+    damaged = sum(1 for c in checks if c.damaged_log)
+    if damaged:
+        line += f"; {damaged} damaged segment(s) left unrepaired"
+    cleaned = sum(r.segments_cleaned_up for r in results)
+    if cleaned:
+        line += f"; {cleaned} unfinished copy(ies) of earlier runs cleaned up"
+    if busy:
+        line += f"; {busy} partition(s) held by another run"
+    return line
+
+
+def _index_statuses() -> list[Any]:
+    from tiering_core.runs.rebuild import IndexStatus
+
+    return list(IndexStatus)

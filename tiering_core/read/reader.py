@@ -1,0 +1,214 @@
+"""Reads from the remote tier (docs/kafka-rules.md section 8, with section 10's lineage).
+
+Only COPY_SEGMENT_FINISHED segments inside the partition's lineage serve reads, from the global
+log start offset up to the highest copied offset; what lies above is the broker's to serve.
+
+- By offset: ``epoch_for_offset`` in the lineage, ``segment_for(epoch, offset)``, the byte
+  position from the segment's remote offset index, then batches streamed from there; the first
+  batch with last offset >= the fetch offset starts the answer. A segment with nothing at or
+  above the offset hands over to the next one.
+- By timestamp: from the starting offset on, the first served segment whose max timestamp
+  reaches the target, seeked through its time index then its offset index; the first record
+  with timestamp >= target (and offset >= the starting offset), with its batch's leader epoch.
+
+Index files come through a ``RemoteIndexCache``: least recently used out first, bounded by
+bytes, each entry checked against the CRC-32C the metadata recorded at copy time, so a corrupt
+cached or stored index is never used (a damaged stored offset or time index only costs a scan
+from the segment's start, and is logged so ``tiering rebuild-indexes`` can repair it).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.errors import TieringError
+from tiering_core.kafka.index import lookup_offset, lookup_timestamp, parse_offset_index, parse_time_index
+from tiering_core.kafka.records import Record, read_batches
+from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.storage.errors import RemoteObjectNotFoundError
+from tiering_core.storage.layout import ObjectKind
+from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, load_tier_view
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
+from tiering_core.read.index_cache import RemoteIndexCache
+
+log = logging.getLogger(__name__)
+
+
+class OffsetOutOfRangeError(TieringError):
+    """The offset is not in the remote tier (below the log start, or above what was copied)."""
+
+
+@dataclass(frozen=True)
+class FetchedRecord:
+    """One record as ``tiering fetch`` prints it (docs/architecture.md's ``fetch`` contract)."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+    @classmethod
+    def of(cls, record: Record) -> FetchedRecord:
+        return cls(record.offset, record.timestamp, record.leader_epoch, record.key, record.value, record.headers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            "leader_epoch": self.leader_epoch,
+            "key": _b64(self.key),
+            "value": _b64(self.value),
+            "headers": [{"key": k, "value": _b64(v)} for k, v in self.headers],
+        }
+
+
+@dataclass(frozen=True)
+class TimestampAndOffset:
+    """Kafka's answer to ListOffsets by timestamp: the first record at or after it."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"offset": self.offset, "timestamp": self.timestamp, "leader_epoch": self.leader_epoch}
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+class RemoteLogReader:
+    """Records and offsets of one partition's remote tier, as a consumer would see them."""
+
+    def __init__(self, view: TierView, store: RemoteLogMetadataStore, cache: RemoteIndexCache) -> None:
+        self.view = view
+        self.store = store
+        self.cache = cache
+        self.storage = cache.storage
+        self._served = finished_in_lineage(view, store)
+
+    @property
+    def tp(self) -> str:
+        tp = self.view.tip.topic_partition
+        return f"{tp.topic}-{tp.partition}"
+
+    @property
+    def log_start_offset(self) -> int | None:
+        """The first offset the remote tier serves (None when it serves nothing)."""
+        if not self._served:
+            return None
+        first = min(s.start_offset for s in self._served)
+        start = self.view.global_log_start_offset
+        return first if start is None else max(first, start)
+
+    @property
+    def highest_offset(self) -> int:
+        return self.view.highest_copied_offset
+
+    def check_offset(self, offset: int) -> None:
+        start = self.log_start_offset
+        if start is None:
+            raise OffsetOutOfRangeError(f"{self.tp}: the remote tier holds no data yet")
+        if offset < start:
+            raise OffsetOutOfRangeError(f"{self.tp}: offset {offset} is below the log start offset {start}")
+        if offset > self.highest_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.tp}: offset {offset} is above the remote tier (highest copied offset {self.highest_offset}); "
+                "the broker serves it"
+            )
+
+    def segment_for(self, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The served segment holding ``offset``, else the first served one after it."""
+        epoch = self.view.lineage.epoch_for_offset(offset)
+        if epoch is not None:
+            found = self.store.segment_for(self.view.tip, epoch, offset)
+            if found is not None and is_in_lineage(self.view, found):
+                return found
+        later = [s for s in self._served if s.start_offset > offset]
+        return min(later, key=lambda s: s.start_offset) if later else None
+
+    def _position(self, segment: RemoteLogSegmentMetadata, offset: int) -> int:
+        data = self.cache.get(segment, ObjectKind.OFFSET_INDEX)
+        if data is None:
+            return 0  # no usable index: scan the segment from its start
+        entries = parse_offset_index(data, segment.start_offset, Path(f"<{segment.segment_id}.index>"))
+        return lookup_offset(entries, segment.start_offset, offset).position
+
+    def _batches(self, segment: RemoteLogSegmentMetadata, position: int) -> Iterator[list[Record]]:
+        ref = segment_ref(segment)
+        where = Path(self.storage.describe(ref.key(ObjectKind.LOG, self.storage.prefix)))
+        try:
+            with self.storage.open_stream(ref, ObjectKind.LOG, position) as stream:
+                for _header, records in read_batches(stream, where, position):
+                    yield records
+        except RemoteObjectNotFoundError as exc:
+            raise TieringError(
+                f"{self.tp}: segment {segment.segment_id} is finished but its log is gone: {exc}"
+            ) from exc
+
+    def read(self, offset: int, max_records: int) -> list[FetchedRecord]:
+        """Up to ``max_records`` data records from ``offset`` (control records are skipped)."""
+        self.check_offset(offset)
+        out: list[FetchedRecord] = []
+        next_offset = offset
+        while len(out) < max_records and next_offset <= self.highest_offset:
+            segment = self.segment_for(next_offset)
+            if segment is None:
+                break
+            next_offset = max(next_offset, segment.start_offset)
+            for records in self._batches(segment, self._position(segment, next_offset)):
+                for record in records:
+                    if record.offset >= next_offset and not record.is_control and record.offset <= self.highest_offset:
+                        out.append(FetchedRecord.of(record))
+                        if len(out) == max_records:
+                            return out
+            next_offset = segment.end_offset + 1
+        return out
+
+    def offset_for_timestamp(self, timestamp: int, starting_offset: int | None = None) -> TimestampAndOffset | None:
+        """The first record with timestamp >= ``timestamp`` and offset >= ``starting_offset``."""
+        start = self.log_start_offset
+        if start is None:
+            return None
+        if starting_offset is not None:
+            self.check_offset(starting_offset)
+            start = starting_offset
+        for segment in sorted(self._served, key=lambda s: (s.start_offset, s.event_time)):
+            if segment.end_offset < start or segment.max_timestamp < timestamp:
+                continue
+            # As Kafka's LogSegment.findOffsetByTimestamp: the time index names an offset whose batch
+            # starts the scan; records before it in that batch may match too, so filter by ``start`` only.
+            seek = max(start, self._time_seek(segment, timestamp))
+            for records in self._batches(segment, self._position(segment, seek)):
+                for record in records:
+                    if record.offset >= start and not record.is_control and record.timestamp >= timestamp:
+                        return TimestampAndOffset(record.offset, record.timestamp, record.leader_epoch)
+        return None
+
+    def _time_seek(self, segment: RemoteLogSegmentMetadata, timestamp: int) -> int:
+        data = self.cache.get(segment, ObjectKind.TIME_INDEX)
+        if data is None:
+            return segment.start_offset
+        entries = parse_time_index(data, segment.start_offset, Path(f"<{segment.segment_id}.timeindex>"))
+        return lookup_timestamp(entries, segment.start_offset, timestamp).offset
+
+
+def open_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache | None = None) -> RemoteLogReader:
+    """A reader over the partition's remote tier, with the config's index cache."""
+    partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+    view = load_tier_view(partition_log, ctx.metadata)
+    if cache is None:
+        cache = RemoteIndexCache(ctx.storage, ctx.config.index_cache_bytes, ctx.config.index_cache_dir)
+    return RemoteLogReader(view, ctx.metadata, cache)

@@ -1,0 +1,207 @@
+"""``tiering restore``: a partition's remote tier written back as a Kafka partition directory.
+
+For disaster recovery (a broker lost its disk) or to read tiered data with Kafka's own tools.
+The segments the remote tier serves (finished, in the lineage, from the global log start to the
+highest copied offset; where re-uploads overlap, the one ``segment_for`` picks) are written to
+``<target>/<topic>-<partition>/`` under the broker's own names: ``<base>.log``, ``.index``,
+``.timeindex``, ``.txnindex`` (when stored) and the producer snapshot at the next base offset,
+plus ``leader-epoch-checkpoint`` (the lineage up to the restored end) and ``partition.metadata``;
+the target's root checkpoints get the partition's log start, recovery point and high watermark.
+
+Every object is checked against the CRC-32C the metadata recorded at copy time as it streams
+to disk. The partition is assembled in a hidden directory and renamed into place only when
+complete, so a failure leaves nothing behind. The broker's log dirs are never written, and an
+existing partition directory in the target is never overwritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.errors import TieringError
+from tiering_core.kafka.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    update_offset_checkpoints,
+    write_leader_epoch_checkpoint,
+    write_partition_metadata,
+)
+from tiering_core.kafka.crc import crc32c
+from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
+from tiering_core.read.reader import open_reader
+from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.storage.checksum import crc_hex
+from tiering_core.storage.errors import RemoteObjectNotFoundError
+from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.manifest import CopyRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tiering_core.context import TieringContext
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.metadata.store import RemoteLogSegmentMetadata
+    from tiering_core.read.reader import RemoteLogReader
+    from tiering_core.storage.segments import RemoteStorage
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1 << 20
+#: Object kinds restored beside each ``.log``, and the local file suffix each becomes.
+SEGMENT_FILES = {
+    ObjectKind.LOG: "log",
+    ObjectKind.OFFSET_INDEX: "index",
+    ObjectKind.TIME_INDEX: "timeindex",
+    ObjectKind.TRANSACTION_INDEX: "txnindex",
+}
+
+
+@dataclass
+class RestoreResult:
+    topic: str
+    partition: int
+    directory: Path
+    segments: int = 0
+    bytes: int = 0
+    log_start_offset: int | None = None
+    end_offset: int | None = None  # the last restored offset
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "directory": str(self.directory),
+            "segments": self.segments,
+            "bytes": self.bytes,
+            "log_start_offset": self.log_start_offset,
+            "end_offset": self.end_offset,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def served_chain(reader: RemoteLogReader) -> list[RemoteLogSegmentMetadata]:
+    """The served segments from the log start on, one per offset range, as a broker would hold them."""
+    chain: list[RemoteLogSegmentMetadata] = []
+    offset = reader.log_start_offset
+    if offset is None:
+        return chain
+    while offset <= reader.highest_offset:
+        segment = reader.segment_for(offset)
+        if segment is None:
+            break
+        if chain and segment.start_offset <= chain[-1].end_offset:
+            # A re-upload that starts inside an earlier choice: keep only what it does not cover.
+            while chain and chain[-1].start_offset >= segment.start_offset:
+                chain.pop()
+            if chain and chain[-1].end_offset >= segment.start_offset:
+                raise TieringError(
+                    f"{reader.tp}: remote segments {chain[-1].segment_id} and {segment.segment_id} overlap in "
+                    f"[{segment.start_offset}..{chain[-1].end_offset}]; run retention first"
+                )
+        elif chain and segment.start_offset > chain[-1].end_offset + 1:
+            log.warning(
+                "%s: offsets %d..%d are not in the remote tier (a tiering gap); restored around them",
+                reader.tp,
+                chain[-1].end_offset + 1,
+                segment.start_offset - 1,
+            )
+        chain.append(segment)
+        offset = segment.end_offset + 1
+    return chain
+
+
+def _download(storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: ObjectKind, target: Path) -> int:
+    """Stream one object to ``target``, checking the CRC-32C recorded for it; its size, or -1 if absent."""
+    expected = CopyRecord.of_segment(segment).crc(kind)
+    value = size = 0
+    try:
+        with storage.open_stream(segment_ref(segment), kind) as source, target.open("wb") as out:
+            while chunk := source.read(CHUNK):
+                value = crc32c(chunk, value)
+                size += len(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+    except RemoteObjectNotFoundError:
+        target.unlink(missing_ok=True)
+        if expected is not None:
+            raise TieringError(
+                f"segment {segment.segment_id}: its {kind.value} object is missing (run tiering verify)"
+            ) from None
+        return -1
+    if expected is not None and crc_hex(value) != expected:
+        raise TieringError(
+            f"segment {segment.segment_id}: {kind.value} crc32c {crc_hex(value)} != {expected} recorded at copy "
+            "time (run tiering verify)"
+        )
+    return size
+
+
+def restore_partition(
+    ctx: TieringContext, tp: TopicPartition, target: Path, *, progress: Callable[[str], None] | None = None
+) -> RestoreResult:
+    """Write the partition's remote tier to ``target/<topic>-<partition>``; see the module docstring."""
+    say = progress or (lambda line: log.info("%s", line))
+    started = time.monotonic()
+    target = target.resolve()
+    for log_dir in ctx.config.log_dirs:
+        root = log_dir.resolve()
+        if target == root or root in target.parents:
+            raise TieringError(f"restore target {target} is inside the broker's log dir {log_dir}; choose another")
+    final = target / f"{tp.topic}-{tp.partition}"
+    if final.exists():
+        raise TieringError(f"{final} already exists; restore never overwrites a partition directory")
+    reader = open_reader(ctx, tp)
+    chain = served_chain(reader)
+    if not chain:
+        raise TieringError(f"{tp.topic}-{tp.partition}: the remote tier holds no data to restore")
+    result = RestoreResult(tp.topic, tp.partition, final, log_start_offset=reader.log_start_offset)
+    target.mkdir(parents=True, exist_ok=True)
+    work = target / f".{tp.topic}-{tp.partition}.restoring"
+    shutil.rmtree(work, ignore_errors=True)  # leftovers of a killed earlier restore
+    work.mkdir()
+    try:
+        for segment in chain:
+            stem = f"{segment.start_offset:020d}"
+            for kind, suffix in SEGMENT_FILES.items():
+                size = _download(ctx.storage, segment, kind, work / f"{stem}.{suffix}")
+                result.bytes += max(size, 0)
+            snapshot = work / f"{segment.end_offset + 1:020d}.snapshot"
+            result.bytes += max(_download(ctx.storage, segment, ObjectKind.PRODUCER_SNAPSHOT, snapshot), 0)
+            result.segments += 1
+            result.end_offset = segment.end_offset
+            say(
+                f"{tp.topic}-{tp.partition}: restored segment {segment.start_offset}..{segment.end_offset} "
+                f"({result.segments}/{len(chain)}, {result.bytes} bytes)"
+            )
+        end = chain[-1].end_offset
+        lineage = reader.view.lineage.truncate_from_end(end + 1)
+        write_leader_epoch_checkpoint(work / LEADER_EPOCH_CHECKPOINT, list(lineage.entries))
+        write_partition_metadata(work / PARTITION_METADATA, reader.view.tip.topic_id)
+        os.replace(work, final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    _write_root_checkpoints(target, tp, result, chain[0].start_offset)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _write_root_checkpoints(target: Path, tp: TopicPartition, result: RestoreResult, first_base: int) -> None:
+    assert result.end_offset is not None
+    next_offset = result.end_offset + 1
+    update_offset_checkpoints(target / RECOVERY_POINT_CHECKPOINT, {tp: next_offset})
+    update_offset_checkpoints(target / REPLICATION_OFFSET_CHECKPOINT, {tp: next_offset})
+    start = result.log_start_offset
+    update_offset_checkpoints(
+        target / LOG_START_OFFSET_CHECKPOINT, {tp: start if start is not None and start > first_base else None}
+    )

@@ -1,0 +1,452 @@
+"""The copy task: what Kafka's RemoteLogManager does as leader, as one idempotent batch run.
+
+Per partition (docs/kafka-rules.md sections 5 and 10): take the partition's lease, clean up what
+a killed earlier run left in COPY_SEGMENT_STARTED, find the highest copied offset along the
+lineage, and copy every closed segment whose next base offset is at or below the LSO:
+new UUID, COPY_SEGMENT_STARTED, objects, manifest last, COPY_SEGMENT_FINISHED.
+
+The run is split into ``prepare_segment_upload`` (driver), ``upload_segment`` (anywhere,
+e.g. a Spark executor) and the metadata commits, so parallel uploads keep every invariant.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.cli.output import fmt_bytes
+from tiering_core.errors import TieringError, TieringGapError
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.errors import FencedError, LeaseHeldError
+from tiering_core.metadata.store import Lease
+from tiering_core.runs.errors import CopyFailedError
+from tiering_core.runs.lease import HeldPartition, held_partition
+from tiering_core.storage.errors import RemoteStorageError
+from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, load_tier_view, recorded_gaps
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.storage.manifest import SegmentManifest
+    from tiering_core.storage.segments import RemoteStorage
+from tiering_core.runs.segment_copy import (
+    SegmentUpload,
+    abandon_upload,
+    finish_segment,
+    prepare_segment_upload,
+    recover_failed_copies,
+    repair_remote_log_start,
+    upload_segment,
+)
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+Uploader = Callable[["RemoteStorage", "SegmentUpload"], "SegmentManifest"]
+
+
+@dataclass(frozen=True)
+class PlannedSegment:
+    base_offset: int
+    end_offset: int
+    size_bytes: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"base_offset": self.base_offset, "end_offset": self.end_offset, "size_bytes": self.size_bytes}
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """What a copy run would do now (read-only)."""
+
+    topic_partition: TopicPartition
+    highest_copied_offset: int
+    last_stable_offset: int | None
+    candidates: tuple[PlannedSegment, ...]
+    gap: list[int] | None
+    skipped_reason: str | None = None
+
+    @property
+    def eligible(self) -> bool:
+        return bool(self.candidates) and self.skipped_reason is None
+
+
+@dataclass
+class CopyResult:
+    topic: str
+    partition: int
+    dry_run: bool = False
+    fenced: bool = False
+    skipped_reason: str | None = None
+    segments_copied: int = 0
+    bytes_copied: int = 0
+    segments_cleaned_up: int = 0
+    highest_copied_offset: int = -1
+    last_stable_offset: int | None = None
+    copy_lag_segments: int = 0
+    copy_lag_bytes: int = 0
+    gaps: list[list[int]] = field(default_factory=list)
+    planned: list[dict[str, int]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, for ``--json`` and XCom."""
+        return {**asdict(self), "seconds": round(self.seconds, 3)}
+
+
+def _skip_reason(ctx: TieringContext, tp: TopicPartition) -> str | None:
+    topic = ctx.config.topic_config(tp.topic)
+    if not topic.remote_storage_enable:
+        return "remote.storage.enable is false"
+    if topic.remote_log_copy_disable:
+        return "remote.log.copy.disable is true"
+    return None
+
+
+def _partition_log(ctx: TieringContext, tp: TopicPartition):  # type: ignore[no-untyped-def]
+    return ctx.partitions(tp.topic, tp.partition)[0]
+
+
+def plan_copy(ctx: TieringContext, tp: TopicPartition) -> CopyPlan:
+    """The segments a copy run would upload now; writes nothing."""
+    view = load_tier_view(_partition_log(ctx, tp), ctx.metadata)
+    gap = view.tiering_gap()
+    return CopyPlan(
+        topic_partition=tp,
+        highest_copied_offset=view.highest_copied_offset,
+        last_stable_offset=view.last_stable_offset,
+        candidates=tuple(
+            PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
+        ),
+        gap=gap.as_list() if gap else None,
+        skipped_reason=_skip_reason(ctx, tp),
+    )
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def begin_copy_run(
+    ctx: TieringContext, tp: TopicPartition, run_id: str, hold: ExitStack
+) -> tuple[HeldPartition, TierView, int] | None:
+    """Hold the partition (until ``hold`` closes), recovery, DeleteRecords and lineage
+    bookkeeping, then a fresh view.
+
+    Returns None when another run holds the partition's lease.
+    """
+    store = ctx.metadata
+    partition_log = _partition_log(ctx, tp)
+    tip = TopicIdPartition(partition_log.topic_id, tp)
+    store.register_partition(tip)
+    try:
+        held = hold.enter_context(held_partition(store, tip, holder=f"copy:{run_id}", run_id=run_id))
+    except LeaseHeldError as exc:
+        log.info("%s: another run holds the partition (%s); nothing to do", tp, exc)
+        return None
+    cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
+    repair_remote_log_start(store, tip, held.lease)
+    view = load_tier_view(partition_log, store)
+    if view.observed_delete_records_offset is not None:
+        store.record_delete_records(
+            tip, view.observed_delete_records_offset, held.lease, source="log-start-offset-checkpoint"
+        )
+    return held, view, cleaned
+
+
+class CopyRun:
+    """One partition's copy run as the driver sees it: lease, plan, and every metadata write.
+
+    ``run_copy`` and the Spark parallel upload both drive a partition through this class, so
+    COPY_SEGMENT_STARTED before an upload, FINISHED only after the manifest, the lineage and
+    remote-log-start bookkeeping, the cleanup of failures and the lease have one home. Uploads
+    (``upload_segment``) may run anywhere; their results are committed here in offset order.
+    The partition is held (``held_partition``, renewed in the background) from ``begin`` to
+    ``finish`` or ``release``; ``active`` asks ``held.holds``.
+    """
+
+    def __init__(self, ctx: TieringContext, tp: TopicPartition, say: Progress) -> None:
+        self.ctx = ctx
+        self.tp = tp
+        self.say = say
+        self.result = CopyResult(topic=tp.topic, partition=tp.partition)
+        self.held: HeldPartition | None = None
+        self._hold = ExitStack()
+        self.view: TierView | None = None
+        self.gap: OffsetRange | None = None
+        self.candidates: list[CopyCandidate] = []
+        self._expired: str | None = None  # why the run fails: its lease expired under it
+        self._started = time.monotonic()
+
+    @classmethod
+    def begin(
+        cls, ctx: TieringContext, tp: TopicPartition, *, run_id: str, progress: Progress | None = None
+    ) -> CopyRun:
+        """Skip check, lease, recovery, gap recording and the candidates.
+
+        ``run.active`` is False when the topic is not tiered or another run holds the lease
+        (``run.result`` says which); such a run has nothing to upload or release.
+        """
+        run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)))
+        reason = _skip_reason(ctx, tp)
+        if reason is not None:
+            run.result.skipped_reason = reason
+            run.say(f"{tp}: skipped ({reason})")
+            return run
+        try:
+            begun = begin_copy_run(ctx, tp, run_id, run._hold)
+            if begun is None:
+                run.result.fenced = True
+                run.say(f"{tp}: another copy run holds the partition; nothing done")
+                return run
+            run.held, view, run.result.segments_cleaned_up = begun
+            run.view = view
+            run.gap = view.tiering_gap()
+            if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
+                run._record_gap(run.gap)
+            view.require_lso()
+            run.candidates = view.copy_candidates()
+        except BaseException:
+            run.release()
+            raise
+        run.result.planned = [
+            PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes).to_dict() for c in run.candidates
+        ]
+        return run
+
+    @property
+    def active(self) -> bool:
+        """Holds the partition's lease and may still write."""
+        return self.held is not None and self.held.holds
+
+    def _record_gap(self, gap: OffsetRange) -> None:
+        lease, view = self._held()
+        self.ctx.metadata.record_gap(view.tip, gap.start, gap.end, lease)
+        log.error(
+            "%s: TIERING GAP: offsets %d..%d were deleted by the broker before they were tiered",
+            self.tp,
+            gap.start,
+            gap.end,
+        )
+
+    def segment_vanished(self, candidate: CopyCandidate, upload: SegmentUpload | None, exc: OSError) -> None:
+        """The broker deleted the segment's files while we copied it (its own retention).
+
+        What was uploaded of it is cleaned up; the partition is looked at again, and if the
+        broker's log start has passed data not yet tiered the gap is recorded now, so ``finish``
+        fails the run loudly. Otherwise the run fails naming the vanished file.
+        """
+        if upload is not None:
+            abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
+        self._held()
+        fresh = load_tier_view(_partition_log(self.ctx, self.tp), self.ctx.metadata)
+        gap = fresh.tiering_gap()
+        if gap is None:
+            raise CopyFailedError(
+                f"{self.tp}: segment {candidate.base_offset} could not be read while copying it: {exc}"
+            ) from exc
+        self.say(f"{self.tp}: the broker deleted segment {candidate.base_offset} while it was being copied")
+        self.gap = gap
+        self._record_gap(gap)
+
+    def _held(self) -> tuple[Lease, TierView]:
+        if self.held is None or self.view is None:
+            raise TieringError(f"{self.tp}: the copy run does not hold the partition")
+        return self.held.lease, self.view
+
+    def _lease_if_held(self) -> Lease | None:
+        return self.held.lease if self.held is not None and self.held.holds else None
+
+    def start_segment(self, candidate: CopyCandidate) -> SegmentUpload:
+        """Verify and gather the segment, then COPY_SEGMENT_STARTED (before anything is uploaded)."""
+        lease, view = self._held()
+        upload = prepare_segment_upload(
+            view,
+            candidate,
+            run_token=lease.token,
+            index_interval_bytes=self.ctx.config.topic_config(self.tp.topic).index_interval_bytes,
+        )
+        self.ctx.metadata.add_segment(upload.metadata, lease)
+        return upload
+
+    def commit_finished_segment(
+        self, candidate: CopyCandidate, upload: SegmentUpload, manifest: SegmentManifest, seconds: float, note: str = ""
+    ) -> bool:
+        """FINISHED with lineage and remote log start (one transaction), then a lease renewal.
+
+        False when the lease was lost: the upload is cleaned up and the run stops (``result.fenced``
+        when a newer run took the partition; ``finish`` fails the run when the lease merely expired).
+        """
+        lease, _ = self._held()
+        store = self.ctx.metadata
+        try:
+            finish_segment(store, upload, manifest, lease)
+        except FencedError as exc:
+            self.fenced_while_copying(candidate, upload, exc)
+            return False
+        held = self.held
+        if held is not None and not held.renew():
+            self.fenced_while_copying(candidate, None, held.lost)
+        elapsed = max(seconds, 1e-9)
+        size = candidate.segment.size_bytes
+        self.result.segments_copied += 1
+        self.result.bytes_copied += size
+        self.say(
+            f"{self.tp}: copied segment {candidate.base_offset} [{candidate.base_offset}..{candidate.end_offset}] "
+            f"{fmt_bytes(size)} in {elapsed:.2f} s ({fmt_bytes(size / elapsed)}/s){note}"
+        )
+        return self.active
+
+    def fenced_while_copying(
+        self, candidate: CopyCandidate, upload: SegmentUpload | None, reason: object = None
+    ) -> None:
+        """The lease is gone: delete this run's objects and leave the metadata to the next holder.
+
+        If a newer run holds the partition this run was fenced and stops quietly; if nobody does,
+        the lease expired under this run (it stalled longer than ``metadata.lease_ms``) and
+        ``finish`` fails the run, so the loss is never mistaken for a clean exit.
+        """
+        if upload is not None:
+            abandon_upload(self.ctx.metadata, self.ctx.storage, upload, None)
+        self._lost_while_copying(candidate.base_offset, reason)
+
+    def _lost_while_copying(self, base_offset: int, reason: object) -> None:
+        """Say once how the lease was lost: fenced by a newer run, or expired under this one."""
+        if self.held is None or self.result.fenced or self._expired is not None:
+            return
+        self.held.lose(reason)
+        holder = self.held.newer_holder()
+        if holder is not None:
+            self.result.fenced = True
+            self.say(f"{self.tp}: fenced by a newer run ({holder.holder}) while copying segment {base_offset}; stopped")
+        else:
+            self._expired = (
+                f"the partition's lease expired while copying segment {base_offset} "
+                f"(metadata.lease_ms may be too short for this segment, or the run stalled): {self.held.lost}"
+            )
+            self.say(f"{self.tp}: {self._expired}; stopped")
+
+    def abandon(self, candidate: CopyCandidate, upload: SegmentUpload, reason: object) -> CopyFailedError:
+        """Clean up a failed or unfinished upload under the lease; returns the error that fails the run."""
+        abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
+        return CopyFailedError(
+            f"{self.tp}: copying segment {candidate.base_offset} failed and was cleaned up: {reason}"
+        )
+
+    def upload_failed(self, candidate: CopyCandidate, upload: SegmentUpload, reason: object) -> None:
+        """An upload failed. If the segment's ``.log`` is gone the broker deleted it meanwhile, which
+        is ``segment_vanished`` (a gap recorded and this returns, or it raises naming the file);
+        otherwise the upload is cleaned up and the CopyFailedError that fails the run is raised.
+        Either way the run copies nothing more."""
+        log_path = candidate.segment.log_path
+        if not log_path.exists():
+            self.segment_vanished(candidate, upload, FileNotFoundError(str(log_path)))
+            return
+        failure = self.abandon(candidate, upload, reason)
+        self.say(f"{self.tp}: segment {candidate.base_offset} failed ({reason}); cleaned up")
+        if isinstance(reason, BaseException):
+            raise failure from reason
+        raise failure
+
+    def release(self) -> None:
+        """Stop renewing and give the partition up (idempotent)."""
+        self._hold.close()
+
+    def finish(self) -> CopyResult:
+        """Release the lease, record final offsets and lag; raise TieringGapError after a gap."""
+        if self.held is not None and self.held.lost is not None:  # lost in the background
+            self._lost_while_copying(self.candidates[0].base_offset if self.candidates else -1, self.held.lost)
+        self.release()
+        if self.view is None:
+            return self.result
+        result, store = self.result, self.ctx.metadata
+        final = load_tier_view(_partition_log(self.ctx, self.tp), store)
+        result.highest_copied_offset = final.highest_copied_offset
+        result.last_stable_offset = final.last_stable_offset
+        result.copy_lag_segments, result.copy_lag_bytes = final.copy_lag()
+        result.gaps = recorded_gaps(store, final.tip)
+        result.seconds = time.monotonic() - self._started
+        rate = result.bytes_copied / result.seconds if result.seconds > 0 else 0.0
+        self.say(
+            f"{self.tp}: copied {result.segments_copied} segment(s), {fmt_bytes(result.bytes_copied)} "
+            f"in {result.seconds:.2f} s ({fmt_bytes(rate)}/s); highest copied offset "
+            f"{result.highest_copied_offset}, copy lag {result.copy_lag_segments} segment(s) / "
+            f"{fmt_bytes(result.copy_lag_bytes)}"
+        )
+        if self._expired is not None:
+            raise CopyFailedError(f"{self.tp}: {self._expired}")
+        if self.gap is not None:
+            raise TieringGapError(
+                f"{self.tp}: tiering gap: offsets {self.gap.start}..{self.gap.end} were deleted by the broker "
+                f"before they were tiered (copied what remains: {result.segments_copied} segment(s))",
+                result,
+            )
+        return result
+
+
+def run_copy(
+    ctx: TieringContext,
+    tp: TopicPartition,
+    *,
+    dry_run: bool = False,
+    run_id: str | None = None,
+    progress: Progress | None = None,
+    uploader: Uploader | None = None,
+) -> CopyResult:
+    """Copy every eligible segment of one partition; see the module docstring.
+
+    ``uploader`` puts a segment's objects (default ``upload_segment``; a test injects faults here).
+    """
+    say = progress or (lambda line: log.info("%s", line))
+    if dry_run:
+        return _dry_run(ctx, tp, say)
+    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say)
+    if not run.active:
+        return run.result
+    try:
+        for index, candidate in enumerate(run.candidates, start=1):
+            upload: SegmentUpload | None = None
+            t0 = time.monotonic()
+            try:
+                upload = run.start_segment(candidate)
+                manifest = (uploader or upload_segment)(ctx.storage, upload)
+            except FileNotFoundError as exc:
+                run.segment_vanished(candidate, upload, exc)
+                break
+            except RemoteStorageError as exc:
+                if upload is None:
+                    raise
+                run.upload_failed(candidate, upload, exc)
+                break
+            if not run.active:
+                run.fenced_while_copying(candidate, upload, run.held.lost if run.held else None)
+                break
+            if not run.commit_finished_segment(
+                candidate, upload, manifest, time.monotonic() - t0, f" [{index}/{len(run.candidates)}]"
+            ):
+                break
+    except BaseException:
+        run.release()
+        raise
+    return run.finish()
+
+
+def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress) -> CopyResult:
+    result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
+    reason = _skip_reason(ctx, tp)
+    if reason is not None:
+        result.skipped_reason = reason
+        say(f"{tp}: skipped ({reason})")
+        return result
+    plan = plan_copy(ctx, tp)
+    result.highest_copied_offset = plan.highest_copied_offset
+    result.last_stable_offset = plan.last_stable_offset
+    result.planned = [c.to_dict() for c in plan.candidates]
+    result.gaps = [plan.gap] if plan.gap else []
+    for c in plan.candidates:
+        say(f"{tp}: would copy segment {c.base_offset} [{c.base_offset}..{c.end_offset}] {fmt_bytes(c.size_bytes)}")
+    say(f"{tp}: dry run: {len(plan.candidates)} segment(s) would be copied")
+    return result

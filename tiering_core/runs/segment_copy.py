@@ -1,0 +1,213 @@
+"""One segment's copy, in the steps a run and the Spark parallel upload share (docs/kafka-rules.md
+sections 5 and 10): ``prepare_segment_upload`` (driver: verify and gather the files),
+``upload_segment`` (anywhere, e.g. a Spark executor: objects, manifest last), ``finish_segment``
+or ``abandon_upload`` (driver, under the lease); and the recovery of what killed copies left in
+COPY_SEGMENT_STARTED.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tiering_core.errors import CorruptLogError, TieringError
+from tiering_core.kafka.batch import scan_log
+from tiering_core.kafka.checkpoints import encode_leader_epoch_checkpoint
+from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.index_rebuild import rebuild_indexes
+from tiering_core.kafka.snapshot import encode_producer_snapshot
+from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
+from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment
+from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.storage.manifest import CopyRecord
+from tiering_core.tier.view import CopyCandidate, TierView
+
+if TYPE_CHECKING:
+    from tiering_core.metadata.store import RemoteLogMetadataStore
+    from tiering_core.storage.manifest import SegmentManifest
+    from tiering_core.storage.segments import RemoteStorage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SegmentUpload:
+    """One segment ready to upload: its STARTED metadata and the files of every object kind.
+
+    Files are paths on the broker's disk (streamed, never loaded whole) or small generated
+    bytes (rebuilt indexes, the leader-epoch index). Plain data, so it pickles to executors.
+    """
+
+    metadata: RemoteLogSegmentMetadata
+    files: dict[ObjectKind, Path | bytes]
+    leader_epoch_index: tuple[EpochEntry, ...] = ()
+
+    @property
+    def ref(self) -> RemoteSegmentRef:
+        return RemoteSegmentRef(self.metadata.topic_id_partition, self.metadata.start_offset, self.metadata.segment_id)
+
+
+# --- preparing one segment -------------------------------------------------------------------
+
+
+def prepare_segment_upload(
+    view: TierView, candidate: CopyCandidate, *, run_token: int, index_interval_bytes: int = 4096
+) -> SegmentUpload:
+    """Verify a candidate segment and gather its objects; reads only the broker's files.
+
+    Batches failing their CRC stop the copy (the segment is named); missing index files are
+    rebuilt from the ``.log``; the leader-epoch index is the lineage truncated at nextBase.
+    """
+    segment = candidate.segment
+    lso = view.require_lso()
+    if candidate.end_offset >= lso or segment.base_offset == view.log.active_segment.base_offset:
+        raise TieringError(f"{view.log.topic_partition}: segment {segment.base_offset} is not eligible for copy")
+    scan = scan_log(segment.log_path, verify_crc=True)
+    if scan.error is not None:
+        raise CorruptLogError(
+            scan.error.path, scan.error.position, f"segment {segment.base_offset} not copied: {scan.error.reason}"
+        )
+    if not scan.headers:
+        raise CorruptLogError(segment.log_path, 0, f"segment {segment.base_offset} has no record batches")
+    last = scan.headers[-1]
+    if last.last_offset > candidate.end_offset:
+        raise CorruptLogError(
+            segment.log_path,
+            last.position,
+            f"batch ends at offset {last.last_offset}, beyond the next segment's base {candidate.next_base_offset}",
+        )
+    max_timestamp = max(h.max_timestamp for h in scan.headers)
+
+    files: dict[ObjectKind, Path | bytes] = {ObjectKind.LOG: segment.log_path}
+    rebuilt = None
+    for kind, path in (
+        (ObjectKind.OFFSET_INDEX, segment.index_path),
+        (ObjectKind.TIME_INDEX, segment.time_index_path),
+    ):
+        if path is not None and path.exists():
+            files[kind] = path
+            continue
+        if rebuilt is None:
+            log.warning(
+                "%s: segment %d lacks its %s; rebuilding from the log",
+                view.log.topic_partition,
+                segment.base_offset,
+                kind.value,
+            )
+            rebuilt = rebuild_indexes(
+                segment.log_path, segment.base_offset, index_interval_bytes=index_interval_bytes, is_active=False
+            )
+        files[kind] = rebuilt.offset_index if kind == ObjectKind.OFFSET_INDEX else rebuilt.time_index
+    if segment.txn_index_path is not None and segment.txn_index_path.exists():
+        files[ObjectKind.TRANSACTION_INDEX] = segment.txn_index_path
+
+    snapshot = view.log.producer_snapshot_path(candidate.next_base_offset)
+    if snapshot is not None:
+        files[ObjectKind.PRODUCER_SNAPSHOT] = snapshot
+    else:
+        # The broker writes one at every roll, but may have lost it (an unclean shutdown, a
+        # log dir copied by hand). An empty one would silently drop producer and transaction
+        # state for restores and replicas: rebuild it by replaying the batches instead.
+        log.warning(
+            "%s: no producer snapshot at %d for segment %d; rebuilding it from the log",
+            view.log.topic_partition,
+            candidate.next_base_offset,
+            segment.base_offset,
+        )
+        files[ObjectKind.PRODUCER_SNAPSHOT] = encode_producer_snapshot(
+            view.log.producer_state_at(candidate.next_base_offset)
+        )
+
+    epoch_index = view.full_lineage.leader_epoch_index_for_segment(candidate.next_base_offset)
+    files[ObjectKind.LEADER_EPOCH_CHECKPOINT] = encode_leader_epoch_checkpoint(list(epoch_index.entries))
+    leader_epochs = view.full_lineage.segment_leader_epochs(segment.base_offset, candidate.next_base_offset)
+    if not leader_epochs:
+        raise TieringError(
+            f"{view.log.topic_partition}: no leader epoch covers segment {segment.base_offset} "
+            "(leader-epoch-checkpoint is empty or starts after it)"
+        )
+    metadata = RemoteLogSegmentMetadata(
+        segment_id=uuid.uuid4(),
+        topic_id_partition=view.tip,
+        start_offset=segment.base_offset,
+        end_offset=candidate.end_offset,
+        max_timestamp=max_timestamp,
+        leader_epochs=dict(leader_epochs),
+        size_bytes=segment.size_bytes,
+        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+        writer_token=run_token,
+        event_time=int(time.time() * 1000),
+        custom_metadata={},
+    )
+    return SegmentUpload(metadata=metadata, files=files, leader_epoch_index=tuple(epoch_index.entries))
+
+
+def upload_segment(storage: RemoteStorage, upload: SegmentUpload) -> SegmentManifest:
+    """Upload one segment's objects, manifest last. Safe to run on any worker."""
+    return storage.copy_segment(upload.ref, upload.files)
+
+
+def finish_segment(
+    store: RemoteLogMetadataStore, upload: SegmentUpload, manifest: SegmentManifest, lease: Lease
+) -> RemoteLogSegmentMetadata:
+    """COPY_SEGMENT_FINISHED (only after the manifest), in one transaction with what the copy
+    teaches the platform: the segment's leader-epoch index joins the recorded lineage, and the
+    first copy of a partition sets its remote log start offset. Done apart, a crash between the
+    steps would leave a finished segment outside the lineage, which retention would delete."""
+    return store.finish_copied_segment(
+        upload.metadata.segment_id,
+        lease,
+        custom_metadata=CopyRecord.of_manifest(manifest).to_custom_metadata(),
+        lineage=list(upload.leader_epoch_index),
+    )
+
+
+def abandon_upload(
+    store: RemoteLogMetadataStore, storage: RemoteStorage, upload: SegmentUpload, lease: Lease | None
+) -> None:
+    """Clean up a failed copy (``remote_segments.abandon_attempt``); never raises."""
+    abandon_attempt(store, storage, upload.metadata, lease, "failed copy")
+
+
+def recover_failed_copies(
+    store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition, lease: Lease
+) -> int:
+    """Finish what killed or failed runs left behind (we hold the lease, so nobody is copying):
+    COPY_SEGMENT_STARTED segments are deleted, DELETE_SEGMENT_STARTED ones deleted again."""
+    cleaned = 0
+    for segment in store.list_segments(tip, custom_metadata=False):
+        if segment.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            what = "copy"
+        elif segment.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            what = "deletion"
+        else:
+            continue
+        log.warning(
+            "%s: cleaning up %s of segment %s [%d..%d] left unfinished by an earlier run",
+            tip.topic_partition,
+            what,
+            segment.segment_id,
+            segment.start_offset,
+            segment.end_offset,
+        )
+        delete_remote_segment(store, storage, segment, lease)
+        cleaned += 1
+    return cleaned
+
+
+def repair_remote_log_start(store: RemoteLogMetadataStore, tip: TopicIdPartition, lease: Lease) -> None:
+    """A partition with finished segments but no remote log start offset (written by a release
+    that recorded them apart) gets the lowest finished start offset, never a later one."""
+    if store.get_remote_log_start_offset(tip) is not None:
+        return
+    finished = store.finished_segments(tip, custom_metadata=False)
+    if finished:
+        start = min(s.start_offset for s in finished)
+        store.set_remote_log_start_offset(tip, start, lease)
+        log.warning("%s: remote log start offset was unset; set to %d, the first finished segment", tip, start)

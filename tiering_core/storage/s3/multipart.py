@@ -1,0 +1,114 @@
+"""Streamed multipart uploads: each part is a window onto the file that checksums bytes the first
+time they pass, so memory stays bounded whatever the part size, a retried part is re-sent from
+its window, and the part CRCs combine into the object's CRC-32C.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tiering_core.storage.checksum import crc32c
+from tiering_core.storage.errors import RemoteStorageError
+from tiering_core.storage.objects import Progress
+
+CRC_CHUNK = 1 << 20  # per read of the checksum pass over a window
+
+
+class Abandoned(Exception):
+    """A part not started, or stopped mid-send, because the upload was abandoned."""
+
+
+@dataclass
+class PartsInFlight:
+    """Shared by the parts of one multipart upload (under ``lock``)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+    running: int = 0
+    aborting: bool = False
+
+
+def locked(progress: Progress | None) -> Progress | None:
+    """Parts report progress from several threads; the caller's callback sees one at a time."""
+    if progress is None:
+        return None
+    lock = threading.Lock()
+
+    def report(n: int) -> None:
+        with lock:
+            progress(n)
+
+    return report
+
+
+class Window:
+    """A seekable, read-only view of ``length`` bytes of a file from ``offset``: the request
+    body of one PutObject or UploadPart. Progress counts each byte the first time it is sent;
+    once ``stop`` is set, the next read raises, so an upload being abandoned ends mid-part."""
+
+    def __init__(
+        self, fd: int, offset: int, length: int, progress: Progress | None, stop: threading.Event | None
+    ) -> None:
+        self._fd = fd
+        self._offset = offset
+        self._length = length
+        self._progress = progress
+        self._stop = stop
+        self._pos = 0
+        self._reported = 0
+
+    def __len__(self) -> int:
+        return self._length
+
+    def read(self, n: int = -1) -> bytes:
+        if self._stop is not None and self._stop.is_set():
+            raise Abandoned()
+        remaining = self._length - self._pos
+        if n is None or n < 0 or n > remaining:
+            n = remaining
+        if n <= 0:
+            return b""
+        data = os.pread(self._fd, n, self._offset + self._pos)
+        if len(data) < n:
+            raise RemoteStorageError(f"file shrank while uploading: wanted {n} bytes at {self._offset + self._pos}")
+        self._pos += n
+        if self._progress and self._pos > self._reported:
+            self._progress(self._pos - self._reported)
+            self._reported = self._pos
+        return data
+
+    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._length}[whence]
+        self._pos = max(0, min(self._length, base + position))
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+
+def window_crc(fd: int, offset: int, length: int, path: Path) -> int:
+    """CRC-32C of ``length`` bytes of the file from ``offset``, read into one reused buffer."""
+    buffer = memoryview(bytearray(min(CRC_CHUNK, max(length, 1))))
+    crc = done = 0
+    while done < length:
+        n = os.preadv(fd, [buffer[: min(len(buffer), length - done)]], offset + done)
+        if n == 0:
+            raise RemoteStorageError(f"{path}: file shrank while uploading: it ends at {offset + done} bytes")
+        crc = crc32c(buffer[:n], crc)
+        done += n
+    return crc
+
+
+def b64(crc: int) -> str:
+    """A CRC-32C as S3's ``x-amz-checksum-crc32c`` header spells it: base64 of 4 big-endian bytes."""
+    return base64.b64encode((crc & 0xFFFFFFFF).to_bytes(4, "big")).decode()

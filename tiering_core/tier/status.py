@@ -1,0 +1,204 @@
+"""Per-partition tier state for ``tiering status``, the Airflow view and the DAG sensors."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.errors import TieringError
+from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.runs.retention import delete_lag
+from tiering_core.storage.manifest import CopyRecord
+from tiering_core.tier.view import TierView, finished_in_lineage, load_tier_view, recorded_gaps
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.kafka.partition_log import PartitionLog
+    from tiering_core.metadata.store import RemoteLogSegmentMetadata
+
+STATUS_FIELDS = (
+    "topic",
+    "partition",
+    "topic_id",
+    "log_start_offset",
+    "high_watermark",
+    "last_stable_offset",
+    "log_end_offset",
+    "leader_epoch",
+    "highest_copied_offset",
+    "remote_log_start_offset",
+    "remote_segments",
+    "remote_bytes",
+    "copy_lag_segments",
+    "copy_lag_bytes",
+    "delete_state",
+    "gaps",
+)
+
+
+@dataclass
+class PartitionStatus:
+    topic: str
+    partition: int
+    topic_id: str | None
+    log_start_offset: int | None = None
+    local_log_start_offset: int | None = None
+    high_watermark: int | None = None
+    last_stable_offset: int | None = None
+    log_end_offset: int | None = None
+    leader_epoch: int | None = None
+    highest_copied_offset: int = -1
+    remote_log_start_offset: int | None = None
+    remote_segments: int = 0
+    remote_bytes: int = 0
+    copy_lag_segments: int = 0
+    copy_lag_bytes: int = 0
+    delete_state: str | None = None
+    gaps: list[list[int]] = field(default_factory=list)
+    delete_lag_segments: int = 0
+    delete_lag_bytes: int = 0
+    local_retention_risk: dict[str, Any] | None = None
+    on_broker: bool = True
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in STATUS_FIELDS}
+        out.update(
+            local_log_start_offset=self.local_log_start_offset,
+            delete_lag_segments=self.delete_lag_segments,
+            delete_lag_bytes=self.delete_lag_bytes,
+            local_retention_risk=self.local_retention_risk,
+            on_broker=self.on_broker,
+            error=self.error,
+        )
+        return out
+
+
+def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> PartitionStatus:
+    """Status of one broker partition joined with the metadata store (read-only)."""
+    store = ctx.metadata
+    tp = partition_log.topic_partition
+    try:
+        view = load_tier_view(partition_log, store)
+    except TieringError as exc:
+        return PartitionStatus(tp.topic, tp.partition, None, error=str(exc))
+    record = store.get_partition(view.tip)
+    finished = finished_in_lineage(view, store, custom_metadata=False)
+    lag_segments, lag_bytes = view.copy_lag()
+    remote_start = remote_log_start(view, finished)
+    starts = [view.local_log_start_offset] + ([remote_start] if remote_start is not None else [])
+    log_start = min(starts)
+    if view.delete_records_offset is not None:
+        log_start = max(log_start, view.delete_records_offset)
+    topic_config = ctx.config.topic_config(tp.topic)
+    risk = view.local_retention_risk(topic_config)
+    delete_lag_segments, delete_lag_bytes = delete_lag(view, store, topic_config, int(time.time() * 1000))
+    return PartitionStatus(
+        topic=tp.topic,
+        partition=tp.partition,
+        topic_id=view.tip.topic_id,
+        log_start_offset=log_start,
+        local_log_start_offset=view.local_log_start_offset,
+        high_watermark=view.high_watermark,
+        last_stable_offset=view.last_stable_offset,
+        log_end_offset=view.log_end_offset,
+        leader_epoch=view.broker_cache.latest_epoch,
+        highest_copied_offset=view.highest_copied_offset,
+        remote_log_start_offset=remote_start,
+        remote_segments=len(finished),
+        remote_bytes=sum(s.size_bytes for s in finished),
+        copy_lag_segments=lag_segments,
+        copy_lag_bytes=lag_bytes,
+        delete_lag_segments=delete_lag_segments,
+        delete_lag_bytes=delete_lag_bytes,
+        delete_state=record.delete_state.value if record is not None and record.delete_state is not None else None,
+        gaps=recorded_gaps(store, view.tip),
+        local_retention_risk=risk.to_dict(),
+        error=view.offsets_error,
+    )
+
+
+def remote_log_start(view: TierView, finished: list[RemoteLogSegmentMetadata]) -> int | None:
+    """The first offset the remote tier serves: its first finished in-lineage segment, bounded
+    below by the global log start (a DeleteRecords or retention may have moved it inside that
+    segment). Without finished segments: the recorded value, if any."""
+    if not finished:
+        return view.remote_log_start_offset
+    first = min(s.start_offset for s in finished)
+    if view.global_log_start_offset is not None:
+        return max(first, view.global_log_start_offset)
+    return first
+
+
+def collect_status(
+    ctx: TieringContext, topic: str | None = None, partition: int | None = None
+) -> list[PartitionStatus]:
+    """Every selected broker partition, plus partitions known only to the metadata store
+    (removed from the broker, remote data kept) when no selector excludes them."""
+    logs = ctx.partitions(topic, partition)
+    rows = [partition_status(ctx, log) for log in logs]
+    seen = {(r.topic, r.partition, r.topic_id) for r in rows}
+    for record in ctx.metadata.list_partitions():
+        tip = TopicIdPartition(record.topic_id, record.topic_partition)
+        if (tip.topic, tip.partition, tip.topic_id) in seen:
+            continue
+        if (topic is not None and tip.topic != topic) or (partition is not None and tip.partition != partition):
+            continue
+        finished_state = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        remote_segments, remote_bytes = ctx.metadata.segment_totals(tip, (finished_state,))
+        # Off the broker there is no lineage to judge retention by: what waits is what removal or
+        # a started deletion will delete.
+        waiting = {RemoteLogSegmentState.DELETE_SEGMENT_STARTED} | ({finished_state} if record.delete_state else set())
+        waiting_segments, waiting_bytes = ctx.metadata.segment_totals(tip, waiting)
+        rows.append(
+            PartitionStatus(
+                topic=tip.topic,
+                partition=tip.partition,
+                topic_id=tip.topic_id,
+                remote_log_start_offset=record.remote_log_start_offset,
+                log_start_offset=record.remote_log_start_offset,
+                remote_segments=remote_segments,
+                remote_bytes=remote_bytes,
+                delete_lag_segments=waiting_segments,
+                delete_lag_bytes=waiting_bytes,
+                delete_state=record.delete_state.value if record.delete_state is not None else None,
+                gaps=recorded_gaps(ctx.metadata, tip),
+                on_broker=False,
+            )
+        )
+    return sorted(rows, key=lambda r: (r.topic, r.partition))
+
+
+def segment_to_dict(segment: RemoteLogSegmentMetadata) -> dict[str, Any]:
+    """The ``segments --json`` contract of docs/architecture.md."""
+    objects = CopyRecord.of_segment(segment).objects
+    return {
+        "segment_id": str(segment.segment_id),
+        "topic": segment.topic_id_partition.topic,
+        "partition": segment.topic_id_partition.partition,
+        "start_offset": segment.start_offset,
+        "end_offset": segment.end_offset,
+        "leader_epochs": {str(e): o for e, o in sorted(segment.leader_epochs.items())},
+        "max_timestamp": segment.max_timestamp,
+        "size_bytes": segment.size_bytes,
+        "state": segment.state.value,
+        "objects": dict(objects),
+    }
+
+
+def list_remote_segments(ctx: TieringContext, topic: str, partition: int) -> list[dict[str, Any]]:
+    """Not-yet-deleted remote segments of a partition (every topic id it had), by start offset."""
+    rows: list[dict[str, Any]] = []
+    for record in ctx.metadata.list_partitions():
+        if record.topic_partition.topic == topic and record.topic_partition.partition == partition:
+            tip = TopicIdPartition(record.topic_id, record.topic_partition)
+            rows.extend(segment_to_dict(s) for s in ctx.metadata.list_segments(tip))
+    if not rows and not any(
+        r.topic_partition.topic == topic and r.topic_partition.partition == partition
+        for r in ctx.metadata.list_partitions()
+    ):
+        # Validate the selector against the broker so a typo is an error, not an empty list.
+        ctx.partitions(topic, partition)
+    return sorted(rows, key=lambda r: (r["start_offset"], r["end_offset"]))

@@ -1,0 +1,304 @@
+"""A partition's tier state: the broker's local log joined with what the remote tier holds.
+
+Copy, retention, status and reads derive their offsets here and nowhere else:
+the lineage and global log start offset of docs/kafka-rules.md section 10, the highest copied
+offset of section 5 step 1, the copy candidates of step 3, copy lag, tiering gaps and
+local-retention risk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tiering_core.errors import TieringError
+from tiering_core.kafka.batch import iter_batch_headers
+from tiering_core.kafka.epoch import LeaderEpochCache, is_segment_in_lineage, merge_lineage
+from tiering_core.kafka.partition_log import LogSegment, PartitionLog
+from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.metadata.states import RemoteLogSegmentState
+
+if TYPE_CHECKING:
+    from tiering_core.config import TopicConfig
+    from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
+
+#: Warn when the oldest uncopied segment has used this share of the local retention.
+LOCAL_RETENTION_WARN_RATIO = 0.8
+
+
+@dataclass(frozen=True)
+class CopyCandidate:
+    """A closed local segment eligible for copy: [base_offset, next_base_offset - 1]."""
+
+    segment: LogSegment
+    next_base_offset: int
+
+    @property
+    def base_offset(self) -> int:
+        return self.segment.base_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.next_base_offset - 1
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """An inclusive offset range, e.g. a tiering gap."""
+
+    start: int
+    end: int
+
+    def as_list(self) -> list[int]:
+        return [self.start, self.end]
+
+
+def merge_offset_ranges(ranges: Iterable[tuple[int, int]]) -> list[OffsetRange]:
+    """Overlapping or adjacent inclusive ranges joined, in offset order.
+
+    A gap seen again by a later run (the broker's log start having moved further) is recorded as
+    a new, wider range; users want the offsets lost, not the history of sightings.
+    """
+    merged: list[OffsetRange] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1].end + 1:
+            last = merged[-1]
+            merged[-1] = OffsetRange(last.start, max(last.end, end))
+        else:
+            merged.append(OffsetRange(start, end))
+    return merged
+
+
+def recorded_gaps(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> list[list[int]]:
+    """The partition's tiering gaps as ``[start, end]`` lists (the ``gaps`` field of ``status``)."""
+    return [g.as_list() for g in merge_offset_ranges((g.start, g.end) for g in store.list_gaps(tip))]
+
+
+@dataclass(frozen=True)
+class LocalRetentionRisk:
+    """How close the broker's own retention is to deleting data not yet tiered."""
+
+    oldest_uncopied_base_offset: int | None
+    oldest_uncopied_age_ms: int | None
+    local_retention_ms: int | None
+    uncopied_bytes: int
+    local_bytes: int
+    local_retention_bytes: int | None
+    at_risk: bool
+    reason: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "oldest_uncopied_base_offset": self.oldest_uncopied_base_offset,
+            "oldest_uncopied_age_ms": self.oldest_uncopied_age_ms,
+            "local_retention_ms": self.local_retention_ms,
+            "uncopied_bytes": self.uncopied_bytes,
+            "local_bytes": self.local_bytes,
+            "local_retention_bytes": self.local_retention_bytes,
+            "at_risk": self.at_risk,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class TierView:
+    """Read-only snapshot of one partition's local and remote offsets."""
+
+    log: PartitionLog
+    tip: TopicIdPartition
+    broker_cache: LeaderEpochCache
+    full_lineage: LeaderEpochCache
+    lineage: LeaderEpochCache
+    log_end_offset: int
+    high_watermark: int | None
+    last_stable_offset: int | None
+    offsets_error: str | None
+    remote_log_start_offset: int | None
+    delete_records_offset: int | None
+    observed_delete_records_offset: int | None
+    global_log_start_offset: int | None
+    highest_copied_offset: int
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The broker's log start: first segment base, or a DeleteRecords inside it."""
+        return self.log.log_start_offset
+
+    def require_lso(self) -> int:
+        if self.last_stable_offset is None:
+            raise TieringError(f"{self.log.topic_partition}: last stable offset unknown: {self.offsets_error}")
+        return self.last_stable_offset
+
+    # --- section 5 step 2-3 ------------------------------------------------------------------
+
+    def copy_from_offset(self) -> int:
+        return max(self.highest_copied_offset + 1, self.local_log_start_offset)
+
+    def copy_candidates(self) -> list[CopyCandidate]:
+        """Closed segments from the one containing the resume point whose next base <= LSO."""
+        lso = self.last_stable_offset
+        if lso is None or lso <= 0 or self.highest_copied_offset >= lso:
+            return []
+        start = self.copy_from_offset()
+        segments = self.log.segments
+        candidates: list[CopyCandidate] = []
+        for current, following in itertools.pairwise(segments):
+            next_base = following.base_offset
+            if next_base - 1 < start:
+                continue  # wholly copied (or below the log start)
+            if next_base > lso:
+                break  # straddles the LSO (or beyond): waits
+            candidates.append(CopyCandidate(current, next_base))
+        return candidates
+
+    # --- section 5 step 5 and section 10 items 3-4 ---------------------------------------------
+
+    def uncopied_closed_segments(self) -> list[CopyCandidate]:
+        segments = self.log.segments
+        return [
+            CopyCandidate(current, following.base_offset)
+            for current, following in itertools.pairwise(segments)
+            if following.base_offset - 1 > self.highest_copied_offset
+        ]
+
+    def copy_lag(self) -> tuple[int, int]:
+        """(segments, bytes) of local closed segments above the highest copied offset."""
+        lagging = self.uncopied_closed_segments()
+        return len(lagging), sum(c.segment.size_bytes for c in lagging)
+
+    def tiering_gap(self) -> OffsetRange | None:
+        """Data the broker deleted before it was tiered, above the global log start."""
+        copied = self.highest_copied_offset
+        if copied < 0:
+            return None  # never tiered: what the broker dropped before is history, not a gap
+        start = copied + 1
+        if self.global_log_start_offset is not None:
+            start = max(start, self.global_log_start_offset)
+        if start < self.local_log_start_offset:
+            return OffsetRange(start, self.local_log_start_offset - 1)
+        return None
+
+    def local_retention_risk(self, topic: TopicConfig, now_ms: int | None = None) -> LocalRetentionRisk:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        lagging = self.uncopied_closed_segments()
+        uncopied_bytes = sum(c.segment.size_bytes for c in lagging)
+        local_bytes = sum(s.size_bytes for s in self.log.segments)
+        retention_ms = topic.effective_local_retention_ms()
+        retention_bytes = topic.effective_local_retention_bytes()
+        oldest_base: int | None = None
+        age: int | None = None
+        if lagging:
+            oldest = lagging[0].segment
+            oldest_base = oldest.base_offset
+            max_ts = max((h.max_timestamp for h in iter_batch_headers(oldest.log_path, strict=False)), default=-1)
+            if max_ts >= 0:
+                age = max(0, now - max_ts)
+        reasons: list[str] = []
+        if age is not None and retention_ms is not None and retention_ms >= 0:
+            if age >= retention_ms * LOCAL_RETENTION_WARN_RATIO:
+                reasons.append(
+                    f"oldest uncopied segment {oldest_base} is {age} ms old, local retention is {retention_ms} ms"
+                )
+        if lagging and retention_bytes is not None and retention_bytes >= 0:
+            if local_bytes >= retention_bytes * LOCAL_RETENTION_WARN_RATIO:
+                reasons.append(
+                    f"local log is {local_bytes} bytes with {uncopied_bytes} uncopied, "
+                    f"local retention is {retention_bytes} bytes"
+                )
+        return LocalRetentionRisk(
+            oldest_uncopied_base_offset=oldest_base,
+            oldest_uncopied_age_ms=age,
+            local_retention_ms=retention_ms,
+            uncopied_bytes=uncopied_bytes,
+            local_bytes=local_bytes,
+            local_retention_bytes=retention_bytes,
+            at_risk=bool(reasons),
+            reason="; ".join(reasons) or None,
+        )
+
+
+def highest_copied_offset(
+    store: RemoteLogMetadataStore, tip: TopicIdPartition, lineage: LeaderEpochCache, log_end_offset: int
+) -> int:
+    """docs/kafka-rules.md section 5 step 1: walk the lineage's epochs from the latest backwards.
+
+    For the first epoch with finished remote data up to ``h``: if the lineage ends that epoch
+    at or before ``h`` (remote holds more of it than this lineage: an unclean election), the
+    copied offset is the epoch's end - 1, else ``h``. Nothing copied: -1.
+    """
+    latest = store.latest_copied_epoch(tip, lineage.epochs())
+    if latest is None:
+        return -1
+    epoch, highest = latest
+    _, end = lineage.end_offset_for(epoch, log_end_offset)
+    return end - 1 if end <= highest else highest
+
+
+def observed_delete_records(log: PartitionLog) -> int | None:
+    """A log-start-offset-checkpoint entry above the first local base is a DeleteRecords."""
+    entry = log.log_start_offset_checkpoint
+    segments = log.segments
+    if entry is None or not segments:
+        return None
+    return entry if entry > segments[0].base_offset else None
+
+
+def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore) -> TierView:
+    """Join the broker's partition directory with the metadata store (no writes)."""
+    tip = TopicIdPartition(log.topic_id, log.topic_partition)
+    broker_cache = LeaderEpochCache(log.leader_epoch_entries)
+    recorded = store.get_recorded_lineage(tip)
+    full_lineage = merge_lineage(recorded, list(broker_cache.entries))
+    leo = log.log_end_offset
+    offsets_error: str | None = None
+    try:
+        hw: int | None = log.high_watermark
+        lso: int | None = log.last_stable_offset
+    except TieringError as exc:
+        hw = lso = None
+        offsets_error = str(exc)
+    remote_start = store.get_remote_log_start_offset(tip)
+    recorded_dr = store.get_delete_records_offset(tip)
+    observed_dr = observed_delete_records(log)
+    dr_candidates = [o for o in (recorded_dr, observed_dr) if o is not None]
+    delete_records = max(dr_candidates) if dr_candidates else None
+    starts = [o for o in (remote_start, delete_records) if o is not None]
+    global_start = max(starts) if starts else None
+    lineage = full_lineage.truncate_from_start(global_start) if global_start is not None else full_lineage
+    copied = highest_copied_offset(store, tip, full_lineage, leo)
+    return TierView(
+        log=log,
+        tip=tip,
+        broker_cache=broker_cache,
+        full_lineage=full_lineage,
+        lineage=lineage,
+        log_end_offset=leo,
+        high_watermark=hw,
+        last_stable_offset=lso,
+        offsets_error=offsets_error,
+        remote_log_start_offset=remote_start,
+        delete_records_offset=delete_records,
+        observed_delete_records_offset=observed_dr,
+        global_log_start_offset=global_start,
+        highest_copied_offset=copied,
+    )
+
+
+def is_in_lineage(view: TierView, segment: RemoteLogSegmentMetadata) -> bool:
+    """Whether a remote segment lies within the partition's current lineage (section 6)."""
+    return is_segment_in_lineage(segment.leader_epochs, segment.end_offset, view.lineage, view.log_end_offset)
+
+
+def finished_in_lineage(
+    view: TierView, store: RemoteLogMetadataStore, *, custom_metadata: bool = True
+) -> list[RemoteLogSegmentMetadata]:
+    """COPY_SEGMENT_FINISHED segments inside the lineage: what is served and counted as remote size
+    (``custom_metadata=False``: without their object keys, sizes and checksums)."""
+    return [
+        s
+        for s in store.list_segments(view.tip, custom_metadata=custom_metadata)
+        if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and is_in_lineage(view, s)
+    ]
