@@ -253,6 +253,27 @@ class RenderedPage:
     png: bytes
 
 
+def stop_browser(browser: subprocess.Popen[bytes]) -> None:
+    """Stop Chromium and every helper process it started (its own process group), and wait until
+    they are gone: a renderer still writing would keep the profile directory from being removed."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(browser.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            browser.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            continue
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(browser.pid, 0)  # helpers of the group still alive
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
 def render_logged_in(chromium: str, url: str, token: str, size: tuple[int, int] = (1760, 480)) -> RenderedPage:
     """Open ``url`` in headless Chromium with ``token`` in Airflow's JWT cookie, as a logged-in user's
     browser holds it; return the document's status, its DOM after load and a PNG of the page."""
@@ -323,12 +344,7 @@ def render_logged_in(chromium: str, url: str, token: str, size: tuple[int, int] 
             finally:
                 tools.close()
         finally:
-            browser.terminate()
-            try:
-                browser.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                browser.kill()
-                browser.wait()
+            stop_browser(browser)
 
 
 def screenshot(api: Api, labels: list[str], artifacts: Path) -> None:
