@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
@@ -309,15 +310,20 @@ def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: 
     config = make_config(tmp_path, log_dir, "par")
     reference = make_config(tmp_path, log_dir, "seq")
     copy_sequentially(reference)
-    markers = tmp_path / "markers"
+    markers, ended = tmp_path / "markers", tmp_path / "ended"
     markers.mkdir()
+    ended.mkdir()
     total = sum(2 + p % 3 for p in range(4)) + 1
 
     def uploader(remote, item):
         meta = item.metadata
-        (markers / f"{meta.topic_id_partition.partition}-{meta.start_offset}").touch()
-        time.sleep(0.5)
-        return upload_on_executor(remote, item)
+        name = f"{meta.topic_id_partition.partition}-{meta.start_offset}"
+        (markers / name).write_text(str(os.getpid()))
+        try:
+            time.sleep(0.5)
+            return upload_on_executor(remote, item)
+        finally:
+            (ended / name).touch()
 
     tps = [TopicPartition("orders", p) for p in range(4)]
     lines: list[str] = []
@@ -326,6 +332,14 @@ def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: 
         lines.append(line)
         if "copied segment" in line:
             raise DriverAbort("the driver failed after its first commit")
+
+    def aborted_tasks_gone() -> bool:
+        """An aborted driver takes its executors with it; here the session lives on, so the next
+        run waits until every task the aborted one started has ended or its worker is gone."""
+        return all(
+            (ended / marker.name).exists() or not psutil.pid_exists(int(marker.read_text() or 0))
+            for marker in markers.iterdir()
+        )
 
     with TieringContext.open(load_config(config)) as ctx, pytest.raises(DriverAbort):
         run_parallel_upload(ctx, tps, spark, uploader=uploader, parallelism=1, say=say)
@@ -340,6 +354,7 @@ def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: 
         assert sorted(s.state.value for s in segments) == sorted([FINISHED.value] + [STARTED.value] * len(in_flight))
         for p in range(4):  # every lease was released
             ctx.metadata.release_lease(ctx.metadata.acquire_lease(tip(config, p), holder="copy:check"))
+    wait_until(aborted_tasks_gone)
     with TieringContext.open(load_config(config)) as ctx:
         report = run_parallel_upload(ctx, tps, spark)
     assert report.failures == [] and report.segments == total - 1 and report.cleaned_up == len(in_flight)
