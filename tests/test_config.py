@@ -148,3 +148,57 @@ def test_deadline_defaults_to_the_backends_and_can_be_set(tmp_path: Path) -> Non
         assert storage.policy.deadline_seconds == 12.5  # type: ignore[attr-defined]
     finally:
         storage.close()
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """Nine lists of nine aliases of the list before: a few hundred bytes that stand for 9**9
+    strings once anything walks them."""
+    lines = ["    - &l0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        lines.append(f"    - &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def _merge_bomb(levels: int = 9) -> str:
+    lines = ["    m0: &m0 {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9}"]
+    for i in range(1, levels):
+        lines.append(f"    m{i}: &m{i} {{<<: [" + ", ".join([f"*m{i - 1}"] * 9) + "]}")
+    return "\n".join(lines) + "\n"
+
+
+HEAD = "log_dirs: [data]\nmetadata: {url: 'sqlite:///meta.db'}\n"
+BOMBS = {
+    "alias in a value": HEAD + "remote:\n  backend: filesystem\n  root: tier\n  region:\n" + _alias_bomb(),
+    "nested merge keys": HEAD + "remote: {backend: filesystem, root: tier}\ntopics:\n  orders:\n" + _merge_bomb(),
+}
+
+
+@pytest.mark.parametrize("bomb", sorted(BOMBS))
+def test_yaml_alias_expansion_is_refused_in_bounded_memory(tmp_path: Path, bomb: str) -> None:
+    """A config of a few hundred bytes whose aliases stand for billions of values is an error,
+    found without expanding it: measured in a subprocess (peak RSS), with its address space
+    capped so that a failure cannot take the machine's memory."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "tiering.yaml"
+    path.write_text(BOMBS[bomb])
+    assert path.stat().st_size < 1000
+    probe = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from tiering_core.config import load_config\n"
+        "from tiering_core.errors import ConfigError\n"
+        "try:\n"
+        "    load_config(sys.argv[1])\n"
+        "except ConfigError as exc:\n"
+        "    print(len(str(exc)))\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120, cwd=Path.cwd()
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    message_length, peak_kib = (int(line) for line in out.stdout.split())
+    assert message_length < 1000
+    assert peak_kib < 256 * 1024

@@ -7,6 +7,7 @@ silently falls back to a default.
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -114,6 +115,16 @@ def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> No
             raise ConfigError(f"{name}: unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 2, 4, 4, 80, 80
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message, bounded: YAML aliases can nest one small list into billions
+    of elements, which a plain ``repr`` would expand in full."""
+    return _SHOWN.repr(value)
+
+
 _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
@@ -122,7 +133,7 @@ def _as_int(value: Any, key: str, minimum: int | None = None) -> int:
         if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
             value = int(value.strip())
         else:
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            raise ConfigError(f"{key}: expected an integer, got {_shown(value)}")
     if minimum is not None and value < minimum:
         raise ConfigError(f"{key}: {value} is below the minimum {minimum}")
     return int(value)
@@ -133,18 +144,18 @@ def _as_bool(value: Any, key: str) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    raise ConfigError(f"{key}: expected true or false, got {_shown(value)}")
 
 
 def _as_str(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{key}: expected a non-empty string, got {value!r}")
+        raise ConfigError(f"{key}: expected a non-empty string, got {_shown(value)}")
     return value
 
 
 def _positive_number(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{key}: expected a positive number, got {value!r}")
+        raise ConfigError(f"{key}: expected a positive number, got {_shown(value)}")
     return float(value)
 
 
@@ -156,7 +167,7 @@ def _optional_str(section: Mapping[str, Any], name: str, key: str) -> str | None
 def _endpoint_url(section: Mapping[str, Any]) -> str | None:
     url = _optional_str(section, "endpoint_url", "remote.endpoint_url")
     if url is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
-        raise ConfigError(f"remote.endpoint_url: {url!r} is not an http:// or https:// URL")
+        raise ConfigError(f"remote.endpoint_url: {_shown(url)} is not an http:// or https:// URL")
     return url
 
 
@@ -234,18 +245,18 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     )
     backend = _as_str(remote_raw.get("backend"), "remote.backend")
     if backend not in ("s3", "filesystem"):
-        raise ConfigError(f"remote.backend: {backend!r} is not one of s3, filesystem")
+        raise ConfigError(f"remote.backend: {_shown(backend)} is not one of s3, filesystem")
     prefix = remote_raw.get("prefix")
     if prefix is None:
         prefix = ""
     if not isinstance(prefix, str) or ".." in prefix.split("/") or prefix.startswith("/"):
-        raise ConfigError(f"remote.prefix: {prefix!r} is not a relative key prefix")
+        raise ConfigError(f"remote.prefix: {_shown(prefix)} is not a relative key prefix")
     bucket = remote_raw.get("bucket")
     root = remote_raw.get("root")
     if backend == "s3":
         bucket = _as_str(bucket, "remote.bucket")
         if len(bucket) < 3:
-            raise ConfigError(f"remote.bucket: {bucket!r} is shorter than 3 characters")
+            raise ConfigError(f"remote.bucket: {_shown(bucket)} is shorter than 3 characters")
     else:
         root = resolve(_as_str(root, "remote.root"))
     timeout = _positive_number(remote_raw.get("timeout_seconds", 60.0), "remote.timeout_seconds")
@@ -319,10 +330,25 @@ def load_config(path: Path | str) -> PlatformConfig:
     return parse_config(raw, source=path, base_dir=path.parent.resolve())
 
 
+#: Entries of one mapping after merge keys are expanded: a config has a few dozen; nested merges of
+#: aliases multiply them (``<<: [*a, *a, ...]`` at every level).
+MAX_MAPPING_ENTRIES = 10_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, but a key given twice in one mapping is an error naming it:
     silently keeping the last value would let a typo'd override go unnoticed. Merge keys
-    (``<<: *defaults``) may be overridden, as in YAML itself."""
+    (``<<: *defaults``) may be overridden, as in YAML itself, up to ``MAX_MAPPING_ENTRIES``."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        super().flatten_mapping(node)
+        if len(node.value) > MAX_MAPPING_ENTRIES:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"merge keys expand it to more than {MAX_MAPPING_ENTRIES} entries",
+                node.start_mark,
+            )
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -336,7 +362,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 continue
             if duplicate:
                 raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {_shown(key)}",
+                    key_node.start_mark,
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
