@@ -202,3 +202,40 @@ def test_yaml_alias_expansion_is_refused_in_bounded_memory(tmp_path: Path, bomb:
     message_length, peak_kib = (int(line) for line in out.stdout.split())
     assert message_length < 1000
     assert peak_kib < 256 * 1024
+
+
+def test_a_yaml_error_names_line_and_column_but_never_shows_the_line(tmp_path: Path) -> None:
+    """PyYAML's message quotes the offending line, which may be the DB URL with its password."""
+    path = tmp_path / "tiering.yaml"
+    path.write_text(
+        "log_dirs: [data]\nmetadata: {url: 'postgresql+psycopg://tiering:s3cret-pw@db/meta', lease_ms: [1}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert "s3cret-pw" not in message and "postgresql" not in message
+    assert "not valid YAML: line 2, column " in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # no traceback shows it either
+
+
+def test_the_metadata_password_can_come_from_an_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    doc = base_doc(tmp_path)
+    doc["metadata"] = {"url": "postgresql+psycopg://tiering@db:5432/meta", "password_env": "META_PW"}
+    monkeypatch.setenv("META_PW", "p@ss:w/rd")
+    url = make_url(parse_config(doc).metadata.url)
+    assert (url.username, url.password, url.host, url.database) == ("tiering", "p@ss:w/rd", "db", "meta")
+    monkeypatch.delenv("META_PW")
+    with pytest.raises(ConfigError, match=r"metadata\.password_env: the environment variable META_PW is not set"):
+        parse_config(doc)
+    monkeypatch.setenv("META_PW", "x")
+    doc["metadata"]["url"] = "postgresql+psycopg://tiering:inline@db:5432/meta"
+    with pytest.raises(ConfigError, match="keep one of them") as err:
+        parse_config(doc)
+    assert "inline" not in str(err.value)
+    doc["metadata"]["url"] = f"sqlite:///{tmp_path / 'meta.db'}"
+    with pytest.raises(ConfigError, match="names no user"):
+        parse_config(doc)

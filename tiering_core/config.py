@@ -6,6 +6,7 @@ silently falls back to a default.
 
 from __future__ import annotations
 
+import os
 import re
 import reprlib
 from collections.abc import Mapping
@@ -67,6 +68,18 @@ _TOPIC_KEYS: dict[str, tuple[str, str]] = {
 class MetadataConfig:
     url: str
     lease_ms: int = 600_000
+
+    def with_password(self, password: str, source: str) -> MetadataConfig:
+        """The same store with the password from ``source`` (an environment variable, an Airflow
+        connection), so the YAML file need not hold it; the URL must not carry one too."""
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(self.url)
+        if parsed.password is not None:
+            raise ConfigError(f"metadata.url: has a password and {source} gives one too: keep one of them")
+        if not parsed.username:
+            raise ConfigError(f"metadata.url: names no user for the password {source} gives")
+        return replace(self, url=parsed.set(password=password).render_as_string(hide_password=False))
 
 
 @dataclass(frozen=True)
@@ -215,7 +228,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     log_dirs = tuple(resolve(_as_str(d, "log_dirs[]")) for d in log_dirs_raw)
 
     meta_raw = _require_mapping(doc.get("metadata"), "metadata")
-    _check_keys(meta_raw, {"url", "lease_ms"}, "metadata")
+    _check_keys(meta_raw, {"url", "lease_ms", "password_env"}, "metadata")
     url = _as_str(meta_raw.get("url"), "metadata.url")
     sqlite_path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
     # A relative file resolves beside the config; in-memory databases and URI forms stay as
@@ -223,6 +236,12 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     if sqlite_path and not sqlite_path.startswith(("/", ":memory:", "file:")):
         url = "sqlite:///" + str(resolve(sqlite_path))
     metadata = MetadataConfig(url=url, lease_ms=_as_int(meta_raw.get("lease_ms", 600_000), "metadata.lease_ms", 1))
+    password_env = _optional_str(meta_raw, "password_env", "metadata.password_env")
+    if password_env is not None:
+        password = os.environ.get(password_env)
+        if not password:
+            raise ConfigError(f"metadata.password_env: the environment variable {password_env} is not set")
+        metadata = metadata.with_password(password, f"metadata.password_env ({password_env})")
 
     remote_raw = _require_mapping(doc.get("remote"), "remote")
     _check_keys(
@@ -326,8 +345,18 @@ def load_config(path: Path | str) -> PlatformConfig:
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     return parse_config(raw, source=path, base_dir=path.parent.resolve())
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what, never PyYAML's snippet of the line: it may hold the DB URL's password, and
+    the message reaches logs, the page and DAG import errors."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return type(exc).__name__
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + (exc.problem or exc.context or "syntax error")
 
 
 #: Entries of one mapping after merge keys are expanded: a config has a few dozen; nested merges of
