@@ -297,8 +297,9 @@ class SparkJobs:
             if not running:
                 return
             if time.monotonic() >= deadline:
-                log.warning("%d Spark job(s) still running %.0f s after they were cancelled", len(running),
-                            settle_seconds)
+                log.warning(
+                    "%d Spark job(s) still running %.0f s after they were cancelled", len(running), settle_seconds
+                )
                 return
             wait(running, timeout=0.5)
 

@@ -67,9 +67,9 @@ def test_jobs_are_cancelled_when_their_consumer_stops_early(tmp_path: Path, spar
         return item
 
     with pytest.raises(RuntimeError, match="consumer failed"):
-        with contextlib.closing(runtime.run_jobs(
-            spark.sparkContext, list(range(8)), slow, slots=2, describe=lambda i: f"sleep {i}"
-        )) as outcomes:
+        with contextlib.closing(
+            runtime.run_jobs(spark.sparkContext, list(range(8)), slow, slots=2, describe=lambda i: f"sleep {i}")
+        ) as outcomes:
             for _outcome in outcomes:
                 raise RuntimeError("consumer failed")
     started = len(list(markers.iterdir()))
