@@ -228,6 +228,7 @@ def test_the_metadata_password_can_come_from_an_environment_variable(
     monkeypatch.setenv("META_PW", "p@ss:w/rd")
     url = make_url(parse_config(doc).metadata.url)
     assert (url.username, url.password, url.host, url.database) == ("tiering", "p@ss:w/rd", "db", "meta")
+    assert "p@ss" not in repr(parse_config(doc)) and "tiering:***@db" in repr(parse_config(doc))
     monkeypatch.delenv("META_PW")
     with pytest.raises(ConfigError, match=r"metadata\.password_env: the environment variable META_PW is not set"):
         parse_config(doc)

@@ -69,6 +69,11 @@ class MetadataConfig:
     url: str
     lease_ms: int = 600_000
 
+    def __repr__(self) -> str:  # the URL may hold the password (from the file, the environment)
+        from tiering_core.metadata.engine import safe_url
+
+        return f"MetadataConfig(url={safe_url(self.url)!r}, lease_ms={self.lease_ms})"
+
     def with_password(self, password: str, source: str) -> MetadataConfig:
         """The same store with the password from ``source`` (an environment variable, an Airflow
         connection), so the YAML file need not hold it; the URL must not carry one too."""
