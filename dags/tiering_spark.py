@@ -15,9 +15,9 @@ that connection it is ``local[*]``. S3 credentials come from the ``aws_default``
 run time (see ``tiering_airflow/operators/spark.py``). The config file is the deployment's only:
 ``$TIERING_CONFIG`` when the file was parsed, else the Variable ``tiering_config``; whoever may
 trigger a DAG cannot point the job at another file on the worker (no param or run conf names
-it). spark-submit
-is the one beside this interpreter when it has one (found through ``PATH`` when the task runs),
-else the one on ``PATH``. Parsing imports only Airflow and the Spark provider's operator.
+it). spark-submit is the one beside this interpreter when it has one (found through ``PATH`` when
+the task runs), else the one on ``PATH``. Parsing imports only Airflow and the Spark provider's
+operator.
 """
 
 from __future__ import annotations

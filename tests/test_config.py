@@ -241,3 +241,10 @@ def test_the_metadata_password_can_come_from_an_environment_variable(
     doc["metadata"]["url"] = f"sqlite:///{tmp_path / 'meta.db'}"
     with pytest.raises(ConfigError, match="names no user"):
         parse_config(doc)
+
+
+def test_a_mapping_without_merge_keys_may_be_large(tmp_path: Path) -> None:
+    path = tmp_path / "tiering.yaml"
+    topics = "".join(f"  t{i}: {{}}\n" for i in range(10_001))
+    path.write_text(HEAD + "remote: {backend: filesystem, root: tier}\ntopics:\n" + topics)
+    assert len(load_config(path).topics) == 10_002

@@ -375,8 +375,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     (``<<: *defaults``) may be overridden, as in YAML itself, up to ``MAX_MAPPING_ENTRIES``."""
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        merges = any(key_node.tag == "tag:yaml.org,2002:merge" for key_node, _ in node.value)
         super().flatten_mapping(node)
-        if len(node.value) > MAX_MAPPING_ENTRIES:
+        if merges and len(node.value) > MAX_MAPPING_ENTRIES:
             raise yaml.constructor.ConstructorError(
                 "while constructing a mapping",
                 node.start_mark,
