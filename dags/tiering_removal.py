@@ -78,7 +78,6 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["tiering", "removal"],
-    render_template_as_native_obj=True,
     default_args={"owner": "tiering"},
     params={
         "topic": Param(
@@ -115,6 +114,9 @@ with DAG(
 ) as tiering_delete_partition:
     TieringDeletePartitionOperator.partial(
         task_id="delete_partition",
+        # Rendered as text, not as native objects: the topic stays the exact string that was
+        # validated ("123", "1e3", "True" are topic names, not numbers), and plan_only "True" or
+        # "False" is read by the operator.
         topic="{{ params.topic }}",
         plan_only="{{ params.dry_run }}",
         map_index_template="{{ task.topic }}-{{ task.partition }}",

@@ -12,10 +12,12 @@
 Params select the partitions (empty: all in the log dirs). The Spark master comes from the
 ``spark_default`` connection (``local[2]``, ``spark://...``, ``yarn``, ``k8s://...``); without
 that connection it is ``local[*]``. S3 credentials come from the ``aws_default`` connection at
-run time (see ``tiering_airflow/operators/spark.py``). The config file is the ``config`` param, else
-``$TIERING_CONFIG`` when the file was parsed, else the Variable ``tiering_config``. spark-submit
-is the one beside this interpreter when it has one (found through ``PATH`` when the task runs),
-else the one on ``PATH``. Parsing imports only Airflow and the Spark provider's operator.
+run time (see ``tiering_airflow/operators/spark.py``). The config file is the deployment's only:
+``$TIERING_CONFIG`` when the file was parsed, else the Variable ``tiering_config``; whoever may
+trigger a DAG cannot point the job at another file on the worker (no param or run conf names
+it). spark-submit is the one beside this interpreter when it has one (found through ``PATH`` when
+the task runs), else the one on ``PATH``. Parsing imports only Airflow and the Spark provider's
+operator.
 """
 
 from __future__ import annotations
@@ -32,16 +34,17 @@ from tiering_airflow.operators.spark import TieringSparkSubmitOperator
 APPS = Path(__file__).resolve().parents[1] / "spark_apps"
 VENV_BIN = Path(sys.executable).parent
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
-CONFIG = "{{ params.config or var.value.get('tiering_config', '') }}"
+# The deployment's config, never a param: a run's conf must not choose which file the job reads.
+CONFIG = os.environ.get("TIERING_CONFIG") or "{{ var.value.get('tiering_config', '') }}"
 # A blank selector means "every partition"; the apps read blank values as unset.
 SELECTOR_ARGS = ["--config", CONFIG, "--topic", "{{ params.topic }}", "--partitions", "{{ params.partitions }}"]
+TOPIC = r"^([A-Za-z0-9._-]+)?$"  # a topic name or nothing: never an option of the app
 PARTITION_LIST = r"^\s*([A-Za-z0-9._-]+-[0-9]+\s*(,\s*[A-Za-z0-9._-]+-[0-9]+\s*)*)?$"
 
 
 def selector_params() -> dict[str, Param]:
     return {
-        "config": Param(os.environ.get("TIERING_CONFIG", ""), type="string", description="platform config file"),
-        "topic": Param("", type="string", description="one topic, or empty for every topic"),
+        "topic": Param("", type="string", pattern=TOPIC, description="one topic, or empty for every topic"),
         "partitions": Param(
             "",
             type="string",

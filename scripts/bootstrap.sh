@@ -48,10 +48,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if [ "$(cat "$VENV/.tiering-stamp" 2>/dev/null)" != "$(stamp_of)" ]; then
   echo "bootstrap: installing pinned dependencies (a few minutes on a fresh machine)"
-  # pip itself moves only to a version the constraints pin, never to whatever is newest today.
-  pip_pin=$(grep -E '^pip==' constraints.txt || true)
-  if [ -n "$pip_pin" ]; then
-    "$VENV/bin/python" -m pip install -q "$pip_pin"
+  # pip and setuptools (a new venv's are old, with known vulnerabilities) move only to the
+  # versions the constraints pin, never to whatever is newest today.
+  tool_pins=$(grep -E '^(pip|setuptools)==' constraints.txt || true)
+  if [ -n "$tool_pins" ]; then
+    # shellcheck disable=SC2086 # one argument per pin
+    "$VENV/bin/python" -m pip install -q $tool_pins
   fi
   "$VENV/bin/python" -m pip install -q -r requirements.txt -c constraints.txt
   # pyspark-client (pulled in by the Spark provider) shares files with the full pyspark

@@ -9,9 +9,11 @@ dir path, so in a cluster the broker's log dirs must be mounted (read-only) on t
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -146,8 +148,21 @@ def spark_session(app_name: str, master: str | None = None) -> SparkSession:
     return spark
 
 
+#: This process's code bundle, in a directory only this process created (see ``_package_zip``).
+_BUNDLE: Path | None = None
+
+
 def _package_zip() -> Path:
-    """A zip of our packages' Python sources, named by content (built once per version)."""
+    """A zip of our packages' Python sources, built once per process in a private directory.
+
+    ``addPyFile`` puts the bundle first on every executor's path, so whoever can write it runs
+    code with the job's credentials: it is never looked up at a predictable shared path (another
+    local user could plant one there), only written into a fresh ``mkdtemp`` directory (mode
+    0700, ours) and removed when the process exits.
+    """
+    global _BUNDLE
+    if _BUNDLE is not None and _BUNDLE.is_file():
+        return _BUNDLE
     files: list[tuple[Path, str]] = []
     for package in SHIPPED_PACKAGES:
         for path in sorted((REPO_ROOT / package).rglob("*")):
@@ -157,13 +172,13 @@ def _package_zip() -> Path:
     for path, name in files:
         digest.update(name.encode())
         digest.update(path.read_bytes())
-    target = Path(tempfile.gettempdir()) / f"tiering-spark-{digest.hexdigest()[:16]}.zip"
-    if not target.exists():
-        partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path, name in files:
-                archive.write(path, name)
-        partial.replace(target)
+    private = Path(tempfile.mkdtemp(prefix="tiering-spark-"))
+    atexit.register(shutil.rmtree, private, ignore_errors=True)
+    target = private / f"tiering-spark-{digest.hexdigest()[:16]}.zip"
+    with zipfile.ZipFile(target, "x", zipfile.ZIP_DEFLATED) as archive:
+        for path, name in files:
+            archive.write(path, name)
+    _BUNDLE = target
     return target
 
 

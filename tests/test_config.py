@@ -148,3 +148,103 @@ def test_deadline_defaults_to_the_backends_and_can_be_set(tmp_path: Path) -> Non
         assert storage.policy.deadline_seconds == 12.5  # type: ignore[attr-defined]
     finally:
         storage.close()
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """Nine lists of nine aliases of the list before: a few hundred bytes that stand for 9**9
+    strings once anything walks them."""
+    lines = ["    - &l0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        lines.append(f"    - &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def _merge_bomb(levels: int = 9) -> str:
+    lines = ["    m0: &m0 {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9}"]
+    for i in range(1, levels):
+        lines.append(f"    m{i}: &m{i} {{<<: [" + ", ".join([f"*m{i - 1}"] * 9) + "]}")
+    return "\n".join(lines) + "\n"
+
+
+HEAD = "log_dirs: [data]\nmetadata: {url: 'sqlite:///meta.db'}\n"
+BOMBS = {
+    "alias in a value": HEAD + "remote:\n  backend: filesystem\n  root: tier\n  region:\n" + _alias_bomb(),
+    "nested merge keys": HEAD + "remote: {backend: filesystem, root: tier}\ntopics:\n  orders:\n" + _merge_bomb(),
+}
+
+
+@pytest.mark.parametrize("bomb", sorted(BOMBS))
+def test_yaml_alias_expansion_is_refused_in_bounded_memory(tmp_path: Path, bomb: str) -> None:
+    """A config of a few hundred bytes whose aliases stand for billions of values is an error,
+    found without expanding it: measured in a subprocess (peak RSS), with its address space
+    capped so that a failure cannot take the machine's memory."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "tiering.yaml"
+    path.write_text(BOMBS[bomb])
+    assert path.stat().st_size < 1000
+    probe = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from tiering_core.config import load_config\n"
+        "from tiering_core.errors import ConfigError\n"
+        "try:\n"
+        "    load_config(sys.argv[1])\n"
+        "except ConfigError as exc:\n"
+        "    print(len(str(exc)))\n"
+        # This process's own peak (ru_maxrss would carry over the test runner's across exec).
+        "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120, cwd=Path.cwd()
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    message_length, peak_kib = (int(line) for line in out.stdout.split())
+    assert message_length < 1000
+    assert peak_kib < 256 * 1024
+
+
+def test_a_yaml_error_names_line_and_column_but_never_shows_the_line(tmp_path: Path) -> None:
+    """PyYAML's message quotes the offending line, which may be the DB URL with its password."""
+    path = tmp_path / "tiering.yaml"
+    path.write_text(
+        "log_dirs: [data]\nmetadata: {url: 'postgresql+psycopg://tiering:s3cret-pw@db/meta', lease_ms: [1}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert "s3cret-pw" not in message and "postgresql" not in message
+    assert "not valid YAML: line 2, column " in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # no traceback shows it either
+
+
+def test_the_metadata_password_can_come_from_an_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    doc = base_doc(tmp_path)
+    doc["metadata"] = {"url": "postgresql+psycopg://tiering@db:5432/meta", "password_env": "META_PW"}
+    monkeypatch.setenv("META_PW", "p@ss:w/rd")
+    url = make_url(parse_config(doc).metadata.url)
+    assert (url.username, url.password, url.host, url.database) == ("tiering", "p@ss:w/rd", "db", "meta")
+    assert "p@ss" not in repr(parse_config(doc)) and "tiering:***@db" in repr(parse_config(doc))
+    monkeypatch.delenv("META_PW")
+    with pytest.raises(ConfigError, match=r"metadata\.password_env: the environment variable META_PW is not set"):
+        parse_config(doc)
+    monkeypatch.setenv("META_PW", "x")
+    doc["metadata"]["url"] = "postgresql+psycopg://tiering:inline@db:5432/meta"
+    with pytest.raises(ConfigError, match="keep one of them") as err:
+        parse_config(doc)
+    assert "inline" not in str(err.value)
+    doc["metadata"]["url"] = f"sqlite:///{tmp_path / 'meta.db'}"
+    with pytest.raises(ConfigError, match="names no user"):
+        parse_config(doc)
+
+
+def test_a_mapping_without_merge_keys_may_be_large(tmp_path: Path) -> None:
+    path = tmp_path / "tiering.yaml"
+    topics = "".join(f"  t{i}: {{}}\n" for i in range(10_001))
+    path.write_text(HEAD + "remote: {backend: filesystem, root: tier}\ntopics:\n" + topics)
+    assert len(load_config(path).topics) == 10_002

@@ -6,7 +6,9 @@ silently falls back to a default.
 
 from __future__ import annotations
 
+import os
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -67,6 +69,23 @@ class MetadataConfig:
     url: str
     lease_ms: int = 600_000
 
+    def __repr__(self) -> str:  # the URL may hold the password (from the file, the environment)
+        from tiering_core.metadata.engine import safe_url
+
+        return f"MetadataConfig(url={safe_url(self.url)!r}, lease_ms={self.lease_ms})"
+
+    def with_password(self, password: str, source: str) -> MetadataConfig:
+        """The same store with the password from ``source`` (an environment variable, an Airflow
+        connection), so the YAML file need not hold it; the URL must not carry one too."""
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(self.url)
+        if parsed.password is not None:
+            raise ConfigError(f"metadata.url: has a password and {source} gives one too: keep one of them")
+        if not parsed.username:
+            raise ConfigError(f"metadata.url: names no user for the password {source} gives")
+        return replace(self, url=parsed.set(password=password).render_as_string(hide_password=False))
+
 
 @dataclass(frozen=True)
 class RemoteConfig:
@@ -114,6 +133,16 @@ def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> No
             raise ConfigError(f"{name}: unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 2, 4, 4, 80, 80
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message, bounded: YAML aliases can nest one small list into billions
+    of elements, which a plain ``repr`` would expand in full."""
+    return _SHOWN.repr(value)
+
+
 _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
@@ -122,7 +151,7 @@ def _as_int(value: Any, key: str, minimum: int | None = None) -> int:
         if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
             value = int(value.strip())
         else:
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            raise ConfigError(f"{key}: expected an integer, got {_shown(value)}")
     if minimum is not None and value < minimum:
         raise ConfigError(f"{key}: {value} is below the minimum {minimum}")
     return int(value)
@@ -133,18 +162,18 @@ def _as_bool(value: Any, key: str) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    raise ConfigError(f"{key}: expected true or false, got {_shown(value)}")
 
 
 def _as_str(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{key}: expected a non-empty string, got {value!r}")
+        raise ConfigError(f"{key}: expected a non-empty string, got {_shown(value)}")
     return value
 
 
 def _positive_number(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{key}: expected a positive number, got {value!r}")
+        raise ConfigError(f"{key}: expected a positive number, got {_shown(value)}")
     return float(value)
 
 
@@ -156,7 +185,7 @@ def _optional_str(section: Mapping[str, Any], name: str, key: str) -> str | None
 def _endpoint_url(section: Mapping[str, Any]) -> str | None:
     url = _optional_str(section, "endpoint_url", "remote.endpoint_url")
     if url is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
-        raise ConfigError(f"remote.endpoint_url: {url!r} is not an http:// or https:// URL")
+        raise ConfigError(f"remote.endpoint_url: {_shown(url)} is not an http:// or https:// URL")
     return url
 
 
@@ -204,7 +233,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     log_dirs = tuple(resolve(_as_str(d, "log_dirs[]")) for d in log_dirs_raw)
 
     meta_raw = _require_mapping(doc.get("metadata"), "metadata")
-    _check_keys(meta_raw, {"url", "lease_ms"}, "metadata")
+    _check_keys(meta_raw, {"url", "lease_ms", "password_env"}, "metadata")
     url = _as_str(meta_raw.get("url"), "metadata.url")
     sqlite_path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
     # A relative file resolves beside the config; in-memory databases and URI forms stay as
@@ -212,6 +241,12 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     if sqlite_path and not sqlite_path.startswith(("/", ":memory:", "file:")):
         url = "sqlite:///" + str(resolve(sqlite_path))
     metadata = MetadataConfig(url=url, lease_ms=_as_int(meta_raw.get("lease_ms", 600_000), "metadata.lease_ms", 1))
+    password_env = _optional_str(meta_raw, "password_env", "metadata.password_env")
+    if password_env is not None:
+        password = os.environ.get(password_env)
+        if not password:
+            raise ConfigError(f"metadata.password_env: the environment variable {password_env} is not set")
+        metadata = metadata.with_password(password, f"metadata.password_env ({password_env})")
 
     remote_raw = _require_mapping(doc.get("remote"), "remote")
     _check_keys(
@@ -234,18 +269,18 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     )
     backend = _as_str(remote_raw.get("backend"), "remote.backend")
     if backend not in ("s3", "filesystem"):
-        raise ConfigError(f"remote.backend: {backend!r} is not one of s3, filesystem")
+        raise ConfigError(f"remote.backend: {_shown(backend)} is not one of s3, filesystem")
     prefix = remote_raw.get("prefix")
     if prefix is None:
         prefix = ""
     if not isinstance(prefix, str) or ".." in prefix.split("/") or prefix.startswith("/"):
-        raise ConfigError(f"remote.prefix: {prefix!r} is not a relative key prefix")
+        raise ConfigError(f"remote.prefix: {_shown(prefix)} is not a relative key prefix")
     bucket = remote_raw.get("bucket")
     root = remote_raw.get("root")
     if backend == "s3":
         bucket = _as_str(bucket, "remote.bucket")
         if len(bucket) < 3:
-            raise ConfigError(f"remote.bucket: {bucket!r} is shorter than 3 characters")
+            raise ConfigError(f"remote.bucket: {_shown(bucket)} is shorter than 3 characters")
     else:
         root = resolve(_as_str(root, "remote.root"))
     timeout = _positive_number(remote_raw.get("timeout_seconds", 60.0), "remote.timeout_seconds")
@@ -315,14 +350,40 @@ def load_config(path: Path | str) -> PlatformConfig:
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     return parse_config(raw, source=path, base_dir=path.parent.resolve())
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what, never PyYAML's snippet of the line: it may hold the DB URL's password, and
+    the message reaches logs, the page and DAG import errors."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return type(exc).__name__
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + (exc.problem or exc.context or "syntax error")
+
+
+#: Entries of one mapping after merge keys are expanded: a config has a few dozen; nested merges of
+#: aliases multiply them (``<<: [*a, *a, ...]`` at every level).
+MAX_MAPPING_ENTRIES = 10_000
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, but a key given twice in one mapping is an error naming it:
     silently keeping the last value would let a typo'd override go unnoticed. Merge keys
-    (``<<: *defaults``) may be overridden, as in YAML itself."""
+    (``<<: *defaults``) may be overridden, as in YAML itself, up to ``MAX_MAPPING_ENTRIES``."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        merges = any(key_node.tag == "tag:yaml.org,2002:merge" for key_node, _ in node.value)
+        super().flatten_mapping(node)
+        if merges and len(node.value) > MAX_MAPPING_ENTRIES:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"merge keys expand it to more than {MAX_MAPPING_ENTRIES} entries",
+                node.start_mark,
+            )
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -336,7 +397,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 continue
             if duplicate:
                 raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {_shown(key)}",
+                    key_node.start_mark,
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)

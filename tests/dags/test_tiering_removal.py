@@ -351,3 +351,23 @@ def test_the_topic_param_accepts_exactly_the_names_kafka_accepts(removal_dag) ->
         except InvalidTopicError:
             legal = False
         assert (re.search(pattern, name) is not None) == legal, repr(name)
+
+
+NUMERIC_LOOKING = ["123", "1_0", "True", "1e3", "1.00"]
+
+
+def test_topics_whose_names_look_like_numbers_or_booleans_are_removed_by_their_exact_name(
+    removal_dag, tiering: TieringEnv, s3_endpoint
+) -> None:
+    """The topic reaches the removal task as the string that was validated, never re-parsed as a
+    Python literal (``123`` an int, ``1e3`` the float 1000.0, ``True`` a bool)."""
+    writers = [copy_partitions(tiering, topic, [0])[0] for topic in NUMERIC_LOOKING]
+    for w in writers:
+        shutil.rmtree(w.path)
+    for topic, w in zip(NUMERIC_LOOKING, writers, strict=True):
+        conf = {"topic": topic, "partitions": [0], "confirm": topic, "dry_run": False}
+        run = removal_dag.test(run_conf=conf)
+        assert run.state == "success", topic
+        (task,) = task_runs(removal_dag.dag_id, run.run_id, "delete_partition").values()
+        assert task.label == f"{topic}-0" and task.result["segments_deleted"] == 2
+        assert remote_state(tiering, s3_endpoint, w) == (0, 0)

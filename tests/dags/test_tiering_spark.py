@@ -41,7 +41,7 @@ def test_dags_parse_light_with_params(spark_dags) -> None:
         assert isinstance(task, SparkSubmitOperator) and task._conn_id == "spark_default"
         assert task.aws_conn_id == "aws_default" and "AWS_SECRET_ACCESS_KEY" not in task.env_vars
         assert Path(task.application).is_file() and Path(task.application).parent == ROOT / "spark_apps"
-        assert {"config", "topic", "partitions"} <= set(dag.params)
+        assert {"topic", "partitions"} <= set(dag.params) and "config" not in dag.params
     assert spark_dags["tiering_spark_rebuild_indexes"].params["repair"] is True
     probe = (
         "import runpy, sys; runpy.run_path(sys.argv[1]); "
@@ -49,6 +49,24 @@ def test_dags_parse_light_with_params(spark_dags) -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe, str(SPARK_FILE)], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"  # parse-time light
+
+
+def test_the_config_is_the_deployments_and_no_param_or_run_conf_chooses_another(spark_dags, fs_env: TieringEnv) -> None:
+    """Whoever may trigger a DAG must not point the job at any file on the worker (its parse errors
+    would show the file's lines in the task log)."""
+    import json
+
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    for dag in spark_dags.values():
+        (task,) = dag.tasks
+        args = task.application_args
+        assert args[args.index("--config") + 1] == str(fs_env.config_path)
+        assert task.env_vars["TIERING_CONFIG"] == str(fs_env.config_path)
+        assert "params" not in json.dumps(args[args.index("--config") + 1]) and "config" not in dag.params
+        with pytest.raises(ParamValidationError):
+            dag.params.get_param("topic").resolve("--config=/etc/passwd")
+        assert dag.params.get_param("topic").resolve("orders") == "orders"
 
 
 def test_bulk_upload_dag_runs_spark_submit(spark_dags, fs_env: TieringEnv) -> None:

@@ -585,6 +585,13 @@ def test_unreachable_database_is_a_metadata_store_error_without_the_password() -
         RemoteLogMetadataStore("nosuchdialect://x")
 
 
+def test_a_password_in_a_query_parameter_is_masked_too() -> None:
+    url = f"postgresql+psycopg://tiering@127.0.0.1:{free_port()}/meta?password=s3cret-q&connect_timeout=2"
+    with pytest.raises(MetadataStoreError) as err:
+        RemoteLogMetadataStore(url)
+    assert "s3cret-q" not in str(err.value) and "password=***" in str(err.value) and "127.0.0.1" in str(err.value)
+
+
 def test_sqlite_wal_is_checkpointed_in_the_background(sqlite_url: str) -> None:
     path = make_url(sqlite_url).database
     with RemoteLogMetadataStore(sqlite_url) as store:

@@ -101,3 +101,34 @@ def test_postgresql_server_binaries_are_found_where_the_tests_look(tmp_path: Pat
     proc = bootstrap(machine_without(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"bootstrap: postgresql server binaries: {expected}\n" in proc.stdout
+
+
+def test_pip_and_setuptools_move_to_the_pinned_versions_first(tmp_path: Path) -> None:
+    """A new venv carries pip and setuptools with known vulnerabilities: the bootstrap upgrades both,
+    to the versions constraints.txt pins, before installing anything. A stand-in venv records what
+    its python is asked to do, so no real environment changes."""
+    calls = tmp_path / "calls"
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    python.chmod(0o755)
+    pins = dict(
+        line.strip().split("==")
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line.startswith(("pip==", "setuptools=="))
+    )
+    assert set(pins) == {"pip", "setuptools"}
+    # Versions with the fixes of CVE-2025-8869 (pip 25.3) and CVE-2025-47273 (setuptools 78.1.1).
+    assert tuple(int(p) for p in pins["pip"].split(".")[:2]) >= (25, 3)
+    assert tuple(int(p) for p in pins["setuptools"].split(".")[:3]) >= (78, 1, 1)
+    subprocess.run(
+        ["/bin/bash", str(ROOT / "scripts" / "bootstrap.sh")],
+        env={**os.environ, "TIERING_VENV": str(venv), "TIERING_CHROMIUM": "true"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    first = calls.read_text().splitlines()[0]
+    assert first == f"-m pip install -q pip=={pins['pip']} setuptools=={pins['setuptools']}"

@@ -29,9 +29,10 @@ def test_objects_are_whole_files_with_the_usual_mode(tmp_path: Path) -> None:
     storage.copy_segment(ref, {ObjectKind.LOG: source})
     stored = tmp_path / "tier" / ref.key(ObjectKind.LOG)
     assert stored.read_bytes() == source.read_bytes()
-    umask = os.umask(0)
-    os.umask(umask)
-    assert stat.S_IMODE(stored.stat().st_mode) == 0o666 & ~umask  # readable by other readers, as a copy is
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600  # the platform's user only, whatever the umask
+    for directory in (stored.parent, *[p for p in stored.parents if tmp_path / "tier" in p.parents]):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "tier").stat().st_mode) == 0o700
     assert [p.name for p in stored.parent.iterdir() if p.name.startswith(".tmp-")] == []
 
 

@@ -172,3 +172,18 @@ def test_a_role_arn_connection_signs_with_the_assumed_roles_keys(
     logs = caplog.text + "".join(capfd.readouterr())
     assert f"credentials from role {role}" in logs
     assert secret_key not in logs and token not in logs and SECRET not in logs
+
+
+def test_the_metadata_password_can_come_from_the_tiering_metadata_connection(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    tiering.metadata_url = "postgresql+psycopg://tiering@db:5432/meta"
+    tiering.write_config()
+    assert TieringHook().get_config().metadata.url == tiering.metadata_url  # no such connection: as written
+    password = "meta-secret-8Pz1"
+    monkeypatch.setenv("AIRFLOW_CONN_TIERING_METADATA", json.dumps({"conn_type": "generic", "password": password}))
+    caplog.set_level(logging.DEBUG)
+    assert make_url(TieringHook().get_config().metadata.url).password == password
+    assert password not in caplog.text

@@ -157,6 +157,39 @@ def test_spark_submit_in_local_mode_passes_the_credentials_by_environment_only(
     assert op.env_vars == {"TIERING_CONFIG": "/t.yaml"}
 
 
+@pytest.mark.parametrize("master", ["yarn", "spark://127.0.0.1:7077", "local[2]"])
+def test_no_s3_secret_or_session_token_is_ever_on_the_spark_submit_command_line(
+    master: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every master: the secret key and the session token of the aws connection are in the
+    environment (and the 0600 properties file for a cluster), never in spark-submit's argv."""
+    import json
+
+    token = "spark-op-session-token-9Vw"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "AKIDSPARKOP",
+                "password": SPARK_SECRET,
+                "extra": {"aws_session_token": token, "region_name": "eu-west-1"},
+            }
+        ),
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": master}))
+    with spark_operator().submission() as submission:
+        command = submission.hook._build_spark_submit_command("app.py")
+        env = submission.env
+        properties = command[command.index("--properties-file") + 1] if "--properties-file" in command else None
+        if properties is not None:
+            assert Path(properties).stat().st_mode & 0o777 == 0o600
+    argv = " ".join(command)
+    assert SPARK_SECRET not in argv and token not in argv
+    assert (env["AWS_SECRET_ACCESS_KEY"], env["AWS_SESSION_TOKEN"]) == (SPARK_SECRET, token)
+    assert (properties is None) == master.startswith("local")
+
+
 def test_properties_lines_read_back_exactly() -> None:
     from tiering_airflow.operators.spark import properties_line
 

@@ -33,7 +33,7 @@ class FilesystemRemoteStorage(RemoteStorage):
         super().__init__(prefix)
         self.root = Path(root).resolve()
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise RemoteStorageError(f"filesystem {self.root}: cannot create the root: {exc}") from exc
 
@@ -235,13 +235,13 @@ def _temp_target(key: str) -> str:
 
 
 def _create(tmp: Path) -> int:
-    """A new temp file (mode 0666 less the umask, like any copied file); retried if a
-    concurrent delete pruned the directory between mkdir and create."""
+    """A new temp file, mode 0600: tiered data is the broker's, readable by the platform's user
+    only; retried if a concurrent delete pruned the directory between mkdir and create."""
     attempts = 0
     while True:
         _make_dirs(tmp.parent)
         try:
-            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except FileNotFoundError:
             attempts += 1
             if attempts >= 3:
@@ -249,14 +249,14 @@ def _create(tmp: Path) -> int:
 
 
 def _make_dirs(directory: Path) -> None:
-    """mkdir -p, with each new directory's entry made durable in its parent."""
+    """mkdir -p (mode 0700), with each new directory's entry made durable in its parent."""
     missing = []
     while not directory.is_dir():
         missing.append(directory)
         directory = directory.parent
     for new in reversed(missing):
         with contextlib.suppress(FileExistsError):
-            new.mkdir()
+            new.mkdir(mode=0o700)
         _fsync_dir(new.parent)
 
 

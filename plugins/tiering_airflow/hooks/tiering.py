@@ -2,7 +2,8 @@
 
 The config file comes from the ``TIERING_CONFIG`` environment variable, else the Airflow
 Variable ``tiering_config``. S3 credentials come from the connection's login/password and the
-endpoint from its extra ``endpoint_url``; they are handed to the core and never logged.
+endpoint from its extra ``endpoint_url``; the metadata DB password may come from the connection
+``tiering_metadata``. They are handed to the core and never logged.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 CONFIG_ENV = "TIERING_CONFIG"
 CONFIG_VARIABLE = "tiering_config"
+#: A connection whose password is the metadata DB's, so that the YAML file need not hold it.
+METADATA_CONN_ID = "tiering_metadata"
 
 
 def resolve_config_path(explicit: str | None = None) -> str:
@@ -52,6 +55,26 @@ def load_topics(config_path: str | None = None) -> list[str]:
     from tiering_core.config import load_config
 
     return sorted(named_topics(load_config(resolve_config_path(config_path))))
+
+
+def with_metadata_password(config: PlatformConfig, log: Any) -> PlatformConfig:
+    """The config with the metadata DB password of the ``tiering_metadata`` connection, when that
+    connection exists and has one (registered with Airflow's log masker, never logged)."""
+    from dataclasses import replace
+
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.sdk.log import mask_secret
+
+    try:
+        conn = BaseHook.get_connection(METADATA_CONN_ID)
+    except AirflowNotFoundException:
+        return config
+    if not conn.password:
+        return config
+    mask_secret(conn.password)
+    log.info("Metadata DB password from connection %r", METADATA_CONN_ID)
+    return replace(config, metadata=config.metadata.with_password(conn.password, f"connection {METADATA_CONN_ID}"))
 
 
 def connection_credentials(aws_conn_id: str | None, log: Any) -> AwsCredentials | None:
@@ -131,7 +154,7 @@ class TieringHook(BaseHook):
     def get_config(self) -> PlatformConfig:
         from tiering_core.config import load_config
 
-        return load_config(self.config_path)
+        return with_metadata_password(load_config(self.config_path), self.log)
 
     def get_credentials(self) -> AwsCredentials | None:
         """Credentials and endpoint from the connection; ``None`` means the config and the AWS chain."""
