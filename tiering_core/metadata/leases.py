@@ -80,6 +80,14 @@ class LeaseStore(StoreCore):
             return None
         return Lease(tip, row.lease_holder, row.lease_token, row.lease_expires_ms)
 
+    def latest_lease_token(self, tip: TopicIdPartition) -> tuple[int, str | None] | None:
+        """The partition's current fencing token and its holder (None once released), expired or
+        not: a token past a run's own says a newer run took the partition, even if that run has
+        since let its lease lapse. None for a partition the store does not know."""
+        with self._read() as conn:
+            row = conn.execute(self._q.lease, self._clock(tip_params(tip))).first()
+        return None if row is None else (int(row.lease_token), row.lease_holder)
+
     def is_lease_active(self, tip: TopicIdPartition) -> bool:
         """True while some run holds an unexpired lease (a COPY_SEGMENT_STARTED may be in flight)."""
         return self.current_lease(tip) is not None

@@ -321,7 +321,7 @@ class CopyRun:
         holder = self.held.newer_holder()
         if holder is not None:
             self.result.fenced = True
-            self.say(f"{self.tp}: fenced by a newer run ({holder.holder}) while copying segment {base_offset}; stopped")
+            self.say(f"{self.tp}: fenced by a newer run ({holder}) while copying segment {base_offset}; stopped")
         else:
             self._expired = (
                 f"the partition's lease expired while copying segment {base_offset} "

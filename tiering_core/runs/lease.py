@@ -96,13 +96,18 @@ class HeldPartition:
             self._lease = renewed
         return True
 
-    def newer_holder(self) -> Lease | None:
-        """The lease a newer run holds now (None when the lease merely expired, or on a store error)."""
+    def newer_holder(self) -> str | None:
+        """Who took the partition after this run (None when the lease merely expired, or on a
+        store error). Judged by the fencing token, which only grows: a newer run that has since
+        released its lease, or let it lapse, still fenced this one."""
         try:
-            current = self._store.current_lease(self.tip)
+            latest = self._store.latest_lease_token(self.tip)
         except TieringError:
             return None
-        return current if current is not None and current.token != self._lease.token else None
+        if latest is None or latest[0] == self._lease.token:
+            return None
+        token, holder = latest
+        return holder if holder is not None else f"a newer run (token {token}, since released)"
 
     def _beat(self) -> None:
         while not self._stop.wait(self._interval):
