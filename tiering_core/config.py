@@ -17,6 +17,7 @@ import yaml
 
 from tiering_core.errors import ConfigError, InvalidTopicError
 from tiering_core.kafka.topic import validate_topic_name
+from tiering_core.storage.layout import validate_deployment_prefix
 
 DEFAULT_TOPIC = "*"
 
@@ -241,6 +242,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         prefix = ""
     if not isinstance(prefix, str) or ".." in prefix.split("/") or prefix.startswith("/"):
         raise ConfigError(f"remote.prefix: {prefix!r} is not a relative key prefix")
+    validate_deployment_prefix(prefix)
     bucket = remote_raw.get("bucket")
     root = remote_raw.get("root")
     if backend == "s3":
