@@ -289,9 +289,10 @@ def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
     fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import time
+    import uuid
 
     from tests.engine_support import tip_of
-    from tiering_core.storage.layout import partition_prefix
+    from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 
     w = fs_env.writer()
     write_segments(w, 1)
@@ -299,7 +300,7 @@ def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
     cfg = str(fs_env.config_path)
     assert run(capsys, "--config", cfg, "copy")[0] == 0
     with fs_env.context() as ctx:
-        stray = partition_prefix(tip_of(w), ctx.storage.prefix) + "00000000000000000000-stray.log"
+        stray = RemoteSegmentRef(tip_of(w), 0, uuid.uuid4()).key(ObjectKind.LOG, ctx.storage.prefix)
         ctx.storage.put_object(stray, b"left by a killed copy")
     time.sleep(0.05)
     code, _, err = run(capsys, "--config", cfg, "retention", "--delete-orphans", "--grace-ms", "0")
