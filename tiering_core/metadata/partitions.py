@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.errors import PartitionDeletedError, PartitionNotEmptyError
+from tiering_core.metadata.errors import PartitionDeletedError, PartitionNotEmptyError, check_topic_name
 from tiering_core.metadata.queries import HI, D, E, G, H, L, P, S
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState, check_partition_transition
 from tiering_core.metadata.transactions import LockedPartition, StoreCore, tip_of
@@ -65,6 +65,8 @@ class PartitionStore(StoreCore):
             )
         with self._read() as conn:
             row = conn.execute(query).first()
+        if row is not None:
+            check_topic_name(row.topic_id, row.topic, tp.topic)
         return _record(row) if row is not None else None
 
     def list_partitions(self) -> list[PartitionRecord]:
