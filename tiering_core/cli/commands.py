@@ -320,7 +320,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     with _context(args) as ctx:
         result = restore_partition(
-            ctx, TopicPartition(args.topic, args.partition), Path(args.to), progress=_progress(args)
+            ctx, TopicPartition(args.topic, args.partition), Path(args.to), progress=_progress(args), force=args.force
         )
     _emit(
         args,
@@ -469,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("restore", help="write a partition's remote tier back as a Kafka partition directory")
     _add_selectors(p, required=True)
     p.add_argument("--to", required=True, help="target log dir, not a broker's: <topic>-<partition> is made in it")
+    p.add_argument(
+        "--force", action="store_true", help="write into a target holding meta.properties or checkpoint files"
+    )
     p.set_defaults(handler=cmd_restore)
 
     p = sub.add_parser("db", help="metadata schema migrations")
