@@ -14,7 +14,9 @@ request and before anything is deleted, which topic ids of each partition go:
   log dirs (the topic was deleted, or deleted and recreated under a new id) is removed;
 - data of a topic id the broker still holds is live: a request that would only delete such
   data is refused (nothing deleted) unless ``force`` is true (e.g. a broker being
-  decommissioned), which removes it too. A partition unknown to the metadata store is refused.
+  decommissioned), which removes it too. A partition unknown to the metadata store is refused;
+- a topic id missing from the log dirs goes only on positive evidence of its deletion (live
+  ``meta.properties`` in every log dir, the partition's ``-delete`` directory), or with ``force``.
 
 ``dry_run`` defaults to true: it lists what the same request would delete and changes nothing.
 The config does not matter to parsing, so this DAG loads even when the config is broken.
@@ -108,7 +110,8 @@ with DAG(
             type="boolean",
             title="Force",
             description="Also delete the remote data of topic ids the broker still holds in its log dirs "
-            "(e.g. a broker being decommissioned). Without it such a request is refused.",
+            "(e.g. a broker being decommissioned), and of topic ids missing from them without positive "
+            "evidence of their deletion. Without it such a request is refused.",
         ),
     },
 ) as tiering_delete_partition:

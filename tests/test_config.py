@@ -105,6 +105,19 @@ def test_index_cache_settings(tmp_path: Path) -> None:
         parse_config({**base_doc(tmp_path), "index_cache_bytes": -1})
 
 
+def test_the_index_cache_stays_apart_from_log_dirs_and_the_metadata_db(tmp_path: Path) -> None:
+    """The cache evicts files in its directory: beside the config (where the metadata DB lies),
+    in or above a log dir, it would delete what is not its own."""
+    conf = tmp_path / "conf"
+    doc = {**base_doc(tmp_path), "metadata": {"url": "sqlite:///meta.db"}}
+    for where in (".", str(tmp_path), str(tmp_path / "kafka"), str(tmp_path / "kafka" / "orders-0")):
+        with pytest.raises(ConfigError, match="index_cache_dir"):
+            parse_config({**doc, "index_cache_dir": where}, base_dir=conf)
+    with pytest.raises(ConfigError, match="index_cache_bytes"):
+        parse_config({**base_doc(tmp_path), "index_cache_bytes": 0})
+    assert parse_config({**doc, "index_cache_dir": "cache"}, base_dir=conf).index_cache_dir == conf / "cache"
+
+
 def test_a_key_given_twice_is_an_error_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "tiering.yaml"
     path.write_text(

@@ -18,6 +18,7 @@ import yaml
 
 from tiering_core.errors import ConfigError, InvalidTopicError
 from tiering_core.kafka.topic import validate_topic_name
+from tiering_core.storage.layout import validate_deployment_prefix
 
 DEFAULT_TOPIC = "*"
 
@@ -275,6 +276,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         prefix = ""
     if not isinstance(prefix, str) or ".." in prefix.split("/") or prefix.startswith("/"):
         raise ConfigError(f"remote.prefix: {_shown(prefix)} is not a relative key prefix")
+    validate_deployment_prefix(prefix)
     bucket = remote_raw.get("bucket")
     root = remote_raw.get("root")
     if backend == "s3":
@@ -332,12 +334,29 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         metadata=metadata,
         remote=remote,
         topics=topics,
-        index_cache_bytes=_as_int(doc.get("index_cache_bytes", 1024**3), "index_cache_bytes", 0),
+        index_cache_bytes=_as_int(doc.get("index_cache_bytes", 1024**3), "index_cache_bytes", 1),
         index_cache_dir=(
-            resolve(_as_str(doc["index_cache_dir"], "index_cache_dir")) if "index_cache_dir" in doc else None
+            _index_cache_dir(resolve(_as_str(doc["index_cache_dir"], "index_cache_dir")), log_dirs, url)
+            if "index_cache_dir" in doc
+            else None
         ),
         source=source,
     )
+
+
+def _index_cache_dir(path: Path, log_dirs: tuple[Path, ...], url: str) -> Path:
+    """The index cache's directory, apart from the broker's log dirs and the metadata DB: the
+    cache evicts files there, and Kafka takes every directory in a log dir for a partition."""
+    cache = Path(os.path.realpath(path))
+    for log_dir in log_dirs:
+        real = Path(os.path.realpath(log_dir))
+        if cache == real or cache.is_relative_to(real) or real.is_relative_to(cache):
+            raise ConfigError(f"index_cache_dir: {path} overlaps the log dir {log_dir}")
+    if url.startswith("sqlite:///") and url[len("sqlite:///") :].startswith("/"):
+        db = Path(os.path.realpath(url[len("sqlite:///") :].split("?", 1)[0]))
+        if db == cache or db.is_relative_to(cache):
+            raise ConfigError(f"index_cache_dir: {path} holds the metadata DB {db}")
+    return path
 
 
 def load_config(path: Path | str) -> PlatformConfig:

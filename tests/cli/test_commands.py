@@ -289,9 +289,10 @@ def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
     fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import time
+    import uuid
 
     from tests.engine_support import tip_of
-    from tiering_core.storage.layout import partition_prefix
+    from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 
     w = fs_env.writer()
     write_segments(w, 1)
@@ -299,7 +300,7 @@ def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
     cfg = str(fs_env.config_path)
     assert run(capsys, "--config", cfg, "copy")[0] == 0
     with fs_env.context() as ctx:
-        stray = partition_prefix(tip_of(w), ctx.storage.prefix) + "00000000000000000000-stray.log"
+        stray = RemoteSegmentRef(tip_of(w), 0, uuid.uuid4()).key(ObjectKind.LOG, ctx.storage.prefix)
         ctx.storage.put_object(stray, b"left by a killed copy")
     time.sleep(0.05)
     code, _, err = run(capsys, "--config", cfg, "retention", "--delete-orphans", "--grace-ms", "0")
@@ -312,3 +313,30 @@ def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
     assert code == 0 and f"deleted object {stray}" in out
     code, out, _ = run(capsys, "--config", cfg, "retention", "--orphans")
     assert code == 0 and out.strip() == "no orphaned objects"
+
+
+def test_delete_partition_needs_evidence_or_force_and_a_tombstone_can_be_lifted(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    w = fs_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    select = ("--topic", "orders", "--partition", "0")
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    moved = fs_env.root / "moved"
+    shutil.move(w.path, moved)  # reassigned away: no -delete trace
+    code, _, err = run(capsys, "--config", cfg, "delete-partition", *select, "--yes")
+    assert code == 1 and "no positive evidence" in err and "--force" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "--config", cfg, "--json", "delete-partition", *select, "--yes", "--force")
+    assert code == 0 and json.loads(out)["state"] == "DELETE_PARTITION_FINISHED"
+    shutil.move(moved, w.path)  # it was live after all
+    lift = ("delete-partition", *select, "--topic-id", w.topic_id, "--lift-tombstone")
+    code, _, err = run(capsys, "--config", cfg, *lift)
+    assert code == 1 and "--yes" in err
+    code, out, _ = run(capsys, "--config", cfg, *lift, "--yes")
+    assert code == 0 and f"(topic id {w.topic_id}): tombstone lifted" in out
+    code, out, _ = run(capsys, "--config", cfg, "--json", "copy")
+    assert code == 0 and '"segments_copied": 2' in out

@@ -419,8 +419,6 @@ def airflow_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
     tiering: TieringEnv, s3_endpoint, tmp_path: Path
 ) -> None:
-    import shutil
-
     from tests.airflow_support import latest_run_id
     from tiering_airflow.hooks.tiering import TieringHook
     from tiering_core.runs.copy import run_copy
@@ -440,7 +438,7 @@ def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
     assert (task.label, task.state, task.result["segments_deleted"]) == ("payments-0", "success", 3)
     assert finished(tiering, payments) == []
 
-    shutil.rmtree(orders.path)  # the partition was removed from the broker
+    orders.delete()  # the partition was removed from the broker
     removal = "tiering_delete_partition"
     conf = {"topic": "orders", "partitions": [0], "confirm": "orders"}
     proc = airflow_cli("dags", "test", removal, "--conf", json.dumps(conf), cwd=tmp_path)  # dry run by default

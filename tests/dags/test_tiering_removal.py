@@ -5,7 +5,6 @@ change nothing, retries of transient errors, and real removals against moto's S3
 from __future__ import annotations
 
 import re
-import shutil
 from datetime import timedelta
 
 import pytest
@@ -55,7 +54,7 @@ def on_broker(tiering: TieringEnv, s3_endpoint) -> list[PartitionWriter]:
 def copied(on_broker: list[PartitionWriter]) -> list[PartitionWriter]:
     """The same partitions after they were removed from the broker: only their remote data is left."""
     for w in on_broker:
-        shutil.rmtree(w.path)
+        w.delete()  # the broker renames it <topic>-<partition>.<uuid>-delete
     return on_broker
 
 
@@ -134,7 +133,7 @@ def test_a_partition_still_on_the_broker_is_refused_without_force(
     removal_dag, on_broker, tiering: TieringEnv, s3_endpoint, capfd, caplog
 ) -> None:
     """orders-1 was removed from the broker, orders-0 was not: the request for both deletes nothing."""
-    shutil.rmtree(on_broker[1].path)
+    on_broker[1].delete()
     before = [remote_state(tiering, s3_endpoint, w) for w in on_broker]
     conf = {"topic": "orders", "partitions": [0, 1], "confirm": "orders", "dry_run": False}
     run = removal_dag.test(run_conf=conf)
@@ -190,7 +189,7 @@ def test_force_deletes_a_partition_still_on_the_broker(
 def recreated(tiering: TieringEnv, s3_endpoint) -> tuple[PartitionWriter, PartitionWriter]:
     """orders-0 tiered, the topic deleted and recreated (a new topic id), the new one tiered too."""
     (old,) = copy_partitions(tiering, "orders", [0])
-    shutil.rmtree(old.path)
+    old.delete()
     (new,) = copy_partitions(tiering, "orders", [0])
     assert new.topic_id != old.topic_id
     return old, new

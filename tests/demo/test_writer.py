@@ -451,3 +451,33 @@ def test_every_appended_record_reads_back_in_kafka_python(make_writer, seed: int
         else:
             assert read == mine
     assert_indexes_equal_rebuild(w)
+
+
+def test_the_log_dir_has_the_brokers_meta_properties_and_deletion_renames_the_partition(tmp_path: Path) -> None:
+    """As a KRaft broker: meta.properties (version, node.id, directory.id, cluster.id) in the log
+    dir, kept when there is one; a deleted partition's directory becomes <topic>-<p>.<uuid>-delete,
+    which discovery skips and whose partition.metadata still names the topic id."""
+    from tiering_core.kafka.log_dirs import deleted_topic_ids, parse_properties, read_log_dir_identity
+
+    w = PartitionWriter(tmp_path, TopicPartition("orders", 3), node_id=7)
+    props = parse_properties((tmp_path / "meta.properties").read_text())
+    assert set(props) == {"version", "node.id", "directory.id", "cluster.id"} and props["version"] == "1"
+    identity = read_log_dir_identity(tmp_path)
+    assert (identity.node_id, identity.cluster_id, identity.directory_id) == (
+        7,
+        props["cluster.id"],
+        props["directory.id"],
+    )
+    PartitionWriter(tmp_path, TopicPartition("orders", 4), node_id=9)
+    assert read_log_dir_identity(tmp_path) == identity  # a broker writes it once
+
+    w.append_records(3)
+    trace = w.delete()
+    assert trace.parent == tmp_path and trace.name.startswith("orders-3.") and trace.name.endswith("-delete")
+    assert len(trace.name) == len("orders-3.") + 32 + len("-delete") and not (tmp_path / "orders-3").exists()
+    assert [p.topic_partition for p in discover_partitions([tmp_path])] == [TopicPartition("orders", 4)]
+    assert deleted_topic_ids(tmp_path, TopicPartition("orders", 3)) == {w.topic_id: trace}
+    assert deleted_topic_ids(tmp_path, TopicPartition("orders", 4)) == {}
+    long = PartitionWriter(tmp_path, TopicPartition("t" * 249, 0))  # the name is cut to 255 characters
+    cut = long.delete()
+    assert len(cut.name) == 255 and deleted_topic_ids(tmp_path, TopicPartition("t" * 249, 0)) == {long.topic_id: cut}

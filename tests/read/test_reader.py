@@ -11,7 +11,7 @@ from tests.engine_support import TieringEnv, tip_of
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.records import Record, iter_records
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.read.index_cache import RemoteIndexCache
+from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 from tiering_core.read.reader import OffsetOutOfRangeError, open_reader
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.retention import apply_delete_records
@@ -162,6 +162,30 @@ def test_disk_cache_discards_a_corrupt_entry_and_stays_within_its_bound(fs_env: 
             on_disk = sum(p.stat().st_size for p in cache_dir.iterdir() if not p.name.startswith("."))
             assert on_disk == small.size_bytes
         assert small.get(segments[-1], ObjectKind.TIME_INDEX) is not None and small.hits >= 1
+
+
+def test_the_disk_cache_never_touches_files_it_did_not_create(fs_env: TieringEnv, tmp_path: Path) -> None:
+    """A cache over a directory holding a metadata DB and a broker's segment, bounded below their
+    size, evicts only its own entries; reads through the config use a subdirectory it owns."""
+    w = build(fs_env)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    foreign = {"meta.db": b"d" * 4096, "00000000000000000000.log": b"l" * 4096, "notes": b"n"}
+    for name, data in foreign.items():
+        (shared / name).write_bytes(data)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        segments = [
+            s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        ]
+        cache = RemoteIndexCache(ctx.storage, 64, shared)
+        for s in segments:
+            cache.get(s, ObjectKind.OFFSET_INDEX)
+        assert cache.size_bytes <= 64
+        assert {name: (shared / name).read_bytes() for name in foreign} == foreign
+        with pytest.raises(ValueError, match="positive"):
+            RemoteIndexCache(ctx.storage, 0, shared)
+        assert cache_directory(shared) == shared / "remote-index-cache"
 
 
 def test_after_an_unclean_election_reads_follow_the_new_lineage(tiering_env: TieringEnv) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from tiering_core.kafka.checkpoints import (
     read_offset_checkpoint,
 )
 from tiering_core.kafka.partition_log import PartitionLog
+from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.restore import restore_partition
 from tiering_core.runs.copy import run_copy
@@ -145,3 +147,65 @@ def test_restore_command(fs_env: TieringEnv, tmp_path: Path, capsys: pytest.Capt
     assert (report["segments"], report["log_start_offset"]) == (3, 0) and "restored segment" in err
     assert main([*argv, "--to", str(tmp_path / "r")]) == 1
     assert "already exists" in capsys.readouterr().err
+
+
+def test_restore_refuses_a_kafka_log_dir_unless_forced_and_keeps_checkpoint_modes(
+    fs_env: TieringEnv, tmp_path: Path
+) -> None:
+    """A target holding meta.properties or checkpoint files is some broker's log dir (not one the
+    config names): refused unless forced. Rewritten checkpoints keep their modes; a target of an
+    earlier restore takes more partitions."""
+    w = build(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    other_broker = tmp_path / "other-broker"
+    payments = PartitionWriter(other_broker, TopicPartition("payments", 0))
+    payments.append_records(2)
+    payments.set_high_watermark()
+    payments.write_checkpoints()
+    checkpoints = [other_broker / RECOVERY_POINT_CHECKPOINT, other_broker / REPLICATION_OFFSET_CHECKPOINT]
+    for path in checkpoints:
+        path.chmod(0o644)
+    only_checkpoints = tmp_path / "old-log-dir"
+    only_checkpoints.mkdir()
+    (only_checkpoints / RECOVERY_POINT_CHECKPOINT).write_text("0\n0\n")
+    with fs_env.context() as ctx:
+        for target, what in ((other_broker, "meta.properties"), (only_checkpoints, RECOVERY_POINT_CHECKPOINT)):
+            with pytest.raises(TieringError, match=f"{what}.*--force"):
+                restore_partition(ctx, w.tp, target)
+            assert not (target / "orders-0").exists()
+        result = restore_partition(ctx, w.tp, other_broker, force=True)
+    assert result.segments == 3 and (other_broker / "orders-0").is_dir()
+    assert [stat.S_IMODE(p.stat().st_mode) for p in checkpoints] == [0o644, 0o644]
+    assert read_offset_checkpoint(checkpoints[0])[w.tp] == result.end_offset + 1
+
+    second = fs_env.writer("orders", 1)
+    second.append_records(3)
+    second.roll()
+    second.set_high_watermark()
+    with fs_env.context() as ctx:
+        run_copy(ctx, second.tp)
+        restore_partition(ctx, w.tp, tmp_path / "r")
+        assert restore_partition(ctx, second.tp, tmp_path / "r").segments == 1  # the target of a restore
+
+
+def test_restore_command_force(fs_env: TieringEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = build(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    target = tmp_path / "broker"
+    PartitionWriter(target, TopicPartition("payments", 0))
+    argv = [
+        "--config",
+        str(fs_env.config_path),
+        "restore",
+        "--topic",
+        "orders",
+        "--partition",
+        "0",
+        "--to",
+        str(target),
+    ]
+    assert main(argv) == 1
+    assert "--force" in capsys.readouterr().err
+    assert main([*argv, "--force"]) == 0

@@ -15,7 +15,7 @@ import pytest
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.context import TieringContext
 from tiering_core.demo.writer import PartitionWriter
-from tiering_core.errors import TieringError
+from tiering_core.errors import ConfigError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.orphans import INCOMPLETE_UPLOAD, OBJECT, TEMP_FILE, OrphanObject, find_orphans
@@ -313,3 +313,46 @@ def test_orphaned_manifests_go_before_their_objects(env: TieringEnv, tiered: Par
 def test_empty_remote_storage_has_no_orphans(env: TieringEnv) -> None:
     with env.context() as ctx:
         assert find_orphans(ctx, grace_ms=HOUR, delete=True) == []
+
+
+@pytest.mark.parametrize("backend", ["s3", "filesystem"])
+def test_a_deployment_never_sweeps_another_deployments_objects(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Two deployments on one bucket (or root): a prefix without its trailing '/' ("pro" would
+    hold every key of "prod") is refused, and "pro/"'s sweep deletes its own orphans only: none of
+    "prod/"'s objects, nor a key under its prefix that is not of the platform's layout."""
+    if backend == "s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        shared: dict[str, Any] = {"backend": "s3", "bucket": endpoint.new_bucket(), "endpoint_url": endpoint.url}
+        shared["region"] = "us-east-1"
+    else:
+        shared = {"backend": "filesystem", "root": str(tmp_path / "tier")}
+
+    def deployment(name: str, prefix: str) -> TieringEnv:
+        home = tmp_path / name
+        (home / "kafka-logs").mkdir(parents=True)
+        remote = {**shared, "prefix": prefix}
+        return TieringEnv(home, home / "kafka-logs", home / "tiering.yaml", remote, f"sqlite:///{home / 'm.db'}")
+
+    with pytest.raises(ConfigError, match=r"remote\.prefix"):
+        deployment("unslashed", "pro").write_config()
+    prod, pro = deployment("prod", "prod/"), deployment("pro", "pro/")
+    prod.write_config()
+    pro.write_config()
+    prod_tip, pro_tip = tip_of(tier(prod)), tip_of(tier(pro))
+    with prod.context() as ctx:
+        prod_keys = {o.key for o in ctx.storage.list_objects(prod_tip)}
+        assert prod_keys and find_orphans(ctx, grace_ms=1) == []
+    with pro.context() as ctx:
+        stray = killed_copy(ctx, pro_tip)
+        foreign = f"{partition_prefix(pro_tip, 'pro/')}not-a-segment.txt"
+        ctx.storage.put_object(foreign, b"not ours")
+        time.sleep(0.05)
+        swept = by_key(find_orphans(ctx, grace_ms=10, delete=True))
+        assert sorted(k for k, o in swept.items() if o.deleted) == stray
+        assert not swept[foreign].deleted and ctx.storage.object_size(foreign) == len(b"not ours")
+        assert_live_data_intact(ctx, pro_tip)
+    with prod.context() as ctx:
+        assert {o.key for o in ctx.storage.list_objects(prod_tip)} == prod_keys
+        assert_live_data_intact(ctx, prod_tip)

@@ -7,8 +7,10 @@ import shutil
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.runs.test_retention import (
@@ -27,7 +29,7 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.errors import RemovalRefusedError
-from tiering_core.runs.removal import RemovalTargets, delete_partition, removal_targets
+from tiering_core.runs.removal import RemovalTargets, delete_partition, lift_tombstone, removal_targets
 from tiering_core.runs.retention import run_retention
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 
@@ -44,8 +46,9 @@ def tiered_partition(env: TieringEnv, segments: int = 3) -> PartitionWriter:
 
 
 def delete_topic_on_broker(w: PartitionWriter) -> None:
-    """The broker deletes the topic: its partition directory leaves the log dirs."""
-    shutil.rmtree(w.path)
+    """The broker deletes the topic: its partition directory leaves the log dirs (renamed
+    ``<topic>-<partition>.<uuid>-delete`` first, Kafka's trace of the deletion)."""
+    w.delete()
 
 
 def put_stray_object(env: TieringEnv, tip: TopicIdPartition) -> str:
@@ -331,3 +334,95 @@ def test_removal_refused_when_the_broker_cannot_be_read(fs_env: TieringEnv, brok
         result = delete_partition(ctx, w.tp, topic_id=w.topic_id)
         assert result.state == FINISHED and result.segments_deleted == 3
         assert ctx.storage.list_objects(tip_of(w)) == []
+
+
+# --- positive evidence of the deletion -----------------------------------------------------------
+
+
+def use_log_dirs(env: TieringEnv, *log_dirs: Path) -> None:
+    """The config lists ``log_dirs`` (e.g. an unmounted disk, or a JBOD broker's dirs)."""
+    doc = yaml.safe_load(env.config_path.read_text())
+    doc["log_dirs"] = [str(d) for d in log_dirs]
+    env.config_path.write_text(yaml.safe_dump(doc))
+
+
+def refused_without_evidence(env: TieringEnv, w: PartitionWriter, reason: str) -> None:
+    """Refused naming ``reason``, in a dry run too, with nothing changed; ``force`` overrides."""
+    before = snapshot_state(env, tip_of(w))
+    with env.context() as ctx:
+        for dry_run in (True, False):
+            with pytest.raises(RemovalRefusedError, match=reason) as refused:
+                delete_partition(ctx, w.tp, dry_run=dry_run)
+            assert "--force" in str(refused.value)
+    assert snapshot_state(env, tip_of(w)) == before
+    with env.context() as ctx:
+        forced = delete_partition(ctx, w.tp, force=True)
+    assert (forced.state, forced.topic_ids, forced.segments_deleted) == (FINISHED, [w.topic_id], 3)
+
+
+def test_an_empty_or_unmounted_log_dir_is_no_evidence(fs_env: TieringEnv) -> None:
+    w = tiered_partition(fs_env)
+    unmounted = fs_env.root / "unmounted"  # the mount point, without its disk
+    unmounted.mkdir()
+    use_log_dirs(fs_env, unmounted)
+    refused_without_evidence(fs_env, w, f"log dir {unmounted} has no meta.properties")
+
+
+def test_a_jbod_broker_with_a_missing_log_dir_is_no_evidence(fs_env: TieringEnv) -> None:
+    """The partition lives on the second disk, which is not mounted: the first disk's log dir is live."""
+    w = tiered_partition(fs_env)
+    second = fs_env.root / "disk2"
+    shutil.move(w.path, fs_env.root / "elsewhere")  # on the disk that is not mounted
+    second.mkdir()
+    use_log_dirs(fs_env, fs_env.log_dir, second)
+    refused_without_evidence(fs_env, w, f"log dir {second} has no meta.properties")
+
+
+@pytest.mark.parametrize("how", ["moved-to-another-broker", "gone-without-trace", "trace-of-another-topic-id"])
+def test_a_partition_missing_without_its_delete_trace_is_no_evidence(fs_env: TieringEnv, how: str) -> None:
+    w = tiered_partition(fs_env)
+    if how == "moved-to-another-broker":  # a reassignment: the directory leaves this broker whole
+        shutil.move(w.path, fs_env.root / "other-broker")
+    elif how == "gone-without-trace":  # the -delete directory already removed, or never made
+        shutil.rmtree(w.path)
+    else:  # a -delete directory of the same partition, but of an older topic id
+        trace = w.delete()
+        (trace / "partition.metadata").write_text("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n")
+    refused_without_evidence(fs_env, w, f"no positive evidence that topic id {w.topic_id} was deleted")
+
+
+def test_log_dirs_of_two_brokers_are_no_evidence(fs_env: TieringEnv) -> None:
+    w = tiered_partition(fs_env)
+    w.delete()
+    other = fs_env.root / "broker-2"
+    PartitionWriter(other, TopicPartition("payments", 0), node_id=2)
+    use_log_dirs(fs_env, fs_env.log_dir, other)
+    refused_without_evidence(fs_env, w, "belong to more than one broker")
+
+
+def test_a_tombstone_written_in_error_is_lifted(fs_env: TieringEnv) -> None:
+    """A removal forced by mistake (the partition had moved, not been deleted): lifting the
+    tombstone lets the topic id be tiered again from what the broker holds."""
+    w = tiered_partition(fs_env)
+    moved = fs_env.root / "moved"
+    shutil.move(w.path, moved)
+    with fs_env.context() as ctx:
+        assert delete_partition(ctx, w.tp, force=True).state == FINISHED
+    shutil.move(moved, w.path)  # it was on this broker after all
+    with fs_env.context() as ctx:
+        with pytest.raises(TieringError, match="removed"):
+            run_copy(ctx, w.tp)
+        lift_tombstone(ctx, tip_of(w))
+        record = ctx.metadata.get_partition(tip_of(w))
+        assert record is not None and (record.dropped, record.delete_state) == (False, None)
+        assert run_copy(ctx, w.tp).segments_copied == 3
+        with pytest.raises(TieringError, match="not a tombstone"):
+            lift_tombstone(ctx, tip_of(w))
+    assert_objects_match_metadata(fs_env, tip_of(w))
+    history = [c.to_state for c in fs_env_history(fs_env, tip_of(w))]
+    assert history.count("TOMBSTONE_LIFTED") == 1
+
+
+def fs_env_history(env: TieringEnv, tip: TopicIdPartition) -> list:
+    with env.context() as ctx:
+        return ctx.metadata.state_history(tip)

@@ -22,6 +22,7 @@ from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.metadata.errors import TopicIdConflictError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import CopyResult, run_copy
 from tiering_core.runs.retention import (
@@ -763,3 +764,24 @@ def test_retention_killed_at_each_step_resumes_to_the_same_end(fs_env: TieringEn
     assert end_state(fs_env, [tip_of(w)]) == end_state(twin, [tip_of(w)])
     assert remote_ranges(fs_env, w) == [(15, 19), (20, 24)]
     assert_objects_match_metadata(fs_env, tip_of(w))
+
+
+def test_a_partition_dir_carrying_another_topics_id_is_refused(fs_env: TieringEnv) -> None:
+    """orders-0's partition.metadata carries payments' topic id: retention and copy for orders
+    refuse, naming both topics and the id, and nothing of payments changes."""
+    fs_env.write_config(orders={"retention.ms": 1, "retention.bytes": 0}, payments={"retention.ms": -1})
+    payments = fs_env.writer("payments", 0)
+    write_segments(payments, 3)
+    payments.set_high_watermark()
+    with fs_env.context() as ctx:
+        assert run_copy(ctx, payments.tp).segments_copied == 3
+    before = snapshot_state(fs_env, tip_of(payments))
+    orders = fs_env.writer("orders", 0, topic_id=payments.topic_id)
+    write_segments(orders, 2)
+    orders.set_high_watermark()
+    with fs_env.context() as ctx:
+        for run in (run_retention, run_copy):
+            with pytest.raises(TopicIdConflictError) as err:
+                run(ctx, orders.tp)
+            assert all(word in str(err.value) for word in ("'orders'", "'payments'", payments.topic_id))
+    assert snapshot_state(fs_env, tip_of(payments)) == before

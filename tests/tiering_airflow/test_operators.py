@@ -54,7 +54,6 @@ def test_delete_operator_removes_the_named_topic_ids_in_one_core_call(
     tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A topic deleted and recreated (two topic ids), both named: one removal, one result."""
-    import shutil
 
     import tiering_core.runs.removal as removal
     from tiering_core.runs.copy import run_copy
@@ -68,7 +67,7 @@ def test_delete_operator_removes_the_named_topic_ids_in_one_core_call(
             assert run_copy(ctx, w.tp).segments_copied == 2
         writers.append(w)
         if len(writers) == 1:
-            shutil.rmtree(w.path)  # the topic is deleted; the next writer recreates it
+            w.delete()  # the topic is deleted; the next writer recreates it
     old, new = writers
     real, calls = removal.delete_partition, []
 

@@ -154,18 +154,30 @@ def _retention_line(r: Any) -> str:
 
 
 def cmd_delete_partition(args: argparse.Namespace) -> int:
-    from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.runs.removal import delete_partition
+    from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+    from tiering_core.runs.removal import delete_partition, lift_tombstone
 
+    tp = TopicPartition(args.topic, args.partition)
+    if args.lift_tombstone:
+        if args.topic_id is None or not args.yes or args.dry_run or args.force:
+            raise TieringError(
+                f"--lift-tombstone of {tp} needs --topic-id and --yes (and neither --dry-run nor --force)"
+            )
+        with _context(args) as ctx:
+            lift_tombstone(ctx, TopicIdPartition(args.topic_id, tp))
+        _emit(
+            args,
+            {"topic": args.topic, "partition": args.partition, "topic_id": args.topic_id, "tombstone_lifted": True},
+            lambda: f"{tp} (topic id {args.topic_id}): tombstone lifted; the topic id may be tiered again",
+        )
+        return EXIT_OK
     if not args.yes and not args.dry_run:
         raise TieringError(
             f"refusing to delete all remote data of {args.topic}-{args.partition} without --yes "
             "(use --dry-run to see what would be deleted)"
         )
     with _context(args) as ctx:
-        result = delete_partition(
-            ctx, TopicPartition(args.topic, args.partition), topic_id=args.topic_id, dry_run=args.dry_run
-        )
+        result = delete_partition(ctx, tp, topic_id=args.topic_id, dry_run=args.dry_run, force=args.force)
 
     def human() -> str:
         ids = ", ".join(result.topic_ids) or "none"
@@ -308,7 +320,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     with _context(args) as ctx:
         result = restore_partition(
-            ctx, TopicPartition(args.topic, args.partition), Path(args.to), progress=_progress(args)
+            ctx, TopicPartition(args.topic, args.partition), Path(args.to), progress=_progress(args), force=args.force
         )
     _emit(
         args,
@@ -407,6 +419,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="remove exactly this topic id (needed while the partition is still in the log dirs)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="remove topic ids missing from the log dirs without positive evidence of their deletion "
+        "(live meta.properties in every log dir, the partition's -delete directory)",
+    )
+    p.add_argument(
+        "--lift-tombstone",
+        action="store_true",
+        help="lift the tombstone of --topic-id (a removal made in error): it may be tiered again (needs --yes)",
+    )
     p.set_defaults(handler=cmd_delete_partition)
 
     p = sub.add_parser("delete-records", help="apply a DeleteRecords to the remote tier (needs --yes)")
@@ -446,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("restore", help="write a partition's remote tier back as a Kafka partition directory")
     _add_selectors(p, required=True)
     p.add_argument("--to", required=True, help="target log dir, not a broker's: <topic>-<partition> is made in it")
+    p.add_argument(
+        "--force", action="store_true", help="write into a target holding meta.properties or checkpoint files"
+    )
     p.set_defaults(handler=cmd_restore)
 
     p = sub.add_parser("db", help="metadata schema migrations")

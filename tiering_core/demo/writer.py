@@ -12,7 +12,10 @@ What follows the broker (``UnifiedLog``, ``LocalLog``, ``LogSegment``, ``Produce
   new base offset is written at every roll;
 - ``become_leader`` assigns an epoch at the log end offset in ``leader-epoch-checkpoint``;
 - root checkpoints are merged with the other partitions' entries; ``log-start-offset-checkpoint``
-  holds an entry only while the log start is above the first segment's base (LogManager's rule).
+  holds an entry only while the log start is above the first segment's base (LogManager's rule);
+- the log dir gets the broker's ``meta.properties`` (KRaft: version, node.id, directory.id,
+  cluster.id) unless it has one; ``delete()`` renames the partition directory to
+  ``<topic>-<partition>.<uuid>-delete`` as the broker does when the partition is deleted.
 
 One deliberate difference: after ``truncate_to`` the bytes-since-last-index-entry counter is
 derived from the ``.log`` (as a rebuild would) where a broker resets it to 0.
@@ -39,6 +42,7 @@ from tiering_core.kafka.checkpoints import (
     PARTITION_METADATA,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    atomic_write,
     new_topic_id,
     update_offset_checkpoint,
     write_leader_epoch_checkpoint,
@@ -53,6 +57,7 @@ from tiering_core.kafka.index import (
     encode_txn_index,
 )
 from tiering_core.kafka.index_rebuild import IndexBuilder, read_end_transaction_marker
+from tiering_core.kafka.log_dirs import META_PROPERTIES, delete_dir_name, encode_meta_properties
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
 from tiering_core.kafka.producer_state import ProducerState, ProducerStateTracker
 from tiering_core.kafka.records import (
@@ -74,6 +79,8 @@ from tiering_core.kafka.snapshot import (
 from tiering_core.kafka.topic import TopicPartition
 
 DEFAULT_SEGMENT_BYTES = 1024 * 1024
+DEMO_NODE_ID = 1
+DEMO_CLUSTER_ID = "7KHd2BmURF-kU5B8_7ZOXQ"  # one cluster: every log dir a writer makes belongs to it
 DEFAULT_PREALLOCATE_INDEX_BYTES = 12 * 1024  # the broker's default is 10 MiB; small keeps tests light
 MAX_RELATIVE_OFFSET = 2**31 - 1
 _SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
@@ -86,6 +93,15 @@ def _spec(record: RecordLike, timestamp: int) -> RecordSpec:
         return record
     headers: tuple[Header, ...] = tuple(record[2]) if len(record) > 2 else ()  # type: ignore[misc]
     return RecordSpec(record[0], record[1], timestamp, headers)
+
+
+def write_meta_properties(log_dir: Path, node_id: int = DEMO_NODE_ID) -> Path:
+    """The broker's ``meta.properties`` in ``log_dir``, unless it has one already."""
+    path = Path(log_dir) / META_PROPERTIES
+    if not path.exists():
+        directory_id = new_topic_id()  # a base64 UUID, as Kafka's directory ids are
+        atomic_write(path, encode_meta_properties(node_id, DEMO_CLUSTER_ID, directory_id))
+    return path
 
 
 class PartitionWriter:
@@ -104,6 +120,7 @@ class PartitionWriter:
         clock: Callable[[], int] | None = None,
         initial_epoch: int = 0,
         seed: int | None = None,
+        node_id: int = DEMO_NODE_ID,
     ) -> None:
         if segment_bytes <= 0 or index_interval_bytes < 0:
             raise ValueError("segment_bytes must be positive and index_interval_bytes not negative")
@@ -115,6 +132,7 @@ class PartitionWriter:
         self.tp = tp
         self.path = self.log_dir / str(tp)
         self.path.mkdir(parents=True, exist_ok=False)
+        write_meta_properties(self.log_dir, node_id)
         self.topic_id = topic_id or new_topic_id()
         write_partition_metadata(self.path / PARTITION_METADATA, self.topic_id)
         self.segment_bytes = segment_bytes
@@ -131,6 +149,15 @@ class PartitionWriter:
         self.in_transaction: set[int] = set()
         self._new_segment(0)
         self.become_leader(initial_epoch)
+
+    def delete(self) -> Path:
+        """Delete the partition as the broker does: its directory is renamed to
+        ``<topic>-<partition>.<uuid>-delete`` (removed later); returns the new path."""
+        self.flush()
+        deleted = self.log_dir / delete_dir_name(self.tp)
+        os.rename(self.path, deleted)
+        self.path = deleted
+        return deleted
 
     def __repr__(self) -> str:
         return f"PartitionWriter({self.path}, next_offset={self.next_offset})"

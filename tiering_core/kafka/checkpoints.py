@@ -15,6 +15,7 @@ import base64
 import binascii
 import os
 import re
+import stat
 import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
@@ -41,8 +42,14 @@ _METADATA_TOPIC_UUID = uuid.UUID(int=1)  # Kafka's reserved id of __cluster_meta
 def atomic_write(path: Path, data: bytes) -> None:
     """Temp file in the same directory, fsync, rename, fsync the directory: readers never see half a file."""
     path = Path(path)
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(path).st_mode)  # a rewritten file keeps its mode
+    except FileNotFoundError:
+        mode = None
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()

@@ -46,3 +46,25 @@ class PartitionDeletedError(TieringError):
 class PartitionNotEmptyError(MetadataStoreError):
     """A partition's removal cannot finish (or its metadata be dropped) while some of its segments
     are not DELETE_SEGMENT_FINISHED; names the partition and how many."""
+
+
+class TopicIdConflictError(MetadataStoreError):
+    """A topic id the store knows under another topic name: a topic id names one topic for its
+    whole life, so a partition dir claiming it for another name (a copied or edited
+    ``partition.metadata``) must never share that topic's lease, segments and lineage."""
+
+    def __init__(self, topic_id: str, stored: str, claimed: str) -> None:
+        self.topic_id = topic_id
+        self.stored = stored
+        self.claimed = claimed
+        super().__init__(
+            f"topic id {topic_id} belongs to topic {stored!r} in the metadata store, but the partition dir of "
+            f"topic {claimed!r} carries it (in its partition.metadata): refusing to treat {claimed!r} as "
+            f"{stored!r}; a topic id names one topic for its whole life"
+        )
+
+
+def check_topic_name(topic_id: str, stored: str, claimed: str) -> None:
+    """TopicIdConflictError unless the stored partition's topic name is the one claimed."""
+    if stored != claimed:
+        raise TopicIdConflictError(topic_id, stored, claimed)

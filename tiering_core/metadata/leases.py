@@ -9,7 +9,7 @@ write checks its lease's token against the current one while holding the partiti
 from __future__ import annotations
 
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.metadata.errors import FencedError, LeaseHeldError
+from tiering_core.metadata.errors import FencedError, LeaseHeldError, check_topic_name
 from tiering_core.metadata.transactions import StoreCore, tip_params
 from tiering_core.metadata.values import Lease
 
@@ -76,6 +76,8 @@ class LeaseStore(StoreCore):
         """The partition's unexpired lease (its run may still be writing), or None."""
         with self._read() as conn:
             row = conn.execute(self._q.lease, self._clock(tip_params(tip))).first()
+        if row is not None:
+            check_topic_name(tip.topic_id, row.topic, tip.topic)
         if row is None or row.lease_holder is None or row.lease_expires_ms <= row.db_now:
             return None
         return Lease(tip, row.lease_holder, row.lease_token, row.lease_expires_ms)

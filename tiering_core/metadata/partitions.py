@@ -14,13 +14,14 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.errors import PartitionDeletedError, PartitionNotEmptyError
+from tiering_core.metadata.errors import PartitionDeletedError, PartitionNotEmptyError, check_topic_name
 from tiering_core.metadata.queries import HI, D, E, G, H, L, P, S
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState, check_partition_transition
 from tiering_core.metadata.transactions import LockedPartition, StoreCore, tip_of
 from tiering_core.metadata.values import Lease, PartitionRecord, StateChange
 
 METADATA_DROPPED = "METADATA_DROPPED"  # history marker of drop_partition_metadata
+TOMBSTONE_LIFTED = "TOMBSTONE_LIFTED"  # history marker of lift_tombstone
 
 
 def _record(row: Any) -> PartitionRecord:
@@ -65,6 +66,8 @@ class PartitionStore(StoreCore):
             )
         with self._read() as conn:
             row = conn.execute(query).first()
+        if row is not None:
+            check_topic_name(row.topic_id, row.topic, tp.topic)
         return _record(row) if row is not None else None
 
     def list_partitions(self) -> list[PartitionRecord]:
@@ -116,6 +119,19 @@ class PartitionStore(StoreCore):
                 conn.execute(table.delete().where(table.c.partition_id == row.id))
             self._update_partition(conn, row, dropped=True, remote_log_start_offset=None)
             self._history(conn, row, lease, METADATA_DROPPED, from_state=row.delete_state)
+
+    def lift_tombstone(self, tip: TopicIdPartition, lease: Lease) -> None:
+        """Make a removed partition (a tombstone) live and empty again, for a removal made in
+        error: its topic id may be copied to again. The fencing counter and the history stay.
+        PartitionDeletedError unless it is a tombstone (a removal in progress finishes first)."""
+        with self._fenced_write(lease, tip) as (conn, row):
+            if not row.dropped:
+                state = row.delete_state or "live"
+                raise PartitionDeletedError(f"{tip}: not a tombstone ({state}); only a finished removal is lifted")
+            self._check_no_live_segments(conn, row, tip, "the tombstone cannot be lifted")
+            before = row.delete_state
+            self._update_partition(conn, row, delete_state=None, dropped=False, remote_log_start_offset=None)
+            self._history(conn, row, lease, TOMBSTONE_LIFTED, from_state=before)
 
     # --- the remote log start offset (KAFKA_SEMANTICS 10) --------------------------------
 

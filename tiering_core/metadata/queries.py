@@ -91,6 +91,7 @@ LISTING_COLUMNS = (
 # The partition row's columns a write needs: transactions.LockedPartition's fields but the clock.
 LOCKED_COLUMNS = (
     "id",
+    "topic",
     "delete_state",
     "dropped",
     "lease_holder",
@@ -149,9 +150,9 @@ class Statements:
         self.clock = select(self.now)
         self.insert_partition = dialect_insert(P).on_conflict_do_nothing(index_elements=["topic_id", "partition"])
         self.update_partition = update(P).where(P.c.id == bindparam("pid"))
-        self.lease = select(P.c.lease_holder, P.c.lease_token, P.c.lease_expires_ms, self.now.label("db_now")).where(
-            *WHERE_TIP
-        )
+        self.lease = select(
+            P.c.topic, P.c.lease_holder, P.c.lease_token, P.c.lease_expires_ms, self.now.label("db_now")
+        ).where(*WHERE_TIP)
         self.history = insert(HI)
 
         self.insert_segment = insert(S)

@@ -31,7 +31,7 @@ from tiering_core.metadata.engine import (
 from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.metadata.leases import LeaseStore
 from tiering_core.metadata.listing import DEFAULT_SEGMENT_MEMO, LISTED_PARTITIONS
-from tiering_core.metadata.partitions import METADATA_DROPPED
+from tiering_core.metadata.partitions import METADATA_DROPPED, TOMBSTONE_LIFTED
 from tiering_core.metadata.queries import Statements
 from tiering_core.metadata.segments import SegmentStore, validate_segment_metadata
 from tiering_core.metadata.transactions import now_ms
@@ -46,6 +46,7 @@ from tiering_core.metadata.values import (
 
 __all__ = [
     "METADATA_DROPPED",
+    "TOMBSTONE_LIFTED",
     "DeleteRecordsObservation",
     "Lease",
     "PartitionRecord",

@@ -1,11 +1,12 @@
 """The one transaction helper of the metadata store: every write locks its partition row first.
 
 A write transaction first locks the partition row (PostgreSQL ``SELECT ... FOR UPDATE``; SQLite
-``BEGIN IMMEDIATE``), then reads the database clock and checks the writer's lease token and
-expiry against it, so a fenced writer lands nothing (and a lease that ran out while waiting for
-the lock is expired). Reads are plain transactions, so a write is visible to the next query
-(read-your-writes, across processes too). Each concept of the store (segments, partitions,
-leases, lineage and observations) builds on ``StoreCore``.
+``BEGIN IMMEDIATE``) and checks it is the partition's topic by name as well as by id (a topic id
+names one topic for its whole life: another name is refused), then reads the database clock and
+checks the writer's lease token and expiry against it, so a fenced writer lands nothing (and a
+lease that ran out while waiting for the lock is expired). Reads are plain transactions, so a
+write is visible to the next query (read-your-writes, across processes too). Each concept of the
+store (segments, partitions, leases, lineage and observations) builds on ``StoreCore``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.engine import safe_url
-from tiering_core.metadata.errors import FencedError, MetadataStoreError
+from tiering_core.metadata.errors import FencedError, MetadataStoreError, check_topic_name
 from tiering_core.metadata.queries import Statements
 from tiering_core.metadata.values import Lease
 
@@ -44,6 +45,7 @@ class LockedPartition:
     the database clock (ms) read after the lock was taken."""
 
     id: int
+    topic: str
     delete_state: str | None
     dropped: bool
     lease_holder: str | None
@@ -119,6 +121,7 @@ class StoreCore:
         row = conn.execute(self._q.lock, tip_params(tip)).first()
         if row is None:
             return None
+        check_topic_name(tip.topic_id, row.topic, tip.topic)
         db_now = int(conn.execute(self._q.clock).scalar_one()) if self._pg else now_ms()
         return LockedPartition(**row._asdict(), db_now=db_now)
 

@@ -2,6 +2,10 @@
 each entry checked against the CRC-32C the metadata recorded at copy time, so a corrupt cached or
 stored index is never used (a damaged stored offset or time index only costs a scan from the
 segment's start, and is logged so ``tiering rebuild-indexes`` can repair it).
+
+On disk the cache owns one directory, ``remote-index-cache`` under the configured
+``index_cache_dir`` (Kafka's name for its own), and only ever reads, replaces or evicts files it
+names itself (``<segment id>.<index kind>``): whatever else lies there is never touched.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,17 +34,31 @@ log = logging.getLogger(__name__)
 
 INDEX_KINDS = (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX)
 
+#: The subdirectory of ``index_cache_dir`` the cache owns.
+CACHE_DIR_NAME = "remote-index-cache"
+
+#: The names of the cache's own files: ``<segment id>.<index kind>``.
+_ENTRY = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.(?:index|timeindex|txnindex)")
+
+
+def cache_directory(index_cache_dir: Path | None) -> Path | None:
+    """The directory the cache owns under the configured ``index_cache_dir``."""
+    return None if index_cache_dir is None else index_cache_dir / CACHE_DIR_NAME
+
 
 class RemoteIndexCache:
     """Index objects of remote segments, fetched once and kept up to ``max_bytes``.
 
-    Kept in memory, or with ``directory`` as files named ``<segment id>.<kind>`` that outlive the
-    process (Kafka keeps its remote index cache on disk too). Every entry, cached or just fetched,
+    Kept in memory, or with ``directory`` (its own: see :func:`cache_directory`) as files named
+    ``<segment id>.<kind>`` that outlive the process (Kafka keeps its remote index cache on disk
+    too); files of other names there are never read, counted or evicted. Every entry, cached or just fetched,
     is checked against the CRC-32C the metadata recorded for it: a mismatching cached file is
     discarded and fetched again; a stored object that mismatches is reported as None (damaged).
     """
 
     def __init__(self, storage: RemoteStorage, max_bytes: int, directory: Path | None = None) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"index cache bound {max_bytes} must be positive")
         self.storage = storage
         self.max_bytes = max_bytes
         self.directory = directory
@@ -49,7 +68,7 @@ class RemoteIndexCache:
         self._sizes: collections.OrderedDict[str, int] = collections.OrderedDict()  # LRU order, oldest first
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
-            files = [p for p in directory.iterdir() if p.is_file() and not p.name.startswith(".")]
+            files = [p for p in directory.iterdir() if _ENTRY.fullmatch(p.name) and p.is_file() and not p.is_symlink()]
             for path in sorted(files, key=lambda p: p.stat().st_mtime):
                 self._sizes[path.name] = path.stat().st_size
             self._evict()
@@ -62,6 +81,8 @@ class RemoteIndexCache:
         """The segment's index of ``kind``: None when it has none, or the stored one is damaged."""
         expected = _recorded_crc(segment, kind)
         name = f"{segment.segment_id}.{kind.value}"
+        if not _ENTRY.fullmatch(name):
+            raise ValueError(f"segment id {segment.segment_id!r} cannot name an index cache entry")
         cached = self._load(name)
         if cached is not None:
             if expected is None or crc_hex(crc32c(cached)) == expected:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
-from tiering_core.read.index_cache import RemoteIndexCache
+from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 
 log = logging.getLogger(__name__)
 
@@ -210,5 +210,5 @@ def open_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
     view = load_tier_view(partition_log, ctx.metadata)
     if cache is None:
-        cache = RemoteIndexCache(ctx.storage, ctx.config.index_cache_bytes, ctx.config.index_cache_dir)
+        cache = RemoteIndexCache(ctx.storage, ctx.config.index_cache_bytes, cache_directory(ctx.config.index_cache_dir))
     return RemoteLogReader(view, ctx.metadata, cache)

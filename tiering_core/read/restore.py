@@ -11,7 +11,10 @@ the target's root checkpoints get the partition's log start, recovery point and 
 Every object is checked against the CRC-32C the metadata recorded at copy time as it streams
 to disk. The partition is assembled in a hidden directory and renamed into place only when
 complete, so a failure leaves nothing behind. The broker's log dirs are never written, and an
-existing partition directory in the target is never overwritten.
+existing partition directory in the target is never overwritten. A target holding
+``meta.properties`` or checkpoint files is some broker's log dir, even one the config does not
+name: refused unless forced (a target an earlier restore wrote, marked ``tiering-restored``,
+takes more partitions). Rewritten checkpoints keep their file modes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from tiering_core.kafka.checkpoints import (
     write_partition_metadata,
 )
 from tiering_core.kafka.crc import crc32c
+from tiering_core.kafka.log_dirs import META_PROPERTIES
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
 from tiering_core.read.reader import open_reader
 from tiering_core.runs.segment_ops import segment_ref
@@ -55,6 +59,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+#: The file a restore leaves in its target: more partitions may be restored there.
+RESTORE_MARKER = "tiering-restored"
+#: The broker's root checkpoint files: a directory holding one is a Kafka log dir.
+KAFKA_CHECKPOINTS = (
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    "cleaner-offset-checkpoint",
+)
 #: Object kinds restored beside each ``.log``, and the local file suffix each becomes.
 SEGMENT_FILES = {
     ObjectKind.LOG: "log",
@@ -146,10 +159,28 @@ def _download(storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: O
     return size
 
 
+def _refuse_a_kafka_log_dir(target: Path) -> None:
+    """TieringError if ``target`` looks like a broker's log dir that no earlier restore wrote."""
+    if (target / RESTORE_MARKER).is_file() and not (target / META_PROPERTIES).exists():
+        return
+    found = [name for name in (META_PROPERTIES, *KAFKA_CHECKPOINTS) if (target / name).exists()]
+    if found:
+        raise TieringError(
+            f"restore target {target} holds {', '.join(found)}: it is a Kafka log dir; restore into an empty "
+            "directory, or pass --force to write into it anyway"
+        )
+
+
 def restore_partition(
-    ctx: TieringContext, tp: TopicPartition, target: Path, *, progress: Callable[[str], None] | None = None
+    ctx: TieringContext,
+    tp: TopicPartition,
+    target: Path,
+    *,
+    progress: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> RestoreResult:
-    """Write the partition's remote tier to ``target/<topic>-<partition>``; see the module docstring."""
+    """Write the partition's remote tier to ``target/<topic>-<partition>``; see the module docstring.
+    ``force`` writes into a target that looks like a Kafka log dir."""
     say = progress or (lambda line: log.info("%s", line))
     started = time.monotonic()
     target = target.resolve()
@@ -160,6 +191,8 @@ def restore_partition(
     final = target / f"{tp.topic}-{tp.partition}"
     if final.exists():
         raise TieringError(f"{final} already exists; restore never overwrites a partition directory")
+    if not force:
+        _refuse_a_kafka_log_dir(target)
     reader = open_reader(ctx, tp)
     chain = served_chain(reader)
     if not chain:
@@ -192,6 +225,9 @@ def restore_partition(
         shutil.rmtree(work, ignore_errors=True)
         raise
     _write_root_checkpoints(target, tp, result, chain[0].start_offset)
+    marker = target / RESTORE_MARKER
+    if not marker.exists():
+        marker.write_text("written by tiering restore: its checkpoint files are the restored partitions'\n")
     result.seconds = time.monotonic() - started
     return result
 

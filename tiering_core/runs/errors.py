@@ -33,6 +33,11 @@ class RemovalRefusedError(TieringError):
         self.targets = targets
 
 
+class DeletionUnprovenError(RemovalRefusedError):
+    """Topic ids missing from the broker's log dirs without positive evidence that they were
+    deleted; ``targets`` is what a forced removal deletes."""
+
+
 class RemovalRequestRefusedError(TieringError):
     """A removal request refused before anything is deleted (a wrong confirmation, a partition
     without remote data, live data without ``force``); retrying does not help."""

@@ -11,7 +11,9 @@ An object is live while any segment of its partition in a state other than
 DELETE_SEGMENT_FINISHED names it: a copy in flight writes COPY_SEGMENT_STARTED before its first
 object, so its objects are never orphans. Deleting is guarded twice: only what is older than a
 positive grace period goes, and each partition's live segments are read again just before its
-orphans are deleted, so a copy that began after the listing started is not touched.
+orphans are deleted, so a copy that began after the listing started is not touched. Only keys
+that parse as this platform's layout under this deployment's prefix are ever deleted: anything
+else under a partition's prefix is listed, never removed (it is not ours to judge).
 """
 
 from __future__ import annotations
@@ -130,9 +132,10 @@ def _unreferenced_objects(
 
 
 def unreferenced_object_keys(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[str]:
-    """Keys under the partition's prefix that no live segment names, whatever their age: what a
-    partition removal, holding the lease after deleting every segment, sweeps."""
-    return [obj.key for obj, _ in _unreferenced_objects(storage, tip, _live_segment_ids(store, tip))]
+    """Layout keys under the partition's prefix that no live segment names, whatever their age:
+    what a partition removal, holding the lease after deleting every segment, sweeps."""
+    live = _live_segment_ids(store, tip)
+    return [obj.key for obj, segment_id in _unreferenced_objects(storage, tip, live) if segment_id is not None]
 
 
 def delete_unreferenced_keys(storage: RemoteStorage, keys: list[str]) -> None:
@@ -178,7 +181,7 @@ def _delete_old(
         return candidates
     live = _live_segment_ids(store, tip)  # read again: a copy may have started since the listing
     orphans = [c for c in candidates if c.segment_id is None or c.segment_id not in live]
-    doomed = [c for c in orphans if c.orphan.age_ms >= grace_ms]
+    doomed = [c for c in orphans if c.orphan.age_ms >= grace_ms and c.segment_id is not None]
     delete_unreferenced_keys(storage, [c.orphan.key for c in doomed if c.upload is None])
     for c in doomed:
         if c.upload is not None:

@@ -10,6 +10,14 @@ A partition is named by topic and partition, but its remote data belongs to a to
 deleted and recreated under the same name gets a new topic id, whose data is live: by default
 only topic ids no longer in the broker's log dirs are removed. Removing the topic id still in
 the log dirs (a broker being decommissioned) needs that topic id named explicitly.
+
+Absence is no proof: an empty or unmounted log dir, a log dir missing from the config, or a
+partition moved to another broker all look like a deleted partition. A topic id found missing is
+removed only on positive evidence: every configured log dir is a live Kafka log dir of one broker
+(its ``meta.properties`` names it), and the partition's own trace says it was deleted (the
+broker's ``<topic>-<partition>.<uuid>-delete`` directory holding that topic id). Without it the
+removal is refused unless forced. A tombstone written in error can be lifted
+(``lift_tombstone``): the topic id may then be copied to again.
 """
 
 from __future__ import annotations
@@ -19,13 +27,15 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import InvalidTopicError, TieringError
+from tiering_core.kafka.log_dirs import DELETE_DIR_SUFFIX, LogDirError, deleted_topic_ids, read_log_dir_identity
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, validate_topic_name
 from tiering_core.metadata.errors import FencedError, LeaseHeldError, MetadataStoreError
 from tiering_core.metadata.states import RemotePartitionDeleteState
-from tiering_core.runs.errors import RemovalRefusedError, RemovalRequestRefusedError
+from tiering_core.runs.errors import DeletionUnprovenError, RemovalRefusedError, RemovalRequestRefusedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.orphans import delete_unreferenced_keys, unreferenced_object_keys
 from tiering_core.runs.segment_ops import delete_remote_segment
@@ -100,14 +110,47 @@ def broker_topic_ids(ctx: TieringContext, tp: TopicPartition) -> dict[str, str]:
     return found
 
 
+def deletion_unproven(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> str | None:
+    """Why the deletion of ``topic_ids`` is not proven, or None: every configured log dir must be
+    a live Kafka log dir of one broker, and each topic id must have left its ``-delete`` trace."""
+    force = "nothing deleted; --force (force in the removal DAG) removes it anyway"
+    identities = []
+    for log_dir in ctx.config.log_dirs:
+        try:
+            identities.append(read_log_dir_identity(log_dir))
+        except LogDirError as exc:
+            return (
+                f"{tp}: no positive evidence that it was deleted: {exc}, so a partition missing from it "
+                f"proves nothing; {force}"
+            )
+    if len({(i.node_id, i.cluster_id or "") for i in identities}) > 1:
+        which = ", ".join(f"{i.path} (node {i.node_id}, cluster {i.cluster_id})" for i in identities)
+        return f"{tp}: the configured log dirs belong to more than one broker ({which}); {force}"
+    traces: dict[str, Path] = {}
+    for log_dir in ctx.config.log_dirs:
+        traces.update(deleted_topic_ids(log_dir, tp))
+    missing = [t for t in topic_ids if t not in traces]
+    if missing:
+        return (
+            f"{tp}: no positive evidence that topic id {', '.join(missing)} was deleted: it is not in the "
+            f"log dirs, but no {tp}.<uuid>{DELETE_DIR_SUFFIX} directory there holds it (the broker renames "
+            "a deleted partition's directory so before removing it; a partition moved to another broker, "
+            f"a log dir missing from the config, or a trace already removed leaves none); {force}"
+        )
+    return None
+
+
 def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | None = None) -> RemovalTargets:
     """What removing ``tp`` (optionally only its ``topic_id``) deletes, checked before anything is.
 
     Without ``topic_id``: every recorded, not yet dropped topic id of ``tp`` that is not in the
     broker's log dirs, plus any whose removal already began (resumed: its data is half gone and
     nothing can be copied to it). Refuses (RemovalRefusedError) when that leaves nothing while a
-    topic id of ``tp`` is still in the log dirs. With ``topic_id``: exactly that one, which must
-    be recorded for ``tp``. Unknown partitions raise TieringError.
+    topic id of ``tp`` is still in the log dirs, and (DeletionUnprovenError, carrying the targets
+    a forced removal deletes) when a topic id missing from the log dirs has no positive evidence
+    of its deletion (``deletion_unproven``). With
+    ``topic_id``: exactly that one, which must be recorded for ``tp``. Unknown partitions raise
+    TieringError.
     """
     records = [r for r in ctx.metadata.list_partitions() if r.topic_partition == tp]
     if not records:
@@ -143,7 +186,23 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
         )
     created = {r.topic_id: r.created_ms for r in records}
     ordered = sorted(remove, key=lambda t: (created[t.topic_id], t.topic_id))  # oldest first
-    return RemovalTargets(tp, tuple(ordered), removed, kept)
+    targets = RemovalTargets(tp, tuple(ordered), removed, kept)
+    gone = [r.topic_id for r in fresh if r.topic_id not in on_broker]
+    unproven = deletion_unproven(ctx, tp, gone) if gone else None
+    if unproven is not None:
+        raise DeletionUnprovenError(unproven, targets=targets)
+    return targets
+
+
+def _targets(ctx: TieringContext, tp: TopicPartition, *, force: bool) -> RemovalTargets:
+    """``removal_targets``; with ``force``, also those whose deletion is not proven."""
+    try:
+        return removal_targets(ctx, tp)
+    except DeletionUnprovenError as exc:
+        if not force or exc.targets is None:
+            raise
+        log.warning("%s (forced: removed anyway)", exc)
+        return exc.targets
 
 
 def plan_removal_request(
@@ -156,8 +215,9 @@ def plan_removal_request(
     force: bool,
 ) -> list[dict[str, Any]]:
     """The rules of a removal request (the Airflow removal DAG's): ``confirm`` must repeat the
-    topic, every partition must have remote data, and no live data (a topic id still in the log
-    dirs) goes without ``force``. Per partition, the topic ids to delete (a dry run: to list).
+    topic, every partition must have remote data, and neither live data (a topic id still in the
+    log dirs) nor data of a topic id without positive evidence of its deletion goes without
+    ``force``. Per partition, the topic ids to delete (a dry run: to list).
 
     A refusal raises ``RemovalRequestRefusedError``; a metadata store outage raises
     ``MetadataStoreError`` (transient: the caller retries).
@@ -176,9 +236,11 @@ def plan_removal_request(
     for partition in sorted({int(p) for p in partitions}):
         tp = TopicPartition(topic, partition)
         try:
-            targets = removal_targets(ctx, tp)
+            targets = _targets(ctx, tp, force=force)
         except MetadataStoreError:
             raise  # transient: the caller retries
+        except DeletionUnprovenError as exc:
+            raise RemovalRequestRefusedError(str(exc)) from exc
         except RemovalRefusedError as exc:
             if exc.targets is None:  # a partition directory whose topic id cannot be read
                 raise RemovalRequestRefusedError(f"{exc}; nothing deleted") from exc
@@ -248,8 +310,10 @@ def delete_partition(
     topic_id: str | None = None,
     dry_run: bool = False,
     run_id: str | None = None,
+    force: bool = False,
 ) -> RemovalResult:
-    """Delete the remote data of a removed partition (see ``removal_targets``); resumable.
+    """Delete the remote data of a removed partition (see ``removal_targets``; ``force`` goes
+    without positive evidence of its deletion); resumable.
 
     ``topic_ids`` (or a single ``topic_id``) names exactly the topic ids to remove, each recorded
     for ``tp``, whether or not the broker still holds it (the caller decided), reported as one
@@ -264,7 +328,7 @@ def delete_partition(
     started = time.monotonic()
     store, storage = ctx.metadata, ctx.storage
     result = RemovalResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
-    targets = removal_targets(ctx, tp) if topic_ids is None else _named_targets(ctx, tp, topic_ids)
+    targets = _targets(ctx, tp, force=force) if topic_ids is None else _named_targets(ctx, tp, topic_ids)
     result.kept_topic_ids = [t.topic_id for t in targets.kept]
     for tip in targets.kept:
         log.info("%s: topic id %s is in the broker's log dirs: its remote data is left alone", tp, tip.topic_id)
@@ -378,3 +442,13 @@ def _remove_held(
     except FencedError as exc:
         raise _Stopped(state) from exc
     return state
+
+
+def lift_tombstone(ctx: TieringContext, tip: TopicIdPartition, *, run_id: str | None = None) -> None:
+    """Lift the tombstone of a removal made in error: the topic id may be copied to again (from
+    what the broker still holds; the removed remote data is gone). Only a finished removal's
+    tombstone is lifted; a removal in progress is finished first."""
+    run = run_id or uuid.uuid4().hex
+    with held_partition(ctx.metadata, tip, holder=f"lift-tombstone:{run}", run_id=run) as held:
+        ctx.metadata.lift_tombstone(tip, held.require())
+    log.info("%s: tombstone lifted: the topic id may be tiered again", tip)

@@ -51,6 +51,15 @@ def validate_prefix(prefix: str) -> str:
     return prefix
 
 
+def validate_deployment_prefix(prefix: str) -> str:
+    """A deployment's prefix: a valid key prefix that is empty or ends with ``/``, so that no
+    deployment's keys start with another's prefix (``pro`` would hold all of ``prod``'s keys)."""
+    validate_prefix(prefix)
+    if prefix and not prefix.endswith("/"):
+        raise ConfigError(f"remote.prefix: {prefix!r} must be empty or end with '/' (as in {prefix + '/'!r})")
+    return prefix
+
+
 def partition_prefix(tip: TopicIdPartition, prefix: str = "") -> str:
     """``<prefix><topic>-<topicId>/<partition>/``: where every object of the partition lies."""
     validate_topic_name(tip.topic)

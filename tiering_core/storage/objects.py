@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import BinaryIO, Self
 
 from tiering_core.storage.layout import (
-    validate_prefix,
+    validate_deployment_prefix,
 )
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class ObjectStore(ABC):
     list, and the incomplete uploads a killed process left."""
 
     def __init__(self, prefix: str = "") -> None:
-        self.prefix = validate_prefix(prefix)
+        self.prefix = validate_deployment_prefix(prefix)
 
     # --- backend primitives ------------------------------------------------------------------
 
