@@ -694,3 +694,13 @@ def test_a_missing_producer_snapshot_is_rebuilt_not_emptied(tiering_env: Tiering
         for s in segments:
             ref = RemoteSegmentRef(tip_of(w), s.start_offset, s.segment_id)
             assert ctx.storage.fetch(ref, ObjectKind.PRODUCER_SNAPSHOT) == written[s.end_offset + 1]
+
+
+@pytest.mark.parametrize("topic", ["__consumer_offsets", "__transaction_state"])
+def test_internal_topics_are_never_tiered_under_the_default(tiering_env: TieringEnv, topic: str) -> None:
+    w = tiering_env.writer(topic)
+    write_segments(w, 3)
+    w.set_high_watermark()
+    result = copy(tiering_env, w)
+    assert result.segments_copied == 0 and result.skipped_reason == "internal topic (Kafka never tiers it)"
+    assert finished_ranges(tiering_env, w) == []
