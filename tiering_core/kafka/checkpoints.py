@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tiering_core.errors import CorruptLogError, InvalidTopicError
 from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.files import CHECKPOINT_READ_LIMIT, PARTITION_METADATA_READ_LIMIT, read_regular
 from tiering_core.kafka.topic import TopicPartition
 
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -119,7 +120,7 @@ def parse_offset_checkpoint(data: bytes | str, path: Path | str) -> dict[TopicPa
 def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
     """Entries of a root checkpoint; a missing file has none (the broker has not written it yet)."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(Path(path), CHECKPOINT_READ_LIMIT, "offset checkpoint")
     except FileNotFoundError:
         return {}
     return parse_offset_checkpoint(data, Path(path))
@@ -229,7 +230,7 @@ def parse_partition_metadata(data: bytes, path: Path | str) -> str:
 def read_partition_metadata(path: Path) -> str:
     """The topic id in ``partition.metadata``; a missing file is a ``CorruptLogError`` saying so."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(Path(path), PARTITION_METADATA_READ_LIMIT, "partition.metadata")
     except FileNotFoundError:
         raise CorruptLogError(path, 0, "partition.metadata is missing: the partition's topic id is unknown") from None
     return parse_partition_metadata(data, Path(path))
@@ -332,7 +333,7 @@ def read_leader_epoch_checkpoint(path: Path) -> list[EpochEntry]:
     """
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, CHECKPOINT_READ_LIMIT, "leader-epoch-checkpoint")
     except FileNotFoundError:
         raise LeaderEpochCheckpointMissingError(
             path, 0, "leader-epoch-checkpoint is missing (the broker creates it with the partition)"

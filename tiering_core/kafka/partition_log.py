@@ -189,7 +189,7 @@ class PartitionLog:
         """
         try:
             entry = lookup_offset_index_file(segment.index_path, segment.base_offset, offset)
-        except OSError:
+        except (OSError, CorruptLogError):  # missing, or not a regular file
             return 0
         return self._verified_position(segment, entry, offset)
 
@@ -245,7 +245,7 @@ class PartitionLog:
         """Where the last offset-index entry points, if a whole batch starts there (else 0)."""
         try:
             entry = last_offset_index_entry(segment.index_path, segment.base_offset)
-        except OSError:
+        except (OSError, CorruptLogError):  # missing, or not a regular file
             return 0
         return self._verified_position(segment, entry, None)
 
