@@ -7,6 +7,7 @@ measured.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -14,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.files import CHECKPOINT_READ_LIMIT, read_regular
+from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
+from tiering_core.kafka.topic import TopicPartition
 
 SPARSE_BYTES = 10 << 30
 RSS_LIMIT_MB = 512
@@ -113,3 +117,41 @@ def test_a_whole_file_read_is_refused_above_its_limit(tmp_path: Path) -> None:
     assert read_regular(path, CHECKPOINT_READ_LIMIT, "leader-epoch-checkpoint") == b"0\n0\n"
     with pytest.raises(CorruptLogError, match="is 4 bytes, more than the 3"):
         read_regular(path, 3, "leader-epoch-checkpoint")
+
+
+def test_a_symlinked_partition_dir_is_skipped_with_a_warning(
+    make_writer, log_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_writer("orders")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    elsewhere = PartitionWriter(outside, TopicPartition("payments", 0))
+    elsewhere.append_records(5)
+    (log_dir / "payments-0").symlink_to(elsewhere.path)
+    with caplog.at_level(logging.WARNING):
+        found = discover_partitions([log_dir])
+    assert [str(p.topic_partition) for p in found] == ["orders-0"]
+    assert "payments-0: a symbolic link" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "expression"),
+    [
+        ("leader-epoch-checkpoint", "leader_epoch_entries"),
+        ("partition.metadata", "topic_id"),
+        ("../replication-offset-checkpoint", "high_watermark"),
+        ("00000000000000000000.log", "segments"),
+    ],
+)
+def test_a_symlinked_broker_file_is_not_followed(make_writer, tmp_path: Path, name: str, expression: str) -> None:
+    w = make_writer()
+    w.append_records(10)
+    w.set_high_watermark()
+    path = w.path / name
+    target = tmp_path / "target"
+    target.write_bytes(path.read_bytes())  # the same content: only the link is wrong
+    path.unlink()
+    path.symlink_to(target)
+    with pytest.raises(CorruptLogError, match="symbolic link") as caught:
+        getattr(PartitionLog(w.path), expression)
+    assert os.path.normpath(caught.value.path) == os.path.normpath(path)

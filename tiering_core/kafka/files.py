@@ -1,4 +1,5 @@
-"""Opening a broker's files: regular files only, and whole-file reads bounded by the kind of file.
+"""Opening a broker's files: regular files only, never through a symbolic link, and whole-file
+reads bounded by the kind of file.
 
 Whoever can write a log dir (or a careless operator) can leave a FIFO where a checkpoint or an
 index belongs (opening it would wait for a writer for ever, reading it would never end), a
@@ -6,11 +7,14 @@ device, or a sparse file of gigabytes (reading it whole would exhaust memory). E
 is therefore opened with ``O_NONBLOCK`` (opening a FIFO does not wait) and ``fstat``-ed before
 anything is read: anything but a regular file is a ``CorruptLogError`` naming it. Files read
 whole (checkpoints, ``partition.metadata``, indexes, producer snapshots) are refused above a
-limit far beyond what a broker writes, before a byte is read.
+limit far beyond what a broker writes, before a byte is read. A broker never makes symbolic
+links in a partition directory: one there (an ``.index`` pointing at a file only root may read,
+say) is refused by ``O_NOFOLLOW``, so what it points at is never read, nor uploaded.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -28,11 +32,11 @@ PARTITION_METADATA_READ_LIMIT = 64 * 1024
 INDEX_READ_LIMIT = 64 * _MIB
 #: A producer snapshot holds 50 bytes per producer id.
 SNAPSHOT_READ_LIMIT = 256 * _MIB
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class NotARegularFileError(CorruptLogError):
-    """A broker file that is a FIFO, a device, a directory or a socket: never read."""
+    """A broker file that is a symbolic link, a FIFO, a device, a directory or a socket: never read."""
 
 
 def _kind(mode: int) -> str:
@@ -49,7 +53,12 @@ def _kind(mode: int) -> str:
 
 def open_regular(path: Path) -> int:
     """A read-only descriptor on the regular file at ``path`` (``FileNotFoundError`` passes through)."""
-    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFileError(path, 0, "is a symbolic link, not a regular file: not followed") from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
