@@ -17,7 +17,7 @@ import os
 import re
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tiering_core.errors import CorruptLogError, InvalidTopicError
@@ -258,19 +258,20 @@ class LeaderEpochCheckpointMissingError(CorruptLogError):
 # --- checkpoint codec ----------------------------------------------------------------------------
 
 
-def _lines_with_positions(text: str) -> list[tuple[str, int]]:
-    """Lines as ``BufferedReader.readLine`` sees them, each with its starting byte position."""
-    lines: list[tuple[str, int]] = []
+def _lines_with_positions(text: str) -> Iterator[tuple[str, int]]:
+    """Lines as ``BufferedReader.readLine`` sees them, each with its starting byte position, one
+    at a time (in ASCII text, as a broker writes it, a character index is the byte position)."""
+    ascii_only = text.isascii()
     start = 0  # character index
     byte_pos = 0
     for brk in _TEXT_LINE_BREAK.finditer(text):
         line = text[start : brk.start()]
-        lines.append((line, byte_pos))
-        byte_pos += len(line.encode()) + len(brk.group())
+        yield line, start if ascii_only else byte_pos
+        if not ascii_only:
+            byte_pos += len(line.encode()) + len(brk.group())
         start = brk.end()
     if start < len(text):
-        lines.append((text[start:], byte_pos))
-    return lines
+        yield text[start:], start if ascii_only else byte_pos
 
 
 def parse_leader_epoch_checkpoint(text: str, path: Path) -> list[EpochEntry]:
@@ -284,22 +285,21 @@ def parse_leader_epoch_checkpoint(text: str, path: Path) -> list[EpochEntry]:
     such entries and this platform must not guess a lineage.
     """
     lines = _lines_with_positions(text)
-    if not lines:
+    version_line, version_pos = next(lines, ("", -1))
+    if version_pos == -1:
         return []
-    version_line, _ = lines[0]
     if not _INT.fullmatch(version_line) or int(version_line) != CHECKPOINT_VERSION:
         raise CorruptLogError(
             path, 0, f"line 1: unsupported leader-epoch-checkpoint version {version_line!r} (expected 0)"
         )
-    if len(lines) == 1:
+    count_line, count_pos = next(lines, ("", -1))
+    if count_pos == -1:
         return []
-    count_line, count_pos = lines[1]
     if not _INT.fullmatch(count_line) or int(count_line) < 0:
         raise CorruptLogError(path, count_pos, f"line 2: entry count {count_line!r} is not a non-negative integer")
     count = int(count_line)
-    body = lines[2:]
     entries: list[EpochEntry] = []
-    for number, (line, position) in enumerate(body, start=3):
+    for number, (line, position) in enumerate(lines, start=3):
         match = _ENTRY.fullmatch(line)
         if match is None:
             raise CorruptLogError(
