@@ -261,3 +261,28 @@ def test_a_mapping_without_merge_keys_may_be_large(tmp_path: Path) -> None:
     topics = "".join(f"  t{i}: {{}}\n" for i in range(10_001))
     path.write_text(HEAD + "remote: {backend: filesystem, root: tier}\ntopics:\n" + topics)
     assert len(load_config(path).topics) == 10_002
+
+
+def test_internal_topics_never_have_remote_storage(tmp_path: Path) -> None:
+    config = parse_config(base_doc(tmp_path))
+    assert config.topic_config("orders").remote_storage_enable
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        assert not config.topic_config(topic).remote_storage_enable
+    doc = base_doc(tmp_path)
+    doc["topics"]["__consumer_offsets"] = {"remote.storage.enable": True}
+    with pytest.raises(ConfigError, match=r"topics.__consumer_offsets: an internal topic cannot enable remote storage"):
+        parse_config(doc)
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete", ["delete", "compact"]])
+def test_a_compacted_topic_with_remote_storage_is_an_error_naming_it(tmp_path: Path, policy: object) -> None:
+    doc = base_doc(tmp_path)
+    doc["topics"]["payments"] = {"cleanup.policy": policy}
+    with pytest.raises(ConfigError, match=r"topics.payments: cleanup.policy .*compact.* remote.storage.enable"):
+        parse_config(doc)
+    doc["topics"]["payments"]["remote.storage.enable"] = False
+    assert parse_config(doc).topic_config("payments").cleanup_policy == (
+        tuple(policy) if isinstance(policy, list) else tuple(policy.split(","))  # type: ignore[attr-defined]
+    )
+    doc["topics"]["payments"] = {"cleanup.policy": "delete"}
+    assert parse_config(doc).topic_config("payments").remote_storage_enable

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from tiering_core.errors import ConfigError, InvalidTopicError
-from tiering_core.kafka.topic import validate_topic_name
+from tiering_core.kafka.topic import is_internal_topic, validate_topic_name
 from tiering_core.storage.layout import validate_deployment_prefix
 
 DEFAULT_TOPIC = "*"
@@ -40,6 +40,7 @@ class TopicConfig:
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False
     index_interval_bytes: int = 4096
+    cleanup_policy: tuple[str, ...] = ("delete",)
 
     def effective_local_retention_ms(self) -> int | None:
         if self.local_retention_ms == -2:
@@ -62,6 +63,7 @@ _TOPIC_KEYS: dict[str, tuple[str, str]] = {
     "remote.log.copy.disable": ("remote_log_copy_disable", "bool"),
     "remote.log.delete.on.disable": ("remote_log_delete_on_disable", "bool"),
     "index.interval.bytes": ("index_interval_bytes", "positive"),
+    "cleanup.policy": ("cleanup_policy", "cleanup_policy"),
 }
 
 
@@ -117,8 +119,10 @@ class PlatformConfig:
     source: Path | None = None
 
     def topic_config(self, topic: str) -> TopicConfig:
-        """The topic's config: its own entry over the ``"*"`` default over Kafka's defaults."""
-        return self.topics.get(topic) or self.topics.get(DEFAULT_TOPIC) or TopicConfig()
+        """The topic's config: its own entry over the ``"*"`` default over Kafka's defaults;
+        Kafka's internal topics never have remote storage."""
+        config = self.topics.get(topic) or self.topics.get(DEFAULT_TOPIC) or TopicConfig()
+        return replace(config, remote_storage_enable=False) if is_internal_topic(topic) else config
 
 
 def _require_mapping(value: Any, key: str) -> Mapping[str, Any]:
@@ -201,6 +205,8 @@ def parse_topic_config(raw: Any, where: str, base: TopicConfig) -> TopicConfig:
             values[attr] = _as_bool(value, name)
         elif kind == "positive":
             values[attr] = _as_int(value, name, 1)
+        elif kind == "cleanup_policy":
+            values[attr] = _cleanup_policy(value, name)
         elif kind == "retention":
             number = _as_int(value, name)
             if number < -1:
@@ -211,7 +217,24 @@ def parse_topic_config(raw: Any, where: str, base: TopicConfig) -> TopicConfig:
             if number < -2:
                 raise ConfigError(f"{name}: {number} is invalid (use -2 for 'same as total', -1 for unlimited)")
             values[attr] = number
-    return replace(base, **values)
+    config = replace(base, **values)
+    if config.remote_storage_enable and "compact" in config.cleanup_policy:
+        raise ConfigError(
+            f"{where}: cleanup.policy {','.join(config.cleanup_policy)} with remote.storage.enable true: "
+            "Kafka refuses remote storage for a compacted topic"
+        )
+    return config
+
+
+def _cleanup_policy(value: Any, key: str) -> tuple[str, ...]:
+    """Kafka's list of ``delete`` and ``compact`` (a comma-separated string or a YAML list)."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{key}: expected delete, compact or both, got {value!r}")
+    policies = tuple(_as_str(item, key).strip() for item in items)
+    if any(p not in ("delete", "compact") for p in policies):
+        raise ConfigError(f"{key}: expected delete, compact or both, got {value!r}")
+    return policies
 
 
 def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = None) -> PlatformConfig:
@@ -328,6 +351,12 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         except InvalidTopicError as exc:
             raise ConfigError(f"topics.{name}: {exc}") from exc
         topics[str(name)] = parse_topic_config(section, f"topics.{name}", default)
+        if (
+            is_internal_topic(str(name))
+            and "remote.storage.enable" in (section or {})
+            and topics[str(name)].remote_storage_enable
+        ):
+            raise ConfigError(f"topics.{name}: an internal topic cannot enable remote storage (Kafka refuses it)")
 
     return PlatformConfig(
         log_dirs=log_dirs,

@@ -362,7 +362,7 @@ def test_topics_whose_names_look_like_numbers_or_booleans_are_removed_by_their_e
     Python literal (``123`` an int, ``1e3`` the float 1000.0, ``True`` a bool)."""
     writers = [copy_partitions(tiering, topic, [0])[0] for topic in NUMERIC_LOOKING]
     for w in writers:
-        shutil.rmtree(w.path)
+        w.delete()  # the broker deletes the topic: its -delete rename is the evidence
     for topic, w in zip(NUMERIC_LOOKING, writers, strict=True):
         conf = {"topic": topic, "partitions": [0], "confirm": topic, "dry_run": False}
         run = removal_dag.test(run_conf=conf)

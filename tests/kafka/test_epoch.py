@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -527,3 +528,44 @@ def test_merge_invariants_on_random_histories() -> None:
         merged_head = [e for e in merged if e.epoch == head.epoch]
         assert len(merged_head) == 1 and merged_head[0].start_offset <= head.start_offset
         assert all(e in recorded for e in merged if e.epoch < head.epoch)
+
+
+# --- scale: a leader-epoch-checkpoint of a million entries -------------------------------------
+
+
+def _checkpoint_text(count: int) -> str:
+    return encode_leader_epoch_checkpoint([EpochEntry(e, 10 * e) for e in range(count)]).decode()
+
+
+def test_a_checkpoint_of_a_million_entries_parses_into_a_cache_in_linear_time(tmp_path: Path) -> None:
+    """10x the entries cost about 10x the time (< 20x allowed), measured in one run."""
+
+    def best_time(count: int) -> float:
+        path = tmp_path / f"leader-epoch-checkpoint-{count}"
+        path.write_text(_checkpoint_text(count))
+        best = float("inf")
+        for _ in range(2):
+            started = time.perf_counter()
+            cache = LeaderEpochCache(read_leader_epoch_checkpoint(path))
+            best = min(best, time.perf_counter() - started)
+            assert len(cache) == count
+        return best
+
+    small, large = best_time(100_000), best_time(1_000_000)
+    assert large < 20 * small, f"100k entries: {small:.3f} s, 1M: {large:.3f} s"
+
+
+def test_lineage_checks_do_not_walk_the_whole_lineage_each_time() -> None:
+    """Status and retention check every remote segment against the lineage: after the first
+    check (which filters the empty epochs once), each costs a few lookups, not a walk of a
+    million entries."""
+    lineage = LeaderEpochCache(EpochEntry(e, 10 * e) for e in range(1_000_000))
+    segments = [({e: 10 * e}, 10 * e + 9) for e in range(0, 1_000_000, 5_000)]  # 200 segments
+    started = time.perf_counter()
+    assert is_segment_in_lineage(*segments[0], lineage, 10_000_000)
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    assert all(is_segment_in_lineage(epochs, end, lineage, 10_000_000) for epochs, end in segments[1:])
+    rest = time.perf_counter() - started
+    assert rest < 2 * first, f"first check {first:.3f} s, the next {len(segments) - 1}: {rest:.3f} s"
+    assert lineage.without_empty_epochs() is lineage.without_empty_epochs()

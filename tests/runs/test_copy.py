@@ -694,3 +694,59 @@ def test_a_missing_producer_snapshot_is_rebuilt_not_emptied(tiering_env: Tiering
         for s in segments:
             ref = RemoteSegmentRef(tip_of(w), s.start_offset, s.segment_id)
             assert ctx.storage.fetch(ref, ObjectKind.PRODUCER_SNAPSHOT) == written[s.end_offset + 1]
+
+
+@pytest.mark.parametrize("topic", ["__consumer_offsets", "__transaction_state"])
+def test_internal_topics_are_never_tiered_under_the_default(tiering_env: TieringEnv, topic: str) -> None:
+    w = tiering_env.writer(topic)
+    write_segments(w, 3)
+    w.set_high_watermark()
+    result = copy(tiering_env, w)
+    assert result.segments_copied == 0 and result.skipped_reason == "internal topic (Kafka never tiers it)"
+    assert finished_ranges(tiering_env, w) == []
+
+
+@pytest.mark.parametrize("suffix", [".index", ".timeindex", ".snapshot"])
+def test_an_index_or_snapshot_symlinked_elsewhere_is_never_uploaded(
+    tiering_env: TieringEnv, tmp_path: Path, suffix: str
+) -> None:
+    """A symbolic link in the partition dir (say to a file only root may read) is not followed:
+    the index or snapshot is rebuilt from the log instead, and the file it points at stays local."""
+    tiering_env.write_config(orders={"index.interval.bytes": 128})
+    w = tiering_env.writer(index_interval_bytes=128)
+    write_segments(w, 2, records=40)
+    w.set_high_watermark()
+    name = "00000000000000000040.snapshot" if suffix == ".snapshot" else f"00000000000000000000{suffix}"
+    original = (w.path / name).read_bytes()
+    secret = tmp_path / "root-only"
+    secret.write_bytes(b"SECRET: the password is hunter2".ljust(48, b"!"))
+    (w.path / name).unlink()
+    (w.path / name).symlink_to(secret)
+    copy(tiering_env, w)
+    kind = {".index": ObjectKind.OFFSET_INDEX, ".timeindex": ObjectKind.TIME_INDEX}.get(
+        suffix, ObjectKind.PRODUCER_SNAPSHOT
+    )
+    with tiering_env.context() as ctx:
+        first = min(ctx.metadata.list_segments(tip_of(w)), key=lambda s: s.start_offset)
+        assert first.state == FINISHED
+        uploaded = ctx.storage.fetch(RemoteSegmentRef(tip_of(w), 0, first.segment_id), kind)
+        assert b"SECRET" not in uploaded and uploaded == original
+
+
+def test_an_index_is_uploaded_as_its_validated_entries_only(tiering_env: TieringEnv) -> None:
+    """Bytes after the zero entry that ends an index are not part of it, and are not uploaded;
+    an entry pointing outside the segment makes the index unusable (rebuilt from the log)."""
+    tiering_env.write_config(orders={"index.interval.bytes": 128})
+    w = tiering_env.writer(index_interval_bytes=128)
+    write_segments(w, 3, records=40)
+    w.set_high_watermark()
+    index0, index1 = w.path / "00000000000000000000.index", w.path / "00000000000000000040.index"
+    original0, original1 = index0.read_bytes(), index1.read_bytes()
+    index0.write_bytes(original0 + bytes(8) + b"SECRET!!" * 4)
+    index1.write_bytes(original1 + (41).to_bytes(4, "big") + (10**9).to_bytes(4, "big"))  # past the .log's end
+    copy(tiering_env, w)
+    with tiering_env.context() as ctx:
+        by_start = {s.start_offset: s for s in ctx.metadata.list_segments(tip_of(w))}
+        for start, original in ((0, original0), (40, original1)):
+            ref = RemoteSegmentRef(tip_of(w), start, by_start[start].segment_id)
+            assert ctx.storage.fetch(ref, ObjectKind.OFFSET_INDEX) == original

@@ -22,6 +22,7 @@ from pathlib import Path
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.crc import crc32c_raw as _crc32c_raw
+from tiering_core.kafka.files import open_regular
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset i64 + batchLength i32
@@ -214,7 +215,7 @@ class LogFile:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.fd = os.open(self.path, os.O_RDONLY)
+        self.fd = open_regular(self.path)
         try:
             self.size = self.opened_size = os.fstat(self.fd).st_size
         except BaseException:

@@ -18,11 +18,12 @@ import re
 import stat
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tiering_core.errors import CorruptLogError, InvalidTopicError
 from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.files import CHECKPOINT_READ_LIMIT, PARTITION_METADATA_READ_LIMIT, read_regular
 from tiering_core.kafka.topic import TopicPartition
 
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -126,7 +127,7 @@ def parse_offset_checkpoint(data: bytes | str, path: Path | str) -> dict[TopicPa
 def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
     """Entries of a root checkpoint; a missing file has none (the broker has not written it yet)."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(Path(path), CHECKPOINT_READ_LIMIT, "offset checkpoint")
     except FileNotFoundError:
         return {}
     return parse_offset_checkpoint(data, Path(path))
@@ -236,7 +237,7 @@ def parse_partition_metadata(data: bytes, path: Path | str) -> str:
 def read_partition_metadata(path: Path) -> str:
     """The topic id in ``partition.metadata``; a missing file is a ``CorruptLogError`` saying so."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(Path(path), PARTITION_METADATA_READ_LIMIT, "partition.metadata")
     except FileNotFoundError:
         raise CorruptLogError(path, 0, "partition.metadata is missing: the partition's topic id is unknown") from None
     return parse_partition_metadata(data, Path(path))
@@ -264,19 +265,20 @@ class LeaderEpochCheckpointMissingError(CorruptLogError):
 # --- checkpoint codec ----------------------------------------------------------------------------
 
 
-def _lines_with_positions(text: str) -> list[tuple[str, int]]:
-    """Lines as ``BufferedReader.readLine`` sees them, each with its starting byte position."""
-    lines: list[tuple[str, int]] = []
+def _lines_with_positions(text: str) -> Iterator[tuple[str, int]]:
+    """Lines as ``BufferedReader.readLine`` sees them, each with its starting byte position, one
+    at a time (in ASCII text, as a broker writes it, a character index is the byte position)."""
+    ascii_only = text.isascii()
     start = 0  # character index
     byte_pos = 0
     for brk in _TEXT_LINE_BREAK.finditer(text):
         line = text[start : brk.start()]
-        lines.append((line, byte_pos))
-        byte_pos += len(line.encode()) + len(brk.group())
+        yield line, start if ascii_only else byte_pos
+        if not ascii_only:
+            byte_pos += len(line.encode()) + len(brk.group())
         start = brk.end()
     if start < len(text):
-        lines.append((text[start:], byte_pos))
-    return lines
+        yield text[start:], start if ascii_only else byte_pos
 
 
 def parse_leader_epoch_checkpoint(text: str, path: Path) -> list[EpochEntry]:
@@ -290,22 +292,21 @@ def parse_leader_epoch_checkpoint(text: str, path: Path) -> list[EpochEntry]:
     such entries and this platform must not guess a lineage.
     """
     lines = _lines_with_positions(text)
-    if not lines:
+    version_line, version_pos = next(lines, ("", -1))
+    if version_pos == -1:
         return []
-    version_line, _ = lines[0]
     if not _INT.fullmatch(version_line) or int(version_line) != CHECKPOINT_VERSION:
         raise CorruptLogError(
             path, 0, f"line 1: unsupported leader-epoch-checkpoint version {version_line!r} (expected 0)"
         )
-    if len(lines) == 1:
+    count_line, count_pos = next(lines, ("", -1))
+    if count_pos == -1:
         return []
-    count_line, count_pos = lines[1]
     if not _INT.fullmatch(count_line) or int(count_line) < 0:
         raise CorruptLogError(path, count_pos, f"line 2: entry count {count_line!r} is not a non-negative integer")
     count = int(count_line)
-    body = lines[2:]
     entries: list[EpochEntry] = []
-    for number, (line, position) in enumerate(body, start=3):
+    for number, (line, position) in enumerate(lines, start=3):
         match = _ENTRY.fullmatch(line)
         if match is None:
             raise CorruptLogError(
@@ -339,7 +340,7 @@ def read_leader_epoch_checkpoint(path: Path) -> list[EpochEntry]:
     """
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, CHECKPOINT_READ_LIMIT, "leader-epoch-checkpoint")
     except FileNotFoundError:
         raise LeaderEpochCheckpointMissingError(
             path, 0, "leader-epoch-checkpoint is missing (the broker creates it with the partition)"

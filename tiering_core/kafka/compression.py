@@ -9,6 +9,11 @@
 - lz4: the LZ4 frame format as ``Lz4BlockOutputStream`` writes it: 64 KiB independent blocks,
   no content size, no checksums. Kafka's reader rejects linked blocks, so they are never written.
 - zstd: one frame at level 3 without a content size (a streaming JVM writer does not know it).
+
+Decompression is bounded for every codec: output is produced piece by piece (or, for snappy,
+checked against the length a block declares) and stops with ``DecompressedSizeError`` past a
+limit, a small multiple of Kafka's default ``max.message.bytes``; a commit/abort marker gets a
+few KiB. A hostile or damaged batch never costs more memory than the limit.
 """
 
 from __future__ import annotations
@@ -31,6 +36,15 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)  # version 1, minimum compatible version 1
 XERIAL_BLOCK_SIZE = 32 * 1024
 _BLOCK_LENGTH = struct.Struct(">i")
+#: Kafka's default ``max.message.bytes`` (1 MiB + the 12-byte log overhead): the largest batch a
+#: broker accepts, compressed.
+DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+#: A batch decompresses to at most this many bytes here: a small multiple of max.message.bytes,
+#: room for a producer's well-compressed batch, while a bomb (kilobytes expanding to gigabytes)
+#: stops before it is held in memory.
+MAX_DECOMPRESSED_BATCH_BYTES = 64 * DEFAULT_MAX_MESSAGE_BYTES
+#: A control batch holds one commit/abort marker: a few dozen bytes decompressed.
+MAX_DECOMPRESSED_CONTROL_BATCH_BYTES = 4096
 
 
 class UnsupportedCodecError(TieringError, ValueError):
@@ -93,7 +107,33 @@ def is_xerial(data: bytes | memoryview) -> bool:
     return len(data) >= len(XERIAL_HEADER) and bytes(data[: len(XERIAL_MAGIC)]) == XERIAL_MAGIC
 
 
-def _xerial_snappy_decompress(data: bytes | memoryview) -> bytes:
+class DecompressedSizeError(CompressionError):
+    """A batch decompresses to more than the limit (a decompression bomb, or a damaged stream)."""
+
+
+def _check_size(produced: int, limit: int) -> None:
+    if produced > limit:
+        raise DecompressedSizeError(f"decompresses to more than {limit} bytes (the limit for one batch)")
+
+
+def _snappy_length(block: bytes | memoryview, where: int) -> int:
+    """The uncompressed length a raw snappy block declares (its leading varint), read before decompressing."""
+    length = 0
+    for i in range(min(len(block), 5)):
+        byte = block[i]
+        length |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            return length
+    raise CompressionError(f"snappy block at byte {where} has no valid length")
+
+
+def _snappy_block(block: bytes | memoryview, where: int, produced: int, limit: int) -> bytes:
+    """One raw block, refused before decompressing when it would take the output past ``limit``."""
+    _check_size(produced + _snappy_length(block, where), limit)
+    return bytes(snappy.decompress(bytes(block)))
+
+
+def _xerial_snappy_decompress(data: bytes | memoryview, limit: int) -> bytes:
     view = memoryview(data)
     out = bytearray()
     pos = len(XERIAL_HEADER)
@@ -104,38 +144,82 @@ def _xerial_snappy_decompress(data: bytes | memoryview) -> bytes:
         pos += _BLOCK_LENGTH.size
         if size < 0 or pos + size > len(view):
             raise CompressionError(f"xerial snappy block of {size} bytes at byte {pos} runs past the stream end")
-        out += snappy.decompress(view[pos : pos + size])
+        out += _snappy_block(view[pos : pos + size], pos, len(out), limit)
         pos += size
     return bytes(out)
 
 
-def _zstd_decompress(data: bytes | memoryview) -> bytes:
-    """All frames of the stream (a frame without a content size is fine)."""
+def _gzip_decompress(data: bytes | memoryview, limit: int) -> bytes:
+    """Every member of the stream, as ``gzip.decompress``, asking zlib for at most ``limit`` + 1 bytes."""
+    out = bytearray()
+    pending = bytes(data)
+    while pending:
+        member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        while not member.eof:
+            before = len(out)
+            out += member.decompress(pending, limit + 1 - len(out))
+            _check_size(len(out), limit)
+            pending = member.unconsumed_tail
+            if not member.eof and not pending and len(out) == before:
+                raise CompressionError("gzip stream ends inside a member")
+        pending = member.unused_data
+    return bytes(out)
+
+
+def _lz4_decompress(data: bytes | memoryview, limit: int) -> bytes:
+    """The first frame, as ``lz4.frame.decompress`` (Kafka reads one frame), at most ``limit`` bytes."""
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    out = bytearray()
+    pending = bytes(data)
+    while not decompressor.eof:
+        before = len(out)
+        out += decompressor.decompress(pending, max_length=limit + 1 - len(out))
+        _check_size(len(out), limit)
+        pending = b""
+        if not decompressor.eof and decompressor.needs_input and len(out) == before:
+            raise CompressionError("lz4 frame ends early")
+    return bytes(out)
+
+
+#: Compressed bytes handed to zstd per call: a zstd block of 4 bytes (an RLE block) expands to at
+#: most 128 KiB, so one call yields at most about 4 MiB whatever the input.
+_ZSTD_FEED = 128
+
+
+def _zstd_decompress(data: bytes | memoryview, limit: int) -> bytes:
+    """All frames of the stream (a frame without a content size is fine), fed in small pieces."""
     decompressor = zstandard.ZstdDecompressor()
     out = bytearray()
     remaining = bytes(data)
     while remaining:
         obj = decompressor.decompressobj()
-        out += obj.decompress(remaining)
+        pos = 0
+        while not obj.eof and pos < len(remaining):
+            out += obj.decompress(remaining[pos : pos + _ZSTD_FEED])
+            _check_size(len(out), limit)
+            pos += _ZSTD_FEED
         if not obj.eof:
             raise CompressionError("zstd stream ends inside a frame")
-        remaining = obj.unused_data
+        remaining = obj.unused_data + remaining[pos:]
     return bytes(out)
 
 
-def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """The records block of a batch; damage raises ``CompressionError`` naming the codec."""
+def decompress(codec: int, data: bytes | memoryview, limit: int = MAX_DECOMPRESSED_BATCH_BYTES) -> bytes:
+    """The records block of a batch, at most ``limit`` bytes; damage raises ``CompressionError``
+    naming the codec, and a larger block ``DecompressedSizeError`` before it is held in memory."""
     if codec == CODEC_NONE:
         return bytes(data)
     name = codec_name(codec)
     try:
         if codec == CODEC_GZIP:
-            return gzip.decompress(data)
+            return _gzip_decompress(data, limit)
         if codec == CODEC_SNAPPY:
-            return _xerial_snappy_decompress(data) if is_xerial(data) else bytes(snappy.decompress(bytes(data)))
+            return _xerial_snappy_decompress(data, limit) if is_xerial(data) else _snappy_block(data, 0, 0, limit)
         if codec == CODEC_LZ4:
-            return bytes(lz4.frame.decompress(data))
-        return _zstd_decompress(data)
+            return _lz4_decompress(data, limit)
+        return _zstd_decompress(data, limit)
+    except DecompressedSizeError as exc:
+        raise DecompressedSizeError(f"{name}: {exc}") from None
     except CompressionError as exc:
         raise CompressionError(f"{name}: {exc}") from exc
     except (OSError, EOFError, zlib.error, RuntimeError, ValueError, zstandard.ZstdError) as exc:

@@ -32,10 +32,12 @@ class LeaderEpochCache:
     """An immutable, ordered list of (epoch, start offset); every operation returns a new cache.
 
     Invariant (checked on construction): epochs strictly increase, start offsets never decrease,
-    and both are non-negative.
+    and both are non-negative. Construction is linear in the number of entries (a checkpoint may
+    hold a million) and lookups logarithmic; the filtered view ``without_empty_epochs`` is
+    computed once per cache, not once per lineage check.
     """
 
-    __slots__ = ("_entries", "_epochs", "_starts")
+    __slots__ = ("_entries", "_epochs", "_starts", "_without_empty")
 
     def __init__(self, entries: Sequence[EpochEntry] | Iterator[EpochEntry] = ()) -> None:
         ordered = tuple(entries)
@@ -48,6 +50,7 @@ class LeaderEpochCache:
         self._entries = ordered
         self._epochs = tuple(e.epoch for e in ordered)
         self._starts = tuple(e.start_offset for e in ordered)
+        self._without_empty: LeaderEpochCache | None = None
 
     @classmethod
     def of(cls, mapping: Mapping[int, int]) -> LeaderEpochCache:
@@ -210,15 +213,18 @@ class LeaderEpochCache:
         """For consecutive entries with equal start offsets keep only the later epoch.
 
         Kafka's ``buildFilteredLeaderEpochMap``: an epoch whose successor starts at the same
-        offset wrote no records, so it cannot be the epoch of any remote data.
+        offset wrote no records, so it cannot be the epoch of any remote data. Computed once per
+        cache (every lineage check asks for it).
         """
-        kept: list[EpochEntry] = []
-        for e in self._entries:
-            if kept and kept[-1].start_offset == e.start_offset:
-                kept[-1] = e
-            else:
-                kept.append(e)
-        return self if len(kept) == len(self._entries) else LeaderEpochCache(kept)
+        if self._without_empty is None:
+            kept: list[EpochEntry] = []
+            for e in self._entries:
+                if kept and kept[-1].start_offset == e.start_offset:
+                    kept[-1] = e
+                else:
+                    kept.append(e)
+            self._without_empty = self if len(kept) == len(self._entries) else LeaderEpochCache(kept)
+        return self._without_empty
 
     def assign(self, epoch: int, start_offset: int) -> LeaderEpochCache:
         """A leader epoch starting at ``start_offset``, as ``LeaderEpochFileCache.assign``.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tiering_core.errors import CorruptLogError
+from tiering_core.kafka.files import INDEX_READ_LIMIT, open_regular, read_regular
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 NO_TIMESTAMP = -1
@@ -151,15 +152,15 @@ def parse_txn_index(data: bytes, path: Path = Path("<memory>")) -> list[AbortedT
 
 
 def read_offset_index(path: Path, base_offset: int) -> list[OffsetIndexEntry]:
-    return parse_offset_index(Path(path).read_bytes(), base_offset, Path(path))
+    return parse_offset_index(read_regular(Path(path), INDEX_READ_LIMIT, "offset index"), base_offset, Path(path))
 
 
 def read_time_index(path: Path, base_offset: int) -> list[TimeIndexEntry]:
-    return parse_time_index(Path(path).read_bytes(), base_offset, Path(path))
+    return parse_time_index(read_regular(Path(path), INDEX_READ_LIMIT, "time index"), base_offset, Path(path))
 
 
 def read_txn_index(path: Path) -> list[AbortedTxn]:
-    return parse_txn_index(Path(path).read_bytes(), Path(path))
+    return parse_txn_index(read_regular(Path(path), INDEX_READ_LIMIT, "transaction index"), Path(path))
 
 
 _ZERO_OFFSET_ENTRY = bytes(OFFSET_ENTRY.size)
@@ -199,7 +200,7 @@ def lookup_offset_index_file(path: Path, base_offset: int, target: int) -> Offse
 
     Entries are not validated: a caller checks that the position found holds a batch.
     """
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_regular(Path(path))
     try:
         count = _offset_index_entries_in_use(fd, os.fstat(fd).st_size)
         lo, hi = 0, count  # the answer is the last entry below hi with offset <= target
@@ -216,7 +217,7 @@ def lookup_offset_index_file(path: Path, base_offset: int, target: int) -> Offse
 
 def last_offset_index_entry(path: Path, base_offset: int) -> OffsetIndexEntry | None:
     """The last entry before the zero-filled tail, reading only what a binary search touches."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_regular(Path(path))
     try:
         count = _offset_index_entries_in_use(fd, os.fstat(fd).st_size)
         return _offset_index_entry(fd, count - 1, base_offset) if count else None

@@ -31,6 +31,7 @@ from tiering_core.kafka.batch import (
     RecordBatchHeader,
     parse_header_at,
 )
+from tiering_core.kafka.compression import MAX_DECOMPRESSED_CONTROL_BATCH_BYTES
 from tiering_core.kafka.index import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     MAX_RELATIVE_OFFSET,
@@ -120,7 +121,9 @@ def decode_end_transaction_marker(data: Buffer, header: RecordBatchHeader, path:
     is decoded. Anything but one ABORT or COMMIT record is a ``CorruptLogError`` naming the
     batch at ``header.position``, where it sits in its file.
     """
-    records = decode_records(header, bytes(data[HEADER_SIZE : header.size_in_bytes]), path)
+    records = decode_records(
+        header, bytes(data[HEADER_SIZE : header.size_in_bytes]), path, MAX_DECOMPRESSED_CONTROL_BATCH_BYTES
+    )
     try:
         if len(records) != 1:
             raise ValueError(f"holds {len(records)} records, not one")

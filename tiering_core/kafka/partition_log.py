@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from stat import S_ISREG
+from stat import S_ISLNK, S_ISREG
 
 from tiering_core.errors import CorruptLogError, InvalidTopicError, TieringError
 from tiering_core.kafka.batch import (
@@ -126,9 +126,11 @@ class PartitionLog:
             if not match:
                 continue
             try:
-                stat = entry.stat()
+                stat = entry.lstat()
             except FileNotFoundError:  # renamed to .deleted by the broker since the listing
                 continue
+            if S_ISLNK(stat.st_mode):
+                raise CorruptLogError(entry, 0, "is a symbolic link: a broker never makes one, and it is not followed")
             if not S_ISREG(stat.st_mode):
                 continue
             stem = self.path / match.group(1)
@@ -189,7 +191,7 @@ class PartitionLog:
         """
         try:
             entry = lookup_offset_index_file(segment.index_path, segment.base_offset, offset)
-        except OSError:
+        except (OSError, CorruptLogError):  # missing, or not a regular file
             return 0
         return self._verified_position(segment, entry, offset)
 
@@ -245,7 +247,7 @@ class PartitionLog:
         """Where the last offset-index entry points, if a whole batch starts there (else 0)."""
         try:
             entry = last_offset_index_entry(segment.index_path, segment.base_offset)
-        except OSError:
+        except (OSError, CorruptLogError):  # missing, or not a regular file
             return 0
         return self._verified_position(segment, entry, None)
 
@@ -368,14 +370,14 @@ class PartitionLog:
         found = []
         for entry in self.path.iterdir():
             offset = snapshot_offset(entry.name)
-            if offset is not None and entry.is_file():
+            if offset is not None and _is_regular(entry):
                 found.append((offset, entry))
         return sorted(found)
 
     def producer_snapshot_path(self, offset: int) -> Path | None:
         """The snapshot named exactly ``<offset:020d>.snapshot``, if present."""
         path = self.path / f"{offset:020d}.snapshot"
-        return path if path.is_file() else None
+        return path if _is_regular(path) else None
 
 
 def end_transaction_marker_for(segment: LogSegment, header: RecordBatchHeader) -> ControlRecordType:
@@ -389,18 +391,30 @@ def end_transaction_marker_record(segment: LogSegment, header: RecordBatchHeader
         return read_end_transaction_marker(log_file, header)
 
 
+def _is_regular(path: Path) -> bool:
+    """A regular file itself, not through a symbolic link (gone since the listing: no)."""
+    try:
+        return S_ISREG(path.lstat().st_mode)
+    except FileNotFoundError:
+        return False
+
+
 def discover_partitions(log_dirs: Sequence[Path]) -> list[PartitionLog]:
     """Every ``<topic>-<n>`` directory of the log dirs, sorted by log dir then name.
 
     Directories of partitions being deleted, moved or left stray (``-delete``, ``-future``,
     ``-stray``), KRaft's ``__cluster_metadata-0`` (never tiered), hidden entries, plain files,
     and directories that vanish while being listed are skipped silently; any other directory
-    whose name is not ``<topic>-<n>`` is skipped with a warning.
+    whose name is not ``<topic>-<n>``, and a symbolic link (the broker never makes one; it may
+    lead out of the log dir), is skipped with a warning.
     """
     found: list[PartitionLog] = []
     for log_dir in log_dirs:
         for entry in sorted(Path(log_dir).iterdir()):
             if not entry.is_dir() or entry.name.startswith(".") or entry.name.endswith(TRANSIENT_DIR_SUFFIXES):
+                continue
+            if entry.is_symlink():
+                log.warning("skipping %s: a symbolic link, not a partition directory of the log dir", entry)
                 continue
             try:
                 partition = PartitionLog(entry, Path(log_dir))

@@ -32,7 +32,13 @@ from tiering_core.kafka.batch import (
     parse_header_at,
     verify_batch_crc,
 )
-from tiering_core.kafka.compression import CompressionError, UnsupportedCodecError, compress, decompress
+from tiering_core.kafka.compression import (
+    MAX_DECOMPRESSED_BATCH_BYTES,
+    CompressionError,
+    UnsupportedCodecError,
+    compress,
+    decompress,
+)
 from tiering_core.kafka.crc import crc32c
 
 log = logging.getLogger(__name__)
@@ -240,14 +246,21 @@ def encode_control_batch(
 # --- decoding --------------------------------------------------------------------------------
 
 
-def decode_records(header: RecordBatchHeader, body: bytes | memoryview, path: Path) -> list[Record]:
+def decode_records(
+    header: RecordBatchHeader,
+    body: bytes | memoryview,
+    path: Path,
+    max_decompressed: int = MAX_DECOMPRESSED_BATCH_BYTES,
+) -> list[Record]:
     """Decode the records of one batch (``body`` = the bytes after its 61-byte header).
+
+    A compressed body expanding past ``max_decompressed`` bytes is refused before it is held.
 
     Every malformation (a bad varint, a field running past the end, a record whose length
     disagrees with its fields, bytes left over after the last record) names file and batch.
     """
     try:
-        data = decompress(header.codec, body)
+        data = decompress(header.codec, body, max_decompressed)
     except (CompressionError, UnsupportedCodecError) as exc:
         raise CorruptLogError(
             path, header.position, f"cannot decompress batch at offset {header.base_offset}: {exc}"
@@ -374,11 +387,13 @@ def iter_batches(path: Path, start_position: int = 0) -> Iterator[tuple[RecordBa
 
 
 def read_batches(
-    stream: BinaryIO, where: Path, start_position: int = 0
+    stream: BinaryIO, where: Path, start_position: int = 0, object_size: int | None = None
 ) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
     """Batches read one at a time from a stream positioned at ``start_position`` of a ``.log``
     (e.g. a ranged read of a remote segment), CRC checked; ``where`` names it in errors. A batch
-    cut short by the end of the stream is a ``CorruptLogError``, as in a file."""
+    cut short by the end of the stream is a ``CorruptLogError``, as in a file; with
+    ``object_size`` (the object's size) a batch length running past it is one before anything is
+    read, so a damaged length never sizes a read."""
     position = start_position
     while True:
         prefix = stream.read(LOG_OVERHEAD)
@@ -391,6 +406,13 @@ def read_batches(
         _base_offset, batch_length = struct.unpack(">qi", prefix)
         if batch_length < MIN_RECORD_OVERHEAD:  # below any magic's; the magic is checked next, as Kafka does
             raise CorruptLogError(where, position, f"batch length {batch_length} is smaller than a v2 batch header")
+        if object_size is not None and position + LOG_OVERHEAD + batch_length > object_size:
+            raise CorruptLogError(
+                where,
+                position,
+                f"batch length {batch_length} runs {position + LOG_OVERHEAD + batch_length - object_size} byte(s) "
+                f"beyond the end of the {object_size}-byte object (a truncated last batch, or a damaged length)",
+            )
         rest = stream.read(batch_length)
         if len(rest) < batch_length:
             raise CorruptLogError(

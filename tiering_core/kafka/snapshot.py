@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.crc import crc32c
+from tiering_core.kafka.files import SNAPSHOT_READ_LIMIT, read_regular
 
 SNAPSHOT_VERSION = 1
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -96,7 +97,7 @@ def parse_producer_snapshot(data: bytes, path: Path | str = Path("<memory>")) ->
 
 
 def read_producer_snapshot(path: Path) -> list[ProducerStateEntry]:
-    return parse_producer_snapshot(Path(path).read_bytes(), Path(path))
+    return parse_producer_snapshot(read_regular(Path(path), SNAPSHOT_READ_LIMIT, "producer snapshot"), Path(path))
 
 
 def open_transactions(entries: Sequence[ProducerStateEntry]) -> dict[int, int]:

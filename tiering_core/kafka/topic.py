@@ -1,4 +1,8 @@
-"""Topic partitions and Kafka's rules for legal topic names."""
+"""Topic partitions and Kafka's rules for legal topic names and internal topics.
+
+Kafka refuses remote storage for its internal topics (``Topic.INTERNAL_TOPICS``), so they are
+never tiered, whatever the ``"*"`` default says.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,13 @@ MAX_TOPIC_NAME_LENGTH = 249
 #: Whole-string patterns, used with ``fullmatch``: ``$`` would also accept a trailing newline.
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _PARTITION_DIR = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)")
+#: Kafka's ``Topic.INTERNAL_TOPICS`` (group offsets, transaction state, share-group state).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
+def is_internal_topic(topic: str) -> bool:
+    """Whether ``topic`` is one of Kafka's internal topics (never tiered)."""
+    return topic in INTERNAL_TOPICS
 
 
 def validate_topic_name(topic: str) -> str:

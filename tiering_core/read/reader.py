@@ -151,7 +151,7 @@ class RemoteLogReader:
         where = Path(self.storage.describe(ref.key(ObjectKind.LOG, self.storage.prefix)))
         try:
             with self.storage.open_stream(ref, ObjectKind.LOG, position) as stream:
-                for _header, records in read_batches(stream, where, position):
+                for _header, records in read_batches(stream, where, position, segment.size_bytes):
                     yield records
         except RemoteObjectNotFoundError as exc:
             raise TieringError(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import TieringError, TieringGapError
-from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, is_internal_topic
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.store import Lease
 from tiering_core.runs.errors import CopyFailedError
@@ -100,6 +100,8 @@ class CopyResult:
 
 def _skip_reason(ctx: TieringContext, tp: TopicPartition) -> str | None:
     topic = ctx.config.topic_config(tp.topic)
+    if is_internal_topic(tp.topic):
+        return "internal topic (Kafka never tiers it)"
     if not topic.remote_storage_enable:
         return "remote.storage.enable is false"
     if topic.remote_log_copy_disable:

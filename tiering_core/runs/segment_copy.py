@@ -18,8 +18,20 @@ from tiering_core.errors import CorruptLogError, TieringError
 from tiering_core.kafka.batch import scan_log
 from tiering_core.kafka.checkpoints import encode_leader_epoch_checkpoint
 from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.files import INDEX_READ_LIMIT, read_regular
+from tiering_core.kafka.index import (
+    OFFSET_ENTRY,
+    TIME_ENTRY,
+    TXN_ENTRY,
+    encode_offset_index,
+    encode_time_index,
+    encode_txn_index,
+    parse_offset_index,
+    parse_time_index,
+    parse_txn_index,
+)
 from tiering_core.kafka.index_rebuild import rebuild_indexes
-from tiering_core.kafka.snapshot import encode_producer_snapshot
+from tiering_core.kafka.snapshot import encode_producer_snapshot, read_producer_snapshot
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
@@ -56,6 +68,34 @@ class SegmentUpload:
 # --- preparing one segment -------------------------------------------------------------------
 
 
+def validated_index(kind: ObjectKind, path: Path, base_offset: int, end_offset: int, log_size: int) -> bytes:
+    """A closed segment's index file as uploaded: its entries, validated and encoded again.
+
+    Never the file's bytes as such: only what parses as an index of this segment (entries
+    inside its offsets and its ``.log``) is uploaded, so whatever else a file holds (after a
+    zero entry, say) stays local. The file is read as every broker file is (regular, not through
+    a symbolic link, bounded). Anything else is a ``CorruptLogError`` naming the file and byte.
+    """
+    data = read_regular(path, INDEX_READ_LIMIT, kind.value)
+    if kind == ObjectKind.OFFSET_INDEX:
+        offsets = parse_offset_index(data, base_offset, path)
+        for i, o in enumerate(offsets):
+            if o.offset > end_offset or o.position >= log_size:
+                raise CorruptLogError(path, i * OFFSET_ENTRY.size, f"entry {o} lies outside the segment")
+        return encode_offset_index(offsets, base_offset)
+    if kind == ObjectKind.TIME_INDEX:
+        times = parse_time_index(data, base_offset, path)
+        for i, t in enumerate(times):
+            if t.offset > end_offset:
+                raise CorruptLogError(path, i * TIME_ENTRY.size, f"entry {t} lies outside the segment")
+        return encode_time_index(times, base_offset)
+    aborted = parse_txn_index(data, path)
+    for i, a in enumerate(aborted):
+        if not base_offset <= a.last_offset <= end_offset:
+            raise CorruptLogError(path, i * TXN_ENTRY.size, f"entry {a} has its marker outside the segment")
+    return encode_txn_index(aborted)
+
+
 def prepare_segment_upload(
     view: TierView, candidate: CopyCandidate, *, run_token: int, index_interval_bytes: int = 4096
 ) -> SegmentUpload:
@@ -89,28 +129,42 @@ def prepare_segment_upload(
     for kind, path in (
         (ObjectKind.OFFSET_INDEX, segment.index_path),
         (ObjectKind.TIME_INDEX, segment.time_index_path),
+        (ObjectKind.TRANSACTION_INDEX, segment.txn_index_path),
     ):
-        if path is not None and path.exists():
-            files[kind] = path
+        if path is None:  # no .txnindex: no aborted transaction in this segment
             continue
+        try:
+            files[kind] = validated_index(kind, path, segment.base_offset, candidate.end_offset, segment.size_bytes)
+            continue
+        except FileNotFoundError:
+            if kind == ObjectKind.TRANSACTION_INDEX:
+                continue
+            problem = f"lacks its {kind.value}"
+        except CorruptLogError as exc:
+            problem = f"has an unusable {kind.value} ({exc})"
         if rebuilt is None:
             log.warning(
-                "%s: segment %d lacks its %s; rebuilding from the log",
-                view.log.topic_partition,
-                segment.base_offset,
-                kind.value,
+                "%s: segment %d %s; rebuilding from the log", view.log.topic_partition, segment.base_offset, problem
             )
             rebuilt = rebuild_indexes(
                 segment.log_path, segment.base_offset, index_interval_bytes=index_interval_bytes, is_active=False
             )
-        files[kind] = rebuilt.offset_index if kind == ObjectKind.OFFSET_INDEX else rebuilt.time_index
-    if segment.txn_index_path is not None and segment.txn_index_path.exists():
-        files[ObjectKind.TRANSACTION_INDEX] = segment.txn_index_path
+        files[kind] = {
+            ObjectKind.OFFSET_INDEX: rebuilt.offset_index,
+            ObjectKind.TIME_INDEX: rebuilt.time_index,
+            ObjectKind.TRANSACTION_INDEX: rebuilt.txn_index,
+        }[kind]
+    if files.get(ObjectKind.TRANSACTION_INDEX) == b"":
+        del files[ObjectKind.TRANSACTION_INDEX]
 
     snapshot = view.log.producer_snapshot_path(candidate.next_base_offset)
     if snapshot is not None:
-        files[ObjectKind.PRODUCER_SNAPSHOT] = snapshot
-    else:
+        try:
+            files[ObjectKind.PRODUCER_SNAPSHOT] = encode_producer_snapshot(read_producer_snapshot(snapshot))
+        except (CorruptLogError, FileNotFoundError) as exc:
+            log.warning("%s: unusable producer snapshot (%s)", view.log.topic_partition, exc)
+            snapshot = None
+    if snapshot is None:
         # The broker writes one at every roll, but may have lost it (an unclean shutdown, a
         # log dir copied by hand). An empty one would silently drop producer and transaction
         # state for restores and replicas: rebuild it by replaying the batches instead.

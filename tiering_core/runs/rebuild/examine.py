@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import verify_log_crc
 from tiering_core.kafka.crc import crc32c
+from tiering_core.kafka.files import INDEX_READ_LIMIT, read_regular
 from tiering_core.kafka.index_rebuild import RebuiltIndexes, rebuild_indexes
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
 from tiering_core.runs.segment_ops import segment_ref
@@ -296,7 +297,7 @@ def local_index_tasks(partition_log: PartitionLog, index_interval_bytes: int) ->
 def _read(path: Path | None) -> bytes | None:
     if path is None or not path.exists():
         return None
-    return path.read_bytes()
+    return read_regular(path, INDEX_READ_LIMIT, "index")
 
 
 def check_local_segment(task: LocalIndexTask) -> IndexCheck:
