@@ -183,21 +183,29 @@ def bench_upload(root: Path, spark: Any, partitions: int, segments: int, segment
     finally:
         server.terminate()
         server.wait(timeout=30)
-    print(f"upload: {partitions} partitions x {segments} segments of {segment_mb} MiB = {size / MiB:.0f} MiB, moto S3, "
-          f"{rounds} round(s), sides alternating first")
+    print(
+        f"upload: {partitions} partitions x {segments} segments of {segment_mb} MiB = {size / MiB:.0f} MiB, moto S3, "
+        f"{rounds} round(s), sides alternating first"
+    )
     for r in range(rounds):
         t_cli, t_par = times["cli"][r], times["spark"][r]
         first = "tiering copy" if r % 2 == 0 else "parallel upload"
-        print(f"  round {r + 1} ({first} first): tiering copy {t_cli:7.2f} s {size / MiB / t_cli:7.1f} MiB/s | "
-              f"parallel upload, local[2] {t_par:7.2f} s {size / MiB / t_par:7.1f} MiB/s | "
-              f"speed-up {t_cli / t_par:.2f}")
+        print(
+            f"  round {r + 1} ({first} first): tiering copy {t_cli:7.2f} s {size / MiB / t_cli:7.1f} MiB/s | "
+            f"parallel upload, local[2] {t_par:7.2f} s {size / MiB / t_par:7.1f} MiB/s | "
+            f"speed-up {t_cli / t_par:.2f}"
+        )
     check_s = sum(c for c, _ in checks)
     run_s = sum(t for _, t in checks)
-    print(f"  driver segment checks (CRC scan of every segment, COPY_SEGMENT_STARTED): {check_s:.2f} s of "
-          f"{run_s:.2f} s of parallel upload ({100 * check_s / run_s:.0f}%)")
+    print(
+        f"  driver segment checks (CRC scan of every segment, COPY_SEGMENT_STARTED): {check_s:.2f} s of "
+        f"{run_s:.2f} s of parallel upload ({100 * check_s / run_s:.0f}%)"
+    )
     print(f"RATIO parallel_upload_speedup/sequential_cli_copy = {sum(times['cli']) / sum(times['spark']):.2f}")
-    print(f"RATIO parallel_upload_speedup_median_round/sequential_cli_copy = "
-          f"{statistics.median(c / p for c, p in zip(times['cli'], times['spark'], strict=True)):.2f}")
+    print(
+        f"RATIO parallel_upload_speedup_median_round/sequential_cli_copy = "
+        f"{statistics.median(c / p for c, p in zip(times['cli'], times['spark'], strict=True)):.2f}"
+    )
     print(f"RATIO driver_check_time/parallel_upload_time = {check_s / run_s:.2f}")
 
 
@@ -233,11 +241,15 @@ def bench_rebuild(root: Path, spark: Any, size_mb: int, segment_mb: int) -> None
     print(f"index rebuild: {len(logs)} segments, {size / MiB:.0f} MiB (page cache warm)")
     print(f"  plain sequential read:        {t_read:7.2f} s  {size / MiB / t_read:7.1f} MiB/s")
     print(f"  rebuild, one process:         {t_one:7.2f} s  {size / MiB / t_one:7.1f} MiB/s")
-    print(f"  rebuild + compare, local[2]:  {t_spark:7.2f} s  {2 * size / MiB / t_spark:7.1f} MiB/s "
-          "(remote and local copies of every segment)")
+    print(
+        f"  rebuild + compare, local[2]:  {t_spark:7.2f} s  {2 * size / MiB / t_spark:7.1f} MiB/s "
+        "(remote and local copies of every segment)"
+    )
     print(f"  remote tier, plain read:      {t_remote_read:7.2f} s  {size / MiB / t_remote_read:7.1f} MiB/s")
-    print(f"  remote check, one process:    {t_remote:7.2f} s  {size / MiB / t_remote:7.1f} MiB/s "
-          "(download, size + CRC-32C, batch CRCs, rebuild, compare)")
+    print(
+        f"  remote check, one process:    {t_remote:7.2f} s  {size / MiB / t_remote:7.1f} MiB/s "
+        "(download, size + CRC-32C, batch CRCs, rebuild, compare)"
+    )
     print(f"RATIO index_rebuild_time/plain_read_time = {t_one / t_read:.2f}")
     print(f"RATIO spark_index_rebuild_time/plain_read_time = {t_spark / (2 * t_read):.2f}")
     print(f"RATIO remote_index_check_time/plain_read_time = {t_remote / t_remote_read:.2f}")

@@ -6,7 +6,7 @@ bash scripts/bootstrap.sh
 VENV=${TIERING_VENV:-$(pwd)/.venv}
 export PATH="$VENV/bin:$PATH"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
-echo "== ruff"; ruff check .
+echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mypy
 # Two test processes by default (the suite waits on servers and subprocesses as much as it computes);
 # TIERING_TEST_WORKERS=0 runs it in this process.
