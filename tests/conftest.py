@@ -11,8 +11,9 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -52,6 +53,9 @@ def s3_bucket(s3_endpoint: S3Endpoint) -> str:
     return s3_endpoint.new_bucket()
 
 
+T = TypeVar("T")
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
@@ -64,35 +68,32 @@ def unavailable(what: str, exc: ServiceUnavailable) -> None:
     pytest.skip(reason)
 
 
+def provided(what: str, service: AbstractContextManager[T]) -> Iterator[T]:
+    """A session fixture's body: the server for the whole run, or the missing-server rule."""
+    try:
+        with service as server:
+            yield server
+    except ServiceUnavailable as exc:
+        unavailable(what, exc)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
     """PostgreSQL: ``TIERING_TEST_PG_URL``, else a private server."""
-    try:
-        with postgres_server() as server:
-            yield server
-    except ServiceUnavailable as exc:
-        unavailable("PostgreSQL", exc)
+    yield from provided("PostgreSQL", postgres_server())
 
 
 @pytest.fixture(scope="session")
 def redis() -> Iterator[RedisServer]:
     """Redis: ``TIERING_TEST_REDIS_URL``, else a private ``redis-server``."""
-    try:
-        with redis_server() as server:
-            yield server
-    except ServiceUnavailable as exc:
-        unavailable("Redis", exc)
+    yield from provided("Redis", redis_server())
 
 
 @pytest.fixture(scope="session")
 def spark_cluster() -> Iterator[SparkStandalone]:
     """A Spark standalone cluster manager: ``TIERING_TEST_SPARK_MASTER``, else a private master
     and worker."""
-    try:
-        with spark_standalone() as cluster:
-            yield cluster
-    except ServiceUnavailable as exc:
-        unavailable("Spark standalone", exc)
+    yield from provided("Spark standalone", spark_standalone())
 
 
 #: Servers that pytest-xdist workers started, as they reported them when they finished.
