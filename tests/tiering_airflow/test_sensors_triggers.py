@@ -55,7 +55,13 @@ def test_trigger_serializes_to_an_importable_class_path(tiering: TieringEnv) -> 
     classpath, kwargs = trigger.serialize()
     assert classpath == "tiering_airflow.triggers.tiering.EligibleSegmentTrigger"
     assert import_string(classpath) is EligibleSegmentTrigger
-    assert kwargs == {"topic": "orders", "config_path": "/etc/t.yaml", "aws_conn_id": "s3", "poll_interval": 5}
+    assert kwargs == {
+        "topic": "orders",
+        "config_path": "/etc/t.yaml",
+        "aws_conn_id": "s3",
+        "poll_interval": 5,
+        "poll_timeout": 300.0,
+    }
     assert EligibleSegmentTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
@@ -154,3 +160,36 @@ def test_trigger_for_the_default_topics_fires_with_partition_labels(tiering: Tie
     waiting.set_high_watermark()
     event = first_event(trigger, 10.0)
     assert event.payload == {"status": "eligible", "topic": "*", "partitions": ["audit-1"]}
+
+
+def test_a_poll_that_hangs_ends_the_wait_with_an_error_event(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log dir on a mount that stops answering (injected: a check that never returns) must not
+    hold the trigger forever: the poll's time limit turns it into an error event."""
+    released = threading.Event()
+
+    def hung_check(self: TieringHook, topic: str) -> list[int] | list[str]:
+        released.wait(30)
+        return []
+
+    monkeypatch.setattr(TieringHook, "eligible", hung_check)
+    trigger = EligibleSegmentTrigger(
+        topic="orders", config_path=str(tiering.config_path), poll_interval=0.05, poll_timeout=0.5
+    )
+
+    async def run() -> tuple[Any, float]:
+        events = trigger.run()
+        started = time.monotonic()
+        try:
+            event = await asyncio.wait_for(events.__anext__(), 10.0)
+            return event, time.monotonic() - started
+        finally:
+            released.set()  # the hung read ends, so the loop's executor can shut down
+            await events.aclose()
+
+    event, waited = asyncio.run(run())
+    assert waited < 5
+    assert event.payload["status"] == "error" and "did not finish within" in event.payload["message"]
+    assert "does not answer" in event.payload["message"]
+    assert trigger.serialize()[1]["poll_timeout"] == 0.5

@@ -136,3 +136,34 @@ def test_without_an_explicit_path_the_config_is_resolved_per_request(
     monkeypatch.delenv("TIERING_CONFIG")
     answer = client.get("/api/partitions")
     assert answer.status_code == 503 and "TIERING_CONFIG" in answer.json()["detail"]
+
+
+def test_a_log_dir_that_hangs_makes_the_page_say_so_in_bounded_time(
+    tiering: TieringEnv, auth_manager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log dir on a mount that stops answering (injected: a status read that never returns): the
+    page and the JSON answer 503 within the time limit instead of hanging the API server."""
+    import threading
+    import time
+
+    import tiering_core.tier.status as status_mod
+
+    released = threading.Event()
+
+    def hung(*args: object, **kwargs: object) -> list[object]:
+        released.wait(30)
+        return []
+
+    monkeypatch.setattr(status_mod, "collect_status", hung)
+    client = TestClient(
+        create_app(str(tiering.config_path), status_timeout=0.5), cookies={COOKIE: token_for(auth_manager, "viewer")}
+    )
+    try:
+        started = time.monotonic()
+        answer = client.get("/api/partitions")
+        page = client.get("/")
+        assert time.monotonic() - started < 10
+    finally:
+        released.set()
+    assert answer.status_code == 503 and "did not finish within" in answer.json()["detail"]
+    assert page.status_code == 503 and "does not answer" in page.text

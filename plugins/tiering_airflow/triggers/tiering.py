@@ -1,7 +1,10 @@
 """``EligibleSegmentTrigger``: waits in the triggerer until a topic has a segment eligible for copy.
 
 Each poll runs ``plan_copy`` (file reads and metadata queries) on a thread, so the triggerer's
-event loop never blocks and the waiting task holds no worker slot.
+event loop never blocks and the waiting task holds no worker slot. A poll has a time limit: a log
+dir that hangs (an unresponsive network mount) or a metadata store that stops answering ends the
+wait with an error event, which fails the task to be retried, instead of holding the trigger
+forever.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from tiering_airflow.hooks.tiering import TieringHook
 
+#: How long one poll may take before the trigger gives up (seconds).
+DEFAULT_POLL_TIMEOUT = 300.0
+
 
 class EligibleSegmentTrigger(BaseTrigger):
     """Fires ``{"status": "eligible", "topic", "partitions"}`` once; a failed poll fires ``status: error``.
@@ -23,13 +29,20 @@ class EligibleSegmentTrigger(BaseTrigger):
     """
 
     def __init__(
-        self, *, topic: str, config_path: str, aws_conn_id: str | None = None, poll_interval: float = 60.0
+        self,
+        *,
+        topic: str,
+        config_path: str,
+        aws_conn_id: str | None = None,
+        poll_interval: float = 60.0,
+        poll_timeout: float = DEFAULT_POLL_TIMEOUT,
     ) -> None:
         super().__init__()
         self.topic = topic
         self.config_path = config_path
         self.aws_conn_id = aws_conn_id
         self.poll_interval = poll_interval
+        self.poll_timeout = poll_timeout
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -39,6 +52,7 @@ class EligibleSegmentTrigger(BaseTrigger):
                 "config_path": self.config_path,
                 "aws_conn_id": self.aws_conn_id,
                 "poll_interval": self.poll_interval,
+                "poll_timeout": self.poll_timeout,
             },
         )
 
@@ -48,7 +62,14 @@ class EligibleSegmentTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
             try:
-                partitions = await asyncio.to_thread(self.eligible_partitions)
+                partitions = await asyncio.wait_for(asyncio.to_thread(self.eligible_partitions), self.poll_timeout)
+            except TimeoutError:
+                message = (
+                    f"checking for eligible segments did not finish within {self.poll_timeout:.0f} s "
+                    "(a log dir or the metadata store does not answer)"
+                )
+                yield TriggerEvent({"status": "error", "topic": self.topic, "message": message})
+                return
             except Exception as exc:  # the task reports it; the triggerer must keep running
                 yield TriggerEvent({"status": "error", "topic": self.topic, "message": f"{type(exc).__name__}: {exc}"})
                 return

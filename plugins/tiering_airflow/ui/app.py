@@ -13,6 +13,8 @@ users without the permission 403: the page names topics and sizes, which are not
 from __future__ import annotations
 
 import html
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query
@@ -46,12 +48,17 @@ STYLE = (
 )
 
 
+#: How long one request may spend reading the tier state (seconds).
+DEFAULT_STATUS_TIMEOUT = 30.0
+#: Reads in progress at once: a log dir that hangs holds at most these threads, never the server.
+_READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tiering-status")
+
+
 class StatusUnavailable(Exception):
-    """The state could not be read (no or bad config, unreadable log dir, store down)."""
+    """The state could not be read (no or bad config, unreadable log dir, store down, too slow)."""
 
 
-def read_status(config_path: str | None, topic: str | None = None) -> list[dict[str, Any]]:
-    """The status rows, read now."""
+def _read_status_now(config_path: str | None, topic: str | None) -> list[dict[str, Any]]:
     from tiering_core.errors import TieringError
     from tiering_core.tier.status import collect_status
 
@@ -60,6 +67,22 @@ def read_status(config_path: str | None, topic: str | None = None) -> list[dict[
             return [row.to_dict() for row in collect_status(ctx, topic=topic)]
     except TieringError as exc:
         raise StatusUnavailable(str(exc)) from exc
+
+
+def read_status(
+    config_path: str | None, topic: str | None = None, timeout: float = DEFAULT_STATUS_TIMEOUT
+) -> list[dict[str, Any]]:
+    """The status rows, read now, within ``timeout`` seconds: a log dir that hangs (an unresponsive
+    network mount) makes the page say so instead of hanging the request."""
+    future = _READERS.submit(_read_status_now, config_path, topic)
+    try:
+        return future.result(timeout=timeout)
+    except FutureTimeout as exc:
+        future.cancel()
+        raise StatusUnavailable(
+            f"reading the tier state did not finish within {timeout:.0f} s (a log dir or the metadata store "
+            "does not answer)"
+        ) from exc
 
 
 def _cell(key: str, row: dict[str, Any]) -> tuple[str, str]:
@@ -126,7 +149,7 @@ def plugin_view_access() -> Any:
     return Depends(requires_access_view(AccessView.PLUGINS))
 
 
-def create_app(config_path: str | None = None) -> FastAPI:
+def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_STATUS_TIMEOUT) -> FastAPI:
     """The page and its JSON; ``config_path=None`` resolves the config on each request."""
     app = FastAPI(
         title="Kafka tiering",
@@ -140,14 +163,14 @@ def create_app(config_path: str | None = None) -> FastAPI:
     @app.get("/api/partitions")
     def partitions(topic: str | None = Query(None, description="only this topic")) -> list[dict[str, Any]]:
         try:
-            return read_status(config_path, topic)
+            return read_status(config_path, topic, status_timeout)
         except StatusUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
 
     @app.get("/", response_class=HTMLResponse)
     def page(topic: str | None = Query(None, description="only this topic")) -> HTMLResponse:
         try:
-            return HTMLResponse(render_page(read_status(config_path, topic)))
+            return HTMLResponse(render_page(read_status(config_path, topic, status_timeout)))
         except StatusUnavailable as exc:
             return HTMLResponse(render_error(str(exc)), status_code=503)
 
