@@ -29,11 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
-
-if __package__ in (None, ""):  # run as a file by spark-submit: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_apps import runtime
 from tiering_core.config import RemoteConfig, load_config

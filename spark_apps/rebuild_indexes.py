@@ -22,11 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
-
-if __package__ in (None, ""):  # run as a file by spark-submit: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_apps import runtime
 from tiering_core.cli.output import format_rebuild_summary

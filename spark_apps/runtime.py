@@ -1,8 +1,9 @@
 """What every Spark app shares: arguments, the Spark session, shipping our code, progress lines.
 
-Apps run under ``spark-submit`` (local, standalone, YARN or Kubernetes). Executors import
-``tiering_core`` and ``spark_apps`` from a zip the driver ships with ``addPyFile``, so workers
-need only the third-party packages, never this checkout. Segment files are read from the log
+Apps run under ``spark-submit`` (local, standalone, YARN or Kubernetes). The driver imports
+``tiering_core`` and ``spark_apps`` as installed packages (``pip install .``); executors import
+them from a zip the driver ships with ``addPyFile``, so workers need only the third-party
+packages, never this checkout. Segment files are read from the log
 dir path, so in a cluster the broker's log dirs must be mounted (read-only) on the executors.
 """
 
