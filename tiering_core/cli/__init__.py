@@ -1,7 +1,8 @@
-"""The ``tiering`` command (commands) and every human-readable format it prints (output)."""
+"""The ``tiering`` command (main: options and dispatch; commands: one handler per subcommand) and every
+human-readable format it prints (output)."""
 
 from __future__ import annotations
 
-from tiering_core.cli.commands import main
+from tiering_core.cli.main import main
 
 __all__ = ["main"]

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from tiering_core.cli.commands import main
+from tiering_core.cli.main import main
 
 sys.exit(main())

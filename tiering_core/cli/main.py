@@ -1,0 +1,205 @@
+"""The ``tiering`` command line: its options and subcommands, and ``main``, which runs one
+handler of ``tiering_core.cli.commands`` and turns any failure into one line on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tiering_core.cli.commands import (
+    EXIT_FAILURE,
+    Handler,
+    _one_line,
+    cmd_copy,
+    cmd_db,
+    cmd_delete_partition,
+    cmd_delete_records,
+    cmd_demo,
+    cmd_fetch,
+    cmd_find_offset,
+    cmd_rebuild_indexes,
+    cmd_restore,
+    cmd_retention,
+    cmd_segments,
+    cmd_status,
+    cmd_verify,
+)
+from tiering_core.errors import TieringError
+
+log = logging.getLogger("tiering")
+
+
+def _add_selectors(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    parser.add_argument("--topic", required=required, help="topic name")
+    parser.add_argument("--partition", type=int, required=required, help="partition number (needs --topic)")
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """``--config``, ``--json`` and ``-v`` before or after the command (``tiering segments ... --json``).
+
+    On the subcommands they default to SUPPRESS, so an option given before the command is kept.
+    """
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument("--config", default=default(None), help="platform config file (YAML); default: $TIERING_CONFIG")
+    parser.add_argument("--json", action="store_true", default=default(False), help="machine-readable output")
+    parser.add_argument("-v", "--verbose", action="store_true", default=default(False), help="debug logging")
+
+
+class _SubcommandsWithGlobalOptions(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Every subcommand also accepts the global options."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
+        _add_global_options(parser, defaults=False)
+        return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tiering", description="Batch tiered storage for Apache Kafka (KIP-405).")
+    _add_global_options(parser, defaults=True)
+    parser.register("action", "parsers", _SubcommandsWithGlobalOptions)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("status", help="tier state of every partition")
+    _add_selectors(p)
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("copy", help="copy closed segments below the LSO to remote storage")
+    _add_selectors(p)
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.set_defaults(handler=cmd_copy)
+
+    p = sub.add_parser("retention", help="delete remote segments that breach retention")
+    _add_selectors(p)
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument("--orphans", action="store_true", help="list remote objects no metadata references")
+    p.add_argument(
+        "--delete-orphans", action="store_true", help="delete orphans older than --grace-ms (not with --dry-run)"
+    )
+    p.add_argument("--grace-ms", type=int, default=3_600_000, help="orphans younger than this are kept")
+    p.set_defaults(handler=cmd_retention)
+
+    p = sub.add_parser("delete-partition", help="delete all remote data of a partition (needs --yes)")
+    _add_selectors(p, required=True)
+    p.add_argument("--yes", action="store_true", help="really delete")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument(
+        "--topic-id",
+        default=None,
+        help="remove exactly this topic id (needed while the partition is still in the log dirs)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="remove topic ids missing from the log dirs without positive evidence of their deletion "
+        "(live meta.properties in every log dir, the partition's -delete directory)",
+    )
+    p.add_argument(
+        "--lift-tombstone",
+        action="store_true",
+        help="lift the tombstone of --topic-id (a removal made in error): it may be tiered again (needs --yes)",
+    )
+    p.set_defaults(handler=cmd_delete_partition)
+
+    p = sub.add_parser("delete-records", help="apply a DeleteRecords to the remote tier (needs --yes)")
+    _add_selectors(p, required=True)
+    p.add_argument("--before-offset", type=int, required=True)
+    p.add_argument("--yes", action="store_true")
+    p.set_defaults(handler=cmd_delete_records)
+
+    p = sub.add_parser("segments", help="list a partition's remote segments")
+    _add_selectors(p, required=True)
+    p.set_defaults(handler=cmd_segments)
+
+    p = sub.add_parser(
+        "rebuild-indexes", help="rebuild a partition's remote segment indexes from the .log; repair what differs"
+    )
+    _add_selectors(p, required=True)
+    p.add_argument("--check-only", action="store_true", help="report what differs, repair nothing")
+    p.add_argument("--local", action="store_true", help="also check the broker's own segment indexes (read-only)")
+    p.set_defaults(handler=cmd_rebuild_indexes)
+
+    p = sub.add_parser("fetch", help="read records from the remote tier")
+    _add_selectors(p, required=True)
+    p.add_argument("--offset", type=int, required=True, help="first offset to read")
+    p.add_argument("--max-records", type=int, default=10, help="at most this many records (default 10)")
+    p.set_defaults(handler=cmd_fetch)
+
+    p = sub.add_parser("find-offset", help="the first remote record at or after a timestamp")
+    _add_selectors(p, required=True)
+    p.add_argument("--timestamp", type=int, required=True, help="milliseconds since the epoch")
+    p.add_argument("--from-offset", type=int, default=None, help="starting offset (default: the log start)")
+    p.set_defaults(handler=cmd_find_offset)
+
+    p = sub.add_parser("verify", help="check every finished remote segment against its manifest and metadata")
+    _add_selectors(p)
+    p.set_defaults(handler=cmd_verify)
+
+    p = sub.add_parser("restore", help="write a partition's remote tier back as a Kafka partition directory")
+    _add_selectors(p, required=True)
+    p.add_argument("--to", required=True, help="target log dir, not a broker's: <topic>-<partition> is made in it")
+    p.add_argument(
+        "--force", action="store_true", help="write into a target holding meta.properties or checkpoint files"
+    )
+    p.set_defaults(handler=cmd_restore)
+
+    p = sub.add_parser("db", help="metadata schema migrations")
+    p.register("action", "parsers", _SubcommandsWithGlobalOptions)
+    dbsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    up = dbsub.add_parser("upgrade", help="migrate the metadata schema to a revision (default head)")
+    up.add_argument("revision", nargs="?", default="head")
+    down = dbsub.add_parser("downgrade", help="migrate the metadata schema down to a revision")
+    down.add_argument("revision")
+    dbsub.add_parser("current", help="print the schema revision")
+    p.set_defaults(handler=cmd_db)
+
+    p = sub.add_parser("demo", help="build a demo log dir, start a local S3 endpoint, copy, print status")
+    p.add_argument("--dir", default="demo-run", help="where the demo's log dir, metadata and config go")
+    p.add_argument("--backend", choices=["s3", "filesystem"], default="s3")
+    p.add_argument("--no-spark", action="store_true", help="copy every topic in-process, without local Spark")
+    p.set_defaults(handler=cmd_demo)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "alembic", "werkzeug"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except TieringError as exc:
+        print(f"tiering: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("tiering: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:  # a file vanished or a disk failed under us: name it, no traceback
+        log.debug("%s failed", args.command, exc_info=True)
+        print(f"tiering: {args.command}: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as exc:  # a bug: still one line, the traceback with --verbose
+        log.debug("%s failed", args.command, exc_info=True)
+        print(
+            f"tiering: {args.command} failed unexpectedly: {type(exc).__name__}: {_one_line(exc)}"
+            + ("" if args.verbose else " (rerun with -v for the traceback)"),
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
