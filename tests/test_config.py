@@ -191,8 +191,7 @@ def test_yaml_alias_expansion_is_refused_in_bounded_memory(tmp_path: Path, bomb:
     """A config of a few hundred bytes whose aliases stand for billions of values is an error,
     found without expanding it: measured in a subprocess (peak RSS), with its address space
     capped so that a failure cannot take the machine's memory."""
-    import subprocess
-    import sys
+    from tests.memory import run_measured
 
     path = tmp_path / "tiering.yaml"
     path.write_text(BOMBS[bomb])
@@ -206,14 +205,9 @@ def test_yaml_alias_expansion_is_refused_in_bounded_memory(tmp_path: Path, bomb:
         "    load_config(sys.argv[1])\n"
         "except ConfigError as exc:\n"
         "    print(len(str(exc)))\n"
-        # This process's own peak (ru_maxrss would carry over the test runner's across exec).
-        "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120, cwd=Path.cwd()
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    message_length, peak_kib = (int(line) for line in out.stdout.split())
+    printed, peak_mib = run_measured(probe, str(path))
+    message_length, peak_kib = int(printed), peak_mib * 1024
     assert message_length < 1000
     assert peak_kib < 256 * 1024
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.memory import run_measured
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.files import CHECKPOINT_READ_LIMIT, read_regular
@@ -38,21 +37,11 @@ try:
     print("result", repr(eval(sys.argv[2])))
 except TieringError as exc:
     print("error", exc)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 
 
 def _run(partition: Path, expression: str) -> tuple[str, int]:
-    done = subprocess.run(
-        [sys.executable, "-c", _CHECK.format(limit=ADDRESS_SPACE_LIMIT), str(partition), expression],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    outcome, peak_mb = done.stdout.strip().rsplit("\n", 1)
-    return outcome, int(peak_mb)
+    return run_measured(_CHECK.format(limit=ADDRESS_SPACE_LIMIT), str(partition), expression, timeout=60)
 
 
 def _replace(path: Path, kind: str) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import struct
-import subprocess
-import sys
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 import snappy
 import zstandard
 
+from tests.memory import run_measured
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import (
     ATTR_CODEC_MASK,
@@ -106,21 +105,11 @@ except CorruptLogError as exc:
     print(exc)
 else:
     print("no error")
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 
 
 def _measure(mode: str, path: Path) -> tuple[str, int]:
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, mode, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    message, peak_mb = done.stdout.strip().rsplit("\n", 1)
-    return message, int(peak_mb)
+    return run_measured(_MEASURE, mode, str(path), timeout=300)
 
 
 def test_a_bomb_in_a_commit_marker_is_refused_by_the_lso_in_bounded_memory(make_writer, bomb) -> None:
