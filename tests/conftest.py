@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
@@ -60,8 +60,8 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def unavailable(what: str, exc: ServiceUnavailable) -> None:
-    """A missing server: a failure under CI, a skip on a user's machine."""
+def unavailable(what: str, exc: ServiceUnavailable | str) -> NoReturn:
+    """A missing server (or its binaries): a failure under CI, a skip on a user's machine."""
     reason = f"{what}: {exc}"
     if in_ci():
         pytest.fail(reason, pytrace=False)

