@@ -66,9 +66,6 @@ class ServiceUnavailable(RuntimeError):
     """A server the tests need could not be started or found; the message says why in one line."""
 
 
-#: The name earlier tests and callers use for PostgreSQL's case.
-PostgresUnavailable = ServiceUnavailable
-
 
 @dataclass(frozen=True)
 class StartedService:
@@ -125,15 +122,13 @@ def current_account() -> Account:
     return Account(pwd.getpwuid(os.geteuid()).pw_name)
 
 
-def server_account(*, create: bool = True) -> Account:
+def server_account() -> Account:
     """The current user, or as root the unprivileged ``tiering-test`` user (created if missing)."""
     if os.geteuid() != 0:
         return current_account()
     try:
         entry = pwd.getpwnam(TEST_ACCOUNT)
     except KeyError:
-        if not create:
-            raise ServiceUnavailable(f"running as root and there is no {TEST_ACCOUNT!r} OS user") from None
         useradd = shutil.which("useradd") or shutil.which("useradd", path="/usr/sbin:/sbin")
         if useradd is None:
             raise ServiceUnavailable(
