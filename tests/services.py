@@ -66,7 +66,6 @@ class ServiceUnavailable(RuntimeError):
     """A server the tests need could not be started or found; the message says why in one line."""
 
 
-
 @dataclass(frozen=True)
 class StartedService:
     """What the run started, for the summary line that names each server's port and binaries."""
