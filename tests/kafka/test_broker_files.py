@@ -144,3 +144,12 @@ def test_a_symlinked_broker_file_is_not_followed(make_writer, tmp_path: Path, na
     with pytest.raises(CorruptLogError, match="symbolic link") as caught:
         getattr(PartitionLog(w.path), expression)
     assert os.path.normpath(caught.value.path) == os.path.normpath(path)
+
+
+def test_a_meta_properties_that_is_a_fifo_is_no_evidence_and_never_hangs(tmp_path: Path) -> None:
+    """Removal reads every log dir's meta.properties as evidence: a FIFO there is refused at once."""
+    from tiering_core.kafka.log_dirs import LogDirError, read_log_dir_identity
+
+    os.mkfifo(tmp_path / "meta.properties")
+    with pytest.raises(LogDirError, match="meta.properties: at byte 0: is a FIFO"):
+        read_log_dir_identity(tmp_path)

@@ -16,8 +16,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from tiering_core.errors import TieringError
+from tiering_core.errors import CorruptLogError, TieringError
 from tiering_core.kafka.checkpoints import PARTITION_METADATA, read_partition_metadata
+from tiering_core.kafka.files import read_regular
 from tiering_core.kafka.topic import TopicPartition
 
 META_PROPERTIES = "meta.properties"
@@ -60,16 +61,15 @@ def read_log_dir_identity(log_dir: Path) -> LogDirIdentity:
     """The broker owning ``log_dir`` by its ``meta.properties``; LogDirError naming what is missing."""
     path = Path(log_dir) / META_PROPERTIES
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_META_PROPERTIES_BYTES + 1)
+        data = read_regular(path, MAX_META_PROPERTIES_BYTES, META_PROPERTIES)  # never a FIFO, a link or a huge file
     except FileNotFoundError:
         raise LogDirError(
             f"log dir {log_dir} has no {META_PROPERTIES}: not a live Kafka log dir (empty or unmounted?)"
         ) from None
+    except CorruptLogError as exc:
+        raise LogDirError(f"log dir {log_dir}: {exc}") from exc
     except OSError as exc:
         raise LogDirError(f"log dir {log_dir}: cannot read {META_PROPERTIES} ({exc.strerror or exc})") from exc
-    if len(data) > MAX_META_PROPERTIES_BYTES:
-        raise LogDirError(f"log dir {log_dir}: {META_PROPERTIES} is larger than {MAX_META_PROPERTIES_BYTES} bytes")
     props = parse_properties(data.decode("utf-8", errors="replace"))
     version = props.get("version")
     key = "broker.id" if version == "0" else "node.id"
