@@ -151,5 +151,5 @@ def test_a_meta_properties_that_is_a_fifo_is_no_evidence_and_never_hangs(tmp_pat
     from tiering_core.kafka.log_dirs import LogDirError, read_log_dir_identity
 
     os.mkfifo(tmp_path / "meta.properties")
-    with pytest.raises(LogDirError, match="meta.properties: at byte 0: is a FIFO"):
+    with pytest.raises(LogDirError, match=r"meta\.properties: at byte 0: is a FIFO"):
         read_log_dir_identity(tmp_path)
