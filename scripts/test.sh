@@ -8,6 +8,9 @@ export PATH="$VENV/bin:$PATH"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mypy
+# The real-Kafka tests run Apache Kafka from jars fetched once with Maven (or KAFKA_HOME's): fetch
+# them now, while the network is there; without them those tests say why they cannot run.
+echo "== kafka"; python -m tests.real_kafka.cluster fetch || true
 # Two test processes by default (the suite waits on servers and subprocesses as much as it computes);
 # TIERING_TEST_WORKERS=0 runs it in this process.
 workers=${TIERING_TEST_WORKERS:-2}

@@ -1,0 +1,457 @@
+"""A real Apache Kafka cluster for the tests: KRaft, 1 or 3 combined broker+controller nodes.
+
+The broker is the Apache Kafka release pinned in ``tests/real_kafka/pom.xml``. Its jars are
+fetched once with Maven (``mvn dependency:copy-dependencies``) into a cache outside the
+repository (``$TIERING_TEST_CACHE``, default ``~/.cache/tiering-test``); ``KAFKA_HOME`` names an
+existing Kafka distribution to run instead (its ``libs/``). Each node gets its own log dirs,
+listens on 127.0.0.1 and free ports, runs with a small heap, and is stopped when the cluster's
+context ends (also on failure; the parent-death signal stops it if the test process is killed).
+
+Settings are small on purpose: 1 MiB segments by default (``segment_bytes`` on a topic goes
+lower through Kafka's ``internal.segment.bytes``), index entries every 1 KiB, retention checks
+every second, so that a few MB written roll many segments and broker retention acts within a
+test. ``python -m tests.real_kafka.cluster fetch`` fills the cache (the test command does this
+before the tests run without network).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.services import (
+    STARTED,
+    ServerProcess,
+    ServiceUnavailable,
+    StartedService,
+    _last_line,
+    _stop_group,
+    current_account,
+    free_port,
+    port_answers,
+)
+
+POM = Path(__file__).with_name("pom.xml")
+FETCH_TIMEOUT = 900.0
+START_TIMEOUT = 90.0
+#: JVM options of every node: a small heap and a quick start (C1 only) on a small test machine.
+JVM_OPTIONS = (
+    "-Xmx384m",
+    "-Xms64m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+)
+#: Broker settings of every test cluster (a test's own settings override them).
+BROKER_SETTINGS: dict[str, str] = {
+    "num.partitions": "1",
+    "auto.create.topics.enable": "false",
+    "log.segment.bytes": str(1024 * 1024),  # Kafka's minimum; topics go lower (segment_bytes)
+    "log.index.interval.bytes": "1024",
+    "log.retention.check.interval.ms": "1000",
+    "log.initial.task.delay.ms": "0",
+    "log.flush.start.offset.checkpoint.interval.ms": "1000",
+    "replica.high.watermark.checkpoint.interval.ms": "1000",
+    "group.initial.rebalance.delay.ms": "0",
+    "min.insync.replicas": "1",
+    "transaction.state.log.min.isr": "1",
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.num.partitions": "1",
+    "controller.quorum.election.timeout.ms": "1000",
+    "controller.quorum.fetch.timeout.ms": "2000",
+    "broker.session.timeout.ms": "6000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "5000",
+}
+
+
+def kafka_version(pom: Path = POM) -> str:
+    """The Kafka version the pom pins (its ``kafka.version`` property)."""
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    found = ET.parse(pom).getroot().find("m:properties/m:kafka.version", ns)
+    if found is None or not found.text:
+        raise ServiceUnavailable(f"{pom} has no kafka.version property")
+    return found.text.strip()
+
+
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    return Path(env.get("TIERING_TEST_CACHE") or Path.home() / ".cache" / "tiering-test").expanduser()
+
+
+@dataclass(frozen=True)
+class KafkaDistribution:
+    """Where the broker's jars are, and which Kafka that is."""
+
+    libs: Path
+    version: str
+    source: str
+
+    @property
+    def classpath(self) -> str:
+        return f"{self.libs}/*"
+
+    def java(self, main: str, *args: str, jvm: tuple[str, ...] = ("-Xmx256m",)) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise ServiceUnavailable("cannot run Kafka: java is not on PATH (Java 17 is needed)")
+        return [java, *jvm, "-cp", self.classpath, main, *args]
+
+
+def _pom_digest(pom: Path) -> str:
+    return hashlib.sha256(pom.read_bytes()).hexdigest()
+
+
+def fetch_jars(pom: Path = POM, *, environ: Mapping[str, str] | None = None) -> KafkaDistribution:
+    """The pinned Kafka's jars in the cache, fetched with Maven the first time (one fetch at a
+    time; a finished fetch is marked with the pom's digest, so a changed pom fetches again)."""
+    version = kafka_version(pom)
+    home = cache_root(environ) / f"kafka-{version}"
+    libs = home / "libs"
+    marker = home / "fetched"
+    digest = _pom_digest(pom)
+    source = f"Maven Central jars (cached in {home})"
+    if marker.is_file() and marker.read_text().strip() == digest:
+        return KafkaDistribution(libs, version, source)
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ServiceUnavailable(f"cannot fetch Kafka {version}: mvn is not on PATH (or set KAFKA_HOME)")
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.is_file() and marker.read_text().strip() == digest:
+            return KafkaDistribution(libs, version, source)
+        staging = Path(tempfile.mkdtemp(prefix="libs-", dir=home))
+        try:
+            proc = subprocess.run(
+                [
+                    mvn,
+                    "-q",
+                    "-B",
+                    "-f",
+                    str(pom),
+                    "dependency:copy-dependencies",
+                    f"-DoutputDirectory={staging}",
+                    "-DincludeScope=runtime",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=FETCH_TIMEOUT,
+            )
+            if proc.returncode != 0:
+                raise ServiceUnavailable(
+                    f"mvn could not fetch Kafka {version}: {_last_line(proc.stdout + proc.stderr)}"
+                )
+            if not any(staging.glob(f"kafka_2.13-{version}.jar")):
+                raise ServiceUnavailable(f"mvn fetched no kafka_2.13-{version}.jar into {staging}")
+            if libs.exists():
+                shutil.rmtree(libs)
+            staging.rename(libs)
+            marker.write_text(digest + "\n")
+        except subprocess.TimeoutExpired as exc:
+            raise ServiceUnavailable(f"mvn did not fetch Kafka {version} within {FETCH_TIMEOUT:.0f} s") from exc
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return KafkaDistribution(libs, version, source)
+
+
+def kafka_distribution(*, environ: Mapping[str, str] | None = None) -> KafkaDistribution:
+    """``KAFKA_HOME``'s Kafka when set, else the pinned one from the cache (fetched if missing)."""
+    env = os.environ if environ is None else environ
+    home = env.get("KAFKA_HOME")
+    if not home:
+        return fetch_jars(environ=env)
+    libs = Path(home) / "libs"
+    jars = sorted(libs.glob("kafka_2.13-*.jar"))
+    if not jars:
+        raise ServiceUnavailable(f"KAFKA_HOME={home} has no libs/kafka_2.13-*.jar: not a Kafka distribution")
+    match = re.match(r"kafka_2\.13-(.+)\.jar$", jars[0].name)
+    version = match.group(1) if match else "unknown"
+    return KafkaDistribution(libs, version, f"KAFKA_HOME ({home})")
+
+
+@dataclass
+class KafkaNode:
+    """One combined broker+controller node: its ports, log dirs and process (None: stopped)."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    log_dirs: tuple[Path, ...]
+    properties: Path
+    log: Path
+    process: ServerProcess | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and not self.process.exited()
+
+
+@dataclass
+class KafkaCluster:
+    """A running KRaft cluster: its nodes, and real clients (kafka-python) for it."""
+
+    distribution: KafkaDistribution
+    work: Path
+    cluster_id: str
+    nodes: dict[int, KafkaNode] = field(default_factory=dict)
+    _admins: list[Any] = field(default_factory=list)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes.values() if node.running)
+
+    # -- processes ------------------------------------------------------------------------
+
+    def start_node(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if node.running:
+            return
+        args = self.distribution.java("kafka.Kafka", str(node.properties), jvm=JVM_OPTIONS)
+        node.process = ServerProcess.start(
+            f"Kafka node {node_id}",
+            args,
+            log=node.log,
+            account=current_account(),  # the platform reads what the broker writes, as the tests do
+            env={**os.environ, "KAFKA_HEAP_OPTS": "-Xmx384m"},
+            cwd=self.work,
+        )
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Until every running node listens and the cluster reports them all as brokers."""
+        running = [node for node in self.nodes.values() if node.running]
+        for node in running:
+            assert node.process is not None
+            node.process.wait_until(lambda node=node: port_answers("127.0.0.1", node.port), timeout)
+        wanted = {node.node_id for node in running}
+        deadline = time.monotonic() + timeout
+        seen: set[int] = set()
+        while time.monotonic() < deadline:
+            with suppress(Exception):
+                seen = self.live_brokers()
+                if wanted <= seen:
+                    return
+            time.sleep(0.2)
+        raise ServiceUnavailable(f"Kafka nodes {sorted(wanted - seen)} did not join within {timeout:.0f} s")
+
+    def live_brokers(self) -> set[int]:
+        admin = self.admin()
+        return {int(b["broker_id"]) for b in admin.describe_cluster()["brokers"]}
+
+    def stop_node(self, node_id: int, *, kill: bool = False) -> None:
+        """Stop one node: a controlled shutdown (SIGTERM), or SIGKILL with ``kill``."""
+        node = self.nodes[node_id]
+        if node.process is None:
+            return
+        self._close_admins()
+        if kill:
+            _stop_group(node.process.proc.pid, signal.SIGKILL)
+            node.process.proc.wait(timeout=30)
+        else:
+            node.process.stop()
+        node.process = None
+
+    def stop(self) -> None:
+        """Stop every node at once (the data is thrown away: no controlled shutdown needed)."""
+        self._close_admins()
+        for node in self.nodes.values():
+            if node.process is not None:
+                _stop_group(node.process.proc.pid, signal.SIGKILL)
+                with suppress(subprocess.TimeoutExpired):
+                    node.process.proc.wait(timeout=30)
+                node.process = None
+
+    # -- clients --------------------------------------------------------------------------
+
+    def admin(self) -> Any:
+        """A kafka-python admin client for the running nodes (closed with the cluster)."""
+        from kafka.admin import KafkaAdminClient
+
+        if not self._admins:
+            self._admins.append(KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=15000))
+        return self._admins[0]
+
+    def _close_admins(self) -> None:
+        for admin in self._admins:
+            with suppress(Exception):
+                admin.close()
+        self._admins.clear()
+
+    def producer(self, **config: Any) -> Any:
+        from kafka import KafkaProducer
+
+        return KafkaProducer(bootstrap_servers=self.bootstrap_servers, **config)
+
+    def consumer(self, **config: Any) -> Any:
+        from kafka import KafkaConsumer
+
+        return KafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False, **config)
+
+    def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        segment_bytes: int | None = None,
+        configs: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create a topic and wait until every partition has a leader; returns its topic id.
+
+        ``segment_bytes`` below Kafka's 1 MiB minimum goes through ``internal.segment.bytes``,
+        the topic config Kafka keeps for exactly this (small segments in tests)."""
+        from kafka.admin import NewTopic
+
+        topic_configs = dict(configs or {})
+        if segment_bytes is not None:
+            key = "segment.bytes" if segment_bytes >= 1024 * 1024 else "internal.segment.bytes"
+            topic_configs[key] = str(segment_bytes)
+        self.admin().create_topics([NewTopic(name, partitions, replication_factor, topic_configs=topic_configs)])
+        deadline = time.monotonic() + 30
+        while True:
+            described = self.admin().describe_topics([name])[0]
+            parts = described.get("partitions") or []
+            if len(parts) == partitions and all(p["leader_id"] >= 0 for p in parts):
+                return str(uuid.UUID(str(described["topic_id"])))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {name} has no leader for every partition: {described}")
+            time.sleep(0.1)
+
+    def leader(self, topic: str, partition: int) -> int:
+        described = self.admin().describe_topics([topic])[0]
+        for p in described["partitions"]:
+            if p["partition_index"] == partition:
+                return int(p["leader_id"])
+        raise AssertionError(f"{topic}-{partition} is not in {described}")
+
+    def partition_dir(self, node_id: int, topic: str, partition: int) -> Path:
+        """The node's directory of ``topic-partition`` (in whichever of its log dirs holds it)."""
+        node = self.nodes[node_id]
+        for log_dir in node.log_dirs:
+            path = log_dir / f"{topic}-{partition}"
+            if path.is_dir():
+                return path
+        raise FileNotFoundError(f"node {node_id} holds no {topic}-{partition} in {node.log_dirs}")
+
+    def wait_until(self, what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(0.2)
+
+
+def _properties(settings: Mapping[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+@contextmanager
+def kafka_cluster(
+    nodes: int = 1,
+    *,
+    log_dirs_per_node: int = 1,
+    settings: Mapping[str, str] | None = None,
+    distribution: KafkaDistribution | None = None,
+    prefix: str = "tiering-kafka-",
+) -> Iterator[KafkaCluster]:
+    """Format KRaft storage for ``nodes`` combined nodes, start them, yield the running cluster,
+    and stop every node afterwards (also when the body raised)."""
+    dist = distribution or kafka_distribution()
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    cluster = KafkaCluster(dist, work, _random_cluster_id(dist, work))
+    try:
+        ports = {i: (free_port(), free_port()) for i in range(1, nodes + 1)}
+        voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in ports.items())
+        replicas = str(min(nodes, 3))
+        for i, (port, controller_port) in ports.items():
+            node_dir = work / f"node-{i}"
+            log_dirs = tuple(node_dir / f"logs-{d}" for d in range(1, log_dirs_per_node + 1))
+            props = {
+                "process.roles": "broker,controller",
+                "node.id": str(i),
+                "controller.quorum.voters": voters,
+                "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "controller.listener.names": "CONTROLLER",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "log.dirs": ",".join(str(d) for d in log_dirs),
+                "offsets.topic.replication.factor": replicas,
+                "transaction.state.log.replication.factor": replicas,
+                "default.replication.factor": "1",
+                **BROKER_SETTINGS,
+                **(settings or {}),
+            }
+            node_dir.mkdir(parents=True)
+            properties = node_dir / "server.properties"
+            properties.write_text(_properties(props))
+            _format_storage(dist, cluster.cluster_id, properties, node_dir / "format.log")
+            cluster.nodes[i] = KafkaNode(i, port, controller_port, log_dirs, properties, node_dir / "kafka.log")
+        for i in cluster.nodes:
+            cluster.start_node(i)
+        cluster.wait_ready()
+        STARTED.append(
+            StartedService(
+                f"Kafka {dist.version} ({nodes} KRaft node{'s' * (nodes > 1)})", cluster.bootstrap_servers, dist.source
+            )
+        )
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _random_cluster_id(dist: KafkaDistribution, work: Path) -> str:
+    proc = subprocess.run(
+        dist.java("kafka.tools.StorageTool", "random-uuid"), capture_output=True, text=True, cwd=work, timeout=120
+    )
+    if proc.returncode != 0:
+        raise ServiceUnavailable(f"kafka-storage random-uuid failed: {_last_line(proc.stdout + proc.stderr)}")
+    return _last_line(proc.stdout)
+
+
+def _format_storage(dist: KafkaDistribution, cluster_id: str, properties: Path, log: Path) -> None:
+    proc = subprocess.run(
+        dist.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise ServiceUnavailable(f"kafka-storage format failed: {_last_line(proc.stdout + proc.stderr)}")
+
+
+def main(argv: list[str]) -> int:
+    """``fetch``: fill the jar cache (or check KAFKA_HOME) and say which Kafka the tests will run."""
+    if argv != ["fetch"]:
+        print("usage: python -m tests.real_kafka.cluster fetch", file=sys.stderr)
+        return 2
+    try:
+        dist = kafka_distribution()
+    except ServiceUnavailable as exc:
+        print(f"Kafka for the tests: unavailable: {exc}", file=sys.stderr)
+        return 1
+    print(f"Kafka for the tests: {dist.version} from {dist.source}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
