@@ -125,6 +125,21 @@ def test_producer_fields_and_sequences(make_writer) -> None:
         w.commit(99)
 
 
+def test_a_producer_is_in_no_snapshot_before_its_first_batch(make_writer) -> None:
+    """As on a real broker: the batch that rolls the segment is appended after the roll's snapshot,
+    so a producer whose first batch that is (or who only began a transaction) is not in it."""
+    w = make_writer(segment_bytes=400)
+    w.append([(b"k", b"v" * 100)], producer_id=1, producer_epoch=0)
+    w.begin_transaction(2, producer_epoch=4)
+    while w.segment_bases() == [0]:
+        w.append([(b"k", b"v" * 100)], producer_id=3, producer_epoch=0)
+    roll = w.segment_bases()[1]
+    named = [e.producer_id for e in read_producer_snapshot(w.path / f"{roll:020d}.snapshot")]
+    assert 2 not in named and named[0] == 1
+    w.append([(b"t", b"x")], producer_id=2)
+    assert [h.producer_epoch for h in iter_batch_headers(w.active_log_path)][-1] == 4
+
+
 def test_roll_closes_the_segment_like_a_broker(make_writer) -> None:
     w = make_writer(segment_bytes=10**9, index_interval_bytes=100, preallocate_index_bytes=1200)
     w.begin_transaction(3)

@@ -147,6 +147,7 @@ class PartitionWriter:
         self.epochs = LeaderEpochCache()
         self.state = ProducerStateTracker()  # every producer id's state and the open transactions
         self.in_transaction: set[int] = set()
+        self._transaction_epochs: dict[int, int] = {}  # begin_transaction's epoch, until the first batch
         self._new_segment(0)
         self.become_leader(initial_epoch)
 
@@ -275,8 +276,9 @@ class PartitionWriter:
         base = self.next_offset
         epoch, sequence = -1, NO_SEQUENCE
         if producer_id >= 0:
-            producer = self.state.producer(producer_id, producer_epoch)
-            epoch, sequence = producer.epoch, producer.last_sequence + 1
+            if producer_epoch < 0:
+                producer_epoch = self._transaction_epochs.get(producer_id, -1)
+            epoch, sequence = self.state.next_batch(producer_id, producer_epoch)
         header = self._append_batch(
             encode_batch(
                 specs,
@@ -318,7 +320,7 @@ class PartitionWriter:
         """Later appends of ``producer_id`` are transactional; the transaction starts with the first one."""
         if producer_id < 0:
             raise ValueError("a transaction needs a producer id")
-        self.state.producer(producer_id, producer_epoch)
+        self._transaction_epochs[producer_id] = producer_epoch  # state comes with the first batch
         self.in_transaction.add(producer_id)
 
     def _end_transaction(self, producer_id: int, kind: ControlRecordType, coordinator_epoch: int) -> int:

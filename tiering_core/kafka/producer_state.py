@@ -81,6 +81,17 @@ class ProducerStateTracker:
             state.last_sequence = NO_SEQUENCE
         return state
 
+    def next_batch(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
+        """(epoch, base sequence) of the producer's next batch, without creating its state: a
+        broker holds no entry for a producer until a batch of it is appended (a snapshot taken at
+        a roll just before a new producer's first batch does not name it)."""
+        state = self.producers.get(producer_id)
+        if state is None:
+            return max(producer_epoch, 0), 0
+        if producer_epoch > state.epoch:
+            return producer_epoch, 0
+        return state.epoch, state.last_sequence + 1
+
     def on_data_batch(self, header: RecordBatchHeader) -> None:
         """``ProducerAppendInfo.append`` for a data batch (batches without a producer id are ignored)."""
         if not header.has_producer_id:
