@@ -370,11 +370,17 @@ def kafka_cluster(
     settings: Mapping[str, str] | None = None,
     distribution: KafkaDistribution | None = None,
     prefix: str = "tiering-kafka-",
+    keep_in: Path | None = None,
 ) -> Iterator[KafkaCluster]:
     """Format KRaft storage for ``nodes`` combined nodes, start them, yield the running cluster,
-    and stop every node afterwards (also when the body raised)."""
+    and stop every node afterwards (also when the body raised). The nodes' directories are thrown
+    away, unless ``keep_in`` (a new, empty directory) names where they go."""
     dist = distribution or kafka_distribution()
-    work = Path(tempfile.mkdtemp(prefix=prefix))
+    if keep_in is not None:
+        keep_in.mkdir(parents=True, exist_ok=True)
+        if any(keep_in.iterdir()):
+            raise ServiceUnavailable(f"{keep_in} is not empty: a local cluster needs a new directory")
+    work = keep_in if keep_in is not None else Path(tempfile.mkdtemp(prefix=prefix))
     cluster = KafkaCluster(dist, work, _random_cluster_id(dist, work))
     try:
         ports = {i: (free_port(), free_port()) for i in range(1, nodes + 1)}
@@ -415,7 +421,8 @@ def kafka_cluster(
         yield cluster
     finally:
         cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        if keep_in is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _random_cluster_id(dist: KafkaDistribution, work: Path) -> str:
@@ -439,12 +446,52 @@ def _format_storage(dist: KafkaDistribution, cluster_id: str, properties: Path, 
         raise ServiceUnavailable(f"kafka-storage format failed: {_last_line(proc.stdout + proc.stderr)}")
 
 
+LOCAL_TOPIC = "events"
+
+
+def serve(directory: Path, nodes: int, records: int) -> None:
+    """Run a local cluster in ``directory`` until interrupted, with a topic ``events`` holding
+    ``records`` records and a platform config beside node 1 (SQLite, a filesystem tier)."""
+    with kafka_cluster(nodes, keep_in=directory) as cluster:
+        cluster.create_topic(LOCAL_TOPIC, partitions=2, replication_factor=min(nodes, 3), segment_bytes=64 * 1024)
+        producer = cluster.producer(linger_ms=5)
+        for i in range(records):
+            producer.send(LOCAL_TOPIC, key=f"key-{i}".encode(), value=f"event {i}".encode() * 8)
+        producer.flush()
+        producer.close()
+        config = directory / "tiering.yaml"
+        config.write_text(
+            "log_dirs: [" + ", ".join(str(d) for d in cluster.nodes[1].log_dirs) + "]\n"
+            f"metadata: {{url: 'sqlite:///{directory / 'metadata.db'}'}}\n"
+            f"remote: {{backend: filesystem, root: {directory / 'tier'}}}\n"
+            f"kafka: {{bootstrap_servers: '{cluster.bootstrap_servers}'}}\n"
+            "topics: {'*': {remote.storage.enable: true}}\n"
+        )
+        print(f"Kafka {cluster.distribution.version}: {nodes} node(s) at {cluster.bootstrap_servers}", flush=True)
+        print(f"topic {LOCAL_TOPIC!r}: {records} records; platform config: {config}", flush=True)
+        print("Ctrl-C stops the cluster (its directory stays).", flush=True)
+        with suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str]) -> int:
-    """``fetch``: fill the jar cache (or check KAFKA_HOME) and say which Kafka the tests will run."""
-    if argv != ["fetch"]:
-        print("usage: python -m tests.real_kafka.cluster fetch", file=sys.stderr)
+    """``fetch``: fill the jar cache (or check KAFKA_HOME) and say which Kafka the tests will run;
+    ``serve DIR [NODES [RECORDS]]``: a local cluster to run the platform against."""
+    if not argv or argv[0] not in ("fetch", "serve") or (argv[0] == "serve" and not 2 <= len(argv) <= 4):
+        print("usage: python -m tests.real_kafka.cluster fetch | serve DIR [NODES [RECORDS]]", file=sys.stderr)
         return 2
     try:
+        if argv[0] == "serve":
+            signal.signal(signal.SIGTERM, _interrupt)
+            serve(
+                Path(argv[1]).resolve(), int(argv[2]) if len(argv) > 2 else 1, int(argv[3]) if len(argv) > 3 else 20000
+            )
+            return 0
         dist = kafka_distribution()
     except ServiceUnavailable as exc:
         print(f"Kafka for the tests: unavailable: {exc}", file=sys.stderr)
