@@ -23,7 +23,7 @@ from tests.runs.test_retention import (
     snapshot_state,
     twin_of,
 )
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.demo.writer import PartitionWriter, write_meta_properties
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
@@ -389,6 +389,25 @@ def test_a_partition_missing_without_its_delete_trace_is_no_evidence(fs_env: Tie
         trace = w.delete()
         (trace / "partition.metadata").write_text("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n")
     refused_without_evidence(fs_env, w, f"no positive evidence that topic id {w.topic_id} was deleted")
+
+
+def test_a_partition_moving_between_the_brokers_log_dirs_is_live(fs_env: TieringEnv) -> None:
+    """A log-dir move ends by renaming the current directory ``-delete`` (the same trace a deletion
+    leaves) and the ``-future`` copy to the partition's name: between the two renames the partition
+    is only a ``-future`` directory, and it is live."""
+    w = tiered_partition(fs_env)
+    second = fs_env.root / "disk2"
+    second.mkdir()
+    write_meta_properties(second)
+    future = second / f"{w.tp}.{uuid.uuid4().hex}-future"
+    shutil.copytree(w.path, future)
+    w.delete()
+    use_log_dirs(fs_env, fs_env.log_dir, second)
+    before = snapshot_state(fs_env, tip_of(w))
+    with fs_env.context() as ctx:
+        with pytest.raises(RemovalRefusedError, match=f"topic id {w.topic_id} in {future}"):
+            delete_partition(ctx, w.tp)
+    assert snapshot_state(fs_env, tip_of(w)) == before
 
 
 def test_log_dirs_of_two_brokers_are_no_evidence(fs_env: TieringEnv) -> None:

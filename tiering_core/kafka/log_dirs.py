@@ -26,7 +26,8 @@ DELETE_DIR_SUFFIX = "-delete"
 MAX_DIR_NAME = 255
 MAX_META_PROPERTIES_BYTES = 64 * 1024
 
-_DELETE_DIR = re.compile(r"(?P<topic>.*)-(?P<partition>0|[1-9][0-9]*)\.(?P<uid>[0-9a-f]{32})-delete")
+FUTURE_DIR_SUFFIX = "-future"
+_TRACE_DIR = re.compile(r"(?P<topic>.*)-(?P<partition>0|[1-9][0-9]*)\.(?P<uid>[0-9a-f]{32})(?P<suffix>-delete|-future)")
 
 
 class LogDirError(TieringError):
@@ -97,14 +98,26 @@ def deleted_topic_ids(log_dir: Path, tp: TopicPartition) -> dict[str, Path]:
     """Topic id -> ``-delete`` directory, of ``tp``'s deleted directories still in ``log_dir``
     (the topic id is read from the ``partition.metadata`` each still holds; one without a readable
     topic id proves nothing and is left out)."""
+    return _renamed_topic_ids(log_dir, tp, DELETE_DIR_SUFFIX)
+
+
+def future_topic_ids(log_dir: Path, tp: TopicPartition) -> dict[str, Path]:
+    """Topic id -> ``-future`` directory: ``tp`` being moved into ``log_dir`` from another log dir
+    of the broker (``LocalLog.logFutureDirName``). The move ends by renaming the current directory
+    to ``-delete`` and this one to the partition's name, so for a moment the partition is only
+    here: a partition with a ``-future`` directory is live, whatever ``-delete`` trace it left."""
+    return _renamed_topic_ids(log_dir, tp, FUTURE_DIR_SUFFIX)
+
+
+def _renamed_topic_ids(log_dir: Path, tp: TopicPartition, suffix: str) -> dict[str, Path]:
     found: dict[str, Path] = {}
     try:
         entries = sorted(Path(log_dir).iterdir())
     except OSError:
         return found
     for entry in entries:
-        match = _DELETE_DIR.fullmatch(entry.name)
-        if match is None or int(match.group("partition")) != tp.partition:
+        match = _TRACE_DIR.fullmatch(entry.name)
+        if match is None or match.group("suffix") != suffix or int(match.group("partition")) != tp.partition:
             continue
         if not (match.group("topic") and tp.topic.startswith(match.group("topic"))):
             continue

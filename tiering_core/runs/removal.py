@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import InvalidTopicError, TieringError
-from tiering_core.kafka.log_dirs import DELETE_DIR_SUFFIX, LogDirError, deleted_topic_ids, read_log_dir_identity
+from tiering_core.kafka.log_dirs import (
+    DELETE_DIR_SUFFIX,
+    LogDirError,
+    deleted_topic_ids,
+    future_topic_ids,
+    read_log_dir_identity,
+)
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, validate_topic_name
 from tiering_core.metadata.errors import FencedError, LeaseHeldError, MetadataStoreError
 from tiering_core.metadata.states import RemotePartitionDeleteState
@@ -86,7 +92,8 @@ class RemovalResult:
 
 
 def broker_topic_ids(ctx: TieringContext, tp: TopicPartition) -> dict[str, str]:
-    """Topic id -> partition directory, of ``tp`` in the broker's log dirs (from partition.metadata).
+    """Topic id -> partition directory, of ``tp`` in the broker's log dirs (from partition.metadata),
+    also while the broker moves it between its log dirs (``-future``).
 
     A directory whose topic id cannot be read refuses the removal: the remote data may be its.
     """
@@ -107,6 +114,9 @@ def broker_topic_ids(ctx: TieringContext, tp: TopicPartition) -> dict[str, str]:
                 f"{tp}: cannot tell which topic id the broker holds in {partition_log.path} ({exc}); "
                 "name the topic id to remove"
             ) from exc
+    for log_dir in ctx.config.log_dirs:  # a partition moving between log dirs is live (its -future dir)
+        for topic_id, path in future_topic_ids(log_dir, tp).items():
+            found.setdefault(topic_id, str(path))
     return found
 
 
