@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_kafka.cluster import KafkaCluster, KafkaDistribution, kafka_version
+from tests.real_kafka.cluster import KafkaCluster, KafkaDistribution, kafka_cluster, kafka_distribution, kafka_version
 from tests.real_kafka.support import consume
+from tests.services import ServiceUnavailable
 from tiering_core.kafka.log_dirs import read_log_dir_identity
 from tiering_core.kafka.partition_log import PartitionLog
 
@@ -66,3 +67,21 @@ def test_a_killed_test_process_leaves_no_broker(kafka_dist: KafkaDistribution, t
         time.sleep(0.1)
     else:
         pytest.fail(f"Kafka node {pid} outlived the killed test process")
+
+
+def test_kafka_home_runs_an_existing_distribution(kafka_dist: KafkaDistribution, tmp_path: Path) -> None:
+    """``KAFKA_HOME`` names a Kafka distribution (its ``libs/``) to run instead of the cached jars."""
+    home = tmp_path / "kafka_2.13-dist"
+    home.mkdir()
+    (home / "libs").symlink_to(kafka_dist.libs, target_is_directory=True)
+    dist = kafka_distribution(environ={"KAFKA_HOME": str(home)})
+    assert (dist.version, dist.source) == (kafka_dist.version, f"KAFKA_HOME ({home})")
+    with kafka_cluster(1, distribution=dist) as cluster:
+        cluster.create_topic("from-kafka-home")
+        assert cluster.live_brokers() == {1}
+
+
+def test_kafka_home_without_the_broker_jar_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "libs").mkdir()
+    with pytest.raises(ServiceUnavailable, match="not a Kafka distribution"):
+        kafka_distribution(environ={"KAFKA_HOME": str(tmp_path)})
