@@ -1,0 +1,138 @@
+"""Reads at a consumer's isolation levels: read_committed drops the batches of aborted transactions,
+whose ABORT marker (and so the txn index entry) may lie in a later segment, or not be tiered yet."""
+
+from __future__ import annotations
+
+from tests.engine_support import TieringEnv
+from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.batch import RecordBatchHeader
+from tiering_core.kafka.index import AbortedTxn, collect_aborted_txns, read_txn_index
+from tiering_core.kafka.records import Record, iter_batches
+from tiering_core.read.reader import IsolationLevel, open_reader
+from tiering_core.runs.copy import run_copy
+
+COMMITTED = IsolationLevel.READ_COMMITTED
+
+
+def rows(n: int, tag: str) -> list[tuple[bytes, bytes]]:
+    return [(f"{tag}-{i}".encode(), f"value-{tag}-{i}".encode()) for i in range(n)]
+
+
+def build(env: TieringEnv) -> PartitionWriter:
+    """Segment 0: an aborted transaction (7) whose marker is in segment 1, a committed one (8)
+    interleaved with it; segment 2: producer 9's aborted transaction whose marker lies in the
+    active segment (never tiered); plain and idempotent records throughout."""
+    w = env.writer("orders", 0)
+    w.append(rows(3, "plain"))
+    w.begin_transaction(7, 0)
+    w.begin_transaction(8, 0)
+    w.append(rows(4, "abort7"), producer_id=7)
+    w.append(rows(2, "commit8"), producer_id=8)
+    w.append(rows(2, "idem"), producer_id=11, producer_epoch=0)
+    w.roll()  # producer 7's transaction spans the roll
+    w.append(rows(3, "abort7"), producer_id=7)
+    w.commit(8)
+    w.abort(7)
+    w.append(rows(2, "plain"))
+    w.roll()
+    w.begin_transaction(9, 0)
+    w.append(rows(5, "abort9"), producer_id=9)
+    w.append(rows(2, "plain"))
+    w.roll()
+    w.abort(9)  # in the active segment: the local .txnindex is the only record of it
+    w.append(rows(1, "plain"))
+    w.set_high_watermark()
+    return w
+
+
+def consumer_view(w: PartitionWriter, committed: bool) -> list[Record]:
+    """What a consumer reads from the broker's closed segments: every txn index entry of the
+    partition, then each batch judged on its own (control batches never returned)."""
+    logs = sorted(w.path.glob("*.log"))
+    aborted = [t for path in sorted(w.path.glob("*.txnindex")) for t in read_txn_index(path)]
+
+    def dropped(h: RecordBatchHeader) -> bool:
+        return (
+            committed
+            and h.is_transactional
+            and any(
+                t.producer_id == h.producer_id and t.first_offset <= h.base_offset <= t.last_offset for t in aborted
+            )
+        )
+
+    return [
+        r
+        for path in logs[:-1]
+        for h, records in iter_batches(path)
+        if not h.is_control and not dropped(h)
+        for r in records
+    ]
+
+
+def test_read_committed_drops_aborted_transactions_spanning_segments_and_untiered_markers(
+    tiering_env: TieringEnv,
+) -> None:
+    w = build(tiering_env)
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        reader = open_reader(ctx, w.tp)
+        top = reader.highest_offset
+        committed = reader.read(0, 1000, COMMITTED)
+        uncommitted = reader.read(0, 1000)
+    keys = [r.key for r in committed]
+    assert not [k for k in keys if k and k.startswith(b"abort")]
+    assert keys.count(b"commit8-0") == 1 and keys.count(b"idem-1") == 1 and keys.count(b"plain-1") == 3
+    assert sum(1 for r in uncommitted if r.key and r.key.startswith(b"abort")) == 4 + 3 + 5
+    assert top == consumer_view(w, False)[-1].offset  # the segment holding producer 9's data was tiered
+    for got, committed_view in ((committed, True), (uncommitted, False)):
+        assert [(r.offset, r.key, r.value) for r in got] == [
+            (r.offset, r.key, r.value) for r in consumer_view(w, committed_view)
+        ]
+
+
+def test_read_committed_from_any_offset_and_in_small_reads(tiering_env: TieringEnv) -> None:
+    w = build(tiering_env)
+    want = consumer_view(w, True)
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        reader = open_reader(ctx, w.tp)
+        for start in range(reader.highest_offset + 1):
+            got = reader.read(start, 2, COMMITTED)
+            assert [r.offset for r in got] == [r.offset for r in want if r.offset >= start][:2], start
+
+
+def test_a_small_read_fetches_only_the_txn_indexes_it_needs(tiering_env: TieringEnv) -> None:
+    """Kafka's stop rule: the marker entry of segment 1 has a last stable offset past segment 0,
+    so the txn indexes of later segments (each with an abort of its own) are never fetched."""
+    w = tiering_env.writer("orders", 0)
+    w.begin_transaction(7, 0)
+    w.append(rows(3, "abort7"), producer_id=7)
+    w.append(rows(3, "plain"))
+    w.roll()
+    w.abort(7)
+    for n in range(3):
+        w.append(rows(2, "plain"))
+        w.roll()
+        w.begin_transaction(20 + n, 0)
+        w.append(rows(2, f"abort{20 + n}"), producer_id=20 + n)
+        w.abort(20 + n)
+    w.roll()
+    w.append(rows(1, "plain"))
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        reader = open_reader(ctx, w.tp)
+        got = reader.read(0, 2, COMMITTED)
+        fetched = [name for name in reader.cache._sizes if name.endswith(".txnindex")]
+        assert [r.key for r in got] == [b"plain-0", b"plain-1"]
+        assert len(fetched) == 1, fetched
+        every = reader.read(0, 100, COMMITTED)
+    assert [r.key for r in every if r.key and r.key.startswith(b"abort")] == []
+
+
+def test_collect_aborted_txns_stops_at_an_entry_whose_lso_reaches_the_range_end() -> None:
+    entries = [AbortedTxn(1, 0, 10, 5), AbortedTxn(2, 5, 12, 13), AbortedTxn(3, 14, 20, 21)]
+    result = collect_aborted_txns(entries, 0, 13)
+    assert result.aborted == tuple(entries[:2]) and result.is_complete
+    result = collect_aborted_txns(entries, 11, 30)
+    assert result.aborted == tuple(entries[1:]) and not result.is_complete
