@@ -1,5 +1,6 @@
-"""Reads at a consumer's isolation levels: read_committed drops the batches of aborted transactions,
-whose ABORT marker (and so the txn index entry) may lie in a later segment, or not be tiered yet."""
+"""Reads across transactions. At read_committed the batches of aborted transactions are dropped,
+whose ABORT marker (and so the txn index entry) may lie in a later segment, or not be tiered yet;
+offsets by timestamp count transaction markers, as Kafka's do."""
 
 from __future__ import annotations
 
@@ -136,3 +137,26 @@ def test_collect_aborted_txns_stops_at_an_entry_whose_lso_reaches_the_range_end(
     assert result.aborted == tuple(entries[:2]) and result.is_complete
     result = collect_aborted_txns(entries, 11, 30)
     assert result.aborted == tuple(entries[1:]) and not result.is_complete
+
+
+def test_find_offset_counts_transaction_markers_as_kafka_does(tiering_env: TieringEnv) -> None:
+    """Kafka's ``searchForTimestamp`` does not skip control records: a marker stamped later than a
+    following data record is the first record at or after a timestamp between the two."""
+    now = [1_000]
+    w = tiering_env.writer("orders", 0, clock=lambda: now[0])
+    w.begin_transaction(7, 0)
+    w.append(rows(2, "txn"), producer_id=7)  # stamped 1000
+    now[0] = 2_000
+    marker = w.commit(7)  # stamped 2000
+    w.append(rows(2, "late"), timestamp=1_500)  # a producer's older timestamp, after the marker
+    w.roll()
+    w.append(rows(1, "plain"))
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        reader = open_reader(ctx, w.tp)
+        found = reader.offset_for_timestamp(1_200)
+        assert found is not None and (found.offset, found.timestamp) == (marker, 2_000)
+        found = reader.offset_for_timestamp(1_000)
+        assert found is not None and (found.offset, found.timestamp) == (0, 1_000)
+        assert [r.key for r in reader.read(marker, 1, COMMITTED)] == [b"late-0"]  # a consumer reads on from there

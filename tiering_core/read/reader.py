@@ -18,6 +18,8 @@ log start offset up to the highest copied offset; what lies above is the broker'
 - By timestamp: from the starting offset on, the first served segment whose max timestamp
   reaches the target, seeked through its time index then its offset index; the first record
   with timestamp >= target (and offset >= the starting offset), with its batch's leader epoch.
+  Control records count, as in Kafka's ``searchForTimestamp`` (local and remote alike): the
+  answer may be a transaction marker's offset, and the isolation level plays no part.
 
 Index files come through a ``RemoteIndexCache``: least recently used out first, bounded by
 bytes, each entry checked against the CRC-32C the metadata recorded at copy time, so a corrupt
@@ -214,7 +216,8 @@ class RemoteLogReader:
         return out
 
     def offset_for_timestamp(self, timestamp: int, starting_offset: int | None = None) -> TimestampAndOffset | None:
-        """The first record with timestamp >= ``timestamp`` and offset >= ``starting_offset``."""
+        """The first record (a control record too) with timestamp >= ``timestamp`` and offset >=
+        ``starting_offset``."""
         start = self.log_start_offset
         if start is None:
             return None
@@ -229,7 +232,7 @@ class RemoteLogReader:
             seek = max(start, self._time_seek(segment, timestamp))
             for _header, records in self._batches(segment, self._position(segment, seek)):
                 for record in records:
-                    if record.offset >= start and not record.is_control and record.timestamp >= timestamp:
+                    if record.offset >= start and record.timestamp >= timestamp:
                         return TimestampAndOffset(record.offset, record.timestamp, record.leader_epoch)
         return None
 
