@@ -222,16 +222,18 @@ def test_copy_while_producing_serves_what_a_consumer_reads(kafka: KafkaCluster, 
     committed = {r.offset for r in consume(kafka, TOPIC, 0, isolation_level="read_committed", until=top + 1)}
     assert open_first not in committed and spanning_first not in committed
 
-    # find-offset equals the broker's offsetsForTimes inside the tiered range.
+    # find-offset equals the broker's offsetsForTimes inside the tiered range, transaction markers
+    # included (a marker is the answer when it is the first record at or after the timestamp).
     records = consume(kafka, TOPIC, 0, until=top + 1)
+    consumed = {r.offset for r in records}
     markers = [r.timestamp for s in log.segments[:-1] for h, rs in iter_batches(s.log_path) if h.is_control for r in rs]
-    stamps = sorted({t + d for r in records[:: max(1, len(records) // 25)] for t in [r.timestamp] for d in (-1, 0, 1)})
-    stamps += markers[:: max(1, len(markers) // 10)]
+    stamps = sorted({t + d for r in records[:: max(1, len(records) // 10)] for t in [r.timestamp] for d in (-1, 0, 1)})
+    stamps += markers[:: max(1, len(markers) // 8)]
     from kafka import TopicPartition as KafkaTP
 
     tp = KafkaTP(TOPIC, 0)
     consumer = kafka.consumer()
-    differences = []
+    answers: list[tuple[int, Any, Any]] = []
     try:
         for ts in stamps:
             broker = consumer.offsets_for_times({tp: ts})[tp]
@@ -240,11 +242,10 @@ def test_copy_while_producing_serves_what_a_consumer_reads(kafka: KafkaCluster, 
             found = platform.ok(
                 "find-offset", "--topic", TOPIC, "--partition", "0", "--timestamp", str(ts), "--json"
             ).json()
-            if found is None or (found["offset"], found["timestamp"]) != (broker.offset, broker.timestamp):
-                differences.append((ts, broker, found))
+            answers.append((ts, (broker.offset, broker.timestamp), found and (found["offset"], found["timestamp"])))
     finally:
         consumer.close()
-    consumed = {r.offset for r in records}
-    assert differences == [], [(d, d[1].offset in consumed) for d in differences]
+    assert [a for a in answers if a[1] != a[2]] == []
+    assert len(answers) >= 20 and any(a[1][0] not in consumed for a in answers), "no marker was an answer"
     elapsed = time.monotonic() - started
-    print(f"copy while producing: {compared} records compared, {len(stamps)} timestamps, {elapsed:.1f} s")
+    print(f"copy while producing: {compared} records compared, {len(answers)} timestamps, {elapsed:.1f} s")
