@@ -4,13 +4,18 @@ offsets by timestamp count transaction markers, as Kafka's do."""
 
 from __future__ import annotations
 
-from tests.engine_support import TieringEnv
+import pytest
+
+from tests.engine_support import TieringEnv, tip_of
 from tiering_core.demo.writer import PartitionWriter
+from tiering_core.errors import TieringError
 from tiering_core.kafka.batch import RecordBatchHeader
 from tiering_core.kafka.index import AbortedTxn, collect_aborted_txns, read_txn_index
 from tiering_core.kafka.records import Record, iter_batches
 from tiering_core.read.reader import IsolationLevel, open_reader
 from tiering_core.runs.copy import run_copy
+from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.storage.layout import ObjectKind
 
 COMMITTED = IsolationLevel.READ_COMMITTED
 
@@ -160,3 +165,20 @@ def test_find_offset_counts_transaction_markers_as_kafka_does(tiering_env: Tieri
         found = reader.offset_for_timestamp(1_000)
         assert found is not None and (found.offset, found.timestamp) == (0, 1_000)
         assert [r.key for r in reader.read(marker, 1, COMMITTED)] == [b"late-0"]  # a consumer reads on from there
+
+
+def test_a_damaged_txn_index_fails_read_committed_and_names_the_repair(fs_env: TieringEnv) -> None:
+    """Without its txn index an aborted transaction would read as committed: an error, not a guess."""
+    w = build(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        segments = sorted(ctx.metadata.list_segments(tip_of(w)), key=lambda s: s.start_offset)
+        storage = ctx.storage
+        key = segment_ref(segments[1]).key(ObjectKind.TRANSACTION_INDEX, storage.prefix)
+        damaged = bytearray(storage.fetch(segment_ref(segments[1]), ObjectKind.TRANSACTION_INDEX))
+        damaged[9] ^= 0x01  # producer 7 would become another producer
+        storage.put_object(key, bytes(damaged))
+        reader = open_reader(ctx, w.tp)
+        with pytest.raises(TieringError, match=r"transaction index of segment .* rebuild-indexes repairs it"):
+            reader.read(0, 100, COMMITTED)
+        assert len(reader.read(0, 100)) == len(consumer_view(w, False))
