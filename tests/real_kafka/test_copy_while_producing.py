@@ -235,10 +235,12 @@ def test_copy_while_producing_serves_what_a_consumer_reads(kafka: KafkaCluster, 
 
     tp = KafkaTP(TOPIC, 0)
     consumer = kafka.consumer()
+    committed_consumer = kafka.consumer(isolation_level="read_committed")
     answers: list[tuple[int, Any, Any]] = []
     try:
         for ts in stamps:
             broker = consumer.offsets_for_times({tp: ts})[tp]
+            assert committed_consumer.offsets_for_times({tp: ts})[tp] == broker  # isolation plays no part
             if broker is None or broker.offset > top:
                 continue
             found = platform.ok(
@@ -247,6 +249,7 @@ def test_copy_while_producing_serves_what_a_consumer_reads(kafka: KafkaCluster, 
             answers.append((ts, (broker.offset, broker.timestamp), found and (found["offset"], found["timestamp"])))
     finally:
         consumer.close()
+        committed_consumer.close()
     assert [a for a in answers if a[1] != a[2]] == []
     assert len(answers) >= 20 and any(a[1][0] not in consumed for a in answers), "no marker was an answer"
     elapsed = time.monotonic() - started
