@@ -194,8 +194,8 @@ def test_copy_while_producing_serves_what_a_consumer_reads(kafka: KafkaCluster, 
 
     # The producers stopped: once the files caught up with the broker, one last copy tiers every
     # closed segment (all below the LSO now), never the active one.
-    hw, lso = broker_offsets(kafka)
-    assert hw == lso, (hw, lso)
+    wait_for("the ABORT markers written (the LSO at the HW)", lambda: len(set(broker_offsets(kafka))) == 1)
+    lso = broker_offsets(kafka)[1]
     wait_for("the HW checkpoint at the broker's HW", lambda: platform.status(TOPIC)["last_stable_offset"] == lso)
     platform.ok("copy", "--topic", TOPIC)
     remote, log = check_tier(platform, kafka)
@@ -205,7 +205,7 @@ def test_copy_while_producing_serves_what_a_consumer_reads(kafka: KafkaCluster, 
     assert top == log.active_segment.base_offset - 1
 
     # The scenario is what it says: aborted transactions whose marker lies in a later segment.
-    aborted = [t for s in log.segments if s.has_txn_index for t in read_txn_index(s.txn_index_path)]  # type: ignore[arg-type]
+    aborted = [t for s in log.segments if s.txn_index_path is not None for t in read_txn_index(s.txn_index_path)]
     bases = [s.base_offset for s in log.segments]
     spans = [t for t in aborted if any(t.first_offset < b <= t.last_offset for b in bases)]
     assert {t.first_offset for t in spans} >= {spanning_first, open_first}, (spans, spanning_first, open_first)
@@ -228,7 +228,11 @@ def test_copy_while_producing_serves_what_a_consumer_reads(kafka: KafkaCluster, 
     # included (a marker is the answer when it is the first record at or after the timestamp).
     records = consume(kafka, TOPIC, 0, until=top + 1)
     consumed = {r.offset for r in records}
-    markers = [r.timestamp for s in log.segments[:-1] for h, rs in iter_batches(s.log_path) if h.is_control for r in rs]
+    batches = [(h, rs) for s in log.segments[:-1] for h, rs in iter_batches(s.log_path)]
+    assert {h.codec for h, _ in batches} == {0, 1, 2, 3, 4}
+    kinds = {(h.has_producer_id, h.is_transactional, h.is_control) for h, _ in batches}
+    assert kinds == {(False, False, False), (True, False, False), (True, True, False), (True, True, True)}, kinds
+    markers = [r.timestamp for h, rs in batches if h.is_control for r in rs]
     stamps = sorted({t + d for r in records[:: max(1, len(records) // 10)] for t in [r.timestamp] for d in (-1, 0, 1)})
     stamps += markers[:: max(1, len(markers) // 8)]
     from kafka import TopicPartition as KafkaTP
