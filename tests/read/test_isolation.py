@@ -4,9 +4,13 @@ offsets by timestamp count transaction markers, as Kafka's do."""
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of
+from tiering_core.cli import main
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.kafka.batch import RecordBatchHeader
@@ -182,3 +186,23 @@ def test_a_damaged_txn_index_fails_read_committed_and_names_the_repair(fs_env: T
         with pytest.raises(TieringError, match=r"transaction index of segment .* rebuild-indexes repairs it"):
             reader.read(0, 100, COMMITTED)
         assert len(reader.read(0, 100)) == len(consumer_view(w, False))
+
+
+def test_fetch_isolation_option(fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    """``tiering fetch --isolation``: read_uncommitted by default (a consumer's default), same JSON."""
+    w = build(fs_env)
+    cfg = str(fs_env.config_path)
+    select = ("--topic", "orders", "--partition", "0", "--offset", "0", "--max-records", "100")
+    assert main(["--config", cfg, "copy"]) == 0
+    capsys.readouterr()
+    keys: dict[str, list[str | None]] = {}
+    for level in ("", "read_uncommitted", "read_committed"):
+        extra = ("--isolation", level) if level else ()
+        assert main(["--config", cfg, "--json", "fetch", *select, *extra]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        keys[level] = [base64.b64decode(r["key"]).decode() if r["key"] else None for r in rows]
+    assert keys[""] == keys["read_uncommitted"] == [r.key.decode() for r in consumer_view(w, False) if r.key]
+    assert keys["read_committed"] == [r.key.decode() for r in consumer_view(w, True) if r.key]
+    with pytest.raises(SystemExit) as refused:
+        main(["--config", cfg, "fetch", *select, "--isolation", "serializable"])
+    assert refused.value.code == 2 and "invalid choice: 'serializable'" in capsys.readouterr().err
