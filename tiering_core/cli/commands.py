@@ -249,12 +249,13 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.read.reader import open_reader
+    from tiering_core.read.reader import IsolationLevel, open_reader
 
     if args.max_records < 1:
         raise TieringError(f"--max-records must be at least 1, got {args.max_records}")
     with _context(args) as ctx:
-        records = open_reader(ctx, TopicPartition(args.topic, args.partition)).read(args.offset, args.max_records)
+        reader = open_reader(ctx, TopicPartition(args.topic, args.partition))
+        records = reader.read(args.offset, args.max_records, IsolationLevel(args.isolation))
 
     def human() -> str:
         return (

@@ -129,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selectors(p, required=True)
     p.add_argument("--offset", type=int, required=True, help="first offset to read")
     p.add_argument("--max-records", type=int, default=10, help="at most this many records (default 10)")
+    p.add_argument(
+        "--isolation",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="a consumer's isolation.level: read_committed skips aborted transactions (default read_uncommitted)",
+    )
     p.set_defaults(handler=cmd_fetch)
 
     p = sub.add_parser("find-offset", help="the first remote record at or after a timestamp")

@@ -249,6 +249,29 @@ def aborted_transactions_in(entries: Sequence[AbortedTxn], fetch_offset: int, up
     return [e for e in entries if e.last_offset >= fetch_offset and e.first_offset < upper_offset]
 
 
+@dataclass(frozen=True)
+class TxnIndexSearchResult:
+    """Kafka's ``TxnIndexSearchResult``: the aborted transactions of one index overlapping a range,
+    and whether the search is complete (no later index can hold another one)."""
+
+    aborted: tuple[AbortedTxn, ...]
+    is_complete: bool
+
+
+def collect_aborted_txns(entries: Sequence[AbortedTxn], fetch_offset: int, upper_offset: int) -> TxnIndexSearchResult:
+    """Kafka's ``TransactionIndex.collectAbortedTxns`` with its stop rule: entries come in marker
+    order, and an entry whose last stable offset reaches ``upper_offset`` proves that every
+    transaction with data below ``upper_offset`` had ended by then, so later markers (in this
+    index or a later segment's) cannot abort anything in [fetch_offset, upper_offset)."""
+    found = []
+    for e in entries:
+        if e.last_offset >= fetch_offset and e.first_offset < upper_offset:
+            found.append(e)
+        if e.last_stable_offset >= upper_offset:
+            return TxnIndexSearchResult(tuple(found), True)
+    return TxnIndexSearchResult(tuple(found), False)
+
+
 # --- rebuild ---------------------------------------------------------------------------------
 
 # --- broker files against the log -----------------------------------------------------------

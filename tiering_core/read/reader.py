@@ -7,9 +7,19 @@ log start offset up to the highest copied offset; what lies above is the broker'
   position from the segment's remote offset index, then batches streamed from there; the first
   batch with last offset >= the fetch offset starts the answer. A segment with nothing at or
   above the offset hands over to the next one.
+- Isolation (read_committed, as a Kafka consumer with ``isolation.level=read_committed``): a
+  transactional batch of producer P at offset x is dropped iff an aborted transaction (P,
+  first <= x <= last) exists. The entry sits in the ``.txnindex`` of the segment holding the
+  ABORT marker, which may be a later segment than the data (a transaction spans a roll), or not
+  tiered yet: so the txn index objects of served segments from the read position on are read
+  (only those that have one, and no further than Kafka's stop rule: an entry whose last stable
+  offset reaches the end of the range), then, if still incomplete, the local log's ``.txnindex``
+  files. Control records are never returned, at either level.
 - By timestamp: from the starting offset on, the first served segment whose max timestamp
   reaches the target, seeked through its time index then its offset index; the first record
   with timestamp >= target (and offset >= the starting offset), with its batch's leader epoch.
+  Control records count, as in Kafka's ``searchForTimestamp`` (local and remote alike): the
+  answer may be a transaction marker's offset, and the isolation level plays no part.
 
 Index files come through a ``RemoteIndexCache``: least recently used out first, bounded by
 bytes, each entry checked against the CRC-32C the metadata recorded at copy time, so a corrupt
@@ -21,17 +31,29 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import TieringError
-from tiering_core.kafka.index import lookup_offset, lookup_timestamp, parse_offset_index, parse_time_index
+from tiering_core.kafka.batch import RecordBatchHeader
+from tiering_core.kafka.index import (
+    AbortedTxn,
+    collect_aborted_txns,
+    lookup_offset,
+    lookup_timestamp,
+    parse_offset_index,
+    parse_time_index,
+    parse_txn_index,
+    read_txn_index,
+)
 from tiering_core.kafka.records import Record, read_batches
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, load_tier_view
 
 if TYPE_CHECKING:
@@ -41,6 +63,13 @@ if TYPE_CHECKING:
 from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 
 log = logging.getLogger(__name__)
+
+
+class IsolationLevel(StrEnum):
+    """A consumer's ``isolation.level``: Kafka's default reads aborted transactions too."""
+
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
 
 
 class OffsetOutOfRangeError(TieringError):
@@ -146,20 +175,24 @@ class RemoteLogReader:
         entries = parse_offset_index(data, segment.start_offset, Path(f"<{segment.segment_id}.index>"))
         return lookup_offset(entries, segment.start_offset, offset).position
 
-    def _batches(self, segment: RemoteLogSegmentMetadata, position: int) -> Iterator[list[Record]]:
+    def _batches(
+        self, segment: RemoteLogSegmentMetadata, position: int
+    ) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
         ref = segment_ref(segment)
         where = Path(self.storage.describe(ref.key(ObjectKind.LOG, self.storage.prefix)))
         try:
             with self.storage.open_stream(ref, ObjectKind.LOG, position) as stream:
-                for _header, records in read_batches(stream, where, position, segment.size_bytes):
-                    yield records
+                yield from read_batches(stream, where, position, segment.size_bytes)
         except RemoteObjectNotFoundError as exc:
             raise TieringError(
                 f"{self.tp}: segment {segment.segment_id} is finished but its log is gone: {exc}"
             ) from exc
 
-    def read(self, offset: int, max_records: int) -> list[FetchedRecord]:
-        """Up to ``max_records`` data records from ``offset`` (control records are skipped)."""
+    def read(
+        self, offset: int, max_records: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    ) -> list[FetchedRecord]:
+        """Up to ``max_records`` data records from ``offset`` (control records are skipped; with
+        read_committed, so are the batches of aborted transactions)."""
         self.check_offset(offset)
         out: list[FetchedRecord] = []
         next_offset = offset
@@ -168,7 +201,12 @@ class RemoteLogReader:
             if segment is None:
                 break
             next_offset = max(next_offset, segment.start_offset)
-            for records in self._batches(segment, self._position(segment, next_offset)):
+            aborted: dict[int, list[AbortedTxn]] = {}
+            if isolation == IsolationLevel.READ_COMMITTED:
+                aborted = _by_producer(self.aborted_transactions(next_offset, segment.end_offset + 1))
+            for header, records in self._batches(segment, self._position(segment, next_offset)):
+                if header.is_transactional and not header.is_control and _is_aborted(header, aborted):
+                    continue
                 for record in records:
                     if record.offset >= next_offset and not record.is_control and record.offset <= self.highest_offset:
                         out.append(FetchedRecord.of(record))
@@ -178,7 +216,8 @@ class RemoteLogReader:
         return out
 
     def offset_for_timestamp(self, timestamp: int, starting_offset: int | None = None) -> TimestampAndOffset | None:
-        """The first record with timestamp >= ``timestamp`` and offset >= ``starting_offset``."""
+        """The first record (a control record too) with timestamp >= ``timestamp`` and offset >=
+        ``starting_offset``."""
         start = self.log_start_offset
         if start is None:
             return None
@@ -191,11 +230,53 @@ class RemoteLogReader:
             # As Kafka's LogSegment.findOffsetByTimestamp: the time index names an offset whose batch
             # starts the scan; records before it in that batch may match too, so filter by ``start`` only.
             seek = max(start, self._time_seek(segment, timestamp))
-            for records in self._batches(segment, self._position(segment, seek)):
+            for _header, records in self._batches(segment, self._position(segment, seek)):
                 for record in records:
-                    if record.offset >= start and not record.is_control and record.timestamp >= timestamp:
+                    if record.offset >= start and record.timestamp >= timestamp:
                         return TimestampAndOffset(record.offset, record.timestamp, record.leader_epoch)
         return None
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> set[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_offset), as Kafka's
+        ``RemoteLogManager.collectAbortedTransactions`` gathers them for a remote fetch: the txn
+        indexes of served segments from ``fetch_offset`` on (only segments that have one), then,
+        while the search is incomplete, the local log's (markers not tiered yet)."""
+        found: set[AbortedTxn] = set()
+        later = sorted(
+            (s for s in self._served if s.end_offset >= fetch_offset and _has_txn_index(s)),
+            key=lambda s: (s.start_offset, s.event_time),
+        )
+        for segment in later:
+            data = self.cache.get(segment, ObjectKind.TRANSACTION_INDEX)
+            if data is None:
+                raise TieringError(
+                    f"{self.tp}: the transaction index of segment {segment.segment_id} is missing or damaged, so "
+                    "aborted transactions cannot be told apart (tiering rebuild-indexes repairs it)"
+                )
+            result = collect_aborted_txns(
+                parse_txn_index(data, Path(f"<{segment.segment_id}.txnindex>")), fetch_offset, upper_offset
+            )
+            found.update(result.aborted)
+            if result.is_complete:
+                return found
+        for entries in self._local_txn_indexes(fetch_offset):
+            result = collect_aborted_txns(entries, fetch_offset, upper_offset)
+            found.update(result.aborted)
+            if result.is_complete:
+                break
+        return found
+
+    def _local_txn_indexes(self, fetch_offset: int) -> Iterator[list[AbortedTxn]]:
+        """The broker's ``.txnindex`` files of segments that may hold markers at or after
+        ``fetch_offset`` (a segment rolled or deleted by the broker since the listing is skipped)."""
+        segments = self.view.log.segments
+        for i, segment in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1].base_offset <= fetch_offset:
+                continue
+            try:
+                yield read_txn_index(segment.log_path.with_suffix(".txnindex"))
+            except FileNotFoundError:
+                continue
 
     def _time_seek(self, segment: RemoteLogSegmentMetadata, timestamp: int) -> int:
         data = self.cache.get(segment, ObjectKind.TIME_INDEX)
@@ -203,6 +284,24 @@ class RemoteLogReader:
             return segment.start_offset
         entries = parse_time_index(data, segment.start_offset, Path(f"<{segment.segment_id}.timeindex>"))
         return lookup_timestamp(entries, segment.start_offset, timestamp).offset
+
+
+def _has_txn_index(segment: RemoteLogSegmentMetadata) -> bool:
+    """Whether copy stored a txn index object (it stores none for a segment without aborts)."""
+    record = CopyRecord.of_segment(segment)
+    return ObjectKind.TRANSACTION_INDEX.value in record.objects or record.crc(ObjectKind.TRANSACTION_INDEX) is not None
+
+
+def _by_producer(aborted: Iterable[AbortedTxn]) -> dict[int, list[AbortedTxn]]:
+    out: dict[int, list[AbortedTxn]] = {}
+    for txn in aborted:
+        out.setdefault(txn.producer_id, []).append(txn)
+    return out
+
+
+def _is_aborted(header: RecordBatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bool:
+    """A consumer's rule: the batch's producer has an aborted transaction spanning the batch."""
+    return any(t.first_offset <= header.base_offset <= t.last_offset for t in aborted.get(header.producer_id, ()))
 
 
 def open_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache | None = None) -> RemoteLogReader:
