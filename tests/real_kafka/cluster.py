@@ -17,6 +17,7 @@ before the tests run without network).
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -239,7 +240,7 @@ class KafkaCluster:
         running = [node for node in self.nodes.values() if node.running]
         for node in running:
             assert node.process is not None
-            node.process.wait_until(lambda node=node: port_answers("127.0.0.1", node.port), timeout)
+            node.process.wait_until(functools.partial(port_answers, "127.0.0.1", node.port), timeout)
         wanted = {node.node_id for node in running}
         deadline = time.monotonic() + timeout
         seen: set[int] = set()

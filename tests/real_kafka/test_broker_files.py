@@ -9,9 +9,11 @@ producer snapshots at every roll, ``leader-epoch-checkpoint`` and ``partition.me
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.real_kafka.cluster import BROKER_SETTINGS, KafkaCluster
@@ -80,7 +82,7 @@ def replay(log: PartitionLog, into: Path) -> PartitionWriter:
                 assert marker.key is not None and marker.value is not None
                 kind = ControlRecordType(struct.unpack(">hh", marker.key)[1])
                 coordinator_epoch = struct.unpack(">hi", marker.value[:6])[1]
-                writer.clock = lambda ts=header.max_timestamp: ts
+                writer.clock = functools.partial(int, header.max_timestamp)
                 end = writer.commit if kind == ControlRecordType.COMMIT else writer.abort
                 end(header.producer_id, coordinator_epoch)
                 continue
@@ -121,7 +123,7 @@ def test_the_writer_replays_a_real_partition_dir_byte_for_byte(kafka: KafkaClust
 
 
 def test_broker_root_files_and_internal_dirs_are_read_or_skipped(
-    kafka: KafkaCluster, beside: type[BesideKafka]
+    kafka: KafkaCluster, beside: Callable[..., BesideKafka]
 ) -> None:
     """``__cluster_metadata-0`` (a Raft log) is never a partition; internal topics are listed but
     never tiered; the broker's ``meta.properties`` (with its comment lines) names the node."""
@@ -141,7 +143,7 @@ def test_broker_root_files_and_internal_dirs_are_read_or_skipped(
     assert "__cluster_metadata" not in found
     assert {topic, "__transaction_state"} <= found
 
-    platform = beside(kafka, 1)  # type: ignore[operator]
+    platform = beside(kafka, 1)
     kafka.wait_until("the HW checkpoint", lambda: platform.status(topic)["high_watermark"] == 401)
     platform.ok("copy")
     assert platform.ok("segments", "--topic", topic, "--partition", "0", "--json").json()
@@ -149,7 +151,7 @@ def test_broker_root_files_and_internal_dirs_are_read_or_skipped(
 
 
 def test_segments_the_broker_deletes_are_renamed_first_and_never_read(
-    kafka: KafkaCluster, beside: type[BesideKafka]
+    kafka: KafkaCluster, beside: Callable[..., BesideKafka]
 ) -> None:
     """The broker's retention renames a segment's files to ``*.deleted`` and removes them
     ``file.delete.delay.ms`` later; meanwhile they are not segments of the partition."""
@@ -171,7 +173,7 @@ def test_segments_the_broker_deletes_are_renamed_first_and_never_read(
     deleted = sorted(int(p.name[:20]) for p in path.glob("*.log.deleted"))
     assert deleted and log.segments[0].base_offset > max(deleted)
     assert {".index.deleted", ".timeindex.deleted"} <= {"." + p.name.split(".", 1)[1] for p in path.glob("*.deleted")}
-    platform = beside(kafka, 1)  # type: ignore[operator]
+    platform = beside(kafka, 1)
     row = platform.status(topic)
     assert row["log_start_offset"] == log.segments[0].base_offset
     assert row["gaps"] == []  # never tiered: what the broker dropped before is history
