@@ -56,7 +56,7 @@ def test_topic_deletion_is_the_evidence_removal_acts_on(
         for topic in ids:
             _produce(cluster, topic, 800)
         for topic in ids:
-            cluster.wait_until(f"{topic}'s checkpointed HW", lambda t=topic: platform.status(t)["high_watermark"] == 800)
+            cluster.wait_until(f"{topic}'s HW", lambda t=topic: platform.status(t)["high_watermark"] == 800)
         platform.ok("copy")
         segments = {t: platform.ok("segments", "--topic", t, "--partition", "0", "--json").json() for t in ids}
         assert all(len(s) > 2 for s in segments.values()), {t: len(s) for t, s in segments.items()}
@@ -105,10 +105,13 @@ def test_topic_deletion_is_the_evidence_removal_acts_on(
         assert "no positive evidence that topic id" in unproven.stderr
         assert "--force" in unproven.stderr
         assert sorted(_keys(platform)) == sorted(keys_after)
-        forced = platform.run("delete-partition", "--topic", "vanished", "--partition", "0", "--yes", "--force", "--json")
+        forced = platform.run(
+            "delete-partition", "--topic", "vanished", "--partition", "0", "--yes", "--force", "--json"
+        )
         assert forced.code == 0, forced
         assert forced.json()["segments_deleted"] == len(segments["vanished"])
         assert sorted(_keys(platform)) == sorted(k for k in keys_after if not k.startswith(prefix["vanished"]))
-        assert platform.ok("segments", "--topic", "bystander", "--partition", "0", "--json").json() == segments[
-            "bystander"
-        ]
+        assert (
+            platform.ok("segments", "--topic", "bystander", "--partition", "0", "--json").json()
+            == segments["bystander"]
+        )
