@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import stat
 import subprocess
@@ -248,8 +249,19 @@ def test_disaster_recovery_restores_into_the_stopped_brokers_own_log_dir(fs_env:
             broker.kill()
             broker.wait()
         lines: list[str] = []
-        result = restore_partition(ctx, w.tp, fs_env.log_dir, force=True, progress=lines.append)
+        staged: list[tuple[str, bool]] = []
+
+        def progress(line: str) -> None:
+            lines.append(line)
+            staged.extend((p.name, (p / "partition.metadata").exists()) for p in fs_env.log_dir.iterdir() if p.is_dir())
+
+        result = restore_partition(ctx, w.tp, fs_env.log_dir, force=True, progress=progress)
     assert "not in the broker's log dirs; restoring topic id" in lines[0]
+    # Staged under a name the broker parses (and deletes if a killed restore left it), never
+    # holding the topic id that would make it the evidence of a deletion.
+    names = {name for name, _ in staged}
+    assert len(names) == 1 and re.fullmatch(r"orders-0\.[0-9a-f]{32}-delete", names.pop()), staged
+    assert not any(has_metadata for _, has_metadata in staged)
     assert (result.segments, result.log_start_offset, result.end_offset) == (3, 0, closed[-1].base_offset + 24)
     restored = PartitionLog(w.path)
     assert restored.topic_id == w.topic_id

@@ -9,8 +9,8 @@ plus ``leader-epoch-checkpoint`` (the lineage up to the restored end) and ``part
 the target's root checkpoints get the partition's log start, recovery point and high watermark.
 
 Every object is checked against the CRC-32C the metadata recorded at copy time as it streams
-to disk. The partition is assembled in a hidden directory and renamed into place only when
-complete, so a failure leaves nothing behind. An existing partition directory in the target is
+to disk. The partition is assembled in a staging directory (``staging_dir``) and renamed into
+place only when complete, so a failure leaves nothing behind. An existing partition directory in the target is
 never overwritten. A target holding ``meta.properties`` or checkpoint files is some broker's
 log dir, even one the config does not name: refused unless forced (a target an earlier restore
 wrote, marked ``tiering-restored``, takes more partitions). Rewritten checkpoints keep their
@@ -50,7 +50,7 @@ from tiering_core.kafka.checkpoints import (
     write_partition_metadata,
 )
 from tiering_core.kafka.crc import crc32c
-from tiering_core.kafka.log_dirs import META_PROPERTIES
+from tiering_core.kafka.log_dirs import META_PROPERTIES, delete_dir_name
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.read.reader import open_reader, open_remote_reader
@@ -174,6 +174,20 @@ def _download(storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: O
     return size
 
 
+def staging_dir(target: Path, tp: TopicPartition, *, broker_log_dir: bool) -> Path:
+    """Where the partition is assembled before its rename into place.
+
+    In a plain target a hidden directory. In a broker's log dir every directory must be one the
+    broker can parse (it refuses to start on any other, a hidden one included), so there it is
+    named as a deleted partition's (``<topic>-<partition>.<uuid>-delete``): left by a killed
+    restore, the broker deletes it when it starts. It never holds ``partition.metadata`` (written
+    after the rename), so it is no evidence that the partition was deleted.
+    """
+    if broker_log_dir:
+        return target / delete_dir_name(tp)
+    return target / f".{tp.topic}-{tp.partition}.restoring"
+
+
 def _refuse_a_kafka_log_dir(target: Path) -> None:
     """TieringError if ``target`` looks like a broker's log dir that no earlier restore wrote."""
     if (target / RESTORE_MARKER).is_file() and not (target / META_PROPERTIES).exists():
@@ -279,7 +293,7 @@ def _restore(
         raise TieringError(f"{tp.topic}-{tp.partition}: the remote tier holds no data to restore")
     result = RestoreResult(tp.topic, tp.partition, final, log_start_offset=reader.log_start_offset)
     target.mkdir(parents=True, exist_ok=True)
-    work = target / f".{tp.topic}-{tp.partition}.restoring"
+    work = staging_dir(target, tp, broker_log_dir=broker_log_dir)
     shutil.rmtree(work, ignore_errors=True)  # leftovers of a killed earlier restore
     work.mkdir()
     try:
@@ -299,8 +313,11 @@ def _restore(
         end = chain[-1].end_offset
         lineage = reader.view.lineage.truncate_from_end(end + 1)
         write_leader_epoch_checkpoint(work / LEADER_EPOCH_CHECKPOINT, list(lineage.entries))
-        write_partition_metadata(work / PARTITION_METADATA, reader.view.tip.topic_id)
+        if not broker_log_dir:
+            write_partition_metadata(work / PARTITION_METADATA, reader.view.tip.topic_id)
         os.replace(work, final)
+        if broker_log_dir:  # only now: a -delete dir holding a topic id is the evidence of a deletion
+            write_partition_metadata(final / PARTITION_METADATA, reader.view.tip.topic_id)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
