@@ -14,6 +14,8 @@ from tests.real_kafka.cluster import KafkaCluster
 from tests.real_kafka.conftest import PrivateKafka
 from tests.real_kafka.support import BesideKafka, consume
 from tiering_core.kafka.partition_log import PartitionLog
+from tiering_core.kafka.topic import TopicPartition
+from tiering_core.read.restore import staging_dir
 
 TOPIC = "restored"
 
@@ -55,7 +57,7 @@ def _produce(cluster: KafkaCluster) -> None:
 def test_restore_brings_a_lost_partition_back_for_the_broker(
     private_kafka: PrivateKafka, beside: Callable[..., BesideKafka]
 ) -> None:
-    with private_kafka() as cluster:
+    with private_kafka(settings={"log.segment.delete.delay.ms": "1000"}) as cluster:
         cluster.create_topic(TOPIC, segment_bytes=16 * 1024)
         platform = beside(cluster)
         _produce(cluster)
@@ -83,8 +85,16 @@ def test_restore_brings_a_lost_partition_back_for_the_broker(
         assert restored["end_offset"] == hco and restored["log_start_offset"] == 0
         assert PartitionLog.open(path).log_end_offset == hco + 1
 
+        # What a restore killed midway leaves in a broker's log dir: the broker starts anyway and
+        # deletes it (a hidden directory there would stop the broker from starting).
+        leftover = staging_dir(log_dir, TopicPartition(TOPIC, 0), broker_log_dir=True)
+        leftover.mkdir()
+        first = path / f"{0:020d}.log"
+        (leftover / first.name).write_bytes(first.read_bytes()[:5000])
+
         cluster.start_node(1)
         cluster.wait_ready()
+        cluster.wait_until("the broker deleting what a killed restore left", lambda: not leftover.exists(), 30)
         # The broker serves every tiered offset again, as it did before the loss.
         for level, records in before.items():
             wanted = [r for r in records if r.offset <= hco]
