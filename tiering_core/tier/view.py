@@ -249,12 +249,19 @@ def highest_copied_offset(
 
 
 def observed_delete_records(log: PartitionLog) -> int | None:
-    """A log-start-offset-checkpoint entry above the first local base is a DeleteRecords."""
+    """A log-start-offset-checkpoint entry above the first local base is a DeleteRecords.
+
+    The first base is listed afresh, after the entry was read: Kafka's retention moves the log
+    start to the next segment's base *before* it removes the old segments (``deleteSegments``),
+    so a checkpoint taken in between names that base. Against a listing from before the removal
+    it would look like a DeleteRecords, and the remote data below it would be deleted for the
+    broker's own retention (section 10); against a listing made after it was read it is the
+    first base itself.
+    """
     entry = log.log_start_offset_checkpoint
-    segments = log.segments
-    if entry is None or not segments:
+    if entry is None:
         return None
-    return entry if entry > segments[0].base_offset else None
+    return entry if entry > log.current_local_log_start_offset() else None
 
 
 def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore) -> TierView:
