@@ -15,7 +15,10 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from tests.real_kafka.cluster import KafkaCluster
 from tests.real_kafka.support import BesideKafka, ConsumedRecord, consume, offsets
+from tiering_core.config import load_config
+from tiering_core.context import TieringContext
 from tiering_core.kafka.partition_log import PartitionLog
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 
 TOPIC = "broker-retention"
 SEGMENT_BYTES = 16 * 1024
@@ -97,6 +100,9 @@ def test_broker_retention_keeps_remote_reads_and_records_a_gap(
 
     state = platform.status(TOPIC)
     assert state["gaps"] and state["gaps"][0][0] == hco + 1 and state["gaps"][0][1] >= local_start - 1
+    with TieringContext.open(load_config(platform.config_path)) as ctx:  # recorded, not only seen
+        tip = TopicIdPartition(state["topic_id"], TopicPartition(TOPIC, 0))
+        assert (hco + 1, local_start - 1) in [(g.start, g.end) for g in ctx.metadata.list_gaps(tip)]
     assert state["highest_copied_offset"] > local_start, "what remains after the gap is copied"
     gap_end = state["gaps"][0][1]
     # Both sides of the gap are served; the gap itself is skipped, not invented.
