@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +213,59 @@ def test_restore_command_force(fs_env: TieringEnv, tmp_path: Path, capsys: pytes
     assert main(argv) == 1
     assert "--force" in capsys.readouterr().err
     assert main([*argv, "--force"]) == 0
+
+
+LOCK_HOLDER = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n"
+    "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_disaster_recovery_restores_into_the_stopped_brokers_own_log_dir(fs_env: TieringEnv) -> None:
+    """The partition's directory is lost: restore reads the remote tier from the metadata alone and
+    writes into the broker's own log dir, only with --force and only while no broker holds the log
+    dir's ``.lock`` (as a running broker does)."""
+    w = build(fs_env)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    closed = PartitionLog(w.path).segments[:-1]
+    originals = {s.base_offset: s.log_path.read_bytes() for s in closed}
+    shutil.rmtree(w.path)  # the disk holding the partition is lost
+    with fs_env.context() as ctx:
+        with pytest.raises(TieringError, match=r"inside the broker's log dir.*--force"):
+            restore_partition(ctx, w.tp, fs_env.log_dir)
+        broker = subprocess.Popen(
+            [sys.executable, "-c", LOCK_HOLDER, str(fs_env.log_dir / ".lock")], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert broker.stdout is not None and broker.stdout.readline().strip() == "locked"
+            with pytest.raises(TieringError, match=r"log dir of a running broker.*stop the broker first"):
+                restore_partition(ctx, w.tp, fs_env.log_dir, force=True)
+            assert not w.path.exists() and not list(fs_env.log_dir.glob(".orders-0*"))
+        finally:
+            broker.kill()
+            broker.wait()
+        lines: list[str] = []
+        staged: list[tuple[str, bool]] = []
+
+        def progress(line: str) -> None:
+            lines.append(line)
+            staged.extend((p.name, (p / "partition.metadata").exists()) for p in fs_env.log_dir.iterdir() if p.is_dir())
+
+        result = restore_partition(ctx, w.tp, fs_env.log_dir, force=True, progress=progress)
+    assert "not in the broker's log dirs; restoring topic id" in lines[0]
+    # Staged under a name the broker parses (and deletes if a killed restore left it), never
+    # holding the topic id that would make it the evidence of a deletion.
+    names = {name for name, _ in staged}
+    assert len(names) == 1 and re.fullmatch(r"orders-0\.[0-9a-f]{32}-delete", names.pop()), staged
+    assert not any(has_metadata for _, has_metadata in staged)
+    assert (result.segments, result.log_start_offset, result.end_offset) == (3, 0, closed[-1].base_offset + 24)
+    restored = PartitionLog(w.path)
+    assert restored.topic_id == w.topic_id
+    assert {s.base_offset: s.log_path.read_bytes() for s in restored.segments} == originals
+    assert [(e.epoch, e.start_offset) for e in restored.leader_epoch_entries] == [(0, 0), (3, 31)]
+    assert read_offset_checkpoint(fs_env.log_dir / RECOVERY_POINT_CHECKPOINT)[w.tp] == result.end_offset + 1
+    assert not (fs_env.log_dir / "tiering-restored").exists()  # a broker's log dir, not a restore target

@@ -247,6 +247,10 @@ def test_broker_retention_after_copy_and_gap_before_copy(tiering_env: TieringEnv
     write_segments(w, 3)  # [20..24], [25..29], [30..34]
     w.set_high_watermark()
     w.delete_oldest_segments(3)  # drops [10..14] (copied), [15..19] (copied) and [20..24] (NOT copied)
+    with tiering_env.context() as ctx:
+        (row,) = collect_status(ctx, "orders", 0)
+        assert row.gaps == [[20, 24]]  # shown before any copy ran: a gap never waits to be seen
+        assert ctx.metadata.list_gaps(tip_of(w)) == []  # status only reads
     with tiering_env.context() as ctx, pytest.raises(TieringGapError, match=r"20\.\.24") as err:
         run_copy(ctx, w.tp)
     assert err.value.result is not None and err.value.result.segments_copied == 2

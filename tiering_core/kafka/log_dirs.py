@@ -6,7 +6,8 @@ A broker writes ``meta.properties`` into every log dir it uses (``version``, ``n
 without it is not (or no longer) a live log dir: an empty or unmounted mount point. When a
 partition is deleted the broker renames its directory to ``<topic>-<partition>.<uuid>-delete``
 (``LocalLog.logDeleteDirName``: a dash-less UUID, the topic cut so the name fits 255 characters)
-and removes it ``file.delete.delay.ms`` later; until then it still holds ``partition.metadata``.
+and removes it the broker's ``log.segment.delete.delay.ms`` later (its default ``file.delete.delay.ms``:
+the deleted topic's own config is gone); until then it still holds ``partition.metadata``.
 """
 
 from __future__ import annotations

@@ -54,11 +54,17 @@ from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CopyRecord
-from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, load_tier_view
+from tiering_core.tier.view import (
+    TierView,
+    finished_in_lineage,
+    is_in_lineage,
+    load_remote_tier_view,
+    load_tier_view,
+)
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
-    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
     from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
 from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 
@@ -269,7 +275,9 @@ class RemoteLogReader:
     def _local_txn_indexes(self, fetch_offset: int) -> Iterator[list[AbortedTxn]]:
         """The broker's ``.txnindex`` files of segments that may hold markers at or after
         ``fetch_offset`` (a segment rolled or deleted by the broker since the listing is skipped)."""
-        segments = self.view.log.segments
+        if self.view.local_log is None:  # the partition's directory is gone: the remote tier is all
+            return
+        segments = self.view.local_log.segments
         for i, segment in enumerate(segments):
             if i + 1 < len(segments) and segments[i + 1].base_offset <= fetch_offset:
                 continue
@@ -307,7 +315,18 @@ def _is_aborted(header: RecordBatchHeader, aborted: dict[int, list[AbortedTxn]])
 def open_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache | None = None) -> RemoteLogReader:
     """A reader over the partition's remote tier, with the config's index cache."""
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
-    view = load_tier_view(partition_log, ctx.metadata)
+    return _reader(ctx, load_tier_view(partition_log, ctx.metadata), cache)
+
+
+def open_remote_reader(
+    ctx: TieringContext, tip: TopicIdPartition, cache: RemoteIndexCache | None = None
+) -> RemoteLogReader:
+    """A reader over ``tip``'s remote tier alone, for a partition the broker holds no directory of
+    (``load_remote_tier_view``)."""
+    return _reader(ctx, load_remote_tier_view(ctx.metadata, tip), cache)
+
+
+def _reader(ctx: TieringContext, view: TierView, cache: RemoteIndexCache | None) -> RemoteLogReader:
     if cache is None:
         cache = RemoteIndexCache(ctx.storage, ctx.config.index_cache_bytes, cache_directory(ctx.config.index_cache_dir))
     return RemoteLogReader(view, ctx.metadata, cache)

@@ -9,20 +9,32 @@ plus ``leader-epoch-checkpoint`` (the lineage up to the restored end) and ``part
 the target's root checkpoints get the partition's log start, recovery point and high watermark.
 
 Every object is checked against the CRC-32C the metadata recorded at copy time as it streams
-to disk. The partition is assembled in a hidden directory and renamed into place only when
-complete, so a failure leaves nothing behind. The broker's log dirs are never written, and an
-existing partition directory in the target is never overwritten. A target holding
-``meta.properties`` or checkpoint files is some broker's log dir, even one the config does not
-name: refused unless forced (a target an earlier restore wrote, marked ``tiering-restored``,
-takes more partitions). Rewritten checkpoints keep their file modes.
+to disk. The partition is assembled in a staging directory (``staging_dir``) and renamed into
+place only when complete, so a failure leaves nothing behind. An existing partition directory in the target is
+never overwritten. A target holding ``meta.properties`` or checkpoint files is some broker's
+log dir, even one the config does not name: refused unless forced (a target an earlier restore
+wrote, marked ``tiering-restored``, takes more partitions). Rewritten checkpoints keep their
+file modes.
+
+Disaster recovery restores into the broker's own log dir (``--force``; any other directory
+inside a configured log dir is refused): only while that broker is stopped. The broker holds a
+lock on ``<log dir>/.lock`` while it runs (``FileChannel.tryLock``, a POSIX record lock); the
+restore takes the same lock for its whole run, so it refuses a running broker and a broker
+cannot start under it. When the broker no longer holds the partition (the directory was lost),
+the remote tier is read from the metadata alone: the one topic id of the partition that is
+neither dropped nor being removed.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,9 +50,10 @@ from tiering_core.kafka.checkpoints import (
     write_partition_metadata,
 )
 from tiering_core.kafka.crc import crc32c
-from tiering_core.kafka.log_dirs import META_PROPERTIES
+from tiering_core.kafka.log_dirs import META_PROPERTIES, delete_dir_name
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
-from tiering_core.read.reader import open_reader
+from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.read.reader import open_reader, open_remote_reader
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import RemoteObjectNotFoundError
@@ -59,6 +72,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+#: The file a running broker holds a lock on, in each of its log dirs (``LogManager.LockFileName``).
+BROKER_LOCK_FILE = ".lock"
 #: The file a restore leaves in its target: more partitions may be restored there.
 RESTORE_MARKER = "tiering-restored"
 #: The broker's root checkpoint files: a directory holding one is a Kafka log dir.
@@ -159,6 +174,20 @@ def _download(storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: O
     return size
 
 
+def staging_dir(target: Path, tp: TopicPartition, *, broker_log_dir: bool) -> Path:
+    """Where the partition is assembled before its rename into place.
+
+    In a plain target a hidden directory. In a broker's log dir every directory must be one the
+    broker can parse (it refuses to start on any other, a hidden one included), so there it is
+    named as a deleted partition's (``<topic>-<partition>.<uuid>-delete``): left by a killed
+    restore, the broker deletes it when it starts. It never holds ``partition.metadata`` (written
+    after the rename), so it is no evidence that the partition was deleted.
+    """
+    if broker_log_dir:
+        return target / delete_dir_name(tp)
+    return target / f".{tp.topic}-{tp.partition}.restoring"
+
+
 def _refuse_a_kafka_log_dir(target: Path) -> None:
     """TieringError if ``target`` looks like a broker's log dir that no earlier restore wrote."""
     if (target / RESTORE_MARKER).is_file() and not (target / META_PROPERTIES).exists():
@@ -169,6 +198,52 @@ def _refuse_a_kafka_log_dir(target: Path) -> None:
             f"restore target {target} holds {', '.join(found)}: it is a Kafka log dir; restore into an empty "
             "directory, or pass --force to write into it anyway"
         )
+
+
+@contextmanager
+def _broker_stopped(log_dir: Path) -> Iterator[None]:
+    """Hold the lock a running broker holds on its log dir (refused while it does), so that no
+    broker starts on ``log_dir`` while the restore writes into it."""
+    path = log_dir / BROKER_LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise TieringError(f"restore target {log_dir}: cannot open the broker's lock file {path}: {exc}") from exc
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                raise TieringError(
+                    f"restore target {log_dir} is the log dir of a running broker (it holds {path}); "
+                    "stop the broker first"
+                ) from None
+            raise TieringError(f"restore target {log_dir}: cannot lock {path}: {exc}") from exc
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _restore_reader(ctx: TieringContext, tp: TopicPartition, say: Callable[[str], None]) -> RemoteLogReader:
+    """The broker's partition joined with its remote tier; when the broker holds no directory of
+    it (a lost disk), the remote tier of its one live topic id, from the metadata alone."""
+    try:
+        held = any(p.topic_partition == tp for p in ctx.partitions())
+    except TieringError:
+        held = False  # a lost log dir holds nothing
+    if held:
+        return open_reader(ctx, tp)
+    records = ctx.metadata.list_partitions()
+    live = [r for r in records if r.topic_partition == tp and not r.dropped and r.delete_state is None]
+    if len(live) != 1:
+        known = ", ".join(r.topic_id for r in live) or "none"
+        raise TieringError(
+            f"{tp} is not in the broker's log dirs, and the metadata does not name one topic id to restore "
+            f"(live topic ids: {known})"
+        )
+    tip = TopicIdPartition(live[0].topic_id, tp)
+    say(f"{tp}: not in the broker's log dirs; restoring topic id {tip.topic_id} from the remote tier alone")
+    return open_remote_reader(ctx, tip)
 
 
 def restore_partition(
@@ -186,20 +261,39 @@ def restore_partition(
     target = target.resolve()
     for log_dir in ctx.config.log_dirs:
         root = log_dir.resolve()
-        if target == root or root in target.parents:
-            raise TieringError(f"restore target {target} is inside the broker's log dir {log_dir}; choose another")
+        if (target == root and not force) or root in target.parents:
+            raise TieringError(
+                f"restore target {target} is inside the broker's log dir {log_dir}; choose another "
+                "(or, for disaster recovery with that broker stopped, the log dir itself with --force)"
+            )
     final = target / f"{tp.topic}-{tp.partition}"
     if final.exists():
         raise TieringError(f"{final} already exists; restore never overwrites a partition directory")
     if not force:
         _refuse_a_kafka_log_dir(target)
-    reader = open_reader(ctx, tp)
+    if (target / META_PROPERTIES).exists():
+        with _broker_stopped(target):
+            return _restore(ctx, tp, target, say, started, broker_log_dir=True)
+    return _restore(ctx, tp, target, say, started, broker_log_dir=False)
+
+
+def _restore(
+    ctx: TieringContext,
+    tp: TopicPartition,
+    target: Path,
+    say: Callable[[str], None],
+    started: float,
+    *,
+    broker_log_dir: bool,
+) -> RestoreResult:
+    final = target / f"{tp.topic}-{tp.partition}"
+    reader = _restore_reader(ctx, tp, say)
     chain = served_chain(reader)
     if not chain:
         raise TieringError(f"{tp.topic}-{tp.partition}: the remote tier holds no data to restore")
     result = RestoreResult(tp.topic, tp.partition, final, log_start_offset=reader.log_start_offset)
     target.mkdir(parents=True, exist_ok=True)
-    work = target / f".{tp.topic}-{tp.partition}.restoring"
+    work = staging_dir(target, tp, broker_log_dir=broker_log_dir)
     shutil.rmtree(work, ignore_errors=True)  # leftovers of a killed earlier restore
     work.mkdir()
     try:
@@ -219,14 +313,17 @@ def restore_partition(
         end = chain[-1].end_offset
         lineage = reader.view.lineage.truncate_from_end(end + 1)
         write_leader_epoch_checkpoint(work / LEADER_EPOCH_CHECKPOINT, list(lineage.entries))
-        write_partition_metadata(work / PARTITION_METADATA, reader.view.tip.topic_id)
+        if not broker_log_dir:
+            write_partition_metadata(work / PARTITION_METADATA, reader.view.tip.topic_id)
         os.replace(work, final)
+        if broker_log_dir:  # only now: a -delete dir holding a topic id is the evidence of a deletion
+            write_partition_metadata(final / PARTITION_METADATA, reader.view.tip.topic_id)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     _write_root_checkpoints(target, tp, result, chain[0].start_offset)
     marker = target / RESTORE_MARKER
-    if not marker.exists():
+    if not broker_log_dir and not marker.exists():
         marker.write_text("written by tiering restore: its checkpoint files are the restored partitions'\n")
     result.seconds = time.monotonic() - started
     return result

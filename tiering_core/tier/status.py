@@ -11,12 +11,12 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.retention import delete_lag
 from tiering_core.storage.manifest import CopyRecord
-from tiering_core.tier.view import TierView, finished_in_lineage, load_tier_view, recorded_gaps
+from tiering_core.tier.view import TierView, finished_in_lineage, load_tier_view, merge_offset_ranges, recorded_gaps
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.partition_log import PartitionLog
-    from tiering_core.metadata.store import RemoteLogSegmentMetadata
+    from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
 
 STATUS_FIELDS = (
     "topic",
@@ -114,10 +114,20 @@ def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> Partit
         delete_lag_segments=delete_lag_segments,
         delete_lag_bytes=delete_lag_bytes,
         delete_state=record.delete_state.value if record is not None and record.delete_state is not None else None,
-        gaps=recorded_gaps(store, view.tip),
+        gaps=current_gaps(view, store),
         local_retention_risk=risk.to_dict(),
         error=view.offsets_error,
     )
+
+
+def current_gaps(view: TierView, store: RemoteLogMetadataStore) -> list[list[int]]:
+    """The recorded tiering gaps plus the one the broker has opened since the last copy: a gap
+    shows as soon as the broker deleted data not yet tiered, not only once a copy recorded it."""
+    ranges = [(g.start, g.end) for g in store.list_gaps(view.tip)]
+    pending = view.tiering_gap()
+    if pending is not None:
+        ranges.append((pending.start, pending.end))
+    return [g.as_list() for g in merge_offset_ranges(ranges)]
 
 
 def remote_log_start(view: TierView, finished: list[RemoteLogSegmentMetadata]) -> int | None:

@@ -105,9 +105,13 @@ class LocalRetentionRisk:
 
 @dataclass(frozen=True)
 class TierView:
-    """Read-only snapshot of one partition's local and remote offsets."""
+    """Read-only snapshot of one partition's local and remote offsets.
 
-    log: PartitionLog
+    ``local_log`` is None for a view of the remote tier alone (``load_remote_tier_view``: the
+    broker holds no directory of the partition); only reads use such a view.
+    """
+
+    local_log: PartitionLog | None
     tip: TopicIdPartition
     broker_cache: LeaderEpochCache
     full_lineage: LeaderEpochCache
@@ -121,6 +125,13 @@ class TierView:
     observed_delete_records_offset: int | None
     global_log_start_offset: int | None
     highest_copied_offset: int
+
+    @property
+    def log(self) -> PartitionLog:
+        """The broker's partition directory (TieringError for a view of the remote tier alone)."""
+        if self.local_log is None:
+            raise TieringError(f"{self.tip}: the broker's log dirs hold no directory of this partition")
+        return self.local_log
 
     @property
     def local_log_start_offset(self) -> int:
@@ -238,12 +249,19 @@ def highest_copied_offset(
 
 
 def observed_delete_records(log: PartitionLog) -> int | None:
-    """A log-start-offset-checkpoint entry above the first local base is a DeleteRecords."""
+    """A log-start-offset-checkpoint entry above the first local base is a DeleteRecords.
+
+    The first base is listed afresh, after the entry was read: Kafka's retention moves the log
+    start to the next segment's base *before* it removes the old segments (``deleteSegments``),
+    so a checkpoint taken in between names that base. Against a listing from before the removal
+    it would look like a DeleteRecords, and the remote data below it would be deleted for the
+    broker's own retention (section 10); against a listing made after it was read it is the
+    first base itself.
+    """
     entry = log.log_start_offset_checkpoint
-    segments = log.segments
-    if entry is None or not segments:
+    if entry is None:
         return None
-    return entry if entry > segments[0].base_offset else None
+    return entry if entry > log.current_local_log_start_offset() else None
 
 
 def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore) -> TierView:
@@ -270,7 +288,7 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore) -> TierView
     lineage = full_lineage.truncate_from_start(global_start) if global_start is not None else full_lineage
     copied = highest_copied_offset(store, tip, full_lineage, leo)
     return TierView(
-        log=log,
+        local_log=log,
         tip=tip,
         broker_cache=broker_cache,
         full_lineage=full_lineage,
@@ -302,3 +320,33 @@ def finished_in_lineage(
         for s in store.list_segments(view.tip, custom_metadata=custom_metadata)
         if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and is_in_lineage(view, s)
     ]
+
+
+def load_remote_tier_view(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> TierView:
+    """The remote tier of ``tip`` alone, for reading it when the broker holds no directory of the
+    partition (a lost disk being restored): the lineage is the recorded one, and the log end is
+    taken as one past the highest finished offset (nothing local can say more)."""
+    full_lineage = LeaderEpochCache(store.get_recorded_lineage(tip))
+    latest = store.latest_copied_epoch(tip, full_lineage.epochs())
+    leo = latest[1] + 1 if latest is not None else 0
+    remote_start = store.get_remote_log_start_offset(tip)
+    delete_records = store.get_delete_records_offset(tip)
+    starts = [o for o in (remote_start, delete_records) if o is not None]
+    global_start = max(starts) if starts else None
+    lineage = full_lineage.truncate_from_start(global_start) if global_start is not None else full_lineage
+    return TierView(
+        local_log=None,
+        tip=tip,
+        broker_cache=LeaderEpochCache([]),
+        full_lineage=full_lineage,
+        lineage=lineage,
+        log_end_offset=leo,
+        high_watermark=None,
+        last_stable_offset=None,
+        offsets_error=f"{tip}: the broker's log dirs hold no directory of this partition",
+        remote_log_start_offset=remote_start,
+        delete_records_offset=delete_records,
+        observed_delete_records_offset=None,
+        global_log_start_offset=global_start,
+        highest_copied_offset=highest_copied_offset(store, tip, full_lineage, leo),
+    )

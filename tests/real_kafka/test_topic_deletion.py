@@ -1,0 +1,117 @@
+"""Topic deletion on a real broker is the evidence partition removal acts on (docs/kafka-rules.md
+section 7, DESIGN invariant 7).
+
+While the topic lives, ``delete-partition`` refuses. Once the admin client deleted the topic, the
+broker renames each partition dir to ``<topic>-<p>.<uuid>-delete`` (removed
+``log.segment.delete.delay.ms`` later): removal deletes that topic id's remote data and nothing
+of any other topic. Once the broker removed that dir too, no evidence is left: removal refuses
+unless forced.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from tests.real_kafka.cluster import KafkaCluster
+from tests.real_kafka.conftest import PrivateKafka
+from tests.real_kafka.support import BesideKafka, ConsumedRecord, consume
+
+#: The broker removes a ``-delete`` dir this long after the rename (a broker-wide setting).
+DELETE_DELAY_MS = 6000
+
+
+def _produce(cluster: KafkaCluster, topic: str, count: int) -> None:
+    producer = cluster.producer(linger_ms=5, batch_size=4096)
+    for i in range(count):
+        producer.send(topic, key=f"{topic}-{i}".encode(), value=f"{topic} value {i:05d} ".encode() * 8)
+    producer.flush()
+    producer.close()
+
+
+def _keys(platform: BesideKafka) -> list[str]:
+    remote = platform.document["remote"]
+    s3: Any = boto3.client("s3", endpoint_url=remote["endpoint_url"], region_name=remote["region"])
+    keys: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=remote["bucket"], Prefix=remote["prefix"]):
+        keys.extend(o["Key"] for o in page.get("Contents", []))
+    return keys
+
+
+def _delete_dirs(log_dir: Path, topic: str, partition: int) -> list[Path]:
+    pattern = re.compile(rf"{re.escape(topic)}-{partition}\.[0-9a-f]{{32}}-delete")
+    return [p for p in log_dir.iterdir() if pattern.fullmatch(p.name)]
+
+
+def test_topic_deletion_is_the_evidence_removal_acts_on(
+    private_kafka: PrivateKafka, beside: Callable[..., BesideKafka]
+) -> None:
+    with private_kafka(settings={"log.segment.delete.delay.ms": str(DELETE_DELAY_MS)}) as cluster:
+        ids = {t: cluster.create_topic(t, segment_bytes=16 * 1024) for t in ("doomed", "bystander", "vanished")}
+        platform = beside(cluster)
+        for topic in ids:
+            _produce(cluster, topic, 800)
+        for topic in ids:
+            cluster.wait_until(f"{topic}'s HW", lambda t=topic: platform.status(t)["high_watermark"] == 800)
+        platform.ok("copy")
+        segments = {t: platform.ok("segments", "--topic", t, "--partition", "0", "--json").json() for t in ids}
+        assert all(len(s) > 2 for s in segments.values()), {t: len(s) for t, s in segments.items()}
+        status = {t: platform.status(t) for t in ids}
+        bystander_before = consume(cluster, "bystander", 0)
+        keys_before = _keys(platform)
+        prefix = {t: f"tier/{t}-{status[t]['topic_id']}/" for t in ids}
+        assert all(any(k.startswith(prefix[t]) for k in keys_before) for t in ids), keys_before[:5]
+
+        # The topic lives: removal refuses, naming the live topic id, and deletes nothing.
+        refused = platform.run("delete-partition", "--topic", "doomed", "--partition", "0", "--yes")
+        assert refused.code == 1, refused
+        assert "doomed-0 is still in the broker's log dirs" in refused.stderr
+        assert f"--topic-id {status['doomed']['topic_id']}" in refused.stderr
+        assert _keys(platform) == keys_before
+
+        log_dir = cluster.nodes[1].log_dirs[0]
+        cluster.admin().delete_topics(["doomed", "vanished"])
+        cluster.wait_until("the broker's -delete rename", lambda: bool(_delete_dirs(log_dir, "doomed", 0)), 30)
+        assert not (log_dir / "doomed-0").exists()
+        removed = platform.run("delete-partition", "--topic", "doomed", "--partition", "0", "--yes", "--json")
+        assert _delete_dirs(log_dir, "doomed", 0), "the evidence was still there when removal ran"
+        assert removed.code == 0, removed
+        done = removed.json()
+        assert done["topic_ids"] == [status["doomed"]["topic_id"]]
+        assert done["segments_deleted"] == len(segments["doomed"])
+        assert done["state"] == "DELETE_PARTITION_FINISHED"
+        keys_after = _keys(platform)
+        assert not any(k.startswith(prefix["doomed"]) for k in keys_after)
+        assert sorted(keys_after) == sorted(k for k in keys_before if not k.startswith(prefix["doomed"]))
+        # The other topics are untouched and still served.
+        for topic in ("bystander", "vanished"):
+            assert platform.ok("segments", "--topic", topic, "--partition", "0", "--json").json() == segments[topic]
+        hco = status["bystander"]["highest_copied_offset"]
+        served = platform.remote_records("bystander", 0, 0, hco + 1)
+        assert [ConsumedRecord.from_fetch(r) for r in served] == bystander_before[: hco + 1]
+
+        # The broker removes the -delete dir: nothing proves the deletion any more.
+        cluster.wait_until(
+            "the broker removing the -delete dir",
+            lambda: not _delete_dirs(log_dir, "vanished", 0),
+            DELETE_DELAY_MS / 1000 + 30,
+        )
+        unproven = platform.run("delete-partition", "--topic", "vanished", "--partition", "0", "--yes")
+        assert unproven.code == 1, unproven
+        assert "no positive evidence that topic id" in unproven.stderr
+        assert "--force" in unproven.stderr
+        assert sorted(_keys(platform)) == sorted(keys_after)
+        forced = platform.run(
+            "delete-partition", "--topic", "vanished", "--partition", "0", "--yes", "--force", "--json"
+        )
+        assert forced.code == 0, forced
+        assert forced.json()["segments_deleted"] == len(segments["vanished"])
+        assert sorted(_keys(platform)) == sorted(k for k in keys_after if not k.startswith(prefix["vanished"]))
+        assert (
+            platform.ok("segments", "--topic", "bystander", "--partition", "0", "--json").json()
+            == segments["bystander"]
+        )
