@@ -135,3 +135,105 @@ def test_leader_change_the_remote_tier_follows_the_lineage(
         assert len(broker) == end + 1
         assert remote == broker
     print(f"leader change: {end + 1} records compared in {time.monotonic() - began:.1f} s")
+
+
+def in_lineage_after_divergence(rows: list[dict[str, Any]], divergence: int, old_epoch: int) -> list[dict[str, Any]]:
+    """The old leader's segments of ``old_epoch`` only that end at or past the divergence point."""
+    return [r for r in rows if set(r["leader_epochs"]) == {str(old_epoch)} and r["end_offset"] >= divergence]
+
+
+def retention_with(beside: BesideKafka, topic: str, retention_ms: int) -> None:
+    beside.document["topics"][topic] = {"retention.ms": retention_ms}
+    beside.write()
+    beside.ok("retention", "--topic", topic)
+
+
+def test_unclean_election_divergent_segments_are_never_served(
+    private_kafka: PrivateKafka, beside: Callable[..., BesideKafka]
+) -> None:
+    began = time.monotonic()
+    topic = "unclean"
+    with private_kafka(nodes=3) as cluster:
+        cluster.create_topic(
+            topic,
+            replication_factor=2,
+            segment_bytes=SEGMENT_BYTES,
+            configs={"unclean.leader.election.enable": "true", "min.insync.replicas": "1"},
+        )
+        platform = beside_every_node(beside(cluster, 1))
+        first = partition_state(cluster, topic)
+        old_leader, old_epoch = first["leader_id"], first["leader_epoch"]
+        (lagging,) = [n for n in first["replica_nodes"] if n != old_leader]
+        produce(cluster, topic, 0, 1000, "shared")
+        wait_checkpointed(platform[lagging], topic, 1000)
+        cluster.stop_node(lagging)  # out of sync from now on: the leader goes on alone
+        assert partition_state(cluster, topic)["isr_nodes"] == [old_leader]
+        produce(cluster, topic, 1000, 1000, "divergent")
+        wait_checkpointed(platform[old_leader], topic, 2000)
+        platform[old_leader].ok("copy", "--topic", topic)
+        old_rows = segments(platform[old_leader], topic)
+        assert old_rows[-1]["end_offset"] > 1000, "the remote tier holds offsets the lagging replica lacks"
+        divergent = in_lineage_after_divergence(old_rows, 1000, old_epoch)
+        divergent_ids = {r["segment_id"] for r in divergent}
+
+        cluster.stop_node(old_leader, kill=True)
+        cluster.start_node(lagging)
+        # With the topic's unclean.leader.election.enable the controller elects the out-of-sync
+        # replica by itself once the killed leader's session expires (no ElectLeaders needed).
+        state = wait_for_leader(cluster, topic, lambda s: s["leader_id"] == lagging, timeout=40)
+        new_epoch = state["leader_epoch"]
+        assert new_epoch > old_epoch and state["isr_nodes"] == [lagging]
+        cutoff_ms = int(time.time() * 1000)  # every record before it is of the old epoch, every one
+        time.sleep(1.0)  # after it (a second later) of the new: a retention.ms between the two
+        produce(cluster, topic, 1000, 700, "new")
+        on_new = platform[lagging]
+        wait_checkpointed(on_new, topic, 1700)
+        assert epoch_cache(cluster, lagging, topic) == [EpochEntry(old_epoch, 0), EpochEntry(new_epoch, 1000)]
+        on_new.ok("copy", "--topic", topic)
+
+        status = on_new.status(topic)
+        assert status["leader_epoch"] == new_epoch
+        rows = segments(on_new, topic)
+        assert {r["segment_id"] for r in rows} >= divergent_ids, "divergent segments stay until retention's rules"
+        lineage_rows = [r for r in rows if r["segment_id"] not in divergent_ids]
+        assert {old_epoch, new_epoch} <= {int(e) for r in lineage_rows for e in r["leader_epochs"]}
+        assert_tiered_once(lineage_rows, set())
+        end = lineage_rows[-1]["end_offset"]
+        assert end >= 1000 and status["highest_copied_offset"] == end
+
+        remote = as_consumed(on_new.remote_records(topic, 0, 0, end + 1))
+        broker = consume(cluster, topic, 0, until=end + 1)
+        assert len(broker) == end + 1
+        assert remote == broker
+        assert not any(r.value is not None and r.value.startswith(b"divergent") for r in remote)
+
+        # the old leader comes back as a follower and truncates to the new lineage
+        cluster.start_node(old_leader)
+        wait_for_leader(cluster, topic, lambda s: sorted(s["isr_nodes"]) == sorted([old_leader, lagging]), 40)
+        cluster.wait_until(
+            f"node {old_leader} following the new lineage",
+            lambda: epoch_cache(cluster, old_leader, topic) == epoch_cache(cluster, lagging, topic),
+            timeout=20,
+        )
+
+        # retention (KAFKA_SEMANTICS 6): divergent segments are outside the lineage, so no time
+        # breach deletes them and they never stop the walk; they go once their epoch has left it
+        retention_with(on_new, topic, -1)
+        assert segments(on_new, topic) == rows
+        retention_with(on_new, topic, int(time.time() * 1000) - cutoff_ms)  # the old epoch's records expire
+        kept = segments(on_new, topic)
+        assert {r["segment_id"] for r in kept} >= divergent_ids, "a time breach never deletes divergent segments"
+        kept_lineage = [r for r in kept if r["segment_id"] not in divergent_ids]
+        assert kept_lineage == [r for r in lineage_rows if str(new_epoch) in r["leader_epochs"]]
+        assert on_new.status(topic)["remote_log_start_offset"] == kept_lineage[0]["start_offset"]
+        assert as_consumed(
+            on_new.remote_records(topic, 0, kept[0]["start_offset"], end + 1 - kept[0]["start_offset"])
+        ) == [r for r in broker if r.offset >= kept[0]["start_offset"]]
+        # everything expires: the lineage's segments go and the log start passes the divergence;
+        # the divergent ones (of an epoch still in this run's lineage) are due at the next run
+        retention_with(on_new, topic, 1)
+        assert {r["segment_id"] for r in segments(on_new, topic)} == divergent_ids
+        assert on_new.status(topic)["delete_lag_segments"] == len(divergent_ids)
+        retention_with(on_new, topic, 1)
+        assert segments(on_new, topic) == []
+    print(f"unclean election: {end + 1} records compared in {time.monotonic() - began:.1f} s")
