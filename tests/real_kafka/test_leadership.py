@@ -78,6 +78,36 @@ def segments(beside: BesideKafka, topic: str, state: str = "COPY_SEGMENT_FINISHE
     return sorted((r for r in rows if r["state"] == state), key=lambda r: (r["start_offset"], r["end_offset"]))
 
 
+def consumed_leader_epochs(cluster: KafkaCluster, topic: str, end: int) -> list[tuple[int, int]]:
+    """(offset, leader epoch) of every record below ``end`` as a real consumer sees them."""
+    from kafka import TopicPartition as KafkaTP
+
+    consumer = cluster.consumer(fetch_max_bytes=4 * 1024 * 1024)
+    try:
+        tp = KafkaTP(topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        out: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 60
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                out.extend((r.offset, r.leader_epoch) for r in records if r.offset < end)
+        return out
+    finally:
+        consumer.close()
+
+
+def broker_offset_for_time(cluster: KafkaCluster, topic: str, timestamp: int) -> int | None:
+    from kafka import TopicPartition as KafkaTP
+
+    consumer = cluster.consumer()
+    try:
+        found = consumer.offsets_for_times({KafkaTP(topic, 0): timestamp})[KafkaTP(topic, 0)]
+        return None if found is None else int(found.offset)
+    finally:
+        consumer.close()
+
+
 def as_consumed(rows: list[dict[str, Any]]) -> list[ConsumedRecord]:
     return [ConsumedRecord.from_fetch(r) for r in rows]
 
@@ -134,6 +164,9 @@ def test_leader_change_the_remote_tier_follows_the_lineage(
         broker = consume(cluster, topic, 0, until=end + 1)
         assert len(broker) == end + 1
         assert remote == broker
+        remote_epochs = [(r["offset"], r["leader_epoch"]) for r in on_new.remote_records(topic, 0, 0, end + 1)]
+        assert remote_epochs == consumed_leader_epochs(cluster, topic, end + 1)
+        assert {e for _, e in remote_epochs} == {old_epoch, new_epoch}
     print(f"leader change: {end + 1} records compared in {time.monotonic() - began:.1f} s")
 
 
@@ -168,6 +201,8 @@ def test_unclean_election_divergent_segments_are_never_served(
         wait_checkpointed(platform[lagging], topic, 1000)
         cluster.stop_node(lagging)  # out of sync from now on: the leader goes on alone
         assert partition_state(cluster, topic)["isr_nodes"] == [old_leader]
+        divergent_from_ms = int(time.time() * 1000)
+        time.sleep(0.05)
         produce(cluster, topic, 1000, 1000, "divergent")
         wait_checkpointed(platform[old_leader], topic, 2000)
         platform[old_leader].ok("copy", "--topic", topic)
@@ -206,6 +241,14 @@ def test_unclean_election_divergent_segments_are_never_served(
         assert len(broker) == end + 1
         assert remote == broker
         assert not any(r.value is not None and r.value.startswith(b"divergent") for r in remote)
+        fetched = on_new.remote_records(topic, 0, 0, end + 1)
+        assert [(r["offset"], r["leader_epoch"]) for r in fetched] == consumed_leader_epochs(cluster, topic, end + 1)
+        # by timestamp (KAFKA_SEMANTICS 8): the divergent records' times lead to the new epoch's first
+        found = on_new.ok(
+            "find-offset", "--topic", topic, "--partition", "0", "--timestamp", str(divergent_from_ms), "--json"
+        ).json()
+        assert found["offset"] == broker_offset_for_time(cluster, topic, divergent_from_ms) == 1000, found
+        assert found["leader_epoch"] == new_epoch
 
         # the old leader comes back as a follower and truncates to the new lineage
         cluster.start_node(old_leader)
@@ -215,6 +258,7 @@ def test_unclean_election_divergent_segments_are_never_served(
             lambda: epoch_cache(cluster, old_leader, topic) == epoch_cache(cluster, lagging, topic),
             timeout=20,
         )
+        assert platform[old_leader].status(topic)["log_end_offset"] == on_new.status(topic)["log_end_offset"]
 
         # retention (KAFKA_SEMANTICS 6): divergent segments are outside the lineage, so no time
         # breach deletes them and they never stop the walk; they go once their epoch has left it
