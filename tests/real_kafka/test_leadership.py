@@ -250,6 +250,11 @@ def test_unclean_election_divergent_segments_are_never_served(
         assert found["offset"] == broker_offset_for_time(cluster, topic, divergent_from_ms) == 1000, found
         assert found["leader_epoch"] == new_epoch
 
+        # the killed old leader's files still end epoch 0 at 2000: that stale cache must not
+        # override the lineage recorded since, so reads through its node serve no divergent record
+        assert epoch_cache(cluster, old_leader, topic) == [EpochEntry(old_epoch, 0)]
+        assert as_consumed(platform[old_leader].remote_records(topic, 0, 0, end + 1)) == broker
+
         # the old leader comes back as a follower and truncates to the new lineage
         cluster.start_node(old_leader)
         wait_for_leader(cluster, topic, lambda s: sorted(s["isr_nodes"]) == sorted([old_leader, lagging]), 40)
