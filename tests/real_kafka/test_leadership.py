@@ -160,6 +160,11 @@ def test_leader_change_the_remote_tier_follows_the_lineage(
         assert rows[0]["start_offset"] == 0 and end >= 1500
         assert status["highest_copied_offset"] == end
 
+        # the stopped old leader's files end at epoch 0: behind the lineage, not copied from
+        (skipped,) = platform[old_leader].ok("copy", "--topic", topic, "--json").json()
+        assert skipped["segments_copied"] == 0 and "behind the recorded lineage" in skipped["skipped_reason"]
+        assert segments(on_new, topic) == rows
+
         remote = as_consumed(on_new.remote_records(topic, 0, 0, end + 1))
         broker = consume(cluster, topic, 0, until=end + 1)
         assert len(broker) == end + 1
