@@ -175,7 +175,7 @@ def test_leader_change_the_remote_tier_follows_the_lineage(
     print(f"leader change: {end + 1} records compared in {time.monotonic() - began:.1f} s")
 
 
-def in_lineage_after_divergence(rows: list[dict[str, Any]], divergence: int, old_epoch: int) -> list[dict[str, Any]]:
+def divergent_segments(rows: list[dict[str, Any]], divergence: int, old_epoch: int) -> list[dict[str, Any]]:
     """The old leader's segments of ``old_epoch`` only that end at or past the divergence point."""
     return [r for r in rows if set(r["leader_epochs"]) == {str(old_epoch)} and r["end_offset"] >= divergence]
 
@@ -209,11 +209,12 @@ def test_unclean_election_divergent_segments_are_never_served(
         divergent_from_ms = int(time.time() * 1000)
         time.sleep(0.05)
         produce(cluster, topic, 1000, 1000, "divergent")
+        old_epoch_until_ms = int(time.time() * 1000)  # every record so far is older
         wait_checkpointed(platform[old_leader], topic, 2000)
         platform[old_leader].ok("copy", "--topic", topic)
         old_rows = segments(platform[old_leader], topic)
         assert old_rows[-1]["end_offset"] > 1000, "the remote tier holds offsets the lagging replica lacks"
-        divergent = in_lineage_after_divergence(old_rows, 1000, old_epoch)
+        divergent = divergent_segments(old_rows, 1000, old_epoch)
         divergent_ids = {r["segment_id"] for r in divergent}
 
         cluster.stop_node(old_leader, kill=True)
@@ -223,8 +224,7 @@ def test_unclean_election_divergent_segments_are_never_served(
         state = wait_for_leader(cluster, topic, lambda s: s["leader_id"] == lagging, timeout=40)
         new_epoch = state["leader_epoch"]
         assert new_epoch > old_epoch and state["isr_nodes"] == [lagging]
-        cutoff_ms = int(time.time() * 1000)  # every record before it is of the old epoch, every one
-        time.sleep(1.0)  # after it (a second later) of the new: a retention.ms between the two
+        time.sleep(0.5)  # new records come at least the broker session timeout (6 s) after the old
         produce(cluster, topic, 1000, 700, "new")
         on_new = platform[lagging]
         wait_checkpointed(on_new, topic, 1700)
@@ -278,7 +278,8 @@ def test_unclean_election_divergent_segments_are_never_served(
         # breach deletes them and they never stop the walk; they go once their epoch has left it
         retention_with(on_new, topic, -1)
         assert segments(on_new, topic) == rows
-        retention_with(on_new, topic, int(time.time() * 1000) - cutoff_ms)  # the old epoch's records expire
+        # the old epoch's records expire, the new epoch's (seconds younger) are kept
+        retention_with(on_new, topic, int(time.time() * 1000) - old_epoch_until_ms - 300)
         kept = segments(on_new, topic)
         assert {r["segment_id"] for r in kept} >= divergent_ids, "a time breach never deletes divergent segments"
         kept_lineage = [r for r in kept if r["segment_id"] not in divergent_ids]
