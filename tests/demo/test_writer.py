@@ -310,6 +310,30 @@ def test_truncate_to_a_segment_base_keeps_it_as_the_empty_active_segment(make_wr
     assert_indexes_equal_rebuild(w)
 
 
+def test_truncate_to_with_async_delete_leaves_deleted_files_as_a_real_broker_does(make_writer) -> None:
+    """The old leader after an unclean election, as a real broker left it: the divergent
+    segments renamed ``*.deleted`` (snapshots too), the refetched segment of the same base beside
+    its predecessor's ``.log.deleted``; the partition reads as the new lineage."""
+    w = make_writer(segment_bytes=10**9)
+    w.append_records(10)
+    w.roll()
+    w.append_records(10, per_batch=5)  # [10..19]: offsets 15.. diverge
+    divergent = w.roll()
+    w.append_records(10)
+    w.roll()
+    w.truncate_to(15, async_delete=True)
+    w.become_leader(1)  # the new lineage, as refetched: epoch 1 from 15
+    w.append_records(5, key_prefix="new")
+    assert w.roll() == divergent
+    w.append_records(2, key_prefix="new")
+    names = {p.name for p in w.path.iterdir()}
+    assert {f"{divergent:020d}.log", f"{divergent:020d}.log.deleted", f"{divergent:020d}.snapshot.deleted"} <= names
+    log = PartitionLog(w.path)
+    assert [s.base_offset for s in log.segments] == [0, 10, divergent]
+    assert log.log_end_offset == 22
+    assert log.leader_epoch_entries == [EpochEntry(0, 0), EpochEntry(1, 15)]
+
+
 def test_demo_log_dir(tmp_path: Path) -> None:
     made = build_demo_log_dir(tmp_path / "logs", seed=7)
     logs = {str(p.topic_partition): p for p in discover_partitions([tmp_path / "logs"])}

@@ -22,6 +22,8 @@ from tiering_core.kafka.epoch import (
     UNDEFINED_EPOCH_OFFSET,
     EpochEntry,
     LeaderEpochCache,
+    current_lineage,
+    is_cache_behind,
     is_segment_in_lineage,
     merge_lineage,
 )
@@ -494,6 +496,28 @@ def test_merge_lineage(recorded: dict[int, int], current: dict[int, int], expect
     assert merged.as_dict() == expected
     # Merging the same broker cache again changes nothing (the store re-merges every run).
     assert merge_lineage(list(merged.entries), entries(current)) == merged
+
+
+@pytest.mark.parametrize(
+    ("recorded", "current", "expected", "behind"),
+    [
+        pytest.param({0: 0, 1: 1000}, {0: 0}, {0: 0, 1: 1000}, True, id="killed-old-leader-still-runs-epoch-0"),
+        pytest.param({0: 0, 1: 1500}, {0: 0}, {0: 0, 1: 1500}, True, id="follower-not-yet-fetched-the-new-epoch"),
+        pytest.param({0: 0, 1: 1000}, {0: 0, 1: 1000}, {0: 0, 1: 1000}, False, id="caught-up"),
+        pytest.param({0: 0, 2: 300}, {0: 0, 1: 100, 3: 250}, {0: 0, 1: 100, 3: 250}, False, id="newer-epoch-truncated"),
+        pytest.param({}, {0: 0}, {0: 0}, False, id="nothing-recorded"),
+        pytest.param({0: 0, 1: 10}, {}, {0: 0, 1: 10}, False, id="no-cache"),
+    ],
+)
+def test_a_cache_behind_the_recorded_lineage_leaves_it_as_recorded(
+    recorded: dict[int, int], current: dict[int, int], expected: dict[int, int], behind: bool
+) -> None:
+    assert is_cache_behind(entries(recorded), entries(current)) is behind
+    assert current_lineage(entries(recorded), entries(current)).as_dict() == expected
+    if not behind:
+        assert current_lineage(entries(recorded), entries(current)) == merge_lineage(
+            entries(recorded), entries(current)
+        )
 
 
 def test_merged_lineage_then_truncated_at_global_log_start() -> None:

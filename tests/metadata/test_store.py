@@ -526,6 +526,16 @@ def test_recorded_lineage_merges_what_each_copy_saw(store) -> None:
     assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(3, 80)]
 
 
+def test_a_cache_behind_the_recorded_lineage_records_nothing(store) -> None:
+    """A replica that has not seen the later leaders (its latest epoch below the recorded one)
+    cannot take back what was recorded: a killed old leader still runs epoch 0 on past the
+    point where an unclean election cut it."""
+    lease = store.acquire_lease(TIP, "t")
+    store.record_lineage(TIP, [EpochEntry(0, 0), EpochEntry(1, 1000)], lease)
+    store.record_lineage(TIP, [EpochEntry(0, 0)], lease)
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 1000)]
+
+
 def test_delete_records_offset_is_the_highest_ever_observed(store) -> None:
     lease = store.acquire_lease(TIP, "t", run_id="copy-7")
     assert store.get_delete_records_offset(TIP) is None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,43 @@ def test_after_an_unclean_election_reads_follow_the_new_lineage(tiering_env: Tie
         assert got[10].key == b"new-0" and got[10].leader_epoch == 2
         found = reader.offset_for_timestamp(next(r.timestamp for r in expected if r.offset == 150))
         assert found is not None and (found.offset, found.leader_epoch) == (150, 2)
+
+
+def test_a_replica_behind_the_lineage_reads_the_recorded_lineage_and_copies_nothing(tiering_env: TieringEnv) -> None:
+    """A killed old leader's files (as a real cluster leaves them) still run epoch 1 on past the
+    point where an unclean election cut it: its cache is behind the recorded lineage, so the
+    platform beside that node reads the recorded lineage, never the divergent records, and copies
+    nothing from it (the cache alone once won from its first start on, serving them)."""
+    w = tiering_env.writer()
+    w.append_records(100)
+    w.become_leader(1)
+    w.append_records(100)
+    w.roll()
+    w.append_records(100)
+    w.roll()  # [0..199] {0:0, 1:100}, [200..299] {1:200}
+    w.append_records(5)
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    stale = replace(tiering_env, log_dir=tiering_env.root / "stale-logs", config_path=tiering_env.root / "stale.yaml")
+    shutil.copytree(tiering_env.log_dir, stale.log_dir)  # the killed old leader's node
+    stale.write_config()
+    w.truncate_to(150)  # the out-of-sync replica elected uncleanly: epoch 1 ends at 149
+    w.become_leader(2)
+    w.append_records(60, key_prefix="new")
+    w.roll()
+    w.append_records(5)
+    w.set_high_watermark()
+    expected = local_records(w)
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        lineage = ctx.metadata.get_recorded_lineage(tip_of(w))
+    with stale.context() as ctx:
+        got = open_reader(ctx, w.tp).read(140, 30)
+        assert [(r.offset, r.key, r.leader_epoch) for r in got] == [
+            (r.offset, r.key, r.leader_epoch) for r in expected if r.offset >= 140
+        ][:30]
+        result = run_copy(ctx, w.tp)
+        assert result.segments_copied == 0 and "behind the recorded lineage" in (result.skipped_reason or "")
+        assert run_copy(ctx, w.tp, dry_run=True).skipped_reason == result.skipped_reason
+        assert ctx.metadata.get_recorded_lineage(tip_of(w)) == lineage

@@ -182,3 +182,22 @@ def consume(
 
 def offsets(records: Sequence[ConsumedRecord]) -> list[int]:
     return [r.offset for r in records]
+
+
+def beside_every_node(first: BesideKafka) -> dict[int, BesideKafka]:
+    """The platform as one deployment over a whole cluster: a BesideKafka per node that shares
+    ``first``'s metadata store and bucket and differs only in ``log_dirs`` (a copy run reads one
+    broker's log dirs; the remote tier and its metadata are the cluster's)."""
+    import copy
+
+    out: dict[int, BesideKafka] = {}
+    for node_id, node in first.cluster.nodes.items():
+        if node_id == first.node_id:
+            out[node_id] = first
+            continue
+        document = copy.deepcopy(first.document)
+        document["log_dirs"] = [str(d) for d in node.log_dirs]
+        beside = BesideKafka(first.root, first.cluster, node_id, first.root / f"tiering-node-{node_id}.yaml", document)
+        beside.write()
+        out[node_id] = beside
+    return out

@@ -485,13 +485,16 @@ class PartitionWriter:
         if deletable:
             self.delete_oldest_segments(deletable)
 
-    def truncate_to(self, offset: int) -> None:
+    def truncate_to(self, offset: int, *, async_delete: bool = False) -> None:
         """Truncate the log to ``offset`` (a batch boundary), as a follower does after an unclean election.
 
         Segments above it go, the one holding it is cut and becomes active again with its
         indexes rebuilt from the ``.log``; producer state is reloaded from the newest snapshot
         at or below ``offset``, later snapshots are deleted; the epoch cache is truncated from
-        the end; the high watermark is capped.
+        the end; the high watermark is capped. ``async_delete``: the segments and snapshots
+        above ``offset`` are renamed ``*.deleted`` as a real broker does (it deletes them after
+        ``file.delete.delay.ms``, 60 s by default), so a refetched segment of the same base
+        offset sits beside its divergent predecessor's ``.log.deleted`` for a while.
         """
         if not self.log_start_offset <= offset <= self.next_offset:
             raise ValueError(f"cannot truncate to {offset}: outside [{self.log_start_offset}, {self.next_offset}]")
@@ -507,13 +510,16 @@ class PartitionWriter:
                 raise ValueError(f"cannot truncate to {offset}: it falls inside the batch at {header.base_offset}")
         for base in bases:
             if base > keep_base:
-                self._delete_segment_files(base)
+                self._delete_segment_files(base, async_delete=async_delete)
         if cut is not None:
             with log_path.open("r+b") as f:
                 f.truncate(cut)
         for snap, path in list(self._snapshots()):
             if snap > offset:
-                path.unlink()
+                if async_delete:
+                    path.rename(path.with_name(path.name + ".deleted"))
+                else:
+                    path.unlink()
         self.epochs = self.epochs.truncate_from_end(offset)
         self._write_epochs()
         self._reload(keep_base)

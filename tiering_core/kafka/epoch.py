@@ -331,3 +331,24 @@ def merge_lineage(recorded: Sequence[EpochEntry], current: Sequence[EpochEntry])
     if recorded_start is not None and recorded_start < head.start_offset:
         head = EpochEntry(head.epoch, recorded_start)
     return LeaderEpochCache([*kept, head, *current_cache.entries[1:]])
+
+
+def is_cache_behind(recorded: Sequence[EpochEntry], current: Sequence[EpochEntry]) -> bool:
+    """Whether a broker's cache is behind the recorded lineage: its latest epoch is below the
+    recorded latest one. Such a broker has not seen the later leaders (a stopped, killed or
+    lagging replica: followers learn an epoch only from the batches they fetch), so its cache
+    reflects no truncation, only staleness; a killed leader's cache still runs its last epoch on
+    over records that an unclean election has since cut from the lineage."""
+    if not recorded or not current:
+        return False
+    return max(e.epoch for e in current) < max(e.epoch for e in recorded)
+
+
+def current_lineage(recorded: Sequence[EpochEntry], current: Sequence[EpochEntry]) -> LeaderEpochCache:
+    """docs/kafka-rules.md section 10 item 2 for a broker's cache as it is found: ``merge_lineage``,
+    unless that cache is behind the recorded lineage (``is_cache_behind``), which then stands as
+    recorded. Epochs only grow and every truncation after an unclean election comes with an epoch
+    above the history it drops, so a cache behind the record has nothing newer to tell."""
+    if is_cache_behind(recorded, current):
+        return LeaderEpochCache(recorded)
+    return merge_lineage(recorded, current)

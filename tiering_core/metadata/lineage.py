@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, Table, func, select
 
-from tiering_core.kafka.epoch import EpochEntry, merge_lineage
+from tiering_core.kafka.epoch import EpochEntry, current_lineage
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.queries import D, G, L, P
 from tiering_core.metadata.transactions import LockedPartition, StoreCore
@@ -35,14 +35,16 @@ class LineageStore(StoreCore):
         The result is ``merge_lineage(recorded, entries)`` (KAFKA_SEMANTICS 10.2): from the new
         entries' first start offset on they replace what was recorded (they may reflect a
         truncation after an unclean election); earlier recorded epochs are kept, and the first
-        new epoch keeps an earlier recorded start.
+        new epoch keeps an earlier recorded start. A cache behind the recorded lineage (its latest
+        epoch below the recorded latest: a replica that has not seen the later leaders) changes
+        nothing (``current_lineage``).
         """
         with self._fenced_write(lease, tip) as (conn, row):
             self._merge_lineage(conn, row, entries)
 
     def _merge_lineage(self, conn: Connection, row: LockedPartition, entries: Sequence[EpochEntry]) -> None:
         stored = [EpochEntry(r.epoch, r.start_offset) for r in conn.execute(self._q.lineage_of, {"pid": row.id})]
-        merged = list(merge_lineage(stored, list(entries)))
+        merged = list(current_lineage(stored, list(entries)))
         if merged == stored:
             return
         conn.execute(self._q.delete_lineage, {"pid": row.id})

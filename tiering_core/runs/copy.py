@@ -125,7 +125,7 @@ def plan_copy(ctx: TieringContext, tp: TopicPartition) -> CopyPlan:
             PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
         ),
         gap=gap.as_list() if gap else None,
-        skipped_reason=_skip_reason(ctx, tp),
+        skipped_reason=_skip_reason(ctx, tp) or view.behind_lineage,
     )
 
 
@@ -206,6 +206,9 @@ class CopyRun:
                 return run
             run.held, view, run.result.segments_cleaned_up = begun
             run.view = view
+            if view.behind_lineage is not None:  # not the leader's log: nothing to copy from here
+                run.result.skipped_reason = view.behind_lineage
+                run.say(f"{tp}: skipped ({view.behind_lineage})")
             run.gap = view.tiering_gap()
             if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
                 run._record_gap(run.gap)
@@ -444,6 +447,7 @@ def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress) -> CopyResu
         say(f"{tp}: skipped ({reason})")
         return result
     plan = plan_copy(ctx, tp)
+    result.skipped_reason = plan.skipped_reason
     result.highest_copied_offset = plan.highest_copied_offset
     result.last_stable_offset = plan.last_stable_offset
     result.planned = [c.to_dict() for c in plan.candidates]

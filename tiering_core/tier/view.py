@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from tiering_core.errors import TieringError
 from tiering_core.kafka.batch import iter_batch_headers
-from tiering_core.kafka.epoch import LeaderEpochCache, is_segment_in_lineage, merge_lineage
+from tiering_core.kafka.epoch import LeaderEpochCache, current_lineage, is_cache_behind, is_segment_in_lineage
 from tiering_core.kafka.partition_log import LogSegment, PartitionLog
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -138,6 +138,19 @@ class TierView:
         """The broker's log start: first segment base, or a DeleteRecords inside it."""
         return self.log.log_start_offset
 
+    @property
+    def behind_lineage(self) -> str | None:
+        """Why this broker's files are not the ones to copy from, when its epoch cache is behind
+        the recorded lineage (``is_cache_behind``): a replica that has not seen the later
+        leaders holds records of no later epoch, and maybe records an unclean election has
+        since cut from the lineage. None when they may be copied."""
+        if not is_cache_behind(self.full_lineage.entries, self.broker_cache.entries):
+            return None
+        return (
+            f"the broker's leader epoch cache ends at epoch {self.broker_cache.latest_epoch}, behind the "
+            f"recorded lineage's epoch {self.full_lineage.latest_epoch}: not the leader's log"
+        )
+
     def require_lso(self) -> int:
         if self.last_stable_offset is None:
             raise TieringError(f"{self.log.topic_partition}: last stable offset unknown: {self.offsets_error}")
@@ -151,7 +164,7 @@ class TierView:
     def copy_candidates(self) -> list[CopyCandidate]:
         """Closed segments from the one containing the resume point whose next base <= LSO."""
         lso = self.last_stable_offset
-        if lso is None or lso <= 0 or self.highest_copied_offset >= lso:
+        if lso is None or lso <= 0 or self.highest_copied_offset >= lso or self.behind_lineage:
             return []
         start = self.copy_from_offset()
         segments = self.log.segments
@@ -185,6 +198,8 @@ class TierView:
         copied = self.highest_copied_offset
         if copied < 0:
             return None  # never tiered: what the broker dropped before is history, not a gap
+        if self.behind_lineage:
+            return None  # a replica behind the lineage: its log start says nothing of the leader's
         start = copied + 1
         if self.global_log_start_offset is not None:
             start = max(start, self.global_log_start_offset)
@@ -269,7 +284,7 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore) -> TierView
     tip = TopicIdPartition(log.topic_id, log.topic_partition)
     broker_cache = LeaderEpochCache(log.leader_epoch_entries)
     recorded = store.get_recorded_lineage(tip)
-    full_lineage = merge_lineage(recorded, list(broker_cache.entries))
+    full_lineage = current_lineage(recorded, list(broker_cache.entries))
     leo = log.log_end_offset
     offsets_error: str | None = None
     try:
