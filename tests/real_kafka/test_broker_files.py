@@ -50,7 +50,22 @@ def produce_every_kind(kafka: KafkaCluster, topic: str) -> int:
         txn.flush()
         txn.commit_transaction() if commit else txn.abort_transaction()
     txn.close()
-    return int(kafka.admin().list_partition_offsets({_tp(topic): _latest()})[_tp(topic)].offset)
+    return settled_end(kafka, topic)
+
+
+def settled_end(kafka: KafkaCluster, topic: str) -> int:
+    """The partition's end once the last transaction marker is in (the coordinator writes it after
+    EndTxn returns): the high watermark, when the read_committed end (the LSO) has reached it."""
+    from kafka.protocol.consumer.offsets import IsolationLevel
+
+    def ends() -> tuple[int, int]:
+        admin = kafka.admin()
+        hw = admin.list_partition_offsets({_tp(topic): _latest()})[_tp(topic)].offset
+        lso = admin.list_partition_offsets({_tp(topic): _latest()}, isolation_level=IsolationLevel.READ_COMMITTED)
+        return int(hw), int(lso[_tp(topic)].offset)
+
+    kafka.wait_until("the last transaction marker", lambda: len(set(ends())) == 1)
+    return ends()[0]
 
 
 def _tp(topic: str):  # type: ignore[no-untyped-def]
@@ -100,9 +115,12 @@ def replay(log: PartitionLog, into: Path) -> PartitionWriter:
 def test_the_writer_replays_a_real_partition_dir_byte_for_byte(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = "broker-files-replay"
     kafka.create_topic(topic, segment_bytes=SEGMENT_BYTES)
-    end = produce_every_kind(kafka, topic)
+    produce_every_kind(kafka, topic)
     real = kafka.partition_dir(1, topic, 0)
-    kafka.wait_until("the broker's files to hold every batch", lambda: PartitionLog.open(real).log_end_offset == end)
+    kafka.wait_until(
+        "the broker's files to hold every batch",
+        lambda: PartitionLog.open(real).log_end_offset == settled_end(kafka, topic),
+    )
     log = PartitionLog.open(real)
     assert len(log.segments) >= 8
     assert any(s.has_txn_index for s in log.segments), "an aborted transaction must make a .txnindex"
