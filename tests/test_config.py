@@ -380,13 +380,14 @@ def test_cluster_local_retention_and_cleanup_policy(tmp_path: Path) -> None:
     doc = base_doc(tmp_path)
     doc["topics"]["logs"] = {"local.retention.ms": 1000}
     config = parse_config(doc)
-    broker = BrokerTopicConfig(topic_level={"local.retention.ms": "5000", "local.retention.bytes": "-2"}, retention_ms=9)
+    levels = {"local.retention.ms": "5000", "local.retention.bytes": "-2"}
+    broker = BrokerTopicConfig(topic_level=levels, retention_ms=9)
     assert config.topic_config("other", broker).effective_local_retention_ms() == 5000
     assert config.topic_config("other", broker).effective_local_retention_bytes() == -1  # -2: the total's
     assert config.topic_config("logs", broker).effective_local_retention_ms() == 1000
     compacted = BrokerTopicConfig(topic_level={"cleanup.policy": "compact"})
     assert config.topic_config("other", compacted).remote_storage_enable is False  # Kafka never tiers it
     doc["topics"]["logs"] = {"remote.storage.enable": True}
-    with pytest.raises(ConfigError, match="topics.logs"):
+    with pytest.raises(ConfigError, match=r"topics\.logs"):
         parse_config(doc).topic_config("logs", compacted)
     assert config.topic_config("__consumer_offsets", broker).remote_storage_enable is False
