@@ -74,9 +74,12 @@ class ClusterSource:
     # --- one round ----------------------------------------------------------------------------
 
     def _unreachable(self, exc: BaseException) -> ClusterUnreachableError:
+        reason = one_line(exc) or type(exc).__name__
+        if not reason.startswith(type(exc).__name__):
+            reason = f"{type(exc).__name__}: {reason}"
         error = ClusterUnreachableError(
-            f"kafka: the cluster at {self.servers} did not answer ({type(exc).__name__}: {one_line(exc)}); "
-            "nothing falls back to the files while the config has a kafka section"
+            f"kafka: the cluster at {self.servers} did not answer ({reason}); "
+            "status, copy and retention do not fall back to the files while the config has a kafka section"
         )
         self._failure = error
         return error
