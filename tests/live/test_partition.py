@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import write_segments
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.demo.writer import DEMO_NODE_ID, PartitionWriter
 from tiering_core.kafka.checkpoints import new_topic_id
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicPartition
@@ -43,8 +43,12 @@ def writer(tmp_path: Path) -> PartitionWriter:
     return PartitionWriter(tmp_path / "kafka", TP, clock=lambda: next(_clock), segment_bytes=10**9)
 
 
-def live(writer: PartitionWriter, log_start: int, hw: int, lso: int | None = None) -> LivePartition:
-    return LivePartition(TP, writer.topic_id, LiveOffsets(log_start, hw, hw if lso is None else lso))
+def live(
+    writer: PartitionWriter, log_start: int, hw: int, lso: int | None = None, leader: int = DEMO_NODE_ID
+) -> LivePartition:
+    """The cluster's answer; by default the broker whose files are read (the writer's node) leads."""
+    offsets = LiveOffsets(log_start, hw, hw if lso is None else lso)
+    return LivePartition(TP, writer.topic_id, offsets, leader_id=leader)
 
 
 def test_live_high_watermark_and_lso_never_pass_the_local_log_end() -> None:
@@ -97,6 +101,13 @@ def test_delete_records_seen_live_before_the_checkpoint_file(
     assert view.observed_delete_records_offset == 7
     assert view.global_log_start_offset == 7
     assert view.observed_delete_records_source is not None and "ListOffsets" in view.observed_delete_records_source
+    # Read from a follower (another node leads), whose segments roll at offsets of their own, the
+    # leader's log start may be its retention: never taken for a DeleteRecords.
+    follower = load_tier_view(log, store, live(writer, 7, 15, leader=DEMO_NODE_ID + 1))
+    assert follower.observed_delete_records_offset is None and follower.global_log_start_offset is None
+    assert follower.high_watermark == 15
+    unknown_leader = LivePartition(TP, writer.topic_id, LiveOffsets(7, 15, 15))
+    assert load_tier_view(log, store, unknown_leader).observed_delete_records_offset is None
 
 
 def test_broker_retention_racing_the_listing_never_moves_the_global_log_start(

@@ -11,7 +11,10 @@ The rules (docs/kafka-rules.md, "The live cluster as a source"):
   broker's own retention; one at or above the listed log end offset cannot be told apart from a
   roll and delete of segments newer than the listing (the broker's retention, racing the listing):
   neither is ever taken for a DeleteRecords. A DeleteRecords missed so is seen by the next run or
-  by the checkpoint file; taking retention for one would delete remote data.
+  by the checkpoint file; taking retention for one would delete remote data. The rule needs the
+  files of the partition's leader (by ``meta.properties``' node id): the live log start is the
+  leader's, and a follower rolls its segments at offsets of its own, so the leader's retention can
+  land strictly inside a follower's segment. Read from a follower, the live log start is not used.
 - **Topic id**: the cluster's topic id must equal the one in ``partition.metadata``; otherwise the
   directory is a stale incarnation of a recreated topic, and nothing live applies to it (copy and
   retention refuse it, status says why). A partition the cluster does not know: the same.
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from tiering_core.kafka.log_dirs import LogDirError, read_log_dir_identity
 from tiering_core.kafka.topic import TopicPartition
 
 #: ``offsets_source`` of a tier view: offsets from the cluster's admin API, or from the files.
@@ -48,6 +53,7 @@ class LivePartition:
     topic_id: str | None  # None: the cluster does not know the topic
     offsets: LiveOffsets | None
     problem: str | None = None
+    leader_id: int | None = None  # the broker that answered ListOffsets for it
 
     def for_directory(self, directory_topic_id: str) -> LivePartition:
         """This view checked against a partition directory's own topic id (``partition.metadata``)."""
@@ -60,6 +66,7 @@ class LivePartition:
             f"{self.topic_partition}: the cluster's topic id is {self.topic_id} but the directory's "
             f"partition.metadata has {directory_topic_id}: a stale directory of a deleted or recreated "
             "topic; nothing is copied from it",
+            leader_id=self.leader_id,
         )
 
 
@@ -69,6 +76,16 @@ def unknown_partition(tp: TopicPartition, topic_id: str | None) -> LivePartition
     else:
         why = f"{tp}: the cluster does not know partition {tp.partition} of topic {tp.topic!r}; nothing is copied"
     return LivePartition(tp, topic_id, None, why)
+
+
+def reads_leader(live: LivePartition, log_dir: Path) -> bool:
+    """Whether ``log_dir`` belongs to the broker that leads the partition (positive evidence only)."""
+    if live.leader_id is None:
+        return False
+    try:
+        return read_log_dir_identity(log_dir).node_id == live.leader_id
+    except LogDirError:
+        return False
 
 
 def bounded_offsets(live: LiveOffsets, log_end_offset: int) -> tuple[int, int]:

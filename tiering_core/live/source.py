@@ -132,7 +132,7 @@ class ClusterSource:
             self._topics.update(self._configs(admin, known))
             for name in topic_names:
                 self._topics.setdefault(name, BrokerTopicConfig())
-            leaders: dict[TopicPartition, str] = {}
+            leaders: dict[TopicPartition, tuple[str, int]] = {}
             for tp in pending:
                 topic = described.get(tp.topic)
                 topic_id = _topic_id(topic)
@@ -142,12 +142,14 @@ class ClusterSource:
                 elif leader < 0:
                     self._partitions[tp] = LivePartition(tp, topic_id, None, f"{tp}: the partition has no leader now")
                 else:
-                    leaders[tp] = topic_id
+                    leaders[tp] = (topic_id, leader)
             for tp, answer in self._offsets(admin, list(leaders)).items():
+                topic_id, leader = leaders[tp]
                 if isinstance(answer, LiveOffsets):
-                    self._partitions[tp] = LivePartition(tp, leaders[tp], answer)
+                    self._partitions[tp] = LivePartition(tp, topic_id, answer, leader_id=leader)
                 else:
-                    self._partitions[tp] = LivePartition(tp, leaders[tp], None, f"{tp}: ListOffsets failed: {answer}")
+                    why = f"{tp}: ListOffsets failed: {answer}"
+                    self._partitions[tp] = LivePartition(tp, topic_id, None, why, leader_id=leader)
         except (KafkaError, OSError) as exc:
             raise self._unreachable(exc) from None
 

@@ -273,7 +273,7 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
     observed_source = "log-start-offset-checkpoint" if observed_dr is not None else None
     live_problem: str | None = None
     if live is not None:
-        from tiering_core.live.partition import bounded_offsets, live_delete_records
+        from tiering_core.live.partition import bounded_offsets, live_delete_records, reads_leader
 
         live = live.for_directory(log.topic_id)
         if live.offsets is None:
@@ -283,6 +283,8 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
             hw, lso = bounded_offsets(live.offsets, leo)
             bases = [segment.base_offset for segment in log.segments]
             live_dr = live_delete_records(live.offsets.log_start_offset, bases, leo)
+            if live_dr is not None and not reads_leader(live, log.log_dir):
+                live_dr = None  # a follower's segments: the leader's retention may fall inside one
             if live_dr is not None and (observed_dr is None or live_dr > observed_dr):
                 observed_dr, observed_source = live_dr, "ListOffsets (the cluster's log start offset)"
     else:
