@@ -147,3 +147,31 @@ def test_another_topic_id_or_an_unknown_partition_is_refused(
     gone = load_tier_view(log, store, unknown_partition(TP, None))
     assert gone.live_problem is not None and "does not know" in gone.live_problem
     assert gone.last_stable_offset is None
+
+
+def test_without_a_kafka_section_nothing_imports_the_kafka_client(tmp_path: Path, writer: PartitionWriter) -> None:
+    """status, copy and retention from the files alone never import kafka-python."""
+    import subprocess
+    import sys
+    import textwrap
+
+    write_segments(writer, 2)
+    writer.set_high_watermark()
+    config = tmp_path / "tiering.yaml"
+    config.write_text(
+        f"log_dirs: [{tmp_path / 'kafka'}]\nmetadata: {{url: 'sqlite:///{tmp_path / 'm.db'}'}}\n"
+        f"remote: {{backend: filesystem, root: {tmp_path / 'tier'}}}\n"
+    )
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from tiering_core.cli.main import main
+        for command in ("status", "copy", "retention"):
+            assert main([command, "--config", {str(config)!r}]) == 0, command
+        assert "kafka" not in sys.modules, "kafka-python was imported"
+        assert "tiering_core.live.source" not in sys.modules
+        """
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
