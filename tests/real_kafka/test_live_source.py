@@ -204,3 +204,32 @@ def test_an_unreachable_cluster_is_a_one_line_error(kafka: KafkaCluster, beside:
         assert len(lines) == 1, (command, result.stderr)
         assert "did not answer" in lines[0] and "fall back to the files" in lines[0]
         assert time.monotonic() - started < 30
+
+
+def test_the_brokers_own_retention_racing_the_runs_is_never_a_delete_records(
+    kafka: KafkaCluster, beside: Beside
+) -> None:
+    """The broker deletes segments by its retention (checked every second) while copy and status
+    list the directory and ask the cluster: the live log start moves from segment base to segment
+    base, and no DeleteRecords is ever recorded (the global log start never moves)."""
+    topic = "live-source-retention-race"
+    kafka.create_topic(topic, segment_bytes=SEGMENT, configs={"retention.bytes": str(3 * SEGMENT)})
+    platform = beside(kafka, 1, live=True, topics={topic: {"retention.bytes": -1}})  # the YAML keeps remote data
+    starts = set()
+    deadline = time.monotonic() + 30
+    while len(starts) < 3 and time.monotonic() < deadline:
+        produce(kafka, topic, 600)
+        for _ in range(3):
+            result = platform.run("copy", "--topic", topic)
+            assert result.code in (0, 3), result.stderr  # 3: the broker deleted data before it was tiered
+            assert platform.status(topic)["offsets_source"] == "broker"
+            starts.add(admin_offsets(kafka, topic)[0])
+            time.sleep(0.2)
+    assert len(starts) >= 2, f"the broker's retention did not move the log start: {starts}"
+    with TieringContext.open(load_config(platform.config_path)) as ctx:
+        view = ctx.tier_view(ctx.partitions(topic, 0)[0])
+        assert ctx.metadata.get_delete_records_offset(view.tip) is None
+        assert view.observed_delete_records_offset is None
+        assert view.global_log_start_offset == view.remote_log_start_offset  # only the platform's own
+        assert ctx.topic_config(topic).retention_bytes == -1  # the YAML entry over the topic's value
+        assert ctx.topic_config(topic).effective_local_retention_bytes() == 3 * SEGMENT  # the broker's
