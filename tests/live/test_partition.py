@@ -175,3 +175,36 @@ def test_without_a_kafka_section_nothing_imports_the_kafka_client(tmp_path: Path
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_sasl_password_is_in_no_message_and_no_log_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from tests.services import free_port
+    from tiering_core.config import KafkaConfig
+    from tiering_core.errors import ClusterUnreachableError
+    from tiering_core.live.source import ClusterSource
+
+    secret = "pw-" + new_topic_id()
+    monkeypatch.setenv("TIERING_TEST_KAFKA_PASSWORD", secret)
+    source = ClusterSource(
+        KafkaConfig(
+            bootstrap_servers=(f"127.0.0.1:{free_port()}",),
+            request_timeout_ms=500,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username="tiering",
+            sasl_password_env="TIERING_TEST_KAFKA_PASSWORD",
+        )
+    )
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(ClusterUnreachableError) as err:
+        source.partition(TP)
+    source.close()
+    assert "did not answer" in str(err.value) and "\n" not in str(err.value)
+    assert "Starting KafkaAdminClient" in caplog.text  # the record is kept, masked
+    assert secret not in caplog.text and secret not in str(err.value)
+    with pytest.raises(ClusterUnreachableError):  # the failure is kept: no second wait
+        source.topic_config("orders")

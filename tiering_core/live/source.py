@@ -31,6 +31,22 @@ log = logging.getLogger(__name__)
 TOPIC_LEVEL_SOURCE = "DYNAMIC_TOPIC_CONFIG"
 
 
+class _MaskPassword(logging.Filter):
+    """kafka-python logs the admin client's whole configuration at DEBUG, SASL password included:
+    that record keeps its place in the log with the password masked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args  # a lone dict argument is the record's args itself (logging's own rule)
+        if isinstance(args, Mapping) and "sasl_plain_password" in args:
+            record.args = {**args, "sasl_plain_password": "***"}
+        elif isinstance(args, tuple) and args and isinstance(args[0], Mapping) and "sasl_plain_password" in args[0]:
+            record.args = ({**args[0], "sasl_plain_password": "***"}, *args[1:])
+        return True
+
+
+_MASK = _MaskPassword()
+
+
 class ClusterSource:
     """One admin client for a :class:`~tiering_core.context.TieringContext` (closed with it).
 
@@ -90,6 +106,9 @@ class ClusterSource:
         if self._admin is None:
             from kafka.admin import KafkaAdminClient
 
+            client_log = logging.getLogger("kafka.admin.client")
+            if _MASK not in client_log.filters:
+                client_log.addFilter(_MASK)
             try:
                 self._admin = KafkaAdminClient(**self._client_settings())
             except Exception as exc:
