@@ -104,9 +104,10 @@ def test_live_offsets_topic_id_and_configs_equal_what_the_cluster_says(kafka: Ka
         txn.commit_transaction()
     finally:
         txn.close()
-    _, hw, lso = admin_offsets(kafka, topic)
+    # The commit returns once the coordinator logged it; the markers reach the partition after.
+    kafka.wait_until("the commit marker", lambda: admin_offsets(kafka, topic)[1:] == (2501, 2501))
     row = platform.status(topic)
-    assert row["last_stable_offset"] == lso == hw == row["high_watermark"]
+    assert row["last_stable_offset"] == row["high_watermark"] == 2501  # 1500 + 400 + 600 + the marker
 
 
 def test_live_values_win_over_lagging_files_and_the_yaml_topic_entry_wins_over_the_cluster(
