@@ -101,6 +101,9 @@ def test_delete_records_seen_live_before_the_checkpoint_file(
     assert view.observed_delete_records_offset == 7
     assert view.global_log_start_offset == 7
     assert view.observed_delete_records_source is not None and "ListOffsets" in view.observed_delete_records_source
+    # The segments wholly below it are still listed (the broker deletes them a little later): not copied.
+    assert [c.base_offset for c in view.copy_candidates()] == [5, 10]
+    assert view.local_log_start_offset == 7 and view.tiering_gap() is None
     # Read from a follower (another node leads), whose segments roll at offsets of their own, the
     # leader's log start may be its retention: never taken for a DeleteRecords.
     follower = load_tier_view(log, store, live(writer, 7, 15, leader=DEMO_NODE_ID + 1))

@@ -26,6 +26,8 @@ SEGMENT = 16 * 1024
 LAGGING_FILES = {
     "log.flush.start.offset.checkpoint.interval.ms": "600000",
     "replica.high.watermark.checkpoint.interval.ms": "600000",
+    # ... and the segments below a DeleteRecords stay until the retention check, 10 minutes away.
+    "log.retention.check.interval.ms": "600000",
 }
 
 
@@ -146,9 +148,12 @@ def test_live_values_win_over_lagging_files_and_the_yaml_topic_entry_wins_over_t
         assert files["high_watermark"] != hw  # the replication-offset checkpoint lags (or lacks the partition)
         assert row["local_retention_risk"]["local_retention_ms"] == 600000  # the topic-level value
 
-        platform.ok("copy", "--topic", topic)
+        assert PartitionLog.open(path).segments[0].base_offset == 0  # still there, wholly below the log start
+        platform.ok("copy", "--topic", topic)  # copies from the segment holding the log start on
         with TieringContext.open(load_config(platform.config_path)) as ctx:
             tip = ctx.tier_view(ctx.partitions(topic, 0)[0]).tip
+            starts = [s.start_offset for s in ctx.metadata.list_segments(tip)]
+            assert min(starts) == bases[2]
             assert ctx.metadata.get_delete_records_offset(tip) == target  # recorded: survives the entry's absence
             assert ctx.topic_config(topic).retention_ms == 3600000  # the cluster's topic value over "*"
         assert platform.status(topic)["remote_log_start_offset"] == target

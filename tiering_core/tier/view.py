@@ -132,8 +132,14 @@ class TierView:
 
     @property
     def local_log_start_offset(self) -> int:
-        """The broker's log start: first segment base, or a DeleteRecords inside it."""
-        return self.log.log_start_offset
+        """The broker's log start: first segment base, or a DeleteRecords inside it.
+
+        A DeleteRecords seen live counts before the checkpoint file shows it: the broker deletes
+        the segments wholly below it a little later, and until then they are not copied (their
+        epochs are already cut from the broker's epoch cache).
+        """
+        observed = self.observed_delete_records_offset
+        return self.log.log_start_offset if observed is None else max(self.log.log_start_offset, observed)
 
     def require_lso(self) -> int:
         if self.last_stable_offset is None:
