@@ -280,3 +280,114 @@ def test_a_compacted_topic_with_remote_storage_is_an_error_naming_it(tmp_path: P
     )
     doc["topics"]["payments"] = {"cleanup.policy": "delete"}
     assert parse_config(doc).topic_config("payments").remote_storage_enable
+
+
+# --- the kafka: section and the cluster's topic configs -------------------------------------------
+
+
+def test_kafka_section_parses_servers_as_string_or_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = base_doc(tmp_path)
+    assert parse_config(doc).kafka is None
+    doc["kafka"] = {"bootstrap_servers": "a:9092, b:9093"}
+    kafka = parse_config(doc).kafka
+    assert kafka is not None
+    assert kafka.bootstrap_servers == ("a:9092", "b:9093")
+    assert (kafka.request_timeout_ms, kafka.client_id, kafka.security_protocol) == (30_000, "tiering", "PLAINTEXT")
+    monkeypatch.setenv("TIERING_TEST_KAFKA_PASSWORD", "s3cret")
+    doc["kafka"] = {
+        "bootstrap_servers": ["[::1]:9092"],
+        "request_timeout_ms": 5000,
+        "client_id": "tier-7",
+        "security_protocol": "sasl_ssl",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "tier",
+        "sasl_password_env": "TIERING_TEST_KAFKA_PASSWORD",
+        "ssl_cafile": "ca.pem",
+    }
+    config = parse_config(doc, base_dir=tmp_path)
+    assert config.kafka is not None
+    assert config.kafka.security_protocol == "SASL_SSL"
+    assert config.kafka.ssl_cafile == tmp_path / "ca.pem"
+    assert "s3cret" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    ("section", "named"),
+    [
+        ({}, "kafka.bootstrap_servers"),
+        ({"bootstrap_servers": []}, "kafka.bootstrap_servers"),
+        ({"bootstrap_servers": "no-port"}, "kafka.bootstrap_servers"),
+        ({"bootstrap_servers": "a:1", "bootstrap": "a:1"}, "kafka.bootstrap"),
+        ({"bootstrap_servers": "a:1", "sasl_plain_password": "x"}, "kafka.sasl_plain_password"),
+        ({"bootstrap_servers": "a:1", "request_timeout_ms": 0}, "kafka.request_timeout_ms"),
+        ({"bootstrap_servers": "a:1", "security_protocol": "TLS"}, "kafka.security_protocol"),
+        ({"bootstrap_servers": "a:1", "security_protocol": "SASL_SSL"}, "kafka.sasl_mechanism"),
+        ({"bootstrap_servers": "a:1", "sasl_mechanism": "PLAIN"}, "kafka.sasl_mechanism"),
+        (
+            {"bootstrap_servers": "a:1", "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI"},
+            "kafka.sasl_mechanism",
+        ),
+        (
+            {"bootstrap_servers": "a:1", "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"},
+            "kafka.sasl_plain_username",
+        ),
+        (
+            {
+                "bootstrap_servers": "a:1",
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "PLAIN",
+                "sasl_plain_username": "u",
+                "sasl_password_env": "TIERING_TEST_UNSET_VARIABLE",
+            },
+            "kafka.sasl_password_env",
+        ),
+        ("a:1", "kafka"),
+    ],
+)
+def test_bad_kafka_section_names_the_key(tmp_path: Path, section: object, named: str) -> None:
+    doc = base_doc(tmp_path)
+    doc["kafka"] = section
+    with pytest.raises(ConfigError) as err:
+        parse_config(doc)
+    assert named in str(err.value)
+
+
+def test_cluster_topic_config_sits_between_the_topic_entry_and_the_default(tmp_path: Path) -> None:
+    from tiering_core.config import BrokerTopicConfig
+
+    config = parse_config(base_doc(tmp_path))
+    broker = BrokerTopicConfig(
+        topic_level={"retention.ms": "3600000", "retention.bytes": "1048576", "segment.bytes": "1024"},
+        retention_ms=3600000,
+        retention_bytes=1048576,
+    )
+    orders = config.topic_config("orders", broker)
+    assert orders.retention_ms == 86400000  # the topic's own YAML entry wins over the cluster
+    assert orders.retention_bytes == 1048576  # the cluster's topic-level value wins over "*"
+    other = config.topic_config("other", broker)
+    assert (other.retention_ms, other.retention_bytes) == (3600000, 1048576)
+    # Broker defaults (not topic-level) never override the YAML "*" ...
+    defaults = BrokerTopicConfig(topic_level={}, retention_ms=7, retention_bytes=-1)
+    assert config.topic_config("other", defaults).retention_ms == 604800000
+    # ... but are what the broker deletes by: the local-retention mirror when none is set.
+    assert config.topic_config("other", defaults).effective_local_retention_ms() == 7
+    assert config.topic_config("other").effective_local_retention_ms() is None
+
+
+def test_cluster_local_retention_and_cleanup_policy(tmp_path: Path) -> None:
+    from tiering_core.config import BrokerTopicConfig
+
+    doc = base_doc(tmp_path)
+    doc["topics"]["logs"] = {"local.retention.ms": 1000}
+    config = parse_config(doc)
+    levels = {"local.retention.ms": "5000", "local.retention.bytes": "-2"}
+    broker = BrokerTopicConfig(topic_level=levels, retention_ms=9)
+    assert config.topic_config("other", broker).effective_local_retention_ms() == 5000
+    assert config.topic_config("other", broker).effective_local_retention_bytes() == -1  # -2: the total's
+    assert config.topic_config("logs", broker).effective_local_retention_ms() == 1000
+    compacted = BrokerTopicConfig(topic_level={"cleanup.policy": "compact"})
+    assert config.topic_config("other", compacted).remote_storage_enable is False  # Kafka never tiers it
+    doc["topics"]["logs"] = {"remote.storage.enable": True}
+    with pytest.raises(ConfigError, match=r"topics\.logs"):
+        parse_config(doc).topic_config("logs", compacted)
+    assert config.topic_config("__consumer_offsets", broker).remote_storage_enable is False

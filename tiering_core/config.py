@@ -67,6 +67,55 @@ _TOPIC_KEYS: dict[str, tuple[str, str]] = {
 }
 
 
+#: The topic configs Kafka owns: with a ``kafka:`` section their topic-level values come from the
+#: cluster (DescribeConfigs), between the YAML's own entry for the topic and its ``"*"`` default.
+BROKER_OWNED_TOPIC_KEYS = (
+    "retention.ms",
+    "retention.bytes",
+    "local.retention.ms",
+    "local.retention.bytes",
+    "cleanup.policy",
+    "remote.storage.enable",
+)
+
+
+@dataclass(frozen=True)
+class BrokerTopicConfig:
+    """A topic's configs as the cluster reports them (DescribeConfigs).
+
+    ``topic_level`` holds the values set on the topic itself (config source
+    DYNAMIC_TOPIC_CONFIG) of the keys in ``BROKER_OWNED_TOPIC_KEYS``; ``retention_ms`` and
+    ``retention_bytes`` are the effective values whatever their source (broker defaults too):
+    a broker that does not know the remote tier deletes its local segments by them.
+    """
+
+    topic_level: Mapping[str, str] = field(default_factory=dict)
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """The cluster the platform asks for live offsets, topic ids and topic configs (``kafka:``).
+
+    The SASL password is never in the file: ``sasl_password_env`` names the environment variable
+    that holds it, read when the client connects.
+    """
+
+    bootstrap_servers: tuple[str, ...]
+    request_timeout_ms: int = 30_000
+    client_id: str = "tiering"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_plain_username: str | None = None
+    sasl_password_env: str | None = None
+    ssl_cafile: Path | None = None
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
 @dataclass(frozen=True)
 class MetadataConfig:
     url: str
@@ -117,12 +166,46 @@ class PlatformConfig:
     index_cache_bytes: int = 1024 * 1024 * 1024
     index_cache_dir: Path | None = None  # remote index files kept across runs; None: in memory only
     source: Path | None = None
+    kafka: KafkaConfig | None = None
+    #: The Kafka config names each topic's own YAML entry sets (an entry missing here: all of them).
+    topic_keys: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
-    def topic_config(self, topic: str) -> TopicConfig:
+    def topic_config(self, topic: str, broker: BrokerTopicConfig | None = None) -> TopicConfig:
         """The topic's config: its own entry over the ``"*"`` default over Kafka's defaults;
-        Kafka's internal topics never have remote storage."""
-        config = self.topics.get(topic) or self.topics.get(DEFAULT_TOPIC) or TopicConfig()
+        Kafka's internal topics never have remote storage.
+
+        With the cluster's view of the topic (``broker``), the precedence is: the YAML entry of
+        the topic > the topic-level value on the cluster > the YAML ``"*"`` > Kafka's defaults;
+        and when no ``local.retention.*`` is set either way, the broker's effective
+        ``retention.ms``/``retention.bytes`` are the local-retention mirror (docs/kafka-rules.md
+        section 10 item 4): a broker that does not know the remote tier deletes by them.
+        """
+        if broker is None:
+            config = self.topics.get(topic) or self.topics.get(DEFAULT_TOPIC) or TopicConfig()
+        else:
+            config = self._with_broker(topic, broker)
         return replace(config, remote_storage_enable=False) if is_internal_topic(topic) else config
+
+    def _with_broker(self, topic: str, broker: BrokerTopicConfig) -> TopicConfig:
+        default = self.topics.get(DEFAULT_TOPIC) or TopicConfig()
+        own = self.topics.get(topic)
+        own_keys = self.topic_keys.get(topic, frozenset(_TOPIC_KEYS)) if own is not None else frozenset()
+        live = {k: v for k, v in broker.topic_level.items() if k in BROKER_OWNED_TOPIC_KEYS}
+        config = parse_topic_config(live, f"topic {topic} on the cluster", default, check_compact=False)
+        if own is not None:
+            config = replace(config, **{_TOPIC_KEYS[key][0]: getattr(own, _TOPIC_KEYS[key][0]) for key in own_keys})
+        if "compact" in config.cleanup_policy and config.remote_storage_enable:
+            if "remote.storage.enable" in own_keys:
+                raise ConfigError(
+                    f"topics.{topic}: remote.storage.enable true but the cluster's cleanup.policy is "
+                    f"{','.join(config.cleanup_policy)}: Kafka refuses remote storage for a compacted topic"
+                )
+            config = replace(config, remote_storage_enable=False)  # compacted on the cluster: not tiered
+        if config.local_retention_ms is None and broker.retention_ms is not None:
+            config = replace(config, local_retention_ms=broker.retention_ms)
+        if config.local_retention_bytes is None and broker.retention_bytes is not None:
+            config = replace(config, local_retention_bytes=broker.retention_bytes)
+        return config
 
 
 def _require_mapping(value: Any, key: str) -> Mapping[str, Any]:
@@ -194,7 +277,7 @@ def _endpoint_url(section: Mapping[str, Any]) -> str | None:
     return url
 
 
-def parse_topic_config(raw: Any, where: str, base: TopicConfig) -> TopicConfig:
+def parse_topic_config(raw: Any, where: str, base: TopicConfig, *, check_compact: bool = True) -> TopicConfig:
     section = _require_mapping(raw if raw is not None else {}, where)
     _check_keys(section, set(_TOPIC_KEYS), where)
     values: dict[str, Any] = {}
@@ -218,7 +301,7 @@ def parse_topic_config(raw: Any, where: str, base: TopicConfig) -> TopicConfig:
                 raise ConfigError(f"{name}: {number} is invalid (use -2 for 'same as total', -1 for unlimited)")
             values[attr] = number
     config = replace(base, **values)
-    if config.remote_storage_enable and "compact" in config.cleanup_policy:
+    if check_compact and config.remote_storage_enable and "compact" in config.cleanup_policy:
         raise ConfigError(
             f"{where}: cleanup.policy {','.join(config.cleanup_policy)} with remote.storage.enable true: "
             "Kafka refuses remote storage for a compacted topic"
@@ -240,7 +323,7 @@ def _cleanup_policy(value: Any, key: str) -> tuple[str, ...]:
 def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = None) -> PlatformConfig:
     """Validate a decoded YAML document into a :class:`PlatformConfig`."""
     doc = _require_mapping(raw, "config")
-    _check_keys(doc, {"log_dirs", "metadata", "remote", "topics", "index_cache_bytes", "index_cache_dir"}, "")
+    _check_keys(doc, {"log_dirs", "metadata", "remote", "topics", "index_cache_bytes", "index_cache_dir", "kafka"}, "")
     base = base_dir or Path.cwd()
 
     def resolve(p: str) -> Path:
@@ -343,6 +426,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     topics_raw = _require_mapping(doc.get("topics") or {}, "topics")
     default = parse_topic_config(topics_raw.get(DEFAULT_TOPIC), f"topics.{DEFAULT_TOPIC}", TopicConfig())
     topics: dict[str, TopicConfig] = {DEFAULT_TOPIC: default}
+    topic_keys: dict[str, frozenset[str]] = {}
     for name, section in topics_raw.items():
         if name == DEFAULT_TOPIC:
             continue
@@ -351,6 +435,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         except InvalidTopicError as exc:
             raise ConfigError(f"topics.{name}: {exc}") from exc
         topics[str(name)] = parse_topic_config(section, f"topics.{name}", default)
+        topic_keys[str(name)] = frozenset(str(key) for key in (section or {}))
         if (
             is_internal_topic(str(name))
             and "remote.storage.enable" in (section or {})
@@ -370,6 +455,69 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             else None
         ),
         source=source,
+        kafka=_kafka_config(doc["kafka"], resolve) if "kafka" in doc else None,
+        topic_keys=topic_keys,
+    )
+
+
+def _kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
+    """The ``kafka:`` section; the SASL password only by the name of its environment variable."""
+    section = _require_mapping(raw, "kafka")
+    _check_keys(
+        section,
+        {
+            "bootstrap_servers",
+            "request_timeout_ms",
+            "client_id",
+            "security_protocol",
+            "sasl_mechanism",
+            "sasl_plain_username",
+            "sasl_password_env",
+            "ssl_cafile",
+        },
+        "kafka",
+    )
+    if "bootstrap_servers" not in section:
+        raise ConfigError("kafka.bootstrap_servers: required key is missing")
+    servers_raw = section["bootstrap_servers"]
+    if isinstance(servers_raw, str):
+        servers_raw = [s.strip() for s in servers_raw.split(",") if s.strip()]
+    if not isinstance(servers_raw, list) or not servers_raw:
+        raise ConfigError(f"kafka.bootstrap_servers: expected host:port or a list of them, got {_shown(servers_raw)}")
+    servers = tuple(_as_str(s, "kafka.bootstrap_servers[]") for s in servers_raw)
+    for server in servers:
+        if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}", server):
+            raise ConfigError(f"kafka.bootstrap_servers: {_shown(server)} is not host:port")
+    protocol = _as_str(section.get("security_protocol", "PLAINTEXT"), "kafka.security_protocol").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"kafka.security_protocol: {_shown(protocol)} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+    mechanism = _optional_str(section, "sasl_mechanism", "kafka.sasl_mechanism")
+    if mechanism is not None:
+        mechanism = mechanism.upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(f"kafka.sasl_mechanism: {_shown(mechanism)} is not one of {', '.join(SASL_MECHANISMS)}")
+    sasl = protocol.startswith("SASL_")
+    if sasl and mechanism is None:
+        raise ConfigError(f"kafka.sasl_mechanism: required with security_protocol {protocol}")
+    if not sasl and mechanism is not None:
+        raise ConfigError(f"kafka.sasl_mechanism: set, but security_protocol {protocol} uses no SASL")
+    username = _optional_str(section, "sasl_plain_username", "kafka.sasl_plain_username")
+    password_env = _optional_str(section, "sasl_password_env", "kafka.sasl_password_env")
+    if sasl and (username is None or password_env is None):
+        missing = "kafka.sasl_plain_username" if username is None else "kafka.sasl_password_env"
+        raise ConfigError(f"{missing}: required with security_protocol {protocol}")
+    if password_env is not None and not os.environ.get(password_env):
+        raise ConfigError(f"kafka.sasl_password_env: the environment variable {password_env} is not set")
+    cafile = _optional_str(section, "ssl_cafile", "kafka.ssl_cafile")
+    return KafkaConfig(
+        bootstrap_servers=servers,
+        request_timeout_ms=_as_int(section.get("request_timeout_ms", 30_000), "kafka.request_timeout_ms", 1),
+        client_id=_as_str(section.get("client_id", "tiering"), "kafka.client_id"),
+        security_protocol=protocol,
+        sasl_mechanism=mechanism,
+        sasl_plain_username=username,
+        sasl_password_env=password_env,
+        ssl_cafile=resolve(cafile) if cafile is not None else None,
     )
 
 

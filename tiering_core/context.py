@@ -1,4 +1,5 @@
-"""One place that opens what a run needs: config, metadata store, remote storage, log dirs."""
+"""One place that opens what a run needs: config, metadata store, remote storage, log dirs, and,
+with a ``kafka:`` section, the cluster (one admin client per context, closed with it)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from tiering_core.config import PlatformConfig
+from tiering_core.config import PlatformConfig, TopicConfig
 from tiering_core.errors import TieringError
 from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
 
 if TYPE_CHECKING:
+    from tiering_core.live.partition import LivePartition
+    from tiering_core.live.source import ClusterSource
     from tiering_core.metadata.store import RemoteLogMetadataStore
     from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.tier.view import TierView
 
 
 @dataclass(frozen=True)
@@ -34,12 +38,27 @@ class AwsCredentials:
 
 
 class TieringContext:
-    """The config plus the open metadata store and remote storage of one process."""
+    """The config plus the open metadata store and remote storage of one process.
 
-    def __init__(self, config: PlatformConfig, metadata: RemoteLogMetadataStore, storage: RemoteStorage) -> None:
+    With a ``kafka:`` section the cluster is a source too (``tiering_core.live``): the partitions a
+    command selects are asked about in one round of admin requests, on first need.
+    """
+
+    def __init__(
+        self,
+        config: PlatformConfig,
+        metadata: RemoteLogMetadataStore,
+        storage: RemoteStorage,
+        cluster: ClusterSource | None = None,
+    ) -> None:
         self.config = config
         self.metadata = metadata
         self.storage = storage
+        if cluster is None and config.kafka is not None:
+            from tiering_core.live.source import ClusterSource
+
+            cluster = ClusterSource(config.kafka)
+        self.cluster = cluster
 
     @classmethod
     def open(cls, config: PlatformConfig, credentials: AwsCredentials | None = None) -> TieringContext:
@@ -71,9 +90,13 @@ class TieringContext:
 
     def close(self) -> None:
         try:
-            self.storage.close()
+            if self.cluster is not None:
+                self.cluster.close()
         finally:
-            self.metadata.close()
+            try:
+                self.storage.close()
+            finally:
+                self.metadata.close()
 
     def __enter__(self) -> TieringContext:
         return self
@@ -85,7 +108,31 @@ class TieringContext:
 
     def partitions(self, topic: str | None = None, partition: int | None = None) -> list[PartitionLog]:
         """The broker partitions in the log dirs, filtered by the ``--topic/--partition`` selectors."""
-        return select_partitions(self.config, topic, partition)
+        logs = select_partitions(self.config, topic, partition)
+        if self.cluster is not None:
+            self.cluster.want(log.topic_partition for log in logs)
+        return logs
+
+    @property
+    def offsets_source(self) -> str:
+        """Where offsets come from: ``broker`` (a ``kafka:`` section) or ``files``."""
+        return "files" if self.cluster is None else "broker"
+
+    def live_partition(self, log: PartitionLog) -> LivePartition | None:
+        """The cluster's view of a partition; None without a ``kafka:`` section."""
+        return None if self.cluster is None else self.cluster.partition(log.topic_partition)
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        """The topic's tiering config: with a ``kafka:`` section, the cluster's topic configs in it."""
+        if self.cluster is None:
+            return self.config.topic_config(topic)
+        return self.config.topic_config(topic, self.cluster.topic_config(topic))
+
+    def tier_view(self, log: PartitionLog) -> TierView:
+        """The partition's tier view, with the cluster's offsets when there is a ``kafka:`` section."""
+        from tiering_core.tier.view import load_tier_view
+
+        return load_tier_view(log, self.metadata, self.live_partition(log))
 
 
 def select_partitions(

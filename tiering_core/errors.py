@@ -45,3 +45,7 @@ class TieringGapError(TieringError):
     def __init__(self, message: str, result: object = None) -> None:
         super().__init__(message)
         self.result = result
+
+
+class ClusterUnreachableError(TieringError):
+    """The ``kafka:`` section names a cluster that did not answer: a run never falls back to the files."""

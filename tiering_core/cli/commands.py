@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tiering_core.errors import TieringError, one_line
+from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 
 log = logging.getLogger("tiering")
 
@@ -84,6 +84,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
             tp = partition_log.topic_partition
             try:
                 results.append(run_copy(ctx, tp, dry_run=args.dry_run, progress=_progress(args)))
+            except ClusterUnreachableError:
+                raise  # one line for the run, not one per partition
             except TieringGapError as exc:
                 gap = True
                 if isinstance(exc.result, CopyResult):
@@ -124,6 +126,8 @@ def cmd_retention(args: argparse.Namespace) -> int:
         for partition_log in ctx.partitions(args.topic, args.partition):
             try:
                 results.append(run_retention(ctx, partition_log.topic_partition, dry_run=args.dry_run))
+            except ClusterUnreachableError:
+                raise
             except TieringError as exc:
                 failures.append(f"{partition_log.topic_partition}: {exc}")
     _emit(

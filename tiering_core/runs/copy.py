@@ -27,10 +27,11 @@ from tiering_core.metadata.store import Lease
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
-from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, load_tier_view, recorded_gaps
+from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.kafka.partition_log import PartitionLog
     from tiering_core.storage.manifest import SegmentManifest
     from tiering_core.storage.segments import RemoteStorage
 from tiering_core.runs.segment_copy import (
@@ -99,7 +100,7 @@ class CopyResult:
 
 
 def _skip_reason(ctx: TieringContext, tp: TopicPartition) -> str | None:
-    topic = ctx.config.topic_config(tp.topic)
+    topic = ctx.topic_config(tp.topic)
     if is_internal_topic(tp.topic):
         return "internal topic (Kafka never tiers it)"
     if not topic.remote_storage_enable:
@@ -115,7 +116,7 @@ def _partition_log(ctx: TieringContext, tp: TopicPartition):  # type: ignore[no-
 
 def plan_copy(ctx: TieringContext, tp: TopicPartition) -> CopyPlan:
     """The segments a copy run would upload now; writes nothing."""
-    view = load_tier_view(_partition_log(ctx, tp), ctx.metadata)
+    view = ctx.tier_view(_partition_log(ctx, tp))
     gap = view.tiering_gap()
     return CopyPlan(
         topic_partition=tp,
@@ -125,7 +126,7 @@ def plan_copy(ctx: TieringContext, tp: TopicPartition) -> CopyPlan:
             PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
         ),
         gap=gap.as_list() if gap else None,
-        skipped_reason=_skip_reason(ctx, tp) or view.behind_lineage,
+        skipped_reason=_skip_reason(ctx, tp) or view.behind_lineage or view.live_problem,
     )
 
 
@@ -142,6 +143,7 @@ def begin_copy_run(
     """
     store = ctx.metadata
     partition_log = _partition_log(ctx, tp)
+    refuse_stale_directory(ctx, partition_log)
     tip = TopicIdPartition(partition_log.topic_id, tp)
     store.register_partition(tip)
     try:
@@ -151,12 +153,22 @@ def begin_copy_run(
         return None
     cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
     repair_remote_log_start(store, tip, held.lease)
-    view = load_tier_view(partition_log, store)
+    view = ctx.tier_view(partition_log)
     if view.observed_delete_records_offset is not None:
         store.record_delete_records(
-            tip, view.observed_delete_records_offset, held.lease, source="log-start-offset-checkpoint"
+            tip, view.observed_delete_records_offset, held.lease, source=view.observed_delete_records_source or ""
         )
     return held, view, cleaned
+
+
+def refuse_stale_directory(ctx: TieringContext, partition_log: PartitionLog) -> None:
+    """With the cluster as a source: a directory whose topic id the cluster does not have (a stale
+    incarnation of a recreated topic) or a partition it does not know is never copied from."""
+    live = ctx.live_partition(partition_log)
+    if live is not None:
+        live = live.for_directory(partition_log.topic_id)
+        if live.offsets is None:
+            raise TieringError(live.problem or f"{partition_log.topic_partition}: no offsets from the cluster")
 
 
 class CopyRun:
@@ -247,7 +259,7 @@ class CopyRun:
         if upload is not None:
             abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
         self._held()
-        fresh = load_tier_view(_partition_log(self.ctx, self.tp), self.ctx.metadata)
+        fresh = self.ctx.tier_view(_partition_log(self.ctx, self.tp))
         gap = fresh.tiering_gap()
         if gap is None:
             raise CopyFailedError(
@@ -368,7 +380,7 @@ class CopyRun:
         if self.view is None:
             return self.result
         result, store = self.result, self.ctx.metadata
-        final = load_tier_view(_partition_log(self.ctx, self.tp), store)
+        final = self.ctx.tier_view(_partition_log(self.ctx, self.tp))
         result.highest_copied_offset = final.highest_copied_offset
         result.last_stable_offset = final.last_stable_offset
         result.copy_lag_segments, result.copy_lag_bytes = final.copy_lag()

@@ -29,7 +29,7 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import delete_remote_segment
-from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, load_tier_view
+from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -327,10 +327,10 @@ def run_retention(
     started = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     result = RetentionResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
-    topic = ctx.config.topic_config(tp.topic)
+    topic = ctx.topic_config(tp.topic)
     store = ctx.metadata
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
-    view = load_tier_view(partition_log, store)
+    view = ctx.tier_view(partition_log)
     record = store.get_partition(view.tip)
     result.remote_log_start_offset = view.remote_log_start_offset
     if record is None:
@@ -340,6 +340,10 @@ def run_retention(
     if removed is not None:
         result.skipped_reason = removed
         log.info("%s: topic id %s is %s in the remote tier; retention does nothing", tp, view.tip.topic_id, removed)
+        return result
+    if view.live_problem is not None:  # the cluster's offsets and configs are another topic's
+        result.skipped_reason = view.live_problem
+        log.warning("%s: retention does nothing: %s", tp, view.live_problem)
         return result
 
     if dry_run:
@@ -396,9 +400,12 @@ def _apply_retention(
     store, storage, tp = ctx.metadata, ctx.storage, partition_log.topic_partition
     if view.observed_delete_records_offset is not None:
         store.record_delete_records(
-            view.tip, view.observed_delete_records_offset, held.require(), source="log-start-offset-checkpoint"
+            view.tip,
+            view.observed_delete_records_offset,
+            held.require(),
+            source=view.observed_delete_records_source or "",
         )
-    view = load_tier_view(partition_log, store)
+    view = ctx.tier_view(partition_log)
     plan = plan_retention(view, store, topic, now, copy_in_progress=False)
     _report_plan(result, plan, view.remote_log_start_offset)
     if plan.new_log_start_offset is not None:
@@ -437,7 +444,7 @@ def apply_delete_records(ctx: TieringContext, tp: TopicPartition, before_offset:
         raise TieringError(f"--before-offset must be >= 0, got {before_offset}")
     store = ctx.metadata
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
-    view = load_tier_view(partition_log, store)
+    view = ctx.tier_view(partition_log)
     record = store.get_partition(view.tip)
     if record is None:
         raise TieringError(

@@ -6,12 +6,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.errors import TieringError
+from tiering_core.errors import ClusterUnreachableError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.retention import delete_lag
 from tiering_core.storage.manifest import CopyRecord
-from tiering_core.tier.view import TierView, finished_in_lineage, load_tier_view, merge_offset_ranges, recorded_gaps
+from tiering_core.tier.view import TierView, finished_in_lineage, merge_offset_ranges, recorded_gaps
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -61,6 +61,7 @@ class PartitionStatus:
     delete_lag_bytes: int = 0
     local_retention_risk: dict[str, Any] | None = None
     on_broker: bool = True
+    offsets_source: str | None = None  # "broker" (the kafka: section) or "files"; None off the broker
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,6 +72,7 @@ class PartitionStatus:
             delete_lag_bytes=self.delete_lag_bytes,
             local_retention_risk=self.local_retention_risk,
             on_broker=self.on_broker,
+            offsets_source=self.offsets_source,
             error=self.error,
         )
         return out
@@ -81,9 +83,11 @@ def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> Partit
     store = ctx.metadata
     tp = partition_log.topic_partition
     try:
-        view = load_tier_view(partition_log, store)
+        view = ctx.tier_view(partition_log)
+    except ClusterUnreachableError:
+        raise  # never the files instead, never a row per partition saying so
     except TieringError as exc:
-        return PartitionStatus(tp.topic, tp.partition, None, error=str(exc))
+        return PartitionStatus(tp.topic, tp.partition, None, offsets_source=ctx.offsets_source, error=str(exc))
     record = store.get_partition(view.tip)
     finished = finished_in_lineage(view, store, custom_metadata=False)
     lag_segments, lag_bytes = view.copy_lag()
@@ -92,7 +96,7 @@ def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> Partit
     log_start = min(starts)
     if view.delete_records_offset is not None:
         log_start = max(log_start, view.delete_records_offset)
-    topic_config = ctx.config.topic_config(tp.topic)
+    topic_config = ctx.topic_config(tp.topic)
     risk = view.local_retention_risk(topic_config)
     delete_lag_segments, delete_lag_bytes = delete_lag(view, store, topic_config, int(time.time() * 1000))
     return PartitionStatus(
@@ -116,6 +120,7 @@ def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> Partit
         delete_state=record.delete_state.value if record is not None and record.delete_state is not None else None,
         gaps=current_gaps(view, store),
         local_retention_risk=risk.to_dict(),
+        offsets_source=view.offsets_source,
         error=view.offsets_error,
     )
 

@@ -4,6 +4,10 @@ Copy, retention, status and reads derive their offsets here and nowhere else:
 the lineage and global log start offset of docs/kafka-rules.md section 10, the highest copied
 offset of section 5 step 1, the copy candidates of step 3, copy lag, tiering gaps and
 local-retention risk.
+
+With the live cluster as a source (``live``, from ``tiering_core.live``), the high watermark, LSO
+and DeleteRecords come from the cluster by the rules of ``tiering_core.live.partition``; the
+partition directory stays the source of everything else (segments, epochs, the log end offset).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 
 if TYPE_CHECKING:
     from tiering_core.config import TopicConfig
+    from tiering_core.live.partition import LivePartition
     from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
 
 #: Warn when the oldest uncopied segment has used this share of the local retention.
@@ -125,6 +130,9 @@ class TierView:
     observed_delete_records_offset: int | None
     global_log_start_offset: int | None
     highest_copied_offset: int
+    offsets_source: str = "files"  # "broker": HW, LSO and log start from the cluster's admin API
+    observed_delete_records_source: str | None = None  # where observed_delete_records_offset was seen
+    live_problem: str | None = None  # why the cluster's view does not apply to this directory
 
     @property
     def log(self) -> PartitionLog:
@@ -135,8 +143,14 @@ class TierView:
 
     @property
     def local_log_start_offset(self) -> int:
-        """The broker's log start: first segment base, or a DeleteRecords inside it."""
-        return self.log.log_start_offset
+        """The broker's log start: first segment base, or a DeleteRecords inside it.
+
+        A DeleteRecords seen live counts before the checkpoint file shows it: the broker deletes
+        the segments wholly below it a little later, and until then they are not copied (their
+        epochs are already cut from the broker's epoch cache).
+        """
+        observed = self.observed_delete_records_offset
+        return self.log.log_start_offset if observed is None else max(self.log.log_start_offset, observed)
 
     @property
     def behind_lineage(self) -> str | None:
@@ -279,23 +293,48 @@ def observed_delete_records(log: PartitionLog) -> int | None:
     return entry if entry > log.current_local_log_start_offset() else None
 
 
-def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore) -> TierView:
-    """Join the broker's partition directory with the metadata store (no writes)."""
+def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LivePartition | None = None) -> TierView:
+    """Join the broker's partition directory with the metadata store (no writes).
+
+    ``live``: the cluster's view of the partition (a ``kafka:`` section); when it does not apply
+    to this directory (another topic id, unknown to the cluster) the offsets are unknown and
+    ``live_problem`` says why, never the files' values instead.
+    """
     tip = TopicIdPartition(log.topic_id, log.topic_partition)
     broker_cache = LeaderEpochCache(log.leader_epoch_entries)
     recorded = store.get_recorded_lineage(tip)
     full_lineage = current_lineage(recorded, list(broker_cache.entries))
     leo = log.log_end_offset
     offsets_error: str | None = None
-    try:
-        hw: int | None = log.high_watermark
-        lso: int | None = log.last_stable_offset
-    except TieringError as exc:
-        hw = lso = None
-        offsets_error = str(exc)
+    hw: int | None
+    lso: int | None
+    observed_dr = observed_delete_records(log)
+    observed_source = "log-start-offset-checkpoint" if observed_dr is not None else None
+    live_problem: str | None = None
+    if live is not None:
+        from tiering_core.live.partition import bounded_offsets, live_delete_records, reads_leader
+
+        live = live.for_directory(log.topic_id)
+        if live.offsets is None:
+            hw = lso = None
+            live_problem = offsets_error = live.problem or f"{log.topic_partition}: no offsets from the cluster"
+        else:
+            hw, lso = bounded_offsets(live.offsets, leo)
+            bases = [segment.base_offset for segment in log.segments]
+            live_dr = live_delete_records(live.offsets.log_start_offset, bases, leo)
+            if live_dr is not None and not reads_leader(live, log.log_dir):
+                live_dr = None  # a follower's segments: the leader's retention may fall inside one
+            if live_dr is not None and (observed_dr is None or live_dr > observed_dr):
+                observed_dr, observed_source = live_dr, "ListOffsets (the cluster's log start offset)"
+    else:
+        try:
+            hw = log.high_watermark
+            lso = log.last_stable_offset
+        except TieringError as exc:
+            hw = lso = None
+            offsets_error = str(exc)
     remote_start = store.get_remote_log_start_offset(tip)
     recorded_dr = store.get_delete_records_offset(tip)
-    observed_dr = observed_delete_records(log)
     dr_candidates = [o for o in (recorded_dr, observed_dr) if o is not None]
     delete_records = max(dr_candidates) if dr_candidates else None
     starts = [o for o in (remote_start, delete_records) if o is not None]
@@ -317,6 +356,9 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore) -> TierView
         observed_delete_records_offset=observed_dr,
         global_log_start_offset=global_start,
         highest_copied_offset=copied,
+        offsets_source="files" if live is None else "broker",
+        observed_delete_records_source=observed_source,
+        live_problem=live_problem,
     )
 
 

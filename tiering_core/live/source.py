@@ -1,0 +1,260 @@
+"""The admin-backed source: one round of admin requests for every partition a run covers.
+
+A round is one Metadata request (topic ids, partitions, leaders), one DescribeConfigs for the
+topics (the configs Kafka owns, every source, so broker defaults are seen too) and three
+ListOffsets requests per leader: EARLIEST (log start offset), LATEST under read_uncommitted
+(high watermark) and LATEST under read_committed (last stable offset). Partitions are asked for
+together, never one request per partition; a partition the cluster refuses (no leader, unknown) is
+asked for again alone so that it does not hide the others.
+
+kafka-python is imported here only, when the first round runs. A cluster that does not answer is
+a :class:`ClusterUnreachableError`: a run with a ``kafka:`` section never falls back to the files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tiering_core.config import BROKER_OWNED_TOPIC_KEYS, BrokerTopicConfig, KafkaConfig
+from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
+from tiering_core.kafka.checkpoints import uuid_to_topic_id
+from tiering_core.kafka.topic import TopicPartition
+from tiering_core.live.partition import LiveOffsets, LivePartition, unknown_partition
+
+log = logging.getLogger(__name__)
+
+#: Kafka's config source of a value set on the topic itself.
+TOPIC_LEVEL_SOURCE = "DYNAMIC_TOPIC_CONFIG"
+
+
+class _MaskPassword(logging.Filter):
+    """kafka-python logs the admin client's whole configuration at DEBUG, SASL password included:
+    that record keeps its place in the log with the password masked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args  # a lone dict argument is the record's args itself (logging's own rule)
+        if isinstance(args, Mapping) and "sasl_plain_password" in args:
+            record.args = {**args, "sasl_plain_password": "***"}
+        elif isinstance(args, tuple) and args and isinstance(args[0], Mapping) and "sasl_plain_password" in args[0]:
+            record.args = ({**args[0], "sasl_plain_password": "***"}, *args[1:])
+        return True
+
+
+_MASK = _MaskPassword()
+
+
+class ClusterSource:
+    """One admin client for a :class:`~tiering_core.context.TieringContext` (closed with it).
+
+    ``want`` names the partitions a run covers; the first ``partition`` or ``topic_config`` asks
+    the cluster about all of them at once and keeps the answers for the context's life.
+    """
+
+    def __init__(self, config: KafkaConfig) -> None:
+        self.config = config
+        self._admin: Any = None
+        self._wanted: set[TopicPartition] = set()
+        self._partitions: dict[TopicPartition, LivePartition] = {}
+        self._topics: dict[str, BrokerTopicConfig] = {}
+        self._failure: ClusterUnreachableError | None = None
+
+    @property
+    def servers(self) -> str:
+        return ",".join(self.config.bootstrap_servers)
+
+    def want(self, tps: Iterable[TopicPartition]) -> None:
+        self._wanted.update(tps)
+
+    def partition(self, tp: TopicPartition) -> LivePartition:
+        if tp not in self._partitions:
+            self._round({tp})
+        return self._partitions[tp]
+
+    def topic_config(self, topic: str) -> BrokerTopicConfig:
+        if topic not in self._topics:
+            self._round({tp for tp in self._wanted if tp.topic == topic}, topics={topic})
+        return self._topics[topic]
+
+    def close(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            try:
+                admin.close()
+            except Exception as exc:  # closing must not hide the run's own outcome
+                log.warning("kafka: closing the admin client failed: %s", one_line(exc))
+
+    # --- one round ----------------------------------------------------------------------------
+
+    def _unreachable(self, exc: BaseException) -> ClusterUnreachableError:
+        reason = one_line(exc) or type(exc).__name__
+        if not reason.startswith(type(exc).__name__):
+            reason = f"{type(exc).__name__}: {reason}"
+        error = ClusterUnreachableError(
+            f"kafka: the cluster at {self.servers} did not answer ({reason}); "
+            "status, copy and retention do not fall back to the files while the config has a kafka section"
+        )
+        self._failure = error
+        return error
+
+    def _client(self) -> Any:
+        if self._failure is not None:
+            raise self._failure
+        if self._admin is None:
+            from kafka.admin import KafkaAdminClient
+
+            client_log = logging.getLogger("kafka.admin.client")
+            if _MASK not in client_log.filters:
+                client_log.addFilter(_MASK)
+            try:
+                self._admin = KafkaAdminClient(**self._client_settings())
+            except Exception as exc:
+                raise self._unreachable(exc) from None
+        return self._admin
+
+    def _client_settings(self) -> dict[str, Any]:
+        c = self.config
+        settings: dict[str, Any] = {
+            "bootstrap_servers": list(c.bootstrap_servers),
+            "client_id": c.client_id,
+            "request_timeout_ms": c.request_timeout_ms,
+            "bootstrap_timeout_ms": c.request_timeout_ms,
+            "security_protocol": c.security_protocol,
+        }
+        if c.sasl_mechanism is not None:
+            settings["sasl_mechanism"] = c.sasl_mechanism
+            settings["sasl_plain_username"] = c.sasl_plain_username
+        if c.sasl_password_env is not None:
+            password = os.environ.get(c.sasl_password_env)
+            if not password:
+                raise TieringError(
+                    f"kafka.sasl_password_env: the environment variable {c.sasl_password_env} is not set"
+                )
+            settings["sasl_plain_password"] = password
+        if c.ssl_cafile is not None:
+            settings["ssl_cafile"] = str(c.ssl_cafile)
+        return settings
+
+    def _round(self, tps: set[TopicPartition], topics: set[str] | None = None) -> None:
+        """Ask for ``tps``, every wanted partition not yet answered, and their topics' configs."""
+        pending = (tps | self._wanted) - set(self._partitions)
+        topic_names = sorted({tp.topic for tp in pending} | (topics or set()))
+        admin = self._client()
+        from kafka.errors import KafkaError
+
+        try:
+            described = {t["name"]: t for t in admin.describe_topics(topic_names)}
+            known = [name for name in topic_names if _topic_id(described.get(name)) is not None]
+            self._topics.update(self._configs(admin, known))
+            for name in topic_names:
+                self._topics.setdefault(name, BrokerTopicConfig())
+            leaders: dict[TopicPartition, tuple[str, int]] = {}
+            for tp in pending:
+                topic = described.get(tp.topic)
+                topic_id = _topic_id(topic)
+                leader = _leader(topic, tp.partition)
+                if topic_id is None or leader is None:
+                    self._partitions[tp] = unknown_partition(tp, topic_id)
+                elif leader < 0:
+                    self._partitions[tp] = LivePartition(tp, topic_id, None, f"{tp}: the partition has no leader now")
+                else:
+                    leaders[tp] = (topic_id, leader)
+            for tp, answer in self._offsets(admin, list(leaders)).items():
+                topic_id, leader = leaders[tp]
+                if isinstance(answer, LiveOffsets):
+                    self._partitions[tp] = LivePartition(tp, topic_id, answer, leader_id=leader)
+                else:
+                    why = f"{tp}: ListOffsets failed: {answer}"
+                    self._partitions[tp] = LivePartition(tp, topic_id, None, why, leader_id=leader)
+        except (KafkaError, OSError) as exc:
+            raise self._unreachable(exc) from None
+
+    def _configs(self, admin: Any, topics: list[str]) -> dict[str, BrokerTopicConfig]:
+        if not topics:
+            return {}
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        wanted = dict.fromkeys(BROKER_OWNED_TOPIC_KEYS)
+        answer = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, wanted) for topic in topics], config_filter="all"
+        ).get("topic", {})
+        return {topic: broker_topic_config(answer.get(topic) or {}) for topic in topics}
+
+    def _offsets(self, admin: Any, tps: list[TopicPartition]) -> dict[TopicPartition, LiveOffsets | str]:
+        """The three ListOffsets answers of ``tps``, batched; a refused batch is asked again one by one."""
+        if not tps:
+            return {}
+        from kafka.errors import BrokerResponseError
+
+        try:
+            return dict(zip(tps, self._list_offsets(admin, tps), strict=True))
+        except BrokerResponseError as exc:
+            if len(tps) == 1:
+                return {tps[0]: one_line(exc)}
+        out: dict[TopicPartition, LiveOffsets | str] = {}
+        for tp in tps:
+            out.update(self._offsets(admin, [tp]))
+        return out
+
+    def _list_offsets(self, admin: Any, tps: list[TopicPartition]) -> list[LiveOffsets]:
+        from kafka import TopicPartition as KafkaTopicPartition
+        from kafka.admin import OffsetSpec
+
+        timeout = self.config.request_timeout_ms
+
+        def ask(spec: Any, isolation: str) -> dict[tuple[str, int], int]:
+            specs = {KafkaTopicPartition(tp.topic, tp.partition): spec for tp in tps}
+            answer = admin.list_partition_offsets(specs, isolation_level=isolation, timeout_ms=timeout)
+            return {(k.topic, k.partition): int(v.offset) for k, v in answer.items()}
+
+        earliest = ask(OffsetSpec.EARLIEST, "read_uncommitted")
+        latest = ask(OffsetSpec.LATEST, "read_uncommitted")
+        stable = ask(OffsetSpec.LATEST, "read_committed")
+        return [
+            LiveOffsets(
+                log_start_offset=earliest[(tp.topic, tp.partition)],
+                high_watermark=latest[(tp.topic, tp.partition)],
+                last_stable_offset=stable[(tp.topic, tp.partition)],
+            )
+            for tp in tps
+        ]
+
+
+def broker_topic_config(described: Mapping[str, Mapping[str, Any]]) -> BrokerTopicConfig:
+    """A DescribeConfigs answer for one topic (``config_filter="all"``) as a :class:`BrokerTopicConfig`."""
+    topic_level = {
+        name: str(entry["value"])
+        for name, entry in described.items()
+        if name in BROKER_OWNED_TOPIC_KEYS
+        and entry.get("config_source") == TOPIC_LEVEL_SOURCE
+        and entry.get("value") is not None
+    }
+
+    def effective(name: str) -> int | None:
+        value = (described.get(name) or {}).get("value")
+        try:
+            return None if value is None else int(value)
+        except ValueError:
+            return None
+
+    return BrokerTopicConfig(
+        topic_level=topic_level, retention_ms=effective("retention.ms"), retention_bytes=effective("retention.bytes")
+    )
+
+
+def _topic_id(described: Mapping[str, Any] | None) -> str | None:
+    """The topic id in Kafka's own string form (as ``partition.metadata`` has it); None when unknown."""
+    if not described or described.get("error_code") or not described.get("topic_id"):
+        return None
+    value = uuid.UUID(str(described["topic_id"]))
+    return None if value.int == 0 else uuid_to_topic_id(value)
+
+
+def _leader(described: Mapping[str, Any] | None, partition: int) -> int | None:
+    for p in (described or {}).get("partitions") or []:
+        if p["partition_index"] == partition:
+            return int(p["leader_id"])
+    return None
