@@ -46,3 +46,15 @@ def test_a_log_dir_move_is_not_a_deletion(private_kafka: PrivateKafka, beside: C
         assert "still in the broker's log dirs" in refused.stderr
         row = platform.status(topic)
         assert row["highest_copied_offset"] == copied and row["remote_segments"] > 0
+
+        # Configured with the old log dir only, the files alone would show a deletion, proven by
+        # its -delete trace; the cluster (the kafka: section) still reports the topic id.
+        platform.document["log_dirs"] = [str(source.parent)]
+        platform.document["kafka"] = {"bootstrap_servers": cluster.bootstrap_servers}
+        platform.write()
+        refused = platform.run("delete-partition", "--topic", topic, "--partition", "0", "--yes")
+        assert refused.code != 0
+        assert "still reports topic 'moved' with topic id" in refused.stderr
+        assert "it was not deleted" in refused.stderr
+        segments = platform.ok("segments", "--topic", topic, "--partition", "0", "--json").json()
+        assert len([s for s in segments if s["state"] == "COPY_SEGMENT_FINISHED"]) == row["remote_segments"]

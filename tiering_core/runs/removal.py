@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.errors import InvalidTopicError, TieringError
+from tiering_core.errors import ClusterUnreachableError, InvalidTopicError, TieringError
 from tiering_core.kafka.log_dirs import (
     DELETE_DIR_SUFFIX,
     LogDirError,
@@ -124,6 +124,9 @@ def deletion_unproven(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequen
     """Why the deletion of ``topic_ids`` is not proven, or None: every configured log dir must be
     a live Kafka log dir of one broker, and each topic id must have left its ``-delete`` trace."""
     force = "nothing deleted; --force (force in the removal DAG) removes it anyway"
+    still_live = _cluster_still_reports(ctx, tp, topic_ids)
+    if still_live is not None:
+        return f"{still_live}; {force}"
     identities = []
     for log_dir in ctx.config.log_dirs:
         try:
@@ -146,6 +149,23 @@ def deletion_unproven(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequen
             f"log dirs, but no {tp}.<uuid>{DELETE_DIR_SUFFIX} directory there holds it (the broker renames "
             "a deleted partition's directory so before removing it; a partition moved to another broker, "
             f"a log dir missing from the config, or a trace already removed leaves none); {force}"
+        )
+    return None
+
+
+def _cluster_still_reports(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> str | None:
+    """With a ``kafka:`` section, the cluster itself must no longer report the topic id: a partition
+    moved to a log dir or broker not in the config leaves the same ``-delete`` trace a deletion does."""
+    if ctx.cluster is None:
+        return None
+    try:
+        live = ctx.cluster.partition(tp)
+    except ClusterUnreachableError as exc:
+        return f"{tp}: cannot ask the cluster whether it still holds topic id {', '.join(topic_ids)} ({exc})"
+    if live.topic_id is not None and live.topic_id in topic_ids:
+        return (
+            f"{tp}: the cluster at {ctx.cluster.servers} still reports topic {tp.topic!r} with topic id "
+            f"{live.topic_id}: its directory moved (to a log dir or broker not in the config), it was not deleted"
         )
     return None
 
