@@ -99,7 +99,8 @@ def test_long_names_fit_the_store_and_still_pass_to_the_retry(store: RemoteLogMe
     with pytest.raises(LeaseHeldError):
         acquire(store, other)
     retry = acquire(store, dataclasses.replace(long, try_number=10))  # 9 -> 10: one digit more
-    assert retry.token > killed.token and store.get_partition(TIP).lease_holder == retry.holder
+    record = store.get_partition(TIP)
+    assert retry.token > killed.token and record is not None and record.lease_holder == retry.holder
 
 
 def test_held_partition_names_a_scheduled_try_after_its_task_instance(store: RemoteLogMetadataStore) -> None:
