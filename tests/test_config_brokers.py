@@ -141,7 +141,8 @@ def test_a_process_chooses_its_broker_by_flag_environment_or_the_only_one(tmp_pa
     with pytest.raises(ConfigError, match="TIERING_BROKER_ID: expected a broker id"):
         select_broker(config, environ={BROKER_ID_ENV: "two"})
     single = parse_config(cluster_doc(tmp_path, {"5": {"log_dirs": [str(tmp_path / "b5")]}}))
-    implied = select_broker(single, environ={}, required=True)  # one broker configured: implied
+    assert single.log_dirs == (tmp_path / "b5",) and single.broker is single.brokers[5]  # implied at once
+    implied = select_broker(single, environ={}, required=True)
     assert implied.log_dirs == (tmp_path / "b5",) and implied.broker is not None and implied.broker.broker_id == 5
 
 

@@ -136,7 +136,8 @@ class BrokerConfig:
 class PlatformConfig:
     """The platform's configuration. ``log_dirs`` are this process's broker's (``broker``); in
     the cluster form (``brokers:``) they are empty until ``for_broker`` names the broker, and
-    reading partitions then is an error naming ``--broker``."""
+    reading partitions then is an error naming ``--broker`` (a single broker configured is
+    chosen at once)."""
 
     log_dirs: tuple[Path, ...]
     metadata: MetadataConfig
@@ -328,7 +329,9 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         return path if path.is_absolute() else (base / path)
 
     brokers, implicit = _parse_brokers(doc, resolve)
-    log_dirs = implicit.log_dirs if implicit is not None else ()
+    # One broker is this process's by implication; among several, ``for_broker`` chooses.
+    chosen = implicit or (next(iter(brokers.values())) if len(brokers) == 1 else None)
+    log_dirs = chosen.log_dirs if chosen is not None else ()
 
     meta_raw = _require_mapping(doc.get("metadata"), "metadata")
     _check_keys(meta_raw, {"url", "lease_ms", "password_env"}, "metadata")
@@ -449,7 +452,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         ),
         source=source,
         brokers=brokers,
-        broker=implicit,
+        broker=chosen,
     )
 
 
