@@ -41,6 +41,7 @@ from tiering_core.metadata.values import (
     PartitionRecord,
     RemoteLogSegmentMetadata,
     StateChange,
+    TaskAttempt,
     TieringGap,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "RemoteLogMetadataStore",
     "RemoteLogSegmentMetadata",
     "StateChange",
+    "TaskAttempt",
     "TieringGap",
     "now_ms",
     "validate_segment_metadata",

@@ -31,6 +31,7 @@ from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, load_ti
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.manifest import SegmentManifest
     from tiering_core.storage.segments import RemoteStorage
 from tiering_core.runs.segment_copy import (
@@ -133,10 +134,10 @@ def plan_copy(ctx: TieringContext, tp: TopicPartition) -> CopyPlan:
 
 
 def begin_copy_run(
-    ctx: TieringContext, tp: TopicPartition, run_id: str, hold: ExitStack
+    ctx: TieringContext, tp: TopicPartition, run_id: str, hold: ExitStack, attempt: TaskAttempt | None = None
 ) -> tuple[HeldPartition, TierView, int] | None:
-    """Hold the partition (until ``hold`` closes), recovery, DeleteRecords and lineage
-    bookkeeping, then a fresh view.
+    """Hold the partition (until ``hold`` closes; ``attempt``: see ``held_partition``), recovery,
+    DeleteRecords and lineage bookkeeping, then a fresh view.
 
     Returns None when another run holds the partition's lease.
     """
@@ -145,7 +146,7 @@ def begin_copy_run(
     tip = TopicIdPartition(partition_log.topic_id, tp)
     store.register_partition(tip)
     try:
-        held = hold.enter_context(held_partition(store, tip, holder=f"copy:{run_id}", run_id=run_id))
+        held = hold.enter_context(held_partition(store, tip, holder=f"copy:{run_id}", run_id=run_id, attempt=attempt))
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); nothing to do", tp, exc)
         return None
@@ -185,7 +186,13 @@ class CopyRun:
 
     @classmethod
     def begin(
-        cls, ctx: TieringContext, tp: TopicPartition, *, run_id: str, progress: Progress | None = None
+        cls,
+        ctx: TieringContext,
+        tp: TopicPartition,
+        *,
+        run_id: str,
+        progress: Progress | None = None,
+        attempt: TaskAttempt | None = None,
     ) -> CopyRun:
         """Skip check, lease, recovery, gap recording and the candidates.
 
@@ -199,7 +206,7 @@ class CopyRun:
             run.say(f"{tp}: skipped ({reason})")
             return run
         try:
-            begun = begin_copy_run(ctx, tp, run_id, run._hold)
+            begun = begin_copy_run(ctx, tp, run_id, run._hold, attempt)
             if begun is None:
                 run.result.fenced = True
                 run.say(f"{tp}: another copy run holds the partition; nothing done")
@@ -400,15 +407,17 @@ def run_copy(
     run_id: str | None = None,
     progress: Progress | None = None,
     uploader: Uploader | None = None,
+    attempt: TaskAttempt | None = None,
 ) -> CopyResult:
     """Copy every eligible segment of one partition; see the module docstring.
 
+    ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease.
     ``uploader`` puts a segment's objects (default ``upload_segment``; a test injects faults here).
     """
     say = progress or (lambda line: log.info("%s", line))
     if dry_run:
         return _dry_run(ctx, tp, say)
-    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say)
+    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say, attempt=attempt)
     if not run.active:
         return run.result
     try:

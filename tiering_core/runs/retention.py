@@ -34,7 +34,12 @@ from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage,
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.partition_log import PartitionLog
-    from tiering_core.metadata.store import PartitionRecord, RemoteLogMetadataStore, RemoteLogSegmentMetadata
+    from tiering_core.metadata.store import (
+        PartitionRecord,
+        RemoteLogMetadataStore,
+        RemoteLogSegmentMetadata,
+        TaskAttempt,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -322,8 +327,11 @@ def run_retention(
     dry_run: bool = False,
     run_id: str | None = None,
     now_ms: int | None = None,
+    attempt: TaskAttempt | None = None,
 ) -> RetentionResult:
-    """Delete the remote segments of one partition that Kafka's retention rules expire."""
+    """Delete the remote segments of one partition that Kafka's retention rules expire.
+
+    ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease."""
     started = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     result = RetentionResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
@@ -362,7 +370,7 @@ def run_retention(
 
     run = run_id or uuid.uuid4().hex
     try:
-        with held_partition(store, view.tip, holder=f"retention:{run}", run_id=run) as held:
+        with held_partition(store, view.tip, holder=f"retention:{run}", run_id=run, attempt=attempt) as held:
             view = _apply_retention(ctx, held, view, partition_log, topic, now, result)
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); retention skipped", tp, exc)

@@ -152,9 +152,10 @@ class TieringHook(BaseHook):
         self.aws_conn_id = aws_conn_id
 
     def get_config(self) -> PlatformConfig:
-        from tiering_core.config import load_config
+        """The config of this worker's broker (``TIERING_BROKER_ID``, or the only one configured)."""
+        from tiering_core.config import load_config, select_broker
 
-        return with_metadata_password(load_config(self.config_path), self.log)
+        return with_metadata_password(select_broker(load_config(self.config_path)), self.log)
 
     def get_credentials(self) -> AwsCredentials | None:
         """Credentials and endpoint from the connection; ``None`` means the config and the AWS chain."""

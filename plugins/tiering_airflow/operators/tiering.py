@@ -15,6 +15,7 @@ from tiering_airflow.hooks.tiering import TieringHook
 
 if TYPE_CHECKING:
     from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.metadata.store import TaskAttempt
 
 
 def as_bool(value: bool | str, name: str) -> bool:
@@ -27,6 +28,24 @@ def as_bool(value: bool | str, name: str) -> bool:
     if text in ("false", "0", "no"):
         return False
     raise ValueError(f"{name}: expected true or false, got {value!r}")
+
+
+def task_attempt(context: Any) -> TaskAttempt | None:
+    """This try of the running task instance: a retry takes over the partition lease its killed
+    previous try left, instead of failing until the lease expires. None outside a task run."""
+    from tiering_core.metadata.store import TaskAttempt
+
+    ti = context.get("ti")
+    if ti is None:
+        return None
+    map_index = ti.map_index
+    return TaskAttempt(
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        map_index=-1 if map_index is None else int(map_index),
+        try_number=int(ti.try_number),
+    )
 
 
 class TieringPartitionOperator(BaseOperator):
@@ -80,7 +99,12 @@ class TieringCopyOperator(TieringPartitionOperator):
         with self.hook().get_conn() as ctx:
             try:
                 result = run_copy(
-                    ctx, tp, dry_run=self.is_plan_only(), run_id=context["run_id"], progress=self.log.info
+                    ctx,
+                    tp,
+                    dry_run=self.is_plan_only(),
+                    run_id=context["run_id"],
+                    progress=self.log.info,
+                    attempt=task_attempt(context),
                 )
             except TieringGapError as exc:
                 # What remained was copied; the gap is permanent, so retrying would only hide it.
@@ -100,7 +124,9 @@ class TieringRetentionOperator(TieringPartitionOperator):
 
         tp = self.topic_partition()
         with self.hook().get_conn() as ctx:
-            result = run_retention(ctx, tp, dry_run=self.is_plan_only(), run_id=context["run_id"])
+            result = run_retention(
+                ctx, tp, dry_run=self.is_plan_only(), run_id=context["run_id"], attempt=task_attempt(context)
+            )
         if result.fenced:
             self.log.warning("%s: another run holds the partition; the next scheduled run catches up", tp)
         return result.to_dict()
@@ -126,7 +152,12 @@ class TieringDeletePartitionOperator(TieringPartitionOperator):
         tp = self.topic_partition()
         with self.hook().get_conn() as ctx:
             result = delete_partition(
-                ctx, tp, topic_ids=self.topic_ids, dry_run=self.is_plan_only(), run_id=context["run_id"]
+                ctx,
+                tp,
+                topic_ids=self.topic_ids,
+                dry_run=self.is_plan_only(),
+                run_id=context["run_id"],
+                attempt=task_attempt(context),
             )
         if result.fenced:
             raise AirflowException(f"{tp}: another run holds the partition; removal resumes on retry")
