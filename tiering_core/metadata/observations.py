@@ -30,6 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import UnknownBrokerError
+from tiering_core.metadata.listing import _collector_paused as collector_paused
 from tiering_core.metadata.models import ReplicaObservationPointRow, ReplicaObservationRow
 from tiering_core.metadata.queries import DriverQuery, Statements
 from tiering_core.metadata.transactions import StoreCore, now_ms, tip_params
@@ -233,15 +234,32 @@ class ObservationStore(StoreCore):
                 rows = self._oq.latest_all.rows(conn, {})
             else:
                 rows = self._oq.latest_of_topic.rows(conn, {"topic": topic})
-        tips: dict[tuple[str, int], TopicIdPartition] = {}
+        # Rows to values with the collector paused (tens of thousands of objects would trigger
+        # collections that walk them all), each partition's key built and hashed once.
         by_tip: dict[TopicIdPartition, dict[int, ReplicaObservation]] = {}
-        for row in rows:
-            key = (row[0], row[2])
-            tip_of_row = tips.get(key)
-            if tip_of_row is None:
-                tip_of_row = tips[key] = TopicIdPartition(row[0], TopicPartition(row[1], row[2]))
-                by_tip[tip_of_row] = {}
-            by_tip[tip_of_row][row[3]] = observation_from_row(row, tip_of_row)
+        partitions: dict[tuple[str, int], tuple[TopicIdPartition, dict[int, ReplicaObservation]]] = {}
+        with collector_paused:
+            for row in rows:
+                topic_id, topic, partition, broker, hw, lso, leo, start, size, epoch, epoch_start, risk, room, at = row
+                known = partitions.get((topic_id, partition))
+                if known is None:
+                    tip_of_row = TopicIdPartition(topic_id, TopicPartition(topic, partition))
+                    known = partitions[(topic_id, partition)] = (tip_of_row, {})
+                    by_tip[tip_of_row] = known[1]
+                known[1][broker] = ReplicaObservation(
+                    broker,
+                    known[0],
+                    hw,
+                    lso,
+                    leo,
+                    start,
+                    size,
+                    epoch,
+                    epoch_start,
+                    bool(risk),
+                    None if room is None else float(room),
+                    int(at),
+                )
         return ClusterObservations(db_now, by_tip)
 
     def observation_series(self, tip: TopicIdPartition) -> dict[int, list[ReplicaObservation]]:
