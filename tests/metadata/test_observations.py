@@ -6,6 +6,7 @@ and an observation from a broker the store does not accept is refused with its w
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -102,6 +103,9 @@ def test_a_run_records_all_its_partitions_and_the_next_run_replaces_them(
     assert store.latest_observations(A).replicas == {A: replicas}
     assert store.latest_observations(tip("ZZZZZZZZZZZZZZZZZZZZZZ")).replicas == {}
     assert store.record_observations([]) >= again
+    # Two observations of one replica in a batch: the later counts.
+    store.record_observations([seen(1, C, lso=7), seen(1, C, lso=9)])
+    assert store.latest_observations(C).replicas[C][1].last_stable_offset == 9
 
 
 def test_the_series_keeps_one_point_per_bucket_and_prunes_past_its_horizons(
@@ -271,3 +275,29 @@ def test_a_database_made_before_observations_upgrades_and_keeps_its_data(metadat
             assert store.segment_for(A, 0, 50) is not None
     finally:
         engine.dispose()
+
+
+def test_runs_recording_overlapping_replicas_at_once_do_not_deadlock(store: RemoteLogMetadataStore) -> None:
+    """A status and a planning run on one broker, listing the same partitions in opposite orders."""
+    tips = [tip("AAAAAAAAAAAAAAAAAAAAAA", "orders", p) for p in range(40)]
+    failures: list[BaseException] = []
+
+    def runs(order: list[TopicIdPartition], lso: int) -> None:
+        try:
+            for _ in range(15):
+                store.record_observations([seen(1, t, lso=lso) for t in order])
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [
+        threading.Thread(target=runs, args=(tips, 100)),
+        threading.Thread(target=runs, args=(tips[::-1], 200)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert failures == []
+    latest = store.latest_observations()
+    assert len(latest.replicas) == 40
+    assert {o.last_stable_offset for r in latest.replicas.values() for o in r.values()} <= {100, 200}

@@ -161,11 +161,19 @@ class ObservationStore(StoreCore):
         """Record a run's observations in one transaction, each replacing its replica's latest and
         landing in the series; prunes the series past its horizons. Returns the database clock
         that stamps them. ``brokers``: the broker ids the caller's cluster has (None: any);
-        UnknownBrokerError (nothing recorded) for an observation from another."""
+        UnknownBrokerError (nothing recorded) for an observation from another. Of two observations
+        of one replica in the batch the later counts.
+
+        Rows are written in key order, so two runs writing overlapping replicas at once (a status
+        beside a copy on one broker) lock them in the same order and never deadlock.
+        """
+        replicas: dict[tuple[str, int, int], ReplicaObservation] = {}
         for o in observations:
             check_broker_id(o.broker_id, brokers, o.topic_id_partition)
-        if not observations:
+            replicas[(o.topic_id_partition.topic_id, o.topic_id_partition.partition, o.broker_id)] = o
+        if not replicas:
             return self.database_now_ms()
+        ordered = [replicas[key] for key in sorted(replicas)]
         with self._write() as conn:
             db_now = self._db_now(conn)
             rows = [
@@ -185,7 +193,7 @@ class ObservationStore(StoreCore):
                     "headroom_seconds": o.headroom_seconds,
                     "observed_ms": db_now,
                 }
-                for o in observations
+                for o in ordered
             ]
             conn.execute(self._oq.upsert_latest, rows)
             points = []
