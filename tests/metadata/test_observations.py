@@ -301,3 +301,23 @@ def test_runs_recording_overlapping_replicas_at_once_do_not_deadlock(store: Remo
     latest = store.latest_observations()
     assert len(latest.replicas) == 40
     assert {o.last_stable_offset for r in latest.replicas.values() for o in r.values()} <= {100, 200}
+
+
+def test_an_older_observation_landing_late_does_not_replace_a_newer_one(
+    store: RemoteLogMetadataStore, engine: Engine
+) -> None:
+    """A run whose transaction read the database clock before another's but commits after it."""
+    stamp = store.record_observations([seen(1, lso=100)])
+    with engine.begin() as conn:  # the newer observation, as if recorded a minute from now
+        conn.execute(
+            text("UPDATE tiering_replica_observations SET observed_ms = :later, last_stable_offset = 500"),
+            {"later": stamp + 60_000},
+        )
+        conn.execute(
+            text("UPDATE tiering_replica_observation_points SET observed_ms = :later, last_stable_offset = 500"),
+            {"later": stamp + 60_000},
+        )
+    store.record_observations([seen(1, lso=300)])
+    replicas, _ = store.observations_of(A)
+    assert (replicas[1].last_stable_offset, replicas[1].observed_ms) == (500, stamp + 60_000)
+    assert [o.last_stable_offset for o in store.observation_series(A)[1]] == [500]

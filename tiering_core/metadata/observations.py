@@ -120,14 +120,18 @@ class ObservationStatements:
     def __init__(self, dialect: Dialect, q: Statements) -> None:
         dialect_insert = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
         upsert: Any = dialect_insert(LATEST)
+        # A run whose transaction read the clock earlier but commits later does not overwrite a
+        # newer observation.
         self.upsert_latest = upsert.on_conflict_do_update(
             index_elements=["topic_id", "partition", "broker_id"],
             set_={name: upsert.excluded[name] for name in VALUE_COLUMNS},
+            where=LATEST.c.observed_ms <= upsert.excluded.observed_ms,
         )
         point: Any = dialect_insert(POINTS)
         self.upsert_point = point.on_conflict_do_update(
             index_elements=["topic_id", "partition", "broker_id", "resolution_ms", "bucket_ms"],
             set_={name: point.excluded[name] for name in VALUE_COLUMNS},
+            where=POINTS.c.observed_ms <= point.excluded.observed_ms,
         )
         self.prune_points = delete(POINTS).where(
             POINTS.c.resolution_ms == bindparam("res"), POINTS.c.bucket_ms < bindparam("horizon")
