@@ -206,3 +206,45 @@ class StateChange:
     at_ms: int
     token: int
     run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaObservation:
+    """What one broker's run saw of its replica of a partition (KAFKA_SEMANTICS 3's offsets).
+
+    ``leader_epoch`` and ``leader_epoch_start_offset`` are the tip of the replica's leader-epoch
+    cache (None for an empty cache); HW and LSO are None when the broker's checkpoints could not
+    give them. ``at_risk`` and ``headroom_seconds`` are the local-retention-risk verdict: the
+    time left (negative once past due) before the broker's own retention may delete the oldest
+    segment not yet tiered, None when nothing waits or no time limit applies. ``observed_ms`` is
+    the database clock when the store recorded it (ignored when recording).
+    """
+
+    broker_id: int
+    topic_id_partition: TopicIdPartition
+    high_watermark: int | None
+    last_stable_offset: int | None
+    log_end_offset: int
+    local_log_start_offset: int
+    local_bytes: int
+    leader_epoch: int | None
+    leader_epoch_start_offset: int | None
+    at_risk: bool
+    headroom_seconds: float | None
+    observed_ms: int = 0
+
+    @property
+    def tip(self) -> TopicIdPartition:
+        return self.topic_id_partition
+
+    def age_ms(self, now_ms: int) -> int:
+        return now_ms - self.observed_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterObservations:
+    """The latest observation of every replica the store holds (or of a selection), per
+    partition and broker, with the database clock when they were read (to judge their age)."""
+
+    db_now_ms: int
+    replicas: dict[TopicIdPartition, dict[int, ReplicaObservation]]

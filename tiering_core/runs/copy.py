@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,10 +23,12 @@ from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, is_internal_topic
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
+from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metadata.store import Lease
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
+from tiering_core.tier.observation import Observed, record_views
 from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, load_tier_view, recorded_gaps
 
 if TYPE_CHECKING:
@@ -114,20 +116,34 @@ def _partition_log(ctx: TieringContext, tp: TopicPartition):  # type: ignore[no-
     return ctx.partitions(tp.topic, tp.partition)[0]
 
 
-def plan_copy(ctx: TieringContext, tp: TopicPartition) -> CopyPlan:
-    """The segments a copy run would upload now; writes nothing."""
-    view = load_tier_view(_partition_log(ctx, tp), ctx.metadata)
-    gap = view.tiering_gap()
-    return CopyPlan(
-        topic_partition=tp,
-        highest_copied_offset=view.highest_copied_offset,
-        last_stable_offset=view.last_stable_offset,
-        candidates=tuple(
-            PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
-        ),
-        gap=gap.as_list() if gap else None,
-        skipped_reason=_skip_reason(ctx, tp) or view.behind_lineage,
-    )
+def plan_copy(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None) -> CopyPlan:
+    """The segments a copy run would upload now; writes nothing but, with ``broker_id``, what this
+    broker saw of the partition (``tier.observation``)."""
+    return plan_copies(ctx, [tp], broker_id=broker_id)[0]
+
+
+def plan_copies(ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id: int | None = None) -> list[CopyPlan]:
+    """``plan_copy`` of each partition, their observations recorded in one transaction."""
+    plans: list[CopyPlan] = []
+    observed: list[Observed] = []
+    for tp in tps:
+        view = load_tier_view(_partition_log(ctx, tp), ctx.metadata)
+        observed.append((view, ctx.config.topic_config(tp.topic), None))
+        gap = view.tiering_gap()
+        plans.append(
+            CopyPlan(
+                topic_partition=tp,
+                highest_copied_offset=view.highest_copied_offset,
+                last_stable_offset=view.last_stable_offset,
+                candidates=tuple(
+                    PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
+                ),
+                gap=gap.as_list() if gap else None,
+                skipped_reason=_skip_reason(ctx, tp) or view.behind_lineage,
+            )
+        )
+    record_views(ctx.metadata, broker_id, observed)
+    return plans
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -171,10 +187,11 @@ class CopyRun:
     ``finish`` or ``release``; ``active`` asks ``held.holds``.
     """
 
-    def __init__(self, ctx: TieringContext, tp: TopicPartition, say: Progress) -> None:
+    def __init__(self, ctx: TieringContext, tp: TopicPartition, say: Progress, *, broker_id: int | None = None) -> None:
         self.ctx = ctx
         self.tp = tp
         self.say = say
+        self.broker_id = broker_id
         self.result = CopyResult(topic=tp.topic, partition=tp.partition)
         self.held: HeldPartition | None = None
         self._hold = ExitStack()
@@ -193,13 +210,18 @@ class CopyRun:
         run_id: str,
         progress: Progress | None = None,
         attempt: TaskAttempt | None = None,
+        broker_id: int | None = None,
     ) -> CopyRun:
         """Skip check, lease, recovery, gap recording and the candidates.
 
         ``run.active`` is False when the topic is not tiered or another run holds the lease
-        (``run.result`` says which); such a run has nothing to upload or release.
+        (``run.result`` says which); such a run has nothing to upload or release. ``broker_id``:
+        the broker the run copies from, whose observation of the partition ``finish`` records
+        (None: not recorded); an id the store refuses fails the run before it holds anything.
         """
-        run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)))
+        if broker_id is not None:
+            check_broker_id(broker_id, None, tp)
+        run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)), broker_id=broker_id)
         reason = _skip_reason(ctx, tp)
         if reason is not None:
             run.result.skipped_reason = reason
@@ -376,6 +398,7 @@ class CopyRun:
             return self.result
         result, store = self.result, self.ctx.metadata
         final = load_tier_view(_partition_log(self.ctx, self.tp), store)
+        record_views(store, self.broker_id, [(final, self.ctx.config.topic_config(self.tp.topic), None)])
         result.highest_copied_offset = final.highest_copied_offset
         result.last_stable_offset = final.last_stable_offset
         result.copy_lag_segments, result.copy_lag_bytes = final.copy_lag()
@@ -408,16 +431,19 @@ def run_copy(
     progress: Progress | None = None,
     uploader: Uploader | None = None,
     attempt: TaskAttempt | None = None,
+    broker_id: int | None = None,
 ) -> CopyResult:
     """Copy every eligible segment of one partition; see the module docstring.
 
     ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease.
     ``uploader`` puts a segment's objects (default ``upload_segment``; a test injects faults here).
+    ``broker_id``: the broker whose log dirs the run reads; what it saw of the partition at the end
+    is recorded (None: not recorded).
     """
     say = progress or (lambda line: log.info("%s", line))
     if dry_run:
-        return _dry_run(ctx, tp, say)
-    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say, attempt=attempt)
+        return _dry_run(ctx, tp, say, broker_id)
+    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say, attempt=attempt, broker_id=broker_id)
     if not run.active:
         return run.result
     try:
@@ -448,14 +474,14 @@ def run_copy(
     return run.finish()
 
 
-def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress) -> CopyResult:
+def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress, broker_id: int | None) -> CopyResult:
     result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
     reason = _skip_reason(ctx, tp)
     if reason is not None:
         result.skipped_reason = reason
         say(f"{tp}: skipped ({reason})")
         return result
-    plan = plan_copy(ctx, tp)
+    plan = plan_copy(ctx, tp, broker_id=broker_id)
     result.skipped_reason = plan.skipped_reason
     result.highest_copied_offset = plan.highest_copied_offset
     result.last_stable_offset = plan.last_stable_offset

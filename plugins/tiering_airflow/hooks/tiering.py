@@ -187,14 +187,15 @@ class TieringHook(BaseHook):
         """What a copy run would upload now (read-only): the partition numbers of ``topic``; for
         ``"*"``, the ``<topic>-<partition>`` labels of the partitions ``default_partitions`` covers."""
         from tiering_core.config import DEFAULT_TOPIC
-        from tiering_core.runs.copy import plan_copy
+        from tiering_core.runs.copy import plan_copies
 
         default = topic == DEFAULT_TOPIC
         with self.get_conn() as ctx:
             named = named_topics(ctx.config)
-            found = [
+            selected = [
                 tp
                 for tp in (log.topic_partition for log in ctx.partitions())
-                if (tp.topic not in named if default else tp.topic == topic) and plan_copy(ctx, tp).eligible
+                if (tp.topic not in named if default else tp.topic == topic)
             ]
+            found = [plan.topic_partition for plan in plan_copies(ctx, selected) if plan.eligible]
         return [str(tp) for tp in found] if default else [tp.partition for tp in found]
