@@ -14,9 +14,19 @@ do the same per partition of every topic the config does not name, found at run 
 later named in the config moves to DAGs of its own). Their ids have a single underscore, so no
 topic's DAG can take them.
 
+In the cluster form (``brokers:`` in the config) every DAG holds one task group per broker,
+``broker_<id>``: its sensor, ``list_partitions`` and mapped tasks run on that broker's queue
+(``tiering-broker-<id>`` unless the config names another) and name the broker, so the worker
+serving that queue on the broker's host reads only its own disks. The single-broker form keeps
+one flat lane on the executor's default queue, the worker's broker being its ``TIERING_BROKER_ID``
+(or the only one).
+
 The sensor is deferrable (it waits in the triggerer, holding no worker slot); with
 ``TIERING_SENSOR_DEFERRABLE=false`` it pokes in reschedule mode instead, for deployments that run
-no triggerer. ``TIERING_SENSOR_POKE_SECONDS`` sets how often either re-plans.
+no triggerer. In the cluster form it pokes in reschedule mode on its broker's queue unless
+``TIERING_SENSOR_DEFERRABLE=true`` says that a triggerer on each broker host serves its queue
+(``[triggerer] queues_enabled``): a triggerer elsewhere cannot read that broker's log dirs.
+``TIERING_SENSOR_POKE_SECONDS`` sets how often either re-plans.
 
 Parsing reads only the YAML config and the environment: partitions are found at run time, and
 everything heavy is imported inside the tasks. A missing or invalid config is this file's import
@@ -27,15 +37,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, TaskGroup, task
 
-from tiering_airflow.hooks.tiering import load_topics
+from tiering_airflow.hooks.tiering import load_brokers, load_topics
 from tiering_airflow.operators.tiering import TieringCopyOperator, TieringRetentionOperator, as_bool
 from tiering_airflow.sensors.tiering import EligibleSegmentSensor
-from tiering_core.config import DEFAULT_TOPIC
+from tiering_core.config import DEFAULT_TOPIC, BrokerConfig
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 UPLOAD_POOL = "tiering_uploads"
@@ -43,8 +54,10 @@ COPY_SCHEDULE = "*/10 * * * *"
 RETENTION_SCHEDULE = "@hourly"
 # How often the sensor (or its trigger) re-plans; it gives up (skipped) before the next run is due.
 POKE_SECONDS = float(os.environ.get("TIERING_SENSOR_POKE_SECONDS", "60"))
-# Deferrable (waits in the triggerer) unless switched off for deployments without a triggerer.
-SENSOR_DEFERRABLE = as_bool(os.environ.get("TIERING_SENSOR_DEFERRABLE", "true"), "TIERING_SENSOR_DEFERRABLE")
+# Deferrable (waits in the triggerer) unless switched off for deployments without a triggerer;
+# unset: deferrable in the single-broker form only (module docstring).
+_DEFERRABLE = os.environ.get("TIERING_SENSOR_DEFERRABLE")
+SENSOR_DEFERRABLE = None if _DEFERRABLE is None else as_bool(_DEFERRABLE, "TIERING_SENSOR_DEFERRABLE")
 SENSOR_TIMEOUT = timedelta(minutes=9)
 PARTITION_LABEL = "{{ task.topic }}-{{ task.partition }}"
 DEFAULT_ARGS = {
@@ -65,41 +78,74 @@ def fit(name: str, limit: int) -> str:
     return f"{name[: limit - 11]}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
 
 
+def broker_group(broker: BrokerConfig | None) -> AbstractContextManager[Any]:
+    """The task group of one broker's tasks (cluster form); the single-broker form has none."""
+    if broker is None:
+        return nullcontext()
+    return TaskGroup(group_id=f"broker_{broker.broker_id}", tooltip=f"broker {broker.broker_id}: queue {broker.queue}")
+
+
+def on_broker(broker: BrokerConfig | None) -> dict[str, Any]:
+    """The arguments that put a task on its broker: the broker's queue and id (none for the
+    single-broker form: the default queue, the worker's own broker)."""
+    if broker is None:
+        return {}
+    return {"queue": broker.queue, "broker_id": broker.broker_id}
+
+
+def broker_name(broker_id: int | None) -> str:
+    return "this broker" if broker_id is None else f"broker {broker_id}"
+
+
 @task
-def list_partitions(topic: str) -> list[int]:
-    """The topic's partitions on this broker, found at run time; none -> the run is skipped."""
+def list_partitions(topic: str, broker_id: int | None = None) -> list[int]:
+    """The topic's partitions on the broker, found at run time; none -> the run is skipped."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from tiering_airflow.hooks.tiering import TieringHook
+    from tiering_airflow.hooks.tiering import broker_config, broker_hook
 
-    partitions = TieringHook().partitions(topic)
+    hook = broker_hook(broker_id)
+    partitions = hook.partitions(topic, broker_config(hook))
     if not partitions:
-        raise AirflowSkipException(f"topic {topic!r} has no partition in this broker's log dirs")
+        raise AirflowSkipException(f"topic {topic!r} has no partition in {broker_name(broker_id)}'s log dirs")
     return partitions
 
 
 @task
-def list_default_partitions() -> list[dict[str, Any]]:
-    """Every partition on this broker of a topic the config does not name, as operator arguments."""
+def list_default_partitions(broker_id: int | None = None) -> list[dict[str, Any]]:
+    """Every partition on the broker of a topic the config does not name, as operator arguments."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from tiering_airflow.hooks.tiering import TieringHook
+    from tiering_airflow.hooks.tiering import broker_config, broker_hook
 
-    partitions = TieringHook().default_partitions()
+    hook = broker_hook(broker_id)
+    partitions = hook.default_partitions(broker_config(hook))
     if not partitions:
-        raise AirflowSkipException("every topic in this broker's log dirs has DAGs of its own")
+        raise AirflowSkipException(f"every topic in {broker_name(broker_id)}'s log dirs has DAGs of its own")
     return [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]
 
 
-def sensor(topic: str) -> EligibleSegmentSensor:
+def sensor(topic: str, broker: BrokerConfig | None) -> EligibleSegmentSensor:
+    deferrable = broker is None if SENSOR_DEFERRABLE is None else SENSOR_DEFERRABLE
     return EligibleSegmentSensor(
         task_id="wait_for_eligible_segment",
         topic=topic,
         poke_interval=POKE_SECONDS,
         timeout=SENSOR_TIMEOUT,
         soft_fail=True,
-        deferrable=SENSOR_DEFERRABLE,
+        deferrable=deferrable,
+        **on_broker(broker),
     )
+
+
+def listing(broker: BrokerConfig | None, topic: str | None = None) -> Any:
+    """The ``list_partitions`` task of one broker: the topic's partitions, or (no topic) those of
+    every topic the config does not name."""
+    place = on_broker(broker)
+    queue = {"queue": place["queue"]} if place else {}
+    if topic is None:
+        return list_default_partitions.override(task_id="list_partitions", **queue)(place.get("broker_id"))
+    return list_partitions.override(task_id="list_partitions", **queue)(topic, place.get("broker_id"))
 
 
 def copy_dag(topic: str) -> DAG:
@@ -113,12 +159,18 @@ def copy_dag(topic: str) -> DAG:
         tags=["tiering", "copy", fit(topic, MAX_TAG)],
         default_args=DEFAULT_ARGS,
     ) as dag:
-        wait = sensor(topic)
-        partitions = list_partitions.override(task_id="list_partitions")(topic)
-        copies = TieringCopyOperator.partial(
-            task_id="copy", topic=topic, pool=UPLOAD_POOL, map_index_template=PARTITION_LABEL
-        ).expand(partition=partitions)
-        wait >> partitions >> copies
+        for broker in BROKERS:
+            with broker_group(broker):
+                wait = sensor(topic, broker)
+                partitions = listing(broker, topic)
+                copies = TieringCopyOperator.partial(
+                    task_id="copy",
+                    topic=topic,
+                    pool=UPLOAD_POOL,
+                    map_index_template=PARTITION_LABEL,
+                    **on_broker(broker),
+                ).expand(partition=partitions)
+                wait >> partitions >> copies
     return dag
 
 
@@ -133,10 +185,11 @@ def retention_dag(topic: str) -> DAG:
         tags=["tiering", "retention", fit(topic, MAX_TAG)],
         default_args=DEFAULT_ARGS,
     ) as dag:
-        partitions = list_partitions.override(task_id="list_partitions")(topic)
-        TieringRetentionOperator.partial(task_id="retention", topic=topic, map_index_template=PARTITION_LABEL).expand(
-            partition=partitions
-        )
+        for broker in BROKERS:
+            with broker_group(broker):
+                TieringRetentionOperator.partial(
+                    task_id="retention", topic=topic, map_index_template=PARTITION_LABEL, **on_broker(broker)
+                ).expand(partition=listing(broker, topic))
     return dag
 
 
@@ -151,12 +204,14 @@ def default_copy_dag() -> DAG:
         tags=["tiering", "copy", "default-topics"],
         default_args=DEFAULT_ARGS,
     ) as dag:
-        wait = sensor(DEFAULT_TOPIC)
-        partitions = list_default_partitions.override(task_id="list_partitions")()
-        copies = TieringCopyOperator.partial(
-            task_id="copy", pool=UPLOAD_POOL, map_index_template=PARTITION_LABEL
-        ).expand_kwargs(partitions)
-        wait >> partitions >> copies
+        for broker in BROKERS:
+            with broker_group(broker):
+                wait = sensor(DEFAULT_TOPIC, broker)
+                partitions = listing(broker)
+                copies = TieringCopyOperator.partial(
+                    task_id="copy", pool=UPLOAD_POOL, map_index_template=PARTITION_LABEL, **on_broker(broker)
+                ).expand_kwargs(partitions)
+                wait >> partitions >> copies
     return dag
 
 
@@ -171,12 +226,17 @@ def default_retention_dag() -> DAG:
         tags=["tiering", "retention", "default-topics"],
         default_args=DEFAULT_ARGS,
     ) as dag:
-        partitions = list_default_partitions.override(task_id="list_partitions")()
-        TieringRetentionOperator.partial(task_id="retention", map_index_template=PARTITION_LABEL).expand_kwargs(
-            partitions
-        )
+        for broker in BROKERS:
+            with broker_group(broker):
+                TieringRetentionOperator.partial(
+                    task_id="retention", map_index_template=PARTITION_LABEL, **on_broker(broker)
+                ).expand_kwargs(listing(broker))
     return dag
 
+
+#: One lane per broker of the ``brokers:`` section, each in its task group on its queue; one flat
+#: lane (None) for the single-broker form.
+BROKERS: list[BrokerConfig | None] = [*load_brokers()] or [None]
 
 for _dag in [default_copy_dag(), default_retention_dag()]:
     globals()[_dag.dag_id] = _dag

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -157,8 +157,37 @@ class RemoteConfig:
     deadline_seconds: float | None = None  # one remote call with its retries; None: 3 x timeout_seconds
 
 
+#: The environment variable naming this process's broker, as ``--broker`` does.
+BROKER_ID_ENV = "TIERING_BROKER_ID"
+
+
+def default_queue(broker_id: int) -> str:
+    """The Airflow queue of a broker's tasks unless its config names one."""
+    return f"tiering-broker-{broker_id}"
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """One Kafka broker of the cluster: its log dirs (local disks of its host) and the Airflow
+    queue whose worker runs on that host and alone reads them.
+
+    ``broker_id`` is Kafka's ``node.id``; None for the implicit broker of the single-broker form
+    (top-level ``log_dirs:``), whose id is not configured; its ``queue`` is then None: the
+    executor's default queue.
+    """
+
+    broker_id: int | None
+    log_dirs: tuple[Path, ...]
+    queue: str | None = None
+
+
 @dataclass(frozen=True)
 class PlatformConfig:
+    """The platform's configuration. ``log_dirs`` are this process's broker's (``broker``); in
+    the cluster form (``brokers:``) they are empty until ``for_broker`` names the broker, and
+    reading partitions then is an error naming ``--broker`` (a single broker configured is
+    chosen at once)."""
+
     log_dirs: tuple[Path, ...]
     metadata: MetadataConfig
     remote: RemoteConfig
@@ -169,6 +198,56 @@ class PlatformConfig:
     kafka: KafkaConfig | None = None
     #: The Kafka config names each topic's own YAML entry sets (an entry missing here: all of them).
     topic_keys: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    brokers: Mapping[int, BrokerConfig] = field(default_factory=dict)  # the ``brokers:`` section, by id
+    broker: BrokerConfig | None = None  # this process's broker; None: not chosen among ``brokers``
+
+    def broker_configs(self) -> tuple[BrokerConfig, ...]:
+        """Every broker of the config, by id: the ``brokers:`` section, or the implicit broker."""
+        if self.brokers:
+            return tuple(self.brokers[b] for b in sorted(self.brokers))
+        return (self.broker,) if self.broker is not None else ()
+
+    def all_log_dirs(self) -> tuple[Path, ...]:
+        """Every broker's log dirs (a path the platform must never write into)."""
+        return tuple(d for broker in self.broker_configs() for d in broker.log_dirs) or self.log_dirs
+
+    def for_broker(self, broker_id: int | None) -> PlatformConfig:
+        """The config of the process serving ``broker_id``: its ``log_dirs`` are that broker's.
+
+        None picks the only broker; with several brokers configured it leaves the config without
+        log dirs (a process that reads none, such as ``segments`` or the Airflow API server).
+        The single-broker form takes any id for its implicit broker (``check_broker_log_dirs``
+        then holds it to the log dirs' ``meta.properties``).
+        """
+        if broker_id is not None and (isinstance(broker_id, bool) or not isinstance(broker_id, int)):
+            raise ConfigError(f"--broker: expected a broker id (an integer), got {_shown(broker_id)}")
+        if not self.brokers:
+            if broker_id is None or self.broker is None or self.broker.broker_id == broker_id:
+                return self
+            broker = BrokerConfig(broker_id, self.log_dirs, default_queue(broker_id))
+            return replace(self, broker=broker)
+        if broker_id is None:
+            if len(self.brokers) != 1:
+                return replace(self, log_dirs=(), broker=None)
+            (broker_id,) = self.brokers
+        if broker_id not in self.brokers:
+            raise ConfigError(
+                f"brokers.{broker_id}: no such broker in the config (configured: "
+                f"{', '.join(map(str, sorted(self.brokers)))}); check --broker or {BROKER_ID_ENV}"
+            )
+        broker = self.brokers[broker_id]
+        return replace(self, log_dirs=broker.log_dirs, broker=broker)
+
+    def require_log_dirs(self) -> tuple[Path, ...]:
+        """This process's log dirs; ConfigError naming ``--broker`` when the cluster form has
+        several brokers and none was chosen (a process reads only its own broker's disks)."""
+        if not self.log_dirs and len(self.brokers) > 1:
+            raise ConfigError(
+                f"brokers: {len(self.brokers)} brokers are configured "
+                f"({', '.join(map(str, sorted(self.brokers)))}); name this process's broker with "
+                f"--broker ID or {BROKER_ID_ENV}"
+            )
+        return self.log_dirs
 
     def topic_config(self, topic: str, broker: BrokerTopicConfig | None = None) -> TopicConfig:
         """The topic's config: its own entry over the ``"*"`` default over Kafka's defaults;
@@ -323,21 +402,21 @@ def _cleanup_policy(value: Any, key: str) -> tuple[str, ...]:
 def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = None) -> PlatformConfig:
     """Validate a decoded YAML document into a :class:`PlatformConfig`."""
     doc = _require_mapping(raw, "config")
-    _check_keys(doc, {"log_dirs", "metadata", "remote", "topics", "index_cache_bytes", "index_cache_dir", "kafka"}, "")
+    _check_keys(
+        doc,
+        {"log_dirs", "brokers", "metadata", "remote", "topics", "index_cache_bytes", "index_cache_dir", "kafka"},
+        "",
+    )
     base = base_dir or Path.cwd()
 
     def resolve(p: str) -> Path:
         path = Path(p).expanduser()
         return path if path.is_absolute() else (base / path)
 
-    if "log_dirs" not in doc:
-        raise ConfigError("log_dirs: required key is missing")
-    log_dirs_raw = doc["log_dirs"]
-    if isinstance(log_dirs_raw, str):
-        log_dirs_raw = [d for d in log_dirs_raw.split(",") if d]
-    if not isinstance(log_dirs_raw, list) or not log_dirs_raw:
-        raise ConfigError("log_dirs: expected a non-empty list of directories")
-    log_dirs = tuple(resolve(_as_str(d, "log_dirs[]")) for d in log_dirs_raw)
+    brokers, implicit = _parse_brokers(doc, resolve)
+    # One broker is this process's by implication; among several, ``for_broker`` chooses.
+    chosen = implicit or (next(iter(brokers.values())) if len(brokers) == 1 else None)
+    log_dirs = chosen.log_dirs if chosen is not None else ()
 
     meta_raw = _require_mapping(doc.get("metadata"), "metadata")
     _check_keys(meta_raw, {"url", "lease_ms", "password_env"}, "metadata")
@@ -450,13 +529,19 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         topics=topics,
         index_cache_bytes=_as_int(doc.get("index_cache_bytes", 1024**3), "index_cache_bytes", 1),
         index_cache_dir=(
-            _index_cache_dir(resolve(_as_str(doc["index_cache_dir"], "index_cache_dir")), log_dirs, url)
+            _index_cache_dir(
+                resolve(_as_str(doc["index_cache_dir"], "index_cache_dir")),
+                tuple(d for b in ([implicit] if implicit else brokers.values()) for d in b.log_dirs),
+                url,
+            )
             if "index_cache_dir" in doc
             else None
         ),
         source=source,
         kafka=_kafka_config(doc["kafka"], resolve) if "kafka" in doc else None,
         topic_keys=topic_keys,
+        brokers=brokers,
+        broker=chosen,
     )
 
 
@@ -521,6 +606,69 @@ def _kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
     )
 
 
+def _log_dirs(raw: Any, key: str, resolve: Callable[[str], Path]) -> tuple[Path, ...]:
+    """A broker's ``log.dirs``: a YAML list, or Kafka's comma-separated string."""
+    if isinstance(raw, str):
+        raw = [d for d in raw.split(",") if d]
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{key}: expected a non-empty list of directories")
+    return tuple(resolve(_as_str(d, f"{key}[]")) for d in raw)
+
+
+_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}", re.ASCII)
+
+
+def _parse_brokers(
+    doc: Mapping[str, Any], resolve: Callable[[str], Path]
+) -> tuple[dict[int, BrokerConfig], BrokerConfig | None]:
+    """The ``brokers:`` section (broker id -> ``{log_dirs, queue}``), or the single-broker form's
+    implicit broker (top-level ``log_dirs:``, no id): exactly one of the two forms.
+
+    No two brokers may share a log dir, nor hold one inside another's: each broker's worker
+    reads only its own disks, and a partition must never be read under two broker ids."""
+    if "brokers" in doc and "log_dirs" in doc:
+        raise ConfigError("brokers: give either log_dirs (one broker) or brokers (a cluster), not both")
+    if "brokers" not in doc:
+        if "log_dirs" not in doc:
+            raise ConfigError("log_dirs: required key is missing (or brokers: for a cluster)")
+        return {}, BrokerConfig(None, _log_dirs(doc["log_dirs"], "log_dirs", resolve))
+    section = _require_mapping(doc["brokers"], "brokers")
+    if not section:
+        raise ConfigError("brokers: expected at least one broker (broker id: {log_dirs: [...], queue: NAME})")
+    brokers: dict[int, BrokerConfig] = {}
+    queues: dict[str, int] = {}
+    for key, value in section.items():
+        broker_id = _as_int(key, f"brokers.{_shown(key)}", 0)
+        where = f"brokers.{broker_id}"
+        if broker_id in brokers:
+            raise ConfigError(f"{where}: the broker is given twice")
+        body = _require_mapping(value, where)
+        _check_keys(body, {"log_dirs", "queue"}, where)
+        if "log_dirs" not in body:
+            raise ConfigError(f"{where}.log_dirs: required key is missing")
+        queue = _as_str(body.get("queue", default_queue(broker_id)), f"{where}.queue")
+        if not _QUEUE.fullmatch(queue):
+            raise ConfigError(f"{where}.queue: {_shown(queue)} is not a queue name (letters, digits, _ . : -)")
+        if queue in queues:
+            raise ConfigError(f"{where}.queue: {queue} is broker {queues[queue]}'s queue too")
+        queues[queue] = broker_id
+        brokers[broker_id] = BrokerConfig(broker_id, _log_dirs(body["log_dirs"], f"{where}.log_dirs", resolve), queue)
+    _check_disjoint_log_dirs(brokers)
+    return brokers, None
+
+
+def _check_disjoint_log_dirs(brokers: Mapping[int, BrokerConfig]) -> None:
+    seen: list[tuple[int, Path, Path]] = []
+    for broker_id, broker in brokers.items():
+        for log_dir in broker.log_dirs:
+            real = Path(os.path.realpath(log_dir))
+            for other_id, other, other_real in seen:
+                if real == other_real or real.is_relative_to(other_real) or other_real.is_relative_to(real):
+                    owner = "its own" if other_id == broker_id else f"broker {other_id}'s"
+                    raise ConfigError(f"brokers.{broker_id}.log_dirs: {log_dir} overlaps {owner} log dir {other}")
+            seen.append((broker_id, log_dir, real))
+
+
 def _index_cache_dir(path: Path, log_dirs: tuple[Path, ...], url: str) -> Path:
     """The index cache's directory, apart from the broker's log dirs and the metadata DB: the
     cache evicts files there, and Kafka takes every directory in a log dir for a partition."""
@@ -548,6 +696,59 @@ def load_config(path: Path | str) -> PlatformConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     return parse_config(raw, source=path, base_dir=path.parent.resolve())
+
+
+def broker_id_from_env(environ: Mapping[str, str] | None = None) -> int | None:
+    """``TIERING_BROKER_ID``: this process's broker, as ``--broker`` names it; None when unset."""
+    value = (os.environ if environ is None else environ).get(BROKER_ID_ENV, "").strip()
+    if not value:
+        return None
+    if not _INTEGER.fullmatch(value) or int(value) < 0:
+        raise ConfigError(f"{BROKER_ID_ENV}: expected a broker id (a non-negative integer), got {_shown(value)}")
+    return int(value)
+
+
+def select_broker(
+    config: PlatformConfig,
+    broker_id: int | None = None,
+    *,
+    required: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> PlatformConfig:
+    """The config of this process's broker: ``broker_id`` (``--broker``), else
+    ``TIERING_BROKER_ID``, else the only broker configured (``PlatformConfig.for_broker``).
+
+    ``required``: the process reads log dirs, so with several brokers and none named it is an
+    error naming ``--broker``. A chosen broker's log dirs must be its own by their
+    ``meta.properties`` (``check_broker_log_dirs``)."""
+    if broker_id is None:
+        broker_id = broker_id_from_env(environ)
+    selected = config.for_broker(broker_id)
+    if required:
+        selected.require_log_dirs()
+    check_broker_log_dirs(selected)
+    return selected
+
+
+def check_broker_log_dirs(config: PlatformConfig) -> None:
+    """Refuse a chosen broker's log dir whose ``meta.properties`` names another broker: a worker
+    on the wrong host must never tier another broker's disk under the wrong id. A log dir with no
+    ``meta.properties`` yet (a new or unmounted disk) is judged where it is read."""
+    from tiering_core.kafka.log_dirs import META_PROPERTIES, read_log_dir_identity
+
+    broker = config.broker
+    if broker is None or broker.broker_id is None:
+        return
+    key = f"brokers.{broker.broker_id}.log_dirs" if config.brokers else "log_dirs"
+    for log_dir in broker.log_dirs:
+        if not os.path.lexists(log_dir / META_PROPERTIES):
+            continue
+        identity = read_log_dir_identity(log_dir)
+        if identity.node_id != broker.broker_id:
+            raise ConfigError(
+                f"{key}: {log_dir} belongs to broker {identity.node_id} by its {META_PROPERTIES}, not to broker "
+                f"{broker.broker_id}: refusing to read it (a worker on the wrong host, or a wrong --broker?)"
+            )
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

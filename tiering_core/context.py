@@ -138,10 +138,11 @@ class TieringContext:
 def select_partitions(
     config: PlatformConfig, topic: str | None = None, partition: int | None = None
 ) -> list[PartitionLog]:
-    """Partitions under ``config.log_dirs``; a named topic or partition that is absent is an error."""
+    """Partitions under ``config.log_dirs``; a named topic or partition that is absent is an error,
+    and so is reading partitions where several brokers are configured and none was chosen."""
     if partition is not None and topic is None:
         raise TieringError("--partition needs --topic")
-    for log_dir in config.log_dirs:
+    for log_dir in config.require_log_dirs():
         if not log_dir.is_dir():
             raise TieringError(f"log dir {log_dir} does not exist or is not a directory")
     logs = sorted(discover_partitions(list(config.log_dirs)), key=lambda log: log.topic_partition)

@@ -36,13 +36,23 @@ def _emit(args: argparse.Namespace, payload: Any, human: Callable[[], str]) -> N
             print(text)
 
 
+#: Commands that read the broker's log dirs: with several brokers configured they need to know
+#: which one this process serves (``--broker`` or ``TIERING_BROKER_ID``). ``status --cluster``
+#: reads none.
+LOG_DIR_COMMANDS = frozenset({"status", "copy", "retention", "delete-partition", "delete-records", "rebuild-indexes"})
+
+
+def reads_log_dirs(args: argparse.Namespace) -> bool:
+    return args.command in LOG_DIR_COMMANDS and not (args.command == "status" and getattr(args, "cluster", False))
+
+
 def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from tiering_core.config import load_config
+    from tiering_core.config import load_config, select_broker
 
     path = args.config or os.environ.get("TIERING_CONFIG")
     if not path:
         raise TieringError("no config file: pass --config FILE or set TIERING_CONFIG")
-    return load_config(path)
+    return select_broker(load_config(path), getattr(args, "broker", None), required=reads_log_dirs(args))
 
 
 def _context(args: argparse.Namespace):  # type: ignore[no-untyped-def]

@@ -37,8 +37,14 @@ def _add_selectors(parser: argparse.ArgumentParser, *, required: bool = False) -
     parser.add_argument("--partition", type=int, required=required, help="partition number (needs --topic)")
 
 
+def _broker_id(text: str) -> int:
+    if not text.strip().isascii() or not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a broker id (a non-negative integer), got {text!r}")
+    return int(text)
+
+
 def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
-    """``--config``, ``--json`` and ``-v`` before or after the command (``tiering segments ... --json``).
+    """``--config``, ``--broker``, ``--json`` and ``-v`` before or after the command (``tiering segments ... --json``).
 
     On the subcommands they default to SUPPRESS, so an option given before the command is kept.
     """
@@ -47,6 +53,14 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
         return value if defaults else argparse.SUPPRESS
 
     parser.add_argument("--config", default=default(None), help="platform config file (YAML); default: $TIERING_CONFIG")
+    parser.add_argument(
+        "--broker",
+        type=_broker_id,
+        default=default(None),
+        metavar="ID",
+        help="the broker whose log dirs this process reads (its node.id in the config's brokers:); "
+        "default: $TIERING_BROKER_ID, or the only broker configured",
+    )
     parser.add_argument("--json", action="store_true", default=default(False), help="machine-readable output")
     parser.add_argument("-v", "--verbose", action="store_true", default=default(False), help="debug logging")
 

@@ -68,3 +68,8 @@ def check_topic_name(topic_id: str, stored: str, claimed: str) -> None:
     """TopicIdConflictError unless the stored partition's topic name is the one claimed."""
     if stored != claimed:
         raise TopicIdConflictError(topic_id, stored, claimed)
+
+
+class UnknownBrokerError(TieringError, ValueError):
+    """An observation from a broker id the store does not accept (negative, not an integer, or
+    outside the brokers the caller allows); nothing of the batch is recorded."""

@@ -4,14 +4,24 @@ A lease is the right to write one partition's metadata until it expires by the d
 Every acquired lease takes the partition's next fencing token, which only ever grows; every
 write checks its lease's token against the current one while holding the partition row locked
 (``StoreCore._fenced``), so a writer whose lease expired or was taken over is refused.
+
+An unexpired lease blocks every other holder, with one exception: a later try of the same
+scheduled task instance (``TaskAttempt``: same DAG, run, task and map index) takes over the lease
+its previous try left, at once. That try ended (killed, or judged gone) before the scheduler
+started the retry, so waiting for its lease to expire would only fail the retry too; the
+takeover's new token fences the previous try should it still be writing somewhere.
 """
 
 from __future__ import annotations
 
+import logging
+
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError, check_topic_name
 from tiering_core.metadata.transactions import StoreCore, tip_params
-from tiering_core.metadata.values import Lease
+from tiering_core.metadata.values import Lease, TaskAttempt
+
+log = logging.getLogger(__name__)
 
 
 class LeaseStore(StoreCore):
@@ -26,19 +36,42 @@ class LeaseStore(StoreCore):
         return ttl
 
     def acquire_lease(
-        self, tip: TopicIdPartition, holder: str, *, ttl_ms: int | None = None, run_id: str | None = None
+        self,
+        tip: TopicIdPartition,
+        holder: str,
+        *,
+        ttl_ms: int | None = None,
+        run_id: str | None = None,
+        attempt: TaskAttempt | None = None,
     ) -> Lease:
         """Take the partition's lease with the next fencing token (tokens only ever grow).
 
-        Raises LeaseHeldError while another lease (even one of the same holder name) is unexpired.
+        Raises LeaseHeldError while another lease (even one of the same holder name) is unexpired,
+        unless ``attempt`` (a scheduled task's try, whose name ``holder`` must be) is a later try
+        of the task instance holding it: a retry takes over its killed previous try's lease.
         """
         ttl = self._ttl(ttl_ms)
+        kind = holder.partition(":")[0]
+        if attempt is not None and holder != attempt.holder(kind):
+            raise ValueError(f"lease holder {holder!r} is not the name of {attempt} ({attempt.holder(kind)!r})")
         with self._write() as conn:
             row = self._ensure(conn, tip)
-            if row.lease_holder is not None and row.lease_expires_ms > row.db_now:
+            if (
+                row.lease_holder is not None
+                and row.lease_expires_ms > row.db_now
+                and not (attempt is not None and attempt.takes_over(row.lease_holder, kind))
+            ):
                 raise LeaseHeldError(
                     f"{tip}: lease held by {row.lease_holder} (token {row.lease_token}) until "
                     f"{row.lease_expires_ms} ms since the epoch, {row.lease_expires_ms - row.db_now} ms from now"
+                )
+            if row.lease_holder is not None and row.lease_expires_ms > row.db_now:
+                log.warning(
+                    "%s: %s takes over the lease of its previous try %s (token %s)",
+                    tip,
+                    holder,
+                    row.lease_holder,
+                    row.lease_token,
                 )
             token = row.fencing_counter + 1
             expires = row.db_now + ttl

@@ -8,7 +8,8 @@
 - ``partitions``: partitions, their deletion states and removal, the remote log start offset,
   the state history;
 - ``leases``: leases and fencing tokens;
-- ``lineage``: the recorded lineage, DeleteRecords observations and tiering gaps.
+- ``lineage``: the recorded lineage, DeleteRecords observations and tiering gaps;
+- ``observations``: what each broker saw of its replicas, and the best replica.
 
 The state transition tables are ``states``. A SQLite store checkpoints its WAL from a background
 thread, so no commit waits for a checkpoint's fsync.
@@ -31,36 +32,44 @@ from tiering_core.metadata.engine import (
 from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.metadata.leases import LeaseStore
 from tiering_core.metadata.listing import DEFAULT_SEGMENT_MEMO, LISTED_PARTITIONS
+from tiering_core.metadata.observations import ObservationStore
 from tiering_core.metadata.partitions import METADATA_DROPPED, TOMBSTONE_LIFTED
 from tiering_core.metadata.queries import Statements
 from tiering_core.metadata.segments import SegmentStore, validate_segment_metadata
 from tiering_core.metadata.transactions import now_ms
 from tiering_core.metadata.values import (
+    ClusterObservations,
     DeleteRecordsObservation,
     Lease,
     PartitionRecord,
     RemoteLogSegmentMetadata,
+    ReplicaObservation,
     StateChange,
+    TaskAttempt,
     TieringGap,
 )
 
 __all__ = [
     "METADATA_DROPPED",
     "TOMBSTONE_LIFTED",
+    "ClusterObservations",
     "DeleteRecordsObservation",
     "Lease",
     "PartitionRecord",
     "RemoteLogMetadataStore",
     "RemoteLogSegmentMetadata",
+    "ReplicaObservation",
     "StateChange",
+    "TaskAttempt",
     "TieringGap",
     "now_ms",
     "validate_segment_metadata",
 ]
 
 
-class RemoteLogMetadataStore(SegmentStore, LeaseStore):
-    """Segment metadata, partition delete states, fenced leases and the section-10 state.
+class RemoteLogMetadataStore(SegmentStore, LeaseStore, ObservationStore):
+    """Segment metadata, partition delete states, fenced leases, the section-10 state and
+    replica observations.
 
     ``url`` is any SQLAlchemy URL (``sqlite:///path`` embedded, ``postgresql+psycopg://`` in
     production); a missing or older schema is migrated on open. ``lease_ms`` is the default

@@ -11,6 +11,7 @@ not reading it is most of what keeps a listing of a long partition fast.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -61,6 +62,68 @@ class RemoteLogSegmentMetadata:
             state=state,
             event_time=self.event_time if event_time is None else event_time,
             writer_token=self.writer_token if writer_token is None else writer_token,
+        )
+
+
+#: The store's ``lease_holder`` column holds at most this many characters; a try number takes at
+#: most ``_TRY_CHARS`` of them (``#`` and 20 digits).
+MAX_HOLDER_CHARS = 255
+_TRY_CHARS = 21
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAttempt:
+    """One try of one scheduled task instance (Airflow's DAG id, run id, task id, map index and
+    try number), as a run names itself when it holds a partition.
+
+    A later try of the same task instance takes over the lease its previous try left (that try
+    ended, or was judged gone, before Airflow started the retry), so a retry need not wait until
+    the lease expires; every other holder still waits. The takeover takes the next fencing
+    token, so should the previous try still run somewhere, its late writes are refused. The
+    try number is the last part of the holder name, after ``#``.
+    """
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.try_number, bool) or not isinstance(self.try_number, int) or self.try_number < 0:
+            raise ValueError(f"try number must be a non-negative integer, not {self.try_number!r}")
+        if isinstance(self.map_index, bool) or not isinstance(self.map_index, int):
+            raise ValueError(f"map index must be an integer, not {self.map_index!r}")
+        for name in ("dag_id", "run_id", "task_id"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
+
+    def instance_name(self, kind: str) -> str:
+        """``<kind>:<dag>/<run>/<task>[<map index>]``, the same for every try; a long name keeps
+        its head and a digest of the whole, so the holder fits the store's column."""
+        name = f"{kind}:{self.dag_id}/{self.run_id}/{self.task_id}"
+        if self.map_index >= 0:
+            name += f"[{self.map_index}]"
+        room = MAX_HOLDER_CHARS - _TRY_CHARS
+        if len(name) > room:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:32]
+            name = f"{name[: room - len(digest) - 1]}~{digest}"
+        return name
+
+    def holder(self, kind: str) -> str:
+        """The lease holder name of this try: ``<instance name>#<try number>``."""
+        return f"{self.instance_name(kind)}#{self.try_number}"
+
+    def takes_over(self, current_holder: str, kind: str) -> bool:
+        """``current_holder`` is an earlier try of this task instance running the same ``kind``
+        of run: its lease passes to this try at once."""
+        name, sep, tried = current_holder.rpartition("#")
+        return (
+            bool(sep)
+            and name == self.instance_name(kind)
+            and tried.isascii()
+            and tried.isdigit()
+            and int(tried) < self.try_number
         )
 
 
@@ -143,3 +206,45 @@ class StateChange:
     at_ms: int
     token: int
     run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaObservation:
+    """What one broker's run saw of its replica of a partition (KAFKA_SEMANTICS 3's offsets).
+
+    ``leader_epoch`` and ``leader_epoch_start_offset`` are the tip of the replica's leader-epoch
+    cache (None for an empty cache); HW and LSO are None when the broker's checkpoints could not
+    give them. ``at_risk`` and ``headroom_seconds`` are the local-retention-risk verdict: the
+    time left (negative once past due) before the broker's own retention may delete the oldest
+    segment not yet tiered, None when nothing waits or no time limit applies. ``observed_ms`` is
+    the database clock when the store recorded it (ignored when recording).
+    """
+
+    broker_id: int
+    topic_id_partition: TopicIdPartition
+    high_watermark: int | None
+    last_stable_offset: int | None
+    log_end_offset: int
+    local_log_start_offset: int
+    local_bytes: int
+    leader_epoch: int | None
+    leader_epoch_start_offset: int | None
+    at_risk: bool
+    headroom_seconds: float | None
+    observed_ms: int = 0
+
+    @property
+    def tip(self) -> TopicIdPartition:
+        return self.topic_id_partition
+
+    def age_ms(self, now_ms: int) -> int:
+        return now_ms - self.observed_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterObservations:
+    """The latest observation of every replica the store holds (or of a selection), per
+    partition and broker, with the database clock when they were read (to judge their age)."""
+
+    db_now_ms: int
+    replicas: dict[TopicIdPartition, dict[int, ReplicaObservation]]

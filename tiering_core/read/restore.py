@@ -259,7 +259,7 @@ def restore_partition(
     say = progress or (lambda line: log.info("%s", line))
     started = time.monotonic()
     target = target.resolve()
-    for log_dir in ctx.config.log_dirs:
+    for log_dir in ctx.config.all_log_dirs():  # every configured broker's
         root = log_dir.resolve()
         if (target == root and not force) or root in target.parents:
             raise TieringError(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,15 +23,18 @@ from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, is_internal_topic
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
+from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metadata.store import Lease
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
+from tiering_core.tier.observation import Observed, record_views
 from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.partition_log import PartitionLog
+    from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.manifest import SegmentManifest
     from tiering_core.storage.segments import RemoteStorage
 from tiering_core.runs.segment_copy import (
@@ -114,30 +117,44 @@ def _partition_log(ctx: TieringContext, tp: TopicPartition):  # type: ignore[no-
     return ctx.partitions(tp.topic, tp.partition)[0]
 
 
-def plan_copy(ctx: TieringContext, tp: TopicPartition) -> CopyPlan:
-    """The segments a copy run would upload now; writes nothing."""
-    view = ctx.tier_view(_partition_log(ctx, tp))
-    gap = view.tiering_gap()
-    return CopyPlan(
-        topic_partition=tp,
-        highest_copied_offset=view.highest_copied_offset,
-        last_stable_offset=view.last_stable_offset,
-        candidates=tuple(
-            PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
-        ),
-        gap=gap.as_list() if gap else None,
-        skipped_reason=_skip_reason(ctx, tp) or view.behind_lineage or view.live_problem,
-    )
+def plan_copy(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None) -> CopyPlan:
+    """The segments a copy run would upload now; writes nothing but, with ``broker_id``, what this
+    broker saw of the partition (``tier.observation``)."""
+    return plan_copies(ctx, [tp], broker_id=broker_id)[0]
+
+
+def plan_copies(ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id: int | None = None) -> list[CopyPlan]:
+    """``plan_copy`` of each partition, their observations recorded in one transaction."""
+    plans: list[CopyPlan] = []
+    observed: list[Observed] = []
+    for tp in tps:
+        view = ctx.tier_view(_partition_log(ctx, tp))
+        observed.append((view, ctx.topic_config(tp.topic), None))
+        gap = view.tiering_gap()
+        plans.append(
+            CopyPlan(
+                topic_partition=tp,
+                highest_copied_offset=view.highest_copied_offset,
+                last_stable_offset=view.last_stable_offset,
+                candidates=tuple(
+                    PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
+                ),
+                gap=gap.as_list() if gap else None,
+                skipped_reason=_skip_reason(ctx, tp) or view.behind_lineage or view.live_problem,
+            )
+        )
+    record_views(ctx.metadata, broker_id, observed)
+    return plans
 
 
 # --- the run ---------------------------------------------------------------------------------
 
 
 def begin_copy_run(
-    ctx: TieringContext, tp: TopicPartition, run_id: str, hold: ExitStack
+    ctx: TieringContext, tp: TopicPartition, run_id: str, hold: ExitStack, attempt: TaskAttempt | None = None
 ) -> tuple[HeldPartition, TierView, int] | None:
-    """Hold the partition (until ``hold`` closes), recovery, DeleteRecords and lineage
-    bookkeeping, then a fresh view.
+    """Hold the partition (until ``hold`` closes; ``attempt``: see ``held_partition``), recovery,
+    DeleteRecords and lineage bookkeeping, then a fresh view.
 
     Returns None when another run holds the partition's lease.
     """
@@ -147,7 +164,7 @@ def begin_copy_run(
     tip = TopicIdPartition(partition_log.topic_id, tp)
     store.register_partition(tip)
     try:
-        held = hold.enter_context(held_partition(store, tip, holder=f"copy:{run_id}", run_id=run_id))
+        held = hold.enter_context(held_partition(store, tip, holder=f"copy:{run_id}", run_id=run_id, attempt=attempt))
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); nothing to do", tp, exc)
         return None
@@ -182,10 +199,11 @@ class CopyRun:
     ``finish`` or ``release``; ``active`` asks ``held.holds``.
     """
 
-    def __init__(self, ctx: TieringContext, tp: TopicPartition, say: Progress) -> None:
+    def __init__(self, ctx: TieringContext, tp: TopicPartition, say: Progress, *, broker_id: int | None = None) -> None:
         self.ctx = ctx
         self.tp = tp
         self.say = say
+        self.broker_id = broker_id
         self.result = CopyResult(topic=tp.topic, partition=tp.partition)
         self.held: HeldPartition | None = None
         self._hold = ExitStack()
@@ -197,21 +215,32 @@ class CopyRun:
 
     @classmethod
     def begin(
-        cls, ctx: TieringContext, tp: TopicPartition, *, run_id: str, progress: Progress | None = None
+        cls,
+        ctx: TieringContext,
+        tp: TopicPartition,
+        *,
+        run_id: str,
+        progress: Progress | None = None,
+        attempt: TaskAttempt | None = None,
+        broker_id: int | None = None,
     ) -> CopyRun:
         """Skip check, lease, recovery, gap recording and the candidates.
 
         ``run.active`` is False when the topic is not tiered or another run holds the lease
-        (``run.result`` says which); such a run has nothing to upload or release.
+        (``run.result`` says which); such a run has nothing to upload or release. ``broker_id``:
+        the broker the run copies from, whose observation of the partition ``finish`` records
+        (None: not recorded); an id the store refuses fails the run before it holds anything.
         """
-        run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)))
+        if broker_id is not None:
+            check_broker_id(broker_id, None, tp)
+        run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)), broker_id=broker_id)
         reason = _skip_reason(ctx, tp)
         if reason is not None:
             run.result.skipped_reason = reason
             run.say(f"{tp}: skipped ({reason})")
             return run
         try:
-            begun = begin_copy_run(ctx, tp, run_id, run._hold)
+            begun = begin_copy_run(ctx, tp, run_id, run._hold, attempt)
             if begun is None:
                 run.result.fenced = True
                 run.say(f"{tp}: another copy run holds the partition; nothing done")
@@ -381,6 +410,7 @@ class CopyRun:
             return self.result
         result, store = self.result, self.ctx.metadata
         final = self.ctx.tier_view(_partition_log(self.ctx, self.tp))
+        record_views(store, self.broker_id, [(final, self.ctx.topic_config(self.tp.topic), None)])
         result.highest_copied_offset = final.highest_copied_offset
         result.last_stable_offset = final.last_stable_offset
         result.copy_lag_segments, result.copy_lag_bytes = final.copy_lag()
@@ -412,15 +442,20 @@ def run_copy(
     run_id: str | None = None,
     progress: Progress | None = None,
     uploader: Uploader | None = None,
+    attempt: TaskAttempt | None = None,
+    broker_id: int | None = None,
 ) -> CopyResult:
     """Copy every eligible segment of one partition; see the module docstring.
 
+    ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease.
     ``uploader`` puts a segment's objects (default ``upload_segment``; a test injects faults here).
+    ``broker_id``: the broker whose log dirs the run reads; what it saw of the partition at the end
+    is recorded (None: not recorded).
     """
     say = progress or (lambda line: log.info("%s", line))
     if dry_run:
-        return _dry_run(ctx, tp, say)
-    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say)
+        return _dry_run(ctx, tp, say, broker_id)
+    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say, attempt=attempt, broker_id=broker_id)
     if not run.active:
         return run.result
     try:
@@ -451,14 +486,14 @@ def run_copy(
     return run.finish()
 
 
-def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress) -> CopyResult:
+def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress, broker_id: int | None) -> CopyResult:
     result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
     reason = _skip_reason(ctx, tp)
     if reason is not None:
         result.skipped_reason = reason
         say(f"{tp}: skipped ({reason})")
         return result
-    plan = plan_copy(ctx, tp)
+    plan = plan_copy(ctx, tp, broker_id=broker_id)
     result.skipped_reason = plan.skipped_reason
     result.highest_copied_offset = plan.highest_copied_offset
     result.last_stable_offset = plan.last_stable_offset

@@ -2,7 +2,8 @@
 
 KIP-405 lets one writer at a time change a partition's remote log metadata; here that writer is
 the run holding the partition's lease, and every metadata write carries its fencing token. A
-lease expires so that a killed run cannot block its partition forever; a live run must
+lease expires so that a killed run cannot block its partition forever (and a retry of the same
+scheduled task, its ``TaskAttempt``, takes over its killed try's lease at once); a live run must
 therefore renew it well before it expires, also while a single large segment is being
 uploaded. ``held_partition`` acquires the lease, renews it from a background thread at a third
 of its time to live, and releases it when the block ends. A run asks one question before it
@@ -23,7 +24,7 @@ from tiering_core.metadata.errors import FencedError
 
 if TYPE_CHECKING:
     from tiering_core.kafka.topic import TopicIdPartition
-    from tiering_core.metadata.store import Lease, RemoteLogMetadataStore
+    from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, TaskAttempt
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +153,17 @@ def held_partition(
     holder: str,
     run_id: str | None = None,
     heartbeat: bool = True,
+    attempt: TaskAttempt | None = None,
 ) -> Iterator[HeldPartition]:
     """Hold ``tip`` for the block: acquire its lease (``LeaseHeldError`` when another run holds
     it), renew it in the background (unless ``heartbeat`` is False, for a single short write) and
-    release it at the end, also when the block raises."""
-    held = HeldPartition(store, store.acquire_lease(tip, holder=holder, run_id=run_id))
+    release it at the end, also when the block raises.
+
+    ``holder`` is ``<kind>:<run id>``; a scheduled task's try (``attempt``) is named after its
+    task instance instead, and takes over its previous try's lease at once."""
+    if attempt is not None:
+        holder = attempt.holder(holder.partition(":")[0])
+    held = HeldPartition(store, store.acquire_lease(tip, holder=holder, run_id=run_id, attempt=attempt))
     try:
         if heartbeat:
             held._start_heartbeat()

@@ -48,7 +48,7 @@ from tiering_core.runs.segment_ops import delete_remote_segment
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
-    from tiering_core.metadata.store import PartitionRecord, RemoteLogMetadataStore
+    from tiering_core.metadata.store import PartitionRecord, RemoteLogMetadataStore, TaskAttempt
     from tiering_core.storage.segments import RemoteStorage
 
 log = logging.getLogger(__name__)
@@ -341,6 +341,7 @@ def delete_partition(
     dry_run: bool = False,
     run_id: str | None = None,
     force: bool = False,
+    attempt: TaskAttempt | None = None,
 ) -> RemovalResult:
     """Delete the remote data of a removed partition (see ``removal_targets``; ``force`` goes
     without positive evidence of its deletion); resumable.
@@ -350,6 +351,7 @@ def delete_partition(
     result; an empty list removes nothing.
     A partition whose every target is already removed (a rerun after a run killed after the
     drop) reports DELETE_PARTITION_FINISHED and changes nothing.
+    ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease.
     """
     if topic_id is not None:
         if topic_ids is not None:
@@ -400,7 +402,7 @@ def delete_partition(
     run = run_id or uuid.uuid4().hex
     states: list[str] = []
     for tip in targets.remove:
-        state = _remove_one(ctx, tip, run, result)
+        state = _remove_one(ctx, tip, run, result, attempt)
         if state is not None:
             states.append(state)
     if states and not result.fenced:
@@ -411,12 +413,14 @@ def delete_partition(
     return result
 
 
-def _remove_one(ctx: TieringContext, tip: TopicIdPartition, run: str, result: RemovalResult) -> str | None:
+def _remove_one(
+    ctx: TieringContext, tip: TopicIdPartition, run: str, result: RemovalResult, attempt: TaskAttempt | None
+) -> str | None:
     """Section 7 for one topic id, from wherever an earlier run stopped; the state reached."""
     store, storage = ctx.metadata, ctx.storage
     state: RemotePartitionDeleteState | None = None
     try:
-        with held_partition(store, tip, holder=f"delete-partition:{run}", run_id=run) as held:
+        with held_partition(store, tip, holder=f"delete-partition:{run}", run_id=run, attempt=attempt) as held:
             state = _remove_held(store, storage, held, result)
     except LeaseHeldError as exc:
         log.warning("%s: another run holds the partition (%s); removal not started", tip, exc)

@@ -29,12 +29,18 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import delete_remote_segment
+from tiering_core.tier.observation import record_views
 from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.partition_log import PartitionLog
-    from tiering_core.metadata.store import PartitionRecord, RemoteLogMetadataStore, RemoteLogSegmentMetadata
+    from tiering_core.metadata.store import (
+        PartitionRecord,
+        RemoteLogMetadataStore,
+        RemoteLogSegmentMetadata,
+        TaskAttempt,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -322,8 +328,15 @@ def run_retention(
     dry_run: bool = False,
     run_id: str | None = None,
     now_ms: int | None = None,
+    attempt: TaskAttempt | None = None,
+    broker_id: int | None = None,
 ) -> RetentionResult:
-    """Delete the remote segments of one partition that Kafka's retention rules expire."""
+    """Delete the remote segments of one partition that Kafka's retention rules expire.
+
+    ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease.
+    ``broker_id``: the broker whose log dirs the run reads; what it saw of the partition is
+    recorded first (None: not recorded).
+    """
     started = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     result = RetentionResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
@@ -331,6 +344,7 @@ def run_retention(
     store = ctx.metadata
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
     view = ctx.tier_view(partition_log)
+    record_views(store, broker_id, [(view, topic, None)])
     record = store.get_partition(view.tip)
     result.remote_log_start_offset = view.remote_log_start_offset
     if record is None:
@@ -366,7 +380,7 @@ def run_retention(
 
     run = run_id or uuid.uuid4().hex
     try:
-        with held_partition(store, view.tip, holder=f"retention:{run}", run_id=run) as held:
+        with held_partition(store, view.tip, holder=f"retention:{run}", run_id=run, attempt=attempt) as held:
             view = _apply_retention(ctx, held, view, partition_log, topic, now, result)
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); retention skipped", tp, exc)

@@ -11,6 +11,7 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.retention import delete_lag
 from tiering_core.storage.manifest import CopyRecord
+from tiering_core.tier.observation import Observed, record_views
 from tiering_core.tier.view import TierView, finished_in_lineage, merge_offset_ranges, recorded_gaps
 
 if TYPE_CHECKING:
@@ -78,8 +79,18 @@ class PartitionStatus:
         return out
 
 
-def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> PartitionStatus:
-    """Status of one broker partition joined with the metadata store (read-only)."""
+def partition_status(
+    ctx: TieringContext, partition_log: PartitionLog, *, broker_id: int | None = None
+) -> PartitionStatus:
+    """Status of one broker partition joined with the metadata store; with ``broker_id``, also
+    records what this broker saw of it (``tier.observation``)."""
+    row, seen = _partition_status(ctx, partition_log)
+    record_views(ctx.metadata, broker_id, [seen] if seen is not None else [])
+    return row
+
+
+def _partition_status(ctx: TieringContext, partition_log: PartitionLog) -> tuple[PartitionStatus, Observed | None]:
+    """The status row (read-only), and the view it came from for the replica's observation."""
     store = ctx.metadata
     tp = partition_log.topic_partition
     try:
@@ -87,7 +98,7 @@ def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> Partit
     except ClusterUnreachableError:
         raise  # never the files instead, never a row per partition saying so
     except TieringError as exc:
-        return PartitionStatus(tp.topic, tp.partition, None, offsets_source=ctx.offsets_source, error=str(exc))
+        return PartitionStatus(tp.topic, tp.partition, None, offsets_source=ctx.offsets_source, error=str(exc)), None
     record = store.get_partition(view.tip)
     finished = finished_in_lineage(view, store, custom_metadata=False)
     lag_segments, lag_bytes = view.copy_lag()
@@ -99,7 +110,7 @@ def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> Partit
     topic_config = ctx.topic_config(tp.topic)
     risk = view.local_retention_risk(topic_config)
     delete_lag_segments, delete_lag_bytes = delete_lag(view, store, topic_config, int(time.time() * 1000))
-    return PartitionStatus(
+    row = PartitionStatus(
         topic=tp.topic,
         partition=tp.partition,
         topic_id=view.tip.topic_id,
@@ -123,6 +134,7 @@ def partition_status(ctx: TieringContext, partition_log: PartitionLog) -> Partit
         offsets_source=view.offsets_source,
         error=view.offsets_error,
     )
+    return row, (view, topic_config, risk)
 
 
 def current_gaps(view: TierView, store: RemoteLogMetadataStore) -> list[list[int]]:
@@ -148,12 +160,20 @@ def remote_log_start(view: TierView, finished: list[RemoteLogSegmentMetadata]) -
 
 
 def collect_status(
-    ctx: TieringContext, topic: str | None = None, partition: int | None = None
+    ctx: TieringContext, topic: str | None = None, partition: int | None = None, *, broker_id: int | None = None
 ) -> list[PartitionStatus]:
     """Every selected broker partition, plus partitions known only to the metadata store
-    (removed from the broker, remote data kept) when no selector excludes them."""
+    (removed from the broker, remote data kept) when no selector excludes them. With
+    ``broker_id``, what this broker saw of its partitions is recorded, in one transaction."""
     logs = ctx.partitions(topic, partition)
-    rows = [partition_status(ctx, log) for log in logs]
+    rows: list[PartitionStatus] = []
+    observed: list[Observed] = []
+    for log in logs:
+        row, view_seen = _partition_status(ctx, log)
+        rows.append(row)
+        if view_seen is not None:
+            observed.append(view_seen)
+    record_views(ctx.metadata, broker_id, observed)
     seen = {(r.topic, r.partition, r.topic_id) for r in rows}
     for record in ctx.metadata.list_partitions():
         tip = TopicIdPartition(record.topic_id, record.topic_partition)

@@ -1,7 +1,10 @@
 """``TieringHook``: the platform config plus an Airflow ``aws`` connection -> a ``TieringContext``.
 
 The config file comes from the ``TIERING_CONFIG`` environment variable, else the Airflow
-Variable ``tiering_config``. S3 credentials come from the connection's login/password and the
+Variable ``tiering_config``. A hook reads the log dirs of one broker: the one its task names
+(``broker_id``, the task group's broker in the cluster form), else this worker's
+(``TIERING_BROKER_ID``, or the only broker configured); a broker id the config does not have is
+an error naming it. S3 credentials come from the connection's login/password and the
 endpoint from its extra ``endpoint_url``; the metadata DB password may come from the connection
 ``tiering_metadata``. They are handed to the core and never logged.
 """
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
-    from tiering_core.config import PlatformConfig
+    from tiering_core.config import BrokerConfig, PlatformConfig
     from tiering_core.context import AwsCredentials, TieringContext
     from tiering_core.kafka.topic import TopicPartition
 
@@ -55,6 +58,30 @@ def load_topics(config_path: str | None = None) -> list[str]:
     from tiering_core.config import load_config
 
     return sorted(named_topics(load_config(resolve_config_path(config_path))))
+
+
+class TaskBrokerError(Exception):
+    """A task names a broker id the config does not have, or a value that is no broker id: no
+    worker's host has that broker's log dirs, so the task fails at once rather than retrying."""
+
+
+def load_brokers(config_path: str | None = None) -> list[BrokerConfig]:
+    """The brokers of the config's ``brokers:`` section by id (each gets a task group on its own
+    queue), empty for the single-broker form (top-level ``log_dirs:``); reads only the YAML file."""
+    from tiering_core.config import load_config
+
+    config = load_config(resolve_config_path(config_path))
+    return list(config.brokers[b] for b in sorted(config.brokers))
+
+
+def task_broker_id(value: int | str | None) -> int | None:
+    """A task's broker id, which may arrive rendered from a template as text; None: none named."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    text = str(value).strip()
+    if text.isdigit():
+        return int(text)
+    raise TaskBrokerError(f"broker_id: expected a broker id (a non-negative integer), got {value!r}")
 
 
 def with_metadata_password(config: PlatformConfig, log: Any) -> PlatformConfig:
@@ -138,6 +165,34 @@ def aws_credentials(aws_conn_id: str, log: Any) -> AwsCredentials:
     return credentials
 
 
+def broker_hook(broker_id: int | str | None, **kwargs: Any) -> TieringHook:
+    """The hook of a task's broker (``TieringHook`` arguments); a broker id that is not one fails
+    the task without retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        return TieringHook(broker_id=broker_id, **kwargs)
+    except TaskBrokerError as exc:
+        raise AirflowFailException(str(exc)) from exc
+
+
+def broker_config(hook: TieringHook) -> PlatformConfig:
+    """``hook.get_config()``; a task naming a broker the config does not have fails without retries
+    (its log dirs exist on no worker's host), naming the broker and the configured ones."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        return hook.get_config()
+    except TaskBrokerError as exc:
+        raise AirflowFailException(str(exc)) from exc
+
+
+def observing_broker(config: PlatformConfig) -> int | None:
+    """The id under which a run on ``config`` records what it saw: its chosen broker's, None for
+    the single-broker form's implicit broker (no id configured: nothing recorded)."""
+    return config.broker.broker_id if config.broker is not None else None
+
+
 class TieringHook(BaseHook):
     """Opens the platform's run context for one task, trigger poll or page view."""
 
@@ -145,55 +200,74 @@ class TieringHook(BaseHook):
     default_conn_name = "aws_default"
 
     def __init__(
-        self, *, config_path: str | None = None, aws_conn_id: str | None = default_conn_name, **kwargs: Any
+        self,
+        *,
+        config_path: str | None = None,
+        aws_conn_id: str | None = default_conn_name,
+        broker_id: int | str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.config_path = resolve_config_path(config_path)
         self.aws_conn_id = aws_conn_id
+        self.broker_id = task_broker_id(broker_id)
 
     def get_config(self) -> PlatformConfig:
-        from tiering_core.config import load_config
+        """The config of the task's broker (``broker_id``), else of this worker's broker
+        (``TIERING_BROKER_ID``, or the only one configured); ConfigError naming a broker id the
+        config does not have (TaskBrokerError)."""
+        from tiering_core.config import load_config, select_broker
 
-        return with_metadata_password(load_config(self.config_path), self.log)
+        config = load_config(self.config_path)
+        if self.broker_id is not None and config.brokers and self.broker_id not in config.brokers:
+            raise TaskBrokerError(
+                f"brokers.{self.broker_id}: the task's broker is not in the config (configured: "
+                f"{', '.join(map(str, sorted(config.brokers)))}); the DAGs follow the config at their next parse"
+            )
+        return with_metadata_password(select_broker(config, self.broker_id), self.log)
 
     def get_credentials(self) -> AwsCredentials | None:
         """Credentials and endpoint from the connection; ``None`` means the config and the AWS chain."""
         return connection_credentials(self.aws_conn_id, self.log)
 
-    def get_conn(self) -> TieringContext:
-        """An open context (metadata store, remote storage); use it as a context manager."""
+    def get_conn(self, config: PlatformConfig | None = None) -> TieringContext:
+        """An open context (metadata store, remote storage) on ``config`` (default ``get_config()``);
+        use it as a context manager."""
         from tiering_core.context import TieringContext
 
-        return TieringContext.open(self.get_config(), self.get_credentials())
+        return TieringContext.open(config or self.get_config(), self.get_credentials())
 
-    def partitions(self, topic: str) -> list[int]:
-        """The topic's partition numbers in the log dirs; empty when this broker holds none."""
+    def partitions(self, topic: str, config: PlatformConfig | None = None) -> list[int]:
+        """The topic's partition numbers in the log dirs of ``config`` (default ``get_config()``);
+        empty when this broker holds none."""
         from tiering_core.context import select_partitions
 
-        logs = select_partitions(self.get_config())  # the log dirs only: no metadata store, no S3
+        logs = select_partitions(config or self.get_config())  # the log dirs only: no metadata store, no S3
         return [log.topic_partition.partition for log in logs if log.topic_partition.topic == topic]
 
-    def default_partitions(self) -> list[TopicPartition]:
+    def default_partitions(self, config: PlatformConfig | None = None) -> list[TopicPartition]:
         """The partitions in the log dirs of every topic the config does not name: those the ``"*"``
         default covers, which have no DAGs of their own (read-only, the log dirs only)."""
         from tiering_core.context import select_partitions
 
-        config = self.get_config()
+        config = config or self.get_config()
         named = named_topics(config)
         return [log.topic_partition for log in select_partitions(config) if log.topic_partition.topic not in named]
 
-    def eligible(self, topic: str) -> list[int] | list[str]:
+    def eligible(self, topic: str, config: PlatformConfig | None = None) -> list[int] | list[str]:
         """What a copy run would upload now (read-only): the partition numbers of ``topic``; for
         ``"*"``, the ``<topic>-<partition>`` labels of the partitions ``default_partitions`` covers."""
         from tiering_core.config import DEFAULT_TOPIC
-        from tiering_core.runs.copy import plan_copy
+        from tiering_core.runs.copy import plan_copies
 
         default = topic == DEFAULT_TOPIC
-        with self.get_conn() as ctx:
+        with self.get_conn(config) as ctx:
             named = named_topics(ctx.config)
-            found = [
+            selected = [
                 tp
                 for tp in (log.topic_partition for log in ctx.partitions())
-                if (tp.topic not in named if default else tp.topic == topic) and plan_copy(ctx, tp).eligible
+                if (tp.topic not in named if default else tp.topic == topic)
             ]
+            plans = plan_copies(ctx, selected, broker_id=observing_broker(ctx.config))
+            found = [plan.topic_partition for plan in plans if plan.eligible]
         return [str(tp) for tp in found] if default else [tp.partition for tp in found]

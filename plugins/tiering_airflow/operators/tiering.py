@@ -2,6 +2,10 @@
 
 Each returns the core's result (``to_dict()``) to XCom. Heavy modules are imported inside
 ``execute`` so that DAG files using these operators parse fast.
+
+``broker_id`` names the broker whose log dirs the task reads (the cluster form's DAGs give each
+task its broker's id and queue); the run records its observations under that id. A broker id
+the config does not have fails the task at once, without retries: no retry can find that disk.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from tiering_airflow.hooks.tiering import TieringHook
+from tiering_airflow.hooks.tiering import TieringHook, broker_config, broker_hook, observing_broker
 
 if TYPE_CHECKING:
+    from tiering_core.config import PlatformConfig
     from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.metadata.store import TaskAttempt
 
 
 def as_bool(value: bool | str, name: str) -> bool:
@@ -29,13 +35,32 @@ def as_bool(value: bool | str, name: str) -> bool:
     raise ValueError(f"{name}: expected true or false, got {value!r}")
 
 
+def task_attempt(context: Any) -> TaskAttempt | None:
+    """This try of the running task instance: a retry takes over the partition lease its killed
+    previous try left, instead of failing until the lease expires. None outside a task run."""
+    from tiering_core.metadata.store import TaskAttempt
+
+    ti = context.get("ti")
+    if ti is None:
+        return None
+    map_index = ti.map_index
+    return TaskAttempt(
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        map_index=-1 if map_index is None else int(map_index),
+        try_number=int(ti.try_number),
+    )
+
+
 class TieringPartitionOperator(BaseOperator):
-    """Common arguments: the partition, the config path and the ``aws`` connection.
+    """Common arguments: the partition, its broker, the config path and the ``aws`` connection.
 
     ``plan_only`` is the core's ``dry_run`` (``BaseOperator.dry_run`` is a method already).
+    ``broker_id`` None: this worker's broker (``TIERING_BROKER_ID``, or the only one configured).
     """
 
-    template_fields: Sequence[str] = ("topic", "partition", "config_path", "aws_conn_id", "plan_only")
+    template_fields: Sequence[str] = ("topic", "partition", "config_path", "aws_conn_id", "plan_only", "broker_id")
     ui_color = "#e8f1fb"
 
     def __init__(
@@ -46,6 +71,7 @@ class TieringPartitionOperator(BaseOperator):
         config_path: str | None = None,
         aws_conn_id: str | None = TieringHook.default_conn_name,
         plan_only: bool | str = False,
+        broker_id: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -54,9 +80,14 @@ class TieringPartitionOperator(BaseOperator):
         self.config_path = config_path
         self.aws_conn_id = aws_conn_id
         self.plan_only = plan_only
+        self.broker_id = broker_id
 
     def hook(self) -> TieringHook:
-        return TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+        return broker_hook(self.broker_id, config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+
+    def broker_config(self, hook: TieringHook) -> PlatformConfig:
+        """The config of the task's broker; a broker the config does not have fails the task now."""
+        return broker_config(hook)
 
     def topic_partition(self) -> TopicPartition:
         from tiering_core.kafka.topic import TopicPartition
@@ -77,10 +108,18 @@ class TieringCopyOperator(TieringPartitionOperator):
         from tiering_core.runs.copy import CopyResult, run_copy
 
         tp = self.topic_partition()
-        with self.hook().get_conn() as ctx:
+        hook = self.hook()
+        config = self.broker_config(hook)
+        with hook.get_conn(config) as ctx:
             try:
                 result = run_copy(
-                    ctx, tp, dry_run=self.is_plan_only(), run_id=context["run_id"], progress=self.log.info
+                    ctx,
+                    tp,
+                    dry_run=self.is_plan_only(),
+                    run_id=context["run_id"],
+                    progress=self.log.info,
+                    attempt=task_attempt(context),
+                    broker_id=observing_broker(config),
                 )
             except TieringGapError as exc:
                 # What remained was copied; the gap is permanent, so retrying would only hide it.
@@ -99,8 +138,17 @@ class TieringRetentionOperator(TieringPartitionOperator):
         from tiering_core.runs.retention import run_retention
 
         tp = self.topic_partition()
-        with self.hook().get_conn() as ctx:
-            result = run_retention(ctx, tp, dry_run=self.is_plan_only(), run_id=context["run_id"])
+        hook = self.hook()
+        config = self.broker_config(hook)
+        with hook.get_conn(config) as ctx:
+            result = run_retention(
+                ctx,
+                tp,
+                dry_run=self.is_plan_only(),
+                run_id=context["run_id"],
+                attempt=task_attempt(context),
+                broker_id=observing_broker(config),
+            )
         if result.fenced:
             self.log.warning("%s: another run holds the partition; the next scheduled run catches up", tp)
         return result.to_dict()
@@ -126,7 +174,12 @@ class TieringDeletePartitionOperator(TieringPartitionOperator):
         tp = self.topic_partition()
         with self.hook().get_conn() as ctx:
             result = delete_partition(
-                ctx, tp, topic_ids=self.topic_ids, dry_run=self.is_plan_only(), run_id=context["run_id"]
+                ctx,
+                tp,
+                topic_ids=self.topic_ids,
+                dry_run=self.is_plan_only(),
+                run_id=context["run_id"],
+                attempt=task_attempt(context),
             )
         if result.fenced:
             raise AirflowException(f"{tp}: another run holds the partition; removal resumes on retry")

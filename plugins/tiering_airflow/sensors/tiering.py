@@ -5,6 +5,11 @@ then ``EligibleSegmentTrigger`` polls in the triggerer. With ``deferrable=False`
 reschedule mode, releasing the worker slot between pokes (for deployments without a triggerer).
 Either way it returns (and pushes to XCom) the eligible partition numbers, or for
 ``topic="*"`` (every topic the config does not name) their ``<topic>-<partition>`` labels.
+
+``broker_id`` names the broker whose log dirs it plans on (the cluster form gives each broker's
+sensor its id and queue); its plans record that broker's observations. Its trigger carries the
+id too, so a deferred wait reads the same broker's disks: in the cluster form only a triggerer
+on that broker's host serving its queue (``[triggerer] queues_enabled``) may run it.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from tiering_airflow.hooks.tiering import TieringHook
+from tiering_airflow.hooks.tiering import TieringHook, broker_config, broker_hook
 from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
 
 
@@ -28,7 +33,7 @@ class EligibilityCheckError(Exception):
 
 
 class EligibleSegmentSensor(BaseSensorOperator):
-    template_fields: Sequence[str] = ("topic", "config_path", "aws_conn_id")
+    template_fields: Sequence[str] = ("topic", "config_path", "aws_conn_id", "broker_id")
 
     def __init__(
         self,
@@ -37,6 +42,7 @@ class EligibleSegmentSensor(BaseSensorOperator):
         config_path: str | None = None,
         aws_conn_id: str | None = TieringHook.default_conn_name,
         deferrable: bool = True,
+        broker_id: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         if not deferrable:
@@ -46,12 +52,14 @@ class EligibleSegmentSensor(BaseSensorOperator):
         self.config_path = config_path
         self.aws_conn_id = aws_conn_id
         self.deferrable = deferrable
+        self.broker_id = broker_id
 
     def hook(self) -> TieringHook:
-        return TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+        return broker_hook(self.broker_id, config_path=self.config_path, aws_conn_id=self.aws_conn_id)
 
     def poke(self, context: Any) -> PokeReturnValue:
-        found = self.hook().eligible(self.topic)
+        hook = self.hook()
+        found = hook.eligible(self.topic, broker_config(hook))
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, found or "none")
         return PokeReturnValue(is_done=bool(found), xcom_value=found)
 
@@ -68,6 +76,7 @@ class EligibleSegmentSensor(BaseSensorOperator):
                 config_path=hook.config_path,
                 aws_conn_id=self.aws_conn_id,
                 poll_interval=float(self.poke_interval),
+                broker_id=hook.broker_id,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout)),

@@ -25,7 +25,8 @@ class EligibleSegmentTrigger(BaseTrigger):
     """Fires ``{"status": "eligible", "topic", "partitions"}`` once; a failed poll fires ``status: error``.
 
     ``topic="*"`` watches every topic the config does not name (the ``"*"`` default); its
-    partitions are then ``<topic>-<partition>`` labels rather than numbers.
+    partitions are then ``<topic>-<partition>`` labels rather than numbers. ``broker_id``: the
+    broker whose log dirs each poll reads (None: the triggerer's own, as a worker's).
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class EligibleSegmentTrigger(BaseTrigger):
         aws_conn_id: str | None = None,
         poll_interval: float = 60.0,
         poll_timeout: float = DEFAULT_POLL_TIMEOUT,
+        broker_id: int | None = None,
     ) -> None:
         super().__init__()
         self.topic = topic
@@ -43,21 +45,23 @@ class EligibleSegmentTrigger(BaseTrigger):
         self.aws_conn_id = aws_conn_id
         self.poll_interval = poll_interval
         self.poll_timeout = poll_timeout
+        self.broker_id = broker_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "topic": self.topic,
-                "config_path": self.config_path,
-                "aws_conn_id": self.aws_conn_id,
-                "poll_interval": self.poll_interval,
-                "poll_timeout": self.poll_timeout,
-            },
-        )
+        kwargs: dict[str, Any] = {
+            "topic": self.topic,
+            "config_path": self.config_path,
+            "aws_conn_id": self.aws_conn_id,
+            "poll_interval": self.poll_interval,
+            "poll_timeout": self.poll_timeout,
+        }
+        if self.broker_id is not None:  # the single-broker form's triggers stay as they were stored
+            kwargs["broker_id"] = self.broker_id
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     def eligible_partitions(self) -> list[int] | list[str]:
-        return TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id).eligible(self.topic)
+        hook = TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id, broker_id=self.broker_id)
+        return hook.eligible(self.topic)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
