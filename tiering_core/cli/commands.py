@@ -76,7 +76,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tiering_core.tier.status import collect_status
 
     with _context(args) as ctx:
-        rows = collect_status(ctx, args.topic, args.partition)
+        rows = collect_status(ctx, args.topic, args.partition, broker_id=ctx.config.broker_id)
     _emit(args, [row.to_dict() for row in rows], lambda: format_status_table(rows))
     return EXIT_OK
 
@@ -93,7 +93,9 @@ def cmd_copy(args: argparse.Namespace) -> int:
         for partition_log in ctx.partitions(args.topic, args.partition):
             tp = partition_log.topic_partition
             try:
-                results.append(run_copy(ctx, tp, dry_run=args.dry_run, progress=_progress(args)))
+                results.append(
+                    run_copy(ctx, tp, dry_run=args.dry_run, progress=_progress(args), broker_id=ctx.config.broker_id)
+                )
             except TieringGapError as exc:
                 gap = True
                 if isinstance(exc.result, CopyResult):
@@ -133,7 +135,11 @@ def cmd_retention(args: argparse.Namespace) -> int:
         results = []
         for partition_log in ctx.partitions(args.topic, args.partition):
             try:
-                results.append(run_retention(ctx, partition_log.topic_partition, dry_run=args.dry_run))
+                results.append(
+                    run_retention(
+                        ctx, partition_log.topic_partition, dry_run=args.dry_run, broker_id=ctx.config.broker_id
+                    )
+                )
             except TieringError as exc:
                 failures.append(f"{partition_log.topic_partition}: {exc}")
     _emit(
