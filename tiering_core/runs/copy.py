@@ -157,7 +157,9 @@ def _not_chosen(ctx: TieringContext, view: TierView, broker_id: int | None) -> s
     (``tier.replica``; its own observation recorded before). None on a single broker."""
     if broker_id is None or not in_cluster(ctx.config):
         return None
-    choice = choose_replica(ctx.metadata, view.tip, broker_id, ctx.config.observation_staleness_ms)
+    copied, deleted = view.highest_copied_offset, view.global_log_start_offset
+    resume = max(copied + 1, deleted or 0) if copied >= 0 else None
+    choice = choose_replica(ctx.metadata, view.tip, broker_id, ctx.config.observation_staleness_ms, resume=resume)
     return choice.skipped_reason
 
 

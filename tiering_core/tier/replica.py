@@ -9,6 +9,8 @@ database clock judges) says nothing of the replica now.
   fresh replica (``best_replica_of``: highest leader epoch, then highest LSO, ties to the lowest
   broker id). It records its own observation first, so its own replica is always among the fresh
   ones; otherwise it is skipped with the one-line reason ``ReplicaChoice.skipped_reason`` gives.
+  When the best replica no longer holds the first offset not yet tiered (its broker's retention
+  deleted it) but another fresh replica of the same leader epoch does, that one copies first.
   The partition's lease still fences two brokers that both believe they hold it.
 - **A tiering gap is the cluster's.** Offsets one replica dropped before they were tiered are a gap
   only where no fresh replica of another broker still holds them (its local log start at or below
@@ -52,11 +54,14 @@ def fresh_replicas(
 
 @dataclass(frozen=True)
 class ReplicaChoice:
-    """The best fresh replica of a partition as a run on ``broker_id`` sees it."""
+    """The replica a copy run on ``broker_id`` copies from: ``best`` (None: no fresh one), ``own``
+    (this broker's fresh observation) and ``resume`` (the first offset not yet tiered) when the
+    best replica had dropped it and ``best`` is the best replica that still holds it."""
 
     broker_id: int
     best: ReplicaObservation | None
     own: ReplicaObservation | None
+    resume: int | None = None
 
     @property
     def chosen(self) -> bool:
@@ -70,6 +75,12 @@ class ReplicaChoice:
         best, own = self.best, self.own
         if best is None or self.chosen:
             return None
+        if self.resume is not None:
+            where = "" if own is None else f" (local log start {own.local_log_start_offset})"
+            return (
+                f"broker {best.broker_id} still holds offset {self.resume}, the first not yet tiered, "
+                f"which this replica no longer has{where}"
+            )
         prefix = f"broker {best.broker_id} holds a more advanced replica"
         if own is None:
             return f"{prefix} (this broker's replica has no fresh observation)"
@@ -87,14 +98,35 @@ def _shown(value: int | None) -> str:
     return "unknown" if value is None else str(value)
 
 
+def _holds(o: ReplicaObservation, offset: int) -> bool:
+    return o.local_log_start_offset <= offset < (o.last_stable_offset if o.last_stable_offset is not None else -1)
+
+
 def choose_replica(
-    store: RemoteLogMetadataStore, tip: TopicIdPartition, broker_id: int, staleness_ms: int
+    store: RemoteLogMetadataStore,
+    tip: TopicIdPartition,
+    broker_id: int,
+    staleness_ms: int,
+    *,
+    resume: int | None = None,
 ) -> ReplicaChoice:
-    """The replica choice for a copy run on ``broker_id`` (record its observation first)."""
+    """The replica choice for a copy run on ``broker_id`` (record its observation first).
+
+    ``resume``: the first offset not yet tiered (None: nothing tiered yet). When the best replica
+    no longer holds it (its broker's retention deleted it) but a fresh replica of the same leader
+    epoch still does, the best of those copies first, so no offset another replica still holds
+    is passed over as a gap."""
     replicas, now = store.observations_of(tip)
-    best = best_replica_of(replicas.values(), now_ms=now, staleness_ms=staleness_ms)
+    fresh = [o for o in replicas.values() if now - o.observed_ms <= staleness_ms]
+    best = best_replica_of(fresh, now_ms=now, staleness_ms=staleness_ms)
     own = replicas.get(broker_id)
-    return ReplicaChoice(broker_id, best, own if own is not None and now - own.observed_ms <= staleness_ms else None)
+    own = own if own is not None and now - own.observed_ms <= staleness_ms else None
+    if best is not None and resume is not None and not _holds(best, resume):
+        holders = [o for o in fresh if o.leader_epoch == best.leader_epoch and _holds(o, resume)]
+        holder = best_replica_of(holders, now_ms=now, staleness_ms=staleness_ms)
+        if holder is not None:
+            return ReplicaChoice(broker_id, holder, own, resume)
+    return ReplicaChoice(broker_id, best, own)
 
 
 def cluster_gap(
