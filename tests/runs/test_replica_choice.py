@@ -246,3 +246,30 @@ def test_one_broker_configured_copies_as_on_a_single_broker(tiering_env: Tiering
         assert ctx.config.broker_id == 1
         result = run_copy(ctx, TP, broker_id=ctx.config.broker_id)
     assert result.skipped_reason is None and result.segments_copied == 1
+
+
+def test_removal_refuses_a_topic_id_another_broker_reports_unless_forced(tiering_env: TieringEnv) -> None:
+    from tiering_core.runs.errors import RemovalRefusedError, RemovalRequestRefusedError
+    from tiering_core.runs.removal import delete_partition, plan_removal_request
+
+    cluster = Cluster.create(tiering_env)
+    two = cluster.replica(2)
+    append(two, 10, rolls=(5,))
+    two.set_high_watermark(10)
+    PartitionWriter(cluster.env.root / "broker-1", TopicPartition("other", 0), node_id=1)  # broker 1 holds no orders-0
+    assert copy(cluster, 2).segments_copied == 1
+    with cluster.broker(1) as ctx:
+        with pytest.raises(
+            RemovalRefusedError,
+            match=rf"orders-0 is still on the cluster \(topic id {TOPIC_ID} "
+            r"reported by broker 2 \(seen \d+ s ago\)\)",
+        ):
+            delete_partition(ctx, TP)
+        with pytest.raises(RemovalRequestRefusedError, match=r"still on the cluster.*reported by broker 2"):
+            plan_removal_request(ctx, "orders", [0], confirm="orders", dry_run=False, force=False)
+        assert plan_removal_request(ctx, "orders", [0], confirm="orders", dry_run=True, force=True) == [
+            {"partition": 0, "topic_ids": [TOPIC_ID]}
+        ]
+        result = delete_partition(ctx, TP, force=True)
+    assert result.topic_ids == [TOPIC_ID] and result.segments_deleted == 1
+    assert finished(cluster) == []
