@@ -72,9 +72,18 @@ def _progress(args: argparse.Namespace) -> Callable[[str], None]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_status_table
+    from tiering_core.cli.output import format_cluster_status, format_status_table
     from tiering_core.tier.status import collect_status
 
+    if args.cluster:
+        from tiering_core.tier.cluster import cluster_status
+
+        if args.partition is not None and args.topic is None:
+            raise TieringError("--partition needs --topic")
+        with _context(args) as ctx:
+            cluster = cluster_status(ctx, args.topic, args.partition)
+        _emit(args, [row.to_dict() for row in cluster], lambda: format_cluster_status(cluster))
+        return EXIT_OK
     with _context(args) as ctx:
         rows = collect_status(ctx, args.topic, args.partition, broker_id=ctx.config.broker_id)
     _emit(args, [row.to_dict() for row in rows], lambda: format_status_table(rows))
