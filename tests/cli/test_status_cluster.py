@@ -83,6 +83,12 @@ def test_status_cluster_shows_each_broker_s_replica_the_best_and_stale_brokers(
         False,
     )
     assert replicas[1]["age_ms"] >= 0
+    # fetch needs no broker either: without one it reads the remote tier alone
+    code, out, err = run(
+        capsys, "--config", cfg, "--json", "fetch", "--topic", "orders", "--partition", "0", "--offset", "3"
+    )
+    assert code == 0, err
+    assert [r["offset"] for r in json.loads(out)] == list(range(3, 13))
 
     code, out, _ = run(capsys, "--config", cfg, "status", "--cluster", "--topic", "orders")
     assert code == 0
