@@ -197,5 +197,6 @@ class TieringHook(BaseHook):
                 for tp in (log.topic_partition for log in ctx.partitions())
                 if (tp.topic not in named if default else tp.topic == topic)
             ]
-            found = [plan.topic_partition for plan in plan_copies(ctx, selected) if plan.eligible]
+            plans = plan_copies(ctx, selected, broker_id=ctx.config.broker_id)
+            found = [plan.topic_partition for plan in plans if plan.eligible]
         return [str(tp) for tp in found] if default else [tp.partition for tp in found]

@@ -105,6 +105,7 @@ class TieringCopyOperator(TieringPartitionOperator):
                     run_id=context["run_id"],
                     progress=self.log.info,
                     attempt=task_attempt(context),
+                    broker_id=ctx.config.broker_id,
                 )
             except TieringGapError as exc:
                 # What remained was copied; the gap is permanent, so retrying would only hide it.
@@ -125,7 +126,12 @@ class TieringRetentionOperator(TieringPartitionOperator):
         tp = self.topic_partition()
         with self.hook().get_conn() as ctx:
             result = run_retention(
-                ctx, tp, dry_run=self.is_plan_only(), run_id=context["run_id"], attempt=task_attempt(context)
+                ctx,
+                tp,
+                dry_run=self.is_plan_only(),
+                run_id=context["run_id"],
+                attempt=task_attempt(context),
+                broker_id=ctx.config.broker_id,
             )
         if result.fenced:
             self.log.warning("%s: another run holds the partition; the next scheduled run catches up", tp)
