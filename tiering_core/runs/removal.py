@@ -18,6 +18,11 @@ removed only on positive evidence: every configured log dir is a live Kafka log 
 broker's ``<topic>-<partition>.<uuid>-delete`` directory holding that topic id). Without it the
 removal is refused unless forced. A tombstone written in error can be lifted
 (``lift_tombstone``): the topic id may then be copied to again.
+
+On a cluster (``brokers:``) removal may run from any broker: a topic id another broker still
+reports (its fresh replica observation, ``tier.replica.brokers_reporting``) is on the cluster, so
+its data is live like a topic id in this broker's own log dirs; the refusal names the broker, and
+only ``force`` removes it.
 """
 
 from __future__ import annotations
@@ -133,11 +138,14 @@ def broker_topic_ids(ctx: TieringContext, tp: TopicPartition) -> dict[str, str]:
 def reported_topic_ids(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> dict[str, str]:
     """Of ``topic_ids``, those another broker of the cluster reports (a fresh observation of that
     topic id, ``tier.replica.brokers_reporting``): topic id -> which broker, for the message. This
-    broker's own observations are left out: its log dirs were read directly."""
+    broker's own observations are left out: its log dirs were read directly (and the single-broker
+    form has no other broker)."""
     from tiering_core.tier.replica import brokers_reporting
 
     own = ctx.config.broker_id
     found: dict[str, str] = {}
+    if not ctx.config.brokers:
+        return found
     for topic_id in topic_ids:
         now = ctx.metadata.database_now_ms()
         reporting = {
