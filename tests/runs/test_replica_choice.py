@@ -273,3 +273,23 @@ def test_removal_refuses_a_topic_id_another_broker_reports_unless_forced(tiering
         result = delete_partition(ctx, TP, force=True)
     assert result.topic_ids == [TOPIC_ID] and result.segments_deleted == 1
     assert finished(cluster) == []
+
+
+def test_a_follower_s_dry_run_plans_nothing_and_says_why(tiering_env: TieringEnv) -> None:
+    cluster = Cluster.create(tiering_env)
+    one, two = cluster.replica(1), cluster.replica(2)
+    append(one, 12, rolls=(5, 10))
+    append(two, 12, rolls=(5, 10))
+    one.set_high_watermark(12)
+    two.set_high_watermark(9)
+    with cluster.broker(1) as ctx:
+        collect_status(ctx, broker_id=1)
+    dry = copy(cluster, 2, dry_run=True)
+    assert dry.planned == [] and dry.skipped_reason == "broker 1 holds a more advanced replica (LSO 12 > 9)"
+    assert dry.lines == ["orders-0: skipped: broker 1 holds a more advanced replica (LSO 12 > 9)"]
+    leader = copy(cluster, 1, dry_run=True)
+    assert leader.skipped_reason is None and [(p["base_offset"], p["end_offset"]) for p in leader.planned] == [
+        (0, 4),
+        (5, 9),
+    ]
+    assert finished(cluster) == []

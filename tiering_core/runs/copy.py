@@ -521,10 +521,11 @@ def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress, broker_id: 
         return result
     plan = plan_copy(ctx, tp, broker_id=broker_id)
     result.skipped_reason = plan.skipped_reason
-    if plan.skipped_reason is not None:
-        say(f"{tp}: skipped: {plan.skipped_reason}")
     result.highest_copied_offset = plan.highest_copied_offset
     result.last_stable_offset = plan.last_stable_offset
+    if plan.skipped_reason is not None:  # not this broker's to copy: nothing planned
+        say(f"{tp}: skipped: {plan.skipped_reason}")
+        return result
     result.planned = [c.to_dict() for c in plan.candidates]
     result.gaps = [plan.gap] if plan.gap else []
     for c in plan.candidates:
