@@ -175,3 +175,25 @@ def test_the_single_broker_form_with_a_broker_id_is_held_to_its_meta_properties(
     )
     with pytest.raises(ConfigError, match=r"log_dirs: .* belongs to broker 1 by its meta.properties, not to broker 2"):
         select_broker(config, 2, environ={})
+
+
+def test_the_observation_staleness_and_the_process_s_broker_id(tmp_path: Path) -> None:
+    config = parse_config(cluster_doc(tmp_path))
+    assert config.observation_staleness_ms == 3 * 10 * 60_000  # three of the default copy schedules
+    assert config.broker_id is None and config.broker_ids == frozenset({1, 2, 3})
+    assert config.for_broker(2).broker_id == 2
+    doc = cluster_doc(tmp_path)
+    doc["cluster"] = {"observation_staleness_ms": 90_000}
+    assert parse_config(doc).observation_staleness_ms == 90_000
+    single = parse_config(base_doc(tmp_path))
+    assert single.broker_id is None and single.broker_ids is None
+    assert single.for_broker(4).broker_id == 4 and single.for_broker(4).broker_ids is None
+    for section, message in (
+        ({"observation_staleness_ms": 0}, "cluster.observation_staleness_ms: 0 is below the minimum 1"),
+        ({"observation_staleness_ms": "soon"}, "cluster.observation_staleness_ms: expected an integer"),
+        ({"staleness": 5}, "cluster.staleness: unknown key"),
+        ([], "cluster: expected a mapping"),
+    ):
+        doc["cluster"] = section
+        with pytest.raises(ConfigError, match=message):
+            parse_config(doc)

@@ -160,6 +160,10 @@ class RemoteConfig:
 #: The environment variable naming this process's broker, as ``--broker`` does.
 BROKER_ID_ENV = "TIERING_BROKER_ID"
 
+#: The default copy schedule of the DAGs is every 10 minutes; an observation older than three of
+#: them (``cluster.observation_staleness_ms``) no longer counts in the replica choice.
+DEFAULT_OBSERVATION_STALENESS_MS = 3 * 10 * 60_000
+
 
 def default_queue(broker_id: int) -> str:
     """The Airflow queue of a broker's tasks unless its config names one."""
@@ -200,6 +204,20 @@ class PlatformConfig:
     topic_keys: Mapping[str, frozenset[str]] = field(default_factory=dict)
     brokers: Mapping[int, BrokerConfig] = field(default_factory=dict)  # the ``brokers:`` section, by id
     broker: BrokerConfig | None = None  # this process's broker; None: not chosen among ``brokers``
+    #: ``cluster.observation_staleness_ms``: an older replica observation does not count.
+    observation_staleness_ms: int = DEFAULT_OBSERVATION_STALENESS_MS
+
+    @property
+    def broker_id(self) -> int | None:
+        """This process's broker id (``--broker``, ``TIERING_BROKER_ID`` or the only broker of
+        ``brokers:``); None where it is unknown (the single-broker form without ``--broker``)."""
+        return self.broker.broker_id if self.broker is not None else None
+
+    @property
+    def broker_ids(self) -> frozenset[int] | None:
+        """The broker ids an observation may come from: the ``brokers:`` section's (None: any,
+        the single-broker form knows no ids)."""
+        return frozenset(self.brokers) if self.brokers else None
 
     def broker_configs(self) -> tuple[BrokerConfig, ...]:
         """Every broker of the config, by id: the ``brokers:`` section, or the implicit broker."""
@@ -404,7 +422,17 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     doc = _require_mapping(raw, "config")
     _check_keys(
         doc,
-        {"log_dirs", "brokers", "metadata", "remote", "topics", "index_cache_bytes", "index_cache_dir", "kafka"},
+        {
+            "log_dirs",
+            "brokers",
+            "cluster",
+            "metadata",
+            "remote",
+            "topics",
+            "index_cache_bytes",
+            "index_cache_dir",
+            "kafka",
+        },
         "",
     )
     base = base_dir or Path.cwd()
@@ -542,6 +570,19 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         topic_keys=topic_keys,
         brokers=brokers,
         broker=chosen,
+        observation_staleness_ms=_observation_staleness_ms(doc.get("cluster")),
+    )
+
+
+def _observation_staleness_ms(raw: Any) -> int:
+    """``cluster: {observation_staleness_ms: N}``: how old a replica observation may be and still
+    count in the replica choice (default ``DEFAULT_OBSERVATION_STALENESS_MS``)."""
+    section = _require_mapping(raw if raw is not None else {}, "cluster")
+    _check_keys(section, {"observation_staleness_ms"}, "cluster")
+    return _as_int(
+        section.get("observation_staleness_ms", DEFAULT_OBSERVATION_STALENESS_MS),
+        "cluster.observation_staleness_ms",
+        1,
     )
 
 

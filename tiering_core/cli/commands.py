@@ -72,11 +72,20 @@ def _progress(args: argparse.Namespace) -> Callable[[str], None]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_status_table
+    from tiering_core.cli.output import format_cluster_status, format_status_table
     from tiering_core.tier.status import collect_status
 
+    if args.cluster:
+        from tiering_core.tier.cluster import cluster_status
+
+        if args.partition is not None and args.topic is None:
+            raise TieringError("--partition needs --topic")
+        with _context(args) as ctx:
+            cluster = cluster_status(ctx, args.topic, args.partition)
+        _emit(args, [row.to_dict() for row in cluster], lambda: format_cluster_status(cluster))
+        return EXIT_OK
     with _context(args) as ctx:
-        rows = collect_status(ctx, args.topic, args.partition)
+        rows = collect_status(ctx, args.topic, args.partition, broker_id=ctx.config.broker_id)
     _emit(args, [row.to_dict() for row in rows], lambda: format_status_table(rows))
     return EXIT_OK
 
@@ -93,7 +102,9 @@ def cmd_copy(args: argparse.Namespace) -> int:
         for partition_log in ctx.partitions(args.topic, args.partition):
             tp = partition_log.topic_partition
             try:
-                results.append(run_copy(ctx, tp, dry_run=args.dry_run, progress=_progress(args)))
+                results.append(
+                    run_copy(ctx, tp, dry_run=args.dry_run, progress=_progress(args), broker_id=ctx.config.broker_id)
+                )
             except ClusterUnreachableError:
                 raise  # one line for the run, not one per partition
             except TieringGapError as exc:
@@ -135,7 +146,11 @@ def cmd_retention(args: argparse.Namespace) -> int:
         results = []
         for partition_log in ctx.partitions(args.topic, args.partition):
             try:
-                results.append(run_retention(ctx, partition_log.topic_partition, dry_run=args.dry_run))
+                results.append(
+                    run_retention(
+                        ctx, partition_log.topic_partition, dry_run=args.dry_run, broker_id=ctx.config.broker_id
+                    )
+                )
             except ClusterUnreachableError:
                 raise
             except TieringError as exc:

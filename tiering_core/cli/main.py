@@ -82,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="tier state of every partition")
     _add_selectors(p)
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="every broker's replicas from the metadata store (reads no log dir, needs no --broker)",
+    )
     p.set_defaults(handler=cmd_status)
 
     p = sub.add_parser("copy", help="copy closed segments below the LSO to remote storage")

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.rebuild import RebuildResult
+    from tiering_core.tier.cluster import ClusterPartitionStatus
     from tiering_core.tier.status import PartitionStatus
 
 
@@ -89,6 +90,49 @@ def format_status_table(rows: list[PartitionStatus]) -> str:
         cells = [row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def _age(ms: int) -> str:
+    return f"{ms // 1000}s" if ms < 120_000 else f"{ms // 60_000}m"
+
+
+def format_cluster_status(rows: list[ClusterPartitionStatus]) -> str:
+    """``status --cluster``: a partition per row, each broker's replica as
+    ``<broker>[*]:<HW>/<LSO> e<epoch> @<local log start> <age>`` (``*`` the best fresh replica,
+    ``!`` a stale observation)."""
+    if not rows:
+        return "no partition observed or tiered"
+    headers = ["PARTITION", "BEST", "COPIED", "LAG", "REMOTE", "REMOTE-BYTES", "DELETE", "STALE", "REPLICAS / NOTES"]
+    table = [headers]
+    for r in rows:
+        replicas = ", ".join(
+            f"{s.broker_id}{'*' if s.broker_id == r.best_broker else '!' if s.stale else ''}:"
+            f"{_cell(s.high_watermark)}/{_cell(s.last_stable_offset)} e{_cell(s.leader_epoch)} "
+            f"@{s.local_log_start_offset} {_age(s.age_ms)}"
+            for s in r.replicas
+        )
+        notes = [replicas or "no replica observed"]
+        if r.gaps:
+            notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
+        if r.at_risk:
+            notes.append("AT RISK")
+        table.append(
+            [
+                f"{r.topic}-{r.partition}",
+                _cell(r.best_broker),
+                _cell(r.highest_copied_offset),
+                _cell(r.copy_lag_offsets),
+                _cell(r.remote_segments),
+                _cell(r.remote_bytes),
+                _cell(r.delete_state),
+                ",".join(map(str, r.stale_brokers)) or "-",
+                "; ".join(notes),
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers) - 1)]
+    return "\n".join(
+        "  ".join([row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]).rstrip() for row in table
+    )
 
 
 def format_segments_table(rows: list[dict[str, Any]]) -> str:

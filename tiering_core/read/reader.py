@@ -50,6 +50,7 @@ from tiering_core.kafka.index import (
     read_txn_index,
 )
 from tiering_core.kafka.records import Record, read_batches
+from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
@@ -64,7 +65,7 @@ from tiering_core.tier.view import (
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
-    from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+    from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
 from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 
@@ -313,7 +314,21 @@ def _is_aborted(header: RecordBatchHeader, aborted: dict[int, list[AbortedTxn]])
 
 
 def open_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache | None = None) -> RemoteLogReader:
-    """A reader over the partition's remote tier, with the config's index cache."""
+    """A reader over the partition's remote tier, with the config's index cache.
+
+    A process of a cluster that serves no broker (several configured, none chosen: ``fetch`` needs
+    no broker id) reads the remote tier alone, of the partition's newest topic id the store holds
+    live; a broker's process reads it joined with its own replica's lineage."""
+    if not ctx.config.log_dirs and len(ctx.config.brokers) > 1:
+        live = [
+            r
+            for r in ctx.metadata.list_partitions()
+            if r.topic_partition == tp and not r.dropped and r.delete_state is None
+        ]
+        if not live:
+            raise TieringError(f"partition {tp} has no remote data (unknown to the metadata store)")
+        newest = max(live, key=lambda r: (r.created_ms, r.topic_id))
+        return open_remote_reader(ctx, TopicIdPartition(newest.topic_id, tp), cache)
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
     return _reader(ctx, load_tier_view(partition_log, ctx.metadata), cache)
 

@@ -29,6 +29,7 @@ from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.observation import Observed, record_views
+from tiering_core.tier.replica import choose_replica, in_cluster, tiering_gap_on
 from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps
 
 if TYPE_CHECKING:
@@ -124,13 +125,19 @@ def plan_copy(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None 
 
 
 def plan_copies(ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id: int | None = None) -> list[CopyPlan]:
-    """``plan_copy`` of each partition, their observations recorded in one transaction."""
-    plans: list[CopyPlan] = []
+    """``plan_copy`` of each partition, their observations recorded in one transaction. On one
+    broker of a cluster, a partition whose best fresh replica is another broker's is skipped
+    (``tier.replica``), and a gap another replica still holds is none."""
+    views: list[TierView] = []
     observed: list[Observed] = []
     for tp in tps:
         view = ctx.tier_view(_partition_log(ctx, tp))
+        views.append(view)
         observed.append((view, ctx.topic_config(tp.topic), None))
-        gap = view.tiering_gap()
+    record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids)
+    plans: list[CopyPlan] = []
+    for tp, view in zip(tps, views, strict=True):
+        gap = tiering_gap_on(ctx.config, ctx.metadata, view, broker_id)
         plans.append(
             CopyPlan(
                 topic_partition=tp,
@@ -140,11 +147,24 @@ def plan_copies(ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id
                     PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
                 ),
                 gap=gap.as_list() if gap else None,
-                skipped_reason=_skip_reason(ctx, tp) or view.behind_lineage or view.live_problem,
+                skipped_reason=_skip_reason(ctx, tp)
+                or view.behind_lineage
+                or view.live_problem
+                or _not_chosen(ctx, view, broker_id),
             )
         )
-    record_views(ctx.metadata, broker_id, observed)
     return plans
+
+
+def _not_chosen(ctx: TieringContext, view: TierView, broker_id: int | None) -> str | None:
+    """Why this broker does not copy the partition: another broker holds the best fresh replica
+    (``tier.replica``; its own observation recorded before). None on a single broker."""
+    if broker_id is None or not in_cluster(ctx.config):
+        return None
+    copied, deleted = view.highest_copied_offset, view.global_log_start_offset
+    resume = max(copied + 1, deleted or 0) if copied >= 0 else None
+    choice = choose_replica(ctx.metadata, view.tip, broker_id, ctx.config.observation_staleness_ms, resume=resume)
+    return choice.skipped_reason
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -232,13 +252,29 @@ class CopyRun:
         (None: not recorded); an id the store refuses fails the run before it holds anything.
         """
         if broker_id is not None:
-            check_broker_id(broker_id, None, tp)
+            check_broker_id(broker_id, ctx.config.broker_ids, tp)
         run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)), broker_id=broker_id)
         reason = _skip_reason(ctx, tp)
         if reason is not None:
             run.result.skipped_reason = reason
             run.say(f"{tp}: skipped ({reason})")
             return run
+        if broker_id is not None and in_cluster(ctx.config):
+            # This broker's observation first, then the choice among the fresh replicas.
+            seen = ctx.tier_view(_partition_log(ctx, tp))
+            record_views(
+                ctx.metadata,
+                broker_id,
+                [(seen, ctx.topic_config(tp.topic), None)],
+                brokers=ctx.config.broker_ids,
+            )
+            not_chosen = _not_chosen(ctx, seen, broker_id)
+            if not_chosen is not None:
+                run.result.skipped_reason = not_chosen
+                run.result.highest_copied_offset = seen.highest_copied_offset
+                run.result.last_stable_offset = seen.last_stable_offset
+                run.say(f"{tp}: skipped: {not_chosen}")
+                return run
         try:
             begun = begin_copy_run(ctx, tp, run_id, run._hold, attempt)
             if begun is None:
@@ -250,7 +286,7 @@ class CopyRun:
             if view.behind_lineage is not None:  # not the leader's log: nothing to copy from here
                 run.result.skipped_reason = view.behind_lineage
                 run.say(f"{tp}: skipped ({view.behind_lineage})")
-            run.gap = view.tiering_gap()
+            run.gap = tiering_gap_on(ctx.config, ctx.metadata, view, broker_id)
             if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
                 run._record_gap(run.gap)
             view.require_lso()
@@ -289,7 +325,7 @@ class CopyRun:
             abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
         self._held()
         fresh = self.ctx.tier_view(_partition_log(self.ctx, self.tp))
-        gap = fresh.tiering_gap()
+        gap = tiering_gap_on(self.ctx.config, self.ctx.metadata, fresh, self.broker_id)
         if gap is None:
             raise CopyFailedError(
                 f"{self.tp}: segment {candidate.base_offset} could not be read while copying it: {exc}"
@@ -410,7 +446,12 @@ class CopyRun:
             return self.result
         result, store = self.result, self.ctx.metadata
         final = self.ctx.tier_view(_partition_log(self.ctx, self.tp))
-        record_views(store, self.broker_id, [(final, self.ctx.topic_config(self.tp.topic), None)])
+        record_views(
+            store,
+            self.broker_id,
+            [(final, self.ctx.topic_config(self.tp.topic), None)],
+            brokers=self.ctx.config.broker_ids,
+        )
         result.highest_copied_offset = final.highest_copied_offset
         result.last_stable_offset = final.last_stable_offset
         result.copy_lag_segments, result.copy_lag_bytes = final.copy_lag()
@@ -497,6 +538,9 @@ def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress, broker_id: 
     result.skipped_reason = plan.skipped_reason
     result.highest_copied_offset = plan.highest_copied_offset
     result.last_stable_offset = plan.last_stable_offset
+    if plan.skipped_reason is not None:  # not this broker's to copy: nothing planned
+        say(f"{tp}: skipped: {plan.skipped_reason}")
+        return result
     result.planned = [c.to_dict() for c in plan.candidates]
     result.gaps = [plan.gap] if plan.gap else []
     for c in plan.candidates:

@@ -18,6 +18,11 @@ removed only on positive evidence: every configured log dir is a live Kafka log 
 broker's ``<topic>-<partition>.<uuid>-delete`` directory holding that topic id). Without it the
 removal is refused unless forced. A tombstone written in error can be lifted
 (``lift_tombstone``): the topic id may then be copied to again.
+
+On a cluster (``brokers:``) removal may run from any broker: a topic id another broker still
+reports (its fresh replica observation, ``tier.replica.brokers_reporting``) is on the cluster, so
+its data is live like a topic id in this broker's own log dirs; the refusal names the broker, and
+only ``force`` removes it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,12 +64,22 @@ _FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
 @dataclass(frozen=True)
 class RemovalTargets:
     """Which topic ids of a topic-partition a removal deletes, which it finds already removed
-    (tombstones) and which it leaves alone (still in the broker's log dirs)."""
+    (tombstones) and which it leaves alone (still in the broker's log dirs, or reported by
+    another broker of the cluster: ``reported``, topic id -> which broker and when)."""
 
     topic_partition: TopicPartition
     remove: tuple[TopicIdPartition, ...]
     removed: tuple[TopicIdPartition, ...]
     kept: tuple[TopicIdPartition, ...]
+    reported: Mapping[str, str] = field(default_factory=dict)
+
+    def forced(self) -> RemovalTargets:
+        """The targets of a forced removal: the topic ids other brokers report are removed too."""
+        if not self.reported:
+            return self
+        moved = tuple(t for t in self.kept if t.topic_id in self.reported)
+        kept = tuple(t for t in self.kept if t.topic_id not in self.reported)
+        return RemovalTargets(self.topic_partition, self.remove + moved, self.removed, kept)
 
 
 @dataclass
@@ -117,6 +132,33 @@ def broker_topic_ids(ctx: TieringContext, tp: TopicPartition) -> dict[str, str]:
     for log_dir in ctx.config.log_dirs:  # a partition moving between log dirs is live (its -future dir)
         for topic_id, path in future_topic_ids(log_dir, tp).items():
             found.setdefault(topic_id, str(path))
+    return found
+
+
+def reported_topic_ids(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> dict[str, str]:
+    """Of ``topic_ids``, those another broker of the cluster reports (a fresh observation of that
+    topic id, ``tier.replica.brokers_reporting``): topic id -> which broker, for the message. This
+    broker's own observations are left out: its log dirs were read directly (and the single-broker
+    form has no other broker)."""
+    from tiering_core.tier.replica import brokers_reporting
+
+    own = ctx.config.broker_id
+    found: dict[str, str] = {}
+    if not ctx.config.brokers:
+        return found
+    for topic_id in topic_ids:
+        now = ctx.metadata.database_now_ms()
+        reporting = {
+            b: o
+            for b, o in brokers_reporting(
+                ctx.metadata, TopicIdPartition(topic_id, tp), ctx.config.observation_staleness_ms
+            ).items()
+            if b != own
+        }
+        if reporting:
+            found[topic_id] = ", ".join(
+                f"broker {b} (seen {max(0, now - o.observed_ms) // 1000} s ago)" for b, o in sorted(reporting.items())
+            )
     return found
 
 
@@ -203,21 +245,35 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
     resumed = [r for r in live if r.delete_state is not None]
     fresh = [r for r in live if r.delete_state is None]
     on_broker = broker_topic_ids(ctx, tp) if fresh else {}
-    remove = tuple(tip_of(r) for r in resumed + [r for r in fresh if r.topic_id not in on_broker])
-    kept = tuple(tip_of(r) for r in fresh if r.topic_id in on_broker)
+    reported = reported_topic_ids(ctx, tp, [r.topic_id for r in fresh if r.topic_id not in on_broker])
+    live_ids = on_broker.keys() | reported.keys()
+    remove = tuple(tip_of(r) for r in resumed + [r for r in fresh if r.topic_id not in live_ids])
+    kept = tuple(tip_of(r) for r in fresh if r.topic_id in live_ids)
     if not remove and kept:
-        where = "; ".join(f"topic id {t.topic_id} in {on_broker[t.topic_id]}" for t in kept)
         already = f" (already removed: topic id(s) {', '.join(t.topic_id for t in removed)})" if removed else ""
+        targets = RemovalTargets(tp, (), removed, kept, reported)
+        if not reported:
+            where = "; ".join(f"topic id {t.topic_id} in {on_broker[t.topic_id]}" for t in kept)
+            raise RemovalRefusedError(
+                f"{tp} is still in the broker's log dirs ({where}): its remote data is live and is not removed"
+                f"{already}. To remove it anyway (e.g. a broker being decommissioned), name the topic id: "
+                f"--topic-id {kept[0].topic_id}",
+                targets=targets,
+            )
+        where = "; ".join(
+            f"topic id {t.topic_id} "
+            + (f"in {on_broker[t.topic_id]}" if t.topic_id in on_broker else f"reported by {reported[t.topic_id]}")
+            for t in kept
+        )
         raise RemovalRefusedError(
-            f"{tp} is still in the broker's log dirs ({where}): its remote data is live and is not removed"
-            f"{already}. To remove it anyway (e.g. a broker being decommissioned), name the topic id: "
-            f"--topic-id {kept[0].topic_id}",
-            targets=RemovalTargets(tp, (), removed, kept),
+            f"{tp} is still on the cluster ({where}): its remote data is live and is not removed{already}. "
+            "To remove it anyway, --force (force in the removal DAG) or name the topic id",
+            targets=targets,
         )
     created = {r.topic_id: r.created_ms for r in records}
     ordered = sorted(remove, key=lambda t: (created[t.topic_id], t.topic_id))  # oldest first
-    targets = RemovalTargets(tp, tuple(ordered), removed, kept)
-    gone = [r.topic_id for r in fresh if r.topic_id not in on_broker]
+    targets = RemovalTargets(tp, tuple(ordered), removed, kept, reported)
+    gone = [r.topic_id for r in fresh if r.topic_id not in live_ids]
     unproven = deletion_unproven(ctx, tp, gone) if gone else None
     if unproven is not None:
         raise DeletionUnprovenError(unproven, targets=targets)
@@ -225,14 +281,23 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
 
 
 def _targets(ctx: TieringContext, tp: TopicPartition, *, force: bool) -> RemovalTargets:
-    """``removal_targets``; with ``force``, also those whose deletion is not proven."""
+    """``removal_targets``; with ``force``, also those whose deletion is not proven and those
+    another broker of the cluster still reports."""
     try:
-        return removal_targets(ctx, tp)
+        targets = removal_targets(ctx, tp)
     except DeletionUnprovenError as exc:
         if not force or exc.targets is None:
             raise
         log.warning("%s (forced: removed anyway)", exc)
-        return exc.targets
+        return exc.targets.forced()
+    except RemovalRefusedError as exc:
+        if not force or exc.targets is None or not exc.targets.reported:
+            raise
+        log.warning("%s (forced: removed anyway)", exc)
+        return exc.targets.forced()
+    if force and targets.reported:
+        log.warning("%s: topic id(s) %s reported by other brokers: forced, removed anyway", tp, dict(targets.reported))
+    return targets.forced() if force else targets
 
 
 def plan_removal_request(
@@ -282,7 +347,7 @@ def plan_removal_request(
         remove = [t.topic_id for t in targets.remove]
         held = [t.topic_id for t in targets.kept]
         if held and not remove:
-            live[str(tp)] = held
+            live[str(tp)] = [f"{t} reported by {targets.reported[t]}" if t in targets.reported else t for t in held]
         if held:
             verb = "deleted too (force)" if force else "kept"
             log.warning("%s: topic id(s) %s are still in the broker's log dirs: %s", tp, held, verb)
@@ -296,9 +361,11 @@ def plan_removal_request(
         )
     if live and not force:
         which = "; ".join(f"{tp} (topic id {', '.join(ids)})" for tp, ids in live.items())
+        on_cluster = any(" reported by broker " in t for ids in live.values() for t in ids)
+        still = "on the cluster" if on_cluster else "in the broker's log dirs"
         refusal = (
-            f"still in the broker's log dirs, so their remote data is live: {which}. Set force to delete it "
-            "anyway (e.g. a broker being decommissioned)"
+            f"still {still}, so their remote data is live: {which}. Set force to delete it anyway "
+            "(e.g. a broker being decommissioned)"
         )
         if not dry_run:
             raise RemovalRequestRefusedError(f"{refusal}; nothing deleted")

@@ -344,7 +344,7 @@ def run_retention(
     store = ctx.metadata
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
     view = ctx.tier_view(partition_log)
-    record_views(store, broker_id, [(view, topic, None)])
+    record_views(store, broker_id, [(view, topic, None)], brokers=ctx.config.broker_ids)
     record = store.get_partition(view.tip)
     result.remote_log_start_offset = view.remote_log_start_offset
     if record is None:

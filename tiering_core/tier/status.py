@@ -12,7 +12,14 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.retention import delete_lag
 from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.observation import Observed, record_views
-from tiering_core.tier.view import TierView, finished_in_lineage, merge_offset_ranges, recorded_gaps
+from tiering_core.tier.replica import tiering_gap_on
+from tiering_core.tier.view import (
+    OffsetRange,
+    TierView,
+    finished_in_lineage,
+    merge_offset_ranges,
+    recorded_gaps,
+)
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -84,13 +91,16 @@ def partition_status(
 ) -> PartitionStatus:
     """Status of one broker partition joined with the metadata store; with ``broker_id``, also
     records what this broker saw of it (``tier.observation``)."""
-    row, seen = _partition_status(ctx, partition_log)
-    record_views(ctx.metadata, broker_id, [seen] if seen is not None else [])
+    row, seen = _partition_status(ctx, partition_log, broker_id)
+    record_views(ctx.metadata, broker_id, [seen] if seen is not None else [], brokers=ctx.config.broker_ids)
     return row
 
 
-def _partition_status(ctx: TieringContext, partition_log: PartitionLog) -> tuple[PartitionStatus, Observed | None]:
-    """The status row (read-only), and the view it came from for the replica's observation."""
+def _partition_status(
+    ctx: TieringContext, partition_log: PartitionLog, broker_id: int | None = None
+) -> tuple[PartitionStatus, Observed | None]:
+    """The status row (read-only), and the view it came from for the replica's observation. On one
+    broker of a cluster (``broker_id``) a gap another fresh replica still holds is none."""
     store = ctx.metadata
     tp = partition_log.topic_partition
     try:
@@ -129,7 +139,7 @@ def _partition_status(ctx: TieringContext, partition_log: PartitionLog) -> tuple
         delete_lag_segments=delete_lag_segments,
         delete_lag_bytes=delete_lag_bytes,
         delete_state=record.delete_state.value if record is not None and record.delete_state is not None else None,
-        gaps=current_gaps(view, store),
+        gaps=current_gaps(view, store, tiering_gap_on(ctx.config, store, view, broker_id)),
         local_retention_risk=risk.to_dict(),
         offsets_source=view.offsets_source,
         error=view.offsets_error,
@@ -137,12 +147,16 @@ def _partition_status(ctx: TieringContext, partition_log: PartitionLog) -> tuple
     return row, (view, topic_config, risk)
 
 
-def current_gaps(view: TierView, store: RemoteLogMetadataStore) -> list[list[int]]:
+def current_gaps(
+    view: TierView, store: RemoteLogMetadataStore, pending: OffsetRange | bool | None = True
+) -> list[list[int]]:
     """The recorded tiering gaps plus the one the broker has opened since the last copy: a gap
-    shows as soon as the broker deleted data not yet tiered, not only once a copy recorded it."""
+    shows as soon as the broker deleted data not yet tiered, not only once a copy recorded it.
+    ``pending``: that gap as judged by the caller (True: the replica's own ``tiering_gap``)."""
     ranges = [(g.start, g.end) for g in store.list_gaps(view.tip)]
-    pending = view.tiering_gap()
-    if pending is not None:
+    if pending is True:
+        pending = view.tiering_gap()
+    if isinstance(pending, OffsetRange):
         ranges.append((pending.start, pending.end))
     return [g.as_list() for g in merge_offset_ranges(ranges)]
 
@@ -169,11 +183,11 @@ def collect_status(
     rows: list[PartitionStatus] = []
     observed: list[Observed] = []
     for log in logs:
-        row, view_seen = _partition_status(ctx, log)
+        row, view_seen = _partition_status(ctx, log, broker_id)
         rows.append(row)
         if view_seen is not None:
             observed.append(view_seen)
-    record_views(ctx.metadata, broker_id, observed)
+    record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids)
     seen = {(r.topic, r.partition, r.topic_id) for r in rows}
     for record in ctx.metadata.list_partitions():
         tip = TopicIdPartition(record.topic_id, record.topic_partition)
