@@ -7,18 +7,72 @@ silently falls back to a default.
 from __future__ import annotations
 
 import os
-import re
-import reprlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tiering_core.config.brokers import (
+    BROKER_ID_ENV,
+    DEFAULT_OBSERVATION_STALENESS_MS,
+    BrokerConfig,
+    _observation_staleness_ms,
+    _parse_brokers,
+    broker_id_from_env,
+    default_queue,
+)
+from tiering_core.config.kafka import (
+    BROKER_OWNED_TOPIC_KEYS,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    BrokerTopicConfig,
+    KafkaConfig,
+    _kafka_config,
+)
+from tiering_core.config.parsing import (
+    MAX_MAPPING_ENTRIES,
+    _as_bool,
+    _as_int,
+    _as_str,
+    _check_keys,
+    _endpoint_url,
+    _optional_str,
+    _positive_number,
+    _require_mapping,
+    _shown,
+    _UniqueKeyLoader,
+    _yaml_problem,
+)
 from tiering_core.errors import ConfigError, InvalidTopicError
 from tiering_core.kafka.topic import is_internal_topic, validate_topic_name
 from tiering_core.storage.layout import validate_deployment_prefix
+
+__all__ = [
+    "BROKER_ID_ENV",
+    "BROKER_OWNED_TOPIC_KEYS",
+    "DEFAULT_OBSERVATION_STALENESS_MS",
+    "DEFAULT_TOPIC",
+    "MAX_MAPPING_ENTRIES",
+    "SASL_MECHANISMS",
+    "SECURITY_PROTOCOLS",
+    "BrokerConfig",
+    "BrokerTopicConfig",
+    "ConfigError",
+    "KafkaConfig",
+    "MetadataConfig",
+    "PlatformConfig",
+    "RemoteConfig",
+    "TopicConfig",
+    "broker_id_from_env",
+    "check_broker_log_dirs",
+    "default_queue",
+    "load_config",
+    "parse_config",
+    "parse_topic_config",
+    "select_broker",
+]
 
 DEFAULT_TOPIC = "*"
 
@@ -67,55 +121,6 @@ _TOPIC_KEYS: dict[str, tuple[str, str]] = {
 }
 
 
-#: The topic configs Kafka owns: with a ``kafka:`` section their topic-level values come from the
-#: cluster (DescribeConfigs), between the YAML's own entry for the topic and its ``"*"`` default.
-BROKER_OWNED_TOPIC_KEYS = (
-    "retention.ms",
-    "retention.bytes",
-    "local.retention.ms",
-    "local.retention.bytes",
-    "cleanup.policy",
-    "remote.storage.enable",
-)
-
-
-@dataclass(frozen=True)
-class BrokerTopicConfig:
-    """A topic's configs as the cluster reports them (DescribeConfigs).
-
-    ``topic_level`` holds the values set on the topic itself (config source
-    DYNAMIC_TOPIC_CONFIG) of the keys in ``BROKER_OWNED_TOPIC_KEYS``; ``retention_ms`` and
-    ``retention_bytes`` are the effective values whatever their source (broker defaults too):
-    a broker that does not know the remote tier deletes its local segments by them.
-    """
-
-    topic_level: Mapping[str, str] = field(default_factory=dict)
-    retention_ms: int | None = None
-    retention_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class KafkaConfig:
-    """The cluster the platform asks for live offsets, topic ids and topic configs (``kafka:``).
-
-    The SASL password is never in the file: ``sasl_password_env`` names the environment variable
-    that holds it, read when the client connects.
-    """
-
-    bootstrap_servers: tuple[str, ...]
-    request_timeout_ms: int = 30_000
-    client_id: str = "tiering"
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_plain_username: str | None = None
-    sasl_password_env: str | None = None
-    ssl_cafile: Path | None = None
-
-
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
 @dataclass(frozen=True)
 class MetadataConfig:
     url: str
@@ -155,34 +160,6 @@ class RemoteConfig:
     max_attempts: int = 5
     timeout_seconds: float = 60.0
     deadline_seconds: float | None = None  # one remote call with its retries; None: 3 x timeout_seconds
-
-
-#: The environment variable naming this process's broker, as ``--broker`` does.
-BROKER_ID_ENV = "TIERING_BROKER_ID"
-
-#: The default copy schedule of the DAGs is every 10 minutes; an observation older than three of
-#: them (``cluster.observation_staleness_ms``) no longer counts in the replica choice.
-DEFAULT_OBSERVATION_STALENESS_MS = 3 * 10 * 60_000
-
-
-def default_queue(broker_id: int) -> str:
-    """The Airflow queue of a broker's tasks unless its config names one."""
-    return f"tiering-broker-{broker_id}"
-
-
-@dataclass(frozen=True)
-class BrokerConfig:
-    """One Kafka broker of the cluster: its log dirs (local disks of its host) and the Airflow
-    queue whose worker runs on that host and alone reads them.
-
-    ``broker_id`` is Kafka's ``node.id``; None for the implicit broker of the single-broker form
-    (top-level ``log_dirs:``), whose id is not configured; its ``queue`` is then None: the
-    executor's default queue.
-    """
-
-    broker_id: int | None
-    log_dirs: tuple[Path, ...]
-    queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -303,75 +280,6 @@ class PlatformConfig:
         if config.local_retention_bytes is None and broker.retention_bytes is not None:
             config = replace(config, local_retention_bytes=broker.retention_bytes)
         return config
-
-
-def _require_mapping(value: Any, key: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    for key in section:
-        if key not in allowed:
-            name = f"{where}.{key}" if where else str(key)
-            raise ConfigError(f"{name}: unknown key (allowed: {', '.join(sorted(allowed))})")
-
-
-_SHOWN = reprlib.Repr()
-_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 2, 4, 4, 80, 80
-
-
-def _shown(value: Any) -> str:
-    """A value for an error message, bounded: YAML aliases can nest one small list into billions
-    of elements, which a plain ``repr`` would expand in full."""
-    return _SHOWN.repr(value)
-
-
-_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
-
-
-def _as_int(value: Any, key: str, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
-            value = int(value.strip())
-        else:
-            raise ConfigError(f"{key}: expected an integer, got {_shown(value)}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{key}: {value} is below the minimum {minimum}")
-    return int(value)
-
-
-def _as_bool(value: Any, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise ConfigError(f"{key}: expected true or false, got {_shown(value)}")
-
-
-def _as_str(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{key}: expected a non-empty string, got {_shown(value)}")
-    return value
-
-
-def _positive_number(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{key}: expected a positive number, got {_shown(value)}")
-    return float(value)
-
-
-def _optional_str(section: Mapping[str, Any], name: str, key: str) -> str | None:
-    value = section.get(name)
-    return None if value is None else _as_str(value, key)
-
-
-def _endpoint_url(section: Mapping[str, Any]) -> str | None:
-    url = _optional_str(section, "endpoint_url", "remote.endpoint_url")
-    if url is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
-        raise ConfigError(f"remote.endpoint_url: {_shown(url)} is not an http:// or https:// URL")
-    return url
 
 
 def parse_topic_config(raw: Any, where: str, base: TopicConfig, *, check_compact: bool = True) -> TopicConfig:
@@ -574,142 +482,6 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     )
 
 
-def _observation_staleness_ms(raw: Any) -> int:
-    """``cluster: {observation_staleness_ms: N}``: how old a replica observation may be and still
-    count in the replica choice (default ``DEFAULT_OBSERVATION_STALENESS_MS``)."""
-    section = _require_mapping(raw if raw is not None else {}, "cluster")
-    _check_keys(section, {"observation_staleness_ms"}, "cluster")
-    return _as_int(
-        section.get("observation_staleness_ms", DEFAULT_OBSERVATION_STALENESS_MS),
-        "cluster.observation_staleness_ms",
-        1,
-    )
-
-
-def _kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
-    """The ``kafka:`` section; the SASL password only by the name of its environment variable."""
-    section = _require_mapping(raw, "kafka")
-    _check_keys(
-        section,
-        {
-            "bootstrap_servers",
-            "request_timeout_ms",
-            "client_id",
-            "security_protocol",
-            "sasl_mechanism",
-            "sasl_plain_username",
-            "sasl_password_env",
-            "ssl_cafile",
-        },
-        "kafka",
-    )
-    if "bootstrap_servers" not in section:
-        raise ConfigError("kafka.bootstrap_servers: required key is missing")
-    servers_raw = section["bootstrap_servers"]
-    if isinstance(servers_raw, str):
-        servers_raw = [s.strip() for s in servers_raw.split(",") if s.strip()]
-    if not isinstance(servers_raw, list) or not servers_raw:
-        raise ConfigError(f"kafka.bootstrap_servers: expected host:port or a list of them, got {_shown(servers_raw)}")
-    servers = tuple(_as_str(s, "kafka.bootstrap_servers[]") for s in servers_raw)
-    for server in servers:
-        if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}", server):
-            raise ConfigError(f"kafka.bootstrap_servers: {_shown(server)} is not host:port")
-    protocol = _as_str(section.get("security_protocol", "PLAINTEXT"), "kafka.security_protocol").upper()
-    if protocol not in SECURITY_PROTOCOLS:
-        raise ConfigError(f"kafka.security_protocol: {_shown(protocol)} is not one of {', '.join(SECURITY_PROTOCOLS)}")
-    mechanism = _optional_str(section, "sasl_mechanism", "kafka.sasl_mechanism")
-    if mechanism is not None:
-        mechanism = mechanism.upper()
-        if mechanism not in SASL_MECHANISMS:
-            raise ConfigError(f"kafka.sasl_mechanism: {_shown(mechanism)} is not one of {', '.join(SASL_MECHANISMS)}")
-    sasl = protocol.startswith("SASL_")
-    if sasl and mechanism is None:
-        raise ConfigError(f"kafka.sasl_mechanism: required with security_protocol {protocol}")
-    if not sasl and mechanism is not None:
-        raise ConfigError(f"kafka.sasl_mechanism: set, but security_protocol {protocol} uses no SASL")
-    username = _optional_str(section, "sasl_plain_username", "kafka.sasl_plain_username")
-    password_env = _optional_str(section, "sasl_password_env", "kafka.sasl_password_env")
-    if sasl and (username is None or password_env is None):
-        missing = "kafka.sasl_plain_username" if username is None else "kafka.sasl_password_env"
-        raise ConfigError(f"{missing}: required with security_protocol {protocol}")
-    if password_env is not None and not os.environ.get(password_env):
-        raise ConfigError(f"kafka.sasl_password_env: the environment variable {password_env} is not set")
-    cafile = _optional_str(section, "ssl_cafile", "kafka.ssl_cafile")
-    return KafkaConfig(
-        bootstrap_servers=servers,
-        request_timeout_ms=_as_int(section.get("request_timeout_ms", 30_000), "kafka.request_timeout_ms", 1),
-        client_id=_as_str(section.get("client_id", "tiering"), "kafka.client_id"),
-        security_protocol=protocol,
-        sasl_mechanism=mechanism,
-        sasl_plain_username=username,
-        sasl_password_env=password_env,
-        ssl_cafile=resolve(cafile) if cafile is not None else None,
-    )
-
-
-def _log_dirs(raw: Any, key: str, resolve: Callable[[str], Path]) -> tuple[Path, ...]:
-    """A broker's ``log.dirs``: a YAML list, or Kafka's comma-separated string."""
-    if isinstance(raw, str):
-        raw = [d for d in raw.split(",") if d]
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{key}: expected a non-empty list of directories")
-    return tuple(resolve(_as_str(d, f"{key}[]")) for d in raw)
-
-
-_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}", re.ASCII)
-
-
-def _parse_brokers(
-    doc: Mapping[str, Any], resolve: Callable[[str], Path]
-) -> tuple[dict[int, BrokerConfig], BrokerConfig | None]:
-    """The ``brokers:`` section (broker id -> ``{log_dirs, queue}``), or the single-broker form's
-    implicit broker (top-level ``log_dirs:``, no id): exactly one of the two forms.
-
-    No two brokers may share a log dir, nor hold one inside another's: each broker's worker
-    reads only its own disks, and a partition must never be read under two broker ids."""
-    if "brokers" in doc and "log_dirs" in doc:
-        raise ConfigError("brokers: give either log_dirs (one broker) or brokers (a cluster), not both")
-    if "brokers" not in doc:
-        if "log_dirs" not in doc:
-            raise ConfigError("log_dirs: required key is missing (or brokers: for a cluster)")
-        return {}, BrokerConfig(None, _log_dirs(doc["log_dirs"], "log_dirs", resolve))
-    section = _require_mapping(doc["brokers"], "brokers")
-    if not section:
-        raise ConfigError("brokers: expected at least one broker (broker id: {log_dirs: [...], queue: NAME})")
-    brokers: dict[int, BrokerConfig] = {}
-    queues: dict[str, int] = {}
-    for key, value in section.items():
-        broker_id = _as_int(key, f"brokers.{_shown(key)}", 0)
-        where = f"brokers.{broker_id}"
-        if broker_id in brokers:
-            raise ConfigError(f"{where}: the broker is given twice")
-        body = _require_mapping(value, where)
-        _check_keys(body, {"log_dirs", "queue"}, where)
-        if "log_dirs" not in body:
-            raise ConfigError(f"{where}.log_dirs: required key is missing")
-        queue = _as_str(body.get("queue", default_queue(broker_id)), f"{where}.queue")
-        if not _QUEUE.fullmatch(queue):
-            raise ConfigError(f"{where}.queue: {_shown(queue)} is not a queue name (letters, digits, _ . : -)")
-        if queue in queues:
-            raise ConfigError(f"{where}.queue: {queue} is broker {queues[queue]}'s queue too")
-        queues[queue] = broker_id
-        brokers[broker_id] = BrokerConfig(broker_id, _log_dirs(body["log_dirs"], f"{where}.log_dirs", resolve), queue)
-    _check_disjoint_log_dirs(brokers)
-    return brokers, None
-
-
-def _check_disjoint_log_dirs(brokers: Mapping[int, BrokerConfig]) -> None:
-    seen: list[tuple[int, Path, Path]] = []
-    for broker_id, broker in brokers.items():
-        for log_dir in broker.log_dirs:
-            real = Path(os.path.realpath(log_dir))
-            for other_id, other, other_real in seen:
-                if real == other_real or real.is_relative_to(other_real) or other_real.is_relative_to(real):
-                    owner = "its own" if other_id == broker_id else f"broker {other_id}'s"
-                    raise ConfigError(f"brokers.{broker_id}.log_dirs: {log_dir} overlaps {owner} log dir {other}")
-            seen.append((broker_id, log_dir, real))
-
-
 def _index_cache_dir(path: Path, log_dirs: tuple[Path, ...], url: str) -> Path:
     """The index cache's directory, apart from the broker's log dirs and the metadata DB: the
     cache evicts files there, and Kafka takes every directory in a log dir for a partition."""
@@ -737,16 +509,6 @@ def load_config(path: Path | str) -> PlatformConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     return parse_config(raw, source=path, base_dir=path.parent.resolve())
-
-
-def broker_id_from_env(environ: Mapping[str, str] | None = None) -> int | None:
-    """``TIERING_BROKER_ID``: this process's broker, as ``--broker`` names it; None when unset."""
-    value = (os.environ if environ is None else environ).get(BROKER_ID_ENV, "").strip()
-    if not value:
-        return None
-    if not _INTEGER.fullmatch(value) or int(value) < 0:
-        raise ConfigError(f"{BROKER_ID_ENV}: expected a broker id (a non-negative integer), got {_shown(value)}")
-    return int(value)
 
 
 def select_broker(
@@ -790,55 +552,3 @@ def check_broker_log_dirs(config: PlatformConfig) -> None:
                 f"{key}: {log_dir} belongs to broker {identity.node_id} by its {META_PROPERTIES}, not to broker "
                 f"{broker.broker_id}: refusing to read it (a worker on the wrong host, or a wrong --broker?)"
             )
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """Where and what, never PyYAML's snippet of the line: it may hold the DB URL's password, and
-    the message reaches logs, the page and DAG import errors."""
-    if not isinstance(exc, yaml.MarkedYAMLError):
-        return type(exc).__name__
-    mark = exc.problem_mark or exc.context_mark
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return where + (exc.problem or exc.context or "syntax error")
-
-
-#: Entries of one mapping after merge keys are expanded: a config has a few dozen; nested merges of
-#: aliases multiply them (``<<: [*a, *a, ...]`` at every level).
-MAX_MAPPING_ENTRIES = 10_000
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, but a key given twice in one mapping is an error naming it:
-    silently keeping the last value would let a typo'd override go unnoticed. Merge keys
-    (``<<: *defaults``) may be overridden, as in YAML itself, up to ``MAX_MAPPING_ENTRIES``."""
-
-    def flatten_mapping(self, node: yaml.MappingNode) -> None:
-        merges = any(key_node.tag == "tag:yaml.org,2002:merge" for key_node, _ in node.value)
-        super().flatten_mapping(node)
-        if merges and len(node.value) > MAX_MAPPING_ENTRIES:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"merge keys expand it to more than {MAX_MAPPING_ENTRIES} entries",
-                node.start_mark,
-            )
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in seen
-            except TypeError:  # an unhashable key: the safe loader names it below
-                continue
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"found duplicate key {_shown(key)}",
-                    key_node.start_mark,
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)

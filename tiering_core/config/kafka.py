@@ -1,0 +1,123 @@
+"""The ``kafka:`` section: the cluster the platform asks for live offsets, topic ids and topic
+configs (tiering_core/live), and the topic configs Kafka owns there."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tiering_core.config.parsing import _as_int, _as_str, _check_keys, _optional_str, _require_mapping, _shown
+from tiering_core.errors import ConfigError
+
+#: The topic configs Kafka owns: with a ``kafka:`` section their topic-level values come from the
+#: cluster (DescribeConfigs), between the YAML's own entry for the topic and its ``"*"`` default.
+BROKER_OWNED_TOPIC_KEYS = (
+    "retention.ms",
+    "retention.bytes",
+    "local.retention.ms",
+    "local.retention.bytes",
+    "cleanup.policy",
+    "remote.storage.enable",
+)
+
+
+@dataclass(frozen=True)
+class BrokerTopicConfig:
+    """A topic's configs as the cluster reports them (DescribeConfigs).
+
+    ``topic_level`` holds the values set on the topic itself (config source
+    DYNAMIC_TOPIC_CONFIG) of the keys in ``BROKER_OWNED_TOPIC_KEYS``; ``retention_ms`` and
+    ``retention_bytes`` are the effective values whatever their source (broker defaults too):
+    a broker that does not know the remote tier deletes its local segments by them.
+    """
+
+    topic_level: Mapping[str, str] = field(default_factory=dict)
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """The cluster the platform asks for live offsets, topic ids and topic configs (``kafka:``).
+
+    The SASL password is never in the file: ``sasl_password_env`` names the environment variable
+    that holds it, read when the client connects.
+    """
+
+    bootstrap_servers: tuple[str, ...]
+    request_timeout_ms: int = 30_000
+    client_id: str = "tiering"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_plain_username: str | None = None
+    sasl_password_env: str | None = None
+    ssl_cafile: Path | None = None
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
+    """The ``kafka:`` section; the SASL password only by the name of its environment variable."""
+    section = _require_mapping(raw, "kafka")
+    _check_keys(
+        section,
+        {
+            "bootstrap_servers",
+            "request_timeout_ms",
+            "client_id",
+            "security_protocol",
+            "sasl_mechanism",
+            "sasl_plain_username",
+            "sasl_password_env",
+            "ssl_cafile",
+        },
+        "kafka",
+    )
+    if "bootstrap_servers" not in section:
+        raise ConfigError("kafka.bootstrap_servers: required key is missing")
+    servers_raw = section["bootstrap_servers"]
+    if isinstance(servers_raw, str):
+        servers_raw = [s.strip() for s in servers_raw.split(",") if s.strip()]
+    if not isinstance(servers_raw, list) or not servers_raw:
+        raise ConfigError(f"kafka.bootstrap_servers: expected host:port or a list of them, got {_shown(servers_raw)}")
+    servers = tuple(_as_str(s, "kafka.bootstrap_servers[]") for s in servers_raw)
+    for server in servers:
+        if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}", server):
+            raise ConfigError(f"kafka.bootstrap_servers: {_shown(server)} is not host:port")
+    protocol = _as_str(section.get("security_protocol", "PLAINTEXT"), "kafka.security_protocol").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"kafka.security_protocol: {_shown(protocol)} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+    mechanism = _optional_str(section, "sasl_mechanism", "kafka.sasl_mechanism")
+    if mechanism is not None:
+        mechanism = mechanism.upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(f"kafka.sasl_mechanism: {_shown(mechanism)} is not one of {', '.join(SASL_MECHANISMS)}")
+    sasl = protocol.startswith("SASL_")
+    if sasl and mechanism is None:
+        raise ConfigError(f"kafka.sasl_mechanism: required with security_protocol {protocol}")
+    if not sasl and mechanism is not None:
+        raise ConfigError(f"kafka.sasl_mechanism: set, but security_protocol {protocol} uses no SASL")
+    username = _optional_str(section, "sasl_plain_username", "kafka.sasl_plain_username")
+    password_env = _optional_str(section, "sasl_password_env", "kafka.sasl_password_env")
+    if sasl and (username is None or password_env is None):
+        missing = "kafka.sasl_plain_username" if username is None else "kafka.sasl_password_env"
+        raise ConfigError(f"{missing}: required with security_protocol {protocol}")
+    if password_env is not None and not os.environ.get(password_env):
+        raise ConfigError(f"kafka.sasl_password_env: the environment variable {password_env} is not set")
+    cafile = _optional_str(section, "ssl_cafile", "kafka.ssl_cafile")
+    return KafkaConfig(
+        bootstrap_servers=servers,
+        request_timeout_ms=_as_int(section.get("request_timeout_ms", 30_000), "kafka.request_timeout_ms", 1),
+        client_id=_as_str(section.get("client_id", "tiering"), "kafka.client_id"),
+        security_protocol=protocol,
+        sasl_mechanism=mechanism,
+        sasl_plain_username=username,
+        sasl_password_env=password_env,
+        ssl_cafile=resolve(cafile) if cafile is not None else None,
+    )
