@@ -188,17 +188,9 @@ class HistoryRow(Base):
     run_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
-class ReplicaObservationRow(Base):
-    """The latest a broker saw of its replica of a partition (one row per broker and partition,
-    overwritten by each run). No foreign key: a replica is observed before anything is tiered."""
+class _ObservedReplica:
+    """What a broker saw of its replica: the columns an observation and a chart point share."""
 
-    __tablename__ = "tiering_replica_observations"
-    __table_args__ = (Index("ix_replica_observations_topic", "topic"),)
-
-    topic_id: Mapped[str] = mapped_column(String(22), primary_key=True)
-    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
-    broker_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    topic: Mapped[str] = mapped_column(String(249))
     high_watermark: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     last_stable_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     log_end_offset: Mapped[int] = mapped_column(BigInteger)
@@ -211,7 +203,20 @@ class ReplicaObservationRow(Base):
     observed_ms: Mapped[int] = mapped_column(BigInteger)
 
 
-class ReplicaObservationPointRow(Base):
+class ReplicaObservationRow(_ObservedReplica, Base):
+    """The latest a broker saw of its replica of a partition (one row per broker and partition,
+    overwritten by each run). No foreign key: a replica is observed before anything is tiered."""
+
+    __tablename__ = "tiering_replica_observations"
+    __table_args__ = (Index("ix_replica_observations_topic", "topic"),)
+
+    topic_id: Mapped[str] = mapped_column(String(22), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    broker_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    topic: Mapped[str] = mapped_column(String(249))
+
+
+class ReplicaObservationPointRow(_ObservedReplica, Base):
     """A downsampled series of observations for charts: per broker and partition, one point per
     ``resolution_ms`` bucket (the bucket's latest observation), pruned past its resolution's horizon."""
 
@@ -223,13 +228,3 @@ class ReplicaObservationPointRow(Base):
     broker_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     resolution_ms: Mapped[int] = mapped_column(Integer, primary_key=True)
     bucket_ms: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    high_watermark: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    last_stable_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    log_end_offset: Mapped[int] = mapped_column(BigInteger)
-    local_log_start_offset: Mapped[int] = mapped_column(BigInteger)
-    local_bytes: Mapped[int] = mapped_column(BigInteger)
-    leader_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    leader_epoch_start_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    at_risk: Mapped[bool] = mapped_column(Boolean)
-    headroom_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
-    observed_ms: Mapped[int] = mapped_column(BigInteger)
