@@ -16,6 +16,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import OffsetSpec
+from kafka.protocol.consumer.offsets import IsolationLevel
+
 from tests.real_kafka.cluster import BROKER_SETTINGS, KafkaCluster
 from tests.real_kafka.support import BesideKafka
 from tiering_core.demo.writer import PartitionWriter
@@ -56,28 +60,16 @@ def produce_every_kind(kafka: KafkaCluster, topic: str) -> int:
 def settled_end(kafka: KafkaCluster, topic: str) -> int:
     """The partition's end once the last transaction marker is in (the coordinator writes it after
     EndTxn returns): the high watermark, when the read_committed end (the LSO) has reached it."""
-    from kafka.protocol.consumer.offsets import IsolationLevel
+    tp = KafkaTopicPartition(topic, 0)
 
     def ends() -> tuple[int, int]:
         admin = kafka.admin()
-        hw = admin.list_partition_offsets({_tp(topic): _latest()})[_tp(topic)].offset
-        lso = admin.list_partition_offsets({_tp(topic): _latest()}, isolation_level=IsolationLevel.READ_COMMITTED)
-        return int(hw), int(lso[_tp(topic)].offset)
+        hw = admin.list_partition_offsets({tp: OffsetSpec.LATEST})[tp].offset
+        lso = admin.list_partition_offsets({tp: OffsetSpec.LATEST}, isolation_level=IsolationLevel.READ_COMMITTED)
+        return int(hw), int(lso[tp].offset)
 
     kafka.wait_until("the last transaction marker", lambda: len(set(ends())) == 1)
     return ends()[0]
-
-
-def _tp(topic: str):  # type: ignore[no-untyped-def]
-    from kafka import TopicPartition as KafkaTP
-
-    return KafkaTP(topic, 0)
-
-
-def _latest():  # type: ignore[no-untyped-def]
-    from kafka.admin import OffsetSpec
-
-    return OffsetSpec.LATEST
 
 
 def replay(log: PartitionLog, into: Path) -> PartitionWriter:
