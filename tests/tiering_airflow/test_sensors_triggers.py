@@ -193,3 +193,35 @@ def test_a_poll_that_hangs_ends_the_wait_with_an_error_event(
     assert event.payload["status"] == "error" and "did not finish within" in event.payload["message"]
     assert "does not answer" in event.payload["message"]
     assert trigger.serialize()[1]["poll_timeout"] == 0.5
+
+
+def test_cancelling_the_trigger_always_lands_even_as_a_poll_finishes(tiering: TieringEnv) -> None:
+    """The triggerer cancels a trigger whose task is gone. A cancellation arriving just as a poll
+    returns must still end the trigger, not be swallowed into another round of polling."""
+    only_active_segment(tiering)
+
+    stop = threading.Event()
+
+    class QuickPolls(EligibleSegmentTrigger):
+        def eligible_partitions(self) -> list[int] | list[str]:
+            if stop.is_set():  # ends a trigger that swallowed its cancellation, so the test can fail
+                raise RuntimeError("stopped")
+            return []
+
+    async def cancel_many() -> int:
+        landed = 0
+        for attempt in range(300):
+            trigger = QuickPolls(topic="orders", config_path=str(tiering.config_path), poll_interval=0)
+            events = trigger.run()
+            task = asyncio.ensure_future(events.__anext__())
+            await asyncio.sleep(0.0005 * (attempt % 7))
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=5)
+            if not done:
+                stop.set()
+                await task
+                pytest.fail(f"cancellation {attempt} was swallowed: the trigger kept polling")
+            landed += task.cancelled()
+        return landed
+
+    assert asyncio.run(cancel_many()) == 300

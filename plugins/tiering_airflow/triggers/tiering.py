@@ -66,7 +66,10 @@ class EligibleSegmentTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
             try:
-                partitions = await asyncio.wait_for(asyncio.to_thread(self.eligible_partitions), self.poll_timeout)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation
+                # that arrives as the poll finishes, and the triggerer's cancel would never land.
+                async with asyncio.timeout(self.poll_timeout):
+                    partitions = await asyncio.to_thread(self.eligible_partitions)
             except TimeoutError:
                 message = (
                     f"checking for eligible segments did not finish within {self.poll_timeout:.0f} s "
