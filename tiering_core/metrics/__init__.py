@@ -1,0 +1,10 @@
+"""The platform's metrics, in Kafka's names (KIP-405 and KIP-930).
+
+- ``names``: the metric set, each with its kind, labels and meaning, and its names in StatsD
+  (``tiering.<Name>``) and Prometheus (``tiering_<Name>``);
+- ``sink``: where a run reports what it did as it happens (Airflow's StatsD or OpenTelemetry
+  pipeline inside a task, nothing elsewhere);
+- ``snapshot``: the values the store holds for every partition, from which the Prometheus
+  exposition and the Tiering page are computed (so counters survive restarts and every broker
+  is reflected).
+"""

@@ -1,0 +1,108 @@
+"""What the store holds of every partition's tiering, read at once: the values the Prometheus
+exposition and the Tiering page are computed from.
+
+Counters are the store's (recorded by the runs as they act), so they survive every restart of
+whatever serves them; gauges come from the latest replica observations (the best fresh replica's
+copy lag, each replica's local-retention risk) and the segment metadata (remote size and count).
+``db_now_ms`` is the database clock the ages are measured against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(slots=True)
+class PartitionCounters:
+    """Counts recorded in the store for one partition (on one broker, or summed over brokers)."""
+
+    copy_bytes: int = 0
+    copy_requests: int = 0
+    copy_errors: int = 0
+    delete_requests: int = 0
+    delete_errors: int = 0
+    fetch_bytes: int = 0
+    fetch_requests: int = 0
+    fetch_errors: int = 0
+    index_repairs: int = 0
+    scrub_failures: int = 0
+
+    def add(self, other: PartitionCounters) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+#: The broker id under which acts that run on no broker (reads, verify) are counted.
+NO_BROKER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMetrics:
+    """One broker's replica as its latest observation says."""
+
+    broker_id: int
+    observed_ms: int
+    stale: bool
+    at_risk: bool
+    headroom_seconds: float | None
+    high_watermark: int | None
+    last_stable_offset: int | None
+    log_end_offset: int
+    local_log_start_offset: int
+    leader_epoch: int | None
+
+
+@dataclass(slots=True)
+class PartitionMetrics:
+    """One partition's tiering figures. Lags are the best fresh replica's (None: no fresh replica
+    observed one); ``last_copy_ms`` is the database clock of the last segment copy that finished."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    remote_bytes: int = 0
+    remote_segments: int = 0
+    metadata_count: int = 0
+    copy_lag_bytes: int | None = None
+    copy_lag_segments: int | None = None
+    delete_lag_bytes: int | None = None
+    delete_lag_segments: int | None = None
+    gap_count: int = 0
+    gap_offsets: int = 0
+    last_copy_ms: int | None = None
+    delete_state: str | None = None
+    best_broker: int | None = None
+    replicas: list[ReplicaMetrics] = field(default_factory=list)
+    #: Per broker id (``NO_BROKER`` for acts on no broker).
+    counters_by_broker: dict[int, PartitionCounters] = field(default_factory=dict)
+
+    @property
+    def counters(self) -> PartitionCounters:
+        total = PartitionCounters()
+        for c in self.counters_by_broker.values():
+            total.add(c)
+        return total
+
+    @property
+    def at_risk(self) -> bool:
+        return any(r.at_risk and not r.stale for r in self.replicas)
+
+
+@dataclass(slots=True)
+class MetricsSnapshot:
+    """Every partition the store knows (or one topic's), with the database clock and the brokers
+    of the config that reported nothing fresh (stale everywhere)."""
+
+    db_now_ms: int
+    partitions: list[PartitionMetrics]
+    silent_brokers: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesPoint:
+    """One chart point of a topic: its remote size and copy lag at ``at_ms`` (summed over its
+    partitions, each partition's highest value among its replicas in that bucket)."""
+
+    at_ms: int
+    remote_bytes: int
+    copy_lag_bytes: int
