@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from tiering_core.metadata.values import TaskAttempt
+
 
 @dataclass(slots=True)
 class PartitionCounters:
@@ -55,7 +57,9 @@ class ReplicaMetrics:
 @dataclass(slots=True)
 class PartitionMetrics:
     """One partition's tiering figures. Lags are the best fresh replica's (None: no fresh replica
-    observed one); ``last_copy_ms`` is the database clock of the last segment copy that finished."""
+    observed one); ``last_copy_ms`` is the database clock of the last segment copy that finished;
+    ``last_task`` the Airflow task instance of the last run that acted on the partition (copy,
+    retention or removal), for the page's link to its log."""
 
     topic: str
     partition: int
@@ -72,6 +76,7 @@ class PartitionMetrics:
     last_copy_ms: int | None = None
     delete_state: str | None = None
     best_broker: int | None = None
+    last_task: TaskAttempt | None = None
     replicas: list[ReplicaMetrics] = field(default_factory=list)
     #: Per broker id (``NO_BROKER`` for acts on no broker).
     counters_by_broker: dict[int, PartitionCounters] = field(default_factory=dict)
