@@ -12,6 +12,8 @@ endpoint from its extra ``endpoint_url``; the metadata DB password may come from
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
@@ -230,12 +232,16 @@ class TieringHook(BaseHook):
         """Credentials and endpoint from the connection; ``None`` means the config and the AWS chain."""
         return connection_credentials(self.aws_conn_id, self.log)
 
-    def get_conn(self, config: PlatformConfig | None = None) -> TieringContext:
-        """An open context (metadata store, remote storage) on ``config`` (default ``get_config()``);
-        use it as a context manager."""
+    @contextmanager
+    def get_conn(self, config: PlatformConfig | None = None) -> Iterator[TieringContext]:
+        """An open context (metadata store, remote storage) on ``config`` (default ``get_config()``),
+        as a context manager; while it is open, what the runs report goes out through Airflow's
+        metrics pipeline (``tiering_airflow.metrics``)."""
+        from tiering_airflow.metrics import task_metrics
         from tiering_core.context import TieringContext
 
-        return TieringContext.open(config or self.get_config(), self.get_credentials())
+        with TieringContext.open(config or self.get_config(), self.get_credentials()) as ctx, task_metrics():
+            yield ctx
 
     def partitions(self, topic: str, config: PlatformConfig | None = None) -> list[int]:
         """The topic's partition numbers in the log dirs of ``config`` (default ``get_config()``);
