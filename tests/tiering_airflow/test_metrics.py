@@ -4,15 +4,16 @@ fails without failing the run."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import socket
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from statsd import StatsClient
 
 from tests.engine_support import TieringEnv
+from tests.metrics_support import OtlpReceiver, StatsdListener, reader_points, with_reader
 from tiering_airflow.hooks.tiering import TieringHook
 from tiering_airflow.metrics import AirflowStatsSink, task_metrics
 from tiering_core.metrics.names import REMOTE_COPY_BYTES, REMOTE_COPY_REQUESTS, REMOTE_LOG_SIZE_BYTES
@@ -21,36 +22,11 @@ from tiering_core.metrics.sink import NullSink, current_sink, emit
 Configure = Callable[..., None]
 
 
-class StatsdListener:
-    """A StatsD server: a UDP socket on a free local port, read until the expected lines came."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(5)
-        self.port = self.sock.getsockname()[1]
-
-    def lines(self, count: int) -> list[str]:
-        received: list[str] = []
-        while len(received) < count:
-            data, _ = self.sock.recvfrom(65535)
-            received += data.decode("ascii").splitlines()
-        return received
-
-    def nothing_more(self) -> bool:
-        self.sock.settimeout(0.2)
-        try:
-            self.sock.recvfrom(65535)
-        except TimeoutError:
-            return True
-        return False
-
-
 @pytest.fixture()
 def statsd_listener() -> Iterator[StatsdListener]:
     listener = StatsdListener()
     yield listener
-    listener.sock.close()
+    listener.close()
 
 
 @pytest.fixture()
@@ -107,7 +83,7 @@ def test_prefix_and_block_list_are_airflows_settings(airflow_stats: Configure, s
         emit(REMOTE_COPY_BYTES, 4096, "orders", 0, broker_id=1)
         emit(REMOTE_COPY_REQUESTS, 1, "orders", 0, broker_id=1)
     assert statsd_listener.lines(1) == ["kafka.tiering.RemoteCopyRequests,topic=orders,partition=0,broker=1:1|c"]
-    assert statsd_listener.nothing_more()
+    assert statsd_listener.drain() == []
 
 
 def test_without_influxdb_tags_statsd_gets_the_bare_names(
@@ -130,7 +106,7 @@ def test_a_context_from_the_hook_reports_through_airflow_until_it_closes(
     assert isinstance(current_sink(), NullSink)
     emit(REMOTE_COPY_REQUESTS, 1, "orders", 0, broker_id=1)  # after the context: nowhere
     assert statsd_listener.lines(1) == ["airflow.tiering.RemoteCopyRequests,topic=orders,partition=0,broker=1:1|c"]
-    assert statsd_listener.nothing_more()
+    assert statsd_listener.drain() == []
 
 
 # A StatsD host that cannot be reached never fails the run.
@@ -178,63 +154,39 @@ def test_a_failing_metrics_backend_is_logged_once_and_never_fails_the_run(
     assert warnings[0].exc_info is not None and "injected" in str(warnings[0].exc_info[1])
 
 
-# OpenTelemetry: Airflow's OTel logger over an SDK MeterProvider whose reader is the in-memory one.
+# OpenTelemetry: the SDK's in-memory reader on the MeterProvider Airflow's OTel logger builds.
 
 
-def otel_points(reader: Any) -> dict[str, list[tuple[dict[str, Any], float]]]:
-    """Each metric's data points (attributes, value) as the SDK's in-memory reader collected them."""
-    data = reader.get_metrics_data()
-    return {
-        metric.name: [(dict(point.attributes or {}), point.value) for point in metric.data.data_points]
-        for resource_metrics in data.resource_metrics
-        for scope_metrics in resource_metrics.scope_metrics
-        for metric in scope_metrics.metrics
-    }
+@pytest.fixture()
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()
 
 
-def test_run_metrics_reach_opentelemetry_with_their_attributes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``otel_on`` selects Airflow's OTel logger; it is built as ``get_otel_logger`` builds it (the
-    prefix, the allow/block lists), on a MeterProvider whose reader is the SDK's in-memory one
-    where Airflow puts its periodic OTLP exporter."""
-    from airflow.sdk._shared.observability.metrics.otel_logger import SafeOtelLogger
-    from airflow.sdk._shared.observability.metrics.validators import get_validator
-    from airflow.sdk.configuration import conf
-    from airflow.sdk.observability.metrics import otel_logger, stats_utils
-    from airflow.sdk.observability.stats import Stats
-    from opentelemetry.sdk.metrics import MeterProvider
+def test_run_metrics_reach_opentelemetry_with_their_attributes(
+    airflow_stats: Configure, otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.sdk._shared.observability.metrics import otel_logger
+    from opentelemetry import metrics
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
-    monkeypatch.setenv("AIRFLOW__METRICS__OTEL_ON", "True")
-    monkeypatch.setenv("AIRFLOW__METRICS__OTEL_PREFIX", "airflow")
-    assert stats_utils.get_stats_factory() is otel_logger.get_otel_logger
     reader = InMemoryMetricReader()
-    provider = MeterProvider(resource=Resource.create({SERVICE_NAME: "airflow"}), metric_readers=[reader])
-    logger = SafeOtelLogger(
-        provider,
-        conf.get("metrics", "otel_prefix"),
-        get_validator(conf.get("metrics", "metrics_allow_list"), conf.get("metrics", "metrics_block_list")),
-    )
-
-    def factory() -> Any:  # typed as Airflow's own factory lookup returns it
-        return logger
-
-    Stats.initialize(factory=factory, export_legacy_names=True)
-    try:
-        with task_metrics():
-            emit(REMOTE_COPY_REQUESTS, 1, "orders.v2", 3, broker_id=2)
-            emit(REMOTE_COPY_BYTES, 4096, "orders.v2", 3, broker_id=2)
-            emit(REMOTE_COPY_BYTES, 1024, "orders.v2", 3, broker_id=2)
-            emit(REMOTE_LOG_SIZE_BYTES, 81920, "orders.v2", 3)
-        points = otel_points(reader)
-    finally:
-        from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
-
-        Stats.initialize(factory=NoStatsLogger, export_legacy_names=True)
-        provider.shutdown()
+    monkeypatch.setattr(otel_logger, "MeterProvider", with_reader(reader))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", otlp_receiver.url)  # Airflow's own exporter
+    airflow_stats(otel_on="True", otel_prefix="airflow")
+    with task_metrics():
+        emit(REMOTE_COPY_REQUESTS, 1, "orders.v2", 3, broker_id=2)
+        emit(REMOTE_COPY_BYTES, 4096, "orders.v2", 3, broker_id=2)
+        emit(REMOTE_COPY_BYTES, 1024, "orders.v2", 3, broker_id=2)
+        emit(REMOTE_LOG_SIZE_BYTES, 81920, "orders.v2", 3)
+    points = reader_points(reader, "airflow.tiering.")
+    metrics.get_meter_provider().shutdown()  # type: ignore[attr-defined]  # its last export, to the receiver
+    atexit.unregister(otel_logger.flush_otel_metrics)  # nothing left for the flush Airflow set for exit
     replica = {"topic": "orders.v2", "partition": "3", "broker": "2"}
     assert points == {  # instrument names are case-insensitive: the SDK reports them in lower case
         "airflow.tiering.remotecopyrequests": [(replica, 1)],
         "airflow.tiering.remotecopybytes": [(replica, 5120)],
         "airflow.tiering.remotelogsizebytes": [({"topic": "orders.v2", "partition": "3"}, 81920)],
     }
+    assert set(points) <= otlp_receiver.metric_names()  # and the collector got them from Airflow's exporter
