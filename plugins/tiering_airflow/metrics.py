@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from airflow.sdk.observability.stats import Stats
+
 from tiering_core.metrics.names import MetricSpec
 from tiering_core.metrics.sink import Tags, emitting
 
@@ -34,13 +36,9 @@ class AirflowStatsSink:
         self._failed = threading.Event()  # one warning per sink, not one per segment copied
 
     def incr(self, spec: MetricSpec, count: int, tags: Tags) -> None:
-        from airflow.sdk.observability.stats import Stats
-
         self._send(Stats.incr, spec, count, tags)
 
     def gauge(self, spec: MetricSpec, value: float, tags: Tags) -> None:
-        from airflow.sdk.observability.stats import Stats
-
         self._send(Stats.gauge, spec, value, tags)
 
     def _send(self, send: Callable[..., Any], spec: MetricSpec, value: float, tags: Tags) -> None:
