@@ -47,6 +47,15 @@ assert isinstance(_latest, Table) and isinstance(_points, Table)
 LATEST: Table = _latest
 POINTS: Table = _points
 
+#: The lags and remote size a run computed (nullable), in ``ReplicaObservation``'s field order.
+LAG_COLUMNS = (
+    "copy_lag_bytes",
+    "copy_lag_segments",
+    "delete_lag_bytes",
+    "delete_lag_segments",
+    "remote_bytes",
+    "remote_segments",
+)
 #: The observed values, in the order of ``ReplicaObservation``'s fields after the partition.
 VALUE_COLUMNS = (
     "high_watermark",
@@ -59,6 +68,7 @@ VALUE_COLUMNS = (
     "at_risk",
     "headroom_seconds",
     "observed_ms",
+    *LAG_COLUMNS,
 )
 ROW_COLUMNS = ("topic_id", "topic", "partition", "broker_id", *VALUE_COLUMNS)
 
@@ -97,7 +107,7 @@ def check_broker_id(broker_id: object, allowed: Collection[int] | None, what: ob
 
 def observation_from_row(row: Sequence[Any], tip: TopicIdPartition) -> ReplicaObservation:
     """A value from a row of ``ROW_COLUMNS`` (the tip given, shared by its brokers' rows)."""
-    (_, _, _, broker, hw, lso, leo, start, size, epoch, epoch_start, risk, headroom, observed) = row
+    (_, _, _, broker, hw, lso, leo, start, size, epoch, epoch_start, risk, headroom, observed, *lags) = row
     return ReplicaObservation(
         broker,
         tip,
@@ -111,6 +121,7 @@ def observation_from_row(row: Sequence[Any], tip: TopicIdPartition) -> ReplicaOb
         bool(risk),
         None if headroom is None else float(headroom),
         int(observed),
+        *lags,
     )
 
 
@@ -196,6 +207,7 @@ class ObservationStore(StoreCore):
                     "at_risk": bool(o.at_risk),
                     "headroom_seconds": o.headroom_seconds,
                     "observed_ms": db_now,
+                    **{name: getattr(o, name) for name in LAG_COLUMNS},
                 }
                 for o in ordered
             ]
@@ -252,7 +264,23 @@ class ObservationStore(StoreCore):
         partitions: dict[tuple[str, int], tuple[TopicIdPartition, dict[int, ReplicaObservation]]] = {}
         with collector_paused:
             for row in rows:
-                topic_id, topic, partition, broker, hw, lso, leo, start, size, epoch, epoch_start, risk, room, at = row
+                (
+                    topic_id,
+                    topic,
+                    partition,
+                    broker,
+                    hw,
+                    lso,
+                    leo,
+                    start,
+                    size,
+                    epoch,
+                    epoch_start,
+                    risk,
+                    room,
+                    at,
+                    *lags,
+                ) = row
                 known = partitions.get((topic_id, partition))
                 if known is None:
                     tip_of_row = TopicIdPartition(topic_id, TopicPartition(topic, partition))
@@ -271,6 +299,7 @@ class ObservationStore(StoreCore):
                     bool(risk),
                     None if room is None else float(room),
                     int(at),
+                    *lags,
                 )
         return ClusterObservations(db_now, by_tip)
 
