@@ -33,7 +33,7 @@ from tiering_core.metadata.errors import UnknownBrokerError
 from tiering_core.metadata.listing import _collector_paused as collector_paused
 from tiering_core.metadata.models import ReplicaObservationPointRow, ReplicaObservationRow
 from tiering_core.metadata.queries import DriverQuery, Statements
-from tiering_core.metadata.transactions import StoreCore, now_ms, tip_params
+from tiering_core.metadata.transactions import StoreCore, tip_params
 from tiering_core.metadata.values import ClusterObservations, ReplicaObservation
 
 MINUTE_MS = 60_000
@@ -166,9 +166,6 @@ class ObservationStore(StoreCore):
     @cached_property
     def _oq(self) -> ObservationStatements:
         return ObservationStatements(self.engine.dialect, self._q)
-
-    def _db_now(self, conn: Any) -> int:
-        return int(conn.execute(self._q.clock).scalar_one()) if self._pg else now_ms()
 
     def record_observations(
         self, observations: Sequence[ReplicaObservation], *, brokers: Collection[int] | None = None
