@@ -37,7 +37,16 @@ COUNTERS: Table = _counters
 COUNT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(PartitionCounters))
 TASK_COLUMNS = ("last_dag_id", "last_run_id", "last_task_id", "last_map_index", "last_try_number")
 #: A counters row as read: the replica, its counts, the last copy, the last task.
-READ_COLUMNS = ("topic_id", "topic", "partition", "broker_id", *COUNT_COLUMNS, "last_copy_ms", *TASK_COLUMNS)
+READ_COLUMNS = (
+    "topic_id",
+    "topic",
+    "partition",
+    "broker_id",
+    *COUNT_COLUMNS,
+    "last_copy_ms",
+    "last_task_ms",
+    *TASK_COLUMNS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +58,7 @@ class ReplicaCounters:
     counters: PartitionCounters
     last_copy_ms: int | None
     last_task: TaskAttempt | None
+    last_task_ms: int | None = None
 
 
 def task_of_row(
@@ -65,13 +75,14 @@ def counters_from_row(row: Sequence[Any]) -> ReplicaCounters:
     n = len(COUNT_COLUMNS)
     topic_id, topic, partition, broker = row[:4]
     counts = PartitionCounters(*(int(v) for v in row[4 : 4 + n]))
-    last_copy = row[4 + n]
+    last_copy, last_task_ms = row[4 + n], row[5 + n]
     return ReplicaCounters(
         TopicIdPartition(topic_id, TopicPartition(topic, partition)),
         broker,
         counts,
         None if last_copy is None else int(last_copy),
-        task_of_row(*row[5 + n :]),
+        task_of_row(*row[6 + n :]),
+        None if last_task_ms is None else int(last_task_ms),
     )
 
 
@@ -92,7 +103,9 @@ class CounterStatements:
         acted = added.last_dag_id.is_not(None)
         set_: dict[str, Any] = {name: COUNTERS.c[name] + added[name] for name in COUNT_COLUMNS}
         set_["last_copy_ms"] = func.coalesce(added.last_copy_ms, COUNTERS.c.last_copy_ms)
-        set_.update({name: case((acted, added[name]), else_=COUNTERS.c[name]) for name in TASK_COLUMNS})
+        set_.update(
+            {name: case((acted, added[name]), else_=COUNTERS.c[name]) for name in (*TASK_COLUMNS, "last_task_ms")}
+        )
         set_["updated_ms"] = added.updated_ms
         self.add = upsert.on_conflict_do_update(index_elements=["topic_id", "partition", "broker_id"], set_=set_)
         columns = [COUNTERS.c[name] for name in READ_COLUMNS]
@@ -137,6 +150,7 @@ class CounterStore(StoreCore):
                     "last_task_id": None if attempt is None else attempt.task_id,
                     "last_map_index": None if attempt is None else attempt.map_index,
                     "last_try_number": None if attempt is None else attempt.try_number,
+                    "last_task_ms": None if attempt is None else db_now,
                     "updated_ms": db_now,
                 },
             )

@@ -240,7 +240,7 @@ class ReplicaObservationPointRow(_ObservedReplica, Base):
 class PartitionCountersRow(Base):
     """What runs did to a partition on one broker (``NO_BROKER``, -1: on no broker), each count
     raised by the run that acted; ``last_copy_ms`` is the database clock of the last finished
-    copy, ``last_*`` the task instance of the last run that acted. No foreign key: reads count
+    copy, ``last_*`` the task instance of the last run that acted (at ``last_task_ms``). No foreign key: reads count
     for partitions the store may have dropped since."""
 
     __tablename__ = "tiering_partition_counters"
@@ -266,4 +266,5 @@ class PartitionCountersRow(Base):
     last_task_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
     last_map_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_try_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_task_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     updated_ms: Mapped[int] = mapped_column(BigInteger)

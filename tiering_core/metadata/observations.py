@@ -73,11 +73,21 @@ VALUE_COLUMNS = (
 ROW_COLUMNS = ("topic_id", "topic", "partition", "broker_id", *VALUE_COLUMNS)
 
 
+def replica_rank(leader_epoch: int | None, last_stable_offset: int | None, broker_id: int) -> tuple[int, int, int]:
+    """Sorts the best replica first: highest leader epoch, highest LSO, lowest broker id (the rule
+    of ``best_replica_of``, for callers ranking plain rows)."""
+    epoch = -1 if leader_epoch is None else leader_epoch
+    lso = -1 if last_stable_offset is None else last_stable_offset
+    return (-epoch, -lso, broker_id)
+
+
+def is_fresh(observed_ms: int, now_ms: int, staleness_ms: int) -> bool:
+    """An observation made at ``observed_ms`` still counts at ``now_ms`` (database clock)."""
+    return now_ms - observed_ms <= staleness_ms
+
+
 def _rank(observation: ReplicaObservation) -> tuple[int, int, int]:
-    """Sorts the best replica first: highest leader epoch, highest LSO, lowest broker id."""
-    epoch = -1 if observation.leader_epoch is None else observation.leader_epoch
-    lso = -1 if observation.last_stable_offset is None else observation.last_stable_offset
-    return (-epoch, -lso, observation.broker_id)
+    return replica_rank(observation.leader_epoch, observation.last_stable_offset, observation.broker_id)
 
 
 def best_replica_of(
@@ -87,7 +97,7 @@ def best_replica_of(
     when none was observed within ``staleness_ms`` of ``now_ms`` (the database clock)."""
     if isinstance(staleness_ms, bool) or not isinstance(staleness_ms, int) or staleness_ms < 0:
         raise ValueError(f"staleness must be a non-negative number of milliseconds, not {staleness_ms!r}")
-    fresh = [o for o in observations if now_ms - o.observed_ms <= staleness_ms]
+    fresh = [o for o in observations if is_fresh(o.observed_ms, now_ms, staleness_ms)]
     return min(fresh, key=_rank, default=None)
 
 
@@ -241,6 +251,15 @@ class ObservationStore(StoreCore):
         replicas, db_now = self.observations_of(tip)
         return best_replica_of(replicas.values(), now_ms=db_now, staleness_ms=staleness_ms)
 
+    def latest_observation_rows(self, *, topic: str | None = None) -> tuple[int, list[tuple[Any, ...]]]:
+        """The database clock and the latest observation of every replica (or one topic's) as
+        plain tuples of ``ROW_COLUMNS``: for figures over tens of thousands of replicas."""
+        with self._read() as conn:
+            db_now = self._db_now(conn)
+            if topic is None:
+                return db_now, self._oq.latest_all.rows(conn, {})
+            return db_now, self._oq.latest_of_topic.rows(conn, {"topic": topic})
+
     def latest_observations(
         self, tip: TopicIdPartition | None = None, *, topic: str | None = None
     ) -> ClusterObservations:
@@ -249,12 +268,7 @@ class ObservationStore(StoreCore):
         if tip is not None:
             replicas, db_now = self.observations_of(tip)
             return ClusterObservations(db_now, {tip: replicas} if replicas else {})
-        with self._read() as conn:
-            db_now = self._db_now(conn)
-            if topic is None:
-                rows = self._oq.latest_all.rows(conn, {})
-            else:
-                rows = self._oq.latest_of_topic.rows(conn, {"topic": topic})
+        db_now, rows = self.latest_observation_rows(topic=topic)
         # Rows to values with the collector paused (tens of thousands of objects would trigger
         # collections that walk them all), each partition's key built and hashed once.
         by_tip: dict[TopicIdPartition, dict[int, ReplicaObservation]] = {}

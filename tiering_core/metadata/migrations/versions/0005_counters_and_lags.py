@@ -60,6 +60,7 @@ def upgrade() -> None:
         sa.Column("last_task_id", sa.String(250), nullable=True),
         sa.Column("last_map_index", sa.Integer(), nullable=True),
         sa.Column("last_try_number", sa.Integer(), nullable=True),
+        sa.Column("last_task_ms", sa.BigInteger(), nullable=True),
         sa.Column("updated_ms", sa.BigInteger(), nullable=False),
     )
     op.create_index("ix_partition_counters_topic", "tiering_partition_counters", ["topic"])
