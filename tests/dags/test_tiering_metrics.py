@@ -1,0 +1,230 @@
+"""The copy DAG's metrics through Airflow's own pipeline, end to end: ``dag.test()`` of the copy DAG
+of a two-broker cluster, in a fresh process whose ``[metrics]`` settings turn StatsD (a UDP socket
+in the test is the server) or OpenTelemetry (the SDK's in-memory reader on the MeterProvider
+Airflow builds, and an OTLP endpoint in the test as the collector) on. Airflow reads those settings
+when its stats start, which a task process does once, at its start: hence the fresh process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.airflow_support import ROOT, airflow_env, task_runs
+from tests.dags.test_tiering_dags import DAGS
+from tests.dags.test_tiering_dags_cluster import Cluster, cluster_doc, with_segments
+from tests.engine_support import TieringEnv, tip_of
+from tests.metrics_support import OtlpReceiver, StatsdListener
+from tests.services import S3Endpoint
+from tiering_core.config import load_config
+from tiering_core.context import TieringContext
+from tiering_core.demo.writer import PartitionWriter
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.metrics.collect import collect_metrics
+from tiering_core.metrics.snapshot import PartitionCounters
+from tiering_core.storage.layout import ObjectKind, partition_prefix
+
+DAG_ID = "tiering_copy__orders"
+
+# Runs the copy DAG once and prints its run id and state (and, for OpenTelemetry, what the SDK's
+# in-memory reader collected). Stats start from the [metrics] settings as a task process's do.
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from airflow.sdk.configuration import conf
+    from airflow.sdk.observability.metrics import stats_utils
+    from airflow.sdk.observability.stats import Stats
+
+    otel = sys.argv[1] == "otel"
+    if otel:
+        from airflow.sdk._shared.observability.metrics import otel_logger
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from tests.metrics_support import reader_points, with_reader
+
+        reader = InMemoryMetricReader()
+        otel_logger.MeterProvider = with_reader(reader)
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=sys.argv[2]).dags[sys.argv[3]]
+    Stats.initialize(
+        factory=stats_utils.get_stats_factory(), export_legacy_names=conf.getboolean("metrics", "legacy_names_on")
+    )
+    run = dag.test()
+    out = {"state": run.state, "run_id": run.run_id}
+    if otel:
+        out["points"] = reader_points(reader, "airflow.tiering.")
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.fixture()
+def cluster(tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch) -> Cluster:
+    """Two brokers' log dirs, the tier on moto's S3 server (``tiering``'s bucket and connection)."""
+    c = Cluster(tiering.root, tiering.config_path, cluster_doc(tiering.root, tiering.remote, orders={}))
+    c.write()
+    monkeypatch.setenv("TIERING_SENSOR_POKE_SECONDS", "0.2")
+    monkeypatch.delenv("TIERING_SENSOR_DEFERRABLE", raising=False)
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    return c
+
+
+@pytest.fixture()
+def statsd_listener() -> Iterator[StatsdListener]:
+    listener = StatsdListener()
+    yield listener
+    listener.close()
+
+
+@pytest.fixture()
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()
+
+
+def run_copy_dag(mode: str, metrics: dict[str, str]) -> dict[str, Any]:
+    settings = {f"AIRFLOW__METRICS__{key.upper()}": value for key, value in metrics.items()}
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode, str(DAGS / "tiering_dags.py"), DAG_ID],
+        env={**os.environ, **airflow_env(), **settings},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["state"] == "success"
+    return out
+
+
+def two_brokers(cluster: Cluster) -> dict[tuple[str, str], PartitionWriter]:
+    """orders-0 and orders-2 on broker 1 with 2 segments to copy, orders-1 on broker 2 with 3."""
+    writers = {(str(p), "1"): with_segments(cluster.writer(1, "orders", p), 2) for p in (0, 2)}
+    writers[("1", "2")] = with_segments(cluster.writer(2, "orders", 1), 3)
+    return writers
+
+
+def segment_id_of(key: str) -> str:
+    """The segment id in an object's key (``.../<base>-<uuid>.<kind>``)."""
+    return key.rsplit("/", 1)[1].split("-", 1)[1][:36]
+
+
+@dataclass(frozen=True)
+class Copied:
+    """What the store and the bucket have of a partition's copy."""
+
+    segments: int  # COPY_SEGMENT_FINISHED in the store
+    log_bytes: int  # their size in the store: the remote log size
+    object_bytes: int  # what the bucket holds for them, each segment's objects but its manifest
+    counters: PartitionCounters  # the store's counters of the partition's broker
+
+
+def copied(cluster: Cluster, s3_endpoint: S3Endpoint, w: PartitionWriter, broker: int) -> Copied:
+    with TieringContext.open(load_config(cluster.config_path)) as ctx:
+        done = {
+            str(s.segment_id): s.size_bytes
+            for s in ctx.metadata.list_segments(tip_of(w))
+            if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        }
+        (figures,) = [p for p in collect_metrics(ctx, w.tp.topic).partitions if p.partition == w.tp.partition]
+    remote = cluster.doc["remote"]
+    listing = s3_endpoint.client().list_objects_v2(
+        Bucket=remote["bucket"], Prefix=partition_prefix(tip_of(w), remote["prefix"])
+    )
+    objects = [o for o in listing.get("Contents", []) if segment_id_of(o["Key"]) in done]
+    assert {segment_id_of(o["Key"]) for o in objects} == set(done)
+    return Copied(
+        len(done),
+        sum(done.values()),
+        sum(o["Size"] for o in objects if not o["Key"].endswith(ObjectKind.MANIFEST.value)),
+        figures.counters_by_broker[broker],
+    )
+
+
+def statsd_totals(lines: list[str], prefix: str) -> dict[str, dict[tuple[str, ...], float]]:
+    """Per metric and tag values, the sum of a counter's increments or a gauge's last value."""
+    totals: dict[str, dict[tuple[str, ...], float]] = defaultdict(dict)
+    for line in lines:
+        name_and_tags, _, rest = line.partition(":")
+        if not name_and_tags.startswith(prefix):
+            continue  # Airflow's own metrics of the run
+        name, *tags = name_and_tags.split(",")
+        value, kind = rest.split("|")[:2]
+        key = tuple(tags)
+        series = totals[name.removeprefix(prefix)]
+        series[key] = series.get(key, 0) + float(value) if kind == "c" else float(value)
+    return dict(totals)
+
+
+def test_copy_dag_metrics_reach_a_statsd_server_with_names_tags_and_values(
+    cluster: Cluster, s3_endpoint: S3Endpoint, statsd_listener: StatsdListener
+) -> None:
+    writers = two_brokers(cluster)
+    out = run_copy_dag(
+        "statsd",
+        {
+            "statsd_on": "True",
+            "statsd_host": "127.0.0.1",
+            "statsd_port": str(statsd_listener.port),
+            "statsd_prefix": "airflow",
+            "statsd_influxdb_enabled": "True",
+        },
+    )
+    totals = statsd_totals(statsd_listener.drain(), "airflow.tiering.")
+
+    copies = {
+        label: task.result
+        for group in ("broker_1", "broker_2")
+        for label, task in task_runs(DAG_ID, out["run_id"], f"{group}.copy").items()
+    }
+    for (partition, broker), w in writers.items():
+        done = copied(cluster, s3_endpoint, w, int(broker))
+        assert done.segments == copies[f"orders-{partition}"]["segments_copied"] == {"0": 2, "2": 2, "1": 3}[partition]
+        replica = ("topic=orders", f"partition={partition}", f"broker={broker}")
+        assert totals["RemoteCopyRequests"][replica] == done.segments == done.counters.copy_requests
+        assert totals["RemoteCopyBytes"][replica] == done.object_bytes == done.counters.copy_bytes
+        assert replica not in totals.get("RemoteCopyErrors", {}) and done.counters.copy_errors == 0
+        assert totals["LocalRetentionRisk"][replica] == 0
+        # The gauges the copy run left: nothing behind, the remote log as the store has it.
+        at_end = {name: series[replica[:2]] for name, series in totals.items() if replica[:2] in series}
+        assert at_end == {
+            "RemoteCopyLagBytes": 0,
+            "RemoteCopyLagSegments": 0,
+            "RemoteLogSizeBytes": done.log_bytes,
+            "RemoteLogMetadataCount": done.segments,
+        }
+    # Only the replicas that copied: broker 2 never reported orders-0 or orders-2.
+    assert sorted(totals["RemoteCopyRequests"]) == sorted(
+        ("topic=orders", f"partition={p}", f"broker={b}") for p, b in writers
+    )
+
+
+def test_copy_dag_metrics_reach_opentelemetry_with_their_attributes(
+    cluster: Cluster, s3_endpoint: S3Endpoint, otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writers = two_brokers(cluster)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", otlp_receiver.url)  # Airflow's own exporter's
+    out = run_copy_dag("otel", {"otel_on": "True", "otel_prefix": "airflow"})
+    points = {
+        name: {tuple(sorted(attributes.items())): value for attributes, value in series}
+        for name, series in out["points"].items()
+    }
+    for (partition, broker), w in writers.items():
+        done = copied(cluster, s3_endpoint, w, int(broker))
+        on_partition = (("partition", partition), ("topic", "orders"))
+        replica = (("broker", broker), *on_partition)
+        assert points["airflow.tiering.remotecopyrequests"][replica] == done.segments
+        assert points["airflow.tiering.remotecopybytes"][replica] == done.object_bytes
+        assert points["airflow.tiering.remotelogsizebytes"][on_partition] == done.log_bytes
+        assert points["airflow.tiering.remotecopylagsegments"][on_partition] == 0
+    assert set(out["points"]) <= otlp_receiver.metric_names()  # the collector got them too, at the process's exit
