@@ -7,6 +7,7 @@ error; a topic's chart sums its partitions' points; every act is also reported t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,7 +91,7 @@ def test_a_snapshot_of_a_copied_partition_is_what_status_and_the_cluster_view_sa
     )
     assert m.remote_segments == 2 and m.metadata_count == 2
     assert (m.copy_lag_segments, m.copy_lag_bytes) == (status["copy_lag_segments"], status["copy_lag_bytes"])
-    assert m.copy_lag_segments == 2 and m.copy_lag_bytes > 0  # [10..14] and [15..19]
+    assert m.copy_lag_segments == 2 and m.copy_lag_bytes is not None and m.copy_lag_bytes > 0  # [10..14], [15..19]
     assert (m.delete_lag_segments, m.delete_lag_bytes) == (status["delete_lag_segments"], status["delete_lag_bytes"])
     assert m.gap_count == len(status["gaps"]) == len(cluster.gaps) == 0
     assert m.best_broker == cluster.best_broker == 1 and snapshot.silent_brokers == []
@@ -229,3 +230,38 @@ def test_a_topic_s_chart_sums_each_partition_s_highest_replica(tiering_env: Tier
     assert [(p.remote_bytes, p.copy_lag_bytes) for p in day] == [(remote, 0)]
     assert [(p.remote_bytes, p.copy_lag_bytes) for p in week] == [(remote, 0)]
     assert day[0].at_ms <= snapshot.db_now_ms and day[0].at_ms % 300_000 == 0 and week[0].at_ms % 3_600_000 == 0
+
+
+def test_verify_rebuild_restore_and_find_offset_count_their_reads(
+    tiering_env: TieringEnv, tmp_path: Path, s3_endpoint: S3Endpoint
+) -> None:
+    from tiering_core.read.restore import restore_partition
+    from tiering_core.read.verify import verify_partition
+    from tiering_core.runs.rebuild.run import rebuild_partition_indexes
+    from tiering_core.runs.segment_ops import segment_ref
+    from tiering_core.storage.layout import ObjectKind
+
+    w = tiering_env.writer()
+    write_segments(w, 3)
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp, broker_id=0)
+        objects = segment_bytes(bucket_sizes(tiering_env, s3_endpoint))
+        assert all(v.ok for v in verify_partition(ctx, w.tp))
+        found = open_reader(ctx, w.tp).offset_for_timestamp(0)
+        assert found is not None and found.offset == 0
+        restored = restore_partition(ctx, w.tp, tmp_path / "restored")
+        seg0 = ctx.metadata.list_segments(tip_of(w))[0]
+        ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
+        verified = verify_partition(ctx, w.tp)
+        assert [v.ok for v in verified] == [False, True, True]
+        rebuilt = rebuild_partition_indexes(ctx, w.tp, repair=True)
+        assert [c.repaired_as is not None for c in rebuilt.checks] == [True, False, False]
+    reads = partition_of(tiering_env, w).counters_by_broker[NO_BROKER]
+    # verify (twice) and restore read 3 segments each, find-offset is one request, rebuild reads 3
+    assert reads.fetch_requests == 3 + 1 + 3 + 3 + 3 and reads.fetch_errors == 0
+    assert reads.scrub_failures == 1 and reads.index_repairs == 1
+    logs = sum(size for key, size in bucket_sizes(tiering_env, s3_endpoint).items() if key.endswith(".log"))
+    assert restored.segments == 3 and restored.bytes <= objects
+    others = reads.fetch_bytes - 2 * objects  # the two verifies read every recorded object
+    assert others > restored.bytes + logs  # restore's downloads, rebuild's logs, and find-offset's read
