@@ -265,3 +265,44 @@ def test_verify_rebuild_restore_and_find_offset_count_their_reads(
     assert restored.segments == 3 and restored.bytes <= objects
     others = reads.fetch_bytes - 2 * objects  # the two verifies read every recorded object
     assert others > restored.bytes + logs  # restore's downloads, rebuild's logs, and find-offset's read
+
+
+def _observe(store: RemoteLogMetadataStore, partitions: range) -> None:
+    """Every partition of ``payments`` in ``partitions`` seen by brokers 0-2, each with counts."""
+    from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+    from tiering_core.metadata.store import ReplicaObservation
+
+    tips = [TopicIdPartition("PPPPPPPPPPPPPPPPPPPPPP", TopicPartition("payments", p)) for p in partitions]
+    store.record_observations(
+        [ReplicaObservation(b, tip, 10, 10, 12, 0, 100, 1, 0, False, None) for tip in tips for b in range(3)]
+    )
+    for tip in tips:
+        for broker in (0, 1, 2, NO_BROKER):
+            store.add_counts(tip, PartitionCounters(fetch_requests=1), broker_id=broker)
+
+
+def test_a_snapshot_costs_the_same_few_queries_however_many_partitions(fs_env: TieringEnv) -> None:
+    """The snapshot is read set-wise: the statements it runs do not grow with the partitions."""
+    from sqlalchemy import event
+
+    w = fs_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    fs_env.write_config()
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp, broker_id=0)
+        statements: list[str] = []
+
+        def traced(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.set_trace_callback(statements.append)
+
+        event.listen(ctx.metadata.engine, "connect", traced)
+        ctx.metadata.engine.dispose()  # every connection from now on is traced
+        counts = []
+        for partitions in (range(0, 3), range(3, 60)):
+            _observe(ctx.metadata, partitions)
+            statements.clear()
+            snapshot = collect_metrics(ctx)
+            counts.append(sum(1 for s in statements if s.lstrip().upper().startswith("SELECT")))
+        assert len(snapshot.partitions) == 61 and all(len(p.replicas) == 3 for p in snapshot.partitions[1:])
+    assert 0 < counts[0] == counts[1] <= 6, statements
