@@ -16,6 +16,7 @@ from tests.cli.test_commands import run
 from tests.conftest import S3Endpoint
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.demo.writer import PartitionWriter
+from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore, TaskAttempt
 from tiering_core.metrics import names
 from tiering_core.metrics.collect import collect_metrics, topic_names, topic_series
@@ -306,3 +307,25 @@ def test_a_snapshot_costs_the_same_few_queries_however_many_partitions(fs_env: T
             counts.append(sum(1 for s in statements if s.lstrip().upper().startswith("SELECT")))
         assert len(snapshot.partitions) == 61 and all(len(p.replicas) == 3 for p in snapshot.partitions[1:])
     assert 0 < counts[0] == counts[1] <= 6, statements
+
+
+def test_a_run_without_a_broker_id_reports_gauges_and_records_no_observation(tiering_env: TieringEnv) -> None:
+    w = tiering_env.writer()
+    write_segments(w, 3)
+    w.set_high_watermark(12)  # two copied, one waits below the LSO
+    sink = RecordingSink()
+    with tiering_env.context() as ctx:
+        with emitting(sink):
+            run_copy(ctx, w.tp)
+            run_retention(ctx, w.tp)
+        assert ctx.metadata.latest_observations().replicas == {}
+        _, remote = ctx.metadata.segment_totals(tip_of(w), (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,))
+    gauges = [
+        (name, value, tags)
+        for name, value, tags in sink.sent
+        if name in ("RemoteCopyLagSegments", "RemoteLogSizeBytes")
+    ]
+    assert gauges and all(tags == {"topic": "orders", "partition": "0"} for _, _, tags in gauges)
+    assert ("RemoteCopyLagSegments", 1, {"topic": "orders", "partition": "0"}) in gauges
+    assert ("RemoteLogSizeBytes", remote, {"topic": "orders", "partition": "0"}) in gauges and remote > 0
+    assert any(name == "RemoteDeleteLagSegments" and value == 0 for name, value, _ in sink.sent)
