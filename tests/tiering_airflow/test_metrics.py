@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from statsd import StatsClient
 
-from tests.engine_support import TieringEnv
+from tests.engine_support import TieringEnv, write_segments
 from tests.metrics_support import OtlpReceiver, StatsdListener, reader_points, with_reader
 from tiering_airflow.hooks.tiering import TieringHook
 from tiering_airflow.metrics import AirflowStatsSink, task_metrics
+from tiering_airflow.sensors.tiering import EligibleSegmentSensor
 from tiering_core.metrics.names import REMOTE_COPY_BYTES, REMOTE_COPY_REQUESTS, REMOTE_LOG_SIZE_BYTES
 from tiering_core.metrics.sink import NullSink, current_sink, emit
 
@@ -107,6 +108,28 @@ def test_a_context_from_the_hook_reports_through_airflow_until_it_closes(
     emit(REMOTE_COPY_REQUESTS, 1, "orders", 0, broker_id=1)  # after the context: nowhere
     assert statsd_listener.lines(1) == ["airflow.tiering.RemoteCopyRequests,topic=orders,partition=0,broker=1:1|c"]
     assert statsd_listener.drain() == []
+
+
+def test_the_sensor_s_check_reports_the_copy_lag_it_sees(
+    tiering: TieringEnv, airflow_stats: Configure, statsd_listener: StatsdListener
+) -> None:
+    w = tiering.writer("orders", 0)
+    write_segments(w, 2)
+    w.append_records(3)  # the active segment: never copied
+    w.set_high_watermark()
+    airflow_stats(**statsd_settings(statsd_listener))
+    sensor = EligibleSegmentSensor(task_id="wait", topic="orders", deferrable=False)
+    assert sensor.poke({}).xcom_value == [0]
+    gauges = {
+        line.split(",", 1)[0]: line.rsplit(":", 1)[1]
+        for line in statsd_listener.drain(quiet=1.0)
+        if line.startswith("airflow.tiering.RemoteCopyLag") and ",topic=orders,partition=0:" in line
+    }
+    closed = [log for log in w.path.glob("*.log") if log != w.active_log_path]
+    assert gauges == {
+        "airflow.tiering.RemoteCopyLagSegments": "2|g",
+        "airflow.tiering.RemoteCopyLagBytes": f"{sum(log.stat().st_size for log in closed)}|g",
+    }
 
 
 # A StatsD host that cannot be reached never fails the run.
