@@ -7,7 +7,9 @@ Names are the specs' StatsD names (``tiering.RemoteCopyBytes``); the tags ``topi
 and ``broker`` become InfluxDB-style tags on StatsD (``statsd_influxdb_enabled``), Datadog tags, or
 OpenTelemetry attributes. ``TieringHook.get_conn`` installs the sink for as long as a run's context
 is open, so every task (operators, the sensor's poke, TaskFlow tasks) reports without doing
-anything itself.
+anything itself. The sink is the process's (the core's rule; a task process runs one task): where
+threads open contexts side by side (the triggerer's polls), a value reported while another
+thread's context closes may be dropped.
 
 A metrics backend that fails never fails the run: Airflow's loggers already drop socket errors and
 bad names; anything else raised on the way is logged once per sink and the value dropped.
