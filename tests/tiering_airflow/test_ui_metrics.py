@@ -4,16 +4,24 @@ without the permission), before anything is read."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engine_support import TieringEnv
+from tests.cli.test_commands import run
+from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.tiering_airflow.test_ui import COOKIE, token_for
 from tiering_airflow.ui.app import create_app
+from tiering_core.metrics.snapshot import NO_BROKER, PartitionCounters
 
 TOKEN = "scrape-token-7b1f0e2a9c4d4e31"
 
@@ -71,3 +79,152 @@ def test_the_page_routes_still_require_airflow_access(tiering: TieringEnv) -> No
     for path in paths:
         assert TestClient(app).get(path).status_code == 401, path
         assert TestClient(app, headers=bearer(TOKEN)).get(path).status_code == 403, path
+
+
+def test_a_broken_config_is_not_revealed_to_a_scraper(tiering: TieringEnv, auth_manager) -> None:
+    app = create_app(str(tiering.root / "absent.yaml"))
+    answer = TestClient(app, headers=bearer(TOKEN)).get("/metrics")
+    assert answer.status_code == 401 and "absent.yaml" not in answer.text
+    viewer = TestClient(app, cookies={COOKIE: token_for(auth_manager, "viewer")}).get("/metrics")
+    assert viewer.status_code == 503 and "cannot read config file" in viewer.text
+
+
+def test_a_token_that_cannot_be_read_only_disables_the_token(tiering: TieringEnv, auth_manager) -> None:
+    secret = with_token_file(tiering)
+    secret.unlink()
+    app = create_app(str(tiering.config_path))
+    assert TestClient(app, headers=bearer(TOKEN)).get("/metrics").status_code == 401
+    assert TestClient(app, cookies={COOKIE: token_for(auth_manager, "viewer")}).get("/metrics").status_code == 200
+
+
+# --- the exposition after real runs -------------------------------------------------------------
+
+SCRAPE_ENV = "TIERING_TEST_SCRAPE_TOKEN"
+ROOT = Path(__file__).resolve().parents[2]
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def scraped(text: str) -> Samples:
+    """sample name -> sorted labels -> value, as Prometheus' own parser reads the exposition."""
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return samples
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_the_exposition_after_a_copy_a_retention_and_a_fetch_is_the_stores_and_survives_a_restart(
+    tiering_env: TieringEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broker 1 copies, runs retention, reads; broker 2 is configured but never reports. The
+    scrape equals ``tiering status --json`` (the broker's view it records), ``status --cluster``
+    and the store, and a new app (and a new process) serves the same values."""
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    monkeypatch.setenv(SCRAPE_ENV, TOKEN)
+    doc = yaml.safe_load(tiering_env.config_path.read_text())
+    doc["brokers"] = {1: {"log_dirs": doc.pop("log_dirs")}, 2: {"log_dirs": [str(tiering_env.root / "broker-2")]}}
+    doc["metrics"] = {"bearer_token_env": SCRAPE_ENV}
+    tiering_env.config_path.write_text(yaml.safe_dump(doc))
+    cfg = str(tiering_env.config_path)
+    as_broker_1 = ("--config", cfg, "--broker", "1", "--json")
+
+    orders = tiering_env.writer("orders", 0, node_id=1)
+    write_segments(orders, 4)
+    orders.set_high_watermark()
+    payments = tiering_env.writer("payments", 0, node_id=1)
+    write_segments(payments, 1)
+    payments.set_high_watermark()
+    (copied_orders, copied_payments) = cli(capsys, *as_broker_1, "copy")
+    assert (copied_orders["segments_copied"], copied_payments["segments_copied"]) == (4, 1)
+    with tiering_env.context() as ctx:
+        remote = [s.size_bytes for s in ctx.metadata.list_segments(tip_of(orders))]
+    write_segments(orders, 2)  # not copied: the copy lag
+    orders.append_records(3)
+    orders.set_high_watermark()
+    local_above = sum(p.stat().st_size for p in sorted(orders.path.glob("*.log"))[4:])
+    doc["topics"]["orders"] = {"retention.bytes": sum(remote[2:]) + local_above}  # two remote segments too many
+    tiering_env.config_path.write_text(yaml.safe_dump(doc))
+    retention = {r["topic"]: r for r in cli(capsys, *as_broker_1, "retention")}
+    assert retention["orders"]["segments_deleted"] == 2
+    fetched = cli(capsys, "--config", cfg, "--json", "fetch", "--topic", "orders", "--partition", "0", "--offset", "10")
+    assert [r["offset"] for r in fetched][:3] == [10, 11, 12]
+    status = {(r["topic"], r["partition"]): r for r in cli(capsys, *as_broker_1, "status")}
+    cluster = {(r["topic"], r["partition"]): r for r in cli(capsys, "--config", cfg, "--json", "status", "--cluster")}
+
+    scrape = TestClient(create_app(cfg), headers=bearer(TOKEN)).get("/metrics")
+    assert scrape.status_code == 200, scrape.text
+    assert scrape.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    samples = scraped(scrape.text)
+
+    def value(sample: str, topic: str, partition: int, broker: int | None = None) -> float:
+        labels = [("partition", str(partition)), ("topic", topic)]
+        if broker is not None:
+            labels.append(("broker", str(broker)))
+        return samples[sample][tuple(sorted(labels))]
+
+    for (topic, partition), row in status.items():
+        assert value("tiering_RemoteLogSizeBytes", topic, partition) == row["remote_bytes"]
+        assert value("tiering_RemoteLogSizeBytes", topic, partition) == cluster[(topic, partition)]["remote_bytes"]
+        assert value("tiering_RemoteCopyLagSegments", topic, partition) == row["copy_lag_segments"]
+        assert value("tiering_RemoteCopyLagBytes", topic, partition) == row["copy_lag_bytes"]
+        assert value("tiering_RemoteDeleteLagSegments", topic, partition) == row["delete_lag_segments"]
+        assert value("tiering_RemoteDeleteLagBytes", topic, partition) == row["delete_lag_bytes"]
+        assert value("tiering_TieringGaps", topic, partition) == len(row["gaps"]) == 0
+        risk = value("tiering_LocalRetentionRisk", topic, partition, broker=1)
+        assert risk == int(row["local_retention_risk"]["at_risk"]) == int(cluster[(topic, partition)]["at_risk"])
+    assert value("tiering_RemoteCopyLagSegments", "orders", 0) == 2 and status[("orders", 0)]["remote_segments"] == 2
+    assert cluster[("orders", 0)]["stale_brokers"] == [2]
+    assert samples["tiering_SilentBroker"] == {(("broker", "1"),): 0, (("broker", "2"),): 1}
+
+    with tiering_env.context() as ctx:
+        store_counters = ctx.metadata.partition_counters()
+        for tip in (tip_of(orders), tip_of(payments)):
+            finished = ctx.metadata.list_segments(tip)
+            assert value("tiering_RemoteLogSizeBytes", tip.topic, tip.partition) == sum(s.size_bytes for s in finished)
+    totals: dict[tuple[str, int], PartitionCounters] = {}
+    for row_counters in store_counters:
+        tp = row_counters.topic_id_partition.topic_partition
+        totals.setdefault((tp.topic, tp.partition), PartitionCounters()).add(row_counters.counters)
+        if row_counters.broker_id != NO_BROKER:
+            for field in ("copy_bytes", "copy_requests", "copy_errors"):
+                name = f"tiering_RemoteCopy{field.split('_')[1].capitalize()}_total"
+                assert value(name, tp.topic, tp.partition, row_counters.broker_id) == getattr(
+                    row_counters.counters, field
+                )
+    for (topic, partition), total in totals.items():
+        assert value("tiering_RemoteDeleteRequests_total", topic, partition) == total.delete_requests
+        assert value("tiering_RemoteFetchRequests_total", topic, partition) == total.fetch_requests
+        assert value("tiering_RemoteFetchBytes_total", topic, partition) == total.fetch_bytes
+
+    # The serving app rebuilt, then another process: the same values (ages grow with the clock).
+    again = scraped(TestClient(create_app(cfg), headers=bearer(TOKEN)).get("/metrics").text)
+    written = tiering_env.root / "scrape.txt"
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pathlib, sys\nfrom tiering_airflow.ui.metrics import read_exposition\n"
+            "pathlib.Path(sys.argv[2]).write_text(read_exposition(sys.argv[1]))",
+            cfg,
+            str(written),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins")])},
+    )
+    assert process.returncode == 0, process.stderr
+    elsewhere = scraped(written.read_text())
+    for other in (again, elsewhere):
+        for name in samples.keys() | other.keys():
+            if name == "tiering_LastCopyAgeSeconds":
+                assert other[name].keys() == samples[name].keys()
+                assert all(other[name][k] >= samples[name][k] for k in samples[name])
+            else:
+                assert other[name] == samples[name], name
