@@ -202,6 +202,11 @@ def test_the_exposition_after_a_copy_a_retention_and_a_fetch_is_the_stores_and_s
         assert value("tiering_RemoteFetchRequests_total", topic, partition) == total.fetch_requests
         assert value("tiering_RemoteFetchBytes_total", topic, partition) == total.fetch_bytes
 
+    only = scraped(TestClient(create_app(cfg), headers=bearer(TOKEN)).get("/metrics?topic=payments").text)
+    assert {dict(labels)["topic"] for sample in only.values() for labels in sample if "topic" in dict(labels)} == {
+        "payments"
+    }
+
     # The serving app rebuilt, then another process: the same values (ages grow with the clock).
     again = scraped(TestClient(create_app(cfg), headers=bearer(TOKEN)).get("/metrics").text)
     written = tiering_env.root / "scrape.txt"
