@@ -202,6 +202,16 @@ def test_the_exposition_after_a_copy_a_retention_and_a_fetch_is_the_stores_and_s
         assert value("tiering_RemoteFetchRequests_total", topic, partition) == total.fetch_requests
         assert value("tiering_RemoteFetchBytes_total", topic, partition) == total.fetch_bytes
 
+    # What the runs did, as counted: four and one segment copies on broker 1, two deletions, one read.
+    assert value("tiering_RemoteCopyRequests_total", "orders", 0, broker=1) == 4
+    assert value("tiering_RemoteCopyRequests_total", "payments", 0, broker=1) == 1
+    assert value("tiering_RemoteCopyBytes_total", "orders", 0, broker=1) >= copied_orders["bytes_copied"] > 0
+    assert value("tiering_RemoteDeleteRequests_total", "orders", 0) == retention["orders"]["segments_deleted"] == 2
+    assert value("tiering_RemoteFetchRequests_total", "orders", 0) == 1
+    assert value("tiering_RemoteFetchBytes_total", "orders", 0) > 0
+    for errors in ("RemoteCopyErrors", "RemoteDeleteErrors", "RemoteFetchErrors"):
+        assert set(samples[f"tiering_{errors}_total"].values()) == {0}
+
     only = scraped(TestClient(create_app(cfg), headers=bearer(TOKEN)).get("/metrics?topic=payments").text)
     assert {dict(labels)["topic"] for sample in only.values() for labels in sample if "topic" in dict(labels)} == {
         "payments"
