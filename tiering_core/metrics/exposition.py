@@ -8,8 +8,9 @@ the store does not know (a lag no fresh replica observed, a partition never copi
 rather than reported as 0; risk and headroom are reported for fresh replicas only (a stale
 replica's are not known now: ``SilentBroker`` and the page say so).
 
-Built with plain string operations, one list of lines per metric: a scrape of 10,000 partitions
-on 3 brokers renders in a few tens of milliseconds, without a client library registry per request.
+Built with plain string operations, one template of sample lines per label set filled by C-level
+``%`` and ``replace`` (no client library registry per request): 10,000 partitions on 3 brokers,
+about 300,000 samples, render in well under 100 ms.
 """
 
 from __future__ import annotations
@@ -165,6 +166,7 @@ def render(snapshot: MetricsSnapshot) -> str:
     columns = list(zip(*totals, strict=True)) if totals else [()] * len(_PARTITION_COUNTERS)
     partition_template = "".join(partition_lines)
     copy_template = "".join(copy_lines)
+    fresh_template = "".join(fresh_lines)
     out: list[str] = []
     for spec in names.METRICS:
         out.append(_header(spec))
@@ -177,9 +179,9 @@ def render(snapshot: MetricsSnapshot) -> str:
                 sums = columns[_PARTITION_COUNTERS.index(spec)]
                 out.append(_samples(sample, partition_lines, sums, partition_template))
         elif spec is names.LOCAL_RETENTION_RISK:
-            out.append(_samples(sample, fresh_lines, list(map(int, fresh_risk))))
+            out.append(_samples(sample, fresh_lines, list(map(int, fresh_risk)), fresh_template))
         elif spec is names.LOCAL_RETENTION_HEADROOM_SECONDS:
-            out.append(_samples(sample, fresh_lines, _finite(fresh_headroom)))
+            out.append(_samples(sample, fresh_lines, _finite(fresh_headroom), fresh_template))
         else:
             out.append(_samples(sample, partition_lines, _gauge_values(spec, snapshot), partition_template))
     out.append(_header(names.SILENT_BROKER))
