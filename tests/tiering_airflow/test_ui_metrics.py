@@ -97,6 +97,34 @@ def test_a_token_that_cannot_be_read_only_disables_the_token(tiering: TieringEnv
     assert TestClient(app, cookies={COOKIE: token_for(auth_manager, "viewer")}).get("/metrics").status_code == 200
 
 
+def test_a_store_that_hangs_fails_the_scrape_in_bounded_time(
+    tiering: TieringEnv, auth_manager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A metadata store that stops answering (injected: a snapshot read that never returns): the
+    scrape answers 503 within the time limit instead of hanging the API server."""
+    import threading
+    import time
+
+    import tiering_core.metrics.collect as collect_mod
+
+    released = threading.Event()
+
+    def hung(*args: object, **kwargs: object) -> None:
+        released.wait(30)
+
+    monkeypatch.setattr(collect_mod, "collect_metrics", hung)
+    client = TestClient(
+        create_app(str(tiering.config_path), status_timeout=0.5), cookies={COOKIE: token_for(auth_manager, "viewer")}
+    )
+    try:
+        started = time.monotonic()
+        answer = client.get("/metrics")
+        assert time.monotonic() - started < 10
+    finally:
+        released.set()
+    assert answer.status_code == 503 and "did not finish within" in answer.text
+
+
 # --- the exposition after real runs -------------------------------------------------------------
 
 SCRAPE_ENV = "TIERING_TEST_SCRAPE_TOKEN"
