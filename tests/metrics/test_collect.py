@@ -7,6 +7,7 @@ error; a topic's chart sums its partitions' points; every act is also reported t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from tests.cli.test_commands import run
 from tests.conftest import S3Endpoint
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.demo.writer import PartitionWriter
+from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore, TaskAttempt
 from tiering_core.metrics import names
 from tiering_core.metrics.collect import collect_metrics, topic_names, topic_series
@@ -90,7 +92,7 @@ def test_a_snapshot_of_a_copied_partition_is_what_status_and_the_cluster_view_sa
     )
     assert m.remote_segments == 2 and m.metadata_count == 2
     assert (m.copy_lag_segments, m.copy_lag_bytes) == (status["copy_lag_segments"], status["copy_lag_bytes"])
-    assert m.copy_lag_segments == 2 and m.copy_lag_bytes > 0  # [10..14] and [15..19]
+    assert m.copy_lag_segments == 2 and m.copy_lag_bytes is not None and m.copy_lag_bytes > 0  # [10..14], [15..19]
     assert (m.delete_lag_segments, m.delete_lag_bytes) == (status["delete_lag_segments"], status["delete_lag_bytes"])
     assert m.gap_count == len(status["gaps"]) == len(cluster.gaps) == 0
     assert m.best_broker == cluster.best_broker == 1 and snapshot.silent_brokers == []
@@ -229,3 +231,101 @@ def test_a_topic_s_chart_sums_each_partition_s_highest_replica(tiering_env: Tier
     assert [(p.remote_bytes, p.copy_lag_bytes) for p in day] == [(remote, 0)]
     assert [(p.remote_bytes, p.copy_lag_bytes) for p in week] == [(remote, 0)]
     assert day[0].at_ms <= snapshot.db_now_ms and day[0].at_ms % 300_000 == 0 and week[0].at_ms % 3_600_000 == 0
+
+
+def test_verify_rebuild_restore_and_find_offset_count_their_reads(
+    tiering_env: TieringEnv, tmp_path: Path, s3_endpoint: S3Endpoint
+) -> None:
+    from tiering_core.read.restore import restore_partition
+    from tiering_core.read.verify import verify_partition
+    from tiering_core.runs.rebuild.run import rebuild_partition_indexes
+    from tiering_core.runs.segment_ops import segment_ref
+    from tiering_core.storage.layout import ObjectKind
+
+    w = tiering_env.writer()
+    write_segments(w, 3)
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp, broker_id=0)
+        objects = segment_bytes(bucket_sizes(tiering_env, s3_endpoint))
+        assert all(v.ok for v in verify_partition(ctx, w.tp))
+        found = open_reader(ctx, w.tp).offset_for_timestamp(0)
+        assert found is not None and found.offset == 0
+        restored = restore_partition(ctx, w.tp, tmp_path / "restored")
+        seg0 = ctx.metadata.list_segments(tip_of(w))[0]
+        ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
+        verified = verify_partition(ctx, w.tp)
+        assert [v.ok for v in verified] == [False, True, True]
+        rebuilt = rebuild_partition_indexes(ctx, w.tp, repair=True)
+        assert [c.repaired_as is not None for c in rebuilt.checks] == [True, False, False]
+    reads = partition_of(tiering_env, w).counters_by_broker[NO_BROKER]
+    # verify (twice) and restore read 3 segments each, find-offset is one request, rebuild reads 3
+    assert reads.fetch_requests == 3 + 1 + 3 + 3 + 3 and reads.fetch_errors == 0
+    assert reads.scrub_failures == 1 and reads.index_repairs == 1
+    logs = sum(size for key, size in bucket_sizes(tiering_env, s3_endpoint).items() if key.endswith(".log"))
+    assert restored.segments == 3 and restored.bytes <= objects
+    others = reads.fetch_bytes - 2 * objects  # the two verifies read every recorded object
+    assert others > restored.bytes + logs  # restore's downloads, rebuild's logs, and find-offset's read
+
+
+def _observe(store: RemoteLogMetadataStore, partitions: range) -> None:
+    """Every partition of ``payments`` in ``partitions`` seen by brokers 0-2, each with counts."""
+    from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+    from tiering_core.metadata.store import ReplicaObservation
+
+    tips = [TopicIdPartition("PPPPPPPPPPPPPPPPPPPPPP", TopicPartition("payments", p)) for p in partitions]
+    store.record_observations(
+        [ReplicaObservation(b, tip, 10, 10, 12, 0, 100, 1, 0, False, None) for tip in tips for b in range(3)]
+    )
+    for tip in tips:
+        for broker in (0, 1, 2, NO_BROKER):
+            store.add_counts(tip, PartitionCounters(fetch_requests=1), broker_id=broker)
+
+
+def test_a_snapshot_costs_the_same_few_queries_however_many_partitions(fs_env: TieringEnv) -> None:
+    """The snapshot is read set-wise: the statements it runs do not grow with the partitions."""
+    from sqlalchemy import event
+
+    w = fs_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    fs_env.write_config()
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp, broker_id=0)
+        statements: list[str] = []
+
+        def traced(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.set_trace_callback(statements.append)
+
+        event.listen(ctx.metadata.engine, "connect", traced)
+        ctx.metadata.engine.dispose()  # every connection from now on is traced
+        counts = []
+        for partitions in (range(0, 3), range(3, 60)):
+            _observe(ctx.metadata, partitions)
+            statements.clear()
+            snapshot = collect_metrics(ctx)
+            counts.append(sum(1 for s in statements if s.lstrip().upper().startswith("SELECT")))
+        assert len(snapshot.partitions) == 61 and all(len(p.replicas) == 3 for p in snapshot.partitions[1:])
+    assert 0 < counts[0] == counts[1] <= 6, statements
+
+
+def test_a_run_without_a_broker_id_reports_gauges_and_records_no_observation(tiering_env: TieringEnv) -> None:
+    w = tiering_env.writer()
+    write_segments(w, 3)
+    w.set_high_watermark(12)  # two copied, one waits below the LSO
+    sink = RecordingSink()
+    with tiering_env.context() as ctx:
+        with emitting(sink):
+            run_copy(ctx, w.tp)
+            run_retention(ctx, w.tp)
+        assert ctx.metadata.latest_observations().replicas == {}
+        _, remote = ctx.metadata.segment_totals(tip_of(w), (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,))
+    gauges = [
+        (name, value, tags)
+        for name, value, tags in sink.sent
+        if name in ("RemoteCopyLagSegments", "RemoteLogSizeBytes")
+    ]
+    assert gauges and all(tags == {"topic": "orders", "partition": "0"} for _, _, tags in gauges)
+    assert ("RemoteCopyLagSegments", 1, {"topic": "orders", "partition": "0"}) in gauges
+    assert ("RemoteLogSizeBytes", remote, {"topic": "orders", "partition": "0"}) in gauges and remote > 0
+    assert any(name == "RemoteDeleteLagSegments" and value == 0 for name, value, _ in sink.sent)

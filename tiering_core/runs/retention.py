@@ -36,7 +36,7 @@ from tiering_core.metrics.tally import Tally, tallied
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import delete_remote_segment
-from tiering_core.tier.observation import Figures, record_views
+from tiering_core.tier.observation import Figures, record_views, reporting_gauges
 from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage
 
 if TYPE_CHECKING:
@@ -355,7 +355,7 @@ def run_retention(
     lag: tuple[int, int] | None = None
     try:
         result = _run_retention(ctx, tp, view, partition_log, topic, now, dry_run, run_id, attempt, broker_id)
-        if broker_id is not None and not result.fenced:
+        if (broker_id is not None or reporting_gauges()) and not result.fenced:
             lag = delete_lag(view, store, topic, now)
         return result
     finally:
