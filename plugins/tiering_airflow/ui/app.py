@@ -4,7 +4,7 @@ Mounted by the Airflow plugin under ``/tiering``; each request reads the live st
 ``collect_status`` (the same rows as ``tiering status --json``). Links are relative so the
 page also works when Airflow is served under a path prefix.
 
-Every route requires an Airflow user allowed to see plugin views, authenticated the way the
+Every page route requires an Airflow user allowed to see plugin views, authenticated the way the
 rest of Airflow's API is: a JWT as ``Authorization: Bearer`` (REST clients) or in the ``_token``
 cookie that Airflow's UI sets at login (the page inside the UI). Anonymous requests get 401,
 users without the permission 403: the page names topics and sizes, which are not public.
@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse
 
 from tiering_airflow.hooks.tiering import TieringHook
+from tiering_airflow.ui.metrics import metrics_router
 
 # (status field, column title): the tier-state fields an operator watches.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -157,17 +158,18 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
-        dependencies=[plugin_view_access()],
     )
+    # Airflow's access check is each page route's own: /metrics also takes the scrapers' token.
+    app.include_router(metrics_router(config_path, status_timeout))
 
-    @app.get("/api/partitions")
+    @app.get("/api/partitions", dependencies=[plugin_view_access()])
     def partitions(topic: str | None = Query(None, description="only this topic")) -> list[dict[str, Any]]:
         try:
             return read_status(config_path, topic, status_timeout)
         except StatusUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
 
-    @app.get("/", response_class=HTMLResponse)
+    @app.get("/", response_class=HTMLResponse, dependencies=[plugin_view_access()])
     def page(topic: str | None = Query(None, description="only this topic")) -> HTMLResponse:
         try:
             return HTMLResponse(render_page(read_status(config_path, topic, status_timeout)))
