@@ -5,7 +5,6 @@ metric of ``names`` with its help and type, counters as ``_total``, each value t
 from __future__ import annotations
 
 import math
-import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -216,12 +215,7 @@ def large_snapshot(partitions: int = 10_000, brokers: int = 3) -> MetricsSnapsho
     return MetricsSnapshot(db_now_ms=NOW_MS, partitions=parts, silent_brokers=[])
 
 
-def test_ten_thousand_partitions_on_three_brokers_render_fast_and_right() -> None:
+def test_ten_thousand_partitions_on_three_brokers_render_right() -> None:
+    """The values at scale (its speed is measured by bench/bench_page.py, beside a bare query)."""
     snapshot = large_snapshot()
-    timings = []
-    for _ in range(5):
-        started = time.thread_time()  # the CPU this render takes, not what other processes take
-        text = render(snapshot)
-        timings.append(time.thread_time() - started)
-    assert min(timings) < 0.1, f"render took {min(timings) * 1000:.0f} ms"
-    assert parsed(text) == expected(snapshot)
+    assert parsed(render(snapshot)) == expected(snapshot)
