@@ -139,13 +139,13 @@ def test_partition_table_links_dag_grids_and_the_last_tasks_log() -> None:
     for title in PARTITION_COLUMNS:
         assert f"<th>{title}</th>" in table
     assert table.count("<tr") == 1 + 3
-    assert 'href="../dags/tiering_copy__orders" target="_top">copy</a>' in table
-    assert 'href="../dags/tiering_retention__orders" target="_top">retention</a>' in table
-    assert 'href="../dags/tiering_copy_default_topics"' in table  # clicks<b> is not named in the config
+    assert 'class="airflow" href="../dags/tiering_copy__orders">copy</a>' in table
+    assert 'class="airflow" href="../dags/tiering_retention__orders">retention</a>' in table
+    assert 'class="airflow" href="../dags/tiering_copy_default_topics"' in table  # clicks<b> is not named in the config
     run = "scheduled__2026-01-01T00%3A10%3A00%2B00%3A00"
     url = f"../dags/tiering_copy__orders/runs/{run}/tasks/copy/mapped/1?try_number=2"
     assert task_log_url(snapshot().partitions[1].last_task) == url  # type: ignore[arg-type]
-    assert f'href="{url}" target="_top">copy log</a>' in table
+    assert f'class="airflow" href="{url}">copy log</a>' in table
     assert '<td data-label="Risk" class="bad">AT RISK: 10m left</td>' in table
     assert '<td data-label="Tiering gaps" class="bad">1 (5 offsets lost)</td>' in table
     assert '<td data-label="Last copy">3h ago</td>' in table

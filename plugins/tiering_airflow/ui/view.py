@@ -6,8 +6,8 @@ alerts an operator acts on (tiering gaps, local-retention risk, stale brokers, f
 A topic's partitions and charts load when its row is opened (``fragments/partitions`` and
 ``api/series``), so a page over ten thousand partitions stays small. Every link is relative: the
 page is served under ``/tiering/`` of an Airflow that may itself sit under a path prefix, and
-links into Airflow's UI (DAG grids, task logs) open in the top frame, out of the iframe Airflow's
-navigation shows the page in.
+links into Airflow's UI (DAG grids, task logs) open in Airflow's own frame when the page is shown
+inside it (``static/tiering.js``).
 """
 
 from __future__ import annotations
@@ -191,6 +191,11 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _attr(name: str, value: object) -> str:
+    """`` name="value"`` (escaped), or nothing for an empty value."""
+    return f' {name}="{_e(value)}"' if value else ""
+
+
 def _size(n: int | None) -> str:
     return "-" if n is None else fmt_bytes(n)
 
@@ -218,15 +223,16 @@ def task_log_url(task: TaskAttempt) -> str:
 
 
 def _link(url: str, text: str) -> str:
-    return f'<a href="{_e(url)}" target="_top">{_e(text)}</a>'
+    """A link to a page of Airflow's UI: inside Airflow's iframe (sandboxed, no top navigation) the
+    page's script opens it in Airflow's own frame, elsewhere it is a plain link."""
+    return f'<a class="airflow" href="{_e(url)}">{_e(text)}</a>'
 
 
 def _cells(values: Iterable[tuple[str, str, str]]) -> str:
     """``<td>`` cells from (column title, text or HTML, css class); the title labels the cell when
     the table collapses to cards on a narrow screen."""
     return "".join(
-        f'<td data-label="{_e(title)}"{f" class={chr(34)}{cls}{chr(34)}" if cls else ""}>{content}</td>'
-        for title, content, cls in values
+        f"<td{_attr('data-label', title)}{_attr('class', cls)}>{content}</td>" for title, content, cls in values
     )
 
 
@@ -258,10 +264,10 @@ def partition_row(p: PartitionMetrics, now_ms: int, named: Collection[str]) -> s
     last_task = _link(task_log_url(p.last_task), f"{p.last_task.task_id} log") if p.last_task else "-"
     alert = p.gap_count or p.at_risk
     return (
-        f"<tr{' class=' + chr(34) + 'alert' + chr(34) if alert else ''}>"
+        f"<tr{_attr('class', 'alert' if alert else '')}>"
         + _cells(
             (
-                ("Partition", _e(f"{p.topic}-{p.partition}"), ""),
+                ("", _e(f"{p.topic}-{p.partition}"), ""),
                 ("Remote size", _e(_size(p.remote_bytes)), ""),
                 ("Remote segments", _e(_count(p.remote_segments)), ""),
                 ("Copy lag", _e(_size(p.copy_lag_bytes)), "bad" if p.at_risk else ""),
@@ -335,9 +341,7 @@ def render_page(snapshot: MetricsSnapshot) -> str:
     found = alerts(snapshot)
     if found:
         alert_html = '<ul class="alerts">' + "".join(
-            f'<li class="alert-{a.kind}"{f" data-topic={chr(34)}{_e(a.topic)}{chr(34)}" if a.topic else ""}>'
-            f"{_e(a.text)}</li>"
-            for a in found
+            f'<li class="alert-{a.kind}"{_attr("data-topic", a.topic)}>{_e(a.text)}</li>' for a in found
         )
         alert_html += "</ul>"
     else:

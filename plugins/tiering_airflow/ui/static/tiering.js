@@ -56,7 +56,7 @@
     fetchText(url).then(function (t) {
       var s = JSON.parse(t);
       var opts = {
-        width: Math.max(plot.clientWidth, 240),
+        width: Math.max(plot.clientWidth, 200),
         height: 200,
         scales: { x: { time: true } },
         axes: [{}, { size: 70, values: function (u, ticks) { return ticks.map(size); } }],
@@ -129,11 +129,28 @@
   });
   if (visible.length === 1 && !remembered.length) visible[0].open = true;
 
+  /* Links into Airflow's UI (DAG grids, task logs). Airflow shows this page in a sandboxed iframe
+     of the same origin that may not navigate the top window: the link is handed to Airflow's own
+     router (its history and a popstate event), so the DAG opens in Airflow's frame, not nested in
+     this one. Anything else (the page opened on its own, a modified click) is a plain link. */
+  document.addEventListener("click", function (ev) {
+    var a = ev.target.closest ? ev.target.closest("a.airflow") : null;
+    if (!a || window.top === window || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) return;
+    try {
+      var url = new URL(a.getAttribute("href"), window.location.href);
+      var top = window.top;
+      if (top.location.origin !== url.origin) return;
+      top.history.pushState(null, "", url.pathname + url.search + url.hash);
+      top.dispatchEvent(new top.PopStateEvent("popstate", { state: null }));
+      ev.preventDefault();
+    } catch (e) { /* Airflow's frame is out of reach: the link opens here */ }
+  });
+
   var resizing = null;
   window.addEventListener("resize", function () {
     clearTimeout(resizing);
     resizing = setTimeout(function () {
-      charts.forEach(function (c) { c.chart.setSize({ width: Math.max(c.plot.clientWidth, 240), height: 200 }); });
+      charts.forEach(function (c) { c.chart.setSize({ width: Math.max(c.plot.clientWidth, 200), height: 200 }); });
     }, 100);
   });
   window.tieringPage = { windows: config.windows, charts: charts };
