@@ -201,6 +201,13 @@ class _ObservedReplica:
     at_risk: Mapped[bool] = mapped_column(Boolean)
     headroom_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     observed_ms: Mapped[int] = mapped_column(BigInteger)
+    # What the run computed of the partition's lags and remote size (None: it did not).
+    copy_lag_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    copy_lag_segments: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    delete_lag_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    delete_lag_segments: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    remote_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    remote_segments: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class ReplicaObservationRow(_ObservedReplica, Base):
@@ -228,3 +235,36 @@ class ReplicaObservationPointRow(_ObservedReplica, Base):
     broker_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     resolution_ms: Mapped[int] = mapped_column(Integer, primary_key=True)
     bucket_ms: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+
+
+class PartitionCountersRow(Base):
+    """What runs did to a partition on one broker (``NO_BROKER``, -1: on no broker), each count
+    raised by the run that acted; ``last_copy_ms`` is the database clock of the last finished
+    copy, ``last_*`` the task instance of the last run that acted (at ``last_task_ms``). No foreign key: reads count
+    for partitions the store may have dropped since."""
+
+    __tablename__ = "tiering_partition_counters"
+    __table_args__ = (Index("ix_partition_counters_topic", "topic"),)
+
+    topic_id: Mapped[str] = mapped_column(String(22), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    broker_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    topic: Mapped[str] = mapped_column(String(249))
+    copy_bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    copy_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    copy_errors: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    delete_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    delete_errors: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    fetch_bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    fetch_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    fetch_errors: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    index_repairs: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    scrub_failures: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    last_copy_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_dag_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    last_run_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    last_task_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    last_map_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_try_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_task_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    updated_ms: Mapped[int] = mapped_column(BigInteger)

@@ -33,7 +33,7 @@ from tiering_core.metadata.errors import UnknownBrokerError
 from tiering_core.metadata.listing import _collector_paused as collector_paused
 from tiering_core.metadata.models import ReplicaObservationPointRow, ReplicaObservationRow
 from tiering_core.metadata.queries import DriverQuery, Statements
-from tiering_core.metadata.transactions import StoreCore, now_ms, tip_params
+from tiering_core.metadata.transactions import StoreCore, tip_params
 from tiering_core.metadata.values import ClusterObservations, ReplicaObservation
 
 MINUTE_MS = 60_000
@@ -47,6 +47,15 @@ assert isinstance(_latest, Table) and isinstance(_points, Table)
 LATEST: Table = _latest
 POINTS: Table = _points
 
+#: The lags and remote size a run computed (nullable), in ``ReplicaObservation``'s field order.
+LAG_COLUMNS = (
+    "copy_lag_bytes",
+    "copy_lag_segments",
+    "delete_lag_bytes",
+    "delete_lag_segments",
+    "remote_bytes",
+    "remote_segments",
+)
 #: The observed values, in the order of ``ReplicaObservation``'s fields after the partition.
 VALUE_COLUMNS = (
     "high_watermark",
@@ -59,15 +68,26 @@ VALUE_COLUMNS = (
     "at_risk",
     "headroom_seconds",
     "observed_ms",
+    *LAG_COLUMNS,
 )
 ROW_COLUMNS = ("topic_id", "topic", "partition", "broker_id", *VALUE_COLUMNS)
 
 
+def replica_rank(leader_epoch: int | None, last_stable_offset: int | None, broker_id: int) -> tuple[int, int, int]:
+    """Sorts the best replica first: highest leader epoch, highest LSO, lowest broker id (the rule
+    of ``best_replica_of``, for callers ranking plain rows)."""
+    epoch = -1 if leader_epoch is None else leader_epoch
+    lso = -1 if last_stable_offset is None else last_stable_offset
+    return (-epoch, -lso, broker_id)
+
+
+def is_fresh(observed_ms: int, now_ms: int, staleness_ms: int) -> bool:
+    """An observation made at ``observed_ms`` still counts at ``now_ms`` (database clock)."""
+    return now_ms - observed_ms <= staleness_ms
+
+
 def _rank(observation: ReplicaObservation) -> tuple[int, int, int]:
-    """Sorts the best replica first: highest leader epoch, highest LSO, lowest broker id."""
-    epoch = -1 if observation.leader_epoch is None else observation.leader_epoch
-    lso = -1 if observation.last_stable_offset is None else observation.last_stable_offset
-    return (-epoch, -lso, observation.broker_id)
+    return replica_rank(observation.leader_epoch, observation.last_stable_offset, observation.broker_id)
 
 
 def best_replica_of(
@@ -77,7 +97,7 @@ def best_replica_of(
     when none was observed within ``staleness_ms`` of ``now_ms`` (the database clock)."""
     if isinstance(staleness_ms, bool) or not isinstance(staleness_ms, int) or staleness_ms < 0:
         raise ValueError(f"staleness must be a non-negative number of milliseconds, not {staleness_ms!r}")
-    fresh = [o for o in observations if now_ms - o.observed_ms <= staleness_ms]
+    fresh = [o for o in observations if is_fresh(o.observed_ms, now_ms, staleness_ms)]
     return min(fresh, key=_rank, default=None)
 
 
@@ -97,7 +117,7 @@ def check_broker_id(broker_id: object, allowed: Collection[int] | None, what: ob
 
 def observation_from_row(row: Sequence[Any], tip: TopicIdPartition) -> ReplicaObservation:
     """A value from a row of ``ROW_COLUMNS`` (the tip given, shared by its brokers' rows)."""
-    (_, _, _, broker, hw, lso, leo, start, size, epoch, epoch_start, risk, headroom, observed) = row
+    (_, _, _, broker, hw, lso, leo, start, size, epoch, epoch_start, risk, headroom, observed, *lags) = row
     return ReplicaObservation(
         broker,
         tip,
@@ -111,6 +131,7 @@ def observation_from_row(row: Sequence[Any], tip: TopicIdPartition) -> ReplicaOb
         bool(risk),
         None if headroom is None else float(headroom),
         int(observed),
+        *lags,
     )
 
 
@@ -156,9 +177,6 @@ class ObservationStore(StoreCore):
     def _oq(self) -> ObservationStatements:
         return ObservationStatements(self.engine.dialect, self._q)
 
-    def _db_now(self, conn: Any) -> int:
-        return int(conn.execute(self._q.clock).scalar_one()) if self._pg else now_ms()
-
     def record_observations(
         self, observations: Sequence[ReplicaObservation], *, brokers: Collection[int] | None = None
     ) -> int:
@@ -196,6 +214,7 @@ class ObservationStore(StoreCore):
                     "at_risk": bool(o.at_risk),
                     "headroom_seconds": o.headroom_seconds,
                     "observed_ms": db_now,
+                    **{name: getattr(o, name) for name in LAG_COLUMNS},
                 }
                 for o in ordered
             ]
@@ -232,6 +251,15 @@ class ObservationStore(StoreCore):
         replicas, db_now = self.observations_of(tip)
         return best_replica_of(replicas.values(), now_ms=db_now, staleness_ms=staleness_ms)
 
+    def latest_observation_rows(self, *, topic: str | None = None) -> tuple[int, list[tuple[Any, ...]]]:
+        """The database clock and the latest observation of every replica (or one topic's) as
+        plain tuples of ``ROW_COLUMNS``: for figures over tens of thousands of replicas."""
+        with self._read() as conn:
+            db_now = self._db_now(conn)
+            if topic is None:
+                return db_now, self._oq.latest_all.rows(conn, {})
+            return db_now, self._oq.latest_of_topic.rows(conn, {"topic": topic})
+
     def latest_observations(
         self, tip: TopicIdPartition | None = None, *, topic: str | None = None
     ) -> ClusterObservations:
@@ -240,19 +268,30 @@ class ObservationStore(StoreCore):
         if tip is not None:
             replicas, db_now = self.observations_of(tip)
             return ClusterObservations(db_now, {tip: replicas} if replicas else {})
-        with self._read() as conn:
-            db_now = self._db_now(conn)
-            if topic is None:
-                rows = self._oq.latest_all.rows(conn, {})
-            else:
-                rows = self._oq.latest_of_topic.rows(conn, {"topic": topic})
+        db_now, rows = self.latest_observation_rows(topic=topic)
         # Rows to values with the collector paused (tens of thousands of objects would trigger
         # collections that walk them all), each partition's key built and hashed once.
         by_tip: dict[TopicIdPartition, dict[int, ReplicaObservation]] = {}
         partitions: dict[tuple[str, int], tuple[TopicIdPartition, dict[int, ReplicaObservation]]] = {}
         with collector_paused:
             for row in rows:
-                topic_id, topic, partition, broker, hw, lso, leo, start, size, epoch, epoch_start, risk, room, at = row
+                (
+                    topic_id,
+                    topic,
+                    partition,
+                    broker,
+                    hw,
+                    lso,
+                    leo,
+                    start,
+                    size,
+                    epoch,
+                    epoch_start,
+                    risk,
+                    room,
+                    at,
+                    *lags,
+                ) = row
                 known = partitions.get((topic_id, partition))
                 if known is None:
                     tip_of_row = TopicIdPartition(topic_id, TopicPartition(topic, partition))
@@ -271,6 +310,7 @@ class ObservationStore(StoreCore):
                     bool(risk),
                     None if room is None else float(room),
                     int(at),
+                    *lags,
                 )
         return ClusterObservations(db_now, by_tip)
 

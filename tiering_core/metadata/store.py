@@ -9,7 +9,9 @@
   the state history;
 - ``leases``: leases and fencing tokens;
 - ``lineage``: the recorded lineage, DeleteRecords observations and tiering gaps;
-- ``observations``: what each broker saw of its replicas, and the best replica.
+- ``observations``: what each broker saw of its replicas, and the best replica;
+- ``counters``: what runs did to each partition (copies, deletions, reads), for metrics;
+- ``totals``: set-wise figures over every partition at once (sizes, gaps, chart series).
 
 The state transition tables are ``states``. A SQLite store checkpoints its WAL from a background
 thread, so no commit waits for a checkpoint's fsync.
@@ -21,6 +23,7 @@ from types import TracebackType
 
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
+from tiering_core.metadata.counters import CounterStore
 from tiering_core.metadata.engine import (
     WalCheckpointer,
     is_sqlite_in_memory,
@@ -36,6 +39,7 @@ from tiering_core.metadata.observations import ObservationStore
 from tiering_core.metadata.partitions import METADATA_DROPPED, TOMBSTONE_LIFTED
 from tiering_core.metadata.queries import Statements
 from tiering_core.metadata.segments import SegmentStore, validate_segment_metadata
+from tiering_core.metadata.totals import TotalsStore
 from tiering_core.metadata.transactions import now_ms
 from tiering_core.metadata.values import (
     ClusterObservations,
@@ -67,9 +71,9 @@ __all__ = [
 ]
 
 
-class RemoteLogMetadataStore(SegmentStore, LeaseStore, ObservationStore):
-    """Segment metadata, partition delete states, fenced leases, the section-10 state and
-    replica observations.
+class RemoteLogMetadataStore(SegmentStore, LeaseStore, ObservationStore, CounterStore, TotalsStore):
+    """Segment metadata, partition delete states, fenced leases, the section-10 state, replica
+    observations and the counters of what runs did.
 
     ``url`` is any SQLAlchemy URL (``sqlite:///path`` embedded, ``postgresql+psycopg://`` in
     production); a missing or older schema is migrated on open. ``lease_ms`` is the default

@@ -105,6 +105,10 @@ class StoreCore:
         with self._guard(), self.engine.connect() as conn:
             yield conn
 
+    def _db_now(self, conn: Connection) -> int:
+        """The database clock (ms) inside ``conn``'s transaction (SQLite: this host's clock)."""
+        return int(conn.execute(self._q.clock).scalar_one()) if self._pg else now_ms()
+
     def _clock(self, params: dict[str, Any]) -> dict[str, Any]:
         """``params`` plus this host's clock for SQLite (PostgreSQL reads its own clock)."""
         if not self._pg:

@@ -217,7 +217,9 @@ class ReplicaObservation:
     give them. ``at_risk`` and ``headroom_seconds`` are the local-retention-risk verdict: the
     time left (negative once past due) before the broker's own retention may delete the oldest
     segment not yet tiered, None when nothing waits or no time limit applies. ``observed_ms`` is
-    the database clock when the store recorded it (ignored when recording).
+    the database clock when the store recorded it (ignored when recording). The lags (Kafka's
+    RemoteCopyLag and RemoteDeleteLag, bytes and segments) and the remote size are what the run
+    computed of the partition, None where it computed none.
     """
 
     broker_id: int
@@ -232,6 +234,12 @@ class ReplicaObservation:
     at_risk: bool
     headroom_seconds: float | None
     observed_ms: int = 0
+    copy_lag_bytes: int | None = None
+    copy_lag_segments: int | None = None
+    delete_lag_bytes: int | None = None
+    delete_lag_segments: int | None = None
+    remote_bytes: int | None = None
+    remote_segments: int | None = None
 
     @property
     def tip(self) -> TopicIdPartition:

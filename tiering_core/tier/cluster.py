@@ -12,11 +12,12 @@ shows up here, never as a wait).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.metadata.observations import best_replica_of
+from tiering_core.metadata.observations import best_replica_of, is_fresh
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.tier.view import load_remote_tier_view, recorded_gaps
 
@@ -24,6 +25,17 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import PartitionRecord
     from tiering_core.metadata.values import ReplicaObservation
+
+
+def is_stale(observation: ReplicaObservation, now_ms: int, staleness_ms: int) -> bool:
+    """An observation older than the staleness (database clock): its broker is stale for the partition."""
+    return not is_fresh(observation.observed_ms, now_ms, staleness_ms)
+
+
+def silent_brokers(brokers: Iterable[int], reporting: Collection[int]) -> set[int]:
+    """The brokers of the config that reported nothing fresh anywhere (``reporting``: those that
+    did): stale everywhere."""
+    return {b for b in brokers if b not in reporting}
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,6 @@ class ReplicaState:
 
     @classmethod
     def of(cls, o: ReplicaObservation, now_ms: int, staleness_ms: int) -> ReplicaState:
-        age = max(0, now_ms - o.observed_ms)
         return cls(
             o.broker_id,
             o.high_watermark,
@@ -51,8 +62,8 @@ class ReplicaState:
             o.leader_epoch,
             o.local_log_start_offset,
             o.at_risk,
-            age,
-            age > staleness_ms,
+            max(0, now_ms - o.observed_ms),
+            is_stale(o, now_ms, staleness_ms),
         )
 
 
@@ -100,9 +111,9 @@ def cluster_status(
     if topic is not None:
         by_tip = {t: r for t, r in by_tip.items() if t.topic == topic}
     reporting = {
-        b for replicas in seen.replicas.values() for b, o in replicas.items() if now - o.observed_ms <= staleness
+        b for replicas in seen.replicas.values() for b, o in replicas.items() if is_fresh(o.observed_ms, now, staleness)
     }
-    silent = {b for b in ctx.config.brokers if b not in reporting}  # configured, nothing fresh anywhere
+    silent = silent_brokers(ctx.config.brokers, reporting)
     finished = (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,)
     rows: list[ClusterPartitionStatus] = []
     for tip, replicas in by_tip.items():

@@ -11,7 +11,7 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.retention import delete_lag
 from tiering_core.storage.manifest import CopyRecord
-from tiering_core.tier.observation import Observed, record_views
+from tiering_core.tier.observation import Figures, Observed, record_views
 from tiering_core.tier.replica import tiering_gap_on
 from tiering_core.tier.view import (
     OffsetRange,
@@ -92,8 +92,19 @@ def partition_status(
     """Status of one broker partition joined with the metadata store; with ``broker_id``, also
     records what this broker saw of it (``tier.observation``)."""
     row, seen = _partition_status(ctx, partition_log, broker_id)
-    record_views(ctx.metadata, broker_id, [seen] if seen is not None else [], brokers=ctx.config.broker_ids)
+    observed = [seen] if seen is not None else []
+    record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids, figures=_figures(observed, [row]))
     return row
+
+
+def _figures(observed: list[Observed], rows: list[PartitionStatus]) -> dict[TopicIdPartition, Figures]:
+    """The delete lag each status row computed, for its replica's observation."""
+    lags = {(r.topic_id, r.partition): (r.delete_lag_segments, r.delete_lag_bytes) for r in rows}
+    return {
+        view.tip: Figures(delete_lag=lags[(view.tip.topic_id, view.tip.partition)])
+        for view, _, _ in observed
+        if (view.tip.topic_id, view.tip.partition) in lags
+    }
 
 
 def _partition_status(
@@ -187,7 +198,7 @@ def collect_status(
         rows.append(row)
         if view_seen is not None:
             observed.append(view_seen)
-    record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids)
+    record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids, figures=_figures(observed, rows))
     seen = {(r.topic, r.partition, r.topic_id) for r in rows}
     for record in ctx.metadata.list_partitions():
         tip = TopicIdPartition(record.topic_id, record.topic_partition)
