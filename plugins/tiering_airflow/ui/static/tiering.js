@@ -10,6 +10,8 @@
   var topics = Array.prototype.slice.call(document.querySelectorAll("details.topic"));
   var input = document.getElementById("topic-filter");
   var charts = [];
+  /* Each chart spans its whole window, ending now, however few points it has yet. */
+  var WINDOW_SECONDS = { "24h": 86400, "7d": 7 * 86400 };
 
   function store(key, value) {
     try { window.localStorage.setItem(key, value); } catch (e) { /* storage off: the URL still keeps it */ }
@@ -55,10 +57,14 @@
     var url = "api/series?topic=" + encodeURIComponent(topic) + "&window=" + encodeURIComponent(figure.getAttribute("data-window"));
     fetchText(url).then(function (t) {
       var s = JSON.parse(t);
+      var span = WINDOW_SECONDS[figure.getAttribute("data-window")] || 86400;
       var opts = {
         width: Math.max(plot.clientWidth, 200),
         height: 200,
-        scales: { x: { time: true } },
+        scales: {
+          x: { time: true, range: function () { var now = Date.now() / 1000; return [now - span, now]; } },
+          y: { range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1024]; } }
+        },
         axes: [{}, { size: 70, values: function (u, ticks) { return ticks.map(size); } }],
         series: [
           {},
