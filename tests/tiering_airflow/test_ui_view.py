@@ -176,3 +176,27 @@ def test_series_as_uplot_takes_it() -> None:
         "remote_bytes": [10, 20],
         "copy_lag_bytes": [2, 0],
     }
+
+
+def test_a_page_over_ten_thousand_partitions_stays_small() -> None:
+    """The page holds a row per topic and the alerts, never a row per partition: those load when
+    a topic is opened, a page of rows at a time."""
+    partitions = [
+        PartitionMetrics(
+            f"topic-{t}",
+            p,
+            f"t{t}",
+            remote_bytes=MIB,
+            remote_segments=1,
+            gap_count=int(p == 7),
+            gap_offsets=int(p == 7),
+            replicas=[replica(b) for b in (1, 2, 3)],
+        )
+        for t in range(10)
+        for p in range(1000)
+    ]
+    page = render_page(MetricsSnapshot(NOW, partitions))
+    assert page.count('<summary class="row">') == 10 and "<td>" not in page
+    assert "10 topic(s), 10,000 partition(s)" in page and len(page) < 30_000
+    table = render_partitions(MetricsSnapshot(NOW, partitions[:1000]), {"topic-0"})
+    assert table.count("<tr") == 1 + 200 and "200 of 1,000 partitions shown" in table
