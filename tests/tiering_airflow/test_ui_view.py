@@ -124,6 +124,7 @@ def test_alerts_name_gaps_risk_stale_brokers_and_failed_scrubs() -> None:
     assert "Failed scrub: 2 failure(s) on 1 partition(s) of orders" in found[4][1]
     page = render_page(snapshot())
     assert page.index('class="alerts"') < page.index("class='topics'")  # on top
+    assert '<a href="?topic=orders">Show orders</a>' in page  # the topic, filtered and opened
     quiet = MetricsSnapshot(NOW, [PartitionMetrics("orders", 0, "t")])
     assert alerts(quiet) == [] and "No alerts" in render_page(quiet)
 

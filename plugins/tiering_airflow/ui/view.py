@@ -335,13 +335,25 @@ def _summary_row(s: TopicSummary, now_ms: int) -> str:
     )
 
 
+def _show(topic: str) -> str:
+    """A link that filters the page to ``topic`` (which then opens: the script's rule)."""
+    return f' <a href="?topic={_e(urllib.parse.quote(topic, safe=""))}">Show {_e(topic)}</a>'
+
+
 def render_page(snapshot: MetricsSnapshot) -> str:
     """The whole page: alerts, totals, one summary row per topic (see the module docstring)."""
     summaries = summarize(snapshot)
     found = alerts(snapshot)
     if found:
         alert_html = '<ul class="alerts">' + "".join(
-            f'<li class="alert-{a.kind}"{_attr("data-topic", a.topic)}>{_e(a.text)}</li>' for a in found
+            f'<li class="alert-{a.kind}"{_attr("data-topic", a.topic)}>{_e(a.text)}'
+            + (
+                f' <a href="?topic={_e(urllib.parse.quote(a.topic, safe=""))}">Show {_e(a.topic)}</a>'
+                if a.topic
+                else ""
+            )
+            + "</li>"
+            for a in found
         )
         alert_html += "</ul>"
     else:

@@ -133,7 +133,7 @@
   topics.forEach(function (d) {
     if (remembered.indexOf(d.getAttribute("data-topic")) >= 0) d.open = true;
   });
-  if (visible.length === 1 && !remembered.length) visible[0].open = true;
+  if (visible.length === 1) visible[0].open = true;  /* a filter that names one topic: open it */
 
   /* Links into Airflow's UI (DAG grids, task logs). Airflow shows this page in a sandboxed iframe
      of the same origin that may not navigate the top window: the link is handed to Airflow's own
