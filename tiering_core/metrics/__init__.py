@@ -6,5 +6,9 @@
   pipeline inside a task, nothing elsewhere);
 - ``snapshot``: the values the store holds for every partition, from which the Prometheus
   exposition and the Tiering page are computed (so counters survive restarts and every broker
-  is reflected).
+  is reflected);
+- ``collect``: a snapshot (and a topic's chart series) read from the store in a few set-wise
+  queries;
+- ``tally``: a run's counts of its acts on a partition, reported as they happen and stored in
+  the partition's counters once when the run ends.
 """

@@ -15,6 +15,7 @@ observation series the same way.
 
 from __future__ import annotations
 
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.metadata.counters import COUNT_COLUMNS, task_of_row
@@ -43,13 +44,13 @@ WINDOWS: dict[str, tuple[int, int]] = {
 def collect_metrics(ctx: TieringContext, topic: str | None = None) -> MetricsSnapshot:
     """Every partition's figures (module docstring), or one topic's, at the database clock."""
     staleness = ctx.config.observation_staleness_ms
-    rows = ctx.metadata.figure_rows(topic=topic)
-    now = rows.db_now_ms
     n = len(COUNT_COLUMNS)
     reporting: set[int] = set()
-    # Rows to values with the collector paused (tens of thousands of new objects would trigger
-    # collections that walk them all).
+    # Rows read and turned into values with the collector paused (tens of thousands of new objects
+    # would trigger collections that walk them all).
     with collector_paused:
+        rows = ctx.metadata.figure_rows(topic=topic)
+        now = rows.db_now_ms
         gaps_by_id: dict[int, list[tuple[int, int]]] = {}
         for pid, start, end in rows.gaps:
             gaps_by_id.setdefault(pid, []).append((start, end))
@@ -57,15 +58,8 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None) -> MetricsSna
         for pid, topic_id, name, part, delete_state, dropped, remote_segments, remote_bytes, kept in rows.partitions:
             if dropped:
                 continue
-            m = PartitionMetrics(
-                name,
-                part,
-                topic_id,
-                remote_bytes=int(remote_bytes),
-                remote_segments=int(remote_segments),
-                metadata_count=int(kept),
-                delete_state=delete_state,
-            )
+            m = PartitionMetrics(name, part, topic_id, int(remote_bytes), int(remote_segments), int(kept))
+            m.delete_state = delete_state
             gaps = gaps_by_id.get(pid)
             if gaps:
                 merged = merge_offset_ranges(gaps)
@@ -74,7 +68,7 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None) -> MetricsSna
             partitions[(topic_id, part)] = m
         # The best fresh replica of each partition so far: its rank and its row.
         best: dict[tuple[str, int], tuple[tuple[int, int, int], tuple[Any, ...]]] = {}
-        for row in sorted(rows.observations, key=_replica_order):
+        for row in sorted(rows.observations, key=_BROKER_OF_ROW):
             topic_id, name, part, broker, hw, lso, leo, start, epoch, risk, room, at = row[:12]
             key = (topic_id, part)
             m = partitions.get(key) or partitions.setdefault(key, PartitionMetrics(name, part, topic_id))
@@ -120,16 +114,12 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None) -> MetricsSna
                     last_task[key] = row
         for key, row in last_task.items():
             partitions[key].last_task = task_of_row(*row[5 + n :])
-        ordered = sorted(partitions.values(), key=_partition_order)
+        ordered = sorted(partitions.values(), key=_PARTITION_ORDER)
     return MetricsSnapshot(now, ordered, sorted(silent_brokers(ctx.config.brokers, reporting)))
 
 
-def _replica_order(row: tuple[Any, ...]) -> int:
-    return int(row[3])
-
-
-def _partition_order(m: PartitionMetrics) -> tuple[str, int, str]:
-    return (m.topic, m.partition, m.topic_id)
+_BROKER_OF_ROW = itemgetter(3)
+_PARTITION_ORDER = attrgetter("topic", "partition", "topic_id")
 
 
 def topic_series(ctx: TieringContext, topic: str, window: str) -> list[SeriesPoint]:

@@ -32,10 +32,11 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from tiering_core.errors import TieringError
 from tiering_core.kafka.batch import RecordBatchHeader
@@ -51,6 +52,8 @@ from tiering_core.kafka.index import (
 )
 from tiering_core.kafka.records import Record, read_batches
 from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.metrics import names
+from tiering_core.metrics.tally import Tally
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
@@ -125,8 +128,26 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
+class _CountedStream:
+    """A stream that adds the bytes read through it to its reader's count."""
+
+    def __init__(self, stream: BinaryIO, reader: RemoteLogReader) -> None:
+        self._stream = stream
+        self._reader = reader
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._reader.fetched_bytes += len(data)
+        return data
+
+
 class RemoteLogReader:
-    """Records and offsets of one partition's remote tier, as a consumer would see them."""
+    """Records and offsets of one partition's remote tier, as a consumer would see them.
+
+    Each ``read`` and ``offset_for_timestamp`` is one remote fetch request: counted with the bytes
+    it read from the remote tier (and as an error when it fails, but for an offset out of range,
+    the caller's mistake) and stored in the partition's counters when it returns (``tally``, on
+    no broker)."""
 
     def __init__(self, view: TierView, store: RemoteLogMetadataStore, cache: RemoteIndexCache) -> None:
         self.view = view
@@ -134,6 +155,25 @@ class RemoteLogReader:
         self.cache = cache
         self.storage = cache.storage
         self._served = finished_in_lineage(view, store)
+        self.tally = Tally(view.tip)
+        self.fetched_bytes = 0
+
+    @contextmanager
+    def _request(self) -> Iterator[None]:
+        """One remote fetch request, counted and stored when it ends."""
+        self.tally.count(names.REMOTE_FETCH_REQUESTS)
+        self.fetched_bytes = 0
+        try:
+            yield
+        except OffsetOutOfRangeError:
+            raise
+        except Exception:
+            self.tally.count(names.REMOTE_FETCH_ERRORS)
+            raise
+        finally:
+            if self.fetched_bytes:
+                self.tally.count(names.REMOTE_FETCH_BYTES, self.fetched_bytes)
+            self.tally.store(self.store)
 
     @property
     def tp(self) -> str:
@@ -189,7 +229,8 @@ class RemoteLogReader:
         where = Path(self.storage.describe(ref.key(ObjectKind.LOG, self.storage.prefix)))
         try:
             with self.storage.open_stream(ref, ObjectKind.LOG, position) as stream:
-                yield from read_batches(stream, where, position, segment.size_bytes)
+                counted = cast(BinaryIO, _CountedStream(stream, self))
+                yield from read_batches(counted, where, position, segment.size_bytes)
         except RemoteObjectNotFoundError as exc:
             raise TieringError(
                 f"{self.tp}: segment {segment.segment_id} is finished but its log is gone: {exc}"
@@ -200,6 +241,10 @@ class RemoteLogReader:
     ) -> list[FetchedRecord]:
         """Up to ``max_records`` data records from ``offset`` (control records are skipped; with
         read_committed, so are the batches of aborted transactions)."""
+        with self._request():
+            return self._read(offset, max_records, isolation)
+
+    def _read(self, offset: int, max_records: int, isolation: IsolationLevel) -> list[FetchedRecord]:
         self.check_offset(offset)
         out: list[FetchedRecord] = []
         next_offset = offset
@@ -225,6 +270,10 @@ class RemoteLogReader:
     def offset_for_timestamp(self, timestamp: int, starting_offset: int | None = None) -> TimestampAndOffset | None:
         """The first record (a control record too) with timestamp >= ``timestamp`` and offset >=
         ``starting_offset``."""
+        with self._request():
+            return self._offset_for_timestamp(timestamp, starting_offset)
+
+    def _offset_for_timestamp(self, timestamp: int, starting_offset: int | None) -> TimestampAndOffset | None:
         start = self.log_start_offset
         if start is None:
             return None

@@ -53,6 +53,7 @@ from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.log_dirs import META_PROPERTIES, delete_dir_name
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
 from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.metrics import names
 from tiering_core.read.reader import open_reader, open_remote_reader
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
@@ -296,14 +297,24 @@ def _restore(
     work = staging_dir(target, tp, broker_log_dir=broker_log_dir)
     shutil.rmtree(work, ignore_errors=True)  # leftovers of a killed earlier restore
     work.mkdir()
+    tally = reader.tally  # each segment's download is a remote fetch request, stored at the end
     try:
         for segment in chain:
             stem = f"{segment.start_offset:020d}"
-            for kind, suffix in SEGMENT_FILES.items():
-                size = _download(ctx.storage, segment, kind, work / f"{stem}.{suffix}")
-                result.bytes += max(size, 0)
-            snapshot = work / f"{segment.end_offset + 1:020d}.snapshot"
-            result.bytes += max(_download(ctx.storage, segment, ObjectKind.PRODUCER_SNAPSHOT, snapshot), 0)
+            tally.count(names.REMOTE_FETCH_REQUESTS)
+            before = result.bytes
+            try:
+                for kind, suffix in SEGMENT_FILES.items():
+                    size = _download(ctx.storage, segment, kind, work / f"{stem}.{suffix}")
+                    result.bytes += max(size, 0)
+                snapshot = work / f"{segment.end_offset + 1:020d}.snapshot"
+                result.bytes += max(_download(ctx.storage, segment, ObjectKind.PRODUCER_SNAPSHOT, snapshot), 0)
+            except Exception:
+                tally.count(names.REMOTE_FETCH_ERRORS)
+                raise
+            finally:
+                if result.bytes > before:
+                    tally.count(names.REMOTE_FETCH_BYTES, result.bytes - before)
             result.segments += 1
             result.end_offset = segment.end_offset
             say(
@@ -321,6 +332,8 @@ def _restore(
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    finally:
+        tally.store(ctx.metadata)
     _write_root_checkpoints(target, tp, result, chain[0].start_offset)
     marker = target / RESTORE_MARKER
     if not broker_log_dir and not marker.exists():

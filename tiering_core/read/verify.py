@@ -3,7 +3,8 @@
 docs/architecture.md invariant 2: a COPY_SEGMENT_FINISHED segment's objects exist and match their manifest's
 sizes and checksums. Each object is streamed once (``RemoteStorage.verify_segment``); the
 manifest is also compared with the checksums the metadata recorded when the copy finished, so
-a manifest rewritten behind the platform's back is caught too. Nothing is changed.
+a manifest rewritten behind the platform's back is caught too. Nothing is changed but the
+partition's counters (each segment checked is a remote fetch, each damaged one a scrub failure).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.metrics import names
+from tiering_core.metrics.tally import tallied
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.errors import ManifestError
 from tiering_core.storage.manifest import CopyRecord
@@ -91,4 +94,21 @@ def segments_to_verify(ctx: TieringContext, tp: TopicPartition) -> list[RemoteLo
 
 
 def verify_partition(ctx: TieringContext, tp: TopicPartition) -> list[SegmentVerification]:
-    return [verify_segment(ctx.storage, s) for s in segments_to_verify(ctx, tp)]
+    """Every finished segment of the partition verified. Each segment's check is a remote fetch
+    request (its objects' recorded bytes read, an error when it cannot be done) and a damaged or
+    missing segment a scrub failure, stored in the partition's counters at the end (on no broker)."""
+    segments = segments_to_verify(ctx, tp)
+    if not segments:
+        return []
+    results: list[SegmentVerification] = []
+    with tallied(ctx.metadata, segments[0].topic_id_partition) as tally:
+        for segment in segments:
+            with tally.request(names.REMOTE_FETCH_REQUESTS, names.REMOTE_FETCH_ERRORS):
+                checked = verify_segment(ctx.storage, segment)
+            read = sum(CopyRecord.of_segment(segment).sizes.values())
+            if read:
+                tally.count(names.REMOTE_FETCH_BYTES, read)
+            if not checked.ok:
+                tally.count(names.SCRUB_FAILURES)
+            results.append(checked)
+    return results

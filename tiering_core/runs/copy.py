@@ -7,6 +7,10 @@ new UUID, COPY_SEGMENT_STARTED, objects, manifest last, COPY_SEGMENT_FINISHED.
 
 The run is split into ``prepare_segment_upload`` (driver), ``upload_segment`` (anywhere,
 e.g. a Spark executor) and the metadata commits, so parallel uploads keep every invariant.
+
+Every segment copy started, finished (its bytes: segment and indexes) or failed is counted in the
+run's ``Tally`` (reported at once, stored in the partition's counters when the run lets the
+partition go, on the run's broker), with the time of the last copy and the run's task.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, is_intern
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metadata.store import Lease
+from tiering_core.metrics import names
+from tiering_core.metrics.tally import Tally
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
@@ -232,6 +238,7 @@ class CopyRun:
         self.candidates: list[CopyCandidate] = []
         self._expired: str | None = None  # why the run fails: its lease expired under it
         self._started = time.monotonic()
+        self.tally: Tally | None = None  # the run's counts, from the time it holds the partition
 
     @classmethod
     def begin(
@@ -283,6 +290,7 @@ class CopyRun:
                 return run
             run.held, view, run.result.segments_cleaned_up = begun
             run.view = view
+            run.tally = Tally(view.tip, broker_id, attempt)
             if view.behind_lineage is not None:  # not the leader's log: nothing to copy from here
                 run.result.skipped_reason = view.behind_lineage
                 run.say(f"{tp}: skipped ({view.behind_lineage})")
@@ -321,6 +329,7 @@ class CopyRun:
         broker's log start has passed data not yet tiered the gap is recorded now, so ``finish``
         fails the run loudly. Otherwise the run fails naming the vanished file.
         """
+        self._count(names.REMOTE_COPY_ERRORS)
         if upload is not None:
             abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
         self._held()
@@ -343,16 +352,29 @@ class CopyRun:
         return self.held.lease if self.held is not None and self.held.holds else None
 
     def start_segment(self, candidate: CopyCandidate) -> SegmentUpload:
-        """Verify and gather the segment, then COPY_SEGMENT_STARTED (before anything is uploaded)."""
+        """Verify and gather the segment, then COPY_SEGMENT_STARTED (before anything is uploaded).
+        Counts a copy request, and an error when this fails (a vanished segment is counted by
+        ``segment_vanished``)."""
         lease, view = self._held()
-        upload = prepare_segment_upload(
-            view,
-            candidate,
-            run_token=lease.token,
-            index_interval_bytes=self.ctx.config.topic_config(self.tp.topic).index_interval_bytes,
-        )
-        self.ctx.metadata.add_segment(upload.metadata, lease)
+        self._count(names.REMOTE_COPY_REQUESTS)
+        try:
+            upload = prepare_segment_upload(
+                view,
+                candidate,
+                run_token=lease.token,
+                index_interval_bytes=self.ctx.config.topic_config(self.tp.topic).index_interval_bytes,
+            )
+            self.ctx.metadata.add_segment(upload.metadata, lease)
+        except FileNotFoundError:
+            raise
+        except Exception:
+            self._count(names.REMOTE_COPY_ERRORS)
+            raise
         return upload
+
+    def _count(self, spec: names.MetricSpec, value: int = 1) -> None:
+        if self.tally is not None:
+            self.tally.count(spec, value)
 
     def commit_finished_segment(
         self, candidate: CopyCandidate, upload: SegmentUpload, manifest: SegmentManifest, seconds: float, note: str = ""
@@ -369,6 +391,8 @@ class CopyRun:
         except FencedError as exc:
             self.fenced_while_copying(candidate, upload, exc)
             return False
+        if self.tally is not None:
+            self.tally.copy_finished(sum(entry.size for entry in manifest.objects.values()))
         held = self.held
         if held is not None and not held.renew():
             self.fenced_while_copying(candidate, None, held.lost)
@@ -427,6 +451,7 @@ class CopyRun:
         if not log_path.exists():
             self.segment_vanished(candidate, upload, FileNotFoundError(str(log_path)))
             return
+        self._count(names.REMOTE_COPY_ERRORS)
         failure = self.abandon(candidate, upload, reason)
         self.say(f"{self.tp}: segment {candidate.base_offset} failed ({reason}); cleaned up")
         if isinstance(reason, BaseException):
@@ -434,8 +459,12 @@ class CopyRun:
         raise failure
 
     def release(self) -> None:
-        """Stop renewing and give the partition up (idempotent)."""
-        self._hold.close()
+        """Stop renewing and give the partition up, and store the run's counts (idempotent)."""
+        try:
+            self._hold.close()
+        finally:
+            if self.tally is not None:
+                self.tally.store(self.ctx.metadata)
 
     def finish(self) -> CopyResult:
         """Release the lease, record final offsets and lag; raise TieringGapError after a gap."""

@@ -20,6 +20,9 @@ On a cluster (``brokers:``) removal may run from any broker: a topic id another 
 reports (its fresh replica observation, ``tier.replica.brokers_reporting``) is on the cluster, so
 its data is live like a topic id in this broker's own log dirs; the refusal names the broker, and
 only ``force`` removes it.
+
+Each segment deletion is a RemoteDeleteRequest (an error when it fails), counted in the
+partition's counters on no broker (``metrics.tally``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from tiering_core.errors import InvalidTopicError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, validate_topic_name
 from tiering_core.metadata.errors import FencedError, LeaseHeldError, MetadataStoreError
 from tiering_core.metadata.states import RemotePartitionDeleteState
+from tiering_core.metrics import names
+from tiering_core.metrics.tally import Tally, tallied
 from tiering_core.runs.errors import DeletionUnprovenError, RemovalRefusedError, RemovalRequestRefusedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.orphans import delete_unreferenced_keys, unreferenced_object_keys
@@ -371,8 +376,11 @@ def _remove_one(
     store, storage = ctx.metadata, ctx.storage
     state: RemotePartitionDeleteState | None = None
     try:
-        with held_partition(store, tip, holder=f"delete-partition:{run}", run_id=run, attempt=attempt) as held:
-            state = _remove_held(store, storage, held, result)
+        with (
+            held_partition(store, tip, holder=f"delete-partition:{run}", run_id=run, attempt=attempt) as held,
+            tallied(store, tip, attempt=attempt) as tally,
+        ):
+            state = _remove_held(store, storage, held, result, tally)
     except LeaseHeldError as exc:
         log.warning("%s: another run holds the partition (%s); removal not started", tip, exc)
         result.fenced = True
@@ -393,7 +401,7 @@ class _Stopped(Exception):
 
 
 def _remove_held(
-    store: RemoteLogMetadataStore, storage: RemoteStorage, held: HeldPartition, result: RemovalResult
+    store: RemoteLogMetadataStore, storage: RemoteStorage, held: HeldPartition, result: RemovalResult, tally: Tally
 ) -> RemotePartitionDeleteState | None:
     tip = held.tip
     state: RemotePartitionDeleteState | None = None
@@ -411,7 +419,8 @@ def _remove_held(
             state = RemotePartitionDeleteState.DELETE_PARTITION_STARTED
         if state == RemotePartitionDeleteState.DELETE_PARTITION_STARTED:
             for segment in store.list_segments(tip):
-                delete_remote_segment(store, storage, segment, held.require())
+                with tally.request(names.REMOTE_DELETE_REQUESTS, names.REMOTE_DELETE_ERRORS):
+                    delete_remote_segment(store, storage, segment, held.require())
                 result.segments_deleted += 1
                 result.bytes_deleted += segment.size_bytes
             result.orphan_objects.extend(_sweep(store, storage, tip))

@@ -10,6 +10,10 @@ A run holds the partition's lease, so a COPY_SEGMENT_STARTED segment it finds ca
 right now: it is the leftover of a killed copy, cleaned up first (the copy engine's own
 recovery) so that it never stops the walk. Read-only callers that cannot know (``delete_lag``
 while a copy holds the lease) stop at it, as Kafka stops at a segment being copied.
+
+Each segment deletion is a RemoteDeleteRequest (an error when it fails), counted on the run's
+broker (``metrics.tally``); the run's observation of the partition is recorded when it ends,
+with the delete lag it leaves.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ from tiering_core.config import TopicConfig
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
+from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.metrics import names
+from tiering_core.metrics.tally import Tally, tallied
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import delete_remote_segment
-from tiering_core.tier.observation import record_views
+from tiering_core.tier.observation import Figures, record_views, reporting_gauges
 from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage
 
 if TYPE_CHECKING:
@@ -335,16 +342,43 @@ def run_retention(
 
     ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease.
     ``broker_id``: the broker whose log dirs the run reads; what it saw of the partition is
-    recorded first (None: not recorded).
+    recorded when the run ends, with the delete lag it leaves (None: not recorded). Deletions are
+    counted (``metrics.tally``) on that broker.
     """
-    started = time.monotonic()
+    if broker_id is not None:
+        check_broker_id(broker_id, ctx.config.broker_ids, tp)
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    result = RetentionResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
     topic = ctx.topic_config(tp.topic)
     store = ctx.metadata
     partition_log = ctx.partitions(tp.topic, tp.partition)[0]
     view = ctx.tier_view(partition_log)
-    record_views(store, broker_id, [(view, topic, None)], brokers=ctx.config.broker_ids)
+    lag: tuple[int, int] | None = None
+    try:
+        result = _run_retention(ctx, tp, view, partition_log, topic, now, dry_run, run_id, attempt, broker_id)
+        if (broker_id is not None or reporting_gauges()) and not result.fenced:
+            lag = delete_lag(view, store, topic, now)
+        return result
+    finally:
+        figures = {view.tip: Figures(delete_lag=lag)}
+        record_views(store, broker_id, [(view, topic, None)], brokers=ctx.config.broker_ids, figures=figures)
+
+
+def _run_retention(
+    ctx: TieringContext,
+    tp: TopicPartition,
+    view: TierView,
+    partition_log: PartitionLog,
+    topic: TopicConfig,
+    now: int,
+    dry_run: bool,
+    run_id: str | None,
+    attempt: TaskAttempt | None,
+    broker_id: int | None,
+) -> RetentionResult:
+    """``run_retention`` from the view it took."""
+    started = time.monotonic()
+    result = RetentionResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
+    store = ctx.metadata
     record = store.get_partition(view.tip)
     result.remote_log_start_offset = view.remote_log_start_offset
     if record is None:
@@ -380,8 +414,11 @@ def run_retention(
 
     run = run_id or uuid.uuid4().hex
     try:
-        with held_partition(store, view.tip, holder=f"retention:{run}", run_id=run, attempt=attempt) as held:
-            view = _apply_retention(ctx, held, view, partition_log, topic, now, result)
+        with (
+            held_partition(store, view.tip, holder=f"retention:{run}", run_id=run, attempt=attempt) as held,
+            tallied(store, view.tip, broker_id=broker_id, attempt=attempt) as tally,
+        ):
+            view = _apply_retention(ctx, held, view, partition_log, topic, now, result, tally)
     except LeaseHeldError as exc:
         log.info("%s: another run holds the partition (%s); retention skipped", tp, exc)
         result.fenced = True
@@ -409,6 +446,7 @@ def _apply_retention(
     topic: TopicConfig,
     now: int,
     result: RetentionResult,
+    tally: Tally,
 ) -> TierView:
     """Plan and delete while holding the partition; the view the plan was made from."""
     store, storage, tp = ctx.metadata, ctx.storage, partition_log.topic_partition
@@ -433,7 +471,8 @@ def _apply_retention(
         done = {d.segment.segment_id for d in plan.deletions if d.reason in (REASON_COPY_LEFTOVER, REASON_DANGLING)}
     for d in plan.retention_deletions:
         if d.segment.segment_id not in done:
-            delete_remote_segment(store, storage, d.segment, held.require())
+            with tally.request(names.REMOTE_DELETE_REQUESTS, names.REMOTE_DELETE_ERRORS):
+                delete_remote_segment(store, storage, d.segment, held.require())
         result.segments_deleted += 1
         result.bytes_deleted += d.segment.size_bytes
     if plan.stopped_at:

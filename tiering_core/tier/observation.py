@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from tiering_core.metadata.values import ReplicaObservation
 from tiering_core.metrics import names
-from tiering_core.metrics.sink import emit
+from tiering_core.metrics.sink import NullSink, current_sink, emit
+from tiering_core.metrics.snapshot import NO_BROKER
 
 if TYPE_CHECKING:
     from tiering_core.config import TopicConfig
@@ -98,11 +99,12 @@ def record_views(
     figures: Mapping[TopicIdPartition, Figures] | None = None,
 ) -> int:
     """Record what a run on ``broker_id`` saw of its partitions, in one transaction, and report
-    their gauges; returns how many. ``broker_id`` None: the run does not know its broker, nothing
-    is recorded (the views are not even judged). ``brokers``: the broker ids the cluster has, if
-    known (UnknownBrokerError for another). ``figures``: what the run computed per partition;
-    remote sizes it did not compute are read for the whole batch in one query."""
-    if broker_id is None:
+    their gauges; returns how many were recorded. ``broker_id`` None: the run does not know its
+    broker, nothing is recorded, only the gauges are reported (without a ``broker`` tag) where a
+    sink takes them (otherwise the views are not even judged). ``brokers``: the broker ids the
+    cluster has, if known (UnknownBrokerError for another). ``figures``: what the run computed per
+    partition; remote sizes it did not compute are read for the whole batch in one query."""
+    if broker_id is None and not reporting_gauges():
         return 0
     views = list(views)
     known = dict(figures or {})
@@ -111,20 +113,27 @@ def record_views(
         totals = store.finished_totals(missing)
         for tip in missing:
             known[tip] = Figures(known.get(tip, Figures()).delete_lag, totals.get(tip, (0, 0)))
+    observer = NO_BROKER if broker_id is None else broker_id  # not recorded when None
     observations = [
-        replica_observation(broker_id, view, topic, risk=risk, figures=known.get(view.tip))
+        replica_observation(observer, view, topic, risk=risk, figures=known.get(view.tip))
         for view, topic, risk in views
     ]
-    store.record_observations(observations, brokers=brokers)
+    if broker_id is not None:
+        store.record_observations(observations, brokers=brokers)
     for o in observations:
-        emit_gauges(o)
-    return len(observations)
+        emit_gauges(o, broker_id)
+    return 0 if broker_id is None else len(observations)
 
 
-def emit_gauges(o: ReplicaObservation) -> None:
-    """Report a recorded observation's gauges (those it has) to the current sink."""
+def reporting_gauges() -> bool:
+    """A sink takes what runs report (inside a task): gauges are worth computing."""
+    return not isinstance(current_sink(), NullSink)
+
+
+def emit_gauges(o: ReplicaObservation, broker: int | None) -> None:
+    """Report an observation's gauges (those it has) to the current sink, as ``broker``'s."""
     tp = o.topic_id_partition
-    topic, partition, broker = tp.topic, tp.partition, o.broker_id
+    topic, partition = tp.topic, tp.partition
     for spec, value in (
         (names.REMOTE_COPY_LAG_BYTES, o.copy_lag_bytes),
         (names.REMOTE_COPY_LAG_SEGMENTS, o.copy_lag_segments),

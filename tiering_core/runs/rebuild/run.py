@@ -41,6 +41,8 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
+from tiering_core.metrics import names
+from tiering_core.metrics.tally import tallied
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_ref
@@ -325,6 +327,9 @@ def rebuild_partition_indexes(
                 )
             return held.lease
 
+        # Each examination reads the segment (a remote fetch request); each index file a repair
+        # replaced is an index repair: counted, and stored before the partition is let go.
+        tally = hold.enter_context(tallied(ctx.metadata, tip))
         if repair:
             clean_up_before_repair(ctx, tip, held.lease, result)
         # Every segment is examined before any is repaired: a repair deletes the damaged
@@ -332,12 +337,21 @@ def rebuild_partition_indexes(
         tasks = remote_index_tasks(ctx.metadata, tip, interval)
         found = []
         for task in tasks:
-            found.append(examine_remote_segment(ctx.storage, task))
+            tally.count(names.REMOTE_FETCH_REQUESTS)
+            examination = examine_remote_segment(ctx.storage, task)
+            if examination.check.log_bytes:
+                tally.count(names.REMOTE_FETCH_BYTES, examination.check.log_bytes)
+            if examination.check.error is not None:
+                tally.count(names.REMOTE_FETCH_ERRORS)
+            found.append(examination)
             holding(len(found))
         for done, (task, examination) in enumerate(zip(tasks, found, strict=True), start=1):
             check = examination.check
             if repair and check.needs_repair:
                 check = repair_remote_segment(ctx, task, examination, held.lease)
+                if check.repaired_as is not None:
+                    replaced = sum(1 for f in check.findings if f.status != IndexStatus.OK)
+                    tally.count(names.INDEX_REPAIRS, replaced)
                 holding(done)
             result.checks.append(check)
             say(check.describe())
