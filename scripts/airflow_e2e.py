@@ -22,7 +22,9 @@ simple auth manager:
    protocol (``Runtime.evaluate``): a summary row for every topic, no horizontal overflow
    (``scrollWidth <= innerWidth``), the orders charts' canvases drawn (pixels read back with
    ``getImageData``, the last 24 hours with at least one point); saved to
-   ``test-artifacts/tiering-in-airflow-<width>x<height>.png``.
+   ``test-artifacts/tiering-in-airflow-<width>x<height>.png``; at 1280x800 it then clicks a
+   partition's link to its last task's log and checks that Airflow's own window shows that task
+   instance (``tiering-last-task-log-1280x800.png``).
 
 The runs name the demo broker (``TIERING_BROKER_ID``) so that they record their observations in
 the metadata store, which the page is computed from.
@@ -463,9 +465,12 @@ def render_logged_in(
     return RenderedPage(status, str(dom), browser.screenshot(full_page=True))
 
 
-def render_in_airflow(browser: Browser, base: str, topics: list[str], size: tuple[int, int]) -> FramedPage:
+def render_in_airflow(
+    browser: Browser, base: str, topics: list[str], size: tuple[int, int], follow_link: bool = False
+) -> tuple[FramedPage, str | None]:
     """The Tiering page from Airflow's navigation (the plugin's external view, in Airflow's iframe)
-    at ``size``, ``topics`` opened; measured in the page's frame, shot as the window shows it."""
+    at ``size``, ``topics`` opened; measured in the page's frame, shot as the window shows it; with
+    ``follow_link``, then a last task's log link followed (the path it opened)."""
     status = browser.open(f"{base}/plugin/tiering", size, mobile=size[0] < 600)
     if status != 200:
         raise E2EError(f"Airflow's UI answered HTTP {status} for /plugin/tiering")
@@ -481,7 +486,7 @@ def render_in_airflow(browser: Browser, base: str, topics: list[str], size: tupl
         return m if m["chartPixels"] and all(m["chartPixels"]) else None
 
     measure = wait_for("the charts to be drawn", drawn, 30, 0.3)
-    return FramedPage(
+    page = FramedPage(
         size,
         list(measure["topics"]),
         int(measure["scrollWidth"]),
@@ -490,6 +495,35 @@ def render_in_airflow(browser: Browser, base: str, topics: list[str], size: tupl
         [int(n) for n in measure["chartPoints"]],
         browser.screenshot(),
     )
+    return page, follow_task_log_link(browser, context) if follow_link else None
+
+
+#: In the Tiering page's document: click the first last-task link, answer the path it leads to.
+CLICK_TASK_LOG_JS = """(function () {
+  var a = document.querySelector("details.topic[open] table.partitions a.airflow[href*='/runs/']");
+  if (!a) return null;
+  var path = new URL(a.getAttribute("href"), window.location.href).pathname;
+  a.click();
+  return path;
+})()"""
+
+
+def follow_task_log_link(browser: Browser, context: int) -> str:
+    """Click a partition's link to its last task's log in the page's frame; the path Airflow's own
+    window then shows (its router took the link: the page's iframe is sandboxed)."""
+    path = browser.evaluate(CLICK_TASK_LOG_JS, context)
+    if not path:
+        raise E2EError("no partition links to its last task's log")
+    wait_for(
+        f"Airflow's window to show {path}",
+        lambda: browser.evaluate("window.location.pathname") == path,
+        30,
+        0.3,
+    )
+    # Airflow's task instance page (no Tiering frame left) showing the copy task's log lines.
+    shown = "document.querySelector('iframe') === null && /copied \\d+ segment/.test(document.body.innerText)"
+    browser.wait_true("Airflow's page of the task with its log", shown, timeout=60)
+    return str(path)
 
 
 #: The window sizes the page is shot at inside Airflow's UI: a laptop and a phone.
@@ -544,7 +578,7 @@ def screenshot(api: Api, labels: list[str], artifacts: Path, topics: list[str] |
         dom.write_text(page.dom)
         say(f"screenshot saved to {shot} ({len(page.png)} bytes, logged in; the page lists {', '.join(labels)})")
         for size in FRAMED_SIZES:
-            framed = render_in_airflow(browser, api.base, opened, size)
+            framed, followed = render_in_airflow(browser, api.base, opened, size, follow_link=size == FRAMED_SIZES[0])
             check_framed(framed, topics)
             width, height = size
             path = artifacts / f"tiering-in-airflow-{width}x{height}.png"
@@ -554,6 +588,13 @@ def screenshot(api: Api, labels: list[str], artifacts: Path, topics: list[str] |
                 f"scrollWidth {framed.scroll_width} <= innerWidth {framed.inner_width}; chart pixels drawn "
                 f"{framed.chart_pixels}, points {framed.chart_points}; saved to {path}"
             )
+            if followed:
+                log_shot = artifacts / f"tiering-last-task-log-{width}x{height}.png"
+                log_shot.write_bytes(browser.screenshot())
+                say(
+                    f"in Airflow's UI a partition's last task log link opened {followed} in Airflow's window; "
+                    f"saved to {log_shot}"
+                )
 
 
 def airflow_env(work: Path, port: int, endpoint: str, config: Path) -> dict[str, str]:

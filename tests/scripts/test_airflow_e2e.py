@@ -27,6 +27,7 @@ SHOT = ARTIFACTS / "tiering-page.png"
 DOM = ARTIFACTS / "tiering-page.html"
 #: The page inside Airflow's UI, by window size (a laptop, a phone).
 FRAMED = {(w, h): ARTIFACTS / f"tiering-in-airflow-{w}x{h}.png" for w, h in ((1280, 800), (390, 844))}
+LOG_SHOT = ARTIFACTS / "tiering-last-task-log-1280x800.png"  # Airflow's page a task log link opened
 E2E_SECONDS = 900  # the script bounds each wait itself; this only guards against a hang
 STOP_GRACE_SECONDS = 120  # after SIGTERM, for the script to stop Airflow before it is killed
 # Above both, so pytest-timeout never SIGKILLs the run before the script could clean up.
@@ -64,7 +65,7 @@ def stop_script(proc: subprocess.Popen[str]) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def e2e() -> subprocess.CompletedProcess[str]:
-    for artifact in (SHOT, DOM, *FRAMED.values()):
+    for artifact in (SHOT, DOM, LOG_SHOT, *FRAMED.values()):
         artifact.unlink(missing_ok=True)
     proc = start_script("--artifacts", str(ARTIFACTS))
     try:
@@ -146,6 +147,13 @@ def test_tiering_page_inside_airflows_ui_checked_at_a_laptop_and_a_phone_size(e2
         data = shot.read_bytes()
         assert saved == str(shot) and data.startswith(b"\x89PNG\r\n\x1a\n")
         assert struct.unpack(">II", data[16:24]) == (width, height)  # the PNG header's size
+    followed = line(e2e.stdout, "e2e: in Airflow's UI a partition's last task log link opened ")
+    assert re.fullmatch(
+        r"e2e: .* opened /dags/tiering_copy__orders/runs/manual__\S+/tasks/copy/mapped/\d in Airflow's window; "
+        rf"saved to {re.escape(str(LOG_SHOT))}",
+        followed,
+    )
+    assert LOG_SHOT.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 @pytest.mark.slow
