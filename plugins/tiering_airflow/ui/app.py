@@ -5,7 +5,7 @@ Mounted by the Airflow plugin under ``/tiering``; each request reads the store's
 server without log dirs and shows every broker. ``view.py`` renders it. Links are relative so the
 page also works when Airflow is served under a path prefix.
 
-Every route requires an Airflow user allowed to see plugin views, authenticated the way the
+Every page route requires an Airflow user allowed to see plugin views, authenticated the way the
 rest of Airflow's API is: a JWT as ``Authorization: Bearer`` (REST clients) or in the ``_token``
 cookie that Airflow's UI sets at login (the page inside the UI). Anonymous requests get 401,
 users without the permission 403: the page names topics and sizes, which are not public.
@@ -116,10 +116,10 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
-        dependencies=[plugin_view_access()],
     )
+    access = [plugin_view_access()]  # each route's own (a route beside them may authenticate otherwise)
 
-    @app.get("/api/partitions")
+    @app.get("/api/partitions", dependencies=access)
     def partitions(topic: str | None = Query(None, description="only this topic")) -> Response:
         try:
             snapshot, _ = read_snapshot(config_path, topic, status_timeout)
@@ -127,7 +127,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
             raise HTTPException(status_code=503, detail=str(exc)) from exc
         return json_response(snapshot.partitions)
 
-    @app.get("/api/series")
+    @app.get("/api/series", dependencies=access)
     def series(
         topic: str = Query(..., description="the topic"),
         window: str = Query("24h", pattern="^(24h|7d)$", description="24h (5-minute points) or 7d (hourly)"),
@@ -137,7 +137,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         except StatusUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
 
-    @app.get("/fragments/partitions", response_class=HTMLResponse)
+    @app.get("/fragments/partitions", response_class=HTMLResponse, dependencies=access)
     def partition_table(
         topic: str = Query(..., description="the topic"),
         offset: int = Query(0, ge=0, description="the first row, by partition number"),
@@ -149,7 +149,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
             raise HTTPException(status_code=503, detail=str(exc)) from exc
         return HTMLResponse(view.render_partitions(snapshot, named, offset, limit))
 
-    @app.get("/static/{name}")
+    @app.get("/static/{name}", dependencies=access)
     def static(name: str) -> FileResponse:
         if name not in STATIC_TYPES:
             raise HTTPException(status_code=404)
@@ -157,7 +157,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
             STATIC / name, media_type=STATIC_TYPES[name], headers={"Cache-Control": "private, max-age=3600"}
         )
 
-    @app.get("/", response_class=HTMLResponse)
+    @app.get("/", response_class=HTMLResponse, dependencies=access)
     def page() -> HTMLResponse:
         try:
             snapshot, _ = read_snapshot(config_path, None, status_timeout)
