@@ -31,6 +31,7 @@ from tiering_core.config.kafka import (
     KafkaConfig,
     _kafka_config,
 )
+from tiering_core.config.metrics import MetricsConfig, _metrics_config
 from tiering_core.config.parsing import (
     MAX_MAPPING_ENTRIES,
     _as_bool,
@@ -62,6 +63,7 @@ __all__ = [
     "ConfigError",
     "KafkaConfig",
     "MetadataConfig",
+    "MetricsConfig",
     "PlatformConfig",
     "RemoteConfig",
     "TopicConfig",
@@ -183,6 +185,8 @@ class PlatformConfig:
     broker: BrokerConfig | None = None  # this process's broker; None: not chosen among ``brokers``
     #: ``cluster.observation_staleness_ms``: an older replica observation does not count.
     observation_staleness_ms: int = DEFAULT_OBSERVATION_STALENESS_MS
+    #: ``metrics:``: the scrapers' bearer token for ``/tiering/metrics``.
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def broker_id(self) -> int | None:
@@ -340,6 +344,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             "index_cache_bytes",
             "index_cache_dir",
             "kafka",
+            "metrics",
         },
         "",
     )
@@ -479,6 +484,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         brokers=brokers,
         broker=chosen,
         observation_staleness_ms=_observation_staleness_ms(doc.get("cluster")),
+        metrics=_metrics_config(doc.get("metrics"), resolve),
     )
 
 

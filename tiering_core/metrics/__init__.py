@@ -10,5 +10,6 @@
 - ``collect``: a snapshot (and a topic's chart series) read from the store in a few set-wise
   queries;
 - ``tally``: a run's counts of its acts on a partition, reported as they happen and stored in
-  the partition's counters once when the run ends.
+  the partition's counters once when the run ends;
+- ``exposition``: a snapshot as Prometheus text format 0.0.4 (``/tiering/metrics`` serves it).
 """

@@ -3,6 +3,7 @@
 A name is Kafka's own where Kafka has one (KIP-930 dropped the ``PerSec`` of the broker's meters;
 a counter here is the meter's count). Labels are ``topic`` and ``partition``, plus ``broker`` where
 a replica is meant (a copy runs on, and a local-retention risk belongs to, one broker's replica).
+``PLATFORM_METRICS`` are what only the Prometheus exposition reports, about brokers, not partitions.
 StatsD names are ``tiering.<Name>`` (Airflow's own ``statsd_prefix`` goes in front); Prometheus
 names are ``tiering_<Name>``, counters' samples ending in ``_total``.
 """
@@ -20,6 +21,7 @@ class MetricKind(Enum):
 
 PARTITION_LABELS = ("topic", "partition")
 REPLICA_LABELS = ("topic", "partition", "broker")
+BROKER_LABELS = ("broker",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,4 +121,13 @@ METRICS: tuple[MetricSpec, ...] = (
     LOCAL_RETENTION_HEADROOM_SECONDS,
     LAST_COPY_AGE_SECONDS,
 )
-BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
+
+#: Brokers that reported nothing fresh: 1 for a configured broker whose worker sent no fresh
+#: observation of any partition (its lags and risks are then unknown), 0 for a broker that did.
+SILENT_BROKER = _gauge(
+    "SilentBroker", BROKER_LABELS, "1 when the broker reported no fresh observation of any partition"
+)
+
+#: What only the Prometheus exposition reports (computed from the store, never emitted by a run).
+PLATFORM_METRICS: tuple[MetricSpec, ...] = (SILENT_BROKER,)
+BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS + PLATFORM_METRICS}

@@ -25,6 +25,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from tiering_airflow.hooks.tiering import TieringHook, named_topics
 from tiering_airflow.ui import view
+from tiering_airflow.ui.metrics import metrics_router
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -117,7 +118,9 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         redoc_url=None,
         openapi_url=None,
     )
-    access = [plugin_view_access()]  # each route's own (a route beside them may authenticate otherwise)
+    # Airflow's access check is each page route's own: /metrics also takes the scrapers' token.
+    app.include_router(metrics_router(config_path, status_timeout))
+    access = [plugin_view_access()]
 
     @app.get("/api/partitions", dependencies=access)
     def partitions(topic: str | None = Query(None, description="only this topic")) -> Response:

@@ -1,0 +1,126 @@
+"""``/tiering/metrics``: the Prometheus exposition of the metadata store.
+
+Computed from the store alone (``collect_metrics``, rendered by ``tiering_core.metrics.exposition``):
+it works on the API server, which has no log dirs, reflects every broker, and its counters are the
+store's, so they survive every restart of the serving process.
+
+Access is the page's, or a scraper's static token: an Airflow user allowed to see plugin views (a
+JWT as ``Authorization: Bearer`` or in the UI's ``_token`` cookie), or ``Authorization: Bearer
+<token>`` with the token of the config's ``metrics:`` section (a Prometheus server has no Airflow
+login). No credentials: 401; a bearer that is neither the token nor a valid Airflow JWT: 401; an
+Airflow user without plugin access: 403. The token is compared in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from tiering_airflow.hooks.tiering import TieringHook, resolve_config_path
+from tiering_core.metrics.exposition import CONTENT_TYPE
+
+log = logging.getLogger(__name__)
+
+#: The route, under the plugin's ``/tiering``.
+METRICS_PATH = "/metrics"
+#: How long one scrape may spend reading the store (seconds), as the page's reads.
+DEFAULT_METRICS_TIMEOUT = 30.0
+#: Reads in progress at once: a store that hangs holds at most these threads, never the server.
+_READERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tiering-metrics")
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+class MetricsUnavailable(Exception):
+    """The store could not be read (no or bad config, store down, too slow)."""
+
+
+def _exposition_now(config_path: str | None, topic: str | None) -> str:
+    from tiering_core.errors import TieringError
+    from tiering_core.metrics.collect import collect_metrics
+    from tiering_core.metrics.exposition import render
+
+    try:
+        with TieringHook(config_path=config_path).get_conn() as ctx:
+            return render(collect_metrics(ctx, topic=topic))
+    except TieringError as exc:
+        raise MetricsUnavailable(str(exc)) from exc
+
+
+def read_exposition(config_path: str | None, topic: str | None = None, timeout: float = DEFAULT_METRICS_TIMEOUT) -> str:
+    """The exposition, read now within ``timeout`` seconds: a store that does not answer makes the
+    scrape fail (503) instead of hanging the API server."""
+    future = _READERS.submit(_exposition_now, config_path, topic)
+    try:
+        return future.result(timeout=timeout)
+    except FutureTimeout as exc:
+        future.cancel()
+        raise MetricsUnavailable(
+            f"reading the metadata store did not finish within {timeout:.0f} s (the store does not answer)"
+        ) from exc
+
+
+def scraper_token(config_path: str | None) -> str | None:
+    """The config's static token for scrapers, read now; None when there is none or it cannot be
+    read (then only Airflow's authentication is accepted, and the log says why, not the token)."""
+    from tiering_core.config import load_config
+    from tiering_core.errors import TieringError
+
+    try:
+        return load_config(resolve_config_path(config_path)).metrics.bearer_token()
+    except TieringError as exc:
+        log.warning("/tiering/metrics: the scrapers' bearer token is not available: %s", exc)
+        return None
+
+
+def _unauthenticated(detail: str) -> HTTPException:
+    return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def metrics_access(config_path: str | None) -> Callable[..., Awaitable[None]]:
+    """The route's dependency: the scrapers' token, or Airflow's user with access to plugin views."""
+
+    async def check(request: Request, bearer: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+        from airflow.api_fastapi.core_api.security import get_user
+
+        presented = bearer is not None and bearer.scheme.lower() == "bearer"
+        if presented:
+            assert bearer is not None
+            token = await run_in_threadpool(scraper_token, config_path)
+            if token is not None and hmac.compare_digest(bearer.credentials.encode(), token.encode()):
+                return
+        try:
+            user = await get_user(request, None, bearer if presented else None)
+        except HTTPException as exc:
+            if presented or exc.status_code == 401:
+                raise _unauthenticated(
+                    "not authenticated: neither the scrapers' token nor a valid Airflow token"
+                ) from None
+            raise  # a forged cookie: Airflow's own answer, as on the page
+        if not get_auth_manager().is_authorized_view(access_view=AccessView.PLUGINS, user=user):
+            raise HTTPException(status_code=403, detail="Forbidden")
+
+    return check
+
+
+def metrics_router(config_path: str | None = None, timeout: float = DEFAULT_METRICS_TIMEOUT) -> APIRouter:
+    """The ``/metrics`` route; ``config_path=None`` resolves the config on each scrape."""
+    router = APIRouter()
+
+    @router.get(METRICS_PATH, dependencies=[Depends(metrics_access(config_path))], response_class=Response)
+    def metrics(topic: str | None = Query(None, description="only this topic")) -> Response:
+        try:
+            return Response(read_exposition(config_path, topic, timeout), media_type=CONTENT_TYPE)
+        except MetricsUnavailable as exc:
+            return Response(f"tiering metrics unavailable: {exc}\n", status_code=503, media_type="text/plain")
+
+    return router

@@ -1,0 +1,148 @@
+"""docker/'s Prometheus scrapes /tiering/metrics with the token the API server checks, and every
+metric the Grafana dashboard queries is one the exposition exports, under exactly its name."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.metrics.test_exposition import sample_snapshot
+from tiering_core.config import parse_config
+from tiering_core.metrics import names
+from tiering_core.metrics.exposition import render
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = ROOT / "docker"
+DASHBOARD = DOCKER / "grafana" / "dashboards" / "kafka-tiering.json"
+LABELS = {"topic", "partition", "broker"}
+#: The PromQL functions and aggregations the dashboard may call (and Grafana's label_values).
+FUNCTIONS = {"sum", "min", "max", "avg", "count", "rate", "irate", "increase", "delta", "topk", "label_values"}
+
+
+def promql_names(expr: str) -> tuple[set[str], set[str]]:
+    """(metric names, label names) an expression uses; AssertionError on an unknown function."""
+    expr = re.sub(r"\$\{?\w+\}?", "", expr)  # Grafana variables
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors
+    labels: set[str] = set()
+    for block in re.findall(r"\{([^}]*)\}", expr):
+        labels |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", block))
+    expr = re.sub(r"\{[^}]*\}", "", expr)
+    for grouping in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
+        labels |= {label.strip() for label in grouping.split(",") if label.strip()}
+    expr = re.sub(r"\b(?:by|without)\s*\([^)]*\)", "", expr)
+    metrics: set[str] = set()
+    for token in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
+        if expr[token.end() :].lstrip().startswith("("):
+            assert token.group() in FUNCTIONS, f"unexpected function {token.group()} in {expr}"
+        elif token.group() in LABELS and "label_values" in expr:
+            labels.add(token.group())  # label_values(metric, label)
+        else:
+            metrics.add(token.group())
+    return metrics, labels
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    for variable in dashboard["templating"]["list"]:
+        query = variable["query"]
+        queries.append(query["query"] if isinstance(query, dict) else query)
+    return queries
+
+
+def exported_samples() -> set[str]:
+    """The sample names of a snapshot's exposition, as Prometheus' parser reads them."""
+    text = render(sample_snapshot())
+    return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_the_extraction_finds_metrics_labels_and_functions() -> None:
+    metrics, labels = promql_names(
+        'sum by (topic) (rate(tiering_RemoteCopyBytes_total{topic=~"$topic",broker!="a{b}"}[$__rate_interval])) '
+        "+ max(tiering_TieringGaps)"
+    )
+    assert metrics == {"tiering_RemoteCopyBytes_total", "tiering_TieringGaps"} and labels == {"topic", "broker"}
+    assert promql_names("label_values(tiering_RemoteLogSizeBytes, topic)") == (
+        {"tiering_RemoteLogSizeBytes"},
+        {"topic"},
+    )
+
+
+def test_every_metric_a_panel_uses_is_exported_under_its_name() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exported = exported_samples()
+    assert exported == {sample for spec in names.METRICS + names.PLATFORM_METRICS for sample in spec.prometheus_samples}
+    used: set[str] = set()
+    for query in dashboard_queries(dashboard):
+        metrics, labels = promql_names(query)
+        assert metrics and metrics <= exported, (query, metrics - exported)
+        assert labels <= LABELS, (query, labels - LABELS)
+        used |= metrics
+    # What an operator watches: lag, bytes copied and deleted, errors, gaps, risk, remote size.
+    for spec in (
+        names.REMOTE_COPY_LAG_BYTES,
+        names.REMOTE_COPY_LAG_SEGMENTS,
+        names.REMOTE_COPY_BYTES,
+        names.REMOTE_DELETE_REQUESTS,
+        names.REMOTE_DELETE_LAG_BYTES,
+        names.REMOTE_COPY_ERRORS,
+        names.REMOTE_DELETE_ERRORS,
+        names.REMOTE_FETCH_ERRORS,
+        names.TIERING_GAPS,
+        names.LOCAL_RETENTION_RISK,
+        names.LOCAL_RETENTION_HEADROOM_SECONDS,
+        names.REMOTE_LOG_SIZE_BYTES,
+    ):
+        assert spec.prometheus_samples[0] in used, spec.name
+
+
+def test_panels_use_the_provisioned_data_source_and_unique_ids() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    (source,) = yaml.safe_load((DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    for panel in panels:
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == source["uid"] and panel["targets"], panel["title"]
+    assert source["url"] == "http://prometheus:9090"
+
+
+def test_prometheus_scrapes_the_metrics_route_with_the_token_the_api_server_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TIERING_METADATA_PASSWORD", "from-the-env-file")
+    scrape = yaml.safe_load((DOCKER / "prometheus" / "prometheus.yml").read_text())
+    (job,) = scrape["scrape_configs"]
+    assert job["metrics_path"] == "/tiering/metrics"
+    assert job["static_configs"] == [{"targets": ["airflow-api-server:8080"]}]
+    assert job["authorization"]["type"] == "Bearer" and "credentials" not in job["authorization"]
+    compose = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
+    services = compose["services"]
+    config = parse_config(yaml.safe_load((DOCKER / "tiering.yaml").read_text()))
+    token_in_api_server = str(config.metrics.bearer_token_file)
+
+    def host_file(service: str, container_path: str) -> str:
+        (mount,) = [v for v in services[service]["volumes"] if v.split(":")[1] == container_path]
+        return mount.split(":")[0]
+
+    # One host file, seen by the API server as its bearer_token_file and by Prometheus as its credentials.
+    assert host_file("airflow-api-server", token_in_api_server) == host_file(
+        "prometheus", job["authorization"]["credentials_file"]
+    )
+    assert host_file("prometheus", "/etc/prometheus/prometheus.yml") == "./prometheus/prometheus.yml"
+    for service in ("prometheus", "grafana"):
+        assert re.fullmatch(r"[\w/.-]+:v?\d+\.\d+\.\d+", services[service]["image"]), "pin the image's version"
+    providers = yaml.safe_load((DOCKER / "grafana" / "provisioning" / "dashboards" / "kafka-tiering.yml").read_text())
+    (provider,) = providers["providers"]
+    assert host_file("grafana", provider["options"]["path"]) == "./grafana/dashboards"
+    assert host_file("grafana", "/etc/grafana/provisioning") == "./grafana/provisioning"
+    for ignore in (".gitignore", ".dockerignore"):
+        assert "docker/metrics-token" in (ROOT / ignore).read_text().splitlines()
