@@ -35,7 +35,6 @@ error and names the problem; the removal DAG lives in its own file and is unaffe
 
 from __future__ import annotations
 
-import hashlib
 import os
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
@@ -43,6 +42,13 @@ from typing import Any
 
 from airflow.sdk import DAG, TaskGroup, task
 
+from tiering_airflow.dag_ids import (
+    DEFAULT_COPY_DAG_ID,
+    DEFAULT_RETENTION_DAG_ID,
+    copy_dag_id,
+    fit,
+    retention_dag_id,
+)
 from tiering_airflow.hooks.tiering import load_brokers, load_topics
 from tiering_airflow.operators.tiering import TieringCopyOperator, TieringRetentionOperator, as_bool
 from tiering_airflow.sensors.tiering import EligibleSegmentSensor
@@ -67,15 +73,7 @@ DEFAULT_ARGS = {
     "retry_exponential_backoff": 2.0,
     "max_retry_delay": timedelta(minutes=30),
 }
-MAX_DAG_ID = 250
 MAX_TAG = 100
-
-
-def fit(name: str, limit: int) -> str:
-    """``name`` cut to Airflow's ``limit``, with a digest so distinct long topics stay distinct."""
-    if len(name) <= limit:
-        return name
-    return f"{name[: limit - 11]}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
 
 
 def broker_group(broker: BrokerConfig | None) -> AbstractContextManager[Any]:
@@ -150,7 +148,7 @@ def listing(broker: BrokerConfig | None, topic: str | None = None) -> Any:
 
 def copy_dag(topic: str) -> DAG:
     with DAG(
-        dag_id=fit(f"tiering_copy__{topic}", MAX_DAG_ID),
+        dag_id=copy_dag_id(topic),
         description=f"Copy closed segments of {topic} below the LSO to the remote tier",
         schedule=COPY_SCHEDULE,
         start_date=START,
@@ -176,7 +174,7 @@ def copy_dag(topic: str) -> DAG:
 
 def retention_dag(topic: str) -> DAG:
     with DAG(
-        dag_id=fit(f"tiering_retention__{topic}", MAX_DAG_ID),
+        dag_id=retention_dag_id(topic),
         description=f"Delete remote segments of {topic} that breach its retention",
         schedule=RETENTION_SCHEDULE,
         start_date=START,
@@ -195,7 +193,7 @@ def retention_dag(topic: str) -> DAG:
 
 def default_copy_dag() -> DAG:
     with DAG(
-        dag_id="tiering_copy_default_topics",
+        dag_id=DEFAULT_COPY_DAG_ID,
         description="Copy closed segments below the LSO of every topic without DAGs of its own (the '*' default)",
         schedule=COPY_SCHEDULE,
         start_date=START,
@@ -217,7 +215,7 @@ def default_copy_dag() -> DAG:
 
 def default_retention_dag() -> DAG:
     with DAG(
-        dag_id="tiering_retention_default_topics",
+        dag_id=DEFAULT_RETENTION_DAG_ID,
         description="Delete remote segments that breach retention, for every topic without DAGs of its own",
         schedule=RETENTION_SCHEDULE,
         start_date=START,

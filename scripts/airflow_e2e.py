@@ -11,11 +11,23 @@ simple auth manager:
 2. triggers it again with nothing eligible: the sensor defers to the triggerer; a new partition
    with a closed segment appears; the trigger fires and the run copies it;
 3. checks that invalid params for ``tiering_delete_partition`` are refused (HTTP 400);
-4. checks that the Tiering page and its JSON refuse anonymous requests (401/403) and answer the
+4. runs ``tiering_copy__payments`` and ``tiering_retention__orders`` once each;
+5. checks that the Tiering page and its JSON refuse anonymous requests (401/403) and answer the
    token's holder; reads ``/tiering/api/partitions``; opens ``/tiering/`` in headless Chromium
    logged in (the JWT in the cookie Airflow's UI uses, set over Chromium's DevTools protocol),
-   checks the rendered page lists the partitions, and saves its screenshot and DOM to
-   ``test-artifacts/tiering-page.png`` and ``.html``.
+   opens the orders topic, checks the rendered page lists the partitions, and saves its screenshot
+   and DOM to ``test-artifacts/tiering-page.png`` and ``.html``;
+6. opens the page from Airflow's navigation (``/plugin/tiering``: the plugin's external view, the
+   page in Airflow's iframe) at 1280x800 and 390x844 and checks it in its frame over the DevTools
+   protocol (``Runtime.evaluate``): a summary row for every topic, no horizontal overflow
+   (``scrollWidth <= innerWidth``), the orders charts' canvases drawn (pixels read back with
+   ``getImageData``, the last 24 hours with at least one point); saved to
+   ``test-artifacts/tiering-in-airflow-<width>x<height>.png``; at 1280x800 it then clicks a
+   partition's link to its last task's log and checks that Airflow's own window shows that task
+   instance (``tiering-last-task-log-1280x800.png``).
+
+The runs name the demo broker (``TIERING_BROKER_ID``) so that they record their observations in
+the metadata store, which the page is computed from.
 
 Chromium is ``$TIERING_CHROMIUM`` (a path or a command name), else the first of chromium,
 chromium-browser, google-chrome on ``PATH``. Without it the screenshot is skipped with a
@@ -47,6 +59,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +67,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DAG_ID = "tiering_copy__orders"
+#: Run once each after the orders copies, before the page is checked: a second topic, a retention.
+MORE_DAG_IDS = ("tiering_copy__payments", "tiering_retention__orders")
 REMOVAL_DAG_ID = "tiering_delete_partition"
 CHROMIUM_ENV = "TIERING_CHROMIUM"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -121,6 +136,9 @@ class Api:
 
     def login(self, password: str) -> None:
         self.token = self.ok("POST", "/auth/token", {"username": "admin", "password": password})["access_token"]
+
+    def has_dag(self, dag_id: str) -> bool:
+        return self.call("GET", f"/api/v2/dags/{dag_id}")[0] == 200
 
     def run_path(self, dag_id: str, run_id: str) -> str:
         return f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
@@ -253,6 +271,19 @@ class RenderedPage:
     png: bytes
 
 
+@dataclass(frozen=True)
+class FramedPage:
+    """The Tiering page inside Airflow's UI at one window size, as checked in its frame."""
+
+    size: tuple[int, int]
+    topics: list[str]
+    scroll_width: int
+    inner_width: int
+    chart_pixels: list[int]
+    chart_points: list[int]
+    png: bytes
+
+
 def stop_browser(browser: subprocess.Popen[bytes]) -> None:
     """Stop Chromium and every helper process it started (its own process group), and wait until
     they are gone: a renderer still writing would keep the profile directory from being removed."""
@@ -274,13 +305,53 @@ def stop_browser(browser: subprocess.Popen[bytes]) -> None:
             time.sleep(0.1)
 
 
-def render_logged_in(chromium: str, url: str, token: str, size: tuple[int, int] = (1760, 480)) -> RenderedPage:
-    """Open ``url`` in headless Chromium with ``token`` in Airflow's JWT cookie, as a logged-in user's
-    browser holds it; return the document's status, its DOM after load and a PNG of the page."""
-    with tempfile.TemporaryDirectory(prefix="e2e-chromium-") as profile:
-        browser = subprocess.Popen(
+#: In the Tiering page's document: opens the topics named (as a user clicking their summary row).
+OPEN_TOPICS_JS = """(function (topics) {
+  document.querySelectorAll("details.topic").forEach(function (d) {
+    if (topics.indexOf(d.getAttribute("data-topic")) >= 0) d.open = true;
+  });
+  return true;
+})(%s)"""
+#: In the Tiering page's document: every open topic has its partition table and its charts drawn.
+LOADED_JS = """(function () {
+  var open = Array.prototype.slice.call(document.querySelectorAll("details.topic[open]"));
+  return open.length > 0 && open.every(function (d) {
+    return d.querySelector("table.partitions") && d.querySelectorAll("figure.chart canvas").length === 2;
+  });
+})()"""
+#: In the Tiering page's document: what the checks need (topics, overflow, chart pixels drawn).
+MEASURE_JS = """(function () {
+  var canvases = Array.prototype.slice.call(document.querySelectorAll("details.topic[open] figure.chart canvas"));
+  return {
+    topics: Array.prototype.map.call(document.querySelectorAll("details.topic > summary.row"), function (s) {
+      return s.parentElement.getAttribute("data-topic");
+    }),
+    scrollWidth: document.documentElement.scrollWidth,
+    innerWidth: window.innerWidth,
+    chartPixels: canvases.map(function (c) {
+      var data = c.getContext("2d").getImageData(0, 0, c.width, c.height).data, n = 0;
+      for (var i = 3; i < data.length; i += 4) if (data[i] !== 0) n++;
+      return n;
+    }),
+    chartPoints: Array.prototype.map.call(document.querySelectorAll("details.topic[open] .uplot"), function (u) {
+      return Number(u.getAttribute("data-points"));
+    })
+  };
+})()"""
+
+
+class Browser:
+    """Headless Chromium over its DevTools protocol, with ``token`` in Airflow's JWT cookie as a
+    logged-in user's browser holds it: one tab, opened at a window size, evaluated in, shot."""
+
+    def __init__(self, chromium: str, token: str) -> None:
+        self.chromium, self.token = chromium, token
+
+    def __enter__(self) -> Browser:
+        self._profile = tempfile.TemporaryDirectory(prefix="e2e-chromium-")
+        self.process = subprocess.Popen(
             [
-                chromium,
+                self.chromium,
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
@@ -292,7 +363,7 @@ def render_logged_in(chromium: str, url: str, token: str, size: tuple[int, int] 
                 "--hide-scrollbars",
                 "--remote-debugging-address=127.0.0.1",
                 "--remote-debugging-port=0",
-                f"--user-data-dir={profile}",
+                f"--user-data-dir={self._profile.name}",
                 "about:blank",
             ],
             stdout=subprocess.DEVNULL,
@@ -300,55 +371,188 @@ def render_logged_in(chromium: str, url: str, token: str, size: tuple[int, int] 
             start_new_session=True,
         )
         try:
-            active = Path(profile) / "DevToolsActivePort"  # "<port>\n<browser websocket path>"
+            active = Path(self._profile.name) / "DevToolsActivePort"  # "<port>\n<browser websocket path>"
             port, path = wait_for("Chromium's DevTools port", lambda: active.read_text().split(), 60, 0.2)[:2]
-            tools = DevTools(f"ws://127.0.0.1:{port}{path}")
-            try:
-                target = tools.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-                session = tools.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-                tools.call("Network.enable", session=session)
-                tools.call("Page.enable", session=session)
-                origin = urllib.parse.urlsplit(url)
-                tools.call(
-                    "Network.setCookie",
-                    {
-                        "name": JWT_COOKIE,
-                        "value": token,
-                        "url": f"{origin.scheme}://{origin.netloc}/",
-                        "httpOnly": True,
-                    },
-                    session=session,
-                )
-                width, height = size
-                tools.call(
-                    "Emulation.setDeviceMetricsOverride",
-                    {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-                    session=session,
-                )
-                navigated = tools.call("Page.navigate", {"url": url}, session=session)
-                if navigated.get("errorText"):
-                    raise E2EError(f"Chromium could not open {url}: {navigated['errorText']}")
-                status = 0
-                while not status:
-                    event = tools.wait_event("Network.responseReceived", 60)
-                    if event.get("type") == "Document":
-                        status = int(event["response"]["status"])
-                tools.wait_event("Page.loadEventFired", 60)
-                dom = tools.call(
-                    "Runtime.evaluate",
-                    {"expression": "document.documentElement.outerHTML", "returnByValue": True},
-                    session=session,
-                )["result"]["value"]
-                shot = tools.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session)
-                return RenderedPage(status, str(dom), base64.b64decode(shot["data"]))
-            finally:
-                tools.close()
+            self.tools = DevTools(f"ws://127.0.0.1:{port}{path}")
+            target = self.tools.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            self.session = self.tools.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            self.call("Network.enable")
+            self.call("Page.enable")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if hasattr(self, "tools"):
+                self.tools.close()
         finally:
-            stop_browser(browser)
+            stop_browser(self.process)
+            self._profile.cleanup()
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.tools.call(method, params, session=self.session)
+
+    def open(self, url: str, size: tuple[int, int], mobile: bool = False) -> int:
+        """Open ``url`` logged in at ``size`` (CSS pixels); the document's HTTP status, after load."""
+        origin = urllib.parse.urlsplit(url)
+        self.call(
+            "Network.setCookie",
+            {"name": JWT_COOKIE, "value": self.token, "url": f"{origin.scheme}://{origin.netloc}/", "httpOnly": True},
+        )
+        width, height = size
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+        )
+        self.tools.events.clear()
+        navigated = self.call("Page.navigate", {"url": url})
+        if navigated.get("errorText"):
+            raise E2EError(f"Chromium could not open {url}: {navigated['errorText']}")
+        status = 0
+        while not status:
+            event = self.tools.wait_event("Network.responseReceived", 60)
+            if event.get("type") == "Document":
+                status = int(event["response"]["status"])
+        self.tools.wait_event("Page.loadEventFired", 60)
+        return status
+
+    def frame_context(self, path_suffix: str, timeout: float = 60) -> int:
+        """An execution context in the frame whose URL ends with ``path_suffix`` (waits for it)."""
+
+        def frame() -> str | None:
+            pending = [self.call("Page.getFrameTree")["frameTree"]]
+            while pending:
+                node = pending.pop()
+                if urllib.parse.urlsplit(node["frame"]["url"]).path.endswith(path_suffix) and node["frame"].get(
+                    "parentId"
+                ):
+                    return str(node["frame"]["id"])
+                pending.extend(node.get("childFrames", []))
+            return None
+
+        frame_id = wait_for(f"a frame showing {path_suffix}", frame, timeout, 0.5)
+        world = self.call("Page.createIsolatedWorld", {"frameId": frame_id, "worldName": "e2e-checks"})
+        return int(world["executionContextId"])
+
+    def evaluate(self, expression: str, context: int | None = None) -> Any:
+        params: dict[str, Any] = {"expression": expression, "returnByValue": True, "awaitPromise": True}
+        if context is not None:
+            params["contextId"] = context
+        answer = self.call("Runtime.evaluate", params)
+        if "exceptionDetails" in answer:
+            raise E2EError(f"Chromium: {expression[:80]!r} threw {answer['exceptionDetails']}")
+        return answer["result"].get("value")
+
+    def wait_true(self, what: str, expression: str, context: int | None = None, timeout: float = 60) -> None:
+        wait_for(what, lambda: self.evaluate(expression, context) is True, timeout, 0.3)
+
+    def screenshot(self, full_page: bool = False) -> bytes:
+        shot = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": full_page})
+        return base64.b64decode(shot["data"])
 
 
-def screenshot(api: Api, labels: list[str], artifacts: Path) -> None:
-    """The Tiering page as a logged-in user sees it: checked to list ``labels``, saved as PNG and HTML."""
+def render_logged_in(
+    browser: Browser, url: str, topics: list[str], size: tuple[int, int] = (1760, 480)
+) -> RenderedPage:
+    """``url`` (the Tiering page on its own) with ``topics`` opened: status, DOM and a full-page PNG."""
+    status = browser.open(url, size)
+    if status == 200:
+        browser.evaluate(OPEN_TOPICS_JS % json.dumps(topics))
+        browser.wait_true("the opened topics' partitions and charts", LOADED_JS)
+    dom = browser.evaluate("document.documentElement.outerHTML")
+    return RenderedPage(status, str(dom), browser.screenshot(full_page=True))
+
+
+def render_in_airflow(
+    browser: Browser, base: str, topics: list[str], size: tuple[int, int], follow_link: bool = False
+) -> tuple[FramedPage, str | None]:
+    """The Tiering page from Airflow's navigation (the plugin's external view, in Airflow's iframe)
+    at ``size``, ``topics`` opened; measured in the page's frame, shot as the window shows it; with
+    ``follow_link``, then a last task's log link followed (the path it opened)."""
+    status = browser.open(f"{base}/plugin/tiering", size, mobile=size[0] < 600)
+    if status != 200:
+        raise E2EError(f"Airflow's UI answered HTTP {status} for /plugin/tiering")
+    context = browser.frame_context("/tiering/")
+    browser.wait_true(
+        "the Tiering page in Airflow's frame", "document.querySelector('details.topic') !== null", context
+    )
+    browser.evaluate(OPEN_TOPICS_JS % json.dumps(topics), context)
+    browser.wait_true("the opened topics' partitions and charts in Airflow's frame", LOADED_JS, context)
+
+    def drawn() -> dict[str, Any] | None:
+        m: dict[str, Any] = browser.evaluate(MEASURE_JS, context)
+        return m if m["chartPixels"] and all(m["chartPixels"]) else None
+
+    measure = wait_for("the charts to be drawn", drawn, 30, 0.3)
+    page = FramedPage(
+        size,
+        list(measure["topics"]),
+        int(measure["scrollWidth"]),
+        int(measure["innerWidth"]),
+        [int(n) for n in measure["chartPixels"]],
+        [int(n) for n in measure["chartPoints"]],
+        browser.screenshot(),
+    )
+    return page, follow_task_log_link(browser, context) if follow_link else None
+
+
+#: In the Tiering page's document: click the first last-task link, answer the path it leads to.
+CLICK_TASK_LOG_JS = """(function () {
+  var a = document.querySelector("details.topic[open] table.partitions a.airflow[href*='/runs/']");
+  if (!a) return null;
+  var path = new URL(a.getAttribute("href"), window.location.href).pathname;
+  a.click();
+  return path;
+})()"""
+
+
+def follow_task_log_link(browser: Browser, context: int) -> str:
+    """Click a partition's link to its last task's log in the page's frame; the path Airflow's own
+    window then shows (its router took the link: the page's iframe is sandboxed)."""
+    path = browser.evaluate(CLICK_TASK_LOG_JS, context)
+    if not path:
+        raise E2EError("no partition links to its last task's log")
+    wait_for(
+        f"Airflow's window to show {path}",
+        lambda: browser.evaluate("window.location.pathname") == path,
+        30,
+        0.3,
+    )
+    # Airflow's task instance page (no Tiering frame left) showing the copy task's log lines.
+    shown = "document.querySelector('iframe') === null && /copied \\d+ segment/.test(document.body.innerText)"
+    browser.wait_true("Airflow's page of the task with its log", shown, timeout=60)
+    return str(path)
+
+
+#: The window sizes the page is shot at inside Airflow's UI: a laptop and a phone.
+FRAMED_SIZES: tuple[tuple[int, int], ...] = ((1280, 800), (390, 844))
+
+
+def check_framed(page: FramedPage, topics: list[str]) -> None:
+    """Every topic's summary row present, no horizontal overflow on a narrow screen, charts drawn."""
+    width, height = page.size
+    missing = sorted(set(topics) - set(page.topics))
+    if missing:
+        raise E2EError(f"at {width}x{height} the page in Airflow's UI has no summary row for {missing}")
+    if page.scroll_width > page.inner_width:
+        raise E2EError(
+            f"at {width}x{height} the page overflows horizontally: scrollWidth {page.scroll_width} > "
+            f"innerWidth {page.inner_width}"
+        )
+    if len(page.chart_pixels) < 2 or not all(n > 0 for n in page.chart_pixels):
+        raise E2EError(f"at {width}x{height} a chart canvas is blank: {page.chart_pixels} pixels drawn")
+    if not page.chart_points or page.chart_points[0] < 1:
+        raise E2EError(f"at {width}x{height} the last 24 hours' chart has no point: {page.chart_points}")
+    if not page.png.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise E2EError("Chromium returned no PNG")
+
+
+def screenshot(api: Api, labels: list[str], artifacts: Path, topics: list[str] | None = None) -> None:
+    """The Tiering page as a logged-in user sees it: on its own, checked to list ``labels`` (its
+    topics opened), saved as PNG and HTML; then inside Airflow's UI at each of ``FRAMED_SIZES``,
+    checked (a summary row per topic of ``topics``, no horizontal overflow, charts drawn) and saved."""
     chromium = find_chromium()
     if chromium is None:
         names = ", ".join(CHROMIUM_NAMES)
@@ -357,27 +561,52 @@ def screenshot(api: Api, labels: list[str], artifacts: Path) -> None:
         say(f"WARNING: no Chromium ({names} or ${CHROMIUM_ENV}); no screenshot taken")
         return
     assert api.token is not None
-    page = render_logged_in(chromium, f"{api.base}/tiering/", api.token)
-    if page.status != 200:
-        raise E2EError(f"the logged-in browser got HTTP {page.status} for /tiering/: {page.dom[:500]}")
-    missing = [label for label in labels if f"<td>{label}</td>" not in page.dom]
-    if missing:
-        raise E2EError(f"the rendered Tiering page does not list {missing}: {page.dom[:2000]}")
-    if not page.png.startswith(b"\x89PNG\r\n\x1a\n"):
-        raise E2EError("Chromium returned no PNG")
-    artifacts.mkdir(parents=True, exist_ok=True)
-    shot, dom = artifacts / "tiering-page.png", artifacts / "tiering-page.html"
-    shot.write_bytes(page.png)
-    dom.write_text(page.dom)
-    say(f"screenshot saved to {shot} ({len(page.png)} bytes, logged in; the page lists {', '.join(labels)})")
+    topics = topics or sorted({label.rsplit("-", 1)[0] for label in labels})
+    opened = sorted({label.rsplit("-", 1)[0] for label in labels})
+    with Browser(chromium, api.token) as browser:
+        page = render_logged_in(browser, f"{api.base}/tiering/", opened)
+        if page.status != 200:
+            raise E2EError(f"the logged-in browser got HTTP {page.status} for /tiering/: {page.dom[:500]}")
+        missing = [label for label in labels if f"<td>{label}</td>" not in page.dom]
+        if missing:
+            raise E2EError(f"the rendered Tiering page does not list {missing}: {page.dom[:2000]}")
+        if not page.png.startswith(b"\x89PNG\r\n\x1a\n"):
+            raise E2EError("Chromium returned no PNG")
+        artifacts.mkdir(parents=True, exist_ok=True)
+        shot, dom = artifacts / "tiering-page.png", artifacts / "tiering-page.html"
+        shot.write_bytes(page.png)
+        dom.write_text(page.dom)
+        say(f"screenshot saved to {shot} ({len(page.png)} bytes, logged in; the page lists {', '.join(labels)})")
+        for size in FRAMED_SIZES:
+            framed, followed = render_in_airflow(browser, api.base, opened, size, follow_link=size == FRAMED_SIZES[0])
+            check_framed(framed, topics)
+            width, height = size
+            path = artifacts / f"tiering-in-airflow-{width}x{height}.png"
+            path.write_bytes(framed.png)
+            say(
+                f"in Airflow's UI at {width}x{height}: summary rows {', '.join(framed.topics)}; "
+                f"scrollWidth {framed.scroll_width} <= innerWidth {framed.inner_width}; chart pixels drawn "
+                f"{framed.chart_pixels}, points {framed.chart_points}; saved to {path}"
+            )
+            if followed:
+                log_shot = artifacts / f"tiering-last-task-log-{width}x{height}.png"
+                log_shot.write_bytes(browser.screenshot())
+                say(
+                    f"in Airflow's UI a partition's last task log link opened {followed} in Airflow's window; "
+                    f"saved to {log_shot}"
+                )
 
 
 def airflow_env(work: Path, port: int, endpoint: str, config: Path) -> dict[str, str]:
+    from tiering_core.demo.writer import DEMO_NODE_ID
+
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("AIRFLOW")}
     venv_bin = str(Path(sys.executable).parent)
     return {
         **env,
         "PATH": f"{venv_bin}:{env.get('PATH', '')}",
+        # This checkout's packages, in every Airflow process, whatever the venv has installed.
+        "PYTHONPATH": str(ROOT),
         "AIRFLOW_HOME": str(work / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
@@ -398,6 +627,8 @@ def airflow_env(work: Path, port: int, endpoint: str, config: Path) -> dict[str,
         ),
         "TIERING_CONFIG": str(config),
         "TIERING_SENSOR_POKE_SECONDS": "2",
+        # The demo broker's id: runs record what they observe, which the Tiering page shows.
+        "TIERING_BROKER_ID": str(DEMO_NODE_ID),
     }
 
 
@@ -476,6 +707,17 @@ def exercise(api: Api, work: Path, env: dict[str, str], artifacts: Path, timeout
     if status != 400:
         raise E2EError(f"invalid removal params were not refused: {status} {answer}")
 
+    more = {}
+    for dag_id in MORE_DAG_IDS:
+        wait_for(f"{dag_id} to be parsed", partial(api.has_dag, dag_id), 90)
+        api.ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        more[dag_id] = api.trigger(dag_id)
+    for dag_id, run_id in more.items():
+        state = api.wait_run(dag_id, run_id, timeout)
+        say(f"run {run_id} of {dag_id} finished: {state}")
+        if state != "success":
+            raise E2EError(f"run {run_id} of {dag_id} ended {state}")
+
     anonymous = Api(api.base)
     refused = {path: anonymous.call("GET", path)[0] for path in ("/tiering/", "/tiering/api/partitions")}
     say("anonymous requests to the Tiering page refused: " + ", ".join(f"{p} {s}" for p, s in refused.items()))
@@ -489,7 +731,11 @@ def exercise(api: Api, work: Path, env: dict[str, str], artifacts: Path, timeout
     expected = {label: r["segments_copied"] for label, r in results.items()} | {"orders-3": 1}
     if {k: remote.get(k) for k in expected} != expected:
         raise E2EError(f"the Tiering page disagrees with the runs: {remote} vs {expected}")
-    screenshot(api, sorted(expected), artifacts)
+    topics = sorted({p["topic"] for p in partitions})
+    say("Tiering page: topics " + ", ".join(topics))
+    if topics != ["orders", "payments"]:
+        raise E2EError(f"the Tiering page does not show the topics copied: {topics}")
+    screenshot(api, sorted(expected), artifacts, topics)
     say(f"OK in {time.monotonic() - started:.0f} s")
 
 

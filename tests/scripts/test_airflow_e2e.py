@@ -1,7 +1,8 @@
 """scripts/airflow_e2e.py against a real Airflow (standalone: API server, scheduler, dag-processor,
 triggerer): REST-triggered copy runs, a deferral through the triggerer, refused params, the Tiering
-page behind Airflow's login and its screenshot as a logged-in user; and the script's cleanup when it
-is stopped mid-run."""
+page behind Airflow's login and its screenshots as a logged-in user, on its own and inside Airflow's
+UI at a laptop's and a phone's size, checked in the browser; and the script's cleanup when it is
+stopped mid-run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -23,6 +25,9 @@ SCRIPT = ROOT / "scripts" / "airflow_e2e.py"
 ARTIFACTS = ROOT / "test-artifacts"
 SHOT = ARTIFACTS / "tiering-page.png"
 DOM = ARTIFACTS / "tiering-page.html"
+#: The page inside Airflow's UI, by window size (a laptop, a phone).
+FRAMED = {(w, h): ARTIFACTS / f"tiering-in-airflow-{w}x{h}.png" for w, h in ((1280, 800), (390, 844))}
+LOG_SHOT = ARTIFACTS / "tiering-last-task-log-1280x800.png"  # Airflow's page a task log link opened
 E2E_SECONDS = 900  # the script bounds each wait itself; this only guards against a hang
 STOP_GRACE_SECONDS = 120  # after SIGTERM, for the script to stop Airflow before it is killed
 # Above both, so pytest-timeout never SIGKILLs the run before the script could clean up.
@@ -60,8 +65,8 @@ def stop_script(proc: subprocess.Popen[str]) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def e2e() -> subprocess.CompletedProcess[str]:
-    SHOT.unlink(missing_ok=True)
-    DOM.unlink(missing_ok=True)
+    for artifact in (SHOT, DOM, LOG_SHOT, *FRAMED.values()):
+        artifact.unlink(missing_ok=True)
     proc = start_script("--artifacts", str(ARTIFACTS))
     try:
         out, err = proc.communicate(timeout=E2E_SECONDS)
@@ -91,6 +96,9 @@ def test_rest_triggered_runs_copy_defer_and_show_on_the_tiering_page(e2e) -> Non
     assert "the sensor is deferred to the triggerer" in out
     assert line(out, "e2e: deferred run ").endswith("finished: success; trigger fired for partitions [3]")
     assert "invalid removal params refused with HTTP 400" in out
+    for dag_id in ("tiering_copy__payments", "tiering_retention__orders"):
+        assert re.search(rf"run manual__\S+ of {dag_id} finished: success", out)
+    assert line(out, "e2e: Tiering page: topics ") == "e2e: Tiering page: topics orders, payments"
     refused = line(out, "e2e: anonymous requests to the Tiering page refused: ")
     assert re.fullmatch(r"e2e: .*refused: /tiering/ 40[13], /tiering/api/partitions 40[13]", refused)
     page = json.loads(line(out, "e2e: Tiering page: remote segments per partition: ").split(": ", 3)[3])
@@ -114,6 +122,38 @@ def test_tiering_page_screenshot_as_a_logged_in_user(e2e) -> None:
     dom = DOM.read_text()  # the page the browser rendered, not a login page or an error
     assert "<h1>Kafka tiered storage</h1>" in dom and "Tier state unavailable" not in dom
     assert all(f"<td>{label}</td>" in dom for label in labels)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(TEST_TIMEOUT)
+def test_tiering_page_inside_airflows_ui_checked_at_a_laptop_and_a_phone_size(e2e) -> None:
+    """From Airflow's navigation (the page in Airflow's frame), checked in that frame: a summary row
+    per topic, no horizontal overflow, both charts drawn; the shots are the window's size."""
+    assert e2e.returncode == 0, e2e.stdout[-3000:]
+    if "e2e: WARNING: no Chromium" in e2e.stdout:
+        pytest.skip("no Chromium installed (apt-get install -y chromium, or set TIERING_CHROMIUM)")
+    for (width, height), shot in FRAMED.items():
+        found = re.fullmatch(
+            rf"e2e: in Airflow's UI at {width}x{height}: summary rows (.*); scrollWidth (\d+) <= innerWidth (\d+); "
+            rf"chart pixels drawn \[(.*)\], points \[(.*)\]; saved to (.*)",
+            line(e2e.stdout, f"e2e: in Airflow's UI at {width}x{height}: "),
+        )
+        assert found, e2e.stdout[-3000:]
+        rows, scroll_width, inner_width, pixels, points, saved = found.groups()
+        assert rows == "orders, payments"
+        assert int(scroll_width) <= int(inner_width) <= width
+        assert [int(n) > 0 for n in pixels.split(", ")] == [True, True]  # the 24 h and 7 d charts
+        assert int(points.split(", ")[0]) >= 1
+        data = shot.read_bytes()
+        assert saved == str(shot) and data.startswith(b"\x89PNG\r\n\x1a\n")
+        assert struct.unpack(">II", data[16:24]) == (width, height)  # the PNG header's size
+    followed = line(e2e.stdout, "e2e: in Airflow's UI a partition's last task log link opened ")
+    assert re.fullmatch(
+        r"e2e: .* opened /dags/tiering_copy__orders/runs/manual__\S+/tasks/copy/mapped/\d in Airflow's window; "
+        rf"saved to {re.escape(str(LOG_SHOT))}",
+        followed,
+    )
+    assert LOG_SHOT.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tests.airflow_support import AIRFLOW_BIN, ROOT, airflow_env
 from tests.engine_support import TieringEnv
+from tiering_core.kafka.topic import TopicPartition
+from tiering_core.runs.copy import plan_copies
 
 
 def test_plugin_is_registered_with_its_app_and_nav_entry() -> None:
@@ -96,6 +98,8 @@ def test_mounted_in_airflows_api_server_the_page_requires_a_logged_in_user(
     from fastapi.testclient import TestClient
 
     tiering.writer("orders", 3).append_records(2)
+    with tiering.context() as ctx:  # what a run on broker 1 records: the page reads the store
+        plan_copies(ctx, [TopicPartition("orders", 3)], broker_id=1)
     client = TestClient(create_app(apps="core"))
     try:
         for path in ("/tiering/", "/tiering/api/partitions"):
@@ -107,7 +111,10 @@ def test_mounted_in_airflows_api_server_the_page_requires_a_logged_in_user(
         rows = client.get("/tiering/api/partitions", headers={"Authorization": f"Bearer {token}"})
         assert rows.status_code == 200
         assert [(r["topic"], r["partition"]) for r in rows.json()] == [("orders", 3)]
-        page = TestClient(client.app, cookies={"_token": token}).get("/tiering/")
-        assert page.status_code == 200 and "<td>orders-3</td>" in page.text
+        browser = TestClient(client.app, cookies={"_token": token})
+        page = browser.get("/tiering/")
+        assert page.status_code == 200 and '<details class="topic" data-topic="orders">' in page.text
+        partitions = browser.get("/tiering/fragments/partitions", params={"topic": "orders"})  # the topic, opened
+        assert partitions.status_code == 200 and "<td>orders-3</td>" in partitions.text
     finally:
         purge_cached_app()

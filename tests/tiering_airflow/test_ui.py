@@ -1,6 +1,7 @@
-"""The Tiering page and its JSON answer with the live state of the store on every request, and
-only to an Airflow user allowed to see plugin views (a JWT from Airflow's auth manager, sent as
-the UI sends it: the ``_token`` cookie, or as a REST client does: a bearer header)."""
+"""The Tiering page and its JSON answer with the live state of the metadata store on every request
+(what the runs recorded: no log dir is read), and only to an Airflow user allowed to see plugin
+views (a JWT from Airflow's auth manager, sent as the UI sends it: the ``_token`` cookie, or as a
+REST client does: a bearer header)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,20 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.engine_support import TieringEnv, write_segments
-from tiering_airflow.ui.app import COLUMNS, create_app
+from tiering_airflow.ui.app import STATIC_TYPES, create_app
+from tiering_airflow.ui.view import PARTITION_COLUMNS, SUMMARY_COLUMNS
 from tiering_core.errors import TieringGapError
-from tiering_core.runs.copy import run_copy
-from tiering_core.tier.status import STATUS_FIELDS
+from tiering_core.kafka.topic import TopicPartition
+from tiering_core.runs.copy import plan_copies, run_copy
 
 COOKIE = "_token"  # the cookie Airflow's UI keeps its JWT in (COOKIE_NAME_JWT_TOKEN)
+BROKER = 1  # the demo writer's broker (its log dir's meta.properties): runs record what they observe
+
+
+def observe(tiering: TieringEnv, *tps: TopicPartition) -> None:
+    """What the copy sensor's planning records of each partition: the broker's observation."""
+    with tiering.context() as ctx:
+        plan_copies(ctx, list(tps), broker_id=BROKER)
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +51,22 @@ def test_the_cookie_name_is_airflows() -> None:
     assert COOKIE == COOKIE_NAME_JWT_TOKEN
 
 
-@pytest.mark.parametrize("path", ["/", "/api/partitions", "/api/partitions?topic=orders"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/api/partitions",
+        "/api/partitions?topic=orders",
+        "/api/series?topic=orders&window=7d",
+        "/fragments/partitions?topic=orders",
+        "/static/tiering.js",
+    ],
+)
 def test_anonymous_and_unauthorised_requests_are_refused_before_any_state_is_read(
     tiering: TieringEnv, auth_manager, path: str
 ) -> None:
     tiering.writer("orders", 0).append_records(1)
+    observe(tiering, TopicPartition("orders", 0))
     app = create_app(str(tiering.config_path))
     anonymous = TestClient(app).get(path)
     assert anonymous.status_code == 401 and "orders" not in anonymous.text
@@ -74,20 +94,27 @@ def test_json_follows_the_live_state(tiering: TieringEnv, client: TestClient) ->
     write_segments(w, 3)
     w.append_records(2)
     w.set_high_watermark()
+    observe(tiering, w.tp)
     (before,) = client.get("/api/partitions").json()
-    assert set(STATUS_FIELDS) | {"local_retention_risk"} <= set(before)
-    assert (before["topic"], before["partition"], before["last_stable_offset"]) == ("orders", 0, 17)
-    assert (before["highest_copied_offset"], before["copy_lag_segments"], before["remote_bytes"]) == (-1, 3, 0)
+    (replica,) = before["replicas"]
+    assert (before["topic"], before["partition"], replica["last_stable_offset"]) == ("orders", 0, 17)
+    assert (replica["broker_id"], before["best_broker"]) == (BROKER, BROKER)
+    assert (before["copy_lag_segments"], before["remote_segments"], before["remote_bytes"]) == (3, 0, 0)
     with tiering.context() as ctx:
-        run_copy(ctx, w.tp)
+        run_copy(ctx, w.tp, broker_id=BROKER)
     (after,) = client.get("/api/partitions").json()
-    assert (after["highest_copied_offset"], after["copy_lag_segments"], after["remote_segments"]) == (14, 0, 3)
-    assert after["remote_bytes"] > 0 and after["gaps"] == [] and after["delete_state"] is None
+    assert (after["copy_lag_segments"], after["copy_lag_bytes"], after["remote_segments"]) == (0, 0, 3)
+    assert after["remote_bytes"] > 0 and after["gap_count"] == 0 and after["delete_state"] is None
+    series = client.get("/api/series", params={"topic": "orders", "window": "24h"}).json()
+    assert len(series["at"]) == len(series["remote_bytes"]) == len(series["copy_lag_bytes"]) >= 1
+    assert series["remote_bytes"][-1] == after["remote_bytes"] and series["copy_lag_bytes"][-1] == 0
+    assert client.get("/api/series", params={"topic": "orders", "window": "30d"}).status_code == 422
 
 
 def test_topic_filter(tiering: TieringEnv, client: TestClient) -> None:
     for topic in ("orders", "payments"):
         tiering.writer(topic, 0).append_records(1)
+    observe(tiering, TopicPartition("orders", 0), TopicPartition("payments", 0))
     assert [r["topic"] for r in client.get("/api/partitions").json()] == ["orders", "payments"]
     assert [r["topic"] for r in client.get("/api/partitions", params={"topic": "payments"}).json()] == ["payments"]
 
@@ -100,21 +127,53 @@ def test_page_lists_every_partition_with_its_tier_state_and_flags_gaps(tiering: 
     for w in (healthy, broken):
         w.set_high_watermark()
         with tiering.context() as ctx:
-            run_copy(ctx, w.tp)
+            run_copy(ctx, w.tp, broker_id=BROKER)
     write_segments(broken, 2)
     broken.set_high_watermark()
     broken.delete_oldest_segments(3)  # [10..14] was never copied: a tiering gap
     with tiering.context() as ctx, pytest.raises(TieringGapError):
-        run_copy(ctx, broken.tp)
+        run_copy(ctx, broken.tp, broker_id=BROKER)
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     text = page.text
-    for _, title in COLUMNS:
-        assert f"<th>{title}</th>" in text
-    assert "<td>orders-0</td>" in text and "<td>orders-1</td>" in text
-    assert '<td class="bad">10..14</td>' in text  # the gap, flagged
-    assert text.count('<tr class="alert">') == 1 and "1 with tiering gaps" in text
+    for title in SUMMARY_COLUMNS:
+        assert f'<span class="cell">{title}</span>' in text
+    assert text.count('<summary class="row">') == 1 and '<details class="topic alert" data-topic="orders">' in text
+    assert "Tiering gap: 1 partition(s) of orders lost 5 offset(s)" in text and "(orders-1)" in text  # on top
+    assert "1 topic(s), 2 partition(s)" in text
     assert "href='api/partitions'" in text  # relative: works under any prefix
+    assert "src='static/uPlot.iife.min.js'" in text and "href='static/uPlot.min.css'" in text
+    # The partitions, as the page loads them when the topic is opened.
+    table = client.get("/fragments/partitions", params={"topic": "orders"})
+    assert table.status_code == 200 and table.headers["content-type"].startswith("text/html")
+    for title in PARTITION_COLUMNS:
+        assert f"<th>{title}</th>" in table.text
+    assert "<td>orders-0</td>" in table.text and "<td>orders-1</td>" in table.text
+    assert '<td data-label="Tiering gaps" class="bad">1 (5 offsets lost)</td>' in table.text  # the gap, flagged
+    assert table.text.count('<tr class="alert">') == 1
+    assert 'class="airflow" href="../dags/tiering_copy_default_topics"' in table.text  # orders: the "*" default
+    assert table.text.count("<button") == 0
+
+
+def test_partitions_load_a_page_of_rows_at_a_time(tiering: TieringEnv, client: TestClient) -> None:
+    tps = [TopicPartition("orders", p) for p in range(5)]
+    for tp in tps:
+        tiering.writer(tp.topic, tp.partition).append_records(1)
+    observe(tiering, *tps)
+    first = client.get("/fragments/partitions", params={"topic": "orders", "limit": 2}).text
+    assert "<td>orders-1</td>" in first and "<td>orders-2</td>" not in first
+    assert '2 of 5 partitions shown. <button type="button" data-offset="2">' in first
+    last = client.get("/fragments/partitions", params={"topic": "orders", "offset": 4, "limit": 2}).text
+    assert "<td>orders-4</td>" in last and "<td>orders-3</td>" not in last and "<button" not in last
+
+
+def test_the_chart_library_is_served_by_the_plugin(client: TestClient) -> None:
+    for name, media_type in STATIC_TYPES.items():
+        answer = client.get(f"/static/{name}")
+        assert answer.status_code == 200 and answer.headers["content-type"].startswith(media_type)
+    assert "uPlot" in client.get("/static/uPlot.iife.min.js").text
+    assert client.get("/static/uPlot.LICENSE").status_code == 404  # only what the page loads
+    assert client.get("/static/..%2Fapp.py").status_code == 404
 
 
 def test_a_broken_config_is_reported_not_crashed(tiering: TieringEnv, auth_manager) -> None:
@@ -132,21 +191,22 @@ def test_without_an_explicit_path_the_config_is_resolved_per_request(
 ) -> None:
     client = TestClient(create_app(), headers={"Authorization": f"Bearer {token_for(auth_manager, 'viewer')}"})
     tiering.writer("orders", 0).append_records(1)
+    observe(tiering, TopicPartition("orders", 0))
     assert [r["topic"] for r in client.get("/api/partitions").json()] == ["orders"]
     monkeypatch.delenv("TIERING_CONFIG")
     answer = client.get("/api/partitions")
     assert answer.status_code == 503 and "TIERING_CONFIG" in answer.json()["detail"]
 
 
-def test_a_log_dir_that_hangs_makes_the_page_say_so_in_bounded_time(
+def test_a_store_that_hangs_makes_the_page_say_so_in_bounded_time(
     tiering: TieringEnv, auth_manager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A log dir on a mount that stops answering (injected: a status read that never returns): the
+    """A metadata store that stops answering (injected: a snapshot read that never returns): the
     page and the JSON answer 503 within the time limit instead of hanging the API server."""
     import threading
     import time
 
-    import tiering_core.tier.status as status_mod
+    import tiering_core.metrics.collect as collect_mod
 
     released = threading.Event()
 
@@ -154,7 +214,7 @@ def test_a_log_dir_that_hangs_makes_the_page_say_so_in_bounded_time(
         released.wait(30)
         return []
 
-    monkeypatch.setattr(status_mod, "collect_status", hung)
+    monkeypatch.setattr(collect_mod, "collect_metrics", hung)
     client = TestClient(
         create_app(str(tiering.config_path), status_timeout=0.5), cookies={COOKIE: token_for(auth_manager, "viewer")}
     )

@@ -8,20 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.humanize import fmt_age, fmt_bytes
+
 if TYPE_CHECKING:
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.rebuild import RebuildResult
     from tiering_core.tier.cluster import ClusterPartitionStatus
     from tiering_core.tier.status import PartitionStatus
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def format_copy_summary(results: list[CopyResult]) -> str:
@@ -92,10 +86,6 @@ def format_status_table(rows: list[PartitionStatus]) -> str:
     return "\n".join(lines)
 
 
-def _age(ms: int) -> str:
-    return f"{ms // 1000}s" if ms < 120_000 else f"{ms // 60_000}m"
-
-
 def format_cluster_status(rows: list[ClusterPartitionStatus]) -> str:
     """``status --cluster``: a partition per row, each broker's replica as
     ``<broker>[*]:<HW>/<LSO> e<epoch> @<local log start> <age>`` (``*`` the best fresh replica,
@@ -108,7 +98,7 @@ def format_cluster_status(rows: list[ClusterPartitionStatus]) -> str:
         replicas = ", ".join(
             f"{s.broker_id}{'*' if s.broker_id == r.best_broker else '!' if s.stale else ''}:"
             f"{_cell(s.high_watermark)}/{_cell(s.last_stable_offset)} e{_cell(s.leader_epoch)} "
-            f"@{s.local_log_start_offset} {_age(s.age_ms)}"
+            f"@{s.local_log_start_offset} {fmt_age(s.age_ms)}"
             for s in r.replicas
         )
         notes = [replicas or "no replica observed"]

@@ -1,7 +1,8 @@
-"""The Tiering page: every partition's tier state as an HTML table and as JSON.
+"""The Tiering page: every topic's tiering from the metadata store, as HTML and as JSON.
 
-Mounted by the Airflow plugin under ``/tiering``; each request reads the live state with
-``collect_status`` (the same rows as ``tiering status --json``). Links are relative so the
+Mounted by the Airflow plugin under ``/tiering``; each request reads the store's snapshot with
+``collect_metrics`` (and a topic's chart points with ``topic_series``), so the page works on an API
+server without log dirs and shows every broker. ``view.py`` renders it. Links are relative so the
 page also works when Airflow is served under a path prefix.
 
 Every page route requires an Airflow user allowed to see plugin views, authenticated the way the
@@ -12,134 +13,92 @@ users without the permission 403: the page names topics and sizes, which are not
 
 from __future__ import annotations
 
-import html
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
 from fastapi import Depends, FastAPI, HTTPException, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from tiering_airflow.hooks.tiering import TieringHook
+from tiering_airflow.hooks.tiering import TieringHook, named_topics
+from tiering_airflow.ui import view
 from tiering_airflow.ui.metrics import metrics_router
 
-# (status field, column title): the tier-state fields an operator watches.
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("partition", "Partition"),
-    ("log_start_offset", "Log start"),
-    ("last_stable_offset", "LSO"),
-    ("log_end_offset", "Log end"),
-    ("highest_copied_offset", "Highest copied offset"),
-    ("copy_lag_segments", "Copy lag (segments)"),
-    ("copy_lag_bytes", "Copy lag (bytes)"),
-    ("local_retention_risk", "Local-retention risk"),
-    ("remote_segments", "Remote segments"),
-    ("remote_bytes", "Remote bytes"),
-    ("delete_state", "Delete state"),
-    ("gaps", "Tiering gaps"),
-)
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.metrics.snapshot import MetricsSnapshot, SeriesPoint
 
-STYLE = (
-    "body{font-family:system-ui,sans-serif;margin:1.5em;color:#1d2733}"
-    "table{border-collapse:collapse;font-size:13px}"
-    "th{background:#eef2f6;position:sticky;top:0}"
-    "td,th{border:1px solid #cfd8e3;padding:3px 8px;text-align:right;white-space:nowrap}"
-    "td:first-child,th:first-child{text-align:left}"
-    "tr.alert{background:#fde2e2}tr.removed{color:#6b7785}.ok{color:#2f7d32}.bad{color:#b3261e;font-weight:600}"
-)
+T = TypeVar("T")
 
-
-#: How long one request may spend reading the tier state (seconds).
+#: How long one request may spend reading the store (seconds).
 DEFAULT_STATUS_TIMEOUT = 30.0
-#: Reads in progress at once: a log dir that hangs holds at most these threads, never the server.
+#: Reads in progress at once: a store that hangs holds at most these threads, never the server.
 _READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tiering-status")
+#: The files under ``static/`` the page loads (served by name, nothing else from that folder).
+STATIC = Path(__file__).with_name("static")
+STATIC_TYPES = {
+    "uPlot.iife.min.js": "text/javascript",
+    "uPlot.min.css": "text/css",
+    "tiering.js": "text/javascript",
+    "tiering.css": "text/css",
+}
 
 
 class StatusUnavailable(Exception):
-    """The state could not be read (no or bad config, unreadable log dir, store down, too slow)."""
+    """The state could not be read (no or bad config, store down, too slow)."""
 
 
-def _read_status_now(config_path: str | None, topic: str | None) -> list[dict[str, Any]]:
+def _in_store(config_path: str | None, read: Callable[[TieringContext], T]) -> T:
     from tiering_core.errors import TieringError
-    from tiering_core.tier.status import collect_status
 
     try:
         with TieringHook(config_path=config_path).get_conn() as ctx:
-            return [row.to_dict() for row in collect_status(ctx, topic=topic)]
+            return read(ctx)
     except TieringError as exc:
         raise StatusUnavailable(str(exc)) from exc
 
 
-def read_status(
-    config_path: str | None, topic: str | None = None, timeout: float = DEFAULT_STATUS_TIMEOUT
-) -> list[dict[str, Any]]:
-    """The status rows, read now, within ``timeout`` seconds: a log dir that hangs (an unresponsive
-    network mount) makes the page say so instead of hanging the request."""
-    future = _READERS.submit(_read_status_now, config_path, topic)
+def within(timeout: float, read: Callable[[], T]) -> T:
+    """``read()``, run on a reader thread, within ``timeout`` seconds: a store that hangs (an
+    unresponsive database host) makes the page say so instead of hanging the request."""
+    future = _READERS.submit(read)
     try:
         return future.result(timeout=timeout)
     except FutureTimeout as exc:
         future.cancel()
         raise StatusUnavailable(
-            f"reading the tier state did not finish within {timeout:.0f} s (a log dir or the metadata store "
-            "does not answer)"
+            f"reading the tier state did not finish within {timeout:.0f} s (the metadata store does not answer)"
         ) from exc
 
 
-def _cell(key: str, row: dict[str, Any]) -> tuple[str, str]:
-    """(text, css class) of one cell."""
-    value = row.get(key)
-    if key == "partition":
-        return f"{row['topic']}-{row['partition']}", ""
-    if key == "local_retention_risk":
-        if not value:
-            return "-", ""
-        return ("AT RISK: " + str(value.get("reason")), "bad") if value.get("at_risk") else ("ok", "ok")
-    if key == "gaps":
-        return (", ".join(f"{start}..{end}" for start, end in value), "bad") if value else ("none", "ok")
-    if key in ("copy_lag_segments", "copy_lag_bytes") and value:
-        return f"{value:,}", "bad" if (row.get("local_retention_risk") or {}).get("at_risk") else ""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}" if key.endswith("bytes") else str(value), ""
-    return ("-" if value is None else str(value)), ""
+def read_snapshot(
+    config_path: str | None, topic: str | None = None, timeout: float = DEFAULT_STATUS_TIMEOUT
+) -> tuple[MetricsSnapshot, frozenset[str]]:
+    """The store's snapshot (of one topic, or all) and the topics the config names."""
+    import tiering_core.metrics.collect as collect
+
+    def read(ctx: TieringContext) -> tuple[MetricsSnapshot, frozenset[str]]:
+        return collect.collect_metrics(ctx, topic=topic), named_topics(ctx.config)
+
+    return within(timeout, lambda: _in_store(config_path, read))
 
 
-def _row_html(row: dict[str, Any]) -> str:
-    alert = bool(row.get("gaps")) or bool((row.get("local_retention_risk") or {}).get("at_risk")) or row.get("error")
-    css = "alert" if alert else ("removed" if not row.get("on_broker", True) else "")
-    cells = []
-    for key, _ in COLUMNS:
-        text, cls = _cell(key, row)
-        cells.append(f'<td class="{cls}">{html.escape(text)}</td>' if cls else f"<td>{html.escape(text)}</td>")
-    note = row.get("error") or ("" if row.get("on_broker", True) else "not on this broker (remote data only)")
-    cells.append(f"<td>{html.escape(str(note))}</td>")
-    return f'<tr class="{css}">' + "".join(cells) + "</tr>"
+def read_series(
+    config_path: str | None, topic: str, window: str, timeout: float = DEFAULT_STATUS_TIMEOUT
+) -> list[SeriesPoint]:
+    """A topic's chart points over ``window`` ("24h" or "7d")."""
+    import tiering_core.metrics.collect as collect
+
+    return within(timeout, lambda: _in_store(config_path, lambda ctx: collect.topic_series(ctx, topic, window)))
 
 
-def render_page(rows: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in COLUMNS) + "<th>Note</th>"
-    at_risk = sum(1 for r in rows if (r.get("local_retention_risk") or {}).get("at_risk"))
-    with_gaps = sum(1 for r in rows if r.get("gaps"))
-    lag = sum(int(r.get("copy_lag_segments") or 0) for r in rows)
-    remote = sum(int(r.get("remote_bytes") or 0) for r in rows)
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Tiering</title>"
-        f"<meta http-equiv='refresh' content='30'><style>{STYLE}</style></head><body>"
-        "<h1>Kafka tiered storage</h1>"
-        f"<p>{len(rows)} partition(s); {lag} segment(s) waiting for copy; {remote:,} bytes in the remote tier; "
-        f"{at_risk} at local-retention risk; {with_gaps} with tiering gaps. "
-        "JSON: <a href='api/partitions'>api/partitions</a></p>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(_row_html(r) for r in rows)}</tbody></table>"
-        "</body></html>"
-    )
-
-
-def render_error(message: str) -> str:
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Tiering</title>"
-        f"<style>{STYLE}</style></head><body><h1>Kafka tiered storage</h1>"
-        f"<p class='bad'>Tier state unavailable: {html.escape(message)}</p></body></html>"
-    )
+def json_response(value: Any) -> Response:
+    """JSON encoded by msgspec (dataclasses included): FastAPI's encoder walks every value, too
+    slow for 10,000 partitions."""
+    return Response(msgspec.json.encode(value), media_type="application/json")
 
 
 def plugin_view_access() -> Any:
@@ -154,26 +113,59 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
     """The page and its JSON; ``config_path=None`` resolves the config on each request."""
     app = FastAPI(
         title="Kafka tiering",
-        description="Tier state of every partition",
+        description="Tiering of every topic and partition, from the metadata store",
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
     )
     # Airflow's access check is each page route's own: /metrics also takes the scrapers' token.
     app.include_router(metrics_router(config_path, status_timeout))
+    access = [plugin_view_access()]
 
-    @app.get("/api/partitions", dependencies=[plugin_view_access()])
-    def partitions(topic: str | None = Query(None, description="only this topic")) -> list[dict[str, Any]]:
+    @app.get("/api/partitions", dependencies=access)
+    def partitions(topic: str | None = Query(None, description="only this topic")) -> Response:
         try:
-            return read_status(config_path, topic, status_timeout)
+            snapshot, _ = read_snapshot(config_path, topic, status_timeout)
+        except StatusUnavailable as exc:
+            raise HTTPException(status_code=503, detail=str(exc)) from exc
+        return json_response(snapshot.partitions)
+
+    @app.get("/api/series", dependencies=access)
+    def series(
+        topic: str = Query(..., description="the topic"),
+        window: str = Query("24h", pattern="^(24h|7d)$", description="24h (5-minute points) or 7d (hourly)"),
+    ) -> Response:
+        try:
+            return json_response(view.series_dict(read_series(config_path, topic, window, status_timeout)))
         except StatusUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
 
-    @app.get("/", response_class=HTMLResponse, dependencies=[plugin_view_access()])
-    def page(topic: str | None = Query(None, description="only this topic")) -> HTMLResponse:
+    @app.get("/fragments/partitions", response_class=HTMLResponse, dependencies=access)
+    def partition_table(
+        topic: str = Query(..., description="the topic"),
+        offset: int = Query(0, ge=0, description="the first row, by partition number"),
+        limit: int = Query(view.PAGE_ROWS, ge=1, le=10_000, description="rows at most"),
+    ) -> HTMLResponse:
         try:
-            return HTMLResponse(render_page(read_status(config_path, topic, status_timeout)))
+            snapshot, named = read_snapshot(config_path, topic, status_timeout)
         except StatusUnavailable as exc:
-            return HTMLResponse(render_error(str(exc)), status_code=503)
+            raise HTTPException(status_code=503, detail=str(exc)) from exc
+        return HTMLResponse(view.render_partitions(snapshot, named, offset, limit))
+
+    @app.get("/static/{name}", dependencies=access)
+    def static(name: str) -> FileResponse:
+        if name not in STATIC_TYPES:
+            raise HTTPException(status_code=404)
+        return FileResponse(
+            STATIC / name, media_type=STATIC_TYPES[name], headers={"Cache-Control": "private, max-age=3600"}
+        )
+
+    @app.get("/", response_class=HTMLResponse, dependencies=access)
+    def page() -> HTMLResponse:
+        try:
+            snapshot, _ = read_snapshot(config_path, None, status_timeout)
+        except StatusUnavailable as exc:
+            return HTMLResponse(view.render_error(str(exc)), status_code=503)
+        return HTMLResponse(view.render_page(snapshot))
 
     return app

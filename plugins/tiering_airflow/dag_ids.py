@@ -1,0 +1,43 @@
+"""The DAG ids of a topic's copy and retention, the one rule ``dags/tiering_dags.py`` names its DAGs
+by and the Tiering page links to their grids by.
+
+A topic the config names has DAGs of its own, ``tiering_copy__<topic>`` and
+``tiering_retention__<topic>``, cut to Airflow's id limit with a digest of the whole name so that
+long topics stay distinct; every other topic is tiered by the catch-all DAGs of the ``"*"``
+default, whose ids have a single underscore so that no topic's DAG can take them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection
+
+#: Airflow's limit on a DAG id's length.
+MAX_DAG_ID = 250
+DEFAULT_COPY_DAG_ID = "tiering_copy_default_topics"
+DEFAULT_RETENTION_DAG_ID = "tiering_retention_default_topics"
+
+
+def fit(name: str, limit: int) -> str:
+    """``name`` cut to Airflow's ``limit``, with a digest so distinct long topics stay distinct."""
+    if len(name) <= limit:
+        return name
+    return f"{name[: limit - 11]}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+
+
+def copy_dag_id(topic: str) -> str:
+    """The id of the copy DAG of a topic the config names."""
+    return fit(f"tiering_copy__{topic}", MAX_DAG_ID)
+
+
+def retention_dag_id(topic: str) -> str:
+    """The id of the retention DAG of a topic the config names."""
+    return fit(f"tiering_retention__{topic}", MAX_DAG_ID)
+
+
+def dag_ids_of(topic: str, named: Collection[str]) -> tuple[str, str]:
+    """(copy, retention) DAG ids that tier ``topic``: its own if the config names it (``named``),
+    else the catch-all DAGs of the default."""
+    if topic in named:
+        return copy_dag_id(topic), retention_dag_id(topic)
+    return DEFAULT_COPY_DAG_ID, DEFAULT_RETENTION_DAG_ID

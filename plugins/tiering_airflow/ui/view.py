@@ -1,0 +1,409 @@
+"""The Tiering page's HTML, computed from a ``MetricsSnapshot`` alone (the metadata store's view of
+every broker), so the API server renders it without any log dir.
+
+The page holds one summary row per topic (partitions, remote size, copy lag, gaps, risk) and the
+alerts an operator acts on (tiering gaps, local-retention risk, stale brokers, failed scrubs).
+A topic's partitions and charts load when its row is opened (``fragments/partitions`` and
+``api/series``), so a page over ten thousand partitions stays small. Every link is relative: the
+page is served under ``/tiering/`` of an Airflow that may itself sit under a path prefix, and
+links into Airflow's UI (DAG grids, task logs) open in Airflow's own frame when the page is shown
+inside it (``static/tiering.js``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import urllib.parse
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+
+from tiering_airflow.dag_ids import dag_ids_of
+from tiering_core.humanize import fmt_age, fmt_bytes
+from tiering_core.metadata.values import TaskAttempt
+from tiering_core.metrics.snapshot import MetricsSnapshot, PartitionMetrics, SeriesPoint
+
+#: The chart windows ``topic_series`` serves, as the page names them.
+WINDOWS: tuple[str, ...] = ("24h", "7d")
+#: Partition rows one request for a topic's table answers (the next ones on request).
+PAGE_ROWS = 200
+#: Partitions an alert names before it says "and N more".
+ALERT_NAMES = 8
+
+#: (title, css class) of the topic summary columns after the topic's name.
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "Partitions",
+    "Remote size",
+    "Copy lag",
+    "Lag segments",
+    "Tiering gaps",
+    "Local-retention risk",
+    "Last copy",
+)
+
+#: The partition table's column titles.
+PARTITION_COLUMNS: tuple[str, ...] = (
+    "Partition",
+    "Remote size",
+    "Remote segments",
+    "Copy lag",
+    "Lag segments",
+    "Delete lag",
+    "Tiering gaps",
+    "Risk",
+    "Last copy",
+    "Delete state",
+    "Replicas",
+    "DAGs",
+    "Last task",
+)
+
+
+@dataclass(slots=True)
+class TopicSummary:
+    """One topic's partitions added up; a lag is None when no partition has a fresh replica."""
+
+    topic: str
+    partitions: int = 0
+    remote_bytes: int = 0
+    remote_segments: int = 0
+    copy_lag_bytes: int | None = None
+    copy_lag_segments: int | None = None
+    gap_partitions: int = 0
+    gap_offsets: int = 0
+    at_risk: int = 0
+    last_copy_ms: int | None = None
+
+    def add(self, p: PartitionMetrics) -> None:
+        self.partitions += 1
+        self.remote_bytes += p.remote_bytes
+        self.remote_segments += p.remote_segments
+        if p.copy_lag_bytes is not None:
+            self.copy_lag_bytes = (self.copy_lag_bytes or 0) + p.copy_lag_bytes
+        if p.copy_lag_segments is not None:
+            self.copy_lag_segments = (self.copy_lag_segments or 0) + p.copy_lag_segments
+        if p.gap_count:
+            self.gap_partitions += 1
+            self.gap_offsets += p.gap_offsets
+        if p.at_risk:
+            self.at_risk += 1
+        if p.last_copy_ms is not None and (self.last_copy_ms is None or p.last_copy_ms > self.last_copy_ms):
+            self.last_copy_ms = p.last_copy_ms
+
+
+def summarize(snapshot: MetricsSnapshot) -> list[TopicSummary]:
+    """One summary per topic, by topic name."""
+    topics: dict[str, TopicSummary] = {}
+    for p in snapshot.partitions:
+        summary = topics.get(p.topic)
+        if summary is None:
+            summary = topics[p.topic] = TopicSummary(p.topic)
+        summary.add(p)
+    return [topics[t] for t in sorted(topics)]
+
+
+@dataclass(slots=True)
+class Alert:
+    """One line at the top of the page: ``kind`` is gap, risk, stale or scrub."""
+
+    kind: str
+    text: str
+    topic: str | None = None
+
+
+@dataclass(slots=True)
+class _Named:
+    """Partitions of one topic (or replicas of one broker) an alert names, and a figure summed."""
+
+    names: list[str] = field(default_factory=list)
+    count: int = 0
+    total: float = 0
+
+    def add(self, name: str, value: float = 0) -> None:
+        self.count += 1
+        self.total += value
+        if len(self.names) < ALERT_NAMES:
+            self.names.append(name)
+
+    def listing(self) -> str:
+        more = self.count - len(self.names)
+        return ", ".join(self.names) + (f" and {more} more" if more > 0 else "")
+
+
+def alerts(snapshot: MetricsSnapshot) -> list[Alert]:
+    """Tiering gaps and local-retention risk per topic, brokers that reported nothing fresh and
+    stale replicas per broker, failed scrubs per topic: in that order, the worst first."""
+    gaps: dict[str, _Named] = {}
+    risks: dict[str, _Named] = {}
+    scrubs: dict[str, _Named] = {}
+    stale: dict[int, _Named] = {}
+    silent = set(snapshot.silent_brokers)
+    for p in snapshot.partitions:
+        name = f"{p.topic}-{p.partition}"
+        if p.gap_count:
+            gaps.setdefault(p.topic, _Named()).add(name, p.gap_offsets)
+        if p.at_risk:
+            risks.setdefault(p.topic, _Named()).add(name)
+        for r in p.replicas:
+            if r.stale and r.broker_id not in silent:
+                stale.setdefault(r.broker_id, _Named()).add(name)
+        failures = sum(c.scrub_failures for c in p.counters_by_broker.values())
+        if failures:
+            scrubs.setdefault(p.topic, _Named()).add(name, failures)
+    found = [
+        Alert(
+            "gap",
+            f"Tiering gap: {n.count} partition(s) of {topic} lost {int(n.total):,} offset(s) the broker deleted "
+            f"before they were copied ({n.listing()})",
+            topic,
+        )
+        for topic, n in sorted(gaps.items())
+    ]
+    found += [
+        Alert(
+            "risk",
+            f"Local-retention risk: {n.count} partition(s) of {topic} may lose data the broker deletes before "
+            f"it is copied ({n.listing()})",
+            topic,
+        )
+        for topic, n in sorted(risks.items())
+    ]
+    found += [
+        Alert("stale", f"Stale broker: broker {b} reported nothing fresh; its replicas are not trusted")
+        for b in sorted(silent)
+    ]
+    found += [
+        Alert("stale", f"Stale broker: broker {b}'s observation of {n.count} partition(s) is stale ({n.listing()})")
+        for b, n in sorted(stale.items())
+    ]
+    found += [
+        Alert(
+            "scrub",
+            f"Failed scrub: {int(n.total)} failure(s) on {n.count} partition(s) of {topic} ({n.listing()})",
+            topic,
+        )
+        for topic, n in sorted(scrubs.items())
+    ]
+    return found
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _attr(name: str, value: object) -> str:
+    """`` name="value"`` (escaped), or nothing for an empty value."""
+    return f' {name}="{_e(value)}"' if value else ""
+
+
+def _size(n: int | None) -> str:
+    return "-" if n is None else fmt_bytes(n)
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def _ago(now_ms: int, at_ms: int | None) -> str:
+    return "never" if at_ms is None else f"{fmt_age(max(0, now_ms - at_ms))} ago"
+
+
+def dag_url(dag_id: str) -> str:
+    """Airflow's page of a DAG (its grid), relative to the Tiering page at ``<prefix>/tiering/``."""
+    return f"../dags/{urllib.parse.quote(dag_id, safe='')}"
+
+
+def task_log_url(task: TaskAttempt) -> str:
+    """Airflow 3's page of a task instance's try, whose first tab is its log (relative, as above)."""
+    q = urllib.parse.quote
+    url = f"{dag_url(task.dag_id)}/runs/{q(task.run_id, safe='')}/tasks/{q(task.task_id, safe='')}"
+    if task.map_index >= 0:
+        url += f"/mapped/{task.map_index}"
+    return f"{url}?try_number={task.try_number}"
+
+
+def _link(url: str, text: str) -> str:
+    """A link to a page of Airflow's UI: inside Airflow's iframe (sandboxed, no top navigation) the
+    page's script opens it in Airflow's own frame, elsewhere it is a plain link."""
+    return f'<a class="airflow" href="{_e(url)}">{_e(text)}</a>'
+
+
+def _cells(values: Iterable[tuple[str, str, str]]) -> str:
+    """``<td>`` cells from (column title, text or HTML, css class); the title labels the cell when
+    the table collapses to cards on a narrow screen."""
+    return "".join(
+        f"<td{_attr('data-label', title)}{_attr('class', cls)}>{content}</td>" for title, content, cls in values
+    )
+
+
+def _replicas(p: PartitionMetrics, now_ms: int) -> str:
+    if not p.replicas:
+        return "none observed"
+    parts = []
+    for r in sorted(p.replicas, key=lambda r: r.broker_id):
+        mark = "*" if r.broker_id == p.best_broker else ("!" if r.stale else "")
+        flag = ' class="bad"' if r.stale or r.at_risk else ""
+        parts.append(f"<span{flag}>{r.broker_id}{mark} {_e(fmt_age(max(0, now_ms - r.observed_ms)))}</span>")
+    return " ".join(parts)
+
+
+def _risk(p: PartitionMetrics) -> tuple[str, str]:
+    if not p.at_risk:
+        return "ok", "ok"
+    headroom = [r.headroom_seconds for r in p.replicas if r.at_risk and not r.stale and r.headroom_seconds is not None]
+    if not headroom:
+        return "AT RISK", "bad"
+    left = min(headroom)
+    return ("AT RISK: past due" if left <= 0 else f"AT RISK: {fmt_age(int(left * 1000))} left"), "bad"
+
+
+def partition_row(p: PartitionMetrics, now_ms: int, named: Collection[str]) -> str:
+    copy_dag, retention_dag = dag_ids_of(p.topic, named)
+    risk, risk_class = _risk(p)
+    gaps = f"{p.gap_count} ({p.gap_offsets:,} offsets lost)" if p.gap_count else "none"
+    last_task = _link(task_log_url(p.last_task), f"{p.last_task.task_id} log") if p.last_task else "-"
+    alert = p.gap_count or p.at_risk
+    return (
+        f"<tr{_attr('class', 'alert' if alert else '')}>"
+        + _cells(
+            (
+                ("", _e(f"{p.topic}-{p.partition}"), ""),
+                ("Remote size", _e(_size(p.remote_bytes)), ""),
+                ("Remote segments", _e(_count(p.remote_segments)), ""),
+                ("Copy lag", _e(_size(p.copy_lag_bytes)), "bad" if p.at_risk else ""),
+                ("Lag segments", _e(_count(p.copy_lag_segments)), ""),
+                ("Delete lag", _e(_size(p.delete_lag_bytes)), ""),
+                ("Tiering gaps", _e(gaps), "bad" if p.gap_count else "ok"),
+                ("Risk", _e(risk), risk_class),
+                ("Last copy", _e(_ago(now_ms, p.last_copy_ms)), ""),
+                ("Delete state", _e(p.delete_state or "-"), ""),
+                ("Replicas", _replicas(p, now_ms), ""),
+                ("DAGs", _link(dag_url(copy_dag), "copy") + " " + _link(dag_url(retention_dag), "retention"), ""),
+                ("Last task", last_task, ""),
+            )
+        )
+        + "</tr>"
+    )
+
+
+def render_partitions(
+    snapshot: MetricsSnapshot, named: Collection[str], offset: int = 0, limit: int = PAGE_ROWS
+) -> str:
+    """The partition table of the snapshot's partitions (one topic's, as the page asks for them),
+    ``limit`` rows from ``offset`` by partition number, and a button for the next rows if any."""
+    head = "".join(f"<th>{_e(title)}</th>" for title in PARTITION_COLUMNS)
+    ordered = sorted(snapshot.partitions, key=lambda p: p.partition)
+    rows = "".join(partition_row(p, snapshot.db_now_ms, named) for p in ordered[offset : offset + limit])
+    if not rows:
+        rows = f'<tr><td colspan="{len(PARTITION_COLUMNS)}">no partition in the metadata store</td></tr>'
+    shown = min(len(ordered), offset + limit)
+    more = ""
+    if shown < len(ordered):
+        more = (
+            f'<p class="more">{shown:,} of {len(ordered):,} partitions shown. '
+            f'<button type="button" data-offset="{shown}">Show {min(limit, len(ordered) - shown):,} more</button></p>'
+        )
+    return f'<table class="partitions"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{more}'
+
+
+def _summary_row(s: TopicSummary, now_ms: int) -> str:
+    values = (
+        _count(s.partitions),
+        _size(s.remote_bytes),
+        _size(s.copy_lag_bytes),
+        _count(s.copy_lag_segments),
+        f"{s.gap_partitions} ({s.gap_offsets:,} offsets lost)" if s.gap_partitions else "none",
+        f"{s.at_risk} partition(s)" if s.at_risk else "none",
+        _ago(now_ms, s.last_copy_ms),
+    )
+    bad = (False, False, bool(s.at_risk), False, bool(s.gap_partitions), bool(s.at_risk), False)
+    cells = "".join(
+        f'<span class="cell{" bad" if flag else ""}" data-label="{_e(title)}">{_e(value)}</span>'
+        for title, value, flag in zip(SUMMARY_COLUMNS, values, bad, strict=True)
+    )
+    alert = " alert" if s.gap_partitions or s.at_risk else ""
+    return (
+        f'<details class="topic{alert}" data-topic="{_e(s.topic)}">'
+        f'<summary class="row"><span class="cell name">{_e(s.topic)}</span>{cells}</summary>'
+        '<div class="body"><div class="charts">'
+        + "".join(
+            f'<figure class="chart" data-window="{w}"><figcaption>Remote size and copy lag, last {w}</figcaption>'
+            '<div class="plot"></div></figure>'
+            for w in WINDOWS
+        )
+        + '</div><div class="scroll partitions-wrap">Loading partitions…</div></div></details>'
+    )
+
+
+def _show(topic: str) -> str:
+    """A link that filters the page to ``topic`` (which then opens: the script's rule)."""
+    return f' <a href="?topic={_e(urllib.parse.quote(topic, safe=""))}">Show {_e(topic)}</a>'
+
+
+def render_page(snapshot: MetricsSnapshot) -> str:
+    """The whole page: alerts, totals, one summary row per topic (see the module docstring)."""
+    summaries = summarize(snapshot)
+    found = alerts(snapshot)
+    if found:
+        alert_html = '<ul class="alerts">' + "".join(
+            f'<li class="alert-{a.kind}"{_attr("data-topic", a.topic)}>{_e(a.text)}'
+            + (
+                f' <a href="?topic={_e(urllib.parse.quote(a.topic, safe=""))}">Show {_e(a.topic)}</a>'
+                if a.topic
+                else ""
+            )
+            + "</li>"
+            for a in found
+        )
+        alert_html += "</ul>"
+    else:
+        alert_html = (
+            '<p class="no-alerts ok">No alerts: no tiering gap, no local-retention risk, every broker fresh, '
+            "no failed scrub.</p>"
+        )
+    remote = sum(s.remote_bytes for s in summaries)
+    lag = sum(s.copy_lag_bytes or 0 for s in summaries)
+    partitions = sum(s.partitions for s in summaries)
+    head = '<span class="cell name">Topic</span>'
+    head += "".join(f'<span class="cell">{_e(t)}</span>' for t in SUMMARY_COLUMNS)
+    topics = "".join(_summary_row(s, snapshot.db_now_ms) for s in summaries)
+    topics = topics or "<p>No partition in the metadata store yet.</p>"
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'><title>Tiering</title>"
+        "<link rel='stylesheet' href='static/uPlot.min.css'><link rel='stylesheet' href='static/tiering.css'>"
+        "</head><body><header><h1>Kafka tiered storage</h1>"
+        "<form class='filter' role='search' onsubmit='return false'><label for='topic-filter'>Topic</label> "
+        "<input id='topic-filter' name='topic' type='search' placeholder='filter topics' autocomplete='off'></form>"
+        "</header>"
+        f"<section class='alerts-box' aria-label='Alerts'>{alert_html}</section>"
+        f"<p class='totals'>{len(summaries)} topic(s), {partitions:,} partition(s); {_e(fmt_bytes(remote))} in the "
+        f"remote tier; {_e(fmt_bytes(lag))} waiting for copy. JSON: <a href='api/partitions'>api/partitions</a></p>"
+        f"<div class='topics'><div class='row head' aria-hidden='true'>{head}</div>{topics}</div>"
+        f"<script id='tiering-data' type='application/json'>{_script_json({'windows': list(WINDOWS)})}</script>"
+        "<script src='static/uPlot.iife.min.js'></script><script src='static/tiering.js'></script>"
+        "</body></html>"
+    )
+
+
+def _script_json(value: object) -> str:
+    """JSON safe inside a ``<script>`` element."""
+    return json.dumps(value).replace("<", "\\u003c")
+
+
+def render_error(message: str) -> str:
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'><title>Tiering</title>"
+        "<link rel='stylesheet' href='static/tiering.css'></head><body><h1>Kafka tiered storage</h1>"
+        f"<p class='bad'>Tier state unavailable: {html.escape(message)}</p></body></html>"
+    )
+
+
+def series_dict(points: list[SeriesPoint]) -> dict[str, list[int]]:
+    """Chart points as uPlot takes them: one array per series, times in seconds."""
+    return {
+        "at": [p.at_ms // 1000 for p in points],
+        "remote_bytes": [p.remote_bytes for p in points],
+        "copy_lag_bytes": [p.copy_lag_bytes for p in points],
+    }

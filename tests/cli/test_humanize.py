@@ -1,0 +1,28 @@
+"""Sizes and ages read the same in the command's output and on the Tiering page."""
+
+from __future__ import annotations
+
+from tiering_core.cli.output import fmt_bytes as cli_fmt_bytes
+from tiering_core.humanize import fmt_age, fmt_bytes
+
+
+def test_sizes_are_binary_units() -> None:
+    assert [fmt_bytes(n) for n in (0, 1023, 1024, 5 * 1024**2, 3 * 1024**4)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "5.0 MiB",
+        "3072.0 GiB",
+    ]
+    assert cli_fmt_bytes is fmt_bytes
+
+
+def test_ages_round_down_to_the_largest_readable_unit() -> None:
+    assert [fmt_age(ms) for ms in (0, 119_999, 120_000, 7_199_999, 7_200_000, 172_800_000)] == [
+        "0s",
+        "119s",
+        "2m",
+        "119m",
+        "2h",
+        "2d",
+    ]
