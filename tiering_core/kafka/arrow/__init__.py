@@ -1,0 +1,320 @@
+"""Record batches decoded straight into Arrow: a segment as ``pyarrow.RecordBatch`` es.
+
+Each Kafka batch is checked as the record decoder checks it (header, CRC-32C, decompression
+within ``compression``'s bounds, record count against its bytes); then a group of batches' records
+sections, back to back in one buffer, is parsed by the compiled loops of ``kernels`` and turned
+into Arrow columns from offset arrays, with no Python object per record. One Arrow batch per
+group, and a group holds at most ``GroupBounds`` Kafka batches and decompressed bytes, so
+memory follows the group, not the segment.
+
+Isolation (``tiering_core.kafka.isolation``): control batches are never returned; at
+read_committed the data batches of aborted transactions are dropped too. Dropped batches are
+still checked (a damaged one is an error at either level, as in the record decoder).
+
+The columns are ``SCHEMA``'s: the record's topic and partition, offset, timestamp (the batch's
+max timestamp for every record of a LogAppendTime batch, as Kafka's readers report it), the
+timestamp type, key and value (null when absent), headers, and the batch's partition leader
+epoch, producer id and transactional flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tiering_core.errors import CorruptLogError
+from tiering_core.kafka.arrow import kernels
+from tiering_core.kafka.batch import (
+    CODEC_NONE,
+    HEADER_SIZE,
+    Buffer,
+    RecordBatchHeader,
+    iter_batch_data,
+    parse_header_at,
+    verify_batch_crc,
+)
+from tiering_core.kafka.compression import (
+    MAX_DECOMPRESSED_BATCH_BYTES,
+    CompressionError,
+    UnsupportedCodecError,
+    decompress,
+)
+from tiering_core.kafka.index import AbortedTxn
+from tiering_core.kafka.isolation import AbortedTransactions, IsolationLevel, local_aborted_txns
+from tiering_core.kafka.records import read_batch_data
+from tiering_core.kafka.topic import TopicPartition
+
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+HEADER_TYPE = pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+HEADERS_TYPE = pa.list_(pa.field("item", HEADER_TYPE, nullable=False))
+SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("timestamp_type", pa.string(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADERS_TYPE, nullable=False),
+        pa.field("leader_epoch", pa.int32(), nullable=False),
+        pa.field("producer_id", pa.int64(), nullable=False),
+        pa.field("is_transactional", pa.bool_(), nullable=False),
+    ]
+)
+_TIMESTAMP_TYPE_NAMES = pa.array(TIMESTAMP_TYPES, pa.string())
+
+#: A group's bytes are addressed by Arrow's int32 offsets: a group (at most its bound plus one
+#: batch) stays well below 2 GiB.
+MAX_GROUP_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class GroupBounds:
+    """How much one Arrow batch holds: at most ``max_batches`` Kafka batches and ``max_bytes`` of
+    decompressed records (a single batch larger than that makes a group of its own)."""
+
+    max_batches: int = 1024
+    max_bytes: int = 16 << 20
+
+    def __post_init__(self) -> None:
+        if self.max_batches < 1:
+            raise ValueError(f"max_batches must be at least 1, got {self.max_batches}")
+        if not 1 <= self.max_bytes <= MAX_GROUP_BYTES:
+            raise ValueError(f"max_bytes must be between 1 and {MAX_GROUP_BYTES}, got {self.max_bytes}")
+
+
+@dataclass
+class _Group:
+    """The batches of one Arrow batch being gathered: their records sections and header facts."""
+
+    sections: list[Buffer] = field(default_factory=list)
+    headers: list[RecordBatchHeader] = field(default_factory=list)
+    size: int = 0
+    records: int = 0
+
+    def add(self, header: RecordBatchHeader, section: Buffer) -> None:
+        self.sections.append(section)
+        self.headers.append(header)
+        self.size += len(section)
+        self.records += header.records_count
+
+
+def _records_section(header: RecordBatchHeader, batch: memoryview, where: Path, max_decompressed: int) -> Buffer:
+    """The batch's records, decompressed within ``max_decompressed`` bytes; the record count must
+    fit them (a count no bytes can hold never sizes an allocation)."""
+    body = batch[HEADER_SIZE : header.size_in_bytes]
+    if header.codec == CODEC_NONE:
+        section: Buffer = body
+    else:
+        try:
+            section = decompress(header.codec, body, max_decompressed)
+        except (CompressionError, UnsupportedCodecError) as exc:
+            raise CorruptLogError(
+                where, header.position, f"cannot decompress batch at offset {header.base_offset}: {exc}"
+            ) from exc
+    count = header.records_count
+    if count < 0:
+        raise CorruptLogError(where, header.position, f"batch at offset {header.base_offset} has record count {count}")
+    if count * kernels.MIN_RECORD_BYTES > len(section):
+        raise CorruptLogError(
+            where,
+            header.position,
+            f"malformed record in batch at offset {header.base_offset}: record count {count} cannot fit in "
+            f"{len(section)} byte(s) of records",
+        )
+    return section
+
+
+def decode_batches(
+    batches: Iterable[tuple[int, Buffer]],
+    where: Path,
+    tp: TopicPartition,
+    *,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    aborted: Iterable[AbortedTxn] = (),
+    bounds: GroupBounds = GroupBounds(),
+    records_wanted: Callable[[], int] | None = None,
+    max_decompressed: int = MAX_DECOMPRESSED_BATCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches (``SCHEMA``) of the whole Kafka batches ``batches`` yields as (position in
+    the ``.log``, bytes); ``where`` names the segment in errors, which also give the batch's
+    position and offset.
+
+    ``aborted`` are the aborted transactions overlapping the batches (read_committed only).
+    ``records_wanted``, when given, is asked before each group how many more records the caller
+    needs; the group ends once it holds that many, so no batch past them is read.
+    """
+    committed = isolation == IsolationLevel.READ_COMMITTED
+    aborts = AbortedTransactions(aborted if committed else ())
+    group = _Group()
+    wanted = records_wanted() if records_wanted is not None else None
+    for position, data in batches:
+        view = memoryview(data)
+        header = parse_header_at(view, 0, where, position, position + len(view))
+        verify_batch_crc(view, header, where)
+        section = _records_section(header, view, where, max_decompressed)
+        if header.is_control or (
+            committed and header.is_transactional and aborts and aborts.aborts(header.producer_id, header.base_offset)
+        ):
+            _parse(where, [header], [section])  # checked, not returned
+            continue
+        if group.headers and group.size + len(section) > bounds.max_bytes:
+            yield _build(where, tp, group)
+            group = _Group()
+            wanted = records_wanted() if records_wanted is not None else None
+        group.add(header, section)
+        if len(group.headers) >= bounds.max_batches or (wanted is not None and group.records >= wanted):
+            yield _build(where, tp, group)
+            group = _Group()
+            wanted = records_wanted() if records_wanted is not None else None
+    if group.headers:
+        yield _build(where, tp, group)
+
+
+def read_segment(
+    path: Path,
+    tp: TopicPartition,
+    *,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    aborted: Iterable[AbortedTxn] | None = None,
+    start_position: int = 0,
+    bounds: GroupBounds = GroupBounds(),
+) -> Iterator[pa.RecordBatch]:
+    """A ``.log`` file's records from ``start_position`` (a batch boundary) as Arrow batches.
+
+    At read_committed, ``aborted`` defaults to what the partition directory's transaction
+    indexes say: this segment's ``.txnindex`` and, as long as Kafka's stop rule leaves the
+    search open, those of the later segments beside it (an ABORT marker, and so its entry, may
+    lie in a later segment than the transaction's data).
+    """
+    path = Path(path)
+    if aborted is None and isolation == IsolationLevel.READ_COMMITTED:
+        aborted = sibling_aborted_txns(path)
+    return decode_batches(
+        iter_batch_data(path, start_position), path, tp, isolation=isolation, aborted=aborted or (), bounds=bounds
+    )
+
+
+def read_stream(
+    stream: BinaryIO,
+    where: Path,
+    tp: TopicPartition,
+    *,
+    start_position: int = 0,
+    object_size: int | None = None,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    aborted: Iterable[AbortedTxn] = (),
+    bounds: GroupBounds = GroupBounds(),
+    records_wanted: Callable[[], int] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """``decode_batches`` over a stream positioned at ``start_position`` of a ``.log`` (a ranged
+    read of a remote segment), framed by ``read_batch_data``."""
+    return decode_batches(
+        read_batch_data(stream, where, start_position, object_size),
+        where,
+        tp,
+        isolation=isolation,
+        aborted=aborted,
+        bounds=bounds,
+        records_wanted=records_wanted,
+    )
+
+
+def sibling_aborted_txns(path: Path) -> set[AbortedTxn]:
+    """The aborted transactions overlapping the segment ``path`` (``<base:020d>.log``), from its
+    own and the later segments' ``.txnindex`` files in its directory."""
+    path = Path(path)
+    base = int(path.stem)
+    later = sorted(p for p in path.parent.glob("*.log") if p.stem.isdigit() and int(p.stem) >= base)
+    upper = int(later[1].stem) if len(later) > 1 else 2**63 - 1
+    return local_aborted_txns([p.with_suffix(".txnindex") for p in later], base, upper)
+
+
+def _parse(
+    where: Path, headers: list[RecordBatchHeader], sections: list[Buffer]
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """The group's records parsed by ``kernels.parse_records``: the buffer, the record counts,
+    the per-record arrays and the header arrays; damage raises ``CorruptLogError`` naming the batch."""
+    joined = sections[0] if len(sections) == 1 else b"".join(sections)
+    buf = np.frombuffer(joined, np.uint8)
+    sizes = np.fromiter((len(s) for s in sections), np.int64, len(sections))
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    counts = np.fromiter((h.records_count for h in headers), np.int64, len(headers))
+    n = int(counts.sum())
+    per_record = (
+        np.empty(n, np.int64),  # timestamp delta
+        np.empty(n, np.int64),  # offset delta
+        np.empty(n, np.int64),  # key start
+        np.empty(n, np.int32),  # key length
+        np.empty(n, np.int64),  # value start
+        np.empty(n, np.int32),  # value length
+        np.empty(n, np.int32),  # header count
+    )
+    error = np.zeros(4, np.int64)
+    used, *header_arrays = kernels.parse_records(buf, starts, ends, counts, *per_record, error)
+    if error[0]:
+        header = headers[int(error[1])]
+        reason = kernels.ERROR_REASONS[int(error[0])].format(value=int(error[3]))
+        raise CorruptLogError(
+            where,
+            header.position,
+            f"malformed record in batch at offset {header.base_offset}: record {int(error[2])}: {reason}",
+        )
+    return buf, counts, per_record, tuple(a[:used] for a in header_arrays)
+
+
+def _binary(buf: np.ndarray, start: np.ndarray, length: np.ndarray, type_: pa.DataType) -> pa.Array:
+    """An Arrow binary (or string) array of ``buf``'s slices; length -1 is null."""
+    offsets, data = kernels.gather(buf, start, length)
+    valid = length >= 0
+    nulls = len(length) - int(np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(
+        type_, len(length), [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls
+    )
+
+
+def _build(where: Path, tp: TopicPartition, group: _Group) -> pa.RecordBatch:
+    headers = group.headers
+    buf, counts, per_record, header_arrays = _parse(where, headers, group.sections)
+    ts_delta, offset_delta, key_start, key_length, value_start, value_length, header_count = per_record
+    n = len(ts_delta)
+
+    def per_batch(values: Iterable[int], dtype: type[np.generic]) -> np.ndarray:
+        return np.repeat(np.fromiter(values, dtype, len(headers)), counts)
+
+    log_append = per_batch((h.is_log_append_time for h in headers), np.int8)
+    timestamps = np.where(
+        log_append != 0,
+        per_batch((h.max_timestamp for h in headers), np.int64),
+        per_batch((h.base_timestamp for h in headers), np.int64) + ts_delta,
+    )
+    list_offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(header_count, out=list_offsets[1:])
+    hk_start, hk_length, hv_start, hv_length = header_arrays
+    header_items = pa.StructArray.from_arrays(
+        [_binary(buf, hk_start, hk_length, pa.string()), _binary(buf, hv_start, hv_length, pa.binary())],
+        fields=list(HEADER_TYPE),
+    )
+    columns = [
+        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+        pa.array(np.full(n, tp.partition, np.int32)),
+        pa.array(per_batch((h.base_offset for h in headers), np.int64) + offset_delta),
+        pa.Array.from_buffers(SCHEMA.field("timestamp").type, n, [None, pa.py_buffer(timestamps)]),
+        pc.take(_TIMESTAMP_TYPE_NAMES, pa.array(log_append)),
+        _binary(buf, key_start, key_length, pa.binary()),
+        _binary(buf, value_start, value_length, pa.binary()),
+        pa.ListArray.from_arrays(pa.array(list_offsets), header_items, type=HEADERS_TYPE),
+        pa.array(per_batch((h.partition_leader_epoch for h in headers), np.int32)),
+        pa.array(per_batch((h.producer_id for h in headers), np.int64)),
+        pa.array(per_batch((h.is_transactional for h in headers), np.bool_)),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
