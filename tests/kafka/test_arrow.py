@@ -307,3 +307,39 @@ def test_a_segment_decodes_in_groups_no_bigger_than_the_bound(make_writer: Calla
         )
         assert payload <= bound and batch.num_rows < bound // 200
     assert arrow_view(by_bytes) == whole
+
+
+def test_batches_larger_than_a_chunk_and_a_truncated_last_batch(make_writer: Callable[..., PartitionWriter]) -> None:
+    w = make_writer(segment_bytes=10**9)
+    w.append_records(60, value_size=300, per_batch=6)
+    log = w.active_log_path
+    whole = arrow_view(list(read_segment(log, w.tp)))
+    one_by_one = list(read_segment(log, w.tp, bounds=GroupBounds(max_bytes=100)))  # every batch is larger
+    assert len(one_by_one) == 10 and arrow_view(one_by_one) == whole
+    data = log.read_bytes()
+    log.write_bytes(data[:-5])
+    with pytest.raises(CorruptLogError, match="beyond the end of the file") as caught:
+        list(read_segment(log, w.tp))
+    assert caught.value.path == log and caught.value.position > 0
+
+
+def test_a_read_stops_at_the_records_wanted(make_writer: Callable[..., PartitionWriter]) -> None:
+    """Batches past the records a caller still wants are never read: here they are damaged."""
+    w = make_writer(segment_bytes=10**9)
+    w.append_records(30, value_size=20, per_batch=5)
+    data = bytearray(w.active_log_path.read_bytes())
+    data[-3] ^= 0xFF  # the last batch's CRC no longer matches
+    batches = [(position, bytes(data[position : position + size])) for position, size in _framing(bytes(data))]
+    got = decode_batches(iter(batches), Path("<memory>"), TP, records_wanted=lambda: 12)
+    assert [r[0] for r in arrow_view([next(got)])] == list(range(15))  # three batches hold the 12 wanted
+    with pytest.raises(CorruptLogError, match="CRC mismatch"):
+        list(decode_batches(iter(batches), Path("<memory>"), TP))
+
+
+def _framing(data: bytes) -> list[tuple[int, int]]:
+    out, position = [], 0
+    while position < len(data):
+        (length,) = struct.unpack_from(">i", data, position + 8)
+        out.append((position, 12 + length))
+        position += 12 + length
+    return out

@@ -19,6 +19,7 @@ epoch, producer id and transactional flag.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +34,10 @@ from tiering_core.kafka.arrow import kernels
 from tiering_core.kafka.batch import (
     CODEC_NONE,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     Buffer,
+    LogFile,
     RecordBatchHeader,
-    iter_batch_data,
     parse_header_at,
     verify_batch_crc,
 )
@@ -69,10 +71,17 @@ SCHEMA = pa.schema(
     ]
 )
 _TIMESTAMP_TYPE_NAMES = pa.array(TIMESTAMP_TYPES, pa.string())
+_BATCH_LENGTH = struct.Struct(">i")
+_RECORDS_COUNT = struct.Struct(">i")
+RECORDS_COUNT_AT = 57
 
 #: A group's bytes are addressed by Arrow's int32 offsets: a group (at most its bound plus one
 #: batch) stays well below 2 GiB.
 MAX_GROUP_BYTES = 1 << 30
+#: A few MiB: the group's bytes stay in the CPU's caches between the read, the CRC, the parse and
+#: the copy into Arrow, and the per-group Arrow work is still small beside them.
+DEFAULT_GROUP_BYTES = 4 << 20
+DEFAULT_GROUP_BATCHES = 1024
 
 
 @dataclass(frozen=True)
@@ -80,8 +89,8 @@ class GroupBounds:
     """How much one Arrow batch holds: at most ``max_batches`` Kafka batches and ``max_bytes`` of
     decompressed records (a single batch larger than that makes a group of its own)."""
 
-    max_batches: int = 1024
-    max_bytes: int = 16 << 20
+    max_batches: int = DEFAULT_GROUP_BATCHES
+    max_bytes: int = DEFAULT_GROUP_BYTES
 
     def __post_init__(self) -> None:
         if self.max_batches < 1:
@@ -90,46 +99,99 @@ class GroupBounds:
             raise ValueError(f"max_bytes must be between 1 and {MAX_GROUP_BYTES}, got {self.max_bytes}")
 
 
+Section = tuple[Buffer, int, int]
+
+
 @dataclass
 class _Group:
-    """The batches of one Arrow batch being gathered: their records sections and header facts."""
+    """The batches of one Arrow batch being gathered: where their records sections are (a buffer,
+    start and end: the chunk itself for an uncompressed batch) and their headers."""
 
-    sections: list[Buffer] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
     headers: list[RecordBatchHeader] = field(default_factory=list)
     size: int = 0
-    records: int = 0
 
-    def add(self, header: RecordBatchHeader, section: Buffer) -> None:
+    def add(self, header: RecordBatchHeader, section: Section) -> None:
         self.sections.append(section)
         self.headers.append(header)
-        self.size += len(section)
-        self.records += header.records_count
+        self.size += section[2] - section[1]
 
 
-def _records_section(header: RecordBatchHeader, batch: memoryview, where: Path, max_decompressed: int) -> Buffer:
-    """The batch's records, decompressed within ``max_decompressed`` bytes; the record count must
-    fit them (a count no bytes can hold never sizes an allocation)."""
-    body = batch[HEADER_SIZE : header.size_in_bytes]
+def _records_section(
+    header: RecordBatchHeader, chunk: memoryview, at: int, where: Path, max_decompressed: int
+) -> Section:
+    """Where the records of the batch at ``chunk[at]`` are: in the chunk, or decompressed (within
+    ``max_decompressed`` bytes). The record count must fit them (a count no bytes can hold never
+    sizes an allocation)."""
+    start, end = at + HEADER_SIZE, at + header.size_in_bytes
     if header.codec == CODEC_NONE:
-        section: Buffer = body
+        section: Section = (chunk, start, end)
     else:
         try:
-            section = decompress(header.codec, body, max_decompressed)
+            data = decompress(header.codec, chunk[start:end], max_decompressed)
         except (CompressionError, UnsupportedCodecError) as exc:
             raise CorruptLogError(
                 where, header.position, f"cannot decompress batch at offset {header.base_offset}: {exc}"
             ) from exc
-    count = header.records_count
+        section = (data, 0, len(data))
+    count, size = header.records_count, section[2] - section[1]
     if count < 0:
         raise CorruptLogError(where, header.position, f"batch at offset {header.base_offset} has record count {count}")
-    if count * kernels.MIN_RECORD_BYTES > len(section):
+    if count * kernels.MIN_RECORD_BYTES > size:
         raise CorruptLogError(
             where,
             header.position,
             f"malformed record in batch at offset {header.base_offset}: record count {count} cannot fit in "
-            f"{len(section)} byte(s) of records",
+            f"{size} byte(s) of records",
         )
     return section
+
+
+def decode_chunks(
+    chunks: Iterable[tuple[int, Buffer]],
+    where: Path,
+    tp: TopicPartition,
+    *,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    aborted: Iterable[AbortedTxn] = (),
+    bounds: GroupBounds = GroupBounds(),
+    max_decompressed: int = MAX_DECOMPRESSED_BATCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches (``SCHEMA``) of ``chunks``: each the position in the ``.log`` of its first
+    byte and whole batches back to back, as the file holds them (a chunk may be reused once the
+    Arrow batches of the previous one are yielded: nothing yielded refers to it). ``where``
+    names the segment in errors, which also give the batch's position and offset.
+
+    ``aborted`` are the aborted transactions overlapping the batches (read_committed only).
+    """
+    committed = isolation == IsolationLevel.READ_COMMITTED
+    aborts = AbortedTransactions(aborted if committed else ())
+    for chunk_position, data in chunks:
+        chunk = memoryview(data)
+        chunk_end = chunk_position + len(chunk)
+        group = _Group()
+        at = 0
+        while at < len(chunk):
+            header = parse_header_at(chunk, at, where, chunk_position + at, chunk_end)
+            verify_batch_crc(chunk[at : at + header.size_in_bytes], header, where)
+            section = _records_section(header, chunk, at, where, max_decompressed)
+            at += header.size_in_bytes
+            if header.is_control or (
+                committed
+                and header.is_transactional
+                and aborts
+                and aborts.aborts(header.producer_id, header.base_offset)
+            ):
+                _parse(where, [header], [section])  # checked, not returned
+                continue
+            if group.headers and (
+                group.size + section[2] - section[1] > bounds.max_bytes or len(group.headers) >= bounds.max_batches
+            ):
+                yield _build(where, tp, group)
+                group = _Group()
+            group.add(header, section)
+        if group.headers:
+            yield _build(where, tp, group)
 
 
 def decode_batches(
@@ -143,39 +205,73 @@ def decode_batches(
     records_wanted: Callable[[], int] | None = None,
     max_decompressed: int = MAX_DECOMPRESSED_BATCH_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches (``SCHEMA``) of the whole Kafka batches ``batches`` yields as (position in
-    the ``.log``, bytes); ``where`` names the segment in errors, which also give the batch's
-    position and offset.
+    """``decode_chunks`` of consecutive whole batches given one at a time as (position, bytes),
+    put together into chunks within ``bounds``.
 
-    ``aborted`` are the aborted transactions overlapping the batches (read_committed only).
-    ``records_wanted``, when given, is asked before each group how many more records the caller
-    needs; the group ends once it holds that many, so no batch past them is read.
+    ``records_wanted``, when given, is asked before each chunk how many more records the caller
+    needs; the chunk ends once its batches hold that many, so no batch past them is read.
     """
-    committed = isolation == IsolationLevel.READ_COMMITTED
-    aborts = AbortedTransactions(aborted if committed else ())
-    group = _Group()
+    return decode_chunks(
+        _chunks(batches, bounds, records_wanted),
+        where,
+        tp,
+        isolation=isolation,
+        aborted=aborted,
+        bounds=bounds,
+        max_decompressed=max_decompressed,
+    )
+
+
+def _chunks(
+    batches: Iterable[tuple[int, Buffer]], bounds: GroupBounds, records_wanted: Callable[[], int] | None
+) -> Iterator[tuple[int, Buffer]]:
+    parts: list[Buffer] = []
+    first = size = records = 0
     wanted = records_wanted() if records_wanted is not None else None
     for position, data in batches:
-        view = memoryview(data)
-        header = parse_header_at(view, 0, where, position, position + len(view))
-        verify_batch_crc(view, header, where)
-        section = _records_section(header, view, where, max_decompressed)
-        if header.is_control or (
-            committed and header.is_transactional and aborts and aborts.aborts(header.producer_id, header.base_offset)
-        ):
-            _parse(where, [header], [section])  # checked, not returned
-            continue
-        if group.headers and group.size + len(section) > bounds.max_bytes:
-            yield _build(where, tp, group)
-            group = _Group()
+        if not parts:
+            first = position
+        parts.append(data)
+        size += len(data)
+        if len(data) >= HEADER_SIZE:
+            records += _RECORDS_COUNT.unpack_from(data, RECORDS_COUNT_AT)[0]
+        if size >= bounds.max_bytes or len(parts) >= bounds.max_batches or (wanted is not None and records >= wanted):
+            yield first, parts[0] if len(parts) == 1 else b"".join(parts)
+            parts, size, records = [], 0, 0
             wanted = records_wanted() if records_wanted is not None else None
-        group.add(header, section)
-        if len(group.headers) >= bounds.max_batches or (wanted is not None and group.records >= wanted):
-            yield _build(where, tp, group)
-            group = _Group()
-            wanted = records_wanted() if records_wanted is not None else None
-    if group.headers:
-        yield _build(where, tp, group)
+    if parts:
+        yield first, parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def file_chunks(
+    path: Path, start_position: int = 0, chunk_bytes: int = DEFAULT_GROUP_BYTES
+) -> Iterator[tuple[int, memoryview]]:
+    """Chunks of whole batches of a ``.log`` from ``start_position`` (a batch boundary), read by
+    ``pread`` into one reused buffer of ``chunk_bytes`` (a larger batch comes alone, in its own
+    buffer). A malformed or truncated batch ends the chunk before it and is reported as
+    ``iter_batch_headers`` reports it; a file shrinking while read is said so (``LogFile.explain``)."""
+    with LogFile(Path(path)) as log:
+        buf = bytearray(chunk_bytes)
+        view = memoryview(buf)
+        position = start_position
+        try:
+            while position < log.size:
+                n = log.read_into(view, position)
+                at = 0
+                while at + LOG_OVERHEAD <= n:
+                    (length,) = _BATCH_LENGTH.unpack_from(buf, at + 8)
+                    if length < HEADER_SIZE - LOG_OVERHEAD or at + LOG_OVERHEAD + length > n:
+                        break
+                    at += LOG_OVERHEAD + length
+                if at:
+                    yield position, view[:at]
+                    position += at
+                    continue
+                header = parse_header_at(view, 0, log.path, position, log.size)  # raises for a malformed batch
+                yield position, memoryview(log.batch_bytes(header))  # larger than the buffer
+                position += header.size_in_bytes
+        except CorruptLogError as exc:
+            raise log.explain(exc) from None
 
 
 def read_segment(
@@ -197,8 +293,13 @@ def read_segment(
     path = Path(path)
     if aborted is None and isolation == IsolationLevel.READ_COMMITTED:
         aborted = sibling_aborted_txns(path)
-    return decode_batches(
-        iter_batch_data(path, start_position), path, tp, isolation=isolation, aborted=aborted or (), bounds=bounds
+    return decode_chunks(
+        file_chunks(path, start_position, bounds.max_bytes),
+        path,
+        tp,
+        isolation=isolation,
+        aborted=aborted or (),
+        bounds=bounds,
     )
 
 
@@ -238,15 +339,23 @@ def sibling_aborted_txns(path: Path) -> set[AbortedTxn]:
 
 
 def _parse(
-    where: Path, headers: list[RecordBatchHeader], sections: list[Buffer]
+    where: Path, headers: list[RecordBatchHeader], sections: list[Section]
 ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     """The group's records parsed by ``kernels.parse_records``: the buffer, the record counts,
-    the per-record arrays and the header arrays; damage raises ``CorruptLogError`` naming the batch."""
-    joined = sections[0] if len(sections) == 1 else b"".join(sections)
-    buf = np.frombuffer(joined, np.uint8)
-    sizes = np.fromiter((len(s) for s in sections), np.int64, len(sections))
-    ends = np.cumsum(sizes)
-    starts = ends - sizes
+    the per-record arrays and the header arrays; damage raises ``CorruptLogError`` naming the batch.
+
+    Sections that all lie in one buffer (uncompressed batches of one chunk) are parsed in place;
+    others are put back to back first."""
+    first = sections[0][0]
+    if all(section[0] is first for section in sections):
+        buf = np.frombuffer(first, np.uint8)
+        starts = np.fromiter((s[1] for s in sections), np.int64, len(sections))
+        ends = np.fromiter((s[2] for s in sections), np.int64, len(sections))
+    else:
+        buf = np.frombuffer(b"".join(memoryview(b)[s:e] for b, s, e in sections), np.uint8)
+        ends = np.cumsum(np.fromiter((e - s for _b, s, e in sections), np.int64, len(sections)))
+        starts = np.concatenate(([0], ends[:-1]))
+    buf.flags.writeable = False  # one compiled signature, whichever buffer the bytes came in
     counts = np.fromiter((h.records_count for h in headers), np.int64, len(headers))
     n = int(counts.sum())
     per_record = (
