@@ -1,11 +1,13 @@
 """Record batches decoded straight into Arrow: a segment as ``pyarrow.RecordBatch`` es.
 
-Each Kafka batch is checked as the record decoder checks it (header, CRC-32C, decompression
-within ``compression``'s bounds, record count against its bytes); then a group of batches' records
-sections, back to back in one buffer, is parsed by the compiled loops of ``kernels`` and turned
-into Arrow columns from offset arrays, with no Python object per record. One Arrow batch per
-group, and a group holds at most ``GroupBounds`` Kafka batches and decompressed bytes, so
-memory follows the group, not the segment.
+A segment is read in chunks of whole batches (one reused buffer for a file). Each Kafka batch is
+checked as the record decoder checks it (header, CRC-32C, decompression within
+``compression``'s bounds, record count against its bytes); then a group of batches' records
+sections (in place in the chunk when uncompressed, else put back to back) is parsed by the
+compiled loops of ``kernels`` and turned into Arrow columns from offset arrays, with no Python
+object per record. One Arrow batch per group; a group holds at most ``GroupBounds`` Kafka
+batches and decompressed bytes (a single larger batch alone), and the chunk is as large as a
+group's bytes, so memory follows the group, not the segment.
 
 Isolation (``tiering_core.kafka.isolation``): control batches are never returned; at
 read_committed the data batches of aborted transactions are dropped too. Dropped batches are
@@ -71,9 +73,9 @@ SCHEMA = pa.schema(
     ]
 )
 _TIMESTAMP_TYPE_NAMES = pa.array(TIMESTAMP_TYPES, pa.string())
-_BATCH_LENGTH = struct.Struct(">i")
-_RECORDS_COUNT = struct.Struct(">i")
-RECORDS_COUNT_AT = 57
+_I32 = struct.Struct(">i")
+_BATCH_LENGTH_AT = 8
+_RECORDS_COUNT_AT = 57
 
 #: A group's bytes are addressed by Arrow's int32 offsets: a group (at most its bound plus one
 #: batch) stays well below 2 GiB.
@@ -234,7 +236,7 @@ def _chunks(
         parts.append(data)
         size += len(data)
         if len(data) >= HEADER_SIZE:
-            records += _RECORDS_COUNT.unpack_from(data, RECORDS_COUNT_AT)[0]
+            records += _I32.unpack_from(data, _RECORDS_COUNT_AT)[0]
         if size >= bounds.max_bytes or len(parts) >= bounds.max_batches or (wanted is not None and records >= wanted):
             yield first, parts[0] if len(parts) == 1 else b"".join(parts)
             parts, size, records = [], 0, 0
@@ -259,7 +261,7 @@ def file_chunks(
                 n = log.read_into(view, position)
                 at = 0
                 while at + LOG_OVERHEAD <= n:
-                    (length,) = _BATCH_LENGTH.unpack_from(buf, at + 8)
+                    (length,) = _I32.unpack_from(buf, at + _BATCH_LENGTH_AT)
                     if length < HEADER_SIZE - LOG_OVERHEAD or at + LOG_OVERHEAD + length > n:
                         break
                     at += LOG_OVERHEAD + length
