@@ -34,14 +34,20 @@ import pyarrow.compute as pc
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.arrow import kernels
 from tiering_core.kafka.batch import (
+    ATTR_CODEC_MASK,
+    ATTR_CONTROL,
+    ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER,
     CODEC_NONE,
+    CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC_V2,
     Buffer,
     LogFile,
-    RecordBatchHeader,
+    crc_mismatch,
     parse_header_at,
-    verify_batch_crc,
 )
 from tiering_core.kafka.compression import (
     MAX_DECOMPRESSED_BATCH_BYTES,
@@ -49,6 +55,7 @@ from tiering_core.kafka.compression import (
     UnsupportedCodecError,
     decompress,
 )
+from tiering_core.kafka.crc import crc32c_raw
 from tiering_core.kafka.index import AbortedTxn
 from tiering_core.kafka.isolation import AbortedTransactions, IsolationLevel, local_aborted_txns
 from tiering_core.kafka.records import read_batch_data
@@ -104,46 +111,70 @@ class GroupBounds:
 Section = tuple[Buffer, int, int]
 
 
+# A batch header's fields (``BATCH_HEADER``) by index.
+_BASE_OFFSET, _BATCH_LENGTH, _LEADER_EPOCH, _MAGIC, _CRC, _ATTRIBUTES = range(6)
+_BASE_TIMESTAMP, _MAX_TIMESTAMP, _PRODUCER_ID, _RECORDS_COUNT = 7, 8, 9, 12
+
+
 @dataclass
 class _Group:
-    """The batches of one Arrow batch being gathered: where their records sections are (a buffer,
-    start and end: the chunk itself for an uncompressed batch) and their headers."""
+    """The batches of one Arrow batch being gathered: their header fields, positions, and where
+    their records sections are (a buffer, start and end: the chunk itself for an uncompressed
+    batch). Raw header values, not ``RecordBatchHeader`` objects: this runs once per batch."""
 
+    headers: list[tuple[int, ...]] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
-    headers: list[RecordBatchHeader] = field(default_factory=list)
     size: int = 0
 
-    def add(self, header: RecordBatchHeader, section: Section) -> None:
-        self.sections.append(section)
+    def add(self, header: tuple[int, ...], position: int, section: Section) -> None:
         self.headers.append(header)
+        self.positions.append(position)
+        self.sections.append(section)
         self.size += section[2] - section[1]
 
 
+def _checked_header(chunk: memoryview, at: int, where: Path, position: int, chunk_end: int) -> tuple[int, ...]:
+    """The header fields of the batch at ``chunk[at]``, a whole v2 batch whose CRC-32C matches."""
+    header: tuple[int, ...] | None = None
+    if at + HEADER_SIZE <= len(chunk):
+        header = BATCH_HEADER.unpack_from(chunk, at)
+        length = header[_BATCH_LENGTH]
+        if header[_MAGIC] != MAGIC_V2 or length < HEADER_SIZE - LOG_OVERHEAD or at + LOG_OVERHEAD + length > len(chunk):
+            header = None
+    if header is None:
+        parse_header_at(chunk, at, where, position, chunk_end)  # raises, naming the problem
+        raise CorruptLogError(where, position, "malformed batch header")
+    computed = crc32c_raw(chunk[at + CRC_START : at + LOG_OVERHEAD + header[_BATCH_LENGTH]])
+    if computed != header[_CRC]:
+        raise crc_mismatch(parse_header_at(chunk, at, where, position, chunk_end), computed, where)
+    return header
+
+
 def _records_section(
-    header: RecordBatchHeader, chunk: memoryview, at: int, where: Path, max_decompressed: int
+    header: tuple[int, ...], position: int, chunk: memoryview, at: int, where: Path, max_decompressed: int
 ) -> Section:
     """Where the records of the batch at ``chunk[at]`` are: in the chunk, or decompressed (within
     ``max_decompressed`` bytes). The record count must fit them (a count no bytes can hold never
     sizes an allocation)."""
-    start, end = at + HEADER_SIZE, at + header.size_in_bytes
-    if header.codec == CODEC_NONE:
+    start, end = at + HEADER_SIZE, at + LOG_OVERHEAD + header[_BATCH_LENGTH]
+    codec, base_offset = header[_ATTRIBUTES] & ATTR_CODEC_MASK, header[_BASE_OFFSET]
+    if codec == CODEC_NONE:
         section: Section = (chunk, start, end)
     else:
         try:
-            data = decompress(header.codec, chunk[start:end], max_decompressed)
+            data = decompress(codec, chunk[start:end], max_decompressed)
         except (CompressionError, UnsupportedCodecError) as exc:
-            raise CorruptLogError(
-                where, header.position, f"cannot decompress batch at offset {header.base_offset}: {exc}"
-            ) from exc
+            raise CorruptLogError(where, position, f"cannot decompress batch at offset {base_offset}: {exc}") from exc
         section = (data, 0, len(data))
-    count, size = header.records_count, section[2] - section[1]
+    count, size = header[_RECORDS_COUNT], section[2] - section[1]
     if count < 0:
-        raise CorruptLogError(where, header.position, f"batch at offset {header.base_offset} has record count {count}")
+        raise CorruptLogError(where, position, f"batch at offset {base_offset} has record count {count}")
     if count * kernels.MIN_RECORD_BYTES > size:
         raise CorruptLogError(
             where,
-            header.position,
-            f"malformed record in batch at offset {header.base_offset}: record count {count} cannot fit in "
+            position,
+            f"malformed record in batch at offset {base_offset}: record count {count} cannot fit in "
             f"{size} byte(s) of records",
         )
     return section
@@ -174,24 +205,25 @@ def decode_chunks(
         group = _Group()
         at = 0
         while at < len(chunk):
-            header = parse_header_at(chunk, at, where, chunk_position + at, chunk_end)
-            verify_batch_crc(chunk[at : at + header.size_in_bytes], header, where)
-            section = _records_section(header, chunk, at, where, max_decompressed)
-            at += header.size_in_bytes
-            if header.is_control or (
+            position = chunk_position + at
+            header = _checked_header(chunk, at, where, position, chunk_end)
+            section = _records_section(header, position, chunk, at, where, max_decompressed)
+            at += LOG_OVERHEAD + header[_BATCH_LENGTH]
+            attributes = header[_ATTRIBUTES]
+            if attributes & ATTR_CONTROL or (
                 committed
-                and header.is_transactional
+                and attributes & ATTR_TRANSACTIONAL
                 and aborts
-                and aborts.aborts(header.producer_id, header.base_offset)
+                and aborts.aborts(header[_PRODUCER_ID], header[_BASE_OFFSET])
             ):
-                _parse(where, [header], [section])  # checked, not returned
+                _parse(where, np.array([header], np.int64), [position], [section])  # checked, not returned
                 continue
             if group.headers and (
                 group.size + section[2] - section[1] > bounds.max_bytes or len(group.headers) >= bounds.max_batches
             ):
                 yield _build(where, tp, group)
                 group = _Group()
-            group.add(header, section)
+            group.add(header, position, section)
         if group.headers:
             yield _build(where, tp, group)
 
@@ -341,10 +373,11 @@ def sibling_aborted_txns(path: Path) -> set[AbortedTxn]:
 
 
 def _parse(
-    where: Path, headers: list[RecordBatchHeader], sections: list[Section]
+    where: Path, headers: np.ndarray, positions: list[int], sections: list[Section]
 ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-    """The group's records parsed by ``kernels.parse_records``: the buffer, the record counts,
-    the per-record arrays and the header arrays; damage raises ``CorruptLogError`` naming the batch.
+    """The group's records parsed by ``kernels.parse_records`` (``headers``: one row of header
+    fields per batch): the buffer, the record counts, the per-record arrays and the header
+    arrays; damage raises ``CorruptLogError`` naming the batch.
 
     Sections that all lie in one buffer (uncompressed batches of one chunk) are parsed in place;
     others are put back to back first."""
@@ -358,7 +391,7 @@ def _parse(
         ends = np.cumsum(np.fromiter((e - s for _b, s, e in sections), np.int64, len(sections)))
         starts = np.concatenate(([0], ends[:-1]))
     buf.flags.writeable = False  # one compiled signature, whichever buffer the bytes came in
-    counts = np.fromiter((h.records_count for h in headers), np.int64, len(headers))
+    counts = np.ascontiguousarray(headers[:, _RECORDS_COUNT])
     n = int(counts.sum())
     per_record = (
         np.empty(n, np.int64),  # timestamp delta
@@ -372,12 +405,13 @@ def _parse(
     error = np.zeros(4, np.int64)
     used, *header_arrays = kernels.parse_records(buf, starts, ends, counts, *per_record, error)
     if error[0]:
-        header = headers[int(error[1])]
+        batch = int(error[1])
         reason = kernels.ERROR_REASONS[int(error[0])].format(value=int(error[3]))
         raise CorruptLogError(
             where,
-            header.position,
-            f"malformed record in batch at offset {header.base_offset}: record {int(error[2])}: {reason}",
+            positions[batch],
+            f"malformed record in batch at offset {int(headers[batch, _BASE_OFFSET])}: record {int(error[2])}: "
+            f"{reason}",
         )
     return buf, counts, per_record, tuple(a[:used] for a in header_arrays)
 
@@ -394,19 +428,20 @@ def _binary(buf: np.ndarray, start: np.ndarray, length: np.ndarray, type_: pa.Da
 
 
 def _build(where: Path, tp: TopicPartition, group: _Group) -> pa.RecordBatch:
-    headers = group.headers
-    buf, counts, per_record, header_arrays = _parse(where, headers, group.sections)
+    headers = np.array(group.headers, np.int64)
+    buf, counts, per_record, header_arrays = _parse(where, headers, group.positions, group.sections)
     ts_delta, offset_delta, key_start, key_length, value_start, value_length, header_count = per_record
     n = len(ts_delta)
 
-    def per_batch(values: Iterable[int], dtype: type[np.generic]) -> np.ndarray:
-        return np.repeat(np.fromiter(values, dtype, len(headers)), counts)
+    def per_batch(values: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
+        return np.repeat(values.astype(dtype), counts)
 
-    log_append = per_batch((h.is_log_append_time for h in headers), np.int8)
+    attributes = headers[:, _ATTRIBUTES]
+    log_append = per_batch(attributes & ATTR_LOG_APPEND_TIME != 0, np.int8)
     timestamps = np.where(
         log_append != 0,
-        per_batch((h.max_timestamp for h in headers), np.int64),
-        per_batch((h.base_timestamp for h in headers), np.int64) + ts_delta,
+        per_batch(headers[:, _MAX_TIMESTAMP], np.int64),
+        per_batch(headers[:, _BASE_TIMESTAMP], np.int64) + ts_delta,
     )
     list_offsets = np.zeros(n + 1, np.int32)
     np.cumsum(header_count, out=list_offsets[1:])
@@ -418,14 +453,14 @@ def _build(where: Path, tp: TopicPartition, group: _Group) -> pa.RecordBatch:
     columns = [
         pa.repeat(pa.scalar(tp.topic, pa.string()), n),
         pa.array(np.full(n, tp.partition, np.int32)),
-        pa.array(per_batch((h.base_offset for h in headers), np.int64) + offset_delta),
+        pa.array(per_batch(headers[:, _BASE_OFFSET], np.int64) + offset_delta),
         pa.Array.from_buffers(SCHEMA.field("timestamp").type, n, [None, pa.py_buffer(timestamps)]),
         pc.take(_TIMESTAMP_TYPE_NAMES, pa.array(log_append)),
         _binary(buf, key_start, key_length, pa.binary()),
         _binary(buf, value_start, value_length, pa.binary()),
         pa.ListArray.from_arrays(pa.array(list_offsets), header_items, type=HEADERS_TYPE),
-        pa.array(per_batch((h.partition_leader_epoch for h in headers), np.int32)),
-        pa.array(per_batch((h.producer_id for h in headers), np.int64)),
-        pa.array(per_batch((h.is_transactional for h in headers), np.bool_)),
+        pa.array(per_batch(headers[:, _LEADER_EPOCH], np.int32)),
+        pa.array(per_batch(headers[:, _PRODUCER_ID], np.int64)),
+        pa.array(per_batch(attributes & ATTR_TRANSACTIONAL != 0, np.bool_)),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
