@@ -343,3 +343,25 @@ def _framing(data: bytes) -> list[tuple[int, int]]:
         out.append((position, 12 + length))
         position += 12 + length
     return out
+
+
+def test_without_a_writable_cache_location_the_kernels_compile_in_each_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """numba refuses ``cache=True`` at decoration when no cache location is writable (a read-only
+    install and no user cache directory); the decoder then compiles without a cache."""
+    from tiering_core.kafka.arrow import kernels
+
+    real = kernels.njit
+
+    def no_cache_location(*args: object, **kwargs: object) -> object:
+        if kwargs.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file '/ro/kernels.py'")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "njit", no_cache_location)
+
+    def add_one(x: int) -> int:
+        return x + 1
+
+    assert kernels._compiled(add_one)(41) == 42
