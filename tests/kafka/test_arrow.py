@@ -365,3 +365,18 @@ def test_without_a_writable_cache_location_the_kernels_compile_in_each_process(
         return x + 1
 
     assert kernels._compiled(add_one)(41) == 42
+
+
+def test_the_compiled_parse_refuses_a_layout_outside_its_buffer() -> None:
+    """The kernel checks its caller's layout before reading: a section past the buffer or more
+    records than slots is an error, never a read or write out of bounds."""
+    import numpy as np
+
+    from tiering_core.kafka.arrow import kernels
+
+    buf = np.zeros(10, np.uint8)
+    buf.flags.writeable = False
+    slots = [np.empty(1, t) for t in (np.int64, np.int64, np.int64, np.int32, np.int64, np.int32, np.int32)]
+    for ends, counts, reason in (([20], [1], "outside the buffer"), ([10], [5], "smaller than the record counts")):
+        with pytest.raises(IndexError, match=reason):
+            kernels.parse_records(buf, np.array([0]), np.array(ends), np.array(counts), *slots, np.zeros(4, np.int64))

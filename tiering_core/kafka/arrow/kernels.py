@@ -163,6 +163,14 @@ def parse_records(
     damage ``error`` holds ``(code, batch, record within the batch, value)`` and the rest is
     partial.
     """
+    total = 0
+    for b in range(starts.size):  # the caller's layout, checked once: every read below stays in it
+        if starts[b] < 0 or starts[b] > ends[b] or ends[b] > buf.size or counts[b] < 0:
+            raise IndexError("a records section lies outside the buffer")
+        total += counts[b]
+    slots = min(timestamp_delta.size, offset_delta.size, key_start.size, key_length.size)
+    if total > min(slots, value_start.size, value_length.size, header_count.size):
+        raise IndexError("the per-record arrays are smaller than the record counts")
     capacity = 16
     hk_start = np.empty(capacity, np.int64)
     hk_length = np.empty(capacity, np.int32)
