@@ -32,7 +32,7 @@ import crc32c as raw_crc
 from kafka.record import MemoryRecords
 
 from tiering_core.demo.writer import PartitionWriter
-from tiering_core.kafka.batch import iter_batch_headers, verify_log_crc
+from tiering_core.kafka.batch import CODEC_NONE, iter_batch_headers, verify_log_crc
 from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.records import RecordSpec, encode_batch, iter_records
 from tiering_core.kafka.topic import TopicPartition
@@ -73,14 +73,16 @@ def _batch_size(records: int, value_bytes: int) -> int:
     return len(encode_batch(_specs(10**6, records, bytes(value_bytes)), base_offset=0, partition_leader_epoch=0))
 
 
-def build_segment(root: Path, size_mb: int, batch_records: int, value_bytes: int) -> Path:
-    """One segment of ``size_mb`` written by the broker-faithful writer (10 MiB indexes, as the broker)."""
+def build_segment(root: Path, size_mb: int, batch_records: int, value_bytes: int, codec: int = CODEC_NONE) -> Path:
+    """One segment of ``size_mb`` written by the broker-faithful writer (10 MiB indexes, as the
+    broker), its batches compressed with ``codec``."""
     writer = PartitionWriter(
         root,
         TopicPartition("bench", 0),
         segment_bytes=1 << 40,
         preallocate_index_bytes=10 << 20,
         clock=lambda: TIMESTAMP,
+        codec=codec,
     )
     value = os.urandom(value_bytes)
     target = size_mb << 20

@@ -98,6 +98,12 @@ mode, path = sys.argv[1], Path(sys.argv[2])
 try:
     if mode == "lso":
         PartitionLog(path).last_stable_offset
+    elif mode == "arrow":
+        from tiering_core.kafka.arrow import read_segment
+        from tiering_core.kafka.topic import TopicPartition
+
+        for _ in read_segment(path, TopicPartition("orders", 0)):
+            pass
     else:
         for _ in iter_batches(path):
             pass
@@ -141,6 +147,18 @@ def test_a_bomb_in_a_data_batch_is_refused_by_record_decoding_in_bounded_memory(
     log_path = tmp_path / "00000000000000000000.log"
     log_path.write_bytes(first + with_body(second, codec, body))
     message, peak_mb = _measure("records", log_path)
+    assert peak_mb < RSS_LIMIT_MB, f"peak RSS {peak_mb} MB"
+    assert str(log_path) in message and f"at byte {len(first)}" in message, message
+    assert "decompresses to more than" in message, message
+
+
+def test_a_bomb_in_a_data_batch_is_refused_by_arrow_decoding_in_bounded_memory(tmp_path: Path, bomb) -> None:
+    codec, body = bomb
+    first = encode_batch([RecordSpec(b"k", b"v", 1)], base_offset=0, partition_leader_epoch=0)
+    second = encode_batch([RecordSpec(b"k", b"v", 2)], base_offset=1, partition_leader_epoch=0, codec=codec)
+    log_path = tmp_path / "00000000000000000000.log"
+    log_path.write_bytes(first + with_body(second, codec, body))
+    message, peak_mb = _measure("arrow", log_path)
     assert peak_mb < RSS_LIMIT_MB, f"peak RSS {peak_mb} MB"
     assert str(log_path) in message and f"at byte {len(first)}" in message, message
     assert "decompresses to more than" in message, message

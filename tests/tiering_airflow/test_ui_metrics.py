@@ -69,9 +69,9 @@ def test_anonymous_forged_and_unauthorised_scrapes_are_refused_before_any_state_
     assert by_cookie.status_code == 403
 
 
-def test_the_page_routes_still_require_airflow_access(tiering: TieringEnv) -> None:
+def test_the_page_routes_still_require_airflow_access(tiering: TieringEnv, auth_manager) -> None:
     """Each page route carries Airflow's check (the app no longer does): the static token opens
-    /metrics only."""
+    /metrics only. (Airflow's auth manager is initialised, as on an API server, so the check runs.)"""
     with_token_file(tiering)
     app = create_app(str(tiering.config_path))
     paths = [route.path for route in app.routes if isinstance(route, APIRoute) and route.path != "/metrics"]

@@ -32,6 +32,9 @@ CRC_START = 21
 #: The smallest batch length any magic has (Kafka's ``LegacyRecord.RECORD_OVERHEAD_V0``).
 MIN_RECORD_OVERHEAD = 14
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+#: The 61-byte header's fields in order (``RecordBatchHeader``'s, its position aside), for loops
+#: that work on the raw values.
+BATCH_HEADER = _HEADER
 
 ATTR_CODEC_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08

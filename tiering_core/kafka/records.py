@@ -390,10 +390,19 @@ def read_batches(
     stream: BinaryIO, where: Path, start_position: int = 0, object_size: int | None = None
 ) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
     """Batches read one at a time from a stream positioned at ``start_position`` of a ``.log``
-    (e.g. a ranged read of a remote segment), CRC checked; ``where`` names it in errors. A batch
-    cut short by the end of the stream is a ``CorruptLogError``, as in a file; with
-    ``object_size`` (the object's size) a batch length running past it is one before anything is
-    read, so a damaged length never sizes a read."""
+    (e.g. a ranged read of a remote segment), CRC checked, framed by ``read_batch_data``."""
+    for position, data in read_batch_data(stream, where, start_position, object_size):
+        yield decode_batch(data, where, position)
+
+
+def read_batch_data(
+    stream: BinaryIO, where: Path, start_position: int = 0, object_size: int | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """Each batch's position and whole bytes, read one at a time from a stream positioned at
+    ``start_position`` of a ``.log``; ``where`` names it in errors. A batch cut short by the end
+    of the stream is a ``CorruptLogError``, as in a file; with ``object_size`` (the object's
+    size) a batch length running past it is one before anything is read, so a damaged length
+    never sizes a read. No CRC check here: the decoder checks it on the bytes it decodes."""
     position = start_position
     while True:
         prefix = stream.read(LOG_OVERHEAD)
@@ -421,7 +430,7 @@ def read_batches(
                 f"batch length {batch_length} runs {batch_length - len(rest)} byte(s) beyond the end of the "
                 "object (a truncated last batch, or a damaged length)",
             )
-        yield decode_batch(prefix + rest, where, position)
+        yield position, prefix + rest
         position += LOG_OVERHEAD + batch_length
 
 

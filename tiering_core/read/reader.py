@@ -9,12 +9,15 @@ log start offset up to the highest copied offset; what lies above is the broker'
   above the offset hands over to the next one.
 - Isolation (read_committed, as a Kafka consumer with ``isolation.level=read_committed``): a
   transactional batch of producer P at offset x is dropped iff an aborted transaction (P,
-  first <= x <= last) exists. The entry sits in the ``.txnindex`` of the segment holding the
-  ABORT marker, which may be a later segment than the data (a transaction spans a roll), or not
-  tiered yet: so the txn index objects of served segments from the read position on are read
-  (only those that have one, and no further than Kafka's stop rule: an entry whose last stable
-  offset reaches the end of the range), then, if still incomplete, the local log's ``.txnindex``
-  files. Control records are never returned, at either level.
+  first <= x <= last) exists (``tiering_core.kafka.isolation``). The entry sits in the
+  ``.txnindex`` of the segment holding the ABORT marker, which may be a later segment than the
+  data (a transaction spans a roll), or not tiered yet: so the txn index objects of served
+  segments from the read position on are read (only those that have one, and no further than
+  Kafka's stop rule: an entry whose last stable offset reaches the end of the range), then, if
+  still incomplete, the local log's ``.txnindex`` files. Control records are never returned, at
+  either level. Records are decoded into Arrow batches (``tiering_core.kafka.arrow``), as many
+  Kafka batches at a time as the records still wanted take, so a read stops where the record
+  decoder stopped.
 - By timestamp: from the starting offset on, the first served segment whose max timestamp
   reaches the target, seeked through its time index then its offset index; the first record
   with timestamp >= target (and offset >= the starting offset), with its batch's leader epoch.
@@ -31,14 +34,17 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
+import numpy as np
+import pyarrow as pa
+
 from tiering_core.errors import TieringError
+from tiering_core.kafka import arrow
 from tiering_core.kafka.batch import RecordBatchHeader
 from tiering_core.kafka.index import (
     AbortedTxn,
@@ -48,9 +54,9 @@ from tiering_core.kafka.index import (
     parse_offset_index,
     parse_time_index,
     parse_txn_index,
-    read_txn_index,
 )
-from tiering_core.kafka.records import Record, read_batches
+from tiering_core.kafka.isolation import IsolationLevel, local_aborted_txns
+from tiering_core.kafka.records import Record, decode_batch, read_batch_data
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
@@ -75,11 +81,7 @@ from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 log = logging.getLogger(__name__)
 
 
-class IsolationLevel(StrEnum):
-    """A consumer's ``isolation.level``: Kafka's default reads aborted transactions too."""
-
-    READ_UNCOMMITTED = "read_uncommitted"
-    READ_COMMITTED = "read_committed"
+__all__ = ["FetchedRecord", "IsolationLevel", "OffsetOutOfRangeError", "RemoteLogReader", "TimestampAndOffset"]
 
 
 class OffsetOutOfRangeError(TieringError):
@@ -100,6 +102,22 @@ class FetchedRecord:
     @classmethod
     def of(cls, record: Record) -> FetchedRecord:
         return cls(record.offset, record.timestamp, record.leader_epoch, record.key, record.value, record.headers)
+
+    @classmethod
+    def rows(cls, batch: pa.RecordBatch) -> list[FetchedRecord]:
+        """The records of an Arrow batch in ``tiering_core.kafka.arrow.SCHEMA``."""
+        return [
+            cls(offset, timestamp, epoch, key, value, tuple((h["key"], h["value"]) for h in headers))
+            for offset, timestamp, epoch, key, value, headers in zip(
+                batch.column("offset").to_pylist(),
+                batch.column("timestamp").cast(pa.int64()).to_pylist(),
+                batch.column("leader_epoch").to_pylist(),
+                batch.column("key").to_pylist(),
+                batch.column("value").to_pylist(),
+                batch.column("headers").to_pylist(),
+                strict=True,
+            )
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -222,19 +240,26 @@ class RemoteLogReader:
         entries = parse_offset_index(data, segment.start_offset, Path(f"<{segment.segment_id}.index>"))
         return lookup_offset(entries, segment.start_offset, offset).position
 
-    def _batches(
-        self, segment: RemoteLogSegmentMetadata, position: int
-    ) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
-        ref = segment_ref(segment)
-        where = Path(self.storage.describe(ref.key(ObjectKind.LOG, self.storage.prefix)))
+    def _where(self, segment: RemoteLogSegmentMetadata) -> Path:
+        return Path(self.storage.describe(segment_ref(segment).key(ObjectKind.LOG, self.storage.prefix)))
+
+    def _batch_data(self, segment: RemoteLogSegmentMetadata, position: int) -> Iterator[tuple[int, bytes]]:
+        """The segment's whole batches from ``position``, read one at a time from its log object."""
         try:
-            with self.storage.open_stream(ref, ObjectKind.LOG, position) as stream:
+            with self.storage.open_stream(segment_ref(segment), ObjectKind.LOG, position) as stream:
                 counted = cast(BinaryIO, _CountedStream(stream, self))
-                yield from read_batches(counted, where, position, segment.size_bytes)
+                yield from read_batch_data(counted, self._where(segment), position, segment.size_bytes)
         except RemoteObjectNotFoundError as exc:
             raise TieringError(
                 f"{self.tp}: segment {segment.segment_id} is finished but its log is gone: {exc}"
             ) from exc
+
+    def _batches(
+        self, segment: RemoteLogSegmentMetadata, position: int
+    ) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
+        where = self._where(segment)
+        for at, data in self._batch_data(segment, position):
+            yield decode_batch(data, where, at)
 
     def read(
         self, offset: int, max_records: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
@@ -253,17 +278,23 @@ class RemoteLogReader:
             if segment is None:
                 break
             next_offset = max(next_offset, segment.start_offset)
-            aborted: dict[int, list[AbortedTxn]] = {}
+            aborted: set[AbortedTxn] = set()
             if isolation == IsolationLevel.READ_COMMITTED:
-                aborted = _by_producer(self.aborted_transactions(next_offset, segment.end_offset + 1))
-            for header, records in self._batches(segment, self._position(segment, next_offset)):
-                if header.is_transactional and not header.is_control and _is_aborted(header, aborted):
-                    continue
-                for record in records:
-                    if record.offset >= next_offset and not record.is_control and record.offset <= self.highest_offset:
-                        out.append(FetchedRecord.of(record))
-                        if len(out) == max_records:
-                            return out
+                aborted = self.aborted_transactions(next_offset, segment.end_offset + 1)
+            batches = arrow.decode_batches(
+                self._batch_data(segment, self._position(segment, next_offset)),
+                self._where(segment),
+                self.view.tip.topic_partition,
+                isolation=isolation,
+                aborted=aborted,
+                records_wanted=lambda: max_records - len(out),
+            )
+            for batch in batches:
+                offsets = batch.column("offset").to_numpy()
+                wanted = np.flatnonzero((offsets >= next_offset) & (offsets <= self.highest_offset))
+                out.extend(FetchedRecord.rows(batch.take(pa.array(wanted[: max_records - len(out)]))))
+                if len(out) == max_records:
+                    return out
             next_offset = segment.end_offset + 1
         return out
 
@@ -315,26 +346,19 @@ class RemoteLogReader:
             found.update(result.aborted)
             if result.is_complete:
                 return found
-        for entries in self._local_txn_indexes(fetch_offset):
-            result = collect_aborted_txns(entries, fetch_offset, upper_offset)
-            found.update(result.aborted)
-            if result.is_complete:
-                break
-        return found
+        return found | local_aborted_txns(self._local_txn_indexes(fetch_offset), fetch_offset, upper_offset)
 
-    def _local_txn_indexes(self, fetch_offset: int) -> Iterator[list[AbortedTxn]]:
+    def _local_txn_indexes(self, fetch_offset: int) -> list[Path]:
         """The broker's ``.txnindex`` files of segments that may hold markers at or after
         ``fetch_offset`` (a segment rolled or deleted by the broker since the listing is skipped)."""
         if self.view.local_log is None:  # the partition's directory is gone: the remote tier is all
-            return
+            return []
         segments = self.view.local_log.segments
-        for i, segment in enumerate(segments):
-            if i + 1 < len(segments) and segments[i + 1].base_offset <= fetch_offset:
-                continue
-            try:
-                yield read_txn_index(segment.log_path.with_suffix(".txnindex"))
-            except FileNotFoundError:
-                continue
+        return [
+            segment.log_path.with_suffix(".txnindex")
+            for i, segment in enumerate(segments)
+            if not (i + 1 < len(segments) and segments[i + 1].base_offset <= fetch_offset)
+        ]
 
     def _time_seek(self, segment: RemoteLogSegmentMetadata, timestamp: int) -> int:
         data = self.cache.get(segment, ObjectKind.TIME_INDEX)
@@ -348,18 +372,6 @@ def _has_txn_index(segment: RemoteLogSegmentMetadata) -> bool:
     """Whether copy stored a txn index object (it stores none for a segment without aborts)."""
     record = CopyRecord.of_segment(segment)
     return ObjectKind.TRANSACTION_INDEX.value in record.objects or record.crc(ObjectKind.TRANSACTION_INDEX) is not None
-
-
-def _by_producer(aborted: Iterable[AbortedTxn]) -> dict[int, list[AbortedTxn]]:
-    out: dict[int, list[AbortedTxn]] = {}
-    for txn in aborted:
-        out.setdefault(txn.producer_id, []).append(txn)
-    return out
-
-
-def _is_aborted(header: RecordBatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bool:
-    """A consumer's rule: the batch's producer has an aborted transaction spanning the batch."""
-    return any(t.first_offset <= header.base_offset <= t.last_offset for t in aborted.get(header.producer_id, ()))
 
 
 def open_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache | None = None) -> RemoteLogReader:
