@@ -66,31 +66,20 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None) -> MetricsSna
                 m.gap_count = len(merged)
                 m.gap_offsets = sum(g.end - g.start + 1 for g in merged)
             partitions[(topic_id, part)] = m
-        # The best fresh replica of each partition so far: its rank and its row.
+        # The best fresh replica of each partition so far: its rank and its row. (Names bound
+        # locally: this loop runs once per replica.)
         best: dict[tuple[str, int], tuple[tuple[int, int, int], tuple[Any, ...]]] = {}
+        known_partition, best_so_far, fresh_at, rank_of = partitions.get, best.get, is_fresh, replica_rank
         for row in sorted(rows.observations, key=_BROKER_OF_ROW):
-            topic_id, name, part, broker, hw, lso, leo, start, epoch, risk, room, at = row[:12]
+            (topic_id, name, part, broker, hw, lso, leo, start, epoch, risk, room, at, _, _, _, _) = row
             key = (topic_id, part)
-            m = partitions.get(key) or partitions.setdefault(key, PartitionMetrics(name, part, topic_id))
-            fresh = is_fresh(at, now, staleness)
-            m.replicas.append(
-                ReplicaMetrics(
-                    broker,
-                    at,
-                    not fresh,
-                    bool(risk),
-                    room,
-                    hw,
-                    lso,
-                    leo,
-                    start,
-                    epoch,
-                )
-            )
+            m = known_partition(key) or partitions.setdefault(key, PartitionMetrics(name, part, topic_id))
+            fresh = fresh_at(at, now, staleness)
+            m.replicas.append(ReplicaMetrics(broker, at, not fresh, bool(risk), room, hw, lso, leo, start, epoch))
             if fresh:
                 reporting.add(broker)
-                rank = replica_rank(epoch, lso, broker)
-                known = best.get(key)
+                rank = rank_of(epoch, lso, broker)
+                known = best_so_far(key)
                 if known is None or rank < known[0]:
                     best[key] = (rank, row)
         for key, (_, row) in best.items():
