@@ -13,30 +13,25 @@ users without the permission 403: the page names topics and sizes, which are not
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from tiering_airflow.hooks.tiering import TieringHook, named_topics
+from tiering_airflow.hooks.tiering import named_topics
 from tiering_airflow.ui import view
 from tiering_airflow.ui.metrics import metrics_router
+from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metrics.snapshot import MetricsSnapshot, SeriesPoint
 
-T = TypeVar("T")
-
 #: How long one request may spend reading the store (seconds).
-DEFAULT_STATUS_TIMEOUT = 30.0
-#: Reads in progress at once: a store that hangs holds at most these threads, never the server.
-_READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tiering-status")
+DEFAULT_STATUS_TIMEOUT = DEFAULT_READ_TIMEOUT
+
 #: The files under ``static/`` the page loads (served by name, nothing else from that folder).
 STATIC = Path(__file__).with_name("static")
 STATIC_TYPES = {
@@ -45,33 +40,6 @@ STATIC_TYPES = {
     "tiering.js": "text/javascript",
     "tiering.css": "text/css",
 }
-
-
-class StatusUnavailable(Exception):
-    """The state could not be read (no or bad config, store down, too slow)."""
-
-
-def _in_store(config_path: str | None, read: Callable[[TieringContext], T]) -> T:
-    from tiering_core.errors import TieringError
-
-    try:
-        with TieringHook(config_path=config_path).get_conn() as ctx:
-            return read(ctx)
-    except TieringError as exc:
-        raise StatusUnavailable(str(exc)) from exc
-
-
-def within(timeout: float, read: Callable[[], T]) -> T:
-    """``read()``, run on a reader thread, within ``timeout`` seconds: a store that hangs (an
-    unresponsive database host) makes the page say so instead of hanging the request."""
-    future = _READERS.submit(read)
-    try:
-        return future.result(timeout=timeout)
-    except FutureTimeout as exc:
-        future.cancel()
-        raise StatusUnavailable(
-            f"reading the tier state did not finish within {timeout:.0f} s (the metadata store does not answer)"
-        ) from exc
 
 
 def read_snapshot(
@@ -83,7 +51,7 @@ def read_snapshot(
     def read(ctx: TieringContext) -> tuple[MetricsSnapshot, frozenset[str]]:
         return collect.collect_metrics(ctx, topic=topic), named_topics(ctx.config)
 
-    return within(timeout, lambda: _in_store(config_path, read))
+    return read_store(config_path, read, timeout)
 
 
 def read_series(
@@ -92,7 +60,7 @@ def read_series(
     """A topic's chart points over ``window`` ("24h" or "7d")."""
     import tiering_core.metrics.collect as collect
 
-    return within(timeout, lambda: _in_store(config_path, lambda ctx: collect.topic_series(ctx, topic, window)))
+    return read_store(config_path, lambda ctx: collect.topic_series(ctx, topic, window), timeout)
 
 
 def json_response(value: Any) -> Response:
@@ -126,7 +94,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
     def partitions(topic: str | None = Query(None, description="only this topic")) -> Response:
         try:
             snapshot, _ = read_snapshot(config_path, topic, status_timeout)
-        except StatusUnavailable as exc:
+        except StoreUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
         return json_response(snapshot.partitions)
 
@@ -137,7 +105,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
     ) -> Response:
         try:
             return json_response(view.series_dict(read_series(config_path, topic, window, status_timeout)))
-        except StatusUnavailable as exc:
+        except StoreUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
 
     @app.get("/fragments/partitions", response_class=HTMLResponse, dependencies=access)
@@ -148,7 +116,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
     ) -> HTMLResponse:
         try:
             snapshot, named = read_snapshot(config_path, topic, status_timeout)
-        except StatusUnavailable as exc:
+        except StoreUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
         return HTMLResponse(view.render_partitions(snapshot, named, offset, limit))
 
@@ -164,7 +132,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
     def page() -> HTMLResponse:
         try:
             snapshot, _ = read_snapshot(config_path, None, status_timeout)
-        except StatusUnavailable as exc:
+        except StoreUnavailable as exc:
             return HTMLResponse(view.render_error(str(exc)), status_code=503)
         return HTMLResponse(view.render_page(snapshot))
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from tiering_airflow.hooks.tiering import TieringHook, resolve_config_path
+from tiering_airflow.hooks.tiering import resolve_config_path
+from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store
 from tiering_core.metrics.exposition import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
@@ -31,40 +30,17 @@ log = logging.getLogger(__name__)
 #: The route, under the plugin's ``/tiering``.
 METRICS_PATH = "/metrics"
 #: How long one scrape may spend reading the store (seconds), as the page's reads.
-DEFAULT_METRICS_TIMEOUT = 30.0
-#: Reads in progress at once: a store that hangs holds at most these threads, never the server.
-_READERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tiering-metrics")
-
+DEFAULT_METRICS_TIMEOUT = DEFAULT_READ_TIMEOUT
 _bearer = HTTPBearer(auto_error=False)
-
-
-class MetricsUnavailable(Exception):
-    """The store could not be read (no or bad config, store down, too slow)."""
-
-
-def _exposition_now(config_path: str | None, topic: str | None) -> str:
-    from tiering_core.errors import TieringError
-    from tiering_core.metrics.collect import collect_metrics
-    from tiering_core.metrics.exposition import render
-
-    try:
-        with TieringHook(config_path=config_path).get_conn() as ctx:
-            return render(collect_metrics(ctx, topic=topic))
-    except TieringError as exc:
-        raise MetricsUnavailable(str(exc)) from exc
 
 
 def read_exposition(config_path: str | None, topic: str | None = None, timeout: float = DEFAULT_METRICS_TIMEOUT) -> str:
     """The exposition, read now within ``timeout`` seconds: a store that does not answer makes the
     scrape fail (503) instead of hanging the API server."""
-    future = _READERS.submit(_exposition_now, config_path, topic)
-    try:
-        return future.result(timeout=timeout)
-    except FutureTimeout as exc:
-        future.cancel()
-        raise MetricsUnavailable(
-            f"reading the metadata store did not finish within {timeout:.0f} s (the store does not answer)"
-        ) from exc
+    from tiering_core.metrics import collect
+    from tiering_core.metrics.exposition import render
+
+    return read_store(config_path, lambda ctx: render(collect.collect_metrics(ctx, topic=topic)), timeout)
 
 
 def scraper_token(config_path: str | None) -> str | None:
@@ -120,7 +96,7 @@ def metrics_router(config_path: str | None = None, timeout: float = DEFAULT_METR
     def metrics(topic: str | None = Query(None, description="only this topic")) -> Response:
         try:
             return Response(read_exposition(config_path, topic, timeout), media_type=CONTENT_TYPE)
-        except MetricsUnavailable as exc:
+        except StoreUnavailable as exc:
             return Response(f"tiering metrics unavailable: {exc}\n", status_code=503, media_type="text/plain")
 
     return router
