@@ -22,23 +22,9 @@ from operator import attrgetter, is_not
 
 from tiering_core.metrics import names
 from tiering_core.metrics.names import MetricSpec
-from tiering_core.metrics.snapshot import NO_BROKER, MetricsSnapshot, PartitionCounters
+from tiering_core.metrics.snapshot import COUNTER_FIELDS, NO_BROKER, MetricsSnapshot, PartitionCounters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-#: Each counter's field in ``PartitionCounters``.
-COUNTER_FIELDS: dict[MetricSpec, str] = {
-    names.REMOTE_COPY_BYTES: "copy_bytes",
-    names.REMOTE_COPY_REQUESTS: "copy_requests",
-    names.REMOTE_COPY_ERRORS: "copy_errors",
-    names.REMOTE_DELETE_REQUESTS: "delete_requests",
-    names.REMOTE_DELETE_ERRORS: "delete_errors",
-    names.REMOTE_FETCH_BYTES: "fetch_bytes",
-    names.REMOTE_FETCH_REQUESTS: "fetch_requests",
-    names.REMOTE_FETCH_ERRORS: "fetch_errors",
-    names.INDEX_REPAIRS: "index_repairs",
-    names.SCRUB_FAILURES: "scrub_failures",
-}
 
 
 #: Each per-partition gauge's field in ``PartitionMetrics`` (None there: not known, left out);

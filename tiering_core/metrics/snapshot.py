@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from tiering_core.metadata.values import TaskAttempt
+from tiering_core.metrics import names
+from tiering_core.metrics.names import MetricSpec
 
 
 @dataclass(slots=True)
@@ -33,6 +35,20 @@ class PartitionCounters:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
+
+#: The field of ``PartitionCounters`` each counter metric is kept in.
+COUNTER_FIELDS: dict[MetricSpec, str] = {
+    names.REMOTE_COPY_BYTES: "copy_bytes",
+    names.REMOTE_COPY_REQUESTS: "copy_requests",
+    names.REMOTE_COPY_ERRORS: "copy_errors",
+    names.REMOTE_DELETE_REQUESTS: "delete_requests",
+    names.REMOTE_DELETE_ERRORS: "delete_errors",
+    names.REMOTE_FETCH_BYTES: "fetch_bytes",
+    names.REMOTE_FETCH_REQUESTS: "fetch_requests",
+    names.REMOTE_FETCH_ERRORS: "fetch_errors",
+    names.INDEX_REPAIRS: "index_repairs",
+    names.SCRUB_FAILURES: "scrub_failures",
+}
 
 #: The broker id under which acts that run on no broker (reads, verify) are counted.
 NO_BROKER = -1

@@ -19,27 +19,13 @@ from typing import TYPE_CHECKING
 from tiering_core.metrics import names
 from tiering_core.metrics.names import MetricSpec
 from tiering_core.metrics.sink import emit
-from tiering_core.metrics.snapshot import NO_BROKER, PartitionCounters
+from tiering_core.metrics.snapshot import COUNTER_FIELDS, NO_BROKER, PartitionCounters
 
 if TYPE_CHECKING:
     from tiering_core.kafka.topic import TopicIdPartition
     from tiering_core.metadata.store import RemoteLogMetadataStore, TaskAttempt
 
 log = logging.getLogger(__name__)
-
-#: The counter each counted metric raises.
-FIELDS: dict[MetricSpec, str] = {
-    names.REMOTE_COPY_BYTES: "copy_bytes",
-    names.REMOTE_COPY_REQUESTS: "copy_requests",
-    names.REMOTE_COPY_ERRORS: "copy_errors",
-    names.REMOTE_DELETE_REQUESTS: "delete_requests",
-    names.REMOTE_DELETE_ERRORS: "delete_errors",
-    names.REMOTE_FETCH_BYTES: "fetch_bytes",
-    names.REMOTE_FETCH_REQUESTS: "fetch_requests",
-    names.REMOTE_FETCH_ERRORS: "fetch_errors",
-    names.INDEX_REPAIRS: "index_repairs",
-    names.SCRUB_FAILURES: "scrub_failures",
-}
 
 
 class Tally:
@@ -56,7 +42,7 @@ class Tally:
 
     def count(self, spec: MetricSpec, value: int = 1) -> None:
         """One act of ``spec`` (``value``: bytes, or how many): reported now, stored at the end."""
-        name = FIELDS[spec]
+        name = COUNTER_FIELDS[spec]
         emit(spec, value, self.tip.topic, self.tip.partition, self.broker_id)
         with self._lock:
             setattr(self.counts, name, getattr(self.counts, name) + value)
