@@ -11,6 +11,7 @@ import pytest
 
 from tests.engine_support import TieringEnv
 from tests.export.support import build_partition, sqlite_catalog, with_export
+from tests.services import S3Endpoint
 from tiering_core.export import exported_up_to, load_catalog, open_table, plan_export, run_export, table_name
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
@@ -90,3 +91,25 @@ def test_export_equals_fetch_at_each_isolation(
         table.refresh()
         assert len(table.snapshots()) == snapshots
         assert plan_export(ctx, "orders.eu", table=table) == []
+
+
+def test_export_with_a_postgresql_catalog_and_an_s3_warehouse(
+    tiering_env: TieringEnv, pg_url: str, s3_endpoint: S3Endpoint
+) -> None:
+    """The warehouse's endpoint, region, path style and credentials come from the ``remote``
+    section and the AWS chain."""
+    w = build_partition(tiering_env, "orders", 0)
+    bucket = s3_endpoint.new_bucket()
+    with_export(tiering_env, {"uri": pg_url, "warehouse": f"s3://{bucket}/warehouse"})
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        want = fetched_offsets(ctx, w.tp, IsolationLevel.READ_COMMITTED)
+        result = run_export(ctx, "orders")
+        assert not result.failed and result.files
+        table = table_of(ctx, "orders")
+        assert table.location().startswith(f"s3://{bucket}/warehouse")
+        assert sorted(scanned(table)["offset"].to_pylist()) == want
+        assert sorted(scanned(table, row_filter="offset >= 10")["offset"].to_pylist()) == [o for o in want if o >= 10]
+        keys = [o["Key"] for o in s3_endpoint.client().list_objects_v2(Bucket=bucket)["Contents"]]
+        assert any("/data/tiering-attempts/" in k and k.endswith(".parquet") for k in keys)
+        assert run_export(ctx, "orders").snapshots == []
