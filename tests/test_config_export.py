@@ -11,9 +11,8 @@ import pytest
 
 from tests.test_config import base_doc
 from tiering_core.config import ExportConfig, parse_config
-from tiering_core.errors import ConfigError
+from tiering_core.errors import ConfigError, ExportError
 from tiering_core.export import TableName, catalog_properties, table_name
-from tiering_core.export.table import ExportError
 
 
 def parsed(tmp_path: Path, export: Any) -> Any:

@@ -29,9 +29,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tiering_core.errors import CorruptLogError, TieringError, one_line
+from tiering_core.errors import CorruptLogError, ExportError, TieringError, one_line
 from tiering_core.export.plan import ExportSegment
-from tiering_core.export.table import DATA_SCHEMA, ExportError
+from tiering_core.export.table import DATA_SCHEMA
 from tiering_core.kafka import arrow
 from tiering_core.kafka.arrow import GroupBounds
 from tiering_core.kafka.records import read_batch_data
