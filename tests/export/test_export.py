@@ -113,3 +113,26 @@ def test_export_with_a_postgresql_catalog_and_an_s3_warehouse(
         keys = [o["Key"] for o in s3_endpoint.client().list_objects_v2(Bucket=bucket)["Contents"]]
         assert any("/data/tiering-attempts/" in k and k.endswith(".parquet") for k in keys)
         assert run_export(ctx, "orders").snapshots == []
+
+
+def test_a_segment_with_nothing_committed_is_recorded_and_not_exported_again(
+    tiering_env: TieringEnv, tmp_path: Path
+) -> None:
+    w = tiering_env.writer("orders", 0)
+    w.append([(b"k", b"v")])
+    w.roll()
+    w.begin_transaction(5, 0)
+    w.append([(b"a", b"aborted")] * 3, producer_id=5)
+    w.abort(5)
+    w.roll()
+    w.append([(b"k2", b"v2")])
+    w.set_high_watermark()
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        result = run_export(ctx, "orders")
+        assert len(result.exported) == 2 and result.rows == 1
+        table = table_of(ctx, "orders")
+        assert scanned(table)["offset"].to_pylist() == [0]
+        assert exported_up_to(table) == {0: open_reader(ctx, w.tp).highest_offset}
+        assert run_export(ctx, "orders").planned == []
