@@ -54,14 +54,15 @@ _MS_PER_DAY = 86_400_000
 
 class SegmentExportError(TieringError):
     """One segment could not be exported (a corrupt batch, its log gone): nothing of it is
-    committed, the rest of the export goes on."""
+    committed, the rest of the export goes on. ``offset``: the first offset the segment's decode
+    did not reach (the reason names the damaged batch)."""
 
     def __init__(self, segment: ExportSegment, offset: int, reason: str) -> None:
         self.segment_id = segment.segment_id
         self.offset = offset
         super().__init__(
-            f"{segment.topic_partition}: segment {segment.segment_id} "
-            f"(offsets {segment.start_offset}-{segment.end_offset}) failed at offset {offset}: {one_line(reason)}"
+            f"{segment.topic_partition}: segment {segment.segment_id} (offsets {segment.start_offset}-"
+            f"{segment.end_offset}) not exported: failed at offset {offset} or later: {one_line(reason)}"
         )
 
 
