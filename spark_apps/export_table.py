@@ -22,17 +22,29 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
-from tiering_core.config import load_config
+from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.export import commit_segments, plan_export, write_segment_files
+from tiering_core.export.commit import commit_segments
+from tiering_core.export.plan import ExportSegment, plan_export
+from tiering_core.export.table import export_config, load_catalog, open_table, table_name
+from tiering_core.export.write import (
+    ExportAttempt,
+    clean_abandoned_attempts,
+    delete_files,
+    end_attempt,
+    referenced_files,
+    start_attempt,
+    write_segment_files,
+)
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
 APP = "export_table"
@@ -40,7 +52,7 @@ APP = "export_table"
 
 @dataclass
 class Report:
-    """What the run committed, per topic, and the segments that failed (id and offset)."""
+    """What the run committed, per table, and the segments that failed (id and offset)."""
 
     committed: dict[str, int] = field(default_factory=dict)
     records: int = 0
@@ -52,11 +64,130 @@ class Report:
         return runtime.EXIT_FAILURE if self.failed else runtime.EXIT_OK
 
 
+@dataclass(frozen=True)
+class WrittenSegment:
+    """What a Spark task wrote for one segment: its data files (URLs) and rows."""
+
+    files: list[str]
+    rows: int
+
+
+def write_on_executor(remote: RemoteConfig, segment: ExportSegment, attempt: ExportAttempt) -> WrittenSegment:
+    """One segment's data files, written by a Spark task (a ``SegmentExportError`` names the
+    segment and the offset, and its files are deleted before it is raised)."""
+    rows = 0
+
+    def count(batch: pa.RecordBatch) -> None:
+        nonlocal rows
+        rows += batch.num_rows
+
+    files = write_segment_files(runtime.executor_storage(remote), segment, attempt, on_batch=count)
+    return WrittenSegment(files, rows)
+
+
+def selected_topics(partitions: Sequence[TopicPartition], whole_topics: bool) -> dict[str, list[int | None]]:
+    """Per topic, the partitions to plan: ``[None]`` (every partition the tier has, also those
+    gone from the log dirs) unless single partitions were selected."""
+    topics: dict[str, list[int | None]] = {}
+    for tp in sorted(partitions):
+        listed = topics.setdefault(tp.topic, [])
+        if not whole_topics:
+            listed.append(tp.partition)
+    return {topic: listed or [None] for topic, listed in topics.items()}
+
+
+def export_topic_on_spark(
+    ctx: TieringContext,
+    topic: str,
+    partitions: Sequence[int | None],
+    spark: SparkSession,
+    report: Report,
+    *,
+    isolation: IsolationLevel,
+    table: str | None,
+    dry_run: bool,
+    parallelism: int | None,
+    say: Callable[[str], None],
+) -> None:
+    sc = spark.sparkContext
+    name = table_name(export_config(ctx.config), topic, table)
+    iceberg = open_table(load_catalog(ctx.config), name, create=not dry_run)
+    if iceberg is not None and not dry_run:
+        clean_abandoned_attempts(iceberg)  # what a killed run wrote and never committed
+    segments = [s for p in partitions for s in plan_export(ctx, topic, p, table=iceberg, isolation=isolation)]
+    size = sum(s.segment.size_bytes for s in segments)
+    say(f"export {topic} -> {name}: {len(segments)} segment(s) to export, {runtime.fmt_bytes(size)}")
+    if dry_run or not segments or iceberg is None:
+        report.committed[str(name)] = 0
+        return
+    attempt = start_attempt(iceberg)
+    remote = ctx.config.remote
+    written: list[tuple[ExportSegment, WrittenSegment]] = []
+    with contextlib.closing(
+        runtime.run_jobs(
+            sc,
+            segments,
+            lambda segment: write_on_executor(remote, segment, attempt),
+            slots=parallelism or max(1, sc.defaultParallelism),
+            describe=lambda s: f"export {s.topic_partition} segment {s.start_offset}",
+        )
+    ) as outcomes:  # an abort cancels the queued and running tasks; their files are never committed
+        for done, outcome in enumerate(outcomes, 1):
+            segment = segments[outcome.index]
+            if not isinstance(outcome.result, WrittenSegment):
+                where = f"{segment.topic_partition} segment {segment.segment_id} (offset {segment.start_offset})"
+                report.failed.append(f"{where}: {outcome.error or 'no result'}")
+                say(f"FAILED {where}: {outcome.error or 'no result'} [{done}/{len(segments)}]")
+                continue
+            written.append((segment, outcome.result))
+            say(
+                f"{segment.topic_partition}: segment {segment.segment_id} offsets {segment.start_offset}-"
+                f"{segment.end_offset}: {outcome.result.rows} row(s) in {len(outcome.result.files)} file(s) "
+                f"[{done}/{len(segments)}]"
+            )
+    committed = 0
+    if written:
+        fs, _root = attempt.filesystem()
+        try:
+            result = commit_segments(iceberg, [(segment, w.files) for segment, w in written])
+        except Exception:
+            delete_files(fs, [attempt.filesystem(f)[1] for _s, w in written for f in w.files])
+            raise
+        skipped = {id(s) for s in result.already_exported}  # another export was faster: not ours to keep
+        delete_files(fs, [attempt.filesystem(f)[1] for s, w in written if id(s) in skipped for f in w.files])
+        committed = len(result.committed)
+        report.records += sum(w.rows for s, w in written if id(s) not in skipped)
+        if result.snapshot_id is not None:
+            say(f"export {topic}: {committed} segment(s) committed in snapshot {result.snapshot_id}")
+    remove_uncommitted(iceberg, attempt)
+    end_attempt(attempt)
+    report.committed[str(name)] = committed
+
+
+def remove_uncommitted(iceberg: Table, attempt: ExportAttempt) -> None:
+    """Delete what this run's attempt holds and no snapshot references: the files of a task that
+    was lost or killed before it could clean up (the attempt is ours: this driver started it)."""
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, root = attempt.filesystem()
+    iceberg.refresh()
+    referenced = referenced_files(iceberg)
+    stray = [
+        info.path
+        for info in fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+        if info.type == FileType.File
+        and info.base_name.endswith(".parquet")
+        and attempt.url(info.path) not in referenced
+    ]
+    delete_files(fs, stray)
+
+
 def run_export(
     ctx: TieringContext,
     partitions: Sequence[TopicPartition],
     spark: SparkSession,
     *,
+    whole_topics: bool = True,
     isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
     table: str | None = None,
     dry_run: bool = False,
@@ -64,46 +195,25 @@ def run_export(
     say: Callable[[str], None] = runtime.say,
 ) -> Report:
     """Export each topic of ``partitions`` into its table: one Spark task per remote segment,
-    one commit per topic on the driver."""
+    one commit per topic on the driver (``whole_topics``: every partition the tier has)."""
     started = time.monotonic()
-    sc = spark.sparkContext
     report = Report()
-    by_topic = {topic: [tp.partition for tp in tps] for topic, tps in groupby(sorted(partitions), lambda t: t.topic)}
-    if table is not None and len(by_topic) > 1:
+    topics = selected_topics(partitions, whole_topics)
+    if table is not None and len(topics) > 1:
         raise runtime.AppError("--table names one table: select one topic")
-    for topic, topic_partitions in by_topic.items():
-        plan = plan_export(ctx, topic, topic_partitions, isolation=isolation, table=table)
-        segments = list(plan.segments)
-        size = sum(s.size_bytes for s in segments)
-        say(f"export {topic} -> {plan.table_name}: {len(segments)} segment(s) to export, {runtime.fmt_bytes(size)}")
-        if dry_run or not segments:
-            report.committed[topic] = 0
-            continue
-        target = plan.target  # what an executor needs to write: picklable, no catalog connection
-        written = []
-        with contextlib.closing(
-            runtime.run_jobs(
-                sc,
-                segments,
-                lambda segment: write_segment_files(target, segment, isolation=isolation),
-                slots=parallelism or max(1, sc.defaultParallelism),
-                describe=lambda s: f"export {s.topic_id_partition.topic_partition} segment {s.start_offset}",
-            )
-        ) as outcomes:  # an abort cancels the queued and running tasks; their files are never committed
-            for done, outcome in enumerate(outcomes, 1):
-                segment = segments[outcome.index]
-                where = f"{segment.topic_id_partition.topic_partition} segment {segment.segment_id} (offset {segment.start_offset})"
-                if outcome.error is not None or outcome.result is None:
-                    report.failed.append(f"{where}: {outcome.error or 'no result'}")
-                    say(f"{where}: failed: {outcome.error} [{done}/{len(segments)}]")
-                    continue
-                written.append(outcome.result)
-                say(f"{where}: written [{done}/{len(segments)}]")
-        if written:
-            commit = commit_segments(ctx, plan, written)
-            report.committed[topic] = len(written)
-            report.records += getattr(commit, "records", 0)
-            say(f"export {topic}: committed {len(written)} segment(s) in one snapshot")
+    for topic, topic_partitions in topics.items():
+        export_topic_on_spark(
+            ctx,
+            topic,
+            topic_partitions,
+            spark,
+            report,
+            isolation=isolation,
+            table=table,
+            dry_run=dry_run,
+            parallelism=parallelism,
+            say=say,
+        )
     report.seconds = time.monotonic() - started
     say(
         f"export: {sum(report.committed.values())} segment(s) committed, {len(report.failed)} failed "
@@ -151,6 +261,7 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
                 ctx,
                 partitions,
                 spark,
+                whole_topics=not selection.partitions and selection.partition is None,
                 isolation=isolation,
                 table=table,
                 dry_run=args.dry_run,
