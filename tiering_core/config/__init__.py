@@ -23,6 +23,7 @@ from tiering_core.config.brokers import (
     broker_id_from_env,
     default_queue,
 )
+from tiering_core.config.export import ExportConfig, _export_config
 from tiering_core.config.kafka import (
     BROKER_OWNED_TOPIC_KEYS,
     SASL_MECHANISMS,
@@ -61,6 +62,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerTopicConfig",
     "ConfigError",
+    "ExportConfig",
     "KafkaConfig",
     "MetadataConfig",
     "MetricsConfig",
@@ -187,6 +189,8 @@ class PlatformConfig:
     observation_staleness_ms: int = DEFAULT_OBSERVATION_STALENESS_MS
     #: ``metrics:``: the scrapers' bearer token for ``/tiering/metrics``.
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    #: ``export:``: the Iceberg catalog ``tiering export`` writes tables to (None: not configured).
+    export: ExportConfig | None = None
 
     @property
     def broker_id(self) -> int | None:
@@ -345,6 +349,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             "index_cache_dir",
             "kafka",
             "metrics",
+            "export",
         },
         "",
     )
@@ -485,6 +490,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         broker=chosen,
         observation_staleness_ms=_observation_staleness_ms(doc.get("cluster")),
         metrics=_metrics_config(doc.get("metrics"), resolve),
+        export=_export_config(doc["export"]) if "export" in doc else None,
     )
 
 

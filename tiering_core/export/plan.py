@@ -1,0 +1,139 @@
+"""Which remote segments an export writes: COPY_SEGMENT_FINISHED segments inside the
+partition's lineage (``finished_in_lineage``, the segments reads serve), in offset order, but
+those whose offsets the table already holds (``table.is_exported``). Of segments with the same
+offsets (an index-repair copy beside the segment it replaces), only the newest is taken, so the
+offsets are exported once.
+
+At read_committed each planned segment carries the aborted transactions overlapping it, as a
+remote fetch gathers them (``RemoteLogReader.aborted_transactions``: the remote txn indexes of
+this and later segments, then the broker's local ones when this process has the partition's
+directory): the data files can then be written anywhere (a Spark executor) from the segment and
+the storage alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tiering_core.errors import TieringError
+from tiering_core.export.table import export_config, exported_ranges, is_exported, load_catalog, open_table, table_name
+from tiering_core.kafka.index import AbortedTxn
+from tiering_core.kafka.isolation import IsolationLevel
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
+from tiering_core.read.reader import RemoteLogReader
+from tiering_core.tier.view import TierView, finished_in_lineage, load_remote_tier_view, load_tier_view
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from tiering_core.context import TieringContext
+    from tiering_core.metadata.store import RemoteLogSegmentMetadata
+
+
+@dataclass(frozen=True)
+class ExportSegment:
+    """One remote segment to export, with what writing its data files needs (picklable)."""
+
+    segment: RemoteLogSegmentMetadata
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED
+    aborted: tuple[AbortedTxn, ...] = field(default=())
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self.segment.topic_id_partition.topic_partition
+
+    @property
+    def partition(self) -> int:
+        return self.topic_partition.partition
+
+    @property
+    def segment_id(self) -> str:
+        return str(self.segment.segment_id)
+
+    @property
+    def start_offset(self) -> int:
+        return self.segment.start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.segment.end_offset
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "topic": self.topic_partition.topic,
+            "partition": self.partition,
+            "segment_id": self.segment_id,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "size_bytes": self.segment.size_bytes,
+        }
+
+
+def _views(ctx: TieringContext, topic: str, partition: int | None) -> list[TierView]:
+    """The partitions' tier views: joined with the broker's replica when this process has the
+    partition's directory, else the remote tier alone (the newest live topic id)."""
+    views: dict[TopicPartition, TierView] = {}
+    if ctx.config.log_dirs:
+        for partition_log in ctx.partitions(topic, partition):
+            views[partition_log.topic_partition] = load_tier_view(partition_log, ctx.metadata)
+    newest: dict[TopicPartition, tuple[int, str]] = {}
+    for record in ctx.metadata.list_partitions():
+        tp = record.topic_partition
+        if tp.topic != topic or (partition is not None and tp.partition != partition) or tp in views:
+            continue
+        if record.dropped or record.delete_state is not None:
+            continue
+        if tp not in newest or (record.created_ms, record.topic_id) > newest[tp]:
+            newest[tp] = (record.created_ms, record.topic_id)
+    for tp, (_created, topic_id) in newest.items():
+        views[tp] = load_remote_tier_view(ctx.metadata, TopicIdPartition(topic_id, tp))
+    if not views:
+        raise TieringError(
+            f"topic {topic}" + (f" partition {partition}" if partition is not None else "") + " has no remote data"
+        )
+    return [views[tp] for tp in sorted(views, key=lambda tp: tp.partition)]
+
+
+def newest_copies(segments: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+    """One segment per offset range (the newest by event time: an index repair's copy), in
+    offset order."""
+    chosen: dict[tuple[int, int], RemoteLogSegmentMetadata] = {}
+    for segment in segments:
+        key = (segment.start_offset, segment.end_offset)
+        if key not in chosen or segment.event_time > chosen[key].event_time:
+            chosen[key] = segment
+    return [chosen[key] for key in sorted(chosen)]
+
+
+def plan_export(
+    ctx: TieringContext,
+    topic: str,
+    partition: int | None = None,
+    *,
+    table: Table | None = None,
+    table_name_override: str | None = None,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+) -> list[ExportSegment]:
+    """The segments of ``topic`` (or of one partition) the table does not hold yet, in partition
+    and offset order. ``table``: the export's table (else opened from the config's catalog, not
+    created: a missing table holds nothing)."""
+    if table is None:
+        config = export_config(ctx.config)
+        table = open_table(load_catalog(ctx.config), table_name(config, topic, table_name_override), create=False)
+    done = exported_ranges(table)
+    planned: list[ExportSegment] = []
+    cache = RemoteIndexCache(ctx.storage, ctx.config.index_cache_bytes, cache_directory(ctx.config.index_cache_dir))
+    for view in _views(ctx, topic, partition):
+        reader = RemoteLogReader(view, ctx.metadata, cache)
+        tp = view.tip.topic_partition
+        for segment in newest_copies(finished_in_lineage(view, ctx.metadata)):
+            if is_exported(done, tp.partition, segment.start_offset, segment.end_offset):
+                continue
+            aborted: tuple[AbortedTxn, ...] = ()
+            if isolation == IsolationLevel.READ_COMMITTED:
+                found = reader.aborted_transactions(segment.start_offset, segment.end_offset + 1)
+                aborted = tuple(sorted(found, key=lambda t: (t.first_offset, t.producer_id)))
+            planned.append(ExportSegment(segment, isolation, aborted))
+    return planned

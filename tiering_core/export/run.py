@@ -1,0 +1,135 @@
+"""``tiering export``: a topic's remote segments into its Iceberg table, exactly once.
+
+Plan (``plan_export``), clean up what killed attempts left (``clean_abandoned_attempts``), write
+each segment's data files, and commit them in snapshots of at most ``COMMIT_BYTES`` of segments
+(``commit_segments``). A segment that fails (a corrupt batch) is reported with its id and offset,
+its files deleted, and the others go on; the run then fails naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.export.commit import commit_segments
+from tiering_core.export.plan import ExportSegment, plan_export
+from tiering_core.export.table import export_config, load_catalog, open_table, table_name
+from tiering_core.export.write import (
+    SegmentExportError,
+    clean_abandoned_attempts,
+    delete_files,
+    end_attempt,
+    start_attempt,
+    write_segment_files,
+)
+from tiering_core.kafka.isolation import IsolationLevel
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+
+#: Segment bytes written before a commit: a killed run loses at most this much work.
+COMMIT_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class ExportResult:
+    """What one ``tiering export`` did."""
+
+    table: str
+    dry_run: bool
+    planned: list[ExportSegment] = field(default_factory=list)
+    exported: list[ExportSegment] = field(default_factory=list)
+    failed: list[SegmentExportError] = field(default_factory=list)
+    rows: int = 0
+    files: int = 0
+    snapshots: list[int] = field(default_factory=list)
+    cleaned_files: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "dry_run": self.dry_run,
+            "planned": [s.to_dict() for s in self.planned],
+            "exported_segments": len(self.exported),
+            "rows": self.rows,
+            "data_files": self.files,
+            "snapshots": self.snapshots,
+            "failed": [{"segment_id": f.segment_id, "offset": f.offset, "error": str(f)} for f in self.failed],
+            "cleaned_files": len(self.cleaned_files),
+        }
+
+
+def run_export(
+    ctx: TieringContext,
+    topic: str,
+    partition: int | None = None,
+    *,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    table: str | None = None,
+    dry_run: bool = False,
+    progress: Callable[[str], None] = lambda _line: None,
+    commit_bytes: int = COMMIT_BYTES,
+) -> ExportResult:
+    name = table_name(export_config(ctx.config), topic, table)
+    catalog = load_catalog(ctx.config)
+    iceberg = open_table(catalog, name, create=not dry_run)
+    result = ExportResult(str(name), dry_run)
+    if iceberg is not None and not dry_run:
+        result.cleaned_files = clean_abandoned_attempts(iceberg)
+        if result.cleaned_files:
+            progress(f"removed {len(result.cleaned_files)} data file(s) of an export attempt that never committed")
+    result.planned = plan_export(ctx, topic, partition, table=iceberg, isolation=isolation)
+    if dry_run or not result.planned:
+        return result
+    assert iceberg is not None
+    attempt = start_attempt(iceberg)
+    pending: list[tuple[ExportSegment, list[str]]] = []
+    pending_bytes = 0
+
+    def commit() -> None:
+        nonlocal pending, pending_bytes
+        if not pending:
+            return
+        try:
+            outcome = commit_segments(iceberg, pending)
+        except Exception:
+            fs, _root = attempt.filesystem()
+            delete_files(fs, [attempt.filesystem(p)[1] for _s, files in pending for p in files])
+            raise
+        if outcome.already_exported:
+            fs, _root = attempt.filesystem()
+            skipped = {id(s) for s in outcome.already_exported}
+            delete_files(fs, [attempt.filesystem(p)[1] for s, files in pending if id(s) in skipped for p in files])
+        result.exported.extend(outcome.committed)
+        if outcome.snapshot_id is not None:
+            result.snapshots.append(outcome.snapshot_id)
+            progress(f"committed {len(outcome.committed)} segment(s) in snapshot {outcome.snapshot_id}")
+        pending, pending_bytes = [], 0
+
+    for segment in result.planned:
+        rows = 0
+
+        def count(batch: Any) -> None:
+            nonlocal rows
+            rows += batch.num_rows
+
+        try:
+            files = write_segment_files(ctx.storage, segment, attempt, on_batch=count)
+        except SegmentExportError as exc:
+            result.failed.append(exc)
+            progress(f"FAILED {exc}")
+            continue
+        result.rows += rows
+        result.files += len(files)
+        progress(
+            f"{segment.topic_partition}: segment {segment.segment_id} offsets {segment.start_offset}-"
+            f"{segment.end_offset}: {rows} row(s) in {len(files)} file(s)"
+        )
+        pending.append((segment, files))
+        pending_bytes += segment.segment.size_bytes
+        if pending_bytes >= commit_bytes:
+            commit()
+    commit()
+    end_attempt(attempt)
+    return result
