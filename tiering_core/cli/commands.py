@@ -86,8 +86,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     with _context(args) as ctx:
         rows = collect_status(ctx, args.topic, args.partition, broker_id=ctx.config.broker_id)
-    _emit(args, [row.to_dict() for row in rows], lambda: format_status_table(rows))
+        exported = _exported_offsets(ctx.config, rows)
+    payload = [row.to_dict() for row in rows]
+    if exported is not None:
+        for row, out in zip(rows, payload, strict=True):
+            out["exported_up_to"] = exported.get((row.topic, row.partition))
+    _emit(args, payload, lambda: format_status_table(rows, exported))
     return EXIT_OK
+
+
+def _exported_offsets(config: Any, rows: list[Any]) -> dict[tuple[str, int], int] | None:
+    """The exported up-to offsets ``status`` shows (None: no ``export`` section); an unreachable
+    catalog is a warning, the tier's status is still shown."""
+    if config.export is None:
+        return None
+    from tiering_core.export import exported_offsets
+
+    try:
+        return exported_offsets(config, {row.topic for row in rows})
+    except TieringError as exc:
+        print(f"tiering: status: exported offsets unknown: {one_line(exc)}", file=sys.stderr)
+        return {}
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
@@ -274,6 +293,27 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
     for check in result.unresolved:
         print(f"tiering: rebuild-indexes: {check.describe()}", file=sys.stderr)
     return EXIT_FAILURE if result.unresolved else EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tiering_core.cli.output import format_export_summary
+    from tiering_core.export import run_export
+    from tiering_core.kafka.isolation import IsolationLevel
+
+    with _context(args) as ctx:
+        result = run_export(
+            ctx,
+            args.topic,
+            args.partition,
+            isolation=IsolationLevel(args.isolation),
+            table=args.table,
+            dry_run=args.dry_run,
+            progress=_progress(args),
+        )
+    _emit(args, result.to_dict(), lambda: format_export_summary(result))
+    for failure in result.failed:
+        print(f"tiering: export failed: {failure}", file=sys.stderr)
+    return EXIT_FAILURE if result.failed else EXIT_OK
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:

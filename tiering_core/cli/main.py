@@ -18,6 +18,7 @@ from tiering_core.cli.commands import (
     cmd_delete_partition,
     cmd_delete_records,
     cmd_demo,
+    cmd_export,
     cmd_fetch,
     cmd_find_offset,
     cmd_rebuild_indexes,
@@ -155,6 +156,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="a consumer's isolation.level: read_committed skips aborted transactions (default read_uncommitted)",
     )
     p.set_defaults(handler=cmd_fetch)
+
+    p = sub.add_parser("export", help="export a topic's remote segments to its Iceberg table, exactly once")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, default=None, help="only this partition (default: all)")
+    p.add_argument(
+        "--isolation",
+        choices=("read_committed", "read_uncommitted"),
+        default="read_committed",
+        help="read_committed (default) leaves out aborted transactions; control records are never exported",
+    )
+    p.add_argument("--table", default=None, metavar="NAMESPACE.NAME", help="the table (default: <namespace>.<topic>)")
+    p.add_argument("--dry-run", action="store_true", help="print the segments that would be exported, change nothing")
+    p.set_defaults(handler=cmd_export)
 
     p = sub.add_parser("find-offset", help="the first remote record at or after a timestamp")
     _add_selectors(p, required=True)

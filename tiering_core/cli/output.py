@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tiering_core.humanize import fmt_age, fmt_bytes
 
 if TYPE_CHECKING:
+    from tiering_core.export import ExportResult, ExportSegment
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.rebuild import RebuildResult
@@ -32,7 +33,9 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def format_status_table(rows: list[PartitionStatus]) -> str:
+def format_status_table(rows: list[PartitionStatus], exported: dict[tuple[str, int], int] | None = None) -> str:
+    """The status table; with ``exported`` (an ``export`` section is configured) an EXPORTED
+    column: the highest offset the partition's Iceberg table holds."""
     headers = [
         "PARTITION",
         "LOG-START",
@@ -47,6 +50,7 @@ def format_status_table(rows: list[PartitionStatus]) -> str:
         "LAG-BYTES",
         "DEL-LAG",
         "DELETE",
+        *(["EXPORTED"] if exported is not None else []),
         "GAPS/RISK",
     ]
     table = [headers]
@@ -75,6 +79,7 @@ def format_status_table(rows: list[PartitionStatus]) -> str:
                 _cell(r.copy_lag_bytes),
                 _cell(r.delete_lag_segments),
                 _cell(r.delete_state),
+                *([_cell(exported.get((r.topic, r.partition)))] if exported is not None else []),
                 "; ".join(notes) or "-",
             ]
         )
@@ -169,3 +174,34 @@ def _index_statuses() -> list[Any]:
     from tiering_core.runs.rebuild import IndexStatus
 
     return list(IndexStatus)
+
+
+def format_export_summary(result: ExportResult) -> str:
+    """``tiering export``: what was (or would be) exported, after the per-segment progress lines."""
+    if result.dry_run:
+        lines = [
+            f"would export {s.topic_partition}: segment {s.segment_id} offsets {s.start_offset}-{s.end_offset}"
+            for s in result.planned
+        ]
+        return "\n".join([*lines, f"{result.table}: {len(result.planned)} segment(s) to export"])
+    line = (
+        f"{result.table}: exported {len(result.exported)} segment(s), {result.rows} row(s), {result.files} data "
+        f"file(s) in {len(result.snapshots)} snapshot(s)"
+    )
+    if not result.planned:
+        line = f"{result.table}: up to date, nothing to export"
+    if result.failed:
+        line += f"; {len(result.failed)} segment(s) failed"
+    return line
+
+
+def format_export_segment(segment: ExportSegment, rows: int, files: int) -> str:
+    """One exported segment's progress line."""
+    return (
+        f"{segment.topic_partition}: segment {segment.segment_id} offsets {segment.start_offset}-"
+        f"{segment.end_offset}: {rows} row(s) in {files} data file(s)"
+    )
+
+
+def format_export_commit(segments: int, snapshot_id: int) -> str:
+    return f"committed {segments} segment(s) in snapshot {snapshot_id}"

@@ -76,7 +76,11 @@ def _views(ctx: TieringContext, topic: str, partition: int | None) -> list[TierV
     partition's directory, else the remote tier alone (the newest live topic id)."""
     views: dict[TopicPartition, TierView] = {}
     if ctx.config.log_dirs:
-        for partition_log in ctx.partitions(topic, partition):
+        try:
+            logs = ctx.partitions(topic, partition)
+        except TieringError:  # not in this broker's log dirs: its remote tier alone
+            logs = []
+        for partition_log in logs:
             views[partition_log.topic_partition] = load_tier_view(partition_log, ctx.metadata)
     newest: dict[TopicPartition, tuple[int, str]] = {}
     for record in ctx.metadata.list_partitions():

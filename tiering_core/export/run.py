@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.cli.output import format_export_commit, format_export_segment
 from tiering_core.export.commit import commit_segments
 from tiering_core.export.plan import ExportSegment, plan_export
 from tiering_core.export.table import export_config, load_catalog, open_table, table_name
@@ -69,7 +70,7 @@ def run_export(
     table: str | None = None,
     dry_run: bool = False,
     progress: Callable[[str], None] = lambda _line: None,
-    commit_bytes: int = COMMIT_BYTES,
+    commit_bytes: int | None = None,
 ) -> ExportResult:
     name = table_name(export_config(ctx.config), topic, table)
     catalog = load_catalog(ctx.config)
@@ -104,7 +105,7 @@ def run_export(
         result.exported.extend(outcome.committed)
         if outcome.snapshot_id is not None:
             result.snapshots.append(outcome.snapshot_id)
-            progress(f"committed {len(outcome.committed)} segment(s) in snapshot {outcome.snapshot_id}")
+            progress(format_export_commit(len(outcome.committed), outcome.snapshot_id))
         pending, pending_bytes = [], 0
 
     for segment in result.planned:
@@ -122,13 +123,10 @@ def run_export(
             continue
         result.rows += rows
         result.files += len(files)
-        progress(
-            f"{segment.topic_partition}: segment {segment.segment_id} offsets {segment.start_offset}-"
-            f"{segment.end_offset}: {rows} row(s) in {len(files)} file(s)"
-        )
+        progress(format_export_segment(segment, rows, len(files)))
         pending.append((segment, files))
         pending_bytes += segment.segment.size_bytes
-        if pending_bytes >= commit_bytes:
+        if pending_bytes >= (COMMIT_BYTES if commit_bytes is None else commit_bytes):
             commit()
     commit()
     end_attempt(attempt)

@@ -13,7 +13,7 @@ and only when a table is used.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +178,8 @@ def open_table(catalog: Catalog, name: TableName, *, create: bool = True) -> Tab
     except NoSuchTableError:
         if not create:
             return None
+    except Exception as exc:
+        raise ExportError(f"cannot load the table {name}: {one_line(exc)}") from exc
     schema = iceberg_schema()
     spec = PartitionSpec(
         PartitionField(schema.find_field("partition").field_id, 1000, IdentityTransform(), "partition"),
@@ -188,10 +190,14 @@ def open_table(catalog: Catalog, name: TableName, *, create: bool = True) -> Tab
         catalog.create_namespace(name.namespace)
     except NamespaceAlreadyExistsError:
         pass
+    except Exception as exc:
+        raise ExportError(f"cannot create the namespace {name.namespace}: {one_line(exc)}") from exc
     try:
         return catalog.create_table(name.identifier, schema=schema, partition_spec=spec, sort_order=order)
     except TableAlreadyExistsError:  # another export created it meanwhile
         return catalog.load_table(name.identifier)
+    except Exception as exc:  # the catalog or the warehouse refused: one line naming it
+        raise ExportError(f"cannot create the table {name}: {one_line(exc)}") from exc
 
 
 @dataclass(frozen=True)
@@ -266,3 +272,21 @@ def exported_up_to(table: Table | None) -> dict[int, int]:
 
 def ranges_json(ranges: Mapping[int, list[OffsetRange]]) -> str:
     return json.dumps({str(p): [r.as_list() for r in rs] for p, rs in sorted(ranges.items())}, separators=(",", ":"))
+
+
+def exported_offsets(config: PlatformConfig, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+    """``status``'s view: per (topic, partition), the highest offset the topic's table holds
+    (one catalog load and one table load per topic, no data read). Empty when no ``export``
+    section is configured; a topic without a table has no entry."""
+    if config.export is None:
+        return {}
+    catalog = load_catalog(config)
+    found: dict[tuple[str, int], int] = {}
+    for topic in sorted(set(topics)):
+        try:
+            table = open_table(catalog, table_name(config.export, topic), create=False)
+        except Exception as exc:
+            raise ExportError(f"cannot read the export table of {topic}: {one_line(exc)}") from exc
+        for partition, offset in exported_up_to(table).items():
+            found[(topic, partition)] = offset
+    return found
