@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
+from tiering_core.cli.output import format_export_commit, format_export_segment
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.export.commit import commit_segments
@@ -118,6 +119,8 @@ def export_topic_on_spark(
     size = sum(s.segment.size_bytes for s in segments)
     say(f"export {topic} -> {name}: {len(segments)} segment(s) to export, {runtime.fmt_bytes(size)}")
     if dry_run or not segments or iceberg is None:
+        for s in segments if dry_run else []:
+            say(f"would export {s.topic_partition}: segment {s.segment_id} offsets {s.start_offset}-{s.end_offset}")
         report.committed[str(name)] = 0
         return
     attempt = start_attempt(iceberg)
@@ -140,11 +143,8 @@ def export_topic_on_spark(
                 say(f"FAILED {where}: {outcome.error or 'no result'} [{done}/{len(segments)}]")
                 continue
             written.append((segment, outcome.result))
-            say(
-                f"{segment.topic_partition}: segment {segment.segment_id} offsets {segment.start_offset}-"
-                f"{segment.end_offset}: {outcome.result.rows} row(s) in {len(outcome.result.files)} file(s) "
-                f"[{done}/{len(segments)}]"
-            )
+            line = format_export_segment(segment, outcome.result.rows, len(outcome.result.files))
+            say(f"{line} [{done}/{len(segments)}]")
     committed = 0
     if written:
         fs, _root = attempt.filesystem()
@@ -158,7 +158,7 @@ def export_topic_on_spark(
         committed = len(result.committed)
         report.records += sum(w.rows for s, w in written if id(s) not in skipped)
         if result.snapshot_id is not None:
-            say(f"export {topic}: {committed} segment(s) committed in snapshot {result.snapshot_id}")
+            say(f"{name}: {format_export_commit(committed, result.snapshot_id)}")
     remove_uncommitted(iceberg, attempt)
     end_attempt(attempt)
     report.committed[str(name)] = committed

@@ -245,3 +245,23 @@ def test_export_dags_spark_submit_command_line_holds_the_selection_and_no_secret
     assert app_args[app_args.index("--isolation") + 1] == "read_uncommitted"
     assert (env["AWS_SECRET_ACCESS_KEY"], env["AWS_SESSION_TOKEN"]) == (secret, token)
     assert not properties.exists()
+
+
+def test_export_dag_exports_the_topic_into_its_iceberg_table(
+    spark_dags, fs_env: TieringEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.spark_apps.test_export_table import read_back, tiered, with_export
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # spark-submit's driver runs this checkout's code
+    with_export(fs_env, tmp_path)
+    expected = tiered(fs_env, "orders", 2, 2)
+    dag = spark_dags["tiering_export"]
+    assert dag.test(run_conf={"topic": "orders", "partition": "1"}).state == "success"
+    _table, found = read_back(fs_env.config_path, "orders")
+    assert {p: sorted(o) for p, o in found.items()} == {1: sorted(expected[1])}
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(SPARK_FILE)).dags["tiering_export"]  # dag.test() rendered the first one's fields
+    assert dag.test(run_conf={"topic": "orders"}).state == "success"
+    _table, found = read_back(fs_env.config_path, "orders")
+    assert {p: sorted(o) for p, o in found.items()} == {p: sorted(o) for p, o in expected.items()}
