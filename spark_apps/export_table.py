@@ -33,6 +33,7 @@ from tiering_core.export.plan import ExportSegment, plan_export
 from tiering_core.export.table import export_config, load_catalog, open_table, table_name
 from tiering_core.export.write import (
     ExportAttempt,
+    SegmentExportError,
     clean_abandoned_attempts,
     delete_files,
     end_attempt,
@@ -73,16 +74,29 @@ class WrittenSegment:
     rows: int
 
 
-def write_on_executor(remote: RemoteConfig, segment: ExportSegment, attempt: ExportAttempt) -> WrittenSegment:
-    """One segment's data files, written by a Spark task (a ``SegmentExportError`` names the
-    segment and the offset, and its files are deleted before it is raised)."""
+@dataclass(frozen=True)
+class FailedSegment:
+    """A segment its task could not export (a corrupt batch, its log gone): the reason names the
+    segment id and the offset; the task deleted what it had written."""
+
+    reason: str
+
+
+def write_on_executor(
+    remote: RemoteConfig, segment: ExportSegment, attempt: ExportAttempt
+) -> WrittenSegment | FailedSegment:
+    """One segment's data files, written by a Spark task. A bad segment is a result, not a task
+    failure: Spark would only retry it, and the driver must name it as ``tiering export`` does."""
     rows = 0
 
     def count(batch: pa.RecordBatch) -> None:
         nonlocal rows
         rows += batch.num_rows
 
-    files = write_segment_files(runtime.executor_storage(remote), segment, attempt, on_batch=count)
+    try:
+        files = write_segment_files(runtime.executor_storage(remote), segment, attempt, on_batch=count)
+    except SegmentExportError as exc:
+        return FailedSegment(str(exc))
     return WrittenSegment(files, rows)
 
 
@@ -138,9 +152,15 @@ def export_topic_on_spark(
         for done, outcome in enumerate(outcomes, 1):
             segment = segments[outcome.index]
             if not isinstance(outcome.result, WrittenSegment):
-                where = f"{segment.topic_partition} segment {segment.segment_id} (offset {segment.start_offset})"
-                report.failed.append(f"{where}: {outcome.error or 'no result'}")
-                say(f"FAILED {where}: {outcome.error or 'no result'} [{done}/{len(segments)}]")
+                if isinstance(outcome.result, FailedSegment):
+                    reason = outcome.result.reason
+                else:  # the task itself failed (an executor lost, an unreadable tier)
+                    reason = (
+                        f"{segment.topic_partition}: segment {segment.segment_id} (offsets {segment.start_offset}-"
+                        f"{segment.end_offset}): {outcome.error or 'no result'}"
+                    )
+                report.failed.append(reason)
+                say(f"FAILED {reason} [{done}/{len(segments)}]")
                 continue
             written.append((segment, outcome.result))
             line = format_export_segment(segment, outcome.result.rows, len(outcome.result.files))

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.engine_support import TieringEnv, write_segments
+from tests.export import support as export_support
 from tiering_core.config import load_config
 from tiering_core.export import load_catalog
 from tiering_core.runs.copy import run_copy
@@ -26,15 +26,9 @@ BIN = Path(sys.executable).parent
 
 
 def with_export(env: TieringEnv, root: Path) -> Path:
-    """The env's config with an ``export`` section: a SQLite catalog and a file warehouse."""
-    doc = yaml.safe_load(env.config_path.read_text())
-    warehouse = root / "warehouse"
-    warehouse.mkdir(exist_ok=True)
-    doc["export"] = {
-        "catalog": {"type": "sql", "uri": f"sqlite:///{root / 'iceberg.db'}", "warehouse": warehouse.as_uri()}
-    }
-    env.config_path.write_text(yaml.safe_dump(doc))
-    return warehouse
+    """The env's config with an ``export`` section (a SQLite catalog), and its file warehouse."""
+    export_support.with_export(env, export_support.sqlite_catalog(root))
+    return root / "warehouse"
 
 
 def tiered(env: TieringEnv, topic: str, partitions: int, segments: int, records: int = 5) -> dict[int, set[int]]:
@@ -137,5 +131,72 @@ def test_spark_export_killed_mid_run_then_rerun_is_exactly_once_with_no_stray_fi
     table, found = read_back(fs_env.config_path, "orders")
     assert {p: sorted(o) for p, o in found.items()} == {p: sorted(o) for p, o in expected.items()}
     assert all(len(o) == len(set(o)) for o in found.values())
+    committed, present = committed_and_present_files(table)
+    assert committed == present
+
+
+def test_spark_export_equals_tiering_export_row_for_row_at_both_isolations(
+    tmp_path: Path, fs_env: TieringEnv, spark
+) -> None:
+    """Every codec, headers, null keys and values, aborted and committed transactions across rolls:
+    the Spark app's table holds exactly the rows of ``tiering export``'s."""
+    from spark_apps.export_table import main
+    from tiering_core.export import run_export
+    from tiering_core.kafka.isolation import IsolationLevel
+
+    with_export(fs_env, tmp_path)
+    writers = [export_support.build_partition(fs_env, "orders", p) for p in range(2)]
+    config = load_config(fs_env.config_path)
+    with fs_env.context() as ctx:
+        for w in writers:
+            run_copy(ctx, w.tp)
+        for isolation in IsolationLevel:
+            cli = run_export(ctx, "orders", isolation=isolation, table=f"cli.orders_{isolation.value}")
+            assert not cli.failed and cli.exported
+    catalog = load_catalog(config)
+    for isolation in IsolationLevel:
+        table = f"spark.orders_{isolation.value}"
+        args = ["--config", str(fs_env.config_path), "--topic", "orders", "--isolation", isolation.value]
+        assert main([*args, "--table", table], spark=spark) == 0
+        columns = [f.name for f in catalog.load_table(("cli", f"orders_{isolation.value}")).schema().fields]
+        keys = [("partition", "ascending"), ("offset", "ascending")]
+        ours = catalog.load_table(("spark", f"orders_{isolation.value}")).scan().to_arrow().sort_by(keys)
+        theirs = catalog.load_table(("cli", f"orders_{isolation.value}")).scan().to_arrow().sort_by(keys)
+        assert ours.num_rows == theirs.num_rows > 0
+        assert ours.select(columns).to_pylist() == theirs.select(columns).to_pylist()
+    committed = catalog.load_table(("spark", "orders_read_committed")).scan().to_arrow().num_rows
+    uncommitted = catalog.load_table(("spark", "orders_read_uncommitted")).scan().to_arrow().num_rows
+    assert committed < uncommitted  # the aborted transactions' records are dropped at read_committed
+
+
+def test_a_corrupt_batch_fails_its_segment_only_naming_its_id_and_offset(
+    tmp_path: Path, fs_env: TieringEnv, spark, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spark_apps.export_table import main
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.read.reader import open_reader
+    from tiering_core.runs.segment_ops import segment_ref
+    from tiering_core.storage.layout import ObjectKind
+
+    with_export(fs_env, tmp_path)
+    expected = tiered(fs_env, "orders", 1, 4, records=20)
+    with fs_env.context() as ctx:
+        tip = open_reader(ctx, TopicPartition("orders", 0)).view.tip
+        segments = sorted(ctx.metadata.list_segments(tip), key=lambda s: s.start_offset)
+        bad = segments[2]
+        log = Path(fs_env.remote["root"]) / segment_ref(bad).key(ObjectKind.LOG, ctx.storage.prefix)
+    body = bytearray(log.read_bytes())
+    body[-10] ^= 0xFF  # inside the last batch's records: its CRC no longer matches
+    log.write_bytes(bytes(body))
+    args = ["--config", str(fs_env.config_path), "--topic", "orders"]
+    assert main(args, spark=spark) == 1
+    captured = capsys.readouterr()
+    assert f"segment {bad.segment_id}" in captured.err and "at offset" in captured.err
+    assert "FAILED" in captured.out
+    table, found = read_back(fs_env.config_path, "orders")
+    assert sorted(found[0]) == sorted(o for o in expected[0] if not bad.start_offset <= o <= bad.end_offset)
+    assert main(args, spark=spark) == 1  # a rerun retries the failed segment only
+    table, again = read_back(fs_env.config_path, "orders")
+    assert sorted(again[0]) == sorted(found[0])
     committed, present = committed_and_present_files(table)
     assert committed == present
