@@ -41,16 +41,18 @@ for path in (ROOT, BENCH):
 
 from bench_arrow_decode import decode_arrow, warm_up  # noqa: E402
 from bench_kafka_format import decode_kafka_python  # noqa: E402
-from bench_spark import build_log_dir, plain_read, quiet  # noqa: E402
+from bench_spark import T0, build_log_dir, plain_read, quiet  # noqa: E402
 
 from spark_apps import runtime  # noqa: E402
 from spark_apps.export_table import run_export  # noqa: E402
 from tiering_core.config import load_config  # noqa: E402
 from tiering_core.context import TieringContext  # noqa: E402
+from tiering_core.demo.writer import PartitionWriter  # noqa: E402
 from tiering_core.export import run_export as tiering_export  # noqa: E402
 from tiering_core.kafka.arrow import read_segment  # noqa: E402
 from tiering_core.kafka.compression import CODEC_NONE  # noqa: E402
 from tiering_core.kafka.isolation import IsolationLevel  # noqa: E402
+from tiering_core.kafka.records import RecordSpec  # noqa: E402
 from tiering_core.kafka.topic import TopicPartition  # noqa: E402
 from tiering_core.runs.copy import run_copy  # noqa: E402
 
@@ -75,6 +77,25 @@ def write_config(root: Path, name: str, log_dir: Path, tier: Path) -> Path:
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
+
+
+def build_distinct(log_dir: Path, size_mb: int, value_bytes: int = 512, per_batch: int = 64) -> int:
+    """One closed segment of ``size_mb`` whose records all have distinct (random) values, as real
+    payloads do: Parquet cannot shrink them to one dictionary entry."""
+    w = PartitionWriter(log_dir, TP, segment_bytes=1 << 40, preallocate_index_bytes=10 << 20, clock=lambda: T0)
+    n = 0
+    while w.active_size < size_mb * MiB:
+        values = os.urandom(value_bytes * per_batch)
+        w.append(
+            [
+                RecordSpec(f"k{n + i}".encode(), values[i * value_bytes : (i + 1) * value_bytes], T0 + n + i)
+                for i in range(per_batch)
+            ]
+        )
+        n += per_batch
+    w.roll()
+    w.set_high_watermark()
+    return sum(p.stat().st_size for p in log_dir.rglob("*.log"))
 
 
 def best(times: list[float]) -> float:
@@ -159,6 +180,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=int, default=512, help="the segment's size (uncompressed records)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, sides alternating first (best is kept)")
+    parser.add_argument(
+        "--values", choices=("random", "repeated"), default="random", help="distinct random values, or one repeated"
+    )
     parser.add_argument("--quick", action="store_true", help="an 8 MiB segment, 1 round: a smoke test")
     args = parser.parse_args()
     if args.quick:
@@ -170,13 +194,20 @@ def main() -> None:
         print(f"warm-up: first Arrow decode in this process {warm_up(root, CODEC_NONE):.2f} s (numba)")
         log_dir, tier = root / "logs", root / "tier"
         tier.mkdir()
-        size = build_log_dir(log_dir, TOPIC, 1, 1, args.size_mb)
+        if args.values == "repeated":  # bench_spark's segments: one value in every record
+            size = build_log_dir(log_dir, TOPIC, 1, 1, args.size_mb)
+        else:
+            log_dir.mkdir()
+            size = build_distinct(log_dir, args.size_mb)
         log = log_dir / str(TP) / f"{0:020d}.log"
         copy_config = write_config(root, "copy", log_dir, tier)
         with TieringContext.open(load_config(copy_config)) as ctx:
             run_copy(ctx, TP)
         plain_read([log])
-        print(f"segment: {size / MiB:.0f} MiB uncompressed, one partition, copied to a filesystem tier")
+        print(
+            f"segment: {size / MiB:.0f} MiB uncompressed, 512 B {args.values} values, one partition, copied to a "
+            "filesystem tier"
+        )
         print("\n[decode] the same .log, records/s")
         bench_decode(log, args.rounds)
         records = decode_arrow(log)
