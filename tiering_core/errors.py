@@ -49,3 +49,8 @@ class TieringGapError(TieringError):
 
 class ClusterUnreachableError(TieringError):
     """The ``kafka:`` section names a cluster that did not answer: a run never falls back to the files."""
+
+
+class ExportError(TieringError):
+    """An export cannot go on (no ``export`` section, an unreachable catalog, a table that cannot
+    be created, an unwritable warehouse, a failed commit): one line naming what."""

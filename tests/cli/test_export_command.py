@@ -88,6 +88,9 @@ def test_export_command_progress_summary_rerun_and_status(
     assert export(tiering_env) == 0
     assert "up to date, nothing to export" in capsys.readouterr().out
     assert snapshots(tiering_env) == before
+    assert main(["--config", str(tiering_env.config_path), "--json", "export", "--topic", TOPIC]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["table"] == "kafka.orders.eu" and summary["planned"] == [] and summary["snapshots"] == []
     assert main(["--config", str(tiering_env.config_path), "--json", "status", "--topic", TOPIC]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert sorted(r["partition"] for r in rows) == [0, 1]

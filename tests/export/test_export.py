@@ -11,6 +11,7 @@ import pytest
 
 from tests.engine_support import TieringEnv
 from tests.export.support import build_partition, sqlite_catalog, with_export
+from tests.services import S3Endpoint
 from tiering_core.export import exported_up_to, load_catalog, open_table, plan_export, run_export, table_name
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
@@ -90,3 +91,48 @@ def test_export_equals_fetch_at_each_isolation(
         table.refresh()
         assert len(table.snapshots()) == snapshots
         assert plan_export(ctx, "orders.eu", table=table) == []
+
+
+def test_export_with_a_postgresql_catalog_and_an_s3_warehouse(
+    tiering_env: TieringEnv, pg_url: str, s3_endpoint: S3Endpoint
+) -> None:
+    """The warehouse's endpoint, region, path style and credentials come from the ``remote``
+    section and the AWS chain."""
+    w = build_partition(tiering_env, "orders", 0)
+    bucket = s3_endpoint.new_bucket()
+    with_export(tiering_env, {"uri": pg_url, "warehouse": f"s3://{bucket}/warehouse"})
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        want = fetched_offsets(ctx, w.tp, IsolationLevel.READ_COMMITTED)
+        result = run_export(ctx, "orders")
+        assert not result.failed and result.files
+        table = table_of(ctx, "orders")
+        assert table.location().startswith(f"s3://{bucket}/warehouse")
+        assert sorted(scanned(table)["offset"].to_pylist()) == want
+        assert sorted(scanned(table, row_filter="offset >= 10")["offset"].to_pylist()) == [o for o in want if o >= 10]
+        keys = [o["Key"] for o in s3_endpoint.client().list_objects_v2(Bucket=bucket)["Contents"]]
+        assert any("/data/tiering-attempts/" in k and k.endswith(".parquet") for k in keys)
+        assert run_export(ctx, "orders").snapshots == []
+
+
+def test_a_segment_with_nothing_committed_is_recorded_and_not_exported_again(
+    tiering_env: TieringEnv, tmp_path: Path
+) -> None:
+    w = tiering_env.writer("orders", 0)
+    w.append([(b"k", b"v")])
+    w.roll()
+    w.begin_transaction(5, 0)
+    w.append([(b"a", b"aborted")] * 3, producer_id=5)
+    w.abort(5)
+    w.roll()
+    w.append([(b"k2", b"v2")])
+    w.set_high_watermark()
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        result = run_export(ctx, "orders")
+        assert len(result.exported) == 2 and result.rows == 1
+        table = table_of(ctx, "orders")
+        assert scanned(table)["offset"].to_pylist() == [0]
+        assert exported_up_to(table) == {0: open_reader(ctx, w.tp).highest_offset}
+        assert run_export(ctx, "orders").planned == []

@@ -14,13 +14,13 @@ The steps are pure and run anywhere (a Spark app's executors write, its driver c
 files of attempts that never committed. pyiceberg is imported only when a table is used.
 """
 
+from tiering_core.errors import ExportError
 from tiering_core.export.commit import CommitResult, commit_segments
 from tiering_core.export.plan import ExportSegment, newest_copies, plan_export
 from tiering_core.export.run import ExportResult, run_export
 from tiering_core.export.table import (
     DATA_SCHEMA,
     ExportedSegment,
-    ExportError,
     TableName,
     catalog_properties,
     exported_offsets,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tiering_core.errors import one_line
+from tiering_core.errors import ExportError, one_line
 from tiering_core.export.plan import ExportSegment
 from tiering_core.export.table import (
     EXPORTED_PROPERTY,
@@ -19,7 +19,6 @@ from tiering_core.export.table import (
     SEGMENTS_PROPERTY,
     TOPIC_PROPERTY,
     ExportedSegment,
-    ExportError,
     exported_ranges,
     is_exported,
     ranges_json,

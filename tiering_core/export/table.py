@@ -31,7 +31,7 @@ from tiering_core.config.export import (
     S3_SESSION_TOKEN,
     ExportConfig,
 )
-from tiering_core.errors import TieringError, one_line
+from tiering_core.errors import ExportError, one_line
 from tiering_core.kafka.arrow import SCHEMA
 from tiering_core.tier.view import OffsetRange, merge_offset_ranges
 
@@ -54,11 +54,6 @@ DATA_SCHEMA = pa.schema(
         for f in SCHEMA
     ]
 )
-
-
-class ExportError(TieringError):
-    """The export cannot go on (no ``export`` section, an unreachable catalog, an unwritable
-    warehouse): one line naming what."""
 
 
 @dataclass(frozen=True)

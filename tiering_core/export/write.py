@@ -29,9 +29,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tiering_core.errors import CorruptLogError, TieringError, one_line
+from tiering_core.errors import CorruptLogError, ExportError, TieringError, one_line
 from tiering_core.export.plan import ExportSegment
-from tiering_core.export.table import DATA_SCHEMA, ExportError
+from tiering_core.export.table import DATA_SCHEMA
 from tiering_core.kafka import arrow
 from tiering_core.kafka.arrow import GroupBounds
 from tiering_core.kafka.records import read_batch_data
@@ -54,14 +54,15 @@ _MS_PER_DAY = 86_400_000
 
 class SegmentExportError(TieringError):
     """One segment could not be exported (a corrupt batch, its log gone): nothing of it is
-    committed, the rest of the export goes on."""
+    committed, the rest of the export goes on. ``offset``: the first offset the segment's decode
+    did not reach (the reason names the damaged batch)."""
 
     def __init__(self, segment: ExportSegment, offset: int, reason: str) -> None:
         self.segment_id = segment.segment_id
         self.offset = offset
         super().__init__(
-            f"{segment.topic_partition}: segment {segment.segment_id} "
-            f"(offsets {segment.start_offset}-{segment.end_offset}) failed at offset {offset}: {one_line(reason)}"
+            f"{segment.topic_partition}: segment {segment.segment_id} (offsets {segment.start_offset}-"
+            f"{segment.end_offset}) not exported: failed at offset {offset} or later: {one_line(reason)}"
         )
 
 
