@@ -217,3 +217,20 @@ def test_unreachable_catalog_and_unwritable_warehouse_are_one_line(
     assert export(tiering_env) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("tiering: cannot") and "\n" not in err, err
+
+
+def test_status_with_an_unreachable_catalog_still_shows_the_tier(
+    tiering_env: TieringEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tiered(tiering_env, partitions=1)
+    with_export(tiering_env, {"uri": "postgresql+psycopg2://u:pw@127.0.0.1:1/none", "warehouse": f"file://{tmp_path}"})
+    assert main(["--config", str(tiering_env.config_path), "status", "--topic", TOPIC]) == 0
+    captured = capsys.readouterr()
+    assert "EXPORTED" in captured.out and "orders.eu-0" in captured.out
+    assert captured.err.startswith("tiering: status: exported offsets unknown: cannot open the export catalog")
+
+
+def test_the_library_imports_pyiceberg_only_when_a_table_is_used() -> None:
+    code = "import sys, tiering_core.export, tiering_core.cli.main; print('pyiceberg' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

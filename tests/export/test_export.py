@@ -136,3 +136,27 @@ def test_a_segment_with_nothing_committed_is_recorded_and_not_exported_again(
         assert scanned(table)["offset"].to_pylist() == [0]
         assert exported_up_to(table) == {0: open_reader(ctx, w.tp).highest_offset}
         assert run_export(ctx, "orders").planned == []
+
+
+def test_a_segment_is_written_one_decoded_group_at_a_time(tiering_env: TieringEnv, tmp_path: Path) -> None:
+    """Memory follows the decoder's group, not the segment: each group is a row group of its own."""
+    import pyarrow.parquet as pq
+
+    from tiering_core.export import start_attempt, write_segment_files
+    from tiering_core.kafka.arrow import GroupBounds
+
+    w = tiering_env.writer("orders", 0)
+    w.append_records(200, value_size=20, per_batch=10)
+    w.roll()
+    w.append_records(1)
+    w.set_high_watermark()
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        table = open_table(load_catalog(ctx.config), table_name(ctx.config.export, "orders"))
+        assert table is not None
+        (segment,) = plan_export(ctx, "orders", table=table)
+        files = write_segment_files(ctx.storage, segment, start_attempt(table), bounds=GroupBounds(max_batches=4))
+    metadata = [pq.ParquetFile(f.removeprefix("file://")).metadata for f in files]
+    assert sum(m.num_rows for m in metadata) == 200
+    assert sum(m.num_row_groups for m in metadata) == 5  # 20 batches, 4 to a group

@@ -205,3 +205,11 @@ def format_export_segment(segment: ExportSegment, rows: int, files: int) -> str:
 
 def format_export_commit(segments: int, snapshot_id: int) -> str:
     return f"committed {segments} segment(s) in snapshot {snapshot_id}"
+
+
+def format_export_failure(error: Exception) -> str:
+    return f"FAILED {error}"
+
+
+def format_export_cleanup(files: int) -> str:
+    return f"removed {files} data file(s) of an export attempt that never committed"

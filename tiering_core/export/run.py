@@ -12,7 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.cli.output import format_export_commit, format_export_segment
+from tiering_core.cli.output import (
+    format_export_cleanup,
+    format_export_commit,
+    format_export_failure,
+    format_export_segment,
+)
 from tiering_core.export.commit import commit_segments
 from tiering_core.export.plan import ExportSegment, plan_export
 from tiering_core.export.table import export_config, load_catalog, open_table, table_name
@@ -79,7 +84,7 @@ def run_export(
     if iceberg is not None and not dry_run:
         result.cleaned_files = clean_abandoned_attempts(iceberg)
         if result.cleaned_files:
-            progress(f"removed {len(result.cleaned_files)} data file(s) of an export attempt that never committed")
+            progress(format_export_cleanup(len(result.cleaned_files)))
     result.planned = plan_export(ctx, topic, partition, table=iceberg, isolation=isolation)
     if dry_run or not result.planned:
         return result
@@ -92,12 +97,9 @@ def run_export(
         nonlocal pending, pending_bytes
         if not pending:
             return
-        try:
-            outcome = commit_segments(iceberg, pending)
-        except Exception:
-            fs, _root = attempt.filesystem()
-            delete_files(fs, [attempt.filesystem(p)[1] for _s, files in pending for p in files])
-            raise
+        # A failed commit leaves its files: the catalog may have taken it all the same (an answer
+        # lost on the way back), and the next run removes them only if no snapshot holds them.
+        outcome = commit_segments(iceberg, pending)
         if outcome.already_exported:
             fs, _root = attempt.filesystem()
             skipped = {id(s) for s in outcome.already_exported}
@@ -119,7 +121,7 @@ def run_export(
             files = write_segment_files(ctx.storage, segment, attempt, on_batch=count)
         except SegmentExportError as exc:
             result.failed.append(exc)
-            progress(f"FAILED {exc}")
+            progress(format_export_failure(exc))
             continue
         result.rows += rows
         result.files += len(files)
