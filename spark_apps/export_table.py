@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
-from tiering_core.cli.output import format_export_commit, format_export_segment
+from tiering_core.cli.output import (
+    format_export_cleanup,
+    format_export_commit,
+    format_export_failure,
+    format_export_segment,
+)
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.export.commit import commit_segments
@@ -128,7 +133,9 @@ def export_topic_on_spark(
     name = table_name(export_config(ctx.config), topic, table)
     iceberg = open_table(load_catalog(ctx.config), name, create=not dry_run)
     if iceberg is not None and not dry_run:
-        clean_abandoned_attempts(iceberg)  # what a killed run wrote and never committed
+        cleaned = clean_abandoned_attempts(iceberg)  # what a killed run wrote and never committed
+        if cleaned:
+            say(format_export_cleanup(len(cleaned)))
     segments = [s for p in partitions for s in plan_export(ctx, topic, p, table=iceberg, isolation=isolation)]
     size = sum(s.segment.size_bytes for s in segments)
     say(f"export {topic} -> {name}: {len(segments)} segment(s) to export, {runtime.fmt_bytes(size)}")
@@ -160,7 +167,7 @@ def export_topic_on_spark(
                         f"{segment.end_offset}): {outcome.error or 'no result'}"
                     )
                 report.failed.append(reason)
-                say(f"FAILED {reason} [{done}/{len(segments)}]")
+                say(f"{format_export_failure(RuntimeError(reason))} [{done}/{len(segments)}]")
                 continue
             written.append((segment, outcome.result))
             line = format_export_segment(segment, outcome.result.rows, len(outcome.result.files))
@@ -168,11 +175,9 @@ def export_topic_on_spark(
     committed = 0
     if written:
         fs, _root = attempt.filesystem()
-        try:
-            result = commit_segments(iceberg, [(segment, w.files) for segment, w in written])
-        except Exception:
-            delete_files(fs, [attempt.filesystem(f)[1] for _s, w in written for f in w.files])
-            raise
+        # A failed commit leaves its files: the catalog may have taken it all the same (an answer
+        # lost on the way back), and the next run removes them only if no snapshot holds them.
+        result = commit_segments(iceberg, [(segment, w.files) for segment, w in written])
         skipped = {id(s) for s in result.already_exported}  # another export was faster: not ours to keep
         delete_files(fs, [attempt.filesystem(f)[1] for s, w in written if id(s) in skipped for f in w.files])
         committed = len(result.committed)
