@@ -2,7 +2,7 @@
 started by the tests (not local[N]), run from outside the checkout so executors import only the
 shipped code. Verify finds a deleted index on S3, rebuild repairs it, and both then agree; the
 export writes each segment's data files on the cluster's executors and commits them on the driver,
-and the table read back with pyiceberg holds every tiered offset once."""
+and the table (its warehouse on S3) read back with pyiceberg holds every tiered offset once."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import write_segments
+from tests.export import support as export_support
 from tests.services import S3Endpoint, SparkStandalone
-from tests.spark_apps.test_export_table import committed_and_present_files, read_back, with_export
+from tests.spark_apps.test_export_table import read_back
 from tests.spark_apps.test_rebuild_indexes import s3_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +85,11 @@ def test_verify_and_rebuild_run_on_a_standalone_cluster(
 def test_export_runs_on_a_standalone_cluster(
     tmp_path: Path, s3_endpoint: S3Endpoint, spark_cluster: SparkStandalone
 ) -> None:
+    """The warehouse on S3 (moto), as a cluster needs: executors write there with the FileIO
+    properties the driver resolved (endpoint from the ``remote`` section, keys from the AWS chain)."""
     env = s3_env(tmp_path, s3_endpoint)
-    with_export(env, tmp_path)
+    warehouse = s3_endpoint.new_bucket()
+    export_support.with_export(env, export_support.sqlite_catalog(tmp_path, f"s3://{warehouse}/warehouse"))
     expected: dict[int, list[int]] = {}
     for partition in range(2):
         writer = env.writer("orders", partition)
@@ -104,7 +108,9 @@ def test_export_runs_on_a_standalone_cluster(
     assert "export orders -> kafka.orders: 6 segment(s) to export" in exported.stdout
     table, found = read_back(env.config_path, "orders")
     assert {p: sorted(o) for p, o in found.items()} == expected
-    committed, present = committed_and_present_files(table)
+    committed = {task.file.file_path for task in table.scan().plan_files()}
+    listing = s3_endpoint.client().list_objects_v2(Bucket=warehouse, Prefix="warehouse/")
+    present = {f"s3://{warehouse}/{o['Key']}" for o in listing.get("Contents", []) if o["Key"].endswith(".parquet")}
     assert committed == present and len(committed) == 6
 
     again = submit(spark_cluster, "export_table.py", "--config", config, "--topic", "orders", cwd=outside)
