@@ -7,7 +7,10 @@
   (``spark_apps/rebuild_indexes.py``);
 - ``tiering_spark_verify`` (weekly, or manual): stream every finished remote segment against its
   manifest and the checksums recorded at copy time; the run fails when any segment is damaged
-  (``spark_apps/verify_segments.py``).
+  (``spark_apps/verify_segments.py``);
+- ``tiering_export`` (daily, or manual): the tiered log of the selected partitions into its
+  Iceberg table, exactly once (``spark_apps/export_table.py``: one Spark task per remote segment
+  writes its data files, the driver commits them; a rerun finishes what a killed run left).
 
 Params select the partitions (empty: all in the log dirs). The Spark master comes from the
 ``spark_default`` connection (``local[2]``, ``spark://...``, ``yarn``, ``k8s://...``); without
@@ -39,6 +42,8 @@ CONFIG = os.environ.get("TIERING_CONFIG") or "{{ var.value.get('tiering_config',
 # A blank selector means "every partition"; the apps read blank values as unset.
 SELECTOR_ARGS = ["--config", CONFIG, "--topic", "{{ params.topic }}", "--partitions", "{{ params.partitions }}"]
 TOPIC = r"^([A-Za-z0-9._-]+)?$"  # a topic name or nothing: never an option of the app
+PARTITION = r"^([0-9]+)?$"
+ISOLATION = ("read_committed", "read_uncommitted")
 PARTITION_LIST = r"^\s*([A-Za-z0-9._-]+-[0-9]+\s*(,\s*[A-Za-z0-9._-]+-[0-9]+\s*)*)?$"
 
 
@@ -126,3 +131,30 @@ with DAG(
     doc_md=__doc__,
 ) as tiering_spark_verify:
     submit("verify_segments", "verify_segments.py", SELECTOR_ARGS)
+
+
+with DAG(
+    dag_id="tiering_export",
+    description="The tiered log as an Iceberg table, exactly once (spark_apps/export_table.py)",
+    schedule="@daily",
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,
+    tags=["tiering", "spark", "export"],
+    params={
+        **selector_params(),
+        "partition": Param("", type="string", pattern=PARTITION, description="one partition of the topic, or empty"),
+        "isolation": Param(
+            "read_committed",
+            type="string",
+            enum=list(ISOLATION),
+            description="read_committed drops aborted transactions; read_uncommitted keeps every data record",
+        ),
+    },
+    doc_md=__doc__,
+) as tiering_export:
+    submit(
+        "export_table",
+        "export_table.py",
+        [*SELECTOR_ARGS, "--partition", "{{ params.partition }}", "--isolation", "{{ params.isolation }}"],
+    )

@@ -33,7 +33,12 @@ def spark_dags(fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_dags_parse_light_with_params(spark_dags) -> None:
-    assert set(spark_dags) == {"tiering_spark_bulk_upload", "tiering_spark_rebuild_indexes", "tiering_spark_verify"}
+    assert set(spark_dags) == {
+        "tiering_spark_bulk_upload",
+        "tiering_spark_rebuild_indexes",
+        "tiering_spark_verify",
+        "tiering_export",
+    }
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     for dag in spark_dags.values():
@@ -179,3 +184,84 @@ def test_bulk_upload_to_s3_without_spark_default_runs_local_with_the_aws_connect
     assert stored and all(
         secret not in json.dumps(fields) and "AKIDSPARK" not in json.dumps(fields) for fields in stored
     )
+
+
+def test_export_dag_is_daily_and_triggerable_with_topic_partition_and_isolation(spark_dags) -> None:
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    dag = spark_dags["tiering_export"]
+    (task,) = dag.tasks
+    assert Path(task.application) == ROOT / "spark_apps" / "export_table.py"
+    assert dag.timetable.expression == "0 0 * * *"  # @daily
+    assert {"topic", "partition", "isolation"} <= set(dag.params)
+    assert dag.params["isolation"] == "read_committed"
+    assert dag.params.get_param("isolation").resolve("read_uncommitted") == "read_uncommitted"
+    assert dag.params.get_param("partition").resolve("3") == "3"
+    for bad in ("dirty", "--config=/etc/passwd"):
+        with pytest.raises(ParamValidationError):
+            dag.params.get_param("isolation").resolve(bad)
+    with pytest.raises(ParamValidationError):
+        dag.params.get_param("partition").resolve("-1 --topic x")
+
+
+def test_export_dags_spark_submit_command_line_holds_the_selection_and_no_secret(
+    spark_dags, fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rendered command line names the app, the deployment's config and the params; the aws
+    connection's keys reach spark-submit's environment (and, for a cluster, a 0600 properties
+    file), never its argv."""
+    import json
+
+    secret, token = "export-secret-8Kd", "export-token-2Pq"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "AKIDEXPORT",
+                "password": secret,
+                "extra": {"aws_session_token": token, "region_name": "eu-west-1"},
+            }
+        ),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1:7077"})
+    )
+    (task,) = spark_dags["tiering_export"].tasks
+    params = {"topic": "orders", "partitions": "", "partition": "2", "isolation": "read_uncommitted"}
+    task.render_template_fields({"params": params, "var": {"value": {}}})  # type: ignore[arg-type]
+    with task.submission() as submission:
+        command = submission.hook._build_spark_submit_command(task.application)
+        properties = Path(command[command.index("--properties-file") + 1])
+        assert properties.stat().st_mode & 0o777 == 0o600 and secret in properties.read_text()
+        env = submission.env
+    argv = " ".join(command)
+    assert secret not in argv and token not in argv and "AKIDEXPORT" not in argv
+    assert command[command.index("--master") + 1] == "spark://127.0.0.1:7077"
+    app_args = command[command.index(task.application) + 1 :]
+    assert app_args[app_args.index("--config") + 1] == str(fs_env.config_path)
+    assert app_args[app_args.index("--topic") + 1] == "orders"
+    assert app_args[app_args.index("--partition") + 1] == "2"
+    assert app_args[app_args.index("--isolation") + 1] == "read_uncommitted"
+    assert (env["AWS_SECRET_ACCESS_KEY"], env["AWS_SESSION_TOKEN"]) == (secret, token)
+    assert not properties.exists()
+
+
+def test_export_dag_exports_the_topic_into_its_iceberg_table(
+    spark_dags, fs_env: TieringEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.spark_apps.test_export_table import read_back, tiered, with_export
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # spark-submit's driver runs this checkout's code
+    with_export(fs_env, tmp_path)
+    expected = tiered(fs_env, "orders", 2, 2)
+    dag = spark_dags["tiering_export"]
+    assert dag.test(run_conf={"topic": "orders", "partition": "1"}).state == "success"
+    _table, found = read_back(fs_env.config_path, "orders")
+    assert {p: sorted(o) for p, o in found.items()} == {1: sorted(expected[1])}
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(SPARK_FILE)).dags["tiering_export"]  # dag.test() rendered the first one's fields
+    assert dag.test(run_conf={"topic": "orders"}).state == "success"
+    _table, found = read_back(fs_env.config_path, "orders")
+    assert {p: sorted(o) for p, o in found.items()} == {p: sorted(o) for p, o in expected.items()}

@@ -1,0 +1,202 @@
+"""The Spark export: one task per remote segment writes its data files, the driver makes the only
+commit. The table read back with pyiceberg holds each tiered offset once; a rerun commits nothing;
+spark-submit killed (-9) in the middle of a run leaves no snapshot, and the rerun exports every
+offset once and removes the data files the killed attempt wrote."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.engine_support import TieringEnv, write_segments
+from tests.export import support as export_support
+from tiering_core.config import load_config
+from tiering_core.export import load_catalog
+from tiering_core.runs.copy import run_copy
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def with_export(env: TieringEnv, root: Path) -> Path:
+    """The env's config with an ``export`` section (a SQLite catalog), and its file warehouse."""
+    export_support.with_export(env, export_support.sqlite_catalog(root))
+    return root / "warehouse"
+
+
+def tiered(env: TieringEnv, topic: str, partitions: int, segments: int, records: int = 5) -> dict[int, set[int]]:
+    """``partitions`` partitions of ``segments`` rolled segments each, copied: the offsets per partition."""
+    offsets: dict[int, set[int]] = {}
+    with env.context() as ctx:
+        for partition in range(partitions):
+            writer = env.writer(topic, partition)
+            bases = write_segments(writer, segments, records)
+            writer.set_high_watermark()
+            offsets[partition] = set(range(bases[-1] + records))  # every segment rolled: all copied
+            run_copy(ctx, writer.tp)
+    return offsets
+
+
+def read_back(config: Path, topic: str) -> tuple[Any, dict[int, list[int]]]:
+    """The table (pyiceberg) and its offsets per partition, in scan order, duplicates kept."""
+    table = load_catalog(load_config(config)).load_table(("kafka", topic))
+    rows = table.scan(selected_fields=("partition", "offset")).to_arrow().to_pylist()
+    found: dict[int, list[int]] = {}
+    for row in rows:
+        found.setdefault(row["partition"], []).append(row["offset"])
+    return table, found
+
+
+def committed_and_present_files(table: Any) -> tuple[set[str], set[str]]:
+    """The data files the table's snapshot references, and the Parquet files under its data dir."""
+    table.refresh()
+    committed = {task.file.file_path.removeprefix("file://") for task in table.scan().plan_files()}
+    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    present = {str(p) for p in data_dir.rglob("*.parquet")} if data_dir.exists() else set()
+    return {str(Path(p)) for p in committed}, present
+
+
+def test_spark_export_holds_every_offset_once_and_a_rerun_commits_nothing(
+    tmp_path: Path, fs_env: TieringEnv, spark
+) -> None:
+    from spark_apps.export_table import main
+
+    with_export(fs_env, tmp_path)
+    expected = tiered(fs_env, "orders", 2, 3)
+    config = str(fs_env.config_path)
+    assert main(["--config", config, "--topic", "orders"], spark=spark) == 0
+    table, found = read_back(fs_env.config_path, "orders")
+    assert {p: sorted(o) for p, o in found.items()} == {p: sorted(o) for p, o in expected.items()}
+    assert all(len(o) == len(set(o)) for o in found.values())
+    snapshots = len(table.snapshots())
+    committed, present = committed_and_present_files(table)
+    assert committed == present
+
+    assert main(["--config", config, "--topic", "orders"], spark=spark) == 0  # up to date
+    table.refresh()
+    assert len(table.snapshots()) == snapshots
+
+
+def spark_submit(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PATH": f"{BIN}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}  # fmt: skip  # this checkout's code
+    command = [str(BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
+    return subprocess.Popen(
+        [*command, str(ROOT / "spark_apps" / "export_table.py"), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # spark-submit, its JVM and the Python driver: one group to kill
+    )
+
+
+@pytest.mark.slow
+def test_spark_export_killed_mid_run_then_rerun_is_exactly_once_with_no_stray_files(
+    tmp_path: Path, fs_env: TieringEnv
+) -> None:
+    warehouse = with_export(fs_env, tmp_path)
+    expected = tiered(fs_env, "orders", 2, 8, records=200)
+    args = ["--config", str(fs_env.config_path), "--topic", "orders", "--parallelism", "1"]
+    killed = spark_submit(args, tmp_path)
+    deadline = time.monotonic() + 240
+    try:
+        while not any(warehouse.rglob("*.parquet")):
+            if killed.poll() is not None:
+                out, err = killed.communicate()
+                pytest.fail(f"the export ended before any data file was written: {out}{err[-3000:]}")
+            assert time.monotonic() < deadline, "no data file written in time"
+            time.sleep(0.05)
+    finally:
+        if killed.poll() is None:
+            os.killpg(killed.pid, signal.SIGKILL)
+            killed.communicate(timeout=60)
+    written = set(warehouse.rglob("*.parquet"))
+    assert written  # an attempt's files, committed by no snapshot
+    catalog = load_catalog(load_config(fs_env.config_path))
+    if catalog.table_exists(("kafka", "orders")):
+        assert catalog.load_table(("kafka", "orders")).current_snapshot() is None
+
+    rerun = spark_submit(args, tmp_path)
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, out + err[-3000:]
+    table, found = read_back(fs_env.config_path, "orders")
+    assert {p: sorted(o) for p, o in found.items()} == {p: sorted(o) for p, o in expected.items()}
+    assert all(len(o) == len(set(o)) for o in found.values())
+    committed, present = committed_and_present_files(table)
+    assert committed == present
+
+
+def test_spark_export_equals_tiering_export_row_for_row_at_both_isolations(
+    tmp_path: Path, fs_env: TieringEnv, spark
+) -> None:
+    """Every codec, headers, null keys and values, aborted and committed transactions across rolls:
+    the Spark app's table holds exactly the rows of ``tiering export``'s."""
+    from spark_apps.export_table import main
+    from tiering_core.export import run_export
+    from tiering_core.kafka.isolation import IsolationLevel
+
+    with_export(fs_env, tmp_path)
+    writers = [export_support.build_partition(fs_env, "orders", p) for p in range(2)]
+    config = load_config(fs_env.config_path)
+    with fs_env.context() as ctx:
+        for w in writers:
+            run_copy(ctx, w.tp)
+        for isolation in IsolationLevel:
+            cli = run_export(ctx, "orders", isolation=isolation, table=f"cli.orders_{isolation.value}")
+            assert not cli.failed and cli.exported
+    catalog = load_catalog(config)
+    for isolation in IsolationLevel:
+        table = f"spark.orders_{isolation.value}"
+        args = ["--config", str(fs_env.config_path), "--topic", "orders", "--isolation", isolation.value]
+        assert main([*args, "--table", table], spark=spark) == 0
+        columns = [f.name for f in catalog.load_table(("cli", f"orders_{isolation.value}")).schema().fields]
+        keys = [("partition", "ascending"), ("offset", "ascending")]
+        ours = catalog.load_table(("spark", f"orders_{isolation.value}")).scan().to_arrow().sort_by(keys)
+        theirs = catalog.load_table(("cli", f"orders_{isolation.value}")).scan().to_arrow().sort_by(keys)
+        assert ours.num_rows == theirs.num_rows > 0
+        assert ours.select(columns).to_pylist() == theirs.select(columns).to_pylist()
+    committed = catalog.load_table(("spark", "orders_read_committed")).scan().to_arrow().num_rows
+    uncommitted = catalog.load_table(("spark", "orders_read_uncommitted")).scan().to_arrow().num_rows
+    assert committed < uncommitted  # the aborted transactions' records are dropped at read_committed
+
+
+def test_a_corrupt_batch_fails_its_segment_only_naming_its_id_and_offset(
+    tmp_path: Path, fs_env: TieringEnv, spark, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spark_apps.export_table import main
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.read.reader import open_reader
+    from tiering_core.runs.segment_ops import segment_ref
+    from tiering_core.storage.layout import ObjectKind
+
+    with_export(fs_env, tmp_path)
+    expected = tiered(fs_env, "orders", 1, 4, records=20)
+    with fs_env.context() as ctx:
+        tip = open_reader(ctx, TopicPartition("orders", 0)).view.tip
+        segments = sorted(ctx.metadata.list_segments(tip), key=lambda s: s.start_offset)
+        bad = segments[2]
+        log = Path(fs_env.remote["root"]) / segment_ref(bad).key(ObjectKind.LOG, ctx.storage.prefix)
+    body = bytearray(log.read_bytes())
+    body[-10] ^= 0xFF  # inside the last batch's records: its CRC no longer matches
+    log.write_bytes(bytes(body))
+    args = ["--config", str(fs_env.config_path), "--topic", "orders"]
+    assert main(args, spark=spark) == 1
+    captured = capsys.readouterr()
+    assert f"segment {bad.segment_id}" in captured.err and "at offset" in captured.err
+    assert "FAILED" in captured.out
+    table, found = read_back(fs_env.config_path, "orders")
+    assert sorted(found[0]) == sorted(o for o in expected[0] if not bad.start_offset <= o <= bad.end_offset)
+    assert main(args, spark=spark) == 1  # a rerun retries the failed segment only
+    table, again = read_back(fs_env.config_path, "orders")
+    assert sorted(again[0]) == sorted(found[0])
+    committed, present = committed_and_present_files(table)
+    assert committed == present
