@@ -160,3 +160,36 @@ def test_a_segment_is_written_one_decoded_group_at_a_time(tiering_env: TieringEn
     metadata = [pq.ParquetFile(f.removeprefix("file://")).metadata for f in files]
     assert sum(m.num_rows for m in metadata) == 200
     assert sum(m.num_row_groups for m in metadata) == 5  # 20 batches, 4 to a group
+
+
+def test_a_transaction_without_an_outcome_in_the_remote_tier_holds_its_segments_back(
+    tiering_env: TieringEnv, tmp_path: Path
+) -> None:
+    """At read_committed a transaction still open at the end of the last tiered segment may be
+    aborted by a marker the remote tier does not hold yet: its segments wait for the copy that
+    tiers the marker, then are exported without its records."""
+    w = tiering_env.writer("orders", 0)
+    w.append([(b"k", b"before")] * 2)
+    w.begin_transaction(9, 0)
+    w.append([(b"a", b"aborted")] * 3, producer_id=9)
+    w.roll()  # segment 0 ends inside the open transaction
+    w.append([(b"k", b"plain")] * 2)
+    w.roll()
+    w.abort(9)  # the ABORT marker lands in the active segment, which is never tiered
+    w.append([(b"k", b"after")])
+    w.set_high_watermark()
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        assert run_copy(ctx, w.tp).segments_copied == 2
+        held = run_export(ctx, "orders")
+        assert held.planned == [] and held.rows == 0
+        uncommitted = run_export(ctx, "orders", isolation=IsolationLevel.READ_UNCOMMITTED, table="kafka.orders_all")
+        assert uncommitted.rows == 7  # read_uncommitted needs no outcome
+        w.roll()  # the marker's segment closes and is tiered
+        w.set_high_watermark()
+        run_copy(ctx, w.tp)
+        result = run_export(ctx, "orders")
+        assert not result.failed
+        table = table_of(ctx, "orders")
+        assert sorted(scanned(table)["offset"].to_pylist()) == fetched_offsets(ctx, w.tp, IsolationLevel.READ_COMMITTED)
+        assert sorted(scanned(table)["value"].to_pylist()) == [b"after", b"before", b"before", b"plain", b"plain"]

@@ -9,10 +9,18 @@ remote fetch gathers them (``RemoteLogReader.aborted_transactions``: the remote 
 this and later segments, then the broker's local ones when this process has the partition's
 directory): the data files can then be written anywhere (a Spark executor) from the segment and
 the storage alone.
+
+A transaction's outcome must be in the remote tier before its records are exported at
+read_committed: a transaction still open at the end of the last tiered segment (its producer
+snapshot, uploaded with it, says so) may yet be aborted by a marker the remote tier does not hold,
+so no segment holding offsets from its first offset on is exported until a later copy tiers the
+marker. This is the same whether or not the process has the partition's directory, so the CLI and
+the Spark app export the same rows.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,10 +28,16 @@ from tiering_core.errors import TieringError
 from tiering_core.export.table import export_config, exported_ranges, is_exported, load_catalog, open_table, table_name
 from tiering_core.kafka.index import AbortedTxn
 from tiering_core.kafka.isolation import IsolationLevel
+from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 from tiering_core.read.reader import RemoteLogReader
+from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.storage.errors import RemoteObjectNotFoundError
+from tiering_core.storage.layout import ObjectKind
 from tiering_core.tier.view import TierView, finished_in_lineage, load_remote_tier_view, load_tier_view
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -111,6 +125,23 @@ def newest_copies(segments: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSeg
     return [chosen[key] for key in sorted(chosen)]
 
 
+def undecided_from(ctx: TieringContext, segments: list[RemoteLogSegmentMetadata]) -> int | None:
+    """The first offset of the earliest transaction still open at the end of the last tiered
+    segment (module docstring), None when none is; its producer snapshot missing: its base offset
+    (nothing of it is known decided)."""
+    if not segments:
+        return None
+    last = max(segments, key=lambda s: s.end_offset)
+    where = f"producer snapshot of segment {last.segment_id}"
+    try:
+        data = ctx.storage.fetch(segment_ref(last), ObjectKind.PRODUCER_SNAPSHOT)
+    except RemoteObjectNotFoundError:
+        log.warning("%s is missing: segments from offset %d wait for the next copy", where, last.start_offset)
+        return last.start_offset
+    first_offsets = open_transactions(parse_producer_snapshot(data, where)).values()
+    return min(first_offsets, default=None)
+
+
 def plan_export(
     ctx: TieringContext,
     topic: str,
@@ -132,9 +163,20 @@ def plan_export(
     for view in _views(ctx, topic, partition):
         reader = RemoteLogReader(view, ctx.metadata, cache)
         tp = view.tip.topic_partition
-        for segment in newest_copies(finished_in_lineage(view, ctx.metadata)):
+        segments = newest_copies(finished_in_lineage(view, ctx.metadata))
+        undecided = undecided_from(ctx, segments) if isolation == IsolationLevel.READ_COMMITTED else None
+        for segment in segments:
             if is_exported(done, tp.partition, segment.start_offset, segment.end_offset):
                 continue
+            if undecided is not None and segment.end_offset >= undecided:
+                log.info(
+                    "%s: segments from offset %d wait: a transaction open since offset %d has no outcome "
+                    "in the remote tier yet",
+                    tp,
+                    segment.start_offset,
+                    undecided,
+                )
+                break
             aborted: tuple[AbortedTxn, ...] = ()
             if isolation == IsolationLevel.READ_COMMITTED:
                 found = reader.aborted_transactions(segment.start_offset, segment.end_offset + 1)
