@@ -227,3 +227,23 @@ def test_a_store_that_hangs_makes_the_page_say_so_in_bounded_time(
         released.set()
     assert answer.status_code == 503 and "did not finish within" in answer.json()["detail"]
     assert page.status_code == 503 and "does not answer" in page.text
+
+
+def test_each_partition_shows_what_its_export_table_holds(tiering: TieringEnv, client: TestClient, tmp_path) -> None:
+    from tests.export.support import sqlite_catalog, with_export
+    from tiering_core.export import run_export
+
+    w = tiering.writer("orders", 0)
+    write_segments(w, 2)
+    w.set_high_watermark()
+    with tiering.context() as ctx:
+        run_copy(ctx, w.tp, broker_id=BROKER)
+    table = client.get("/fragments/partitions", params={"topic": "orders"}).text
+    assert '<td data-label="Exported up to">-</td>' in table  # no export section: nothing exported
+    with_export(tiering, sqlite_catalog(tmp_path))
+    with tiering.context() as ctx:
+        result = run_export(ctx, "orders")
+    assert result.rows > 0 and not result.failed
+    up_to = max(segment.end_offset for segment in result.exported)
+    table = client.get("/fragments/partitions", params={"topic": "orders"}).text
+    assert f'<td data-label="Exported up to">{up_to:,}</td>' in table

@@ -13,6 +13,7 @@ users without the permission 403: the page names topics and sizes, which are not
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 #: How long one request may spend reading the store (seconds).
 DEFAULT_STATUS_TIMEOUT = DEFAULT_READ_TIMEOUT
+
+log = logging.getLogger(__name__)
 
 #: The files under ``static/`` the page loads (served by name, nothing else from that folder).
 STATIC = Path(__file__).with_name("static")
@@ -61,6 +64,26 @@ def read_series(
     import tiering_core.metrics.collect as collect
 
     return read_store(config_path, lambda ctx: collect.topic_series(ctx, topic, window), timeout)
+
+
+def read_exported(
+    config_path: str | None, topic: str, timeout: float = DEFAULT_STATUS_TIMEOUT
+) -> dict[int, int] | None:
+    """Per partition, the offset the topic's export table holds up to (empty without an ``export``
+    section or a table); None when the catalog or table cannot be read (the page says so, the
+    rest of it still shows)."""
+
+    def read(ctx: TieringContext) -> dict[int, int] | None:
+        from tiering_core.errors import ExportError
+        from tiering_core.export.table import exported_offsets
+
+        try:
+            return {partition: offset for (_, partition), offset in exported_offsets(ctx.config, [topic]).items()}
+        except ExportError as exc:
+            log.warning("Tiering page: the export table of %s cannot be read: %s", topic, exc)
+            return None
+
+    return read_store(config_path, read, timeout)
 
 
 def json_response(value: Any) -> Response:
@@ -116,9 +139,10 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
     ) -> HTMLResponse:
         try:
             snapshot, named = read_snapshot(config_path, topic, status_timeout)
+            exported = read_exported(config_path, topic, status_timeout)
         except StoreUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
-        return HTMLResponse(view.render_partitions(snapshot, named, offset, limit))
+        return HTMLResponse(view.render_partitions(snapshot, named, offset, limit, exported))
 
     @app.get("/static/{name}", dependencies=access)
     def static(name: str) -> FileResponse:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import html
 import json
 import urllib.parse
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from tiering_airflow.dag_ids import dag_ids_of
 from tiering_core.humanize import fmt_age, fmt_bytes
@@ -27,6 +28,8 @@ from tiering_core.metrics.snapshot import MetricsSnapshot, PartitionMetrics, Ser
 WINDOWS: tuple[str, ...] = ("24h", "7d")
 #: Partition rows one request for a topic's table answers (the next ones on request).
 PAGE_ROWS = 200
+#: No partition exported (no ``export`` section, or no table yet).
+EMPTY: Mapping[int, int] = MappingProxyType({})
 #: Partitions an alert names before it says "and N more".
 ALERT_NAMES = 8
 
@@ -52,6 +55,7 @@ PARTITION_COLUMNS: tuple[str, ...] = (
     "Tiering gaps",
     "Risk",
     "Last copy",
+    "Exported up to",
     "Delete state",
     "Replicas",
     "DAGs",
@@ -257,7 +261,12 @@ def _risk(p: PartitionMetrics) -> tuple[str, str]:
     return ("AT RISK: past due" if left <= 0 else f"AT RISK: {fmt_age(int(left * 1000))} left"), "bad"
 
 
-def partition_row(p: PartitionMetrics, now_ms: int, named: Collection[str]) -> str:
+def partition_row(
+    p: PartitionMetrics, now_ms: int, named: Collection[str], exported: Mapping[int, int] | None = EMPTY
+) -> str:
+    """One partition's row; ``exported``: the offset the topic's export table holds up to per
+    partition (None: the table could not be read)."""
+    up_to = "unavailable" if exported is None else (f"{exported[p.partition]:,}" if p.partition in exported else "-")
     copy_dag, retention_dag = dag_ids_of(p.topic, named)
     risk, risk_class = _risk(p)
     gaps = f"{p.gap_count} ({p.gap_offsets:,} offsets lost)" if p.gap_count else "none"
@@ -276,6 +285,7 @@ def partition_row(p: PartitionMetrics, now_ms: int, named: Collection[str]) -> s
                 ("Tiering gaps", _e(gaps), "bad" if p.gap_count else "ok"),
                 ("Risk", _e(risk), risk_class),
                 ("Last copy", _e(_ago(now_ms, p.last_copy_ms)), ""),
+                ("Exported up to", _e(up_to), ""),
                 ("Delete state", _e(p.delete_state or "-"), ""),
                 ("Replicas", _replicas(p, now_ms), ""),
                 ("DAGs", _link(dag_url(copy_dag), "copy") + " " + _link(dag_url(retention_dag), "retention"), ""),
@@ -287,13 +297,18 @@ def partition_row(p: PartitionMetrics, now_ms: int, named: Collection[str]) -> s
 
 
 def render_partitions(
-    snapshot: MetricsSnapshot, named: Collection[str], offset: int = 0, limit: int = PAGE_ROWS
+    snapshot: MetricsSnapshot,
+    named: Collection[str],
+    offset: int = 0,
+    limit: int = PAGE_ROWS,
+    exported: Mapping[int, int] | None = EMPTY,
 ) -> str:
     """The partition table of the snapshot's partitions (one topic's, as the page asks for them),
-    ``limit`` rows from ``offset`` by partition number, and a button for the next rows if any."""
+    ``limit`` rows from ``offset`` by partition number, and a button for the next rows if any;
+    ``exported`` as ``partition_row`` takes it."""
     head = "".join(f"<th>{_e(title)}</th>" for title in PARTITION_COLUMNS)
     ordered = sorted(snapshot.partitions, key=lambda p: p.partition)
-    rows = "".join(partition_row(p, snapshot.db_now_ms, named) for p in ordered[offset : offset + limit])
+    rows = "".join(partition_row(p, snapshot.db_now_ms, named, exported) for p in ordered[offset : offset + limit])
     if not rows:
         rows = f'<tr><td colspan="{len(PARTITION_COLUMNS)}">no partition in the metadata store</td></tr>'
     shown = min(len(ordered), offset + limit)
