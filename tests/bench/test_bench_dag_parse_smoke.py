@@ -27,8 +27,8 @@ def test_bench_dag_parse_small_prints_ratios() -> None:
         cwd=ROOT,
         timeout=300,
     ).stdout
-    # 3 topics x (copy, retention) + 2 catch-all + the removal DAG + 3 Spark DAGs
-    assert "3 topics x 2 partitions: 12 DAGs" in out, out
+    # 3 topics x (copy, retention) + 2 catch-all + the removal DAG + 4 Spark DAGs (upload, rebuild, verify, export)
+    assert "3 topics x 2 partitions: 13 DAGs" in out, out
     assert "RATIO spark_dags_parse/one_dag_parse = " in out, out
     assert "RATIO generated_parse/one_dag_parse = " in out, out
     assert "RATIO first_parse/3s_target = " in out, out
