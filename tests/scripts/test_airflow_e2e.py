@@ -106,13 +106,19 @@ def test_rest_triggered_runs_copy_defer_and_show_on_the_tiering_page(e2e) -> Non
     assert line(out, "e2e: OK in ") and line(out, "e2e: airflow stopped (")
 
 
+def require_chromium(e2e) -> None:  # type: ignore[no-untyped-def]
+    """Skips a screenshot check on a machine without Chromium; under CI (where the bootstrap
+    installs it) a missing Chromium fails instead."""
+    if "e2e: WARNING: no Chromium" in e2e.stdout:
+        assert not load_script().in_ci(), "under CI a missing Chromium must fail the run"
+        pytest.skip("no Chromium installed (apt-get install -y chromium, or set TIERING_CHROMIUM)")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(TEST_TIMEOUT)
 def test_tiering_page_screenshot_as_a_logged_in_user(e2e) -> None:
     assert e2e.returncode == 0, e2e.stdout[-3000:]
-    if "e2e: WARNING: no Chromium" in e2e.stdout:
-        assert not load_script().in_ci(), "under CI a missing Chromium must fail the run"
-        pytest.skip("no Chromium installed (apt-get install -y chromium, or set TIERING_CHROMIUM)")
+    require_chromium(e2e)
     labels = ["orders-0", "orders-1", "orders-2", "orders-3"]
     assert line(e2e.stdout, f"e2e: screenshot saved to {SHOT} (").endswith(
         f"logged in; the page lists {', '.join(labels)})"
@@ -130,8 +136,7 @@ def test_tiering_page_inside_airflows_ui_checked_at_a_laptop_and_a_phone_size(e2
     """From Airflow's navigation (the page in Airflow's frame), checked in that frame: a summary row
     per topic, no horizontal overflow, both charts drawn; the shots are the window's size."""
     assert e2e.returncode == 0, e2e.stdout[-3000:]
-    if "e2e: WARNING: no Chromium" in e2e.stdout:
-        pytest.skip("no Chromium installed (apt-get install -y chromium, or set TIERING_CHROMIUM)")
+    require_chromium(e2e)
     for (width, height), shot in FRAMED.items():
         found = re.fullmatch(
             rf"e2e: in Airflow's UI at {width}x{height}: summary rows (.*); scrollWidth (\d+) <= innerWidth (\d+); "
