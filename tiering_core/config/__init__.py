@@ -35,7 +35,6 @@ from tiering_core.config.kafka import (
 from tiering_core.config.metrics import MetricsConfig, _metrics_config
 from tiering_core.config.parsing import (
     MAX_MAPPING_ENTRIES,
-    _as_bool,
     _as_int,
     _as_str,
     _check_keys,
@@ -47,6 +46,7 @@ from tiering_core.config.parsing import (
     _UniqueKeyLoader,
     _yaml_problem,
 )
+from tiering_core.config.topics import _TOPIC_KEYS, TopicConfig, parse_topic_config
 from tiering_core.errors import ConfigError, InvalidTopicError
 from tiering_core.kafka.topic import is_internal_topic, validate_topic_name
 from tiering_core.storage.layout import validate_deployment_prefix
@@ -79,50 +79,6 @@ __all__ = [
 ]
 
 DEFAULT_TOPIC = "*"
-
-
-@dataclass(frozen=True)
-class TopicConfig:
-    """A topic's tiering knobs, with Kafka's names and meanings (docs/kafka-rules.md section 9).
-
-    ``retention_ms``/``retention_bytes`` are the total (remote) retention; ``-1`` means
-    unlimited. ``local_retention_*`` mirror the broker's own local retention: ``-2`` means
-    "same as total", ``None`` means unknown (no local-retention alarm).
-    """
-
-    remote_storage_enable: bool = True
-    retention_ms: int = 604_800_000
-    retention_bytes: int = -1
-    local_retention_ms: int | None = None
-    local_retention_bytes: int | None = None
-    remote_log_copy_disable: bool = False
-    remote_log_delete_on_disable: bool = False
-    index_interval_bytes: int = 4096
-    cleanup_policy: tuple[str, ...] = ("delete",)
-
-    def effective_local_retention_ms(self) -> int | None:
-        if self.local_retention_ms == -2:
-            return self.retention_ms
-        return self.local_retention_ms
-
-    def effective_local_retention_bytes(self) -> int | None:
-        if self.local_retention_bytes == -2:
-            return self.retention_bytes
-        return self.local_retention_bytes
-
-
-# Kafka config name -> (dataclass field, kind)
-_TOPIC_KEYS: dict[str, tuple[str, str]] = {
-    "remote.storage.enable": ("remote_storage_enable", "bool"),
-    "retention.ms": ("retention_ms", "retention"),
-    "retention.bytes": ("retention_bytes", "retention"),
-    "local.retention.ms": ("local_retention_ms", "local_retention"),
-    "local.retention.bytes": ("local_retention_bytes", "local_retention"),
-    "remote.log.copy.disable": ("remote_log_copy_disable", "bool"),
-    "remote.log.delete.on.disable": ("remote_log_delete_on_disable", "bool"),
-    "index.interval.bytes": ("index_interval_bytes", "positive"),
-    "cleanup.policy": ("cleanup_policy", "cleanup_policy"),
-}
 
 
 @dataclass(frozen=True)
@@ -288,49 +244,6 @@ class PlatformConfig:
         if config.local_retention_bytes is None and broker.retention_bytes is not None:
             config = replace(config, local_retention_bytes=broker.retention_bytes)
         return config
-
-
-def parse_topic_config(raw: Any, where: str, base: TopicConfig, *, check_compact: bool = True) -> TopicConfig:
-    section = _require_mapping(raw if raw is not None else {}, where)
-    _check_keys(section, set(_TOPIC_KEYS), where)
-    values: dict[str, Any] = {}
-    for key, value in section.items():
-        attr, kind = _TOPIC_KEYS[key]
-        name = f"{where}.{key}"
-        if kind == "bool":
-            values[attr] = _as_bool(value, name)
-        elif kind == "positive":
-            values[attr] = _as_int(value, name, 1)
-        elif kind == "cleanup_policy":
-            values[attr] = _cleanup_policy(value, name)
-        elif kind == "retention":
-            number = _as_int(value, name)
-            if number < -1:
-                raise ConfigError(f"{name}: {number} is invalid (use -1 for unlimited)")
-            values[attr] = number
-        else:
-            number = _as_int(value, name)
-            if number < -2:
-                raise ConfigError(f"{name}: {number} is invalid (use -2 for 'same as total', -1 for unlimited)")
-            values[attr] = number
-    config = replace(base, **values)
-    if check_compact and config.remote_storage_enable and "compact" in config.cleanup_policy:
-        raise ConfigError(
-            f"{where}: cleanup.policy {','.join(config.cleanup_policy)} with remote.storage.enable true: "
-            "Kafka refuses remote storage for a compacted topic"
-        )
-    return config
-
-
-def _cleanup_policy(value: Any, key: str) -> tuple[str, ...]:
-    """Kafka's list of ``delete`` and ``compact`` (a comma-separated string or a YAML list)."""
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list) or not items:
-        raise ConfigError(f"{key}: expected delete, compact or both, got {value!r}")
-    policies = tuple(_as_str(item, key).strip() for item in items)
-    if any(p not in ("delete", "compact") for p in policies):
-        raise ConfigError(f"{key}: expected delete, compact or both, got {value!r}")
-    return policies
 
 
 def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = None) -> PlatformConfig:
