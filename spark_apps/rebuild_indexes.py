@@ -155,7 +155,7 @@ def run_rebuild(
     repairs_handed_out = False
     try:
         for tp in partitions:
-            partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+            partition_log = ctx.partition_log(tp)
             tip = TopicIdPartition(partition_log.topic_id, tp)
             interval = ctx.config.topic_config(tp.topic).index_interval_bytes
             part = PartitionRebuild(RebuildResult(tp.topic, tp.partition, repair), tip, None)

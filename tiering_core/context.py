@@ -4,12 +4,14 @@ with a ``kafka:`` section, the cluster (one admin client per context, closed wit
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from tiering_core.config import PlatformConfig, TopicConfig
 from tiering_core.errors import TieringError
-from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
+from tiering_core.kafka.partition_log import CLUSTER_METADATA_TOPIC, PartitionLog, discover_partitions
+from tiering_core.kafka.topic import TopicPartition
 
 if TYPE_CHECKING:
     from tiering_core.live.partition import LivePartition
@@ -113,6 +115,13 @@ class TieringContext:
             self.cluster.want(log.topic_partition for log in logs)
         return logs
 
+    def partition_log(self, tp: TopicPartition) -> PartitionLog:
+        """One partition's directory, looked up by name rather than by listing the log dirs."""
+        log = find_partition(self.config, tp)
+        if self.cluster is not None:
+            self.cluster.want([tp])
+        return log
+
     @property
     def offsets_source(self) -> str:
         """Where offsets come from: ``broker`` (a ``kafka:`` section) or ``files``."""
@@ -135,6 +144,27 @@ class TieringContext:
         return load_tier_view(log, self.metadata, self.live_partition(log))
 
 
+def find_partition(config: PlatformConfig, tp: TopicPartition) -> PartitionLog:
+    """``<topic>-<n>`` in the first log dir that holds it, as ``discover_partitions`` would find it
+    (a symbolic link is not a partition directory, KRaft's metadata log is never one of ours);
+    absent, an error naming the partition."""
+    log_dirs = _checked_log_dirs(config)
+    if tp.topic != CLUSTER_METADATA_TOPIC:
+        for log_dir in log_dirs:
+            entry = log_dir / f"{tp.topic}-{tp.partition}"  # a TopicPartition's name is a valid one
+            if entry.is_dir() and not entry.is_symlink():
+                return PartitionLog(entry, log_dir)
+    raise TieringError(f"partition {tp} is not in the log dirs")
+
+
+def _checked_log_dirs(config: PlatformConfig) -> tuple[Path, ...]:
+    log_dirs = config.require_log_dirs()
+    for log_dir in log_dirs:
+        if not log_dir.is_dir():
+            raise TieringError(f"log dir {log_dir} does not exist or is not a directory")
+    return log_dirs
+
+
 def select_partitions(
     config: PlatformConfig, topic: str | None = None, partition: int | None = None
 ) -> list[PartitionLog]:
@@ -142,10 +172,7 @@ def select_partitions(
     and so is reading partitions where several brokers are configured and none was chosen."""
     if partition is not None and topic is None:
         raise TieringError("--partition needs --topic")
-    for log_dir in config.require_log_dirs():
-        if not log_dir.is_dir():
-            raise TieringError(f"log dir {log_dir} does not exist or is not a directory")
-    logs = sorted(discover_partitions(list(config.log_dirs)), key=lambda log: log.topic_partition)
+    logs = sorted(discover_partitions(list(_checked_log_dirs(config))), key=lambda log: log.topic_partition)
     if topic is not None:
         logs = [log for log in logs if log.topic_partition.topic == topic]
         if not logs:

@@ -390,7 +390,7 @@ def open_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache
             raise TieringError(f"partition {tp} has no remote data (unknown to the metadata store)")
         newest = max(live, key=lambda r: (r.created_ms, r.topic_id))
         return open_remote_reader(ctx, TopicIdPartition(newest.topic_id, tp), cache)
-    partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+    partition_log = ctx.partition_log(tp)
     return _reader(ctx, load_tier_view(partition_log, ctx.metadata), cache)
 
 

@@ -88,7 +88,7 @@ def verify_segment(storage: RemoteStorage, segment: RemoteLogSegmentMetadata) ->
 
 def segments_to_verify(ctx: TieringContext, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
     """Every finished segment of the partition (inside the lineage or not), by start offset."""
-    partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+    partition_log = ctx.partition_log(tp)
     tip = TopicIdPartition(partition_log.topic_id, tp)
     return [s for s in ctx.metadata.list_segments(tip) if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
 

@@ -120,10 +120,6 @@ def _skip_reason(ctx: TieringContext, tp: TopicPartition) -> str | None:
     return None
 
 
-def _partition_log(ctx: TieringContext, tp: TopicPartition):  # type: ignore[no-untyped-def]
-    return ctx.partitions(tp.topic, tp.partition)[0]
-
-
 def plan_copy(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None) -> CopyPlan:
     """The segments a copy run would upload now; writes nothing but, with ``broker_id``, what this
     broker saw of the partition (``tier.observation``)."""
@@ -137,7 +133,7 @@ def plan_copies(ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id
     views: list[TierView] = []
     observed: list[Observed] = []
     for tp in tps:
-        view = ctx.tier_view(_partition_log(ctx, tp))
+        view = ctx.tier_view(ctx.partition_log(tp))
         views.append(view)
         observed.append((view, ctx.topic_config(tp.topic), None))
     record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids)
@@ -185,7 +181,7 @@ def begin_copy_run(
     Returns None when another run holds the partition's lease.
     """
     store = ctx.metadata
-    partition_log = _partition_log(ctx, tp)
+    partition_log = ctx.partition_log(tp)
     refuse_stale_directory(ctx, partition_log)
     tip = TopicIdPartition(partition_log.topic_id, tp)
     store.register_partition(tip)
@@ -268,7 +264,7 @@ class CopyRun:
             return run
         if broker_id is not None and in_cluster(ctx.config):
             # This broker's observation first, then the choice among the fresh replicas.
-            seen = ctx.tier_view(_partition_log(ctx, tp))
+            seen = ctx.tier_view(ctx.partition_log(tp))
             record_views(
                 ctx.metadata,
                 broker_id,
@@ -333,7 +329,7 @@ class CopyRun:
         if upload is not None:
             abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
         self._held()
-        fresh = self.ctx.tier_view(_partition_log(self.ctx, self.tp))
+        fresh = self.ctx.tier_view(self.ctx.partition_log(self.tp))
         gap = tiering_gap_on(self.ctx.config, self.ctx.metadata, fresh, self.broker_id)
         if gap is None:
             raise CopyFailedError(
@@ -474,7 +470,7 @@ class CopyRun:
         if self.view is None:
             return self.result
         result, store = self.result, self.ctx.metadata
-        final = self.ctx.tier_view(_partition_log(self.ctx, self.tp))
+        final = self.ctx.tier_view(self.ctx.partition_log(self.tp))
         record_views(
             store,
             self.broker_id,

@@ -350,7 +350,7 @@ def run_retention(
     now = int(time.time() * 1000) if now_ms is None else now_ms
     topic = ctx.topic_config(tp.topic)
     store = ctx.metadata
-    partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+    partition_log = ctx.partition_log(tp)
     view = ctx.tier_view(partition_log)
     lag: tuple[int, int] | None = None
     try:
@@ -496,7 +496,7 @@ def apply_delete_records(ctx: TieringContext, tp: TopicPartition, before_offset:
     if before_offset < 0:
         raise TieringError(f"--before-offset must be >= 0, got {before_offset}")
     store = ctx.metadata
-    partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+    partition_log = ctx.partition_log(tp)
     view = ctx.tier_view(partition_log)
     record = store.get_partition(view.tip)
     if record is None:

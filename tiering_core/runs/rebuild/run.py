@@ -307,7 +307,7 @@ def rebuild_partition_indexes(
     say = progress or (lambda line: log.info("%s", line))
     started = time.monotonic()
     result = RebuildResult(tp.topic, tp.partition, repair)
-    partition_log = ctx.partitions(tp.topic, tp.partition)[0]
+    partition_log = ctx.partition_log(tp)
     interval = ctx.config.topic_config(tp.topic).index_interval_bytes
     tip = TopicIdPartition(partition_log.topic_id, tp)
     tasks: list[RemoteIndexTask] = []
