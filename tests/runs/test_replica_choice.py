@@ -24,7 +24,8 @@ from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import UnknownBrokerError
 from tiering_core.read.reader import open_reader
-from tiering_core.runs.copy import CopyRun, plan_copies, run_copy
+from tiering_core.runs.copy import CopyRun, run_copy
+from tiering_core.runs.copy_plan import plan_copies
 from tiering_core.tier.status import collect_status
 
 TP = TopicPartition("orders", 0)

@@ -8,7 +8,8 @@ import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.metadata.errors import UnknownBrokerError
-from tiering_core.runs.copy import plan_copies, run_copy
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.copy_plan import plan_copies
 from tiering_core.runs.retention import run_retention
 from tiering_core.tier.status import collect_status, partition_status
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.airflow_support import AIRFLOW_BIN, ROOT, airflow_env
 from tests.engine_support import TieringEnv
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.runs.copy import plan_copies
+from tiering_core.runs.copy_plan import plan_copies
 
 
 def test_plugin_is_registered_with_its_app_and_nav_entry() -> None:

@@ -13,7 +13,8 @@ from tiering_airflow.ui.app import STATIC_TYPES, create_app
 from tiering_airflow.ui.view import PARTITION_COLUMNS, SUMMARY_COLUMNS
 from tiering_core.errors import TieringGapError
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.runs.copy import plan_copies, run_copy
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.copy_plan import plan_copies
 
 COOKIE = "_token"  # the cookie Airflow's UI keeps its JWT in (COOKIE_NAME_JWT_TOKEN)
 BROKER = 1  # the demo writer's broker (its log dir's meta.properties): runs record what they observe

@@ -18,24 +18,25 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import TieringError, TieringGapError
-from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, is_internal_topic
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metadata.store import Lease
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
+from tiering_core.runs.copy_plan import PlannedSegment, plan_copy, replica_not_chosen, skip_reason
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
-from tiering_core.tier.observation import Observed, record_views
-from tiering_core.tier.replica import choose_replica, in_cluster, tiering_gap_on
+from tiering_core.tier.observation import record_views
+from tiering_core.tier.replica import in_cluster, tiering_gap_on
 from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps
 
 if TYPE_CHECKING:
@@ -60,32 +61,6 @@ Progress = Callable[[str], None]
 Uploader = Callable[["RemoteStorage", "SegmentUpload"], "SegmentManifest"]
 
 
-@dataclass(frozen=True)
-class PlannedSegment:
-    base_offset: int
-    end_offset: int
-    size_bytes: int
-
-    def to_dict(self) -> dict[str, int]:
-        return {"base_offset": self.base_offset, "end_offset": self.end_offset, "size_bytes": self.size_bytes}
-
-
-@dataclass(frozen=True)
-class CopyPlan:
-    """What a copy run would do now (read-only)."""
-
-    topic_partition: TopicPartition
-    highest_copied_offset: int
-    last_stable_offset: int | None
-    candidates: tuple[PlannedSegment, ...]
-    gap: list[int] | None
-    skipped_reason: str | None = None
-
-    @property
-    def eligible(self) -> bool:
-        return bool(self.candidates) and self.skipped_reason is None
-
-
 @dataclass
 class CopyResult:
     topic: str
@@ -107,66 +82,6 @@ class CopyResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, for ``--json`` and XCom."""
         return {**asdict(self), "seconds": round(self.seconds, 3)}
-
-
-def _skip_reason(ctx: TieringContext, tp: TopicPartition) -> str | None:
-    topic = ctx.topic_config(tp.topic)
-    if is_internal_topic(tp.topic):
-        return "internal topic (Kafka never tiers it)"
-    if not topic.remote_storage_enable:
-        return "remote.storage.enable is false"
-    if topic.remote_log_copy_disable:
-        return "remote.log.copy.disable is true"
-    return None
-
-
-def plan_copy(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None) -> CopyPlan:
-    """The segments a copy run would upload now; writes nothing but, with ``broker_id``, what this
-    broker saw of the partition (``tier.observation``)."""
-    return plan_copies(ctx, [tp], broker_id=broker_id)[0]
-
-
-def plan_copies(ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id: int | None = None) -> list[CopyPlan]:
-    """``plan_copy`` of each partition, their observations recorded in one transaction. On one
-    broker of a cluster, a partition whose best fresh replica is another broker's is skipped
-    (``tier.replica``), and a gap another replica still holds is none."""
-    views: list[TierView] = []
-    observed: list[Observed] = []
-    for tp in tps:
-        view = ctx.tier_view(ctx.partition_log(tp))
-        views.append(view)
-        observed.append((view, ctx.topic_config(tp.topic), None))
-    record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids)
-    plans: list[CopyPlan] = []
-    for tp, view in zip(tps, views, strict=True):
-        gap = tiering_gap_on(ctx.config, ctx.metadata, view, broker_id)
-        plans.append(
-            CopyPlan(
-                topic_partition=tp,
-                highest_copied_offset=view.highest_copied_offset,
-                last_stable_offset=view.last_stable_offset,
-                candidates=tuple(
-                    PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
-                ),
-                gap=gap.as_list() if gap else None,
-                skipped_reason=_skip_reason(ctx, tp)
-                or view.behind_lineage
-                or view.live_problem
-                or _not_chosen(ctx, view, broker_id),
-            )
-        )
-    return plans
-
-
-def _not_chosen(ctx: TieringContext, view: TierView, broker_id: int | None) -> str | None:
-    """Why this broker does not copy the partition: another broker holds the best fresh replica
-    (``tier.replica``; its own observation recorded before). None on a single broker."""
-    if broker_id is None or not in_cluster(ctx.config):
-        return None
-    copied, deleted = view.highest_copied_offset, view.global_log_start_offset
-    resume = max(copied + 1, deleted or 0) if copied >= 0 else None
-    choice = choose_replica(ctx.metadata, view.tip, broker_id, ctx.config.observation_staleness_ms, resume=resume)
-    return choice.skipped_reason
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -257,7 +172,7 @@ class CopyRun:
         if broker_id is not None:
             check_broker_id(broker_id, ctx.config.broker_ids, tp)
         run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)), broker_id=broker_id)
-        reason = _skip_reason(ctx, tp)
+        reason = skip_reason(ctx, tp)
         if reason is not None:
             run.result.skipped_reason = reason
             run.say(f"{tp}: skipped ({reason})")
@@ -271,7 +186,7 @@ class CopyRun:
                 [(seen, ctx.topic_config(tp.topic), None)],
                 brokers=ctx.config.broker_ids,
             )
-            not_chosen = _not_chosen(ctx, seen, broker_id)
+            not_chosen = replica_not_chosen(ctx, seen, broker_id)
             if not_chosen is not None:
                 run.result.skipped_reason = not_chosen
                 run.result.highest_copied_offset = seen.highest_copied_offset
@@ -554,7 +469,7 @@ def run_copy(
 
 def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress, broker_id: int | None) -> CopyResult:
     result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
-    reason = _skip_reason(ctx, tp)
+    reason = skip_reason(ctx, tp)
     if reason is not None:
         result.skipped_reason = reason
         say(f"{tp}: skipped ({reason})")

@@ -264,7 +264,7 @@ class TieringHook(BaseHook):
         """What a copy run would upload now (read-only): the partition numbers of ``topic``; for
         ``"*"``, the ``<topic>-<partition>`` labels of the partitions ``default_partitions`` covers."""
         from tiering_core.config import DEFAULT_TOPIC
-        from tiering_core.runs.copy import plan_copies
+        from tiering_core.runs.copy_plan import plan_copies
 
         default = topic == DEFAULT_TOPIC
         with self.get_conn(config) as ctx:
