@@ -202,12 +202,14 @@ def test_without_an_explicit_path_the_config_is_resolved_per_request(
 def test_a_store_that_hangs_makes_the_page_say_so_in_bounded_time(
     tiering: TieringEnv, auth_manager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A metadata store that stops answering (injected: a snapshot read that never returns): the
-    page and the JSON answer 503 within the time limit instead of hanging the API server."""
+    """A metadata store that stops answering (injected: a snapshot read and an overview read that
+    never return): the page and the JSON answer 503 within the time limit instead of hanging the
+    API server."""
     import threading
     import time
 
     import tiering_core.metrics.collect as collect_mod
+    import tiering_core.metrics.overview as overview_mod
 
     released = threading.Event()
 
@@ -216,6 +218,7 @@ def test_a_store_that_hangs_makes_the_page_say_so_in_bounded_time(
         return []
 
     monkeypatch.setattr(collect_mod, "collect_metrics", hung)
+    monkeypatch.setattr(overview_mod, "collect_overview", hung)
     client = TestClient(
         create_app(str(tiering.config_path), status_timeout=0.5), cookies={COOKIE: token_for(auth_manager, "viewer")}
     )

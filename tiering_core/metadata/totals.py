@@ -10,7 +10,17 @@ so a snapshot of ten thousand partitions costs a handful of statements:
 - ``finished_totals``: the remote log size of a batch of partitions (a run's);
 - ``series_totals``: a topic's chart: per bucket of one resolution, the sum over its partitions
   of each partition's highest remote size and copy lag among its replicas' points;
+- ``overview_rows``: what the Tiering page shows above its partitions, and nothing more: per
+  topic its partitions added up (count, remote size, the best fresh replica's copy lag, the last
+  copy), and only the partitions and replicas in an alert state (gaps, a fresh replica at risk,
+  stale replicas of brokers that are not silent, failed scrubs), by ``figure_rows``' rules;
 - ``topic_names``: every topic the store knows (tiered or observed).
+
+The rules the overview's SQL restates (``metrics.collect`` applies them to ``figure_rows``): a
+partition shown is one the store knows and has not removed, or one a broker observed, named by its
+record, else by its lowest broker's observation; an observation is fresh when it is at most the
+staleness old at the database clock; the best fresh replica has the highest leader epoch, then
+LSO, then the lowest broker id (``observations.replica_rank``; a missing value ranks as -1).
 """
 
 from __future__ import annotations
@@ -20,7 +30,25 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import ColumnElement, Dialect, bindparam, case, func, literal_column, select, union
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Dialect,
+    Integer,
+    Select,
+    bindparam,
+    case,
+    cast,
+    exists,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    true,
+    union,
+    union_all,
+)
 
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.counters import COUNT_COLUMNS, COUNTERS, TASK_COLUMNS
@@ -86,6 +114,140 @@ class FigureRows:
     partitions: list[tuple[Any, ...]]
     gaps: list[tuple[Any, ...]]
     counters: list[tuple[Any, ...]]
+
+
+#: A row of ``OverviewRows.topics``: one topic's partitions added up (lags and last copy: None when
+#: none is known).
+TOPIC_FIGURE_COLUMNS = ("topic", "partitions", "remote_bytes", "copy_lag_bytes", "copy_lag_segments", "last_copy_ms")
+
+
+@dataclass(frozen=True, slots=True)
+class OverviewRows:
+    """What the Tiering page shows above its partitions (module docstring), as plain tuples: the
+    database clock, the brokers with a fresh observation, per topic ``TOPIC_FIGURE_COLUMNS`` (in
+    no order), and only the partitions in an alert state, each as (topic, partition, topic id,
+    ...): their recorded gaps (... start, end), those a fresh replica says are at risk, the stale
+    replicas but those of silent brokers (... broker id), the failed scrubs (... failures summed
+    over brokers)."""
+
+    db_now_ms: int
+    reporting: list[int]
+    topics: list[tuple[Any, ...]]
+    gaps: list[tuple[Any, ...]]
+    risks: list[tuple[Any, ...]]
+    stale: list[tuple[Any, ...]]
+    scrubs: list[tuple[Any, ...]]
+
+
+class OverviewStatements:
+    """The overview's statements for one dialect (module docstring). ``fresh_since``: the oldest
+    observation that is fresh; ``brokers``: the config's brokers (a stale replica is not listed
+    when its broker is one of them and reported nothing fresh: the broker is silent)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        minus_one: ColumnElement[int] = literal_column("-1")
+        not_dropped: ColumnElement[bool] = literal_column("false" if dialect.name == "postgresql" else "0")
+        o = LATEST
+        record, first, fresh_one = P.alias("record"), LATEST.alias("first_seen"), LATEST.alias("fresh_one")
+        since = bindparam("fresh_since", type_=BigInteger)
+        fresh = o.c.observed_ms >= since
+
+        def name_of(topic_id: ColumnElement[Any], partition: ColumnElement[Any]) -> ColumnElement[Any]:
+            """The topic name a partition is shown under (None: not shown)."""
+            kept = select(record.c.topic).where(
+                record.c.topic_id == topic_id, record.c.partition == partition, record.c.dropped == not_dropped
+            )
+            seen = (
+                select(first.c.topic)
+                .where(first.c.topic_id == topic_id, first.c.partition == partition)
+                .order_by(first.c.broker_id)
+                .limit(1)
+            )
+            return func.coalesce(kept.scalar_subquery(), seen.scalar_subquery())
+
+        observed_only = select(o.c.topic_id, o.c.partition, o.c.topic, cast(null(), Integer)).where(
+            ~exists().where(
+                record.c.topic_id == o.c.topic_id, record.c.partition == o.c.partition, record.c.dropped == not_dropped
+            ),
+            ~exists().where(
+                first.c.topic_id == o.c.topic_id, first.c.partition == o.c.partition, first.c.broker_id < o.c.broker_id
+            ),
+        )
+        shown = union_all(
+            select(P.c.topic_id, P.c.partition, P.c.topic, P.c.id).where(P.c.dropped == not_dropped), observed_only
+        ).subquery("shown")
+        rank = func.row_number().over(
+            partition_by=(o.c.topic_id, o.c.partition),
+            order_by=(
+                func.coalesce(o.c.leader_epoch, minus_one).desc(),
+                func.coalesce(o.c.last_stable_offset, minus_one).desc(),
+                o.c.broker_id,
+            ),
+        )
+        ranked = (
+            select(o.c.topic_id, o.c.partition, o.c.copy_lag_bytes, o.c.copy_lag_segments, rank.label("rank"))
+            .where(fresh)
+            .subquery("ranked")
+        )
+        remote = (
+            select(S.c.partition_id, func.sum(S.c.size_bytes).label("size"))
+            .where(LIVE & IS_FINISHED)
+            .group_by(S.c.partition_id)
+            .subquery("remote")
+        )
+        copied = (
+            select(COUNTERS.c.topic_id, COUNTERS.c.partition, func.max(COUNTERS.c.last_copy_ms).label("at"))
+            .group_by(COUNTERS.c.topic_id, COUNTERS.c.partition)
+            .subquery("copied")
+        )
+        self.topics: Select[Any] = (
+            select(
+                shown.c.topic,
+                func.count(),
+                func.coalesce(func.sum(remote.c.size), literal_column("0")),
+                func.sum(ranked.c.copy_lag_bytes),
+                func.sum(ranked.c.copy_lag_segments),
+                func.max(copied.c.at),
+            )
+            .select_from(
+                shown.outerjoin(remote, remote.c.partition_id == shown.c.id)
+                .outerjoin(
+                    ranked,
+                    (ranked.c.topic_id == shown.c.topic_id)
+                    & (ranked.c.partition == shown.c.partition)
+                    & (ranked.c.rank == literal_column("1")),
+                )
+                .outerjoin(copied, (copied.c.topic_id == shown.c.topic_id) & (copied.c.partition == shown.c.partition))
+            )
+            .group_by(shown.c.topic)
+        )
+        self.reporting: Select[Any] = select(o.c.broker_id).where(fresh).distinct()
+        self.gaps: Select[Any] = (
+            select(P.c.topic, P.c.partition, P.c.topic_id, G.c.start_offset, G.c.end_offset)
+            .select_from(G.join(P, P.c.id == G.c.partition_id))
+            .where(P.c.dropped == not_dropped)
+        )
+        self.risks: Select[Any] = (
+            select(name_of(o.c.topic_id, o.c.partition), o.c.partition, o.c.topic_id)
+            .where(o.c.at_risk == true(), fresh)
+            .distinct()
+        )
+        silent_or_other = or_(
+            o.c.broker_id.in_(select(fresh_one.c.broker_id).where(fresh_one.c.observed_ms >= since)),
+            o.c.broker_id.not_in(bindparam("brokers", expanding=True)),
+        )
+        self.stale: Select[Any] = select(
+            name_of(o.c.topic_id, o.c.partition), o.c.partition, o.c.topic_id, o.c.broker_id
+        ).where(o.c.observed_ms < since, silent_or_other)
+        failed = (
+            select(COUNTERS.c.topic_id, COUNTERS.c.partition, func.sum(COUNTERS.c.scrub_failures).label("failures"))
+            .where(COUNTERS.c.scrub_failures > literal_column("0"))
+            .group_by(COUNTERS.c.topic_id, COUNTERS.c.partition)
+            .subquery("failed")
+        )
+        self.scrubs: Select[Any] = select(
+            name_of(failed.c.topic_id, failed.c.partition), failed.c.partition, failed.c.topic_id, failed.c.failures
+        )
 
 
 class TotalsStatements:
@@ -204,6 +366,25 @@ class TotalsStore(StoreCore):
         with self._read() as conn:
             rows = self._tq.series.rows(conn, {"topic": topic, "res": resolution_ms, "since": since_ms})
         return [(int(at), int(size), int(lag)) for at, size, lag in rows]
+
+    @cached_property
+    def _overview_q(self) -> OverviewStatements:
+        return OverviewStatements(self.engine.dialect)
+
+    def overview_rows(self, *, staleness_ms: int, brokers: Collection[int]) -> OverviewRows:
+        """What the Tiering page shows above its partitions (module docstring), on one connection:
+        an observation older than ``staleness_ms`` at the database clock is stale; ``brokers``: the
+        config's brokers."""
+        oq = self._overview_q
+        with self._read() as conn:
+            now = self._db_now(conn)
+            params: dict[str, Any] = {"fresh_since": now - staleness_ms, "brokers": sorted(brokers)}
+            reporting = [int(b) for (b,) in conn.execute(oq.reporting, params)]
+            topics, gaps, risks, stale, scrubs = (
+                [tuple(row) for row in conn.execute(q, params)]
+                for q in (oq.topics, oq.gaps, oq.risks, oq.stale, oq.scrubs)
+            )
+        return OverviewRows(now, reporting, topics, gaps, risks, stale, scrubs)
 
     def topic_names(self) -> list[str]:
         """Every topic the store knows, tiered (not removed) or observed, by name."""

@@ -9,6 +9,8 @@
   is reflected);
 - ``collect``: a snapshot (and a topic's chart series) read from the store in a few set-wise
   queries;
+- ``overview``: what the Tiering page shows above its partitions (per-topic sums, the partitions
+  and replicas in an alert state), read for only that, by the snapshot's rules;
 - ``tally``: a run's counts of its acts on a partition, reported as they happen and stored in
   the partition's counters once when the run ends;
 - ``exposition``: a snapshot as Prometheus text format 0.0.4 (``/tiering/metrics`` serves it).

@@ -1,9 +1,11 @@
 """The Tiering page: every topic's tiering from the metadata store, as HTML and as JSON.
 
-Mounted by the Airflow plugin under ``/tiering``; each request reads the store's snapshot with
-``collect_metrics`` (and a topic's chart points with ``topic_series``), so the page works on an API
-server without log dirs and shows every broker. ``view.py`` renders it. Links are relative so the
-page also works when Airflow is served under a path prefix.
+Mounted by the Airflow plugin under ``/tiering``; each request reads the store as it is at that
+moment, so the page works on an API server without log dirs and shows every broker: the page asks
+only for what it shows (``collect_overview``: per-topic sums and the partitions in an alert state),
+an opened topic's table and the JSON for its snapshot (``collect_metrics``), a chart for its points
+(``topic_series``). ``view.py`` renders it. Links are relative so the page also works when Airflow
+is served under a path prefix.
 
 Every page route requires an Airflow user allowed to see plugin views, authenticated the way the
 rest of Airflow's API is: a JWT as ``Authorization: Bearer`` (REST clients) or in the ``_token``
@@ -28,6 +30,7 @@ from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, rea
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.metrics.overview import Overview
     from tiering_core.metrics.snapshot import MetricsSnapshot, SeriesPoint
 
 #: How long one request may spend reading the store (seconds).
@@ -55,6 +58,13 @@ def read_snapshot(
         return collect.collect_metrics(ctx, topic=topic), named_topics(ctx.config)
 
     return read_store(config_path, read, timeout)
+
+
+def read_overview(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> Overview:
+    """The page's top: every topic's summary and the partitions in an alert state."""
+    import tiering_core.metrics.overview as overview
+
+    return read_store(config_path, overview.collect_overview, timeout)
 
 
 def read_series(
@@ -155,9 +165,9 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
     @app.get("/", response_class=HTMLResponse, dependencies=access)
     def page() -> HTMLResponse:
         try:
-            snapshot, _ = read_snapshot(config_path, None, status_timeout)
+            overview = read_overview(config_path, status_timeout)
         except StoreUnavailable as exc:
             return HTMLResponse(view.render_error(str(exc)), status_code=503)
-        return HTMLResponse(view.render_page(snapshot))
+        return HTMLResponse(view.render_page(overview))
 
     return app

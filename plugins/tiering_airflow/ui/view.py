@@ -1,5 +1,6 @@
-"""The Tiering page's HTML, computed from a ``MetricsSnapshot`` alone (the metadata store's view of
-every broker), so the API server renders it without any log dir.
+"""The Tiering page's HTML, computed from the metadata store's view of every broker alone (an
+``Overview`` for the page, a ``MetricsSnapshot`` of one topic for its partition table), so the API
+server renders it without any log dir.
 
 The page holds one summary row per topic (partitions, remote size, copy lag, gaps, risk) and the
 alerts an operator acts on (tiering gaps, local-retention risk, stale brokers, failed scrubs).
@@ -22,6 +23,7 @@ from types import MappingProxyType
 from tiering_airflow.dag_ids import dag_ids_of
 from tiering_core.humanize import fmt_age, fmt_bytes
 from tiering_core.metadata.values import TaskAttempt
+from tiering_core.metrics.overview import Overview, TopicSummary, overview_of
 from tiering_core.metrics.snapshot import MetricsSnapshot, PartitionMetrics, SeriesPoint
 
 #: The chart windows ``topic_series`` serves, as the page names them.
@@ -63,47 +65,9 @@ PARTITION_COLUMNS: tuple[str, ...] = (
 )
 
 
-@dataclass(slots=True)
-class TopicSummary:
-    """One topic's partitions added up; a lag is None when no partition has a fresh replica."""
-
-    topic: str
-    partitions: int = 0
-    remote_bytes: int = 0
-    remote_segments: int = 0
-    copy_lag_bytes: int | None = None
-    copy_lag_segments: int | None = None
-    gap_partitions: int = 0
-    gap_offsets: int = 0
-    at_risk: int = 0
-    last_copy_ms: int | None = None
-
-    def add(self, p: PartitionMetrics) -> None:
-        self.partitions += 1
-        self.remote_bytes += p.remote_bytes
-        self.remote_segments += p.remote_segments
-        if p.copy_lag_bytes is not None:
-            self.copy_lag_bytes = (self.copy_lag_bytes or 0) + p.copy_lag_bytes
-        if p.copy_lag_segments is not None:
-            self.copy_lag_segments = (self.copy_lag_segments or 0) + p.copy_lag_segments
-        if p.gap_count:
-            self.gap_partitions += 1
-            self.gap_offsets += p.gap_offsets
-        if p.at_risk:
-            self.at_risk += 1
-        if p.last_copy_ms is not None and (self.last_copy_ms is None or p.last_copy_ms > self.last_copy_ms):
-            self.last_copy_ms = p.last_copy_ms
-
-
 def summarize(snapshot: MetricsSnapshot) -> list[TopicSummary]:
     """One summary per topic, by topic name."""
-    topics: dict[str, TopicSummary] = {}
-    for p in snapshot.partitions:
-        summary = topics.get(p.topic)
-        if summary is None:
-            summary = topics[p.topic] = TopicSummary(p.topic)
-        summary.add(p)
-    return [topics[t] for t in sorted(topics)]
+    return overview_of(snapshot).topics
 
 
 @dataclass(slots=True)
@@ -134,26 +98,23 @@ class _Named:
         return ", ".join(self.names) + (f" and {more} more" if more > 0 else "")
 
 
-def alerts(snapshot: MetricsSnapshot) -> list[Alert]:
+def alerts(source: MetricsSnapshot | Overview) -> list[Alert]:
     """Tiering gaps and local-retention risk per topic, brokers that reported nothing fresh and
     stale replicas per broker, failed scrubs per topic: in that order, the worst first."""
+    overview = source if isinstance(source, Overview) else overview_of(source)
     gaps: dict[str, _Named] = {}
     risks: dict[str, _Named] = {}
     scrubs: dict[str, _Named] = {}
     stale: dict[int, _Named] = {}
-    silent = set(snapshot.silent_brokers)
-    for p in snapshot.partitions:
-        name = f"{p.topic}-{p.partition}"
-        if p.gap_count:
-            gaps.setdefault(p.topic, _Named()).add(name, p.gap_offsets)
-        if p.at_risk:
-            risks.setdefault(p.topic, _Named()).add(name)
-        for r in p.replicas:
-            if r.stale and r.broker_id not in silent:
-                stale.setdefault(r.broker_id, _Named()).add(name)
-        failures = sum(c.scrub_failures for c in p.counters_by_broker.values())
-        if failures:
-            scrubs.setdefault(p.topic, _Named()).add(name, failures)
+    silent = overview.silent_brokers
+    for entry in overview.gaps:
+        gaps.setdefault(entry.topic, _Named()).add(entry.name, entry.value)
+    for entry in overview.risks:
+        risks.setdefault(entry.topic, _Named()).add(entry.name)
+    for entry in overview.stale:
+        stale.setdefault(entry.value, _Named()).add(entry.name)
+    for entry in overview.scrubs:
+        scrubs.setdefault(entry.topic, _Named()).add(entry.name, entry.value)
     found = [
         Alert(
             "gap",
@@ -355,10 +316,12 @@ def _show(topic: str) -> str:
     return f' <a href="?topic={_e(urllib.parse.quote(topic, safe=""))}">Show {_e(topic)}</a>'
 
 
-def render_page(snapshot: MetricsSnapshot) -> str:
-    """The whole page: alerts, totals, one summary row per topic (see the module docstring)."""
-    summaries = summarize(snapshot)
-    found = alerts(snapshot)
+def render_page(source: MetricsSnapshot | Overview) -> str:
+    """The whole page: alerts, totals, one summary row per topic (see the module docstring), from
+    the store's overview or a snapshot's."""
+    overview = source if isinstance(source, Overview) else overview_of(source)
+    summaries = overview.topics
+    found = alerts(overview)
     if found:
         alert_html = '<ul class="alerts">' + "".join(
             f'<li class="alert-{a.kind}"{_attr("data-topic", a.topic)}>{_e(a.text)}'
@@ -381,7 +344,7 @@ def render_page(snapshot: MetricsSnapshot) -> str:
     partitions = sum(s.partitions for s in summaries)
     head = '<span class="cell name">Topic</span>'
     head += "".join(f'<span class="cell">{_e(t)}</span>' for t in SUMMARY_COLUMNS)
-    topics = "".join(_summary_row(s, snapshot.db_now_ms) for s in summaries)
+    topics = "".join(_summary_row(s, overview.db_now_ms) for s in summaries)
     topics = topics or "<p>No partition in the metadata store yet.</p>"
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
