@@ -40,7 +40,7 @@ def read_exposition(config_path: str | None, topic: str | None = None, timeout: 
     from tiering_core.metrics import collect
     from tiering_core.metrics.exposition import render
 
-    return read_store(config_path, lambda ctx: render(collect.collect_metrics(ctx, topic=topic)), timeout)
+    return read_store(config_path, lambda ctx: render(collect.collect_metrics(ctx, topic=topic, tasks=False)), timeout)
 
 
 def scraper_token(config_path: str | None) -> str | None:
