@@ -107,6 +107,21 @@ def test_a_snapshot_of_a_copied_partition_is_what_status_and_the_cluster_view_sa
         assert collect_metrics(ctx, "orders").partitions == snapshot.partitions
 
 
+def test_a_snapshot_read_without_tasks_differs_only_in_the_last_task(tiering_env: TieringEnv) -> None:
+    """The exposition's snapshot (``tasks=False``) has every figure of the page's, but no last task."""
+    w = tiering_env.writer()
+    write_segments(w, 4)
+    w.set_high_watermark(12)
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp, broker_id=1, attempt=COPY)
+        full = collect_metrics(ctx)
+        untasked = collect_metrics(ctx, tasks=False)
+    (m,) = full.partitions
+    assert m.last_task == COPY and [p.last_task for p in untasked.partitions] == [None]
+    m.last_task = None
+    assert untasked.partitions == full.partitions and untasked.silent_brokers == full.silent_brokers
+
+
 def test_counters_equal_what_a_copy_a_retention_and_a_fetch_did_and_survive_reopening(
     tiering_env: TieringEnv, s3_endpoint: S3Endpoint
 ) -> None:

@@ -41,15 +41,17 @@ WINDOWS: dict[str, tuple[int, int]] = {
 }
 
 
-def collect_metrics(ctx: TieringContext, topic: str | None = None) -> MetricsSnapshot:
-    """Every partition's figures (module docstring), or one topic's, at the database clock."""
+def collect_metrics(ctx: TieringContext, topic: str | None = None, *, tasks: bool = True) -> MetricsSnapshot:
+    """Every partition's figures (module docstring), or one topic's, at the database clock;
+    ``tasks=False`` leaves each partition's ``last_task`` None, unread (the exposition has no use
+    for it)."""
     staleness = ctx.config.observation_staleness_ms
     n = len(COUNT_COLUMNS)
     reporting: set[int] = set()
     # Rows read and turned into values with the collector paused (tens of thousands of new objects
     # would trigger collections that walk them all).
     with collector_paused:
-        rows = ctx.metadata.figure_rows(topic=topic)
+        rows = ctx.metadata.figure_rows(topic=topic, tasks=tasks)
         now = rows.db_now_ms
         gaps_by_id: dict[int, list[tuple[int, int]]] = {}
         for pid, start, end in rows.gaps:
@@ -94,9 +96,10 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None) -> MetricsSna
             if counted is None:
                 continue  # a removed partition's counts are no longer exported
             counted.counters_by_broker[row[2]] = PartitionCounters(*row[3 : 3 + n])
-            last_copy, task_ms = row[3 + n], row[4 + n]
+            last_copy = row[3 + n]
             if last_copy is not None and (counted.last_copy_ms is None or last_copy > counted.last_copy_ms):
                 counted.last_copy_ms = int(last_copy)
+            task_ms = row[4 + n] if tasks else None
             if task_ms is not None:
                 known_task = last_task.get(key)
                 if known_task is None or task_ms >= known_task[4 + n]:

@@ -54,9 +54,11 @@ COUNTER_FIELDS: dict[MetricSpec, str] = {
 NO_BROKER = -1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReplicaMetrics:
-    """One broker's replica as its latest observation says."""
+    """One broker's replica as its latest observation says. (Not frozen, as the snapshot's other
+    values: a snapshot holds one per replica, tens of thousands, and a frozen dataclass costs
+    several times more to build.)"""
 
     broker_id: int
     observed_ms: int

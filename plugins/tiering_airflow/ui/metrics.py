@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -24,6 +25,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from tiering_airflow.hooks.tiering import resolve_config_path
 from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store
 from tiering_core.metrics.exposition import CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +41,18 @@ _bearer = HTTPBearer(auto_error=False)
 def read_exposition(config_path: str | None, topic: str | None = None, timeout: float = DEFAULT_METRICS_TIMEOUT) -> str:
     """The exposition, read now within ``timeout`` seconds: a store that does not answer makes the
     scrape fail (503) instead of hanging the API server."""
+    from tiering_core.metadata.listing import _collector_paused as collector_paused
     from tiering_core.metrics import collect
     from tiering_core.metrics.exposition import render
 
-    return read_store(config_path, lambda ctx: render(collect.collect_metrics(ctx, topic=topic)), timeout)
+    def exposition(ctx: TieringContext) -> str:
+        # The snapshot is built, rendered and dropped with the collector paused: its hundred
+        # thousand objects never meet a collection, which would walk them, promote them to the
+        # oldest generation and so trigger full collections of the whole server's heap.
+        with collector_paused:
+            return render(collect.collect_metrics(ctx, topic=topic, tasks=False))
+
+    return read_store(config_path, exposition, timeout)
 
 
 def scraper_token(config_path: str | None) -> str | None:
