@@ -62,3 +62,27 @@ def write_segments(writer: PartitionWriter, count: int, records: int = 5) -> lis
         writer.append_records(records, value_size=50)
         writer.roll()
     return bases
+
+
+@contextmanager
+def traced_statements(engine: Any) -> Iterator[list[str]]:
+    """Every statement SQLite runs on the engine's connections while held (the pool is emptied
+    so that each connection from now on is traced): to show a read is set-wise."""
+    from sqlalchemy import event
+
+    statements: list[str] = []
+
+    def traced(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.set_trace_callback(statements.append)
+
+    event.listen(engine, "connect", traced)
+    engine.dispose()
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "connect", traced)
+        engine.dispose()
+
+
+def select_count(statements: list[str]) -> int:
+    return sum(1 for s in statements if s.lstrip().upper().startswith("SELECT"))

@@ -14,7 +14,7 @@ import pytest
 
 from tests.cli.test_commands import run
 from tests.conftest import S3Endpoint
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, select_count, tip_of, traced_statements, write_segments
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore, TaskAttempt
@@ -299,27 +299,18 @@ def _observe(store: RemoteLogMetadataStore, partitions: range) -> None:
 
 def test_a_snapshot_costs_the_same_few_queries_however_many_partitions(fs_env: TieringEnv) -> None:
     """The snapshot is read set-wise: the statements it runs do not grow with the partitions."""
-    from sqlalchemy import event
-
     w = fs_env.writer()
     write_segments(w, 2)
     w.set_high_watermark()
     fs_env.write_config()
-    with fs_env.context() as ctx:
+    with fs_env.context() as ctx, traced_statements(ctx.metadata.engine) as statements:
         run_copy(ctx, w.tp, broker_id=0)
-        statements: list[str] = []
-
-        def traced(dbapi_connection: Any, _record: Any) -> None:
-            dbapi_connection.set_trace_callback(statements.append)
-
-        event.listen(ctx.metadata.engine, "connect", traced)
-        ctx.metadata.engine.dispose()  # every connection from now on is traced
         counts = []
         for partitions in (range(0, 3), range(3, 60)):
             _observe(ctx.metadata, partitions)
             statements.clear()
             snapshot = collect_metrics(ctx)
-            counts.append(sum(1 for s in statements if s.lstrip().upper().startswith("SELECT")))
+            counts.append(select_count(statements))
         assert len(snapshot.partitions) == 61 and all(len(p.replicas) == 3 for p in snapshot.partitions[1:])
     assert 0 < counts[0] == counts[1] <= 6, statements
 

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from sqlalchemy import insert, update
 
+from tests.engine_support import select_count, traced_statements
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
@@ -246,22 +247,16 @@ def test_an_empty_store_and_a_store_gone_stale(metadata_url: str, tmp_path: Path
 
 def test_the_overview_costs_the_same_few_queries_however_many_partitions(tmp_path: Path) -> None:
     """Read set-wise: the statements it runs do not grow with the partitions or the alerts."""
-    from sqlalchemy import event
-
-    with open_context(tmp_path, f"sqlite:///{tmp_path / 'm.db'}") as ctx:
-        statements: list[str] = []
-
-        def traced(dbapi_connection: Any, _record: Any) -> None:
-            dbapi_connection.set_trace_callback(statements.append)
-
-        event.listen(ctx.metadata.engine, "connect", traced)
-        ctx.metadata.engine.dispose()  # every connection from now on is traced
+    with (
+        open_context(tmp_path, f"sqlite:///{tmp_path / 'm.db'}") as ctx,
+        traced_statements(ctx.metadata.engine) as statements,
+    ):
         counts = []
         for partitions in (range(0, 3), range(3, 60)):
             tips = [tip(ORDERS, "orders", p) for p in partitions]
             ctx.metadata.record_observations([observed(b, t, risk=True, lag=1) for t in tips for b in range(3)])
             statements.clear()
             found = collect_overview(ctx)
-            counts.append(sum(1 for s in statements if s.lstrip().upper().startswith("SELECT")))
+            counts.append(select_count(statements))
         assert found.topics == [TopicSummary("orders", 60, 0, 60, 60, at_risk=60)] and len(found.risks) == 60
     assert 0 < counts[0] == counts[1] <= 6, statements
