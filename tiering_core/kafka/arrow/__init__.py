@@ -117,20 +117,27 @@ _BASE_TIMESTAMP, _MAX_TIMESTAMP, _PRODUCER_ID, _RECORDS_COUNT = 7, 8, 9, 12
 
 @dataclass
 class _Group:
-    """The batches of one Arrow batch being gathered: their header fields, positions, and where
-    their records sections are (a buffer, start and end: the chunk itself for an uncompressed
-    batch). Raw header values, not ``RecordBatchHeader`` objects: this runs once per batch."""
+    """The batches of one Arrow batch being gathered: their rows in the chunk's header fields
+    (``kernels.batch_headers``), positions, and where their records sections are (a buffer, start
+    and end: the chunk itself for an uncompressed batch). Raw header values, not
+    ``RecordBatchHeader`` objects: this runs once per batch."""
 
-    headers: list[list[int]] = field(default_factory=list)
+    fields: np.ndarray
+    rows: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
     size: int = 0
 
-    def add(self, header: list[int], position: int, section: Section) -> None:
-        self.headers.append(header)
+    def add(self, row: int, position: int, section: Section) -> None:
+        self.rows.append(row)
         self.positions.append(position)
         self.sections.append(section)
         self.size += section[2] - section[1]
+
+    @property
+    def headers(self) -> np.ndarray:
+        """The batches' header fields, one row each."""
+        return self.fields[self.rows]
 
 
 def _malformed(chunk: memoryview, at: int, where: Path, position: int, chunk_end: int) -> CorruptLogError:
@@ -197,11 +204,12 @@ def decode_chunks(
     for chunk_position, data in chunks:
         chunk = memoryview(data)
         chunk_end = chunk_position + len(chunk)
-        group = _Group()
         at = 0
         buf = np.frombuffer(chunk, np.uint8)
         buf.flags.writeable = False  # one compiled signature, whichever buffer the chunk came in
-        for header in _rows(kernels.batch_headers(buf)):
+        fields = kernels.batch_headers(buf)
+        group = _Group(fields)
+        for row, header in enumerate(_rows(fields)):
             position = chunk_position + at
             end = at + LOG_OVERHEAD + header[_BATCH_LENGTH]
             computed = crc32c_raw(chunk[at + CRC_START : end])
@@ -216,17 +224,17 @@ def decode_chunks(
                 and aborts
                 and aborts.aborts(header[_PRODUCER_ID], header[_BASE_OFFSET])
             ):
-                _parse(where, np.array([header], np.int64), [position], [section])  # checked, not returned
+                _parse(where, fields[row : row + 1], [position], [section])  # checked, not returned
                 continue
-            if group.headers and (
-                group.size + section[2] - section[1] > bounds.max_bytes or len(group.headers) >= bounds.max_batches
+            if group.rows and (
+                group.size + section[2] - section[1] > bounds.max_bytes or len(group.rows) >= bounds.max_batches
             ):
                 yield _build(where, tp, group)
-                group = _Group()
-            group.add(header, position, section)
+                group = _Group(fields)
+            group.add(row, position, section)
         if at < len(chunk):
             raise _malformed(chunk, at, where, chunk_position + at, chunk_end)
-        if group.headers:
+        if group.rows:
             yield _build(where, tp, group)
 
 
@@ -430,7 +438,7 @@ def _binary(buf: np.ndarray, start: np.ndarray, length: np.ndarray, type_: pa.Da
 
 
 def _build(where: Path, tp: TopicPartition, group: _Group) -> pa.RecordBatch:
-    headers = np.array(group.headers, np.int64)
+    headers = group.headers
     buf, counts, per_record, header_arrays = _parse(where, headers, group.positions, group.sections)
     ts_delta, offset_delta, key_start, key_length, value_start, value_length, header_count = per_record
     n = len(ts_delta)
