@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -149,7 +149,7 @@ def _day(ms: int) -> str:
     return time.strftime("%Y%m%d", time.gmtime(ms / 1000))
 
 
-def _read_ahead(produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD_GROUPS) -> Iterator[T]:
+def _read_ahead(produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD_GROUPS) -> Generator[T, None, None]:
     """The items of ``produce()``, made on a thread of their own at most ``depth`` ahead of the
     consumer. An exception of ``produce`` is raised here, after the items made before it; once
     the consumer stops (done, an error of its own, ``close``), the thread stops at its next item
