@@ -10,20 +10,25 @@ table references. Nothing else under the warehouse is touched.
 
 A segment's rows are written one decoded group at a time (memory follows ``GroupBounds``), split
 by day into one file per day of the segment, since the table is partitioned by day(timestamp)
-and a data file holds one partition.
+and a data file holds one partition. The segment is fetched and decoded on a thread of its own,
+at most ``READ_AHEAD_GROUPS`` groups ahead of the Parquet writer (numba's kernels and pyarrow's
+compression release the GIL, so the two overlap); a decode error reaches the writer after the
+groups decoded before it, so what was written when a segment fails is as without the thread.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +55,11 @@ MARKER = "_attempt.json"
 #: An attempt of another host (or of a process we cannot see) is over after this long.
 STALE_ATTEMPT_MS = 6 * 3600 * 1000
 _MS_PER_DAY = 86_400_000
+#: Decoded groups waiting for the writer: the memory of a few groups, enough to keep both busy.
+READ_AHEAD_GROUPS = 2
+_POLL_SECONDS = 0.1
+
+T = TypeVar("T")
 
 
 class SegmentExportError(TieringError):
@@ -139,6 +149,78 @@ def _day(ms: int) -> str:
     return time.strftime("%Y%m%d", time.gmtime(ms / 1000))
 
 
+def _read_ahead(produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD_GROUPS) -> Generator[T, None, None]:
+    """The items of ``produce()``, made on a thread of their own at most ``depth`` ahead of the
+    consumer. An exception of ``produce`` is raised here, after the items made before it; once
+    the consumer stops (done, an error of its own, ``close``), the thread stops at its next item
+    and is joined."""
+    items: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=_POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        made = produce()
+        try:
+            for item in made:
+                if not put((True, item)):
+                    return
+        except BaseException as exc:  # the consumer's to raise, in its thread
+            put((False, exc))
+        else:
+            put((False, None))
+        finally:
+            close = getattr(made, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=run, name="export-decode", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, value = items.get()
+            if not more:
+                if value is not None:
+                    raise value
+                return
+            yield value
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _days(
+    storage: RemoteStorage, segment: ExportSegment, where: Path, bounds: GroupBounds
+) -> Iterator[tuple[pa.RecordBatch, list[tuple[str, pa.RecordBatch]]]]:
+    """Each decoded group of the segment's log object, with its rows in ``DATA_SCHEMA`` split by
+    day: (the day, as a data file names it, and its rows)."""
+    ref = segment_ref(segment.segment)
+    with storage.open_stream(ref, ObjectKind.LOG, 0) as stream:
+        batches = arrow.decode_batches(
+            read_batch_data(stream, where, 0, segment.segment.size_bytes),
+            where,
+            segment.topic_partition,
+            isolation=segment.isolation,
+            aborted=segment.aborted,
+            bounds=bounds,
+        )
+        for batch in batches:
+            data = batch.cast(DATA_SCHEMA)
+            days = batch.column("timestamp").cast(pa.int64()).to_numpy() // _MS_PER_DAY
+            unique = np.unique(days)
+            if len(unique) == 1:
+                yield batch, [(_day(int(unique[0]) * _MS_PER_DAY), data)]
+            else:
+                yield batch, [(_day(int(day) * _MS_PER_DAY), data.filter(pa.array(days == day))) for day in unique]
+
+
 def write_segment_files(
     storage: RemoteStorage,
     segment: ExportSegment,
@@ -158,36 +240,21 @@ def write_segment_files(
     writers: dict[str, pq.ParquetWriter] = {}
     paths: list[str] = []
     next_offset = segment.start_offset
-    ref = segment_ref(segment.segment)
-    where = Path(storage.describe(ref.key(ObjectKind.LOG, storage.prefix)))
+    where = Path(storage.describe(segment_ref(segment.segment).key(ObjectKind.LOG, storage.prefix)))
     try:
-        with storage.open_stream(ref, ObjectKind.LOG, 0) as stream:
-            batches = arrow.decode_batches(
-                read_batch_data(stream, where, 0, segment.segment.size_bytes),
-                where,
-                segment.topic_partition,
-                isolation=segment.isolation,
-                aborted=segment.aborted,
-                bounds=bounds,
-            )
-            for batch in batches:
-                data = batch.cast(DATA_SCHEMA)
-                offsets = batch.column("offset").to_numpy()
-                days = batch.column("timestamp").cast(pa.int64()).to_numpy() // _MS_PER_DAY
-                for day in np.unique(days):
-                    part = data.filter(pa.array(days == day)) if len(np.unique(days)) > 1 else data
-                    name = _day(int(day) * _MS_PER_DAY)
-                    writer = writers.get(name)
-                    if writer is None:
-                        path = f"{directory}/{segment.segment_id}-{name}.parquet"
-                        writer = pq.ParquetWriter(path, DATA_SCHEMA, filesystem=fs, compression="zstd")
-                        writers[name] = writer
-                        paths.append(path)
-                    writer.write_batch(part)
-                if on_batch is not None:
-                    on_batch(batch)
-                if len(offsets):
-                    next_offset = int(offsets[-1]) + 1
+        for batch, parts in _read_ahead(lambda: _days(storage, segment, where, bounds)):
+            for name, part in parts:
+                writer = writers.get(name)
+                if writer is None:
+                    path = f"{directory}/{segment.segment_id}-{name}.parquet"
+                    writer = pq.ParquetWriter(path, DATA_SCHEMA, filesystem=fs, compression="zstd")
+                    writers[name] = writer
+                    paths.append(path)
+                writer.write_batch(part)
+            if on_batch is not None:
+                on_batch(batch)
+            if batch.num_rows:
+                next_offset = int(batch.column("offset")[-1].as_py()) + 1
         for writer in writers.values():
             writer.close()
     except (CorruptLogError, RemoteObjectNotFoundError) as exc:

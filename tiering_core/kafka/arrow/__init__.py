@@ -1,7 +1,8 @@
 """Record batches decoded straight into Arrow: a segment as ``pyarrow.RecordBatch`` es.
 
-A segment is read in chunks of whole batches (one reused buffer for a file). Each Kafka batch is
-checked as the record decoder checks it (header, CRC-32C, decompression within
+A segment is read in chunks of whole batches (one reused buffer for a file). A chunk's batch
+headers are read in one compiled pass (``kernels.batch_headers``); each Kafka batch is then
+checked in order as the record decoder checks it (header, CRC-32C, decompression within
 ``compression``'s bounds, record count against its bytes); then a group of batches' records
 sections (in place in the chunk when uncompressed, else put back to back) is parsed by the
 compiled loops of ``kernels`` and turned into Arrow columns from offset arrays, with no Python
@@ -38,12 +39,10 @@ from tiering_core.kafka.batch import (
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
-    BATCH_HEADER,
     CODEC_NONE,
     CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
-    MAGIC_V2,
     Buffer,
     LogFile,
     crc_mismatch,
@@ -118,41 +117,44 @@ _BASE_TIMESTAMP, _MAX_TIMESTAMP, _PRODUCER_ID, _RECORDS_COUNT = 7, 8, 9, 12
 
 @dataclass
 class _Group:
-    """The batches of one Arrow batch being gathered: their header fields, positions, and where
-    their records sections are (a buffer, start and end: the chunk itself for an uncompressed
-    batch). Raw header values, not ``RecordBatchHeader`` objects: this runs once per batch."""
+    """The batches of one Arrow batch being gathered: their rows in the chunk's header fields
+    (``kernels.batch_headers``), positions, and where their records sections are (a buffer, start
+    and end: the chunk itself for an uncompressed batch). Raw header values, not
+    ``RecordBatchHeader`` objects: this runs once per batch."""
 
-    headers: list[tuple[int, ...]] = field(default_factory=list)
+    fields: np.ndarray
+    rows: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
     size: int = 0
 
-    def add(self, header: tuple[int, ...], position: int, section: Section) -> None:
-        self.headers.append(header)
+    def add(self, row: int, position: int, section: Section) -> None:
+        self.rows.append(row)
         self.positions.append(position)
         self.sections.append(section)
         self.size += section[2] - section[1]
 
+    @property
+    def headers(self) -> np.ndarray:
+        """The batches' header fields, one row each."""
+        return self.fields[self.rows]
 
-def _checked_header(chunk: memoryview, at: int, where: Path, position: int, chunk_end: int) -> tuple[int, ...]:
-    """The header fields of the batch at ``chunk[at]``, a whole v2 batch whose CRC-32C matches."""
-    header: tuple[int, ...] | None = None
-    if at + HEADER_SIZE <= len(chunk):
-        header = BATCH_HEADER.unpack_from(chunk, at)
-        length = header[_BATCH_LENGTH]
-        if header[_MAGIC] != MAGIC_V2 or length < HEADER_SIZE - LOG_OVERHEAD or at + LOG_OVERHEAD + length > len(chunk):
-            header = None
-    if header is None:
-        parse_header_at(chunk, at, where, position, chunk_end)  # raises, naming the problem
-        raise CorruptLogError(where, position, "malformed batch header")
-    computed = crc32c_raw(chunk[at + CRC_START : at + LOG_OVERHEAD + header[_BATCH_LENGTH]])
-    if computed != header[_CRC]:
-        raise crc_mismatch(parse_header_at(chunk, at, where, position, chunk_end), computed, where)
-    return header
+
+def _malformed(chunk: memoryview, at: int, where: Path, position: int, chunk_end: int) -> CorruptLogError:
+    """The error of the batch at ``chunk[at]``, where ``kernels.batch_headers`` stopped: not a whole
+    v2 batch."""
+    parse_header_at(chunk, at, where, position, chunk_end)  # raises, naming the problem
+    return CorruptLogError(where, position, "malformed batch header")
+
+
+def _rows(headers: np.ndarray, step: int = DEFAULT_GROUP_BATCHES) -> Iterator[list[int]]:
+    """``headers.tolist()`` a slice at a time (a chunk of tiny batches has many rows)."""
+    for start in range(0, len(headers), step):
+        yield from headers[start : start + step].tolist()
 
 
 def _records_section(
-    header: tuple[int, ...], position: int, chunk: memoryview, at: int, where: Path, max_decompressed: int
+    header: list[int], position: int, chunk: memoryview, at: int, where: Path, max_decompressed: int
 ) -> Section:
     """Where the records of the batch at ``chunk[at]`` are: in the chunk, or decompressed (within
     ``max_decompressed`` bytes). The record count must fit them (a count no bytes can hold never
@@ -202,13 +204,19 @@ def decode_chunks(
     for chunk_position, data in chunks:
         chunk = memoryview(data)
         chunk_end = chunk_position + len(chunk)
-        group = _Group()
         at = 0
-        while at < len(chunk):
+        buf = np.frombuffer(chunk, np.uint8)
+        buf.flags.writeable = False  # one compiled signature, whichever buffer the chunk came in
+        fields = kernels.batch_headers(buf)
+        group = _Group(fields)
+        for row, header in enumerate(_rows(fields)):
             position = chunk_position + at
-            header = _checked_header(chunk, at, where, position, chunk_end)
+            end = at + LOG_OVERHEAD + header[_BATCH_LENGTH]
+            computed = crc32c_raw(chunk[at + CRC_START : end])
+            if computed != header[_CRC]:
+                raise crc_mismatch(parse_header_at(chunk, at, where, position, chunk_end), computed, where)
             section = _records_section(header, position, chunk, at, where, max_decompressed)
-            at += LOG_OVERHEAD + header[_BATCH_LENGTH]
+            at = end
             attributes = header[_ATTRIBUTES]
             if attributes & ATTR_CONTROL or (
                 committed
@@ -216,15 +224,17 @@ def decode_chunks(
                 and aborts
                 and aborts.aborts(header[_PRODUCER_ID], header[_BASE_OFFSET])
             ):
-                _parse(where, np.array([header], np.int64), [position], [section])  # checked, not returned
+                _parse(where, fields[row : row + 1], [position], [section])  # checked, not returned
                 continue
-            if group.headers and (
-                group.size + section[2] - section[1] > bounds.max_bytes or len(group.headers) >= bounds.max_batches
+            if group.rows and (
+                group.size + section[2] - section[1] > bounds.max_bytes or len(group.rows) >= bounds.max_batches
             ):
                 yield _build(where, tp, group)
-                group = _Group()
-            group.add(header, position, section)
-        if group.headers:
+                group = _Group(fields)
+            group.add(row, position, section)
+        if at < len(chunk):
+            raise _malformed(chunk, at, where, chunk_position + at, chunk_end)
+        if group.rows:
             yield _build(where, tp, group)
 
 
@@ -428,7 +438,7 @@ def _binary(buf: np.ndarray, start: np.ndarray, length: np.ndarray, type_: pa.Da
 
 
 def _build(where: Path, tp: TopicPartition, group: _Group) -> pa.RecordBatch:
-    headers = np.array(group.headers, np.int64)
+    headers = group.headers
     buf, counts, per_record, header_arrays = _parse(where, headers, group.positions, group.sections)
     ts_delta, offset_delta, key_start, key_length, value_start, value_length, header_count = per_record
     n = len(ts_delta)

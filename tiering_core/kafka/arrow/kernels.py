@@ -1,4 +1,5 @@
-"""Compiled loops over a batch group's decompressed records: the varint framing of record v2.
+"""Compiled loops over a batch group's decompressed records: the varint framing of record v2;
+and over a chunk's batch headers, read in one pass.
 
 The record layout (KAFKA_SEMANTICS.md, "Record batch v2") is parsed by numba-compiled functions
 over a numpy ``uint8`` view, filling one slot per record in arrays the caller allocated (sizes
@@ -6,7 +7,8 @@ come from the batch headers, checked against the bytes first). Nothing here buil
 object per record. Every read is checked against the end of its record and of its batch: a
 damaged or hostile batch stops the loop with an error code (``ERROR_REASONS``) and the batch
 and record it was met in, and never reads outside the buffer. Header arrays grow by doubling,
-so they are bounded by the bytes too (a header takes at least two bytes).
+so they are bounded by the bytes too (a header takes at least two bytes). Batch headers are
+read only as far as whole v2 batches go (``batch_headers``): the caller names what stopped it.
 
 numba compiles these functions on the first decode in a process: about 4-5 s of CPU on one core
 for the set (measured on a 2-core server). ``cache=True`` keeps the machine code in
@@ -24,6 +26,8 @@ import numpy as np
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from tiering_core.kafka.batch import BATCH_HEADER, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,6 +105,51 @@ def _varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
     return ((result >> 1) & _MASK63) ^ -(result & 1), pos
 
 
+#: ``BATCH_HEADER``'s fields: (offset in the header, bytes, signed), in its order.
+_HEADER_FIELDS = ((0, 8, True), (8, 4, True), (12, 4, True), (16, 1, True), (17, 4, False), (21, 2, True),
+                  (23, 4, True), (27, 8, True), (35, 8, True), (43, 8, True), (51, 2, True), (53, 4, True),
+                  (57, 4, True))  # fmt: skip
+_FIELD_AT = np.array([f[0] for f in _HEADER_FIELDS], np.int64)
+_FIELD_SIZE = np.array([f[1] for f in _HEADER_FIELDS], np.int64)
+_FIELD_SIGNED = np.array([f[2] for f in _HEADER_FIELDS], np.bool_)
+assert BATCH_HEADER.size == HEADER_SIZE == int(_FIELD_AT[-1] + _FIELD_SIZE[-1])
+_BATCH_LENGTH_AT = 8
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+
+@_inlined
+def _big_endian(buf: np.ndarray, at: int, size: int, signed: bool) -> int:
+    """The ``size``-byte big-endian integer at ``buf[at]`` (two's complement when ``signed``)."""
+    value = 0
+    for k in range(size):
+        value = (value << 8) | int(buf[at + k])
+    if signed and size < 8 and value >= 1 << (8 * size - 1):
+        value -= 1 << (8 * size)
+    return value
+
+
+@_compiled
+def batch_headers(buf: np.ndarray) -> np.ndarray:
+    """The header fields (``BATCH_HEADER``'s, in its order, one row per batch) of the whole v2
+    batches back to back from the start of ``buf``, up to the first that is not one: a header
+    cut short, another magic, a length below a v2 header's or running past the end of ``buf``."""
+    count = 0
+    at = 0
+    while at + HEADER_SIZE <= buf.size:
+        length = _big_endian(buf, at + _BATCH_LENGTH_AT, 4, True)
+        if buf[at + MAGIC_OFFSET] != MAGIC_V2 or length < _MIN_BATCH_LENGTH or at + LOG_OVERHEAD + length > buf.size:
+            break
+        count += 1
+        at += LOG_OVERHEAD + length
+    fields = np.empty((count, _FIELD_AT.size), np.int64)
+    at = 0
+    for i in range(count):
+        for f in range(_FIELD_AT.size):
+            fields[i, f] = _big_endian(buf, at + _FIELD_AT[f], _FIELD_SIZE[f], _FIELD_SIGNED[f])
+        at += LOG_OVERHEAD + fields[i, 1]
+    return fields
+
+
 @_inlined
 def _is_utf8(buf: np.ndarray, start: int, end: int) -> bool:
     """Whether ``buf[start:end]`` is UTF-8 as Python's strict decoder reads it (no overlong forms,
@@ -139,6 +188,12 @@ def _is_utf8(buf: np.ndarray, start: int, end: int) -> bool:
     return True
 
 
+# Where ``_parse_span`` stands: the batch, the record within it, the position of that record, the
+# record's number across the batches and the header slots used.
+_BATCH, _RECORD, _POSITION, _RECORD_NUMBER, _HEADERS = range(5)
+_STATE_SIZE = 5
+
+
 @_compiled
 def parse_records(
     buf: np.ndarray,
@@ -162,6 +217,10 @@ def parse_records(
     ``(n, header_key_start, header_key_length, header_value_start, header_value_length)``. On
     damage ``error`` holds ``(code, batch, record within the batch, value)`` and the rest is
     partial.
+
+    The records are parsed by ``_parse_span``, which returns when the header arrays are full;
+    they grow here and it resumes. Arrays reassigned inside the per-record loop would cost
+    reference counting on every record (measured: a third of the parse).
     """
     total = 0
     for b in range(starts.size):  # the caller's layout, checked once: every read below stays in it
@@ -176,45 +235,112 @@ def parse_records(
     hk_length = np.empty(capacity, np.int32)
     hv_start = np.empty(capacity, np.int64)
     hv_length = np.empty(capacity, np.int32)
-    n = 0
-    r = 0
-    for b in range(starts.size):
-        pos = starts[b]
+    state = np.zeros(_STATE_SIZE, np.int64)
+    if starts.size:
+        state[_POSITION] = starts[0]
+    while True:
+        needed = _parse_span(
+            buf,
+            starts,
+            ends,
+            counts,
+            timestamp_delta,
+            offset_delta,
+            key_start,
+            key_length,
+            value_start,
+            value_length,
+            header_count,
+            hk_start,
+            hk_length,
+            hv_start,
+            hv_length,
+            state,
+            error,
+        )
+        if needed <= capacity:  # done, or stopped by damage
+            return state[_HEADERS], hk_start, hk_length, hv_start, hv_length
+        while needed > capacity:
+            capacity *= 2
+        used = state[_HEADERS]
+        hk_start = _grow64(hk_start, capacity, used)
+        hk_length = _grow32(hk_length, capacity, used)
+        hv_start = _grow64(hv_start, capacity, used)
+        hv_length = _grow32(hv_length, capacity, used)
+
+
+@_compiled
+def _parse_span(
+    buf: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    counts: np.ndarray,
+    timestamp_delta: np.ndarray,
+    offset_delta: np.ndarray,
+    key_start: np.ndarray,
+    key_length: np.ndarray,
+    value_start: np.ndarray,
+    value_length: np.ndarray,
+    header_count: np.ndarray,
+    hk_start: np.ndarray,
+    hk_length: np.ndarray,
+    hv_start: np.ndarray,
+    hv_length: np.ndarray,
+    state: np.ndarray,
+    error: np.ndarray,
+) -> int:
+    """``parse_records``' loop from where ``state`` stands (its layout checked by the caller):
+    0 once every record is parsed or damage stopped it (``error``), else the header slots the
+    next record needs beyond the header arrays, ``state`` then standing at that record."""
+    capacity = min(hk_start.size, hk_length.size, hv_start.size, hv_length.size)
+    b = state[_BATCH]
+    first = state[_RECORD]
+    pos = state[_POSITION]
+    r = state[_RECORD_NUMBER]
+    n = state[_HEADERS]
+    while b < starts.size:
         batch_end = ends[b]
-        for i in range(counts[b]):
+        for i in range(first, counts[b]):
             error[1] = b
             error[2] = i
+            record_start = pos
             length, pos = _varint(buf, pos, batch_end)
             if pos < 0:
                 error[0] = -pos
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             end = pos + length
             if length <= 0 or end > batch_end:
                 error[0] = RECORD_LENGTH
                 error[3] = length
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             pos += 1  # attributes: unused in v2
             value, pos = _varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             timestamp_delta[r] = value
             value, pos = _varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             offset_delta[r] = value
             size, pos = _varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             if size < 0:
                 key_length[r] = -1
                 key_start[r] = pos
             elif size > end - pos:
                 error[0] = KEY_PAST_RECORD
                 error[3] = size
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             else:
                 key_start[r] = pos
                 key_length[r] = size
@@ -222,14 +348,16 @@ def parse_records(
             size, pos = _varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             if size < 0:
                 value_length[r] = -1
                 value_start[r] = pos
             elif size > end - pos:
                 error[0] = VALUE_PAST_RECORD
                 error[3] = size
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             else:
                 value_start[r] = pos
                 value_length[r] = size
@@ -237,49 +365,57 @@ def parse_records(
             headers, pos = _varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             if headers < 0 or headers > end - pos:  # more headers than bytes left cannot be
                 error[0] = NEGATIVE_HEADER_COUNT if headers < 0 else HEADER_COUNT_PAST_RECORD
                 error[3] = headers
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
+            if n + headers > capacity:  # parsed again, from its start, once the arrays have grown
+                state[_BATCH] = b
+                state[_RECORD] = i
+                state[_POSITION] = record_start
+                state[_RECORD_NUMBER] = r
+                state[_HEADERS] = n
+                return n + headers
             header_count[r] = headers
-            if n + headers > capacity:
-                while n + headers > capacity:
-                    capacity *= 2
-                hk_start = _grow64(hk_start, capacity, n)
-                hk_length = _grow32(hk_length, capacity, n)
-                hv_start = _grow64(hv_start, capacity, n)
-                hv_length = _grow32(hv_length, capacity, n)
             for _h in range(headers):
                 size, pos = _varint(buf, pos, end)
                 if pos < 0:
                     error[0] = -pos
-                    return n, hk_start, hk_length, hv_start, hv_length
+                    state[_HEADERS] = n
+                    return 0
                 if size < 0:
                     error[0] = NULL_HEADER_KEY
                     error[3] = size
-                    return n, hk_start, hk_length, hv_start, hv_length
+                    state[_HEADERS] = n
+                    return 0
                 if size > end - pos:
                     error[0] = HEADER_KEY_PAST_RECORD
                     error[3] = size
-                    return n, hk_start, hk_length, hv_start, hv_length
+                    state[_HEADERS] = n
+                    return 0
                 if not _is_utf8(buf, pos, pos + size):
                     error[0] = HEADER_KEY_NOT_UTF8
-                    return n, hk_start, hk_length, hv_start, hv_length
+                    state[_HEADERS] = n
+                    return 0
                 hk_start[n] = pos
                 hk_length[n] = size
                 pos += size
                 size, pos = _varint(buf, pos, end)
                 if pos < 0:
                     error[0] = -pos
-                    return n, hk_start, hk_length, hv_start, hv_length
+                    state[_HEADERS] = n
+                    return 0
                 if size < 0:
                     hv_start[n] = pos
                     hv_length[n] = -1
                 elif size > end - pos:
                     error[0] = HEADER_VALUE_PAST_RECORD
                     error[3] = size
-                    return n, hk_start, hk_length, hv_start, hv_length
+                    state[_HEADERS] = n
+                    return 0
                 else:
                     hv_start[n] = pos
                     hv_length[n] = size
@@ -288,15 +424,22 @@ def parse_records(
             if pos != end:
                 error[0] = RECORD_LENGTH_MISMATCH
                 error[3] = length
-                return n, hk_start, hk_length, hv_start, hv_length
+                state[_HEADERS] = n
+                return 0
             r += 1
         if pos != batch_end:
             error[0] = BYTES_LEFT_OVER
             error[1] = b
             error[2] = counts[b]
             error[3] = batch_end - pos
-            return n, hk_start, hk_length, hv_start, hv_length
-    return n, hk_start, hk_length, hv_start, hv_length
+            state[_HEADERS] = n
+            return 0
+        b += 1
+        first = 0
+        if b < starts.size:
+            pos = starts[b]
+    state[_HEADERS] = n
+    return 0
 
 
 @_compiled
