@@ -3,24 +3,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import ROOT, run_bench
+
 PER_PARTITION = ("record_run", "record_one", "best_replica")
 
 
 def test_bench_cluster_quick_prints_every_ratio_side_by_side() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_cluster.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    ).stdout
+    out = run_bench("bench_cluster.py", "--quick", env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert re.search(r"^3 brokers x 200 partitions$", out, re.M), out
     assert re.search(r"^prefilled [\d,]+ chart points for 3 brokers x 200 partitions", out, re.M), out
     for name in PER_PARTITION:

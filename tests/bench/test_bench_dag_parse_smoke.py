@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
 
 
 def test_bench_dag_parse_small_prints_ratios() -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "bench_dag_parse.py"),
-            "--topics",
-            "3",
-            "--partitions",
-            "2",
-            "--repeats",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        timeout=300,
-    ).stdout
+    out = run_bench("bench_dag_parse.py", "--topics", "3", "--partitions", "2", "--repeats", "2")
     # 3 topics x (copy, retention) + 2 catch-all + the removal DAG + 4 Spark DAGs (upload, rebuild, verify, export)
     assert "3 topics x 2 partitions: 13 DAGs" in out, out
     assert "RATIO spark_dags_parse/one_dag_parse = " in out, out

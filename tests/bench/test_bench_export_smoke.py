@@ -1,21 +1,10 @@
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
 
 
 def test_bench_export_quick_prints_the_three_comparisons() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_export.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        timeout=300,
-    ).stdout
+    out = run_bench("bench_export.py", "--quick")
     for name in (
         "arrow_decode/kafka_python_decode",
         "iceberg_export_time/pyarrow_parquet_write_time",

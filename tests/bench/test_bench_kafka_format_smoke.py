@@ -1,21 +1,10 @@
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
 
 
 def test_bench_kafka_format_quick_prints_ratios_for_every_profile() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_kafka_format.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        timeout=300,
-    ).stdout
+    out = run_bench("bench_kafka_format.py", "--quick")
     for profile in ("default", "16k", "8k"):
         for name in (
             "index_rebuild_time/plain_read_time",

@@ -2,11 +2,9 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
+
 MEASURED = (
     "highest_offset_for_epoch",
     "segment_for",
@@ -18,14 +16,7 @@ MEASURED = (
 
 
 def test_bench_metadata_quick_prints_every_ratio() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_metadata.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        timeout=300,
-    ).stdout
+    out = run_bench("bench_metadata.py", "--quick")
     assert re.search(r"loaded 5 partitions x 50 segments = 250 rows", out), out
     for name in MEASURED:
         for quantile in ("p50", "p99"):

@@ -3,24 +3,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import ROOT, run_bench
 
 
 def test_bench_page_quick_prints_both_routes_beside_the_bare_query() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_page.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        timeout=600,
-    ).stdout
+    out = run_bench("bench_page.py", "--quick", env={**env, "PYTHONPATH": str(ROOT)}, timeout=600)
     assert re.search(r"^3 brokers x 300 partitions, 5 requests each$", out, re.M), out
     for name in ("page", "metrics"):
         assert re.search(rf"^RATIO {name}_p99/target = \d+\.\d\d \(target <= 1\.0\)$", out, re.M), out

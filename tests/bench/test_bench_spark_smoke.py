@@ -1,21 +1,10 @@
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
 
 
 def test_bench_spark_quick_prints_ratios() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_spark.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        timeout=300,
-    ).stdout
+    out = run_bench("bench_spark.py", "--quick")
     for name in (
         "parallel_upload_speedup/sequential_cli_copy",
         "parallel_upload_speedup_median_round/sequential_cli_copy",

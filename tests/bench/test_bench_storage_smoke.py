@@ -1,22 +1,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
 
 
 def test_bench_storage_quick_prints_ratios() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_storage.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        timeout=300,
-    ).stdout
+    out = run_bench("bench_storage.py", "--quick")
     for name in (
         "s3_upload_throughput/boto3_upload_file",
         "s3_stream_read_throughput/boto3_get_object",
