@@ -39,7 +39,13 @@ from sqlalchemy import Table, insert
 
 from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.models import EpochHighestRow, PartitionRow, SegmentEpochRow, SegmentRow
+from tiering_core.metadata.models import (
+    EpochHighestRow,
+    PartitionRow,
+    SegmentEpochRow,
+    SegmentRow,
+    registered_partition,
+)
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
 
@@ -91,20 +97,9 @@ def bulk_load(store: RemoteLogMetadataStore, partitions: int, segments: int) -> 
                 insert(table(PartitionRow)),
                 [
                     {
+                        **registered_partition(TopicIdPartition(topic_id(p), TopicPartition("bench", p)), now),
                         "id": p + 1,
-                        "topic_id": topic_id(p),
-                        "topic": "bench",
-                        "partition": p,
-                        "delete_state": None,
-                        "dropped": False,
-                        "lease_holder": None,
-                        "lease_token": 0,
-                        "lease_expires_ms": 0,
-                        "fencing_counter": 0,
-                        "remote_log_start_offset": None,
                         "finish_counter": segments,
-                        "created_ms": now,
-                        "updated_ms": now,
                     }
                     for p in range(partitions)
                 ],

@@ -45,7 +45,7 @@ from bench_cluster import observation, p99, prefill  # noqa: E402
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition  # noqa: E402
 from tiering_core.metadata.counters import COUNTERS  # noqa: E402
-from tiering_core.metadata.models import GapRow, PartitionRow, SegmentRow  # noqa: E402
+from tiering_core.metadata.models import GapRow, PartitionRow, SegmentRow, registered_partition  # noqa: E402
 from tiering_core.metadata.states import RemoteLogSegmentState  # noqa: E402
 from tiering_core.metadata.store import RemoteLogMetadataStore  # noqa: E402
 from tiering_core.metrics.snapshot import NO_BROKER  # noqa: E402
@@ -73,25 +73,7 @@ def load(store: RemoteLogMetadataStore, tips: list[TopicIdPartition], brokers: i
     with store.engine.begin() as conn:
         conn.execute(
             insert(table(PartitionRow)),
-            [
-                {
-                    "id": i + 1,
-                    "topic_id": t.topic_id,
-                    "topic": t.topic,
-                    "partition": t.partition,
-                    "delete_state": None,
-                    "dropped": False,
-                    "lease_holder": None,
-                    "lease_token": 0,
-                    "lease_expires_ms": 0,
-                    "fencing_counter": 0,
-                    "remote_log_start_offset": None,
-                    "finish_counter": segments,
-                    "created_ms": now,
-                    "updated_ms": now,
-                }
-                for i, t in enumerate(tips)
-            ],
+            [{**registered_partition(t, now), "id": i + 1, "finish_counter": segments} for i, t in enumerate(tips)],
         )
         conn.execute(
             insert(table(SegmentRow)),

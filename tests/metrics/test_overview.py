@@ -18,6 +18,7 @@ from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.counters import COUNTERS
+from tiering_core.metadata.models import registered_partition
 from tiering_core.metadata.observations import LATEST
 from tiering_core.metadata.queries import G, P, S
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -60,20 +61,10 @@ def fill(store: RemoteLogMetadataStore) -> None:
             insert(P),
             [
                 {
+                    **registered_partition(TopicIdPartition(topic_id, TopicPartition(topic, partition)), now),
                     "id": i + 1,
-                    "topic_id": topic_id,
-                    "topic": topic,
-                    "partition": partition,
                     "delete_state": "DELETE_PARTITION_FINISHED" if dropped else None,
                     "dropped": dropped,
-                    "lease_holder": None,
-                    "lease_token": 0,
-                    "lease_expires_ms": 0,
-                    "fencing_counter": 0,
-                    "remote_log_start_offset": None,
-                    "finish_counter": 0,
-                    "created_ms": now,
-                    "updated_ms": now,
                 }
                 for i, (topic_id, topic, partition, dropped) in enumerate(records)
             ],

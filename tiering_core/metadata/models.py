@@ -6,10 +6,13 @@ an empty database yields exactly these tables, columns and indexes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+if TYPE_CHECKING:
+    from tiering_core.kafka.topic import TopicIdPartition
 
 # The partial index of segments still listed (any state but DELETE_SEGMENT_FINISHED). Queries
 # must repeat this exact condition for SQLite to use the index.
@@ -48,6 +51,26 @@ class PartitionRow(Base):
     finish_counter: Mapped[int] = mapped_column(BigInteger)
     created_ms: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     updated_ms: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+
+
+def registered_partition(tip: TopicIdPartition, now_ms: int) -> dict[str, Any]:
+    """A ``PartitionRow``'s values as the store first registers the partition: no lease taken, no
+    deletion, nothing copied (loaders of prepared stores override what they need)."""
+    return {
+        "topic_id": tip.topic_id,
+        "topic": tip.topic,
+        "partition": tip.partition,
+        "delete_state": None,
+        "dropped": False,
+        "lease_holder": None,
+        "lease_token": 0,
+        "lease_expires_ms": 0,
+        "fencing_counter": 0,
+        "remote_log_start_offset": None,
+        "finish_counter": 0,
+        "created_ms": now_ms,
+        "updated_ms": now_ms,
+    }
 
 
 # The listing order's index columns, then what else a listing reads. On SQLite the partial index of

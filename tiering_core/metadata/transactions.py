@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.engine import safe_url
 from tiering_core.metadata.errors import FencedError, MetadataStoreError, check_topic_name
+from tiering_core.metadata.models import registered_partition
 from tiering_core.metadata.queries import Statements
 from tiering_core.metadata.values import Lease
 
@@ -134,25 +135,7 @@ class StoreCore:
         row = self._lock(conn, tip)
         if row is not None:
             return row
-        now = now_ms()
-        conn.execute(
-            self._q.insert_partition,
-            {
-                "topic_id": tip.topic_id,
-                "topic": tip.topic,
-                "partition": tip.partition,
-                "delete_state": None,
-                "dropped": False,
-                "lease_holder": None,
-                "lease_token": 0,
-                "lease_expires_ms": 0,
-                "fencing_counter": 0,
-                "remote_log_start_offset": None,
-                "finish_counter": 0,
-                "created_ms": now,
-                "updated_ms": now,
-            },
-        )
+        conn.execute(self._q.insert_partition, registered_partition(tip, now_ms()))
         row = self._lock(conn, tip)
         if row is None:
             raise MetadataStoreError(f"{tip}: could not register the partition")
