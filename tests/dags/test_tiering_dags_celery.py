@@ -3,9 +3,8 @@ server on PostgreSQL, Redis as the Celery broker, and one ``airflow celery worke
 ``tiering-broker-1`` on "broker 1's host". Broker 1's tasks land on that queue and run there;
 broker 2's wait queued, since no worker consumes its queue.
 
-Skipped where apache-airflow-providers-celery is not installed: it is not in requirements.txt yet,
-since no Celery release fits both the provider (3.26 imports what Celery 5.7 removed) and our redis
-pin (Celery 5.5 and 5.6 need kombu's redis extra, which caps redis below 6.5)."""
+Celery is pinned to 5.6 (and the redis client below 6.5, as its kombu asks): the provider imports
+what Celery 5.7 removed."""
 
 from __future__ import annotations
 
@@ -26,8 +25,6 @@ import yaml
 from tests.airflow_support import AIRFLOW_BIN, ROOT
 from tests.dags.test_tiering_dags_cluster import Cluster, cluster_doc, with_segments
 from tests.services import PostgresServer, RedisServer, S3Endpoint
-
-pytest.importorskip("airflow.providers.celery", reason="apache-airflow-providers-celery is not installed")
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
