@@ -8,6 +8,7 @@ import); the conftests of tests/dags and tests/tiering_airflow call it at import
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import shutil
@@ -16,6 +17,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,3 +160,13 @@ def latest_run_id(dag_id: str) -> str:
     if run_id is None:
         raise LookupError(f"{dag_id} has no run")
     return str(run_id)
+
+
+def load_e2e_script() -> ModuleType:
+    """``scripts/airflow_e2e.py`` as a module: its REST client and waits serve the tests too."""
+    spec = importlib.util.spec_from_file_location("airflow_e2e", ROOT / "scripts" / "airflow_e2e.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["airflow_e2e"] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,7 +1,8 @@
 """The cluster-form copy DAG under Airflow's CeleryExecutor: a real scheduler, DAG processor and API
-server on PostgreSQL, Redis as the Celery broker, and one ``airflow celery worker`` consuming only
-``tiering-broker-1`` on "broker 1's host". Broker 1's tasks land on that queue and run there;
-broker 2's wait queued, since no worker consumes its queue.
+server on PostgreSQL, Redis as the Celery broker, and an ``airflow celery worker`` per broker host
+consuming only that broker's queue. With broker 1's worker alone, broker 1's tasks run there and
+broker 2's wait queued; with both, a run triggered through the REST API copies each partition once,
+on the worker of its best replica.
 
 Celery is pinned to 5.6 (and the redis client below 6.5, as its kombu asks): the provider imports
 what Celery 5.7 removed."""
@@ -15,16 +16,24 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import yaml
 
-from tests.airflow_support import AIRFLOW_BIN, ROOT
-from tests.dags.test_tiering_dags_cluster import Cluster, cluster_doc, with_segments
+from tests.airflow_support import AIRFLOW_BIN, ROOT, load_e2e_script
+from tests.dags.test_tiering_dags_cluster import QUEUES, Cluster, cluster_doc, with_segments
+from tests.runs.test_replica_choice import append
 from tests.services import PostgresServer, RedisServer, S3Endpoint
+from tiering_core.config import load_config, select_broker
+from tiering_core.context import AwsCredentials, TieringContext
+from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.read.reader import open_reader
+from tiering_core.runs.copy_plan import plan_copies
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
@@ -78,14 +87,35 @@ def task_instances(pg_url: str) -> dict[tuple[str, int], dict[str, Any]]:
     return {(r[0], r[1]): {"state": r[2], "queue": r[3], "hostname": r[4]} for r in rows}
 
 
-def test_a_broker_s_tasks_run_on_the_celery_worker_of_its_queue(
-    tmp_path: Path, s3_endpoint: S3Endpoint, pg_server: PostgresServer, redis: RedisServer
-) -> None:
-    remote = {"backend": "s3", "bucket": s3_endpoint.new_bucket(), "prefix": "t/", "region": "us-east-1"}
-    cluster = Cluster(tmp_path, tmp_path / "tiering.yaml", cluster_doc(tmp_path, remote, orders={}))
-    cluster.write()
-    on_1 = [with_segments(cluster.writer(1, "orders", p), 2) for p in (0, 2)]
-    with_segments(cluster.writer(2, "orders", 1), 1)
+@dataclass
+class CeleryAirflow:
+    """A running Airflow under the CeleryExecutor: its environment, metadata database and logs."""
+
+    env: dict[str, str]
+    db_url: str
+    port: int
+    logs: Path
+
+    def run(self, *args: str) -> str:
+        proc = subprocess.run([AIRFLOW_BIN, *args], env=self.env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        return proc.stdout
+
+    def wait_for_dag(self) -> None:
+        wait_for("the DAG parsed", lambda: DAG_ID in self.run("dags", "list", "-o", "plain"), 240, self.logs)
+
+
+@contextmanager
+def celery_airflow(
+    tmp_path: Path,
+    cluster: Cluster,
+    s3_endpoint: S3Endpoint,
+    pg_server: PostgresServer,
+    redis: RedisServer,
+    workers: dict[int, str],
+) -> Iterator[CeleryAirflow]:
+    """API server, scheduler and DAG processor on PostgreSQL, and per broker id of ``workers`` one
+    ``airflow celery worker`` consuming only that queue, as on that broker's host."""
     logs = tmp_path / "logs"
     logs.mkdir()
     port = free_port()
@@ -101,6 +131,7 @@ def test_a_broker_s_tasks_run_on_the_celery_worker_of_its_queue(
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_db,
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": airflow_db,  # psycopg 3 is async too
             "AIRFLOW__CELERY__BROKER_URL": f"redis://{redis.host}:{redis.port}/7",
@@ -124,32 +155,44 @@ def test_a_broker_s_tasks_run_on_the_celery_worker_of_its_queue(
         }
         env.pop("TIERING_BROKER_ID", None)
         env.pop("TIERING_SENSOR_DEFERRABLE", None)
+        airflow = CeleryAirflow(env, airflow_db, port, logs)
+        airflow.run("db", "migrate")
+        airflow.run("pools", "set", "tiering_uploads", "4", "concurrent uploads")
+        with ExitStack() as running:
+            for name, args in (
+                ("api-server", [AIRFLOW_BIN, "api-server", "--port", str(port)]),
+                ("scheduler", [AIRFLOW_BIN, "scheduler"]),
+                ("dag-processor", [AIRFLOW_BIN, "dag-processor"]),
+            ):
+                running.enter_context(started(name, args, env, logs))
+            for broker_id, queue in workers.items():
+                worker = [AIRFLOW_BIN, "celery", "worker", "--queues", queue, "--concurrency", "2"]
+                worker += ["--celery-hostname", f"broker-{broker_id}@%h"]
+                worker_env = {**env, "TIERING_BROKER_ID": str(broker_id)}  # that broker's host
+                running.enter_context(started(f"worker-{broker_id}", worker, worker_env, logs))
+            yield airflow
 
-        def airflow(*args: str) -> str:
-            proc = subprocess.run([AIRFLOW_BIN, *args], env=env, capture_output=True, text=True, timeout=300)
-            assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-            return proc.stdout
 
-        airflow("db", "migrate")
-        airflow("pools", "set", "tiering_uploads", "4", "concurrent uploads")
-        worker_env = {**env, "TIERING_BROKER_ID": "1"}  # broker 1's host
-        worker = [AIRFLOW_BIN, "celery", "worker", "--queues", "tiering-broker-1", "--concurrency", "2"]
-        with (
-            started("api-server", [AIRFLOW_BIN, "api-server", "--port", str(port)], env, logs),
-            started("scheduler", [AIRFLOW_BIN, "scheduler"], env, logs),
-            started("dag-processor", [AIRFLOW_BIN, "dag-processor"], env, logs),
-            started("worker-1", worker, worker_env, logs),
-        ):
-            wait_for("the DAG parsed", lambda: DAG_ID in airflow("dags", "list", "-o", "plain"), 240, logs)
-            airflow("dags", "unpause", DAG_ID)
-            airflow("dags", "trigger", DAG_ID)
+def test_a_broker_s_tasks_run_on_the_celery_worker_of_its_queue(
+    tmp_path: Path, s3_endpoint: S3Endpoint, pg_server: PostgresServer, redis: RedisServer
+) -> None:
+    remote = {"backend": "s3", "bucket": s3_endpoint.new_bucket(), "prefix": "t/", "region": "us-east-1"}
+    cluster = Cluster(tmp_path, tmp_path / "tiering.yaml", cluster_doc(tmp_path, remote, orders={}))
+    cluster.write()
+    on_1 = [with_segments(cluster.writer(1, "orders", p), 2) for p in (0, 2)]
+    with_segments(cluster.writer(2, "orders", 1), 1)
+    with celery_airflow(tmp_path, cluster, s3_endpoint, pg_server, redis, {1: QUEUES[1]}) as airflow:
+        airflow.wait_for_dag()
+        airflow.run("dags", "unpause", DAG_ID)
+        airflow.run("dags", "trigger", DAG_ID)
 
-            def copied() -> dict[tuple[str, int], dict[str, Any]] | None:
-                tis = task_instances(airflow_db)
-                done = [ti for (task_id, _), ti in tis.items() if task_id == "broker_1.copy"]
-                return tis if len(done) == 2 and all(ti["state"] == "success" for ti in done) else None
+        def copied() -> dict[tuple[str, int], dict[str, Any]] | None:
+            tis = task_instances(airflow.db_url)
+            done = [ti for (task_id, _), ti in tis.items() if task_id == "broker_1.copy"]
+            return tis if len(done) == 2 and all(ti["state"] == "success" for ti in done) else None
 
-            tis = wait_for("broker 1's copies", copied, 420, logs)
+        tis = wait_for("broker 1's copies", copied, 420, airflow.logs)
+        logs = airflow.logs
     for (task_id, _), ti in tis.items():
         if task_id.startswith("broker_1."):
             assert (ti["queue"], ti["state"]) == ("tiering-broker-1", "success"), task_id
@@ -164,3 +207,100 @@ def test_a_broker_s_tasks_run_on_the_celery_worker_of_its_queue(
     worker_log = (logs / "worker-1.log").read_text(errors="replace")
     assert "tiering-broker-1" in worker_log
     assert yaml.safe_load(cluster.config_path.read_text())["brokers"][2]["queue"] == "kafka-b-host"
+
+
+TOPIC_ID = "mYmOgOlwTqyLnR1xXuOhUA"
+
+
+def replica(cluster: Cluster, broker_id: int, partition: int) -> PartitionWriter:
+    """Broker ``broker_id``'s replica of orders-``partition``: the same records on every broker."""
+    return PartitionWriter(
+        cluster.log_dir(broker_id),
+        TopicPartition("orders", partition),
+        topic_id=TOPIC_ID,
+        segment_bytes=10**9,
+        seed=42 + partition,
+        node_id=broker_id,
+    )
+
+
+def copy_results(db_url: str, run_id: str) -> dict[str, dict[int, dict[str, Any]]]:
+    """Each broker group's copy results (XCom) by partition."""
+    import psycopg
+
+    with psycopg.connect(db_url.replace("postgresql+psycopg", "postgresql")) as conn:
+        rows = conn.execute(
+            "SELECT task_id, value FROM xcom WHERE dag_id = %s AND run_id = %s AND key = 'return_value'"
+            " AND task_id LIKE %s",
+            (DAG_ID, run_id, "broker_%.copy"),
+        ).fetchall()
+    found: dict[str, dict[int, dict[str, Any]]] = {}
+    for task_id, value in rows:
+        result = json.loads(value) if isinstance(value, str) else value
+        found.setdefault(task_id.split(".")[0], {})[result["partition"]] = result
+    return found
+
+
+def test_two_workers_copy_each_partition_once_on_the_worker_of_its_best_replica(
+    tmp_path: Path, s3_endpoint: S3Endpoint, pg_server: PostgresServer, redis: RedisServer
+) -> None:
+    """Two brokers hold replicas of orders-0 and orders-1, each lagging on one of them; one Celery
+    worker per broker host consumes only its queue. A run triggered through the REST API copies
+    each partition once, on the worker of its best replica, the other broker's task saying why it
+    skipped, and every offset is served once."""
+    remote = {"backend": "s3", "bucket": s3_endpoint.new_bucket(), "prefix": "t/", "region": "us-east-1"}
+    cluster = Cluster(tmp_path, tmp_path / "tiering.yaml", cluster_doc(tmp_path, remote, orders={}))
+    cluster.write()
+    ahead = {0: 1, 1: 2}  # the broker holding each partition's more advanced replica
+    for partition, leader in ahead.items():
+        for broker in (1, 2):
+            w = replica(cluster, broker, partition)
+            if broker == leader:
+                append(w, 15, rolls=(5, 10))
+                w.set_high_watermark(14)
+            else:
+                append(w, 15, rolls=(5,))
+                w.set_high_watermark(8)  # a lagging follower
+    # Both brokers have reported their replicas (as their status or sensor runs do all day).
+    tps = [TopicPartition("orders", p) for p in ahead]
+    for broker in (1, 2):
+        with TieringContext.open(select_broker(load_config(cluster.config_path), broker)) as ctx:
+            plan_copies(ctx, tps, broker_id=broker)
+    workers = {1: QUEUES[1], 2: QUEUES[2]}
+    with celery_airflow(tmp_path, cluster, s3_endpoint, pg_server, redis, workers) as airflow:
+        airflow.wait_for_dag()
+        airflow.run("dags", "unpause", DAG_ID)
+        e2e = load_e2e_script()
+        api = e2e.Api(f"http://127.0.0.1:{airflow.port}")
+        e2e.wait_for("the API server", lambda: api.call("GET", "/api/v2/monitor/health")[0] == 200, 120)
+        passwords = Path(airflow.env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
+        api.login(json.loads(passwords.read_text())["admin"])
+        run_id = api.trigger(DAG_ID)
+        assert api.wait_run(DAG_ID, run_id, 420) == "success"
+        tis = task_instances(airflow.db_url)
+        results = copy_results(airflow.db_url, run_id)
+    for (task_id, _), ti in tis.items():
+        if task_id.endswith(".copy"):
+            group = task_id.split(".")[0]
+            assert (ti["queue"], ti["state"]) == (workers[int(group[-1])], "success"), (task_id, ti)
+    for partition, leader in ahead.items():
+        follower = 3 - leader
+        copied, skipped = results[f"broker_{leader}"][partition], results[f"broker_{follower}"][partition]
+        assert copied["skipped_reason"] is None and copied["segments_copied"] == 2, copied
+        assert skipped["segments_copied"] == 0, skipped
+        assert skipped["skipped_reason"] == f"broker {leader} holds a more advanced replica (LSO 14 > 8)"
+    # S3 as the tasks reach it: through the Airflow connection's credentials and endpoint.
+    credentials = AwsCredentials("AKIDTIERINGTEST", "celery-test-secret", endpoint_url=s3_endpoint.url)
+    with TieringContext.open(load_config(cluster.config_path), credentials) as ctx:
+        for partition in ahead:
+            tip = TopicIdPartition(TOPIC_ID, TopicPartition("orders", partition))
+            finished = sorted(
+                (s.start_offset, s.end_offset)
+                for s in ctx.metadata.list_segments(tip)
+                if s.state.value == "COPY_SEGMENT_FINISHED"
+            )
+            assert finished == [(0, 4), (5, 9)]
+            assert [r.offset for r in open_reader(ctx, tip.topic_partition).read(0, 1000)] == list(range(10))
+    for broker in (1, 2):
+        worker_log = (airflow.logs / f"worker-{broker}.log").read_text(errors="replace")
+        assert f"broker-{broker}@" in worker_log and workers[broker] in worker_log

@@ -6,7 +6,6 @@ stopped mid-run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -16,9 +15,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.airflow_support import load_e2e_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "airflow_e2e.py"
@@ -32,15 +32,6 @@ E2E_SECONDS = 900  # the script bounds each wait itself; this only guards agains
 STOP_GRACE_SECONDS = 120  # after SIGTERM, for the script to stop Airflow before it is killed
 # Above both, so pytest-timeout never SIGKILLs the run before the script could clean up.
 TEST_TIMEOUT = E2E_SECONDS + STOP_GRACE_SECONDS + 180
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("airflow_e2e", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["airflow_e2e"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def start_script(*args: str) -> subprocess.Popen[str]:
@@ -110,7 +101,7 @@ def require_chromium(e2e) -> None:  # type: ignore[no-untyped-def]
     """Skips a screenshot check on a machine without Chromium; under CI (where the bootstrap
     installs it) a missing Chromium fails instead."""
     if "e2e: WARNING: no Chromium" in e2e.stdout:
-        assert not load_script().in_ci(), "under CI a missing Chromium must fail the run"
+        assert not load_e2e_script().in_ci(), "under CI a missing Chromium must fail the run"
         pytest.skip("no Chromium installed (apt-get install -y chromium, or set TIERING_CHROMIUM)")
 
 
@@ -197,7 +188,7 @@ def test_sigterm_mid_run_stops_every_airflow_process(tmp_path: Path) -> None:
 def test_missing_chromium_fails_under_ci_and_is_a_warning_elsewhere(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    e2e = load_script()
+    e2e = load_e2e_script()
     api = e2e.Api("http://127.0.0.1:9")
     api.token = "unused"
     monkeypatch.setenv("PATH", str(tmp_path))  # no browser anywhere
@@ -212,7 +203,7 @@ def test_missing_chromium_fails_under_ci_and_is_a_warning_elsewhere(
 
 
 def test_chromium_is_found_on_path_or_named_by_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    e2e = load_script()
+    e2e = load_e2e_script()
     browser = tmp_path / "bin" / "chromium-browser"
     browser.parent.mkdir()
     browser.write_text("#!/bin/sh\n")
