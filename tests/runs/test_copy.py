@@ -498,6 +498,7 @@ def test_a_lease_that_expires_under_a_stalled_run_fails_it_loudly(
         assert [s.state for s in ctx.metadata.list_segments(tip_of(w))] == [RemoteLogSegmentState.COPY_SEGMENT_STARTED]
         assert ctx.storage.list_objects(tip_of(w)) == []  # the upload's objects were deleted
     monkeypatch.undo()
+    tiering_env.write_config()  # 30 s leases again: the resuming run must not outlive its own lease
     result = copy(tiering_env, w)
     assert (result.segments_cleaned_up, result.segments_copied) == (1, 2)
 
@@ -530,6 +531,7 @@ def test_a_run_fenced_mid_copy_by_a_newer_run_stops_quietly(
         assert ctx.storage.list_objects(tip_of(w)) == []  # the fenced run deleted what it uploaded
         ctx.metadata.release_lease(newer["lease"])  # type: ignore[arg-type]
     monkeypatch.undo()
+    tiering_env.write_config()  # 30 s leases again: the resuming run must not outlive its own lease
     result = copy(tiering_env, w)
     assert (result.segments_cleaned_up, result.segments_copied) == (1, 2)
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
