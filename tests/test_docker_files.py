@@ -79,3 +79,62 @@ def test_no_credential_is_written_in_the_files_they_come_from_the_env_file() -> 
     for ignore in (".gitignore", ".dockerignore"):
         assert "docker/tiering.env" in (ROOT / ignore).read_text().splitlines()
     assert "docker/tiering.env" in (ROOT / "README.md").read_text()
+
+
+def test_one_celery_worker_per_broker_reads_only_its_broker_s_log_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stack is a cluster deployment: the CeleryExecutor with Redis, and for each broker of the
+    sample config one worker that consumes only that broker's queue, names the broker and mounts
+    only its log dirs, read-only; no other service mounts a broker's disk."""
+    monkeypatch.setenv("TIERING_METADATA_PASSWORD", "from-the-env-file")
+    compose = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
+    config = parse_config(yaml.safe_load((DOCKER / "tiering.yaml").read_text()))
+    assert config.brokers and len(config.brokers) >= 2
+    services = compose["services"]
+    assert "redis" in services
+    assert "requirepass" in " ".join(services["redis"]["command"])  # Celery's queue is not open to all
+    for name in ("airflow-api-server", "airflow-scheduler"):
+        env = services[name]["environment"]
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+        assert (
+            env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
+            and "@redis:6379/" in env["AIRFLOW__CELERY__BROKER_URL"]
+        )
+    all_broker_dirs = {str(d) for b in config.brokers.values() for d in b.log_dirs}
+
+    def mounts(service: dict) -> dict[str, str]:
+        """Container path -> mode of each volume."""
+        found = {}
+        for volume in service.get("volumes", []):
+            _source, target, *mode = re.sub(r"\$\{[^}]*\}", "source", volume).split(":")
+            found[target] = mode[0] if mode else "rw"
+        return found
+
+    workers = {name: s for name, s in services.items() if str(s.get("command", "")).startswith("airflow celery worker")}
+    assert len(workers) == len(config.brokers)
+    served = set()
+    for name, service in workers.items():
+        broker_id = int(service["environment"]["TIERING_BROKER_ID"])
+        broker = config.brokers[broker_id]
+        queues = re.search(r"--queues (\S+)", service["command"]).group(1)  # type: ignore[union-attr]
+        assert queues == broker.queue, name  # its broker's queue only
+        assert service["environment"]["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+        mounted = mounts(service)
+        assert {str(d) for d in broker.log_dirs} <= set(mounted), name
+        assert all(mounted[str(d)] == "ro" for d in broker.log_dirs), name
+        assert not (set(mounted) & all_broker_dirs) - {str(d) for d in broker.log_dirs}, name  # no other broker's
+        served.add(broker_id)
+    assert served == set(config.brokers)
+    for name, service in services.items():
+        if name not in workers:
+            assert not set(mounts(service)) & all_broker_dirs, name  # scheduler, API server, Spark: no broker disk
+
+
+def test_no_secret_is_on_a_command_line() -> None:
+    """Secrets reach a service through its environment, never its argv (``ps`` shows argv to
+    every user of the host): Redis reads its password as config on standard input."""
+    compose = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
+    for name, service in compose["services"].items():
+        command = service.get("command", "")
+        command = " ".join(command) if isinstance(command, list) else str(command)
+        assert not re.search(r"\$\{?[A-Z_]*(PASSWORD|SECRET|TOKEN)", command.replace("$$", "")), name
+    assert "REDIS_PASSWORD" in compose["services"]["redis"]["environment"]
