@@ -11,7 +11,6 @@ import pytest
 from tiering_core.errors import CorruptLogError, InvalidTopicError, TieringError
 from tiering_core.kafka.batch import iter_batch_headers
 from tiering_core.kafka.checkpoints import (
-    LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     update_offset_checkpoint,
 )
@@ -20,7 +19,6 @@ from tiering_core.kafka.index import lookup_offset, read_offset_index
 from tiering_core.kafka.partition_log import HighWatermarkUnavailableError, PartitionLog, discover_partitions
 from tiering_core.kafka.records import ControlRecordType, encode_control_batch
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.tier.view import observed_delete_records
 
 
 def test_no_transactions_lso_equals_hw(make_writer) -> None:
@@ -178,25 +176,6 @@ def test_delete_records_moves_log_start_inside_a_segment(make_writer) -> None:
     assert (log.log_start_offset, log.log_start_offset_checkpoint) == (target, target)
     assert log.local_log_start_offset == first_bases[2]
     assert log.leader_epoch_entries[0] == EpochEntry(0, target)
-
-
-def test_a_log_start_checkpointed_while_the_broker_deletes_segments_is_no_delete_records(make_writer) -> None:
-    """Kafka's retention moves the log start to the next segment's base before it removes the old
-    segments; a checkpoint taken in between names that base. A listing made before the removal
-    must not turn it into a DeleteRecords (the remote tier would lose data for the broker's own
-    retention): the first base is listed again after the entry is read."""
-    w = make_writer(segment_bytes=2000)
-    w.append_records(100)
-    w.set_high_watermark()
-    log = PartitionLog(w.path)
-    bases = [s.base_offset for s in log.segments]  # listed before the broker's retention ran
-    w.delete_oldest_segments(1)
-    update_offset_checkpoint(w.log_dir / LOG_START_OFFSET_CHECKPOINT, w.tp, bases[1])  # the checkpoint between
-    assert log.segments[0].base_offset == bases[0] and log.log_start_offset_checkpoint == bases[1]
-    assert log.current_local_log_start_offset() == bases[1]
-    assert observed_delete_records(log) is None
-    w.delete_records(bases[1] + 3)  # a real DeleteRecords inside the new first segment
-    assert observed_delete_records(PartitionLog(w.path)) == bases[1] + 3
 
 
 def test_discovery_skips_transient_dirs_and_files(log_dir: Path, make_writer, caplog) -> None:

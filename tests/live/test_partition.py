@@ -18,7 +18,6 @@ from tiering_core.live.partition import (
     LiveOffsets,
     LivePartition,
     bounded_offsets,
-    live_delete_records,
     unknown_partition,
 )
 from tiering_core.metadata.store import RemoteLogMetadataStore
@@ -58,22 +57,29 @@ def test_live_high_watermark_and_lso_never_pass_the_local_log_end() -> None:
 
 
 @pytest.mark.parametrize(
-    ("log_start", "expected"),
+    ("log_start", "local_start", "candidates"),
     [
-        (0, None),  # the first segment's base: no move at all
-        (3, 3),  # strictly inside the first segment
-        (7, 7),  # strictly inside a later one
-        (5, None),  # a segment base: the broker's own retention
-        (10, None),
-        (17, 17),  # inside the active segment
-        (20, None),  # the listed log end: a roll and delete looks the same
-        (25, None),  # beyond the listing: segments newer than it
+        (0, 0, [0, 5, 10]),  # the first segment's base: no move at all
+        (3, 3, [0, 5, 10]),  # strictly inside the first segment
+        (7, 7, [5, 10]),  # strictly inside a later one: the segments wholly below are not copied
+        (5, 5, [5, 10]),  # a segment base: the broker's own retention, seen before the files show it
+        (17, 17, []),  # inside the active segment
+        (25, 25, []),  # beyond the listing: segments newer than it
     ],
 )
-def test_a_live_log_start_strictly_inside_a_listed_segment_is_a_delete_records(
-    log_start: int, expected: int | None
+def test_the_clusters_log_start_is_the_local_log_start_never_a_delete_records(
+    writer: PartitionWriter, store: RemoteLogMetadataStore, log_start: int, local_start: int, candidates: list[int]
 ) -> None:
-    assert live_delete_records(log_start, [0, 5, 10, 15], 20) == expected
+    write_segments(writer, 3)  # 0, 5, 10; active 15
+    writer.append_records(5)  # LEO 20
+    writer.set_high_watermark()
+    log = PartitionLog.open(writer.path)
+    for leader in (DEMO_NODE_ID, DEMO_NODE_ID + 1):  # read from the leader's files or a follower's
+        view = load_tier_view(log, store, live(writer, log_start, 20, leader=leader))
+        assert view.local_log_start_offset == local_start
+        assert (view.global_log_start_offset, view.delete_records_offset) == (None, None)
+        assert [c.base_offset for c in view.copy_candidates()] == candidates
+        assert view.tiering_gap() is None  # nothing tiered yet: what the broker dropped is history
 
 
 def test_live_values_win_over_lagging_files(writer: PartitionWriter, store: RemoteLogMetadataStore) -> None:
@@ -90,29 +96,6 @@ def test_live_values_win_over_lagging_files(writer: PartitionWriter, store: Remo
     assert (ahead.high_watermark, ahead.last_stable_offset) == (20, 20)
 
 
-def test_delete_records_seen_live_before_the_checkpoint_file(
-    writer: PartitionWriter, store: RemoteLogMetadataStore
-) -> None:
-    write_segments(writer, 3)
-    writer.set_high_watermark()
-    log = PartitionLog.open(writer.path)
-    assert load_tier_view(log, store).observed_delete_records_offset is None  # the file does not show it yet
-    view = load_tier_view(log, store, live(writer, 7, 15))
-    assert view.observed_delete_records_offset == 7
-    assert view.global_log_start_offset == 7
-    assert view.observed_delete_records_source is not None and "ListOffsets" in view.observed_delete_records_source
-    # The segments wholly below it are still listed (the broker deletes them a little later): not copied.
-    assert [c.base_offset for c in view.copy_candidates()] == [5, 10]
-    assert view.local_log_start_offset == 7 and view.tiering_gap() is None
-    # Read from a follower (another node leads), whose segments roll at offsets of their own, the
-    # leader's log start may be its retention: never taken for a DeleteRecords.
-    follower = load_tier_view(log, store, live(writer, 7, 15, leader=DEMO_NODE_ID + 1))
-    assert follower.observed_delete_records_offset is None and follower.global_log_start_offset is None
-    assert follower.high_watermark == 15
-    unknown_leader = LivePartition(TP, writer.topic_id, LiveOffsets(7, 15, 15))
-    assert load_tier_view(log, store, unknown_leader).observed_delete_records_offset is None
-
-
 def test_broker_retention_racing_the_listing_never_moves_the_global_log_start(
     writer: PartitionWriter, store: RemoteLogMetadataStore
 ) -> None:
@@ -126,12 +109,12 @@ def test_broker_retention_racing_the_listing_never_moves_the_global_log_start(
     assert [s.base_offset for s in log.segments] == [0, 5, 10, 15]  # the listing
     writer.delete_oldest_segments(2)  # the broker's retention, after the listing
     view = load_tier_view(log, store, live(writer, 10, 18))
-    assert view.observed_delete_records_offset is None and view.global_log_start_offset is None
+    assert view.global_log_start_offset is None and view.local_log_start_offset == 10
     writer.append_records(2)
     writer.roll()
     writer.delete_oldest_segments(10)  # a roll and delete of every closed segment: log start 20
     view = load_tier_view(log, store, live(writer, 20, 20))
-    assert view.observed_delete_records_offset is None and view.global_log_start_offset is None
+    assert view.global_log_start_offset is None and view.local_log_start_offset == 20
 
 
 def test_another_topic_id_or_an_unknown_partition_is_refused(

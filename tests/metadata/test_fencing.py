@@ -54,7 +54,7 @@ WRITES: dict[str, Callable[[RemoteLogMetadataStore, Lease, uuid.UUID], object]] 
     ),
     "remote_log_start": lambda st, lease, _: st.set_remote_log_start_offset(TIP, 99, lease),
     "lineage": lambda st, lease, _: st.record_lineage(TIP, [EpochEntry(0, 0), EpochEntry(1, 5)], lease),
-    "delete_records": lambda st, lease, _: st.record_delete_records(TIP, 7, lease, "test"),
+    "delete_records": lambda st, lease, _: st.record_delete_records(TIP, 7, lease),
     "gap": lambda st, lease, _: st.record_gap(TIP, 1, 2, lease),
     "renew": lambda st, lease, _: st.renew_lease(lease),
 }

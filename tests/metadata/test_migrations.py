@@ -113,14 +113,17 @@ def test_data_written_at_0001_survives_the_upgrade_and_the_way_back(metadata_url
             )
         upgrade(metadata_url)
         with RemoteLogMetadataStore(metadata_url) as store:
-            assert store.get_delete_records_offset(TIP) == 4242
+            # 0001's column held DeleteRecords observed in the broker's files too: kept, never counted.
+            (kept,) = store.delete_records_observations(TIP)
+            assert (kept.offset, kept.source, kept.applied) == (4242, "metadata schema 0001", False)
+            assert store.get_delete_records_offset(TIP) is None
             assert store.get_remote_log_start_offset(TIP) == 10
             # The backfilled widest range lets segment_for reach deep into the old segment.
             found = store.segment_for(TIP, 0, 9_000)
             assert found is not None and found.size_bytes == 77
             lease = store.acquire_lease(TIP, "after-upgrade")
             assert lease.token == 4
-            store.record_delete_records(TIP, 5000, lease, "test")
+            store.record_delete_records(TIP, 5000, lease)
         downgrade(metadata_url, "0001")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT delete_records_offset FROM tiering_partitions")).scalar() == 5000

@@ -395,7 +395,7 @@ def test_partition_removal_tombstone_blocks_the_topic_id_for_good(store) -> None
     finished = finish(store, lease, segment(TIP, 0, 99))
     store.record_lineage(TIP, [EpochEntry(0, 0)], lease)
     store.record_gap(TIP, 10, 20, lease)
-    store.record_delete_records(TIP, 40, lease, "test")
+    store.record_delete_records(TIP, 40, lease)
     store.set_remote_log_start_offset(TIP, 50, lease)
     store.mark_partition_for_deletion(TIP, lease)
     with pytest.raises(PartitionDeletedError):
@@ -536,17 +536,18 @@ def test_a_cache_behind_the_recorded_lineage_records_nothing(store) -> None:
     assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 1000)]
 
 
-def test_delete_records_offset_is_the_highest_ever_observed(store) -> None:
-    lease = store.acquire_lease(TIP, "t", run_id="copy-7")
+def test_delete_records_offset_is_the_highest_ever_applied(store) -> None:
+    lease = store.acquire_lease(TIP, "t", run_id="delete-records-7")
     assert store.get_delete_records_offset(TIP) is None
-    assert store.record_delete_records(TIP, 40, lease, "log-start-offset-checkpoint") == 40
-    assert store.record_delete_records(TIP, 30, lease, "log-start-offset-checkpoint") == 40
-    assert store.record_delete_records(TIP, 45, lease, "tiering delete-records") == 45
+    assert store.record_delete_records(TIP, 40, lease) == 40
+    assert store.record_delete_records(TIP, 30, lease) == 40
+    assert store.record_delete_records(TIP, 40, lease) == 40  # again: nothing more recorded
+    assert store.record_delete_records(TIP, 45, lease) == 45
     assert store.get_delete_records_offset(TIP) == 45
     observed = store.delete_records_observations(TIP)
-    assert [(o.offset, o.source, o.token, o.run_id) for o in observed] == [
-        (40, "log-start-offset-checkpoint", lease.token, "copy-7"),
-        (45, "tiering delete-records", lease.token, "copy-7"),
+    assert [(o.offset, o.source, o.applied, o.token, o.run_id) for o in observed] == [
+        (40, "tiering delete-records", True, lease.token, "delete-records-7"),
+        (45, "tiering delete-records", True, lease.token, "delete-records-7"),
     ]
 
 

@@ -16,7 +16,7 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 from tiering_core.read.reader import OffsetOutOfRangeError, open_reader
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.retention import apply_delete_records
+from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 

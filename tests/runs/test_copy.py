@@ -16,6 +16,7 @@ from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
+from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 from tiering_core.tier.status import collect_status
 
@@ -151,12 +152,78 @@ def test_reruns_new_rolls_and_delete_records(tiering_env: TieringEnv) -> None:
     second = copy(tiering_env, w)
     assert second.segments_copied == 1 and finished_ranges(tiering_env, w)[-1] == (10, 14)
     write_segments(w, 3)  # [15..19], [20..24], [25..29]
-    w.delete_records(22)  # DeleteRecords past uncopied segments
     w.set_high_watermark()
+    with tiering_env.context() as ctx:  # a DeleteRecords past uncopied segments, through the platform
+        apply_delete_records(ctx, w.tp, 22)
+    w.delete_records(22)  # which the cluster applies too
     third = copy(tiering_env, w)
     assert third.gaps == []
     assert finished_ranges(tiering_env, w)[-2:] == [(20, 24), (25, 29)]
     assert (15, 19) not in finished_ranges(tiering_env, w)
+
+
+def test_a_delete_records_made_on_the_cluster_past_uncopied_segments_is_a_tiering_gap(
+    tiering_env: TieringEnv,
+) -> None:
+    """Made directly on the cluster, not through the platform, a DeleteRecords is only the broker's
+    log start moving: what it removed before it was tiered is a gap, recorded and failing the run."""
+    w = tiering_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    assert copy(tiering_env, w).segments_copied == 2
+    write_segments(w, 3)  # [10..14], [15..19], [20..24]
+    w.set_high_watermark()
+    w.delete_records(17)
+    with pytest.raises(TieringGapError, match=r"offsets 10\.\.16"):
+        copy(tiering_env, w)
+    assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9), (15, 19), (20, 24)]
+    with tiering_env.context() as ctx:
+        (row,) = collect_status(ctx, "orders", 0)
+        assert ctx.metadata.get_delete_records_offset(tip_of(w)) is None
+    assert row.gaps == [[10, 16]] and row.remote_log_start_offset == 0
+
+
+def test_a_segment_copied_after_a_delete_records_inside_it_has_epochs_from_the_log_start(
+    fs_env: TieringEnv,
+) -> None:
+    """Kafka's epochEntriesInRange of the broker's cache as it is (truncated from the start at the
+    new log start): {3: 158} for the segment [156..205], not {3: 156}; the recorded lineage keeps
+    epoch 3 from 100, and reads and retention take the segment as within it."""
+    from tiering_core.read.reader import open_reader
+    from tiering_core.runs.retention import run_retention
+
+    w = fs_env.writer()
+    w.append_records(100)
+    w.roll()  # [0..99] epoch 0
+    w.become_leader(3)
+    w.append_records(56)
+    w.roll()  # [100..155] epoch 3
+    w.set_high_watermark()
+    assert copy(fs_env, w).segments_copied == 2
+    w.append_records(50)
+    w.roll()  # [156..205]
+    w.append_records(3)
+    w.set_high_watermark()
+    with fs_env.context() as ctx:
+        apply_delete_records(ctx, w.tp, 158)
+    w.delete_records(158)  # the broker's cache: {3: 158}
+    assert [(e.epoch, e.start_offset) for e in w.epochs.entries] == [(3, 158)]
+    assert copy(fs_env, w).segments_copied == 1
+    with fs_env.context() as ctx:
+        segments = ctx.metadata.list_segments(tip_of(w))
+        assert [(s.start_offset, s.end_offset, s.leader_epochs) for s in segments] == [
+            (0, 99, {0: 0}),
+            (100, 155, {3: 100}),
+            (156, 205, {3: 158}),
+        ]
+        assert [(e.epoch, e.start_offset) for e in ctx.metadata.get_recorded_lineage(tip_of(w))] == [(0, 0), (3, 100)]
+        assert [r.offset for r in open_reader(ctx, w.tp).read(158, 100)] == list(range(158, 206))
+        result = run_retention(ctx, w.tp)
+    assert [(p["start_offset"], p["reason"]) for p in result.planned] == [
+        (0, "epochs-older-than-lineage"),
+        (100, "log-start-offset-breach"),
+    ]
+    assert finished_ranges(fs_env, w) == [(156, 205)]
 
 
 def test_unclean_election_resumes_from_the_new_lineage(tiering_env: TieringEnv) -> None:

@@ -1,5 +1,6 @@
 """Remote retention (docs/kafka-rules.md section 6 read with 10): size, time, log start, lineage, delete lag,
-copies in flight and killed, DeleteRecords by hand, dry runs and runs killed at each step."""
+copies in flight and killed, DeleteRecords applied through the platform (and a replica's log start,
+never one), dry runs and runs killed at each step."""
 
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ import pytest
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
+from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import TopicIdConflictError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import CopyResult, run_copy
+from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.runs.retention import (
     REASON_COPY_LEFTOVER,
     REASON_DANGLING,
-    apply_delete_records,
     delete_lag,
     plan_retention,
     retention_size_total,
@@ -207,6 +209,107 @@ def test_broker_local_retention_never_deletes_remote_data(tiering_env: TieringEn
     assert [r.key for r in records[:5]] == [f"key-{i}".encode() for i in range(5)]
 
 
+def test_a_replica_log_start_inside_its_segment_deletes_nothing(fs_env: TieringEnv) -> None:
+    """A follower copies its leader's log start (Kafka's maybeIncrementLogStartOffset) and rolls its
+    segments at offsets of its own, so the leader's own retention shows in the follower's files as a
+    log start inside a segment, checkpointed in log-start-offset-checkpoint; it stays there on a
+    follower that becomes leader, and a DeleteRecords sent to the cluster directly looks the same.
+    None of it is a DeleteRecords applied through the platform: with retention.ms -1 retention
+    deletes nothing, and nothing is recorded."""
+    w = fs_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.append_records(2)
+    w.set_high_watermark()
+    with fs_env.context() as ctx:
+        assert run_copy(ctx, w.tp).segments_copied == 3
+    w.delete_records(7)  # the files of a replica whose log start moved to 7: first base 5, entry 7
+    log = PartitionLog.open(w.path)
+    assert (log.segments[0].base_offset, log.log_start_offset_checkpoint) == (5, 7)
+    before = snapshot_state(fs_env, tip_of(w))
+    with fs_env.context() as ctx:
+        view = ctx.tier_view(log)
+        assert (view.local_log_start_offset, view.global_log_start_offset, view.delete_records_offset) == (7, 0, None)
+        assert run_retention(ctx, w.tp, dry_run=True).planned == []
+        assert delete_lag(view, ctx.metadata, ctx.topic_config("orders"), int(time.time() * 1000)) == (0, 0)
+        result = run_retention(ctx, w.tp)
+        assert (result.segments_deleted, result.remote_log_start_offset) == (0, 0)
+    assert snapshot_state(fs_env, tip_of(w)) == before
+    assert remote_ranges(fs_env, w) == [(0, 4), (5, 9), (10, 14)]
+
+
+def test_the_clusters_log_start_inside_a_tiered_segment_deletes_nothing(fs_env: TieringEnv) -> None:
+    """The cluster's log start (``kafka:`` section) inside a tiered segment, the leader's retention or
+    a DeleteRecords sent to the cluster directly, long before the checkpoint file shows it: read from
+    the leader's files or a follower's, it is the local log start at once, never the global one."""
+    from tiering_core.demo.writer import DEMO_NODE_ID
+    from tiering_core.live.partition import LiveOffsets, LivePartition
+
+    w = fs_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.append_records(2)
+    w.set_high_watermark()
+    with fs_env.context() as ctx:
+        assert run_copy(ctx, w.tp).segments_copied == 3
+        log = ctx.partition_log(w.tp)
+        assert log.log_start_offset_checkpoint is None  # the file does not show it yet
+        for leader in (DEMO_NODE_ID, DEMO_NODE_ID + 1):
+            live = LivePartition(w.tp, w.topic_id, LiveOffsets(7, 17, 17), leader_id=leader)
+            view = load_tier_view(log, ctx.metadata, live)
+            assert (view.local_log_start_offset, view.global_log_start_offset) == (7, 0)
+            assert view.copy_candidates() == [] and view.tiering_gap() is None
+            plan = plan_retention(view, ctx.metadata, ctx.topic_config("orders"), int(time.time() * 1000))
+            assert (plan.deletions, plan.new_log_start_offset) == ((), None)
+        assert ctx.metadata.delete_records_observations(tip_of(w)) == []
+
+
+def test_delete_records_rows_an_older_version_took_from_a_replica_do_not_count(fs_env: TieringEnv) -> None:
+    """Rows an older version recorded as DeleteRecords from the checkpoint file, the cluster's log start
+    or the metadata schema 0001 column are kept (nothing stored is deleted) but never move the global
+    log start; one applied through the platform does, also below them, and applying it again
+    changes nothing more."""
+    from sqlalchemy import create_engine, text
+
+    w = fs_env.writer()
+    write_segments(w, 3)
+    w.append_records(2)
+    w.set_high_watermark()
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    engine = create_engine(fs_env.metadata_url)
+    try:
+        with engine.begin() as conn:
+            pid = conn.execute(text("SELECT id FROM tiering_partitions")).scalar_one()
+            for offset, source in (
+                (7, "log-start-offset-checkpoint"),
+                (9, "ListOffsets (the cluster's log start offset)"),
+                (12, "metadata schema 0001"),
+            ):
+                conn.execute(
+                    text(
+                        "INSERT INTO tiering_delete_records (partition_id, before_offset, source, observed_ms, token) "
+                        "VALUES (:pid, :offset, :source, 0, 1)"
+                    ),
+                    {"pid": pid, "offset": offset, "source": source},
+                )
+    finally:
+        engine.dispose()
+    with fs_env.context() as ctx:
+        tip = tip_of(w)
+        assert ctx.metadata.get_delete_records_offset(tip) is None
+        assert ctx.tier_view(ctx.partition_log(w.tp)).global_log_start_offset == 0
+        assert run_retention(ctx, w.tp).segments_deleted == 0
+        applied = apply_delete_records(ctx, w.tp, 6)  # below the rows of old: recorded all the same
+        assert (applied.log_start_offset, applied.sent_to_cluster) == (6, False)
+        assert apply_delete_records(ctx, w.tp, 6).log_start_offset == 6  # again: nothing more
+        assert apply_delete_records(ctx, w.tp, 3).log_start_offset == 6  # lower: the log start stays
+        rows = ctx.metadata.delete_records_observations(tip)
+        assert [(r.offset, r.applied) for r in rows] == [(6, True), (7, False), (9, False), (12, False)]
+        assert ctx.metadata.get_delete_records_offset(tip) == 6
+        result = run_retention(ctx, w.tp)
+        assert [p["reason"] for p in result.planned] == ["log-start-offset-breach"]
+    assert remote_ranges(fs_env, w) == [(5, 9), (10, 14)]
+
+
 # --- size, time and log-start breaches --------------------------------------------------------
 
 
@@ -282,7 +385,8 @@ def test_log_start_breach_after_delete_records(tiering_env: TieringEnv) -> None:
     w.set_high_watermark()
     with tiering_env.context() as ctx:
         run_copy(ctx, w.tp)
-    w.delete_records(12)
+        apply_delete_records(ctx, w.tp, 12)  # through the platform
+    w.delete_records(12)  # and on the broker
     with tiering_env.context() as ctx:
         result = run_retention(ctx, w.tp)
     assert result.segments_deleted == 2
@@ -580,8 +684,10 @@ def test_overlapping_reuploads_are_both_deleted_when_breached(fs_env: TieringEnv
         sizes = [s.size_bytes for s in ctx.metadata.list_segments(tip_of(w))]
     if breach == "retention.bytes":
         fs_env.write_config(orders={"retention.bytes": sum(sizes[2:])})  # exactly both copies of [0..4]
-    else:
-        w.delete_records(7)  # inside [5..9]: [0..4] ends below the log start
+    else:  # inside [5..9]: [0..4] ends below the log start
+        with fs_env.context() as ctx:
+            apply_delete_records(ctx, w.tp, 7)
+        w.delete_records(7)
     with fs_env.context() as ctx:
         result = run_retention(ctx, w.tp)
     assert result.segments_deleted == 2
@@ -639,6 +745,8 @@ def test_divergent_segment_after_an_unclean_election(
         records = reader.read(150, 50)
         assert [(r.offset, r.leader_epoch) for r in records] == [(o, 2) for o in range(150, 200)]
     if delete_records is not None:
+        with tiering_env.context() as ctx:
+            apply_delete_records(ctx, w.tp, delete_records)
         w.delete_records(delete_records)
     with tiering_env.context() as ctx:
         result = run_retention(ctx, w.tp)
@@ -648,7 +756,7 @@ def test_divergent_segment_after_an_unclean_election(
     assert result.segments_deleted == (0 if kept else 1)
 
 
-# --- DeleteRecords by hand --------------------------------------------------------------------
+# --- DeleteRecords applied through the platform ------------------------------------------------
 
 
 def test_delete_records_by_hand_is_bounded_by_the_high_watermark(fs_env: TieringEnv) -> None:
@@ -660,7 +768,7 @@ def test_delete_records_by_hand_is_bounded_by_the_high_watermark(fs_env: Tiering
         with pytest.raises(TieringError, match="beyond the high watermark 12"):
             apply_delete_records(ctx, w.tp, 13)
         assert ctx.metadata.get_delete_records_offset(tip_of(w)) is None
-        assert apply_delete_records(ctx, w.tp, 12) == 12
+        assert apply_delete_records(ctx, w.tp, 12).log_start_offset == 12
         assert run_retention(ctx, w.tp).segments_deleted == 2
     assert remote_ranges(fs_env, w) == []  # [10..14] was never copied (above the high watermark)
 
@@ -675,7 +783,7 @@ def test_delete_records_by_hand_without_a_high_watermark_is_bounded_by_the_log_e
     with fs_env.context() as ctx:
         with pytest.raises(TieringError, match=r"beyond the log end offset 15 \(the high watermark is unknown"):
             apply_delete_records(ctx, w.tp, 16)
-        assert apply_delete_records(ctx, w.tp, 15) == 15
+        assert apply_delete_records(ctx, w.tp, 15).log_start_offset == 15
 
 
 def test_delete_records_by_hand_refuses_untiered_and_removed_partitions(fs_env: TieringEnv) -> None:

@@ -244,18 +244,17 @@ def cmd_delete_partition(args: argparse.Namespace) -> int:
 
 
 def cmd_delete_records(args: argparse.Namespace) -> int:
+    from tiering_core.cli.output import format_delete_records
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.runs.retention import apply_delete_records
+    from tiering_core.runs.delete_records import apply_delete_records
 
-    if not args.yes:
+    if not args.yes and not args.dry_run:
         raise TieringError("refusing to delete records without --yes")
     with _context(args) as ctx:
-        offset = apply_delete_records(ctx, TopicPartition(args.topic, args.partition), args.before_offset)
-    _emit(
-        args,
-        {"topic": args.topic, "partition": args.partition, "log_start_offset": offset},
-        lambda: f"{args.topic}-{args.partition}: log start offset is now {offset}; run retention to delete",
-    )
+        result = apply_delete_records(
+            ctx, TopicPartition(args.topic, args.partition), args.before_offset, dry_run=args.dry_run
+        )
+    _emit(args, result.to_dict(), lambda: format_delete_records(result))
     return EXIT_OK
 
 

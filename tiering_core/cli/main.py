@@ -127,10 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_delete_partition)
 
-    p = sub.add_parser("delete-records", help="apply a DeleteRecords to the remote tier (needs --yes)")
+    p = sub.add_parser(
+        "delete-records",
+        help="apply a DeleteRecords to the remote tier and, with a kafka: section, to the cluster (needs --yes)",
+    )
     _add_selectors(p, required=True)
-    p.add_argument("--before-offset", type=int, required=True)
+    p.add_argument("--before-offset", type=int, required=True, help="the new log start offset (at most the HW)")
     p.add_argument("--yes", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="check the request, apply nothing")
     p.set_defaults(handler=cmd_delete_records)
 
     p = sub.add_parser("segments", help="list a partition's remote segments")

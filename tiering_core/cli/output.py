@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tiering_core.export import ExportResult, ExportSegment
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.runs.copy import CopyResult
+    from tiering_core.runs.delete_records import DeleteRecordsResult
     from tiering_core.runs.rebuild import RebuildResult
     from tiering_core.tier.cluster import ClusterPartitionStatus
     from tiering_core.tier.status import PartitionStatus
@@ -58,6 +59,9 @@ def format_status_table(rows: list[PartitionStatus], exported: dict[tuple[str, i
         notes = []
         if r.gaps:
             notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
+        if r.remote_only_offsets:
+            start, end = r.remote_only_offsets
+            notes.append(f"remote only {start}..{end} (below the broker's log start, read from the tier)")
         if r.local_retention_risk and r.local_retention_risk.get("at_risk"):
             notes.append("AT RISK: " + str(r.local_retention_risk.get("reason")))
         if r.error:
@@ -128,6 +132,22 @@ def format_cluster_status(rows: list[ClusterPartitionStatus]) -> str:
     return "\n".join(
         "  ".join([row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]).rstrip() for row in table
     )
+
+
+def format_delete_records(result: DeleteRecordsResult) -> str:
+    """``tiering delete-records``: where the log start is (or would be), on the tier and the cluster."""
+    where = f"{result.topic}-{result.partition}"
+    if result.dry_run:
+        return (
+            f"{where}: a DeleteRecords to {result.before_offset} is within {result.bound} {result.high_watermark}; "
+            f"the log start offset would be {result.log_start_offset} (dry run: nothing applied)"
+        )
+    line = f"{where}: log start offset is now {result.log_start_offset}; retention deletes the remote data below it"
+    if result.sent_to_cluster:
+        line += f"; the cluster's log start offset is {result.cluster_log_start_offset}"
+    else:
+        line += "; the cluster was not asked (no kafka: section): send it the same DeleteRecords"
+    return line
 
 
 def format_segments_table(rows: list[dict[str, Any]]) -> str:

@@ -122,11 +122,6 @@ class PartitionLog:
         """Segments by base offset; ``.deleted``, ``.cleaned`` and ``.swap`` files are not segments."""
         return self._list_segments()
 
-    def current_local_log_start_offset(self) -> int:
-        """The first segment's base offset as the directory holds it now (a fresh listing, not
-        the one ``segments`` keeps)."""
-        return self._list_segments()[0].base_offset
-
     def _list_segments(self) -> list[LogSegment]:
         found = []
         for entry in self.path.iterdir():

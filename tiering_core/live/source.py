@@ -87,6 +87,28 @@ class ClusterSource:
             except Exception as exc:  # closing must not hide the run's own outcome
                 log.warning("kafka: closing the admin client failed: %s", one_line(exc))
 
+    def delete_records(self, tp: TopicPartition, before_offset: int) -> int:
+        """Send a DeleteRecords for ``tp`` to its leader; returns the log start offset it answers.
+
+        The cluster refusing it (an offset beyond its high watermark, no authorization, an unknown
+        partition) is a TieringError naming Kafka's error; not answering, ClusterUnreachableError."""
+        admin = self._client()
+        from kafka import TopicPartition as KafkaTopicPartition
+        from kafka.errors import BrokerResponseError, KafkaError
+
+        key = KafkaTopicPartition(tp.topic, tp.partition)
+        try:
+            answer = admin.delete_records({key: before_offset}, timeout_ms=self.config.request_timeout_ms)
+        except BrokerResponseError as exc:
+            why = one_line(exc)
+            raise TieringError(f"{tp}: the cluster refused a DeleteRecords to {before_offset}: {why}") from None
+        except (KafkaError, OSError) as exc:
+            raise ClusterUnreachableError(
+                f"kafka: the cluster at {self.servers} did not answer the DeleteRecords of {tp} to {before_offset} "
+                f"({type(exc).__name__}: {one_line(exc)})"
+            ) from None
+        return int(answer[key]["low_watermark"])
+
     # --- one round ----------------------------------------------------------------------------
 
     def _unreachable(self, exc: BaseException) -> ClusterUnreachableError:

@@ -1,8 +1,11 @@
 """What a partition's history teaches the store (KAFKA_SEMANTICS 10): the leader-epoch lineage
-recorded from copied segments, DeleteRecords offsets observed, and tiering gaps.
+recorded from copied segments, the DeleteRecords applied through the platform, and tiering gaps.
 
 Each only grows in what it tells: the lineage is merged (``merge_lineage``), a DeleteRecords
-offset is kept only above every earlier one, and a gap recorded twice is recorded once.
+offset is kept only above every earlier one, and a gap recorded twice is recorded once. Rows older
+versions recorded as DeleteRecords from the broker's files or the cluster's log start stay (nothing
+stored is deleted) but never count: a replica's log start is no evidence of a DeleteRecords
+(docs/kafka-rules.md section 10 item 1).
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from sqlalchemy import Connection, Select, Table, func, select
 
 from tiering_core.kafka.epoch import EpochEntry, current_lineage
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.metadata.queries import D, G, L, P
+from tiering_core.metadata.queries import IS_APPLIED, D, G, L, P
 from tiering_core.metadata.transactions import LockedPartition, StoreCore
-from tiering_core.metadata.values import DeleteRecordsObservation, Lease, TieringGap
+from tiering_core.metadata.values import DELETE_RECORDS_APPLIED, DeleteRecordsObservation, Lease, TieringGap
 
 
 def _of_partition(query: Select[Any], table: Table, tip: TopicIdPartition) -> Select[Any]:
@@ -27,7 +30,7 @@ def _of_partition(query: Select[Any], table: Table, tip: TopicIdPartition) -> Se
 
 
 class LineageStore(StoreCore):
-    """The recorded lineage, DeleteRecords observations and tiering gaps of partitions."""
+    """The recorded lineage, applied DeleteRecords and tiering gaps of partitions."""
 
     def record_lineage(self, tip: TopicIdPartition, entries: Sequence[EpochEntry], lease: Lease) -> None:
         """Merge a leader-epoch cache seen at copy time into the recorded lineage.
@@ -61,9 +64,9 @@ class LineageStore(StoreCore):
 
     # --- DeleteRecords (KAFKA_SEMANTICS 10.1) ---------------------------------------------
 
-    def record_delete_records(self, tip: TopicIdPartition, offset: int, lease: Lease, source: str) -> int:
-        """Record an observed DeleteRecords offset (kept only if above every earlier one, so it
-        survives the broker's checkpoint entry disappearing). Returns the highest observed."""
+    def record_delete_records(self, tip: TopicIdPartition, offset: int, lease: Lease) -> int:
+        """Record a DeleteRecords applied through the platform (kept only if above every earlier
+        applied one: applying it again changes nothing). Returns the highest applied."""
         with self._fenced_write(lease, tip) as (conn, row):
             highest = conn.execute(self._q.highest_delete_records, {"pid": row.id}).scalar()
             if highest is not None and offset <= highest:
@@ -73,7 +76,7 @@ class LineageStore(StoreCore):
                 {
                     "partition_id": row.id,
                     "before_offset": offset,
-                    "source": source[:255],
+                    "source": DELETE_RECORDS_APPLIED,
                     "observed_ms": row.db_now,
                     "token": lease.token,
                     "run_id": lease.run_id,
@@ -82,11 +85,13 @@ class LineageStore(StoreCore):
             return offset
 
     def get_delete_records_offset(self, tip: TopicIdPartition) -> int | None:
-        """The highest DeleteRecords offset ever observed for the partition."""
+        """The highest DeleteRecords offset applied through the platform to the partition."""
+        query = _of_partition(select(func.max(D.c.before_offset)), D, tip).where(IS_APPLIED)
         with self._read() as conn:
-            return conn.execute(_of_partition(select(func.max(D.c.before_offset)), D, tip)).scalar()
+            return conn.execute(query).scalar()
 
     def delete_records_observations(self, tip: TopicIdPartition) -> list[DeleteRecordsObservation]:
+        """Every DeleteRecords row of the partition, applied or older history (``applied`` tells)."""
         query = _of_partition(select(D), D, tip).order_by(D.c.before_offset)
         with self._read() as conn:
             return [

@@ -165,7 +165,10 @@ class LineageRow(Base):
 
 
 class DeleteRecordsRow(Base):
-    """A DeleteRecords offset observed for the partition (only rising ones are kept)."""
+    """A DeleteRecords of the partition (only rising ones are kept). ``source`` tells the kinds
+    apart: ``values.DELETE_RECORDS_APPLIED`` for one applied through the platform, the only kind
+    that counts; other values are rows older versions recorded from the broker's files or the
+    cluster's log start, kept as history."""
 
     __tablename__ = "tiering_delete_records"
     __table_args__ = (Index("ix_delete_records_partition_offset", "partition_id", "before_offset"),)

@@ -39,6 +39,7 @@ from tiering_core.metadata.models import (
     SegmentEpochRow,
     SegmentRow,
 )
+from tiering_core.metadata.values import DELETE_RECORDS_APPLIED
 
 
 def _table(model: type[Base]) -> Table:
@@ -56,6 +57,8 @@ D = _table(DeleteRecordsRow)
 G = _table(GapRow)
 HI = _table(HistoryRow)
 
+# A DeleteRecords applied through the platform (a literal: a DriverQuery binds only named values).
+IS_APPLIED = D.c.source == literal_column(f"'{DELETE_RECORDS_APPLIED}'")
 # Exactly the partial index's condition, as literals, so the planners use ix_segments_live.
 LIVE = S.c.state != literal_column("'DELETE_SEGMENT_FINISHED'")
 IS_FINISHED = S.c.state == literal_column("'COPY_SEGMENT_FINISHED'")
@@ -236,4 +239,6 @@ class Statements:
         self.insert_gap = dialect_insert(G).on_conflict_do_nothing(
             index_elements=["partition_id", "start_offset", "end_offset"]
         )
-        self.highest_delete_records = select(func.max(D.c.before_offset)).where(D.c.partition_id == bindparam("pid"))
+        self.highest_delete_records = select(func.max(D.c.before_offset)).where(
+            D.c.partition_id == bindparam("pid"), IS_APPLIED
+        )

@@ -8,7 +8,7 @@
 - ``partitions``: partitions, their deletion states and removal, the remote log start offset,
   the state history;
 - ``leases``: leases and fencing tokens;
-- ``lineage``: the recorded lineage, DeleteRecords observations and tiering gaps;
+- ``lineage``: the recorded lineage, applied DeleteRecords and tiering gaps;
 - ``observations``: what each broker saw of its replicas, and the best replica;
 - ``counters``: what runs did to each partition (copies, deletions, reads), for metrics;
 - ``totals``: set-wise figures over every partition at once (sizes, gaps, chart series).

@@ -184,15 +184,27 @@ class TieringGap:
     detected_ms: int
 
 
+#: The ``source`` of a DeleteRecords applied through the platform (``tiering delete-records`` and
+#: the ``tiering_delete_records`` DAG write exactly this). Only such rows move the global log start
+#: (docs/kafka-rules.md section 10 item 1); rows of any other source are what older versions took
+#: for a DeleteRecords in the broker's files or the cluster's log start, kept as history only.
+DELETE_RECORDS_APPLIED = "tiering delete-records"
+
+
 @dataclass(frozen=True, slots=True)
 class DeleteRecordsObservation:
-    """A DeleteRecords offset seen for the partition, where it was seen and when."""
+    """A DeleteRecords row of the partition: its offset, where it came from and when."""
 
     offset: int
     source: str
     observed_ms: int
     token: int
     run_id: str | None
+
+    @property
+    def applied(self) -> bool:
+        """Applied through the platform: the only kind that moves the global log start."""
+        return self.source == DELETE_RECORDS_APPLIED
 
 
 @dataclass(frozen=True, slots=True)

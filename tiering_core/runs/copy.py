@@ -90,8 +90,8 @@ class CopyResult:
 def begin_copy_run(
     ctx: TieringContext, tp: TopicPartition, run_id: str, hold: ExitStack, attempt: TaskAttempt | None = None
 ) -> tuple[HeldPartition, TierView, int] | None:
-    """Hold the partition (until ``hold`` closes; ``attempt``: see ``held_partition``), recovery,
-    DeleteRecords and lineage bookkeeping, then a fresh view.
+    """Hold the partition (until ``hold`` closes; ``attempt``: see ``held_partition``), recovery
+    and remote-log-start bookkeeping, then a fresh view.
 
     Returns None when another run holds the partition's lease.
     """
@@ -107,12 +107,7 @@ def begin_copy_run(
         return None
     cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
     repair_remote_log_start(store, tip, held.lease)
-    view = ctx.tier_view(partition_log)
-    if view.observed_delete_records_offset is not None:
-        store.record_delete_records(
-            tip, view.observed_delete_records_offset, held.lease, source=view.observed_delete_records_source or ""
-        )
-    return held, view, cleaned
+    return held, ctx.tier_view(partition_log), cleaned
 
 
 def refuse_stale_directory(ctx: TieringContext, partition_log: PartitionLog) -> None:

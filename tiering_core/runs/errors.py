@@ -41,3 +41,9 @@ class DeletionUnprovenError(RemovalRefusedError):
 class RemovalRequestRefusedError(TieringError):
     """A removal request refused before anything is deleted (a wrong confirmation, a partition
     without remote data, live data without ``force``); retrying does not help."""
+
+
+class DeleteRecordsRefusedError(TieringError):
+    """A DeleteRecords refused before anything was applied (a negative offset or one beyond the high
+    watermark, a partition not tiered or removed, a directory the cluster does not know, the cluster
+    refusing it); retrying does not help."""

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.config import TopicConfig
-from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.observations import check_broker_id
@@ -303,7 +302,7 @@ def delete_lag(view: TierView, store: RemoteLogMetadataStore, topic: TopicConfig
     record = store.get_partition(view.tip)
     if record is None:
         return 0, 0
-    if _removed(record) is not None:
+    if removed_reason(record) is not None:
         return store.segment_totals(view.tip, (_FINISHED, _DELETING))
     plan = plan_retention(view, store, topic, now_ms, copy_in_progress=store.is_lease_active(view.tip))
     pending = [d.segment for d in plan.retention_deletions]
@@ -311,8 +310,9 @@ def delete_lag(view: TierView, store: RemoteLogMetadataStore, topic: TopicConfig
     return len(unique), sum(s.size_bytes for s in unique.values())
 
 
-def _removed(record: PartitionRecord) -> str | None:
-    """Why retention leaves a partition alone: removed, or being removed (section 7 owns it)."""
+def removed_reason(record: PartitionRecord) -> str | None:
+    """Why retention (and a DeleteRecords) leaves a partition alone: removed, or being removed
+    (section 7 owns it)."""
     if record.dropped:
         return "removed"
     if record.delete_state is not None:
@@ -384,7 +384,7 @@ def _run_retention(
     if record is None:
         result.skipped_reason = "nothing tiered yet"
         return result
-    removed = _removed(record)
+    removed = removed_reason(record)
     if removed is not None:
         result.skipped_reason = removed
         log.info("%s: topic id %s is %s in the remote tier; retention does nothing", tp, view.tip.topic_id, removed)
@@ -450,13 +450,6 @@ def _apply_retention(
 ) -> TierView:
     """Plan and delete while holding the partition; the view the plan was made from."""
     store, storage, tp = ctx.metadata, ctx.storage, partition_log.topic_partition
-    if view.observed_delete_records_offset is not None:
-        store.record_delete_records(
-            view.tip,
-            view.observed_delete_records_offset,
-            held.require(),
-            source=view.observed_delete_records_source or "",
-        )
     view = ctx.tier_view(partition_log)
     plan = plan_retention(view, store, topic, now, copy_in_progress=False)
     _report_plan(result, plan, view.remote_log_start_offset)
@@ -484,43 +477,3 @@ def _report_plan(result: RetentionResult, plan: RetentionPlan, current_log_start
     result.planned = [d.to_dict() for d in plan.deletions]
     result.new_remote_log_start_offset = _advanced(plan, current_log_start)
     result.stopped_at = plan.stopped_at
-
-
-def apply_delete_records(ctx: TieringContext, tp: TopicPartition, before_offset: int) -> int:
-    """``tiering delete-records``: record a DeleteRecords by hand; retention then deletes below it.
-
-    Like Kafka's DeleteRecords it cannot pass the high watermark (the log end offset when the
-    high watermark is unknown, which the error then says). Only a tiered, not removed partition
-    takes one: nothing is registered for a partition the remote tier does not hold.
-    """
-    if before_offset < 0:
-        raise TieringError(f"--before-offset must be >= 0, got {before_offset}")
-    store = ctx.metadata
-    partition_log = ctx.partition_log(tp)
-    view = ctx.tier_view(partition_log)
-    record = store.get_partition(view.tip)
-    if record is None:
-        raise TieringError(
-            f"{tp}: nothing tiered (topic id {view.tip.topic_id} is unknown to the metadata store); "
-            "a DeleteRecords is recorded only for a tiered partition"
-        )
-    removed = _removed(record)
-    if removed is not None:
-        raise TieringError(f"{tp}: topic id {view.tip.topic_id} is {removed} in the remote tier; nothing recorded")
-    if view.high_watermark is not None:
-        if before_offset > view.high_watermark:
-            raise TieringError(
-                f"{tp}: offset {before_offset} is beyond the high watermark {view.high_watermark} "
-                "(DeleteRecords cannot pass it)"
-            )
-    else:
-        log.warning("%s: high watermark unknown (%s); bounding by the log end offset", tp, view.offsets_error)
-        if before_offset > view.log_end_offset:
-            raise TieringError(
-                f"{tp}: offset {before_offset} is beyond the log end offset {view.log_end_offset} "
-                f"(the high watermark is unknown: {view.offsets_error})"
-            )
-    with held_partition(store, view.tip, holder="delete-records", heartbeat=False) as held:
-        store.record_delete_records(view.tip, before_offset, held.lease, source="tiering delete-records")
-    recorded = store.get_delete_records_offset(view.tip)
-    return before_offset if recorded is None else recorded

@@ -102,7 +102,9 @@ def prepare_segment_upload(
     """Verify a candidate segment and gather its objects; reads only the broker's files.
 
     Batches failing their CRC stop the copy (the segment is named); missing index files are
-    rebuilt from the ``.log``; the leader-epoch index is the lineage truncated at nextBase.
+    rebuilt from the ``.log``; the segment's leader epochs are the broker's epoch cache's in its
+    range (section 3), the leader-epoch index is the recorded lineage truncated at nextBase (so the
+    lineage keeps the epochs the broker's cache has dropped).
     """
     segment = candidate.segment
     lso = view.require_lso()
@@ -180,7 +182,9 @@ def prepare_segment_upload(
 
     epoch_index = view.full_lineage.leader_epoch_index_for_segment(candidate.next_base_offset)
     files[ObjectKind.LEADER_EPOCH_CHECKPOINT] = encode_leader_epoch_checkpoint(list(epoch_index.entries))
-    leader_epochs = view.full_lineage.segment_leader_epochs(segment.base_offset, candidate.next_base_offset)
+    # Kafka's epochEntriesInRange of the broker's cache as it is: truncated from the start at its
+    # log start, so a segment holding that log start has its epochs from there on.
+    leader_epochs = view.broker_cache.segment_leader_epochs(segment.base_offset, candidate.next_base_offset)
     if not leader_epochs:
         raise TieringError(
             f"{view.log.topic_partition}: no leader epoch covers segment {segment.base_offset} "

@@ -19,6 +19,7 @@ from tiering_core.tier.view import (
     finished_in_lineage,
     merge_offset_ranges,
     recorded_gaps,
+    remote_only_offsets,
 )
 
 if TYPE_CHECKING:
@@ -68,6 +69,8 @@ class PartitionStatus:
     delete_lag_segments: int = 0
     delete_lag_bytes: int = 0
     local_retention_risk: dict[str, Any] | None = None
+    # [start, end]: tiered offsets below the broker's log start, readable from the remote tier only
+    remote_only_offsets: list[int] | None = None
     on_broker: bool = True
     offsets_source: str | None = None  # "broker" (the kafka: section) or "files"; None off the broker
     error: str | None = None
@@ -79,6 +82,7 @@ class PartitionStatus:
             delete_lag_segments=self.delete_lag_segments,
             delete_lag_bytes=self.delete_lag_bytes,
             local_retention_risk=self.local_retention_risk,
+            remote_only_offsets=self.remote_only_offsets,
             on_broker=self.on_broker,
             offsets_source=self.offsets_source,
             error=self.error,
@@ -131,6 +135,7 @@ def _partition_status(
     topic_config = ctx.topic_config(tp.topic)
     risk = view.local_retention_risk(topic_config)
     delete_lag_segments, delete_lag_bytes = delete_lag(view, store, topic_config, int(time.time() * 1000))
+    remote_only = remote_only_offsets(remote_start, view.highest_copied_offset, view.local_log_start_offset)
     row = PartitionStatus(
         topic=tp.topic,
         partition=tp.partition,
@@ -152,6 +157,7 @@ def _partition_status(
         delete_state=record.delete_state.value if record is not None and record.delete_state is not None else None,
         gaps=current_gaps(view, store, tiering_gap_on(ctx.config, store, view, broker_id)),
         local_retention_risk=risk.to_dict(),
+        remote_only_offsets=remote_only.as_list() if remote_only is not None else None,
         offsets_source=view.offsets_source,
         error=view.offsets_error,
     )
@@ -174,8 +180,8 @@ def current_gaps(
 
 def remote_log_start(view: TierView, finished: list[RemoteLogSegmentMetadata]) -> int | None:
     """The first offset the remote tier serves: its first finished in-lineage segment, bounded
-    below by the global log start (a DeleteRecords or retention may have moved it inside that
-    segment). Without finished segments: the recorded value, if any."""
+    below by the global log start (a DeleteRecords applied through the platform may have moved it
+    inside that segment). Without finished segments: the recorded value, if any."""
     if not finished:
         return view.remote_log_start_offset
     first = min(s.start_offset for s in finished)

@@ -5,8 +5,13 @@ the lineage and global log start offset of docs/kafka-rules.md section 10, the h
 offset of section 5 step 1, the copy candidates of step 3, copy lag, tiering gaps and
 local-retention risk.
 
+The broker's log start (its ``log-start-offset-checkpoint`` entry, or the cluster's log start) is
+only the *local* log start: the global log start moves by the platform's own retention and by
+DeleteRecords applied through the platform, never by what a replica's files or the cluster's log
+start show (section 10 item 1).
+
 With the live cluster as a source (``live``, from ``tiering_core.live``), the high watermark, LSO
-and DeleteRecords come from the cluster by the rules of ``tiering_core.live.partition``; the
+and local log start come from the cluster by the rules of ``tiering_core.live.partition``; the
 partition directory stays the source of everything else (segments, epochs, the log end offset).
 """
 
@@ -59,6 +64,16 @@ class OffsetRange:
 
     def as_list(self) -> list[int]:
         return [self.start, self.end]
+
+
+def remote_only_offsets(remote_start: int | None, remote_end: int, local_log_start: int) -> OffsetRange | None:
+    """The offsets readable from the remote tier only: from the first offset it serves
+    (``remote_start``, None: nothing tiered) up to the last tiered one (``remote_end``), below the
+    broker's local log start. None when the broker still holds every tiered offset."""
+    if remote_start is None:
+        return None
+    end = min(remote_end, local_log_start - 1)
+    return OffsetRange(remote_start, end) if remote_start <= end else None
 
 
 def merge_offset_ranges(ranges: Iterable[tuple[int, int]]) -> list[OffsetRange]:
@@ -126,13 +141,12 @@ class TierView:
     last_stable_offset: int | None
     offsets_error: str | None
     remote_log_start_offset: int | None
-    delete_records_offset: int | None
-    observed_delete_records_offset: int | None
+    delete_records_offset: int | None  # the highest DeleteRecords applied through the platform
     global_log_start_offset: int | None
     highest_copied_offset: int
     offsets_source: str = "files"  # "broker": HW, LSO and log start from the cluster's admin API
-    observed_delete_records_source: str | None = None  # where observed_delete_records_offset was seen
     live_problem: str | None = None  # why the cluster's view does not apply to this directory
+    live_log_start_offset: int | None = None  # the cluster's log start, when it applies to this directory
 
     @property
     def log(self) -> PartitionLog:
@@ -143,14 +157,15 @@ class TierView:
 
     @property
     def local_log_start_offset(self) -> int:
-        """The broker's log start: first segment base, or a DeleteRecords inside it.
+        """The broker's log start (first segment base, or its ``log-start-offset-checkpoint`` entry),
+        which is this platform's *local* log start (section 10 item 1), never a DeleteRecords.
 
-        A DeleteRecords seen live counts before the checkpoint file shows it: the broker deletes
+        The cluster's log start counts before the checkpoint file shows it: the broker deletes
         the segments wholly below it a little later, and until then they are not copied (their
         epochs are already cut from the broker's epoch cache).
         """
-        observed = self.observed_delete_records_offset
-        return self.log.log_start_offset if observed is None else max(self.log.log_start_offset, observed)
+        files, live = self.log.log_start_offset, self.live_log_start_offset
+        return files if live is None else max(files, live)
 
     @property
     def behind_lineage(self) -> str | None:
@@ -173,7 +188,11 @@ class TierView:
     # --- section 5 step 2-3 ------------------------------------------------------------------
 
     def copy_from_offset(self) -> int:
-        return max(self.highest_copied_offset + 1, self.local_log_start_offset)
+        """``max(copied + 1, local log start)`` (section 10 item 3), and never below the global log
+        start: a DeleteRecords applied through the platform while the broker's files still hold the
+        records below it (no cluster connection to send it on) leaves nothing there to tier."""
+        start = max(self.highest_copied_offset + 1, self.local_log_start_offset)
+        return start if self.global_log_start_offset is None else max(start, self.global_log_start_offset)
 
     def copy_candidates(self) -> list[CopyCandidate]:
         """Closed segments from the one containing the resume point whose next base <= LSO."""
@@ -277,20 +296,11 @@ def highest_copied_offset(
     return end - 1 if end <= highest else highest
 
 
-def observed_delete_records(log: PartitionLog) -> int | None:
-    """A log-start-offset-checkpoint entry above the first local base is a DeleteRecords.
-
-    The first base is listed afresh, after the entry was read: Kafka's retention moves the log
-    start to the next segment's base *before* it removes the old segments (``deleteSegments``),
-    so a checkpoint taken in between names that base. Against a listing from before the removal
-    it would look like a DeleteRecords, and the remote data below it would be deleted for the
-    broker's own retention (section 10); against a listing made after it was read it is the
-    first base itself.
-    """
-    entry = log.log_start_offset_checkpoint
-    if entry is None:
-        return None
-    return entry if entry > log.current_local_log_start_offset() else None
+def global_log_start(remote_log_start: int | None, delete_records: int | None) -> int | None:
+    """Section 10 item 1: the larger of the remote log start offset (the platform's retention moves
+    it) and the highest DeleteRecords applied through the platform; None when neither is known."""
+    starts = [o for o in (remote_log_start, delete_records) if o is not None]
+    return max(starts) if starts else None
 
 
 def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LivePartition | None = None) -> TierView:
@@ -298,7 +308,8 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
 
     ``live``: the cluster's view of the partition (a ``kafka:`` section); when it does not apply
     to this directory (another topic id, unknown to the cluster) the offsets are unknown and
-    ``live_problem`` says why, never the files' values instead.
+    ``live_problem`` says why, never the files' values instead. Its log start is the broker's
+    local log start, never a DeleteRecords.
     """
     tip = TopicIdPartition(log.topic_id, log.topic_partition)
     broker_cache = LeaderEpochCache(log.leader_epoch_entries)
@@ -308,11 +319,10 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
     offsets_error: str | None = None
     hw: int | None
     lso: int | None
-    observed_dr = observed_delete_records(log)
-    observed_source = "log-start-offset-checkpoint" if observed_dr is not None else None
     live_problem: str | None = None
+    live_start: int | None = None
     if live is not None:
-        from tiering_core.live.partition import bounded_offsets, live_delete_records, reads_leader
+        from tiering_core.live.partition import bounded_offsets
 
         live = live.for_directory(log.topic_id)
         if live.offsets is None:
@@ -320,12 +330,7 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
             live_problem = offsets_error = live.problem or f"{log.topic_partition}: no offsets from the cluster"
         else:
             hw, lso = bounded_offsets(live.offsets, leo)
-            bases = [segment.base_offset for segment in log.segments]
-            live_dr = live_delete_records(live.offsets.log_start_offset, bases, leo)
-            if live_dr is not None and not reads_leader(live, log.log_dir):
-                live_dr = None  # a follower's segments: the leader's retention may fall inside one
-            if live_dr is not None and (observed_dr is None or live_dr > observed_dr):
-                observed_dr, observed_source = live_dr, "ListOffsets (the cluster's log start offset)"
+            live_start = live.offsets.log_start_offset
     else:
         try:
             hw = log.high_watermark
@@ -334,11 +339,8 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
             hw = lso = None
             offsets_error = str(exc)
     remote_start = store.get_remote_log_start_offset(tip)
-    recorded_dr = store.get_delete_records_offset(tip)
-    dr_candidates = [o for o in (recorded_dr, observed_dr) if o is not None]
-    delete_records = max(dr_candidates) if dr_candidates else None
-    starts = [o for o in (remote_start, delete_records) if o is not None]
-    global_start = max(starts) if starts else None
+    delete_records = store.get_delete_records_offset(tip)
+    global_start = global_log_start(remote_start, delete_records)
     lineage = full_lineage.truncate_from_start(global_start) if global_start is not None else full_lineage
     copied = highest_copied_offset(store, tip, full_lineage, leo)
     return TierView(
@@ -353,12 +355,11 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
         offsets_error=offsets_error,
         remote_log_start_offset=remote_start,
         delete_records_offset=delete_records,
-        observed_delete_records_offset=observed_dr,
         global_log_start_offset=global_start,
         highest_copied_offset=copied,
         offsets_source="files" if live is None else "broker",
-        observed_delete_records_source=observed_source,
         live_problem=live_problem,
+        live_log_start_offset=live_start,
     )
 
 
@@ -388,8 +389,7 @@ def load_remote_tier_view(store: RemoteLogMetadataStore, tip: TopicIdPartition) 
     leo = latest[1] + 1 if latest is not None else 0
     remote_start = store.get_remote_log_start_offset(tip)
     delete_records = store.get_delete_records_offset(tip)
-    starts = [o for o in (remote_start, delete_records) if o is not None]
-    global_start = max(starts) if starts else None
+    global_start = global_log_start(remote_start, delete_records)
     lineage = full_lineage.truncate_from_start(global_start) if global_start is not None else full_lineage
     return TierView(
         local_log=None,
@@ -403,7 +403,6 @@ def load_remote_tier_view(store: RemoteLogMetadataStore, tip: TopicIdPartition) 
         offsets_error=f"{tip}: the broker's log dirs hold no directory of this partition",
         remote_log_start_offset=remote_start,
         delete_records_offset=delete_records,
-        observed_delete_records_offset=None,
         global_log_start_offset=global_start,
         highest_copied_offset=highest_copied_offset(store, tip, full_lineage, leo),
     )
