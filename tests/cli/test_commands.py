@@ -266,6 +266,47 @@ def test_retention_delete_records_and_status_report_where_the_remote_tier_starts
     assert "DEL-LAG" in out.splitlines()[0]
 
 
+def test_status_names_the_offsets_only_the_tier_holds_and_delete_records_checks_before_it_applies(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = fs_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.append_records(2)
+    w.set_high_watermark()  # 17
+    cfg = str(fs_env.config_path)
+    select = ("--topic", "orders", "--partition", "0")
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    w.delete_oldest_segments(1)  # the broker's own retention: its log start is 5
+
+    def status() -> dict:
+        code, out, _ = run(capsys, "--config", cfg, "--json", "status", *select)
+        assert code == 0
+        (row,) = json.loads(out)
+        return dict(row)
+
+    row = status()
+    assert (row["log_start_offset"], row["local_log_start_offset"], row["remote_log_start_offset"]) == (0, 5, 0)
+    assert row["remote_only_offsets"] == [0, 4] and row["gaps"] == []
+    code, out, _ = run(capsys, "--config", cfg, "status", *select)
+    assert code == 0 and "remote only 0..4 (below the broker's log start, read from the tier)" in out
+
+    delete = ("delete-records", *select, "--before-offset")
+    code, out, err = run(capsys, "--config", cfg, *delete, "18", "--yes")
+    assert (code, out) == (1, "") and "offset 18 is beyond the high watermark 17" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "--config", cfg, *delete, "3")
+    assert code == 1 and "without --yes" in err
+    code, out, _ = run(capsys, "--config", cfg, *delete, "3", "--dry-run")
+    assert code == 0 and "the log start offset would be 3 (dry run: nothing applied)" in out
+    assert status() == row
+    code, out, _ = run(capsys, "--config", cfg, "--json", *delete, "3", "--yes")
+    result = json.loads(out)
+    assert code == 0 and (result["log_start_offset"], result["sent_to_cluster"], result["dry_run"]) == (3, False, False)
+    code, out, _ = run(capsys, "--config", cfg, *delete, "3", "--yes")  # again: the same answer
+    assert code == 0 and "log start offset is now 3" in out and "no kafka: section" in out
+    row = status()
+    assert (row["log_start_offset"], row["remote_log_start_offset"], row["remote_only_offsets"]) == (3, 3, [3, 4])
+
+
 def test_delete_partition_names_topic_ids_and_refuses_one_still_on_the_broker(
     fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -107,6 +107,32 @@ def test_a_snapshot_of_a_copied_partition_is_what_status_and_the_cluster_view_sa
         assert collect_metrics(ctx, "orders").partitions == snapshot.partitions
 
 
+def test_the_offsets_only_the_tier_holds_are_what_status_says(
+    tiering_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Below the best replica's log start (its own retention) and above the global log start (a
+    DeleteRecords applied through the platform): the page's figures are ``status --json``'s."""
+    from tiering_core.runs.delete_records import apply_delete_records
+
+    w = tiering_env.writer()
+    write_segments(w, 4)  # [0..4], [5..9], [10..14], [15..19]
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp, broker_id=1, attempt=COPY)
+    w.delete_oldest_segments(2)  # the broker's log start is 10
+    expected = ((0, [0, 9]), (3, [3, 9]))
+    for remote_start, remote_only in expected:
+        if remote_start:
+            with tiering_env.context() as ctx:
+                apply_delete_records(ctx, w.tp, remote_start)
+        code, out, err = run(capsys, "--config", str(tiering_env.config_path), "--broker", "1", "--json", "status")
+        assert code == 0, err
+        (status,) = json.loads(out)
+        assert (status["remote_log_start_offset"], status["remote_only_offsets"]) == (remote_start, remote_only)
+        m = partition_of(tiering_env, w)
+        assert (m.remote_log_start_offset, m.remote_only_offsets) == (remote_start, remote_only)
+
+
 def test_a_snapshot_read_without_tasks_differs_only_in_the_last_task(tiering_env: TieringEnv) -> None:
     """The exposition's snapshot (``tasks=False``) has every figure of the page's, but no last task."""
     w = tiering_env.writer()

@@ -106,6 +106,13 @@ def test_json_follows_the_live_state(tiering: TieringEnv, client: TestClient) ->
     (after,) = client.get("/api/partitions").json()
     assert (after["copy_lag_segments"], after["copy_lag_bytes"], after["remote_segments"]) == (0, 0, 3)
     assert after["remote_bytes"] > 0 and after["gap_count"] == 0 and after["delete_state"] is None
+    assert (after["remote_log_start_offset"], after["remote_only_offsets"]) == (0, None)
+    w.delete_oldest_segments(2)  # the broker's own retention: [0..9] is on the tier only now
+    observe(tiering, w.tp)
+    (dropped,) = client.get("/api/partitions").json()
+    assert (dropped["remote_log_start_offset"], dropped["remote_only_offsets"]) == (0, [0, 9])
+    table = client.get("/fragments/partitions", params={"topic": "orders"}).text
+    assert '<td data-label="Remote only">0..9</td>' in table
     series = client.get("/api/series", params={"topic": "orders", "window": "24h"}).json()
     assert len(series["at"]) == len(series["remote_bytes"]) == len(series["copy_lag_bytes"]) >= 1
     assert series["remote_bytes"][-1] == after["remote_bytes"] and series["copy_lag_bytes"][-1] == 0

@@ -61,6 +61,8 @@ def snapshot() -> MetricsSnapshot:
                 copy_lag_segments=0,
                 last_copy_ms=NOW - 3 * 3_600_000,
                 best_broker=1,
+                remote_log_start_offset=0,
+                remote_only_offsets=[0, 1499],
                 replicas=[replica(1), replica(2)],
             ),
             PartitionMetrics(
@@ -151,6 +153,8 @@ def test_partition_table_links_dag_grids_and_the_last_tasks_log() -> None:
     assert '<td data-label="Tiering gaps" class="bad">1 (5 offsets lost)</td>' in table
     assert '<td data-label="Last copy">3h ago</td>' in table
     assert '<td data-label="Remote size">3.0 MiB</td>' in table
+    assert '<td data-label="Remote only">0..1,499</td>' in table  # below the broker's log start
+    assert table.count('<td data-label="Remote only">-</td>') == 2
     assert table.count('<tr class="alert">') == 1
 
 

@@ -4,9 +4,10 @@ Each read is one aggregate query over the whole store (or one topic), never one 
 so a snapshot of ten thousand partitions costs a handful of statements:
 
 - ``figure_rows``: what a metrics snapshot needs, on one connection: the latest observations,
-  per partition its record (delete state, tombstone) and, over its live segments (from the index
-  of live segments), the finished ones' number and bytes (the remote log size) and all of them
-  (the metadata entries kept), every recorded tiering gap, and the counters;
+  per partition its record (delete state, tombstone, remote log start and the highest DeleteRecords
+  applied through the platform) and, over its live segments (from the index of live segments), the
+  finished ones' number, bytes (the remote log size) and offsets, and all of them (the metadata
+  entries kept), every recorded tiering gap, and the counters;
 - ``finished_totals``: the remote log size of a batch of partitions (a run's);
 - ``series_totals``: a topic's chart: per bucket of one resolution, the sum over its partitions
   of each partition's highest remote size and copy lag among its replicas' points;
@@ -53,7 +54,7 @@ from sqlalchemy import (
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.counters import COUNT_COLUMNS, COUNTERS, TASK_COLUMNS
 from tiering_core.metadata.observations import LATEST, POINTS
-from tiering_core.metadata.queries import IS_FINISHED, LIVE, DriverQuery, G, P, S
+from tiering_core.metadata.queries import IS_APPLIED, IS_FINISHED, LIVE, D, DriverQuery, G, P, S
 from tiering_core.metadata.transactions import StoreCore
 
 #: A row of ``FigureRows.partitions``: the partition's record and its live segments' figures.
@@ -67,6 +68,10 @@ PARTITION_FIGURE_COLUMNS = (
     "remote_segments",
     "remote_bytes",
     "metadata_count",
+    "remote_log_start_offset",
+    "delete_records_offset",
+    "first_finished_offset",
+    "last_finished_offset",
 )
 
 
@@ -270,9 +275,21 @@ class TotalsStatements:
                 func.coalesce(func.sum(finished), zero),
                 func.coalesce(func.sum(case((IS_FINISHED, S.c.size_bytes), else_=zero)), zero),
                 func.count(S.c.segment_id),
+                P.c.remote_log_start_offset,
+                select(func.max(D.c.before_offset)).where(D.c.partition_id == P.c.id, IS_APPLIED).scalar_subquery(),
+                func.min(case((IS_FINISHED, S.c.start_offset))),
+                func.max(case((IS_FINISHED, S.c.end_offset))),
             )
             .select_from(P.outerjoin(S, (S.c.partition_id == P.c.id) & LIVE))
-            .group_by(P.c.id, P.c.topic_id, P.c.topic, P.c.partition, P.c.delete_state, P.c.dropped)
+            .group_by(
+                P.c.id,
+                P.c.topic_id,
+                P.c.topic,
+                P.c.partition,
+                P.c.delete_state,
+                P.c.dropped,
+                P.c.remote_log_start_offset,
+            )
         )
         self.totals_all = DriverQuery(totals, dialect)
         self.totals_of_topic = DriverQuery(totals.where(P.c.topic == bindparam("topic")), dialect)

@@ -5,7 +5,8 @@ store knows that is not removed, or that a broker observed; a replica is stale w
 observation is older than ``cluster.observation_staleness_ms``, and a broker of the config that
 reported nothing fresh is silent; lags are those the best fresh replica (``best_replica_of``)
 observed; remote size and count are the COPY_SEGMENT_FINISHED segments', gaps the recorded ones
-merged. Counters are the store's (``metadata.counters``).
+merged, the offsets only the tier holds those below the best fresh replica's log start. Counters
+are the store's (``metadata.counters``).
 
 The snapshot costs a handful of set-wise queries (latest observations, segment totals grouped by
 partition, gaps, counters), never one per partition, so the exposition and the page stay fast
@@ -29,7 +30,7 @@ from tiering_core.metrics.snapshot import (
     SeriesPoint,
 )
 from tiering_core.tier.cluster import silent_brokers
-from tiering_core.tier.view import merge_offset_ranges
+from tiering_core.tier.view import first_served_offset, global_log_start, merge_offset_ranges, remote_only_offsets
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -57,11 +58,19 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None, *, tasks: boo
         for pid, start, end in rows.gaps:
             gaps_by_id.setdefault(pid, []).append((start, end))
         partitions: dict[tuple[str, int], PartitionMetrics] = {}
-        for pid, topic_id, name, part, delete_state, dropped, remote_segments, remote_bytes, kept in rows.partitions:
+        last_finished: dict[tuple[str, int], int] = {}
+        for row in rows.partitions:
+            pid, topic_id, name, part, delete_state, dropped, remote_segments, remote_bytes, kept = row[:9]
             if dropped:
                 continue
             m = PartitionMetrics(name, part, topic_id, int(remote_bytes), int(remote_segments), int(kept))
             m.delete_state = delete_state
+            remote_start, applied, first_finished = row[9:12]
+            m.remote_log_start_offset = first_served_offset(
+                first_finished, global_log_start(remote_start, applied), remote_start
+            )
+            if row[12] is not None:
+                last_finished[(topic_id, part)] = int(row[12])
             gaps = gaps_by_id.get(pid)
             if gaps:
                 merged = merge_offset_ranges(gaps)
@@ -88,6 +97,9 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None, *, tasks: boo
             m = partitions[key]
             m.best_broker = row[3]
             m.copy_lag_bytes, m.copy_lag_segments, m.delete_lag_bytes, m.delete_lag_segments = row[12:16]
+            if key in last_finished:
+                only = remote_only_offsets(m.remote_log_start_offset, last_finished[key], row[7])
+                m.remote_only_offsets = None if only is None else only.as_list()
         # Per partition the row of the last task that acted (its value is built once, at the end).
         last_task: dict[tuple[str, int], tuple[Any, ...]] = {}
         for row in rows.counters:

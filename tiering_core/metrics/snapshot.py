@@ -94,6 +94,10 @@ class PartitionMetrics:
     last_copy_ms: int | None = None
     delete_state: str | None = None
     best_broker: int | None = None
+    #: The first offset the remote tier serves (None: nothing tiered).
+    remote_log_start_offset: int | None = None
+    #: [start, end]: tiered offsets below the best fresh replica's log start, readable from the tier only.
+    remote_only_offsets: list[int] | None = None
     last_task: TaskAttempt | None = None
     replicas: list[ReplicaMetrics] = field(default_factory=list)
     #: Per broker id (``NO_BROKER`` for acts on no broker).

@@ -17,6 +17,7 @@ from tiering_core.tier.view import (
     OffsetRange,
     TierView,
     finished_in_lineage,
+    first_served_offset,
     merge_offset_ranges,
     recorded_gaps,
     remote_only_offsets,
@@ -179,15 +180,10 @@ def current_gaps(
 
 
 def remote_log_start(view: TierView, finished: list[RemoteLogSegmentMetadata]) -> int | None:
-    """The first offset the remote tier serves: its first finished in-lineage segment, bounded
-    below by the global log start (a DeleteRecords applied through the platform may have moved it
-    inside that segment). Without finished segments: the recorded value, if any."""
-    if not finished:
-        return view.remote_log_start_offset
-    first = min(s.start_offset for s in finished)
-    if view.global_log_start_offset is not None:
-        return max(first, view.global_log_start_offset)
-    return first
+    """The first offset the remote tier serves (``first_served_offset``) of the finished in-lineage
+    segments."""
+    first = min((s.start_offset for s in finished), default=None)
+    return first_served_offset(first, view.global_log_start_offset, view.remote_log_start_offset)
 
 
 def collect_status(

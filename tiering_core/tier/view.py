@@ -66,6 +66,16 @@ class OffsetRange:
         return [self.start, self.end]
 
 
+def first_served_offset(first_finished: int | None, global_start: int | None, remote_start: int | None) -> int | None:
+    """The first offset the remote tier serves: its first finished segment's start
+    (``first_finished``), bounded below by the global log start (a DeleteRecords applied through
+    the platform may have moved it inside that segment). Without finished segments: the recorded
+    remote log start, if any."""
+    if first_finished is None:
+        return remote_start
+    return first_finished if global_start is None else max(first_finished, global_start)
+
+
 def remote_only_offsets(remote_start: int | None, remote_end: int, local_log_start: int) -> OffsetRange | None:
     """The offsets readable from the remote tier only: from the first offset it serves
     (``remote_start``, None: nothing tiered) up to the last tiered one (``remote_end``), below the

@@ -51,6 +51,7 @@ PARTITION_COLUMNS: tuple[str, ...] = (
     "Partition",
     "Remote size",
     "Remote segments",
+    "Remote only",
     "Copy lag",
     "Lag segments",
     "Delete lag",
@@ -222,6 +223,14 @@ def _risk(p: PartitionMetrics) -> tuple[str, str]:
     return ("AT RISK: past due" if left <= 0 else f"AT RISK: {fmt_age(int(left * 1000))} left"), "bad"
 
 
+def _remote_only(p: PartitionMetrics) -> str:
+    """The tiered offsets below the best replica's log start: readable from the tier only."""
+    if p.remote_only_offsets is None:
+        return "-"
+    start, end = p.remote_only_offsets
+    return f"{start:,}..{end:,}"
+
+
 def partition_row(
     p: PartitionMetrics, now_ms: int, named: Collection[str], exported: Mapping[int, int] | None = EMPTY
 ) -> str:
@@ -240,6 +249,7 @@ def partition_row(
                 ("", _e(f"{p.topic}-{p.partition}"), ""),
                 ("Remote size", _e(_size(p.remote_bytes)), ""),
                 ("Remote segments", _e(_count(p.remote_segments)), ""),
+                ("Remote only", _e(_remote_only(p)), ""),
                 ("Copy lag", _e(_size(p.copy_lag_bytes)), "bad" if p.at_risk else ""),
                 ("Lag segments", _e(_count(p.copy_lag_segments)), ""),
                 ("Delete lag", _e(_size(p.delete_lag_bytes)), ""),
