@@ -22,7 +22,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-OUR_FILES = tuple(ROOT / "dags" / name for name in ("tiering_dags.py", "tiering_removal.py", "tiering_spark.py"))
+OUR_FILES = tuple(
+    ROOT / "dags" / name
+    for name in ("tiering_dags.py", "tiering_removal.py", "tiering_delete_records.py", "tiering_spark.py")
+)
 BASELINE = """
 from datetime import UTC, datetime
 

@@ -31,13 +31,8 @@ from typing import Any
 from airflow.sdk import DAG, Param, task
 
 from tiering_airflow.operators.tiering import TieringDeletePartitionOperator
-from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH
+from tiering_airflow.params import TOPIC_PATTERN
 
-# Kafka's legal topic names as a JSON-schema pattern (the runtime check is the core's
-# validate_topic_name; a test keeps the two in step). JSON schema searches, so both ends are
-# anchored; Python's jsonschema uses re, whose $ also matches before a final newline, which
-# (?!\n) rules out (a no-op in the UI's JavaScript).
-TOPIC_PATTERN = rf"^(?!\.{{1,2}}$)[a-zA-Z0-9._-]{{1,{MAX_TOPIC_NAME_LENGTH}}}$(?!\n)"
 log = logging.getLogger(__name__)
 
 

@@ -64,7 +64,7 @@ def test_every_dag_file_imports_cleanly_for_several_topics(tiering: TieringEnv) 
     ours = [f"{w.filename}: {w.message}" for w in caught if w.filename.startswith(OURS)]
     assert ours == []
     expected = {f"tiering_{kind}__{topic}" for kind in ("copy", "retention") for topic in tiering.topics}
-    assert expected | set(DEFAULT_DAGS) | {"tiering_delete_partition"} <= set(bag.dag_ids)
+    assert expected | set(DEFAULT_DAGS) | {"tiering_delete_partition", "tiering_delete_records"} <= set(bag.dag_ids)
 
     copy = bag.dags["tiering_copy__clicks.v2"]
     assert set(copy.tags) == {"tiering", "copy", "clicks.v2"}
@@ -90,6 +90,8 @@ def test_every_dag_file_imports_cleanly_for_several_topics(tiering: TieringEnv) 
     assert retention.get_task("retention").map_index_template == "{{ task.topic }}-{{ task.partition }}"
     removal = bag.dags["tiering_delete_partition"]
     assert type(removal.timetable).__name__ == "NullTimetable" and "removal" in removal.tags
+    delete_records = bag.dags["tiering_delete_records"]
+    assert type(delete_records.timetable).__name__ == "NullTimetable" and "delete-records" in delete_records.tags
 
 
 def test_parsing_reads_only_the_config_and_imports_nothing_heavy(tmp_path: Path) -> None:
@@ -167,7 +169,7 @@ def test_a_bad_config_is_one_clear_import_error_and_the_removal_dag_still_loads(
     bag = dagbag()
     assert list(bag.import_errors) == [str(DAGS / "tiering_dags.py")]
     assert message in bag.import_errors[str(DAGS / "tiering_dags.py")]
-    assert "tiering_delete_partition" in bag.dag_ids
+    assert {"tiering_delete_partition", "tiering_delete_records"} <= set(bag.dag_ids)
 
 
 def test_config_path_from_the_airflow_variable(tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -82,7 +82,11 @@ def check_delete_records(ctx: TieringContext, tp: TopicPartition, before_offset:
     if before_offset < 0:
         raise DeleteRecordsRefusedError(f"{tp}: the DeleteRecords offset must be >= 0, got {before_offset}")
     store = ctx.metadata
-    view = ctx.tier_view(ctx.partition_log(tp))
+    try:
+        partition_log = ctx.partition_log(tp)
+    except TieringError as exc:  # this broker holds no such partition: no retry finds it
+        raise DeleteRecordsRefusedError(f"{exc}; nothing applied") from exc
+    view = ctx.tier_view(partition_log)
     record = store.get_partition(view.tip)
     if record is None:
         raise DeleteRecordsRefusedError(

@@ -1,3 +1,3 @@
-"""Thin operators for copy, retention and partition removal of one partition."""
+"""Thin operators for copy, retention, partition removal and DeleteRecords of one partition."""
 
 from __future__ import annotations

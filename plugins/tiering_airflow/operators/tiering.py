@@ -1,4 +1,5 @@
-"""Thin operators: one copy, retention or removal run for one partition, over ``tiering_core``.
+"""Thin operators: one copy, retention, removal or DeleteRecords run for one partition, over
+``tiering_core``.
 
 Each returns the core's result (``to_dict()``) to XCom. Heavy modules are imported inside
 ``execute`` so that DAG files using these operators parse fast.
@@ -183,4 +184,54 @@ class TieringDeletePartitionOperator(TieringPartitionOperator):
             )
         if result.fenced:
             raise AirflowException(f"{tp}: another run holds the partition; removal resumes on retry")
+        return result.to_dict()
+
+
+class TieringDeleteRecordsOperator(TieringPartitionOperator):
+    """Apply a DeleteRecords to one partition through the platform: the remote tier and, with a
+    ``kafka:`` section, the cluster (``runs.delete_records``). ``confirm`` must repeat the topic;
+    ``plan_only`` checks the request and applies nothing. A refusal fails the task without
+    retries; a partition held by another run or a cluster that does not answer is retried (the
+    DeleteRecords is idempotent)."""
+
+    template_fields: Sequence[str] = (*TieringPartitionOperator.template_fields, "before_offset", "confirm")
+
+    def __init__(self, *, before_offset: int | str, confirm: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.before_offset = before_offset
+        self.confirm = confirm
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from tiering_core.metadata.errors import LeaseHeldError
+        from tiering_core.runs.delete_records import apply_delete_records
+        from tiering_core.runs.errors import DeleteRecordsRefusedError
+
+        if self.confirm != self.topic:
+            raise AirflowFailException(
+                f"confirm must repeat the topic name {self.topic!r} (got {self.confirm!r}); nothing applied"
+            )
+        tp = self.topic_partition()
+        hook = self.hook()
+        with hook.get_conn(self.broker_config(hook)) as ctx:
+            try:
+                result = apply_delete_records(
+                    ctx,
+                    tp,
+                    int(self.before_offset),
+                    dry_run=self.is_plan_only(),
+                    run_id=context["run_id"],
+                    attempt=task_attempt(context),
+                )
+            except DeleteRecordsRefusedError as exc:
+                raise AirflowFailException(str(exc)) from exc
+            except LeaseHeldError as exc:
+                raise AirflowException(str(exc)) from exc
+        self.log.info(
+            "%s: log start offset %s%s",
+            tp,
+            result.log_start_offset,
+            " (dry run: nothing applied)" if result.dry_run else "",
+        )
         return result.to_dict()

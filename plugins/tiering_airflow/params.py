@@ -1,0 +1,11 @@
+"""What the manual DAGs' Params share (``tiering_delete_partition``, ``tiering_delete_records``)."""
+
+from __future__ import annotations
+
+from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH
+
+# Kafka's legal topic names as a JSON-schema pattern (the runtime check is the core's
+# validate_topic_name; a test keeps the two in step). JSON schema searches, so both ends are
+# anchored; Python's jsonschema uses re, whose $ also matches before a final newline, which
+# (?!\n) rules out (a no-op in the UI's JavaScript).
+TOPIC_PATTERN = rf"^(?!\.{{1,2}}$)[a-zA-Z0-9._-]{{1,{MAX_TOPIC_NAME_LENGTH}}}$(?!\n)"
