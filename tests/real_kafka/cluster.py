@@ -369,13 +369,16 @@ def kafka_cluster(
     *,
     log_dirs_per_node: int = 1,
     settings: Mapping[str, str] | None = None,
+    node_settings: Mapping[int, Mapping[str, str]] | None = None,
     distribution: KafkaDistribution | None = None,
     prefix: str = "tiering-kafka-",
     keep_in: Path | None = None,
 ) -> Iterator[KafkaCluster]:
     """Format KRaft storage for ``nodes`` combined nodes, start them, yield the running cluster,
     and stop every node afterwards (also when the body raised). The nodes' directories are thrown
-    away, unless ``keep_in`` (a new, empty directory) names where they go."""
+    away, unless ``keep_in`` (a new, empty directory) names where they go. ``settings`` apply to
+    every node, ``node_settings`` (by node id) to one node over them (e.g. a broker default
+    ``log.segment.bytes`` of its own, so that its replicas roll at offsets of their own)."""
     dist = distribution or kafka_distribution()
     if keep_in is not None:
         keep_in.mkdir(parents=True, exist_ok=True)
@@ -405,6 +408,7 @@ def kafka_cluster(
                 "default.replication.factor": "1",
                 **BROKER_SETTINGS,
                 **(settings or {}),
+                **((node_settings or {}).get(i) or {}),
             }
             node_dir.mkdir(parents=True)
             properties = node_dir / "server.properties"

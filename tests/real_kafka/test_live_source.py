@@ -115,8 +115,9 @@ def test_live_offsets_topic_id_and_configs_equal_what_the_cluster_says(kafka: Ka
 def test_live_values_win_over_lagging_files_and_the_yaml_topic_entry_wins_over_the_cluster(
     private_kafka: PrivateKafka, beside: Beside
 ) -> None:
-    """A DeleteRecords and the high watermark are seen live long before the checkpoint files show
-    them; the DeleteRecords is recorded and the global log start follows it."""
+    """A DeleteRecords made on the cluster and the high watermark are seen live long before the
+    checkpoint files show them: the log start is the local log start at once (the segments wholly
+    below it are not copied), never a DeleteRecords the platform records."""
     topic = "live-source-lagging"
     with private_kafka(settings=LAGGING_FILES) as cluster:
         cluster.create_topic(
@@ -154,8 +155,9 @@ def test_live_values_win_over_lagging_files_and_the_yaml_topic_entry_wins_over_t
             tip = ctx.tier_view(ctx.partitions(topic, 0)[0]).tip
             starts = [s.start_offset for s in ctx.metadata.list_segments(tip)]
             assert min(starts) == bases[2]
-            assert ctx.metadata.get_delete_records_offset(tip) == target  # recorded: survives the entry's absence
+            assert ctx.metadata.get_delete_records_offset(tip) is None  # the cluster's log start: never one
             assert ctx.topic_config(topic).retention_ms == 3600000  # the cluster's topic value over "*"
+        # The segment holding the log start was copied with epochs from there: the tier starts there.
         assert platform.status(topic)["remote_log_start_offset"] == target
 
         platform.document["topics"][topic] = {"retention.ms": 7200000, "local.retention.ms": 1000}
@@ -235,7 +237,7 @@ def test_the_brokers_own_retention_racing_the_runs_is_never_a_delete_records(
     with TieringContext.open(load_config(platform.config_path)) as ctx:
         view = ctx.tier_view(ctx.partitions(topic, 0)[0])
         assert ctx.metadata.get_delete_records_offset(view.tip) is None
-        assert view.observed_delete_records_offset is None
+        assert ctx.metadata.delete_records_observations(view.tip) == []
         assert view.global_log_start_offset == view.remote_log_start_offset  # only the platform's own
         assert ctx.topic_config(topic).retention_bytes == -1  # the YAML entry over the topic's value
         assert ctx.topic_config(topic).effective_local_retention_bytes() == 3 * SEGMENT  # the broker's

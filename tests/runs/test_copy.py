@@ -15,6 +15,7 @@ from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.read.reader import open_reader
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
@@ -180,7 +181,35 @@ def test_a_delete_records_made_on_the_cluster_past_uncopied_segments_is_a_tierin
     with tiering_env.context() as ctx:
         (row,) = collect_status(ctx, "orders", 0)
         assert ctx.metadata.get_delete_records_offset(tip_of(w)) is None
+        # [15..19] holds 15 and 16 in its .log but its epochs start at 17: reads skip the gap only.
+        reader = open_reader(ctx, w.tp)
+        assert [r.offset for r in reader.read(0, 100)] == [*range(10), *range(17, 25)]
+        assert [r.offset for r in reader.read(12, 100)] == list(range(17, 25))
     assert row.gaps == [[10, 16]] and row.remote_log_start_offset == 0
+
+
+def test_a_first_copy_after_a_delete_records_on_the_cluster_starts_the_tier_at_the_log_start(
+    fs_env: TieringEnv,
+) -> None:
+    """Nothing tiered yet, the broker's log start moved inside a segment (and its epoch cache with it):
+    the segment holding it is copied, with epochs from there, and the remote tier starts there too."""
+    from tiering_core.read.reader import OffsetOutOfRangeError
+
+    w = fs_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.append_records(2)
+    w.set_high_watermark()
+    w.delete_records(7)
+    assert copy(fs_env, w).segments_copied == 2
+    with fs_env.context() as ctx:
+        segments = ctx.metadata.list_segments(tip_of(w))
+        assert [(s.start_offset, s.leader_epochs) for s in segments] == [(5, {0: 7}), (10, {0: 10})]
+        (row,) = collect_status(ctx, "orders", 0)
+        assert (row.remote_log_start_offset, row.log_start_offset, row.gaps) == (7, 7, [])
+        reader = open_reader(ctx, w.tp)
+        assert [r.offset for r in reader.read(7, 100)] == list(range(7, 15))
+        with pytest.raises(OffsetOutOfRangeError, match="offset 5 is below the log start offset 7"):
+            reader.read(5, 100)
 
 
 def test_a_segment_copied_after_a_delete_records_inside_it_has_epochs_from_the_log_start(
@@ -189,7 +218,6 @@ def test_a_segment_copied_after_a_delete_records_inside_it_has_epochs_from_the_l
     """Kafka's epochEntriesInRange of the broker's cache as it is (truncated from the start at the
     new log start): {3: 158} for the segment [156..205], not {3: 156}; the recorded lineage keeps
     epoch 3 from 100, and reads and retention take the segment as within it."""
-    from tiering_core.read.reader import open_reader
     from tiering_core.runs.retention import run_retention
 
     w = fs_env.writer()

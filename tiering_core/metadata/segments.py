@@ -147,8 +147,9 @@ class SegmentStore(SegmentListing, LineageStore, PartitionStore):
         The segment moves to COPY_SEGMENT_FINISHED with ``custom_metadata`` merged in (as
         ``update_segment_state``; an already finished segment is not finished twice),
         ``lineage`` (the leader-epoch cache seen at copy time) is merged into the recorded lineage
-        (as ``record_lineage``), and an unset remote log start offset becomes the segment's start
-        offset. Either all of it lands or none: done as separate steps, a crash in between left a
+        (as ``record_lineage``), and an unset remote log start offset becomes the first offset the
+        segment's leader epochs cover (its start offset, unless a log start inside it had truncated
+        the broker's epoch cache). Either all of it lands or none: done as separate steps, a crash in between left a
         finished segment outside the recorded lineage and the remote log start, which a later run
         then moved past it, so retention deleted it.
         """
@@ -156,7 +157,7 @@ class SegmentStore(SegmentListing, LineageStore, PartitionStore):
             meta = self._transition(conn, prow, lease, segment_id, FINISHED, None, custom_metadata)
             self._merge_lineage(conn, prow, lineage)
             if prow.remote_log_start_offset is None:
-                self._advance_remote_log_start(conn, prow, meta.start_offset)
+                self._advance_remote_log_start(conn, prow, meta.first_epoch_offset)
         return meta
 
     def _transition(

@@ -45,6 +45,13 @@ class RemoteLogSegmentMetadata:
         if self.custom_metadata is not None and not isinstance(self.custom_metadata, dict):
             raise TypeError(f"custom_metadata of segment {self.segment_id} must be a dict")
 
+    @property
+    def first_epoch_offset(self) -> int:
+        """The first offset its leader epochs cover: its start offset, or a later one when the broker's
+        epoch cache had been truncated from the start inside the segment (its log start moved there),
+        so that the records before it belong to no epoch and are never served."""
+        return min(self.leader_epochs.values(), default=self.start_offset)
+
     def epoch_ranges(self) -> dict[int, tuple[int, int]]:
         """Per epoch: (its start in the segment, next epoch's start - 1 or the end offset)."""
         items = sorted(self.leader_epochs.items())

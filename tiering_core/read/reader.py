@@ -203,7 +203,7 @@ class RemoteLogReader:
         """The first offset the remote tier serves (None when it serves nothing)."""
         if not self._served:
             return None
-        first = min(s.start_offset for s in self._served)
+        first = min(s.first_epoch_offset for s in self._served)
         start = self.view.global_log_start_offset
         return first if start is None else max(first, start)
 
@@ -224,14 +224,15 @@ class RemoteLogReader:
             )
 
     def segment_for(self, offset: int) -> RemoteLogSegmentMetadata | None:
-        """The served segment holding ``offset``, else the first served one after it."""
+        """The served segment holding ``offset``, else the first served one after it (also one that
+        starts below it but whose epochs cover only offsets after it)."""
         epoch = self.view.lineage.epoch_for_offset(offset)
         if epoch is not None:
             found = self.store.segment_for(self.view.tip, epoch, offset)
             if found is not None and is_in_lineage(self.view, found):
                 return found
-        later = [s for s in self._served if s.start_offset > offset]
-        return min(later, key=lambda s: s.start_offset) if later else None
+        later = [s for s in self._served if s.first_epoch_offset > offset]
+        return min(later, key=lambda s: s.first_epoch_offset) if later else None
 
     def _position(self, segment: RemoteLogSegmentMetadata, offset: int) -> int:
         data = self.cache.get(segment, ObjectKind.OFFSET_INDEX)
@@ -277,7 +278,7 @@ class RemoteLogReader:
             segment = self.segment_for(next_offset)
             if segment is None:
                 break
-            next_offset = max(next_offset, segment.start_offset)
+            next_offset = max(next_offset, segment.first_epoch_offset)
             aborted: set[AbortedTxn] = set()
             if isolation == IsolationLevel.READ_COMMITTED:
                 aborted = self.aborted_transactions(next_offset, segment.end_offset + 1)

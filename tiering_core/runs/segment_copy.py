@@ -261,11 +261,12 @@ def recover_failed_copies(
 
 def repair_remote_log_start(store: RemoteLogMetadataStore, tip: TopicIdPartition, lease: Lease) -> None:
     """A partition with finished segments but no remote log start offset (written by a release
-    that recorded them apart) gets the lowest finished start offset, never a later one."""
+    that recorded them apart) gets the lowest offset a finished segment's epochs cover, never a
+    later one."""
     if store.get_remote_log_start_offset(tip) is not None:
         return
     finished = store.finished_segments(tip, custom_metadata=False)
     if finished:
-        start = min(s.start_offset for s in finished)
+        start = min(s.first_epoch_offset for s in finished)
         store.set_remote_log_start_offset(tip, start, lease)
         log.warning("%s: remote log start offset was unset; set to %d, the first finished segment", tip, start)

@@ -182,7 +182,7 @@ def current_gaps(
 def remote_log_start(view: TierView, finished: list[RemoteLogSegmentMetadata]) -> int | None:
     """The first offset the remote tier serves (``first_served_offset``) of the finished in-lineage
     segments."""
-    first = min((s.start_offset for s in finished), default=None)
+    first = min((s.first_epoch_offset for s in finished), default=None)
     return first_served_offset(first, view.global_log_start_offset, view.remote_log_start_offset)
 
 

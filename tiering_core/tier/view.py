@@ -67,7 +67,7 @@ class OffsetRange:
 
 
 def first_served_offset(first_finished: int | None, global_start: int | None, remote_start: int | None) -> int | None:
-    """The first offset the remote tier serves: its first finished segment's start
+    """The first offset the remote tier serves: the first its finished segments' epochs cover
     (``first_finished``), bounded below by the global log start (a DeleteRecords applied through
     the platform may have moved it inside that segment). Without finished segments: the recorded
     remote log start, if any."""
