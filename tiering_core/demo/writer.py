@@ -471,7 +471,9 @@ class PartitionWriter:
         """A DeleteRecords request: the log start moves to ``before_offset``, segments wholly below go.
 
         The ``log-start-offset-checkpoint`` entry stays while the log start is above the first
-        remaining segment's base (so not when ``before_offset`` is exactly a segment base).
+        remaining segment's base (so not when ``before_offset`` is exactly a segment base). A
+        follower taking its leader's log start leaves the same files (Kafka's
+        ``maybeIncrementLogStartOffset`` does both).
         """
         if before_offset > self.next_offset:  # the broker also refuses offsets above the high watermark
             raise ValueError(f"DeleteRecords offset {before_offset} is beyond the log end offset {self.next_offset}")
