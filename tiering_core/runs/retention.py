@@ -4,8 +4,9 @@ docs/kafka-rules.md section 6 read with section 10: the lineage and the global l
 are the platform's own, so the broker deleting its old segments (and truncating its epoch
 cache from the start), or a replica's log start moving inside a segment, never deletes remote
 data; only a DeleteRecords applied through the platform (``runs.delete_records``) moves it. The
-plan is computed read-only (``plan_retention``); the run records the new remote log start offset **before** deleting any
-object, then deletes each segment as DELETE_SEGMENT_STARTED -> objects -> DELETE_SEGMENT_FINISHED.
+plan is computed read-only (``plan_retention``); the run records the new remote log start offset
+**before** deleting any object, then deletes each segment as DELETE_SEGMENT_STARTED -> objects ->
+DELETE_SEGMENT_FINISHED.
 
 A run holds the partition's lease, so a COPY_SEGMENT_STARTED segment it finds cannot be copied
 right now: it is the leftover of a killed copy, cleaned up first (the copy engine's own
