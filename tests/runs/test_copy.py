@@ -163,6 +163,22 @@ def test_reruns_new_rolls_and_delete_records(tiering_env: TieringEnv) -> None:
     assert (15, 19) not in finished_ranges(tiering_env, w)
 
 
+def test_copy_never_starts_below_a_delete_records_applied_through_the_platform(fs_env: TieringEnv) -> None:
+    """Without a kafka: section the broker's files still hold the records below it: nothing there is
+    tiered (it would only be deleted again), and no gap is recorded."""
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    assert copy(fs_env, w).segments_copied == 1  # [0..4]
+    write_segments(w, 3)  # [5..9], [10..14], [15..19]
+    w.set_high_watermark()
+    with fs_env.context() as ctx:
+        assert apply_delete_records(ctx, w.tp, 12).log_start_offset == 12
+    result = copy(fs_env, w)
+    assert (result.segments_copied, result.gaps) == (2, [])
+    assert finished_ranges(fs_env, w) == [(0, 4), (10, 14), (15, 19)]
+
+
 def test_a_delete_records_made_on_the_cluster_past_uncopied_segments_is_a_tiering_gap(
     tiering_env: TieringEnv,
 ) -> None:
