@@ -48,7 +48,9 @@ class TieringGapError(TieringError):
 
 
 class ClusterUnreachableError(TieringError):
-    """The ``kafka:`` section names a cluster that did not answer: a run never falls back to the files."""
+    """The ``kafka:`` section's cluster cannot be asked (it did not answer, kafka-python is not
+    installed, the SASL password's environment variable is not set): a run never falls back to the
+    files."""
 
 
 class ExportError(TieringError):
