@@ -53,6 +53,14 @@ class ClusterUnreachableError(TieringError):
     files."""
 
 
+class NoRemoteDataError(TieringError):
+    """A process that serves no broker (it reads the metadata store alone) was asked about a
+    partition the store holds no live remote data of."""
+
+    def __init__(self, partition: object) -> None:
+        super().__init__(f"partition {partition} has no remote data (unknown to the metadata store)")
+
+
 class ExportError(TieringError):
     """An export cannot go on (no ``export`` section, an unreachable catalog, a table that cannot
     be created, an unwritable warehouse, a failed commit): one line naming what."""

@@ -37,13 +37,22 @@ def _emit(args: argparse.Namespace, payload: Any, human: Callable[[], str]) -> N
 
 
 #: Commands that read the broker's log dirs: with several brokers configured they need to know
-#: which one this process serves (``--broker`` or ``TIERING_BROKER_ID``). ``status --cluster``
-#: reads none.
+#: which one this process serves (``--broker`` or ``TIERING_BROKER_ID``). ``status --cluster``,
+#: ``retention --orphans`` and ``delete-partition --lift-tombstone`` read none; nor do the other
+#: commands (segments, fetch, find-offset, verify, restore, export, db), which then work on the
+#: metadata store and the remote tier alone.
 LOG_DIR_COMMANDS = frozenset({"status", "copy", "retention", "delete-partition", "delete-records", "rebuild-indexes"})
+#: The flag of a log-dir command under which it reads none.
+NO_LOG_DIR_FLAGS = {
+    "status": ("cluster",),
+    "retention": ("orphans", "delete_orphans"),
+    "delete-partition": ("lift_tombstone",),
+}
 
 
 def reads_log_dirs(args: argparse.Namespace) -> bool:
-    return args.command in LOG_DIR_COMMANDS and not (args.command == "status" and getattr(args, "cluster", False))
+    flags = NO_LOG_DIR_FLAGS.get(args.command, ())
+    return args.command in LOG_DIR_COMMANDS and not any(getattr(args, flag, False) for flag in flags)
 
 
 def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -368,12 +377,12 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from tiering_core.cli.output import format_verify_summary
-    from tiering_core.read.verify import verify_partition
+    from tiering_core.read.verify import partitions_to_verify, verify_partition
 
     results = []
     with _context(args) as ctx:
-        for partition_log in ctx.partitions(args.topic, args.partition):
-            for checked in verify_partition(ctx, partition_log.topic_partition):
+        for tip in partitions_to_verify(ctx, args.topic, args.partition):
+            for checked in verify_partition(ctx, tip):
                 results.append(checked)
                 if not args.json:
                     print(checked.describe(), flush=True)

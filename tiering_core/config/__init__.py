@@ -197,10 +197,17 @@ class PlatformConfig:
         broker = self.brokers[broker_id]
         return replace(self, log_dirs=broker.log_dirs, broker=broker)
 
+    @property
+    def serves_no_broker(self) -> bool:
+        """Several brokers are configured and this process serves none of them (the scheduler's or
+        the API server's host, a command run without ``--broker``): it reads no log dir, only the
+        metadata store and the remote tier."""
+        return not self.log_dirs and len(self.brokers) > 1
+
     def require_log_dirs(self) -> tuple[Path, ...]:
         """This process's log dirs; ConfigError naming ``--broker`` when the cluster form has
         several brokers and none was chosen (a process reads only its own broker's disks)."""
-        if not self.log_dirs and len(self.brokers) > 1:
+        if self.serves_no_broker:
             raise ConfigError(
                 f"brokers: {len(self.brokers)} brokers are configured "
                 f"({', '.join(map(str, sorted(self.brokers)))}); name this process's broker with "

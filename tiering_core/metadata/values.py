@@ -174,6 +174,11 @@ class PartitionRecord:
     def topic_id_partition(self) -> TopicIdPartition:
         return TopicIdPartition(self.topic_id, self.topic_partition)
 
+    @property
+    def live(self) -> bool:
+        """Tiered and served: neither removed (a tombstone) nor being removed."""
+        return not self.dropped and self.delete_state is None
+
 
 @dataclass(frozen=True, slots=True)
 class TieringGap:

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.errors import ClusterUnreachableError, TieringError
+from tiering_core.errors import ClusterUnreachableError, NoRemoteDataError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.retention import delete_lag
@@ -259,6 +259,9 @@ def list_remote_segments(ctx: TieringContext, topic: str, partition: int) -> lis
         r.topic_partition.topic == topic and r.topic_partition.partition == partition
         for r in ctx.metadata.list_partitions()
     ):
-        # Validate the selector against the broker so a typo is an error, not an empty list.
+        # Validate the selector against the broker so a typo is an error, not an empty list (a
+        # process that serves no broker has only the store to ask).
+        if ctx.config.serves_no_broker:
+            raise NoRemoteDataError(f"{topic}-{partition}")
         ctx.partitions(topic, partition)
     return sorted(rows, key=lambda r: (r["start_offset"], r["end_offset"]))
