@@ -269,17 +269,49 @@ def test_internal_topics_never_have_remote_storage(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("policy", ["compact", "compact,delete", ["delete", "compact"]])
-def test_a_compacted_topic_with_remote_storage_is_an_error_naming_it(tmp_path: Path, policy: object) -> None:
+def test_a_compacted_topic_inheriting_remote_storage_is_not_tiered_and_the_rest_are(
+    tmp_path: Path, policy: object
+) -> None:
+    """``"*"`` enables remote storage and one topic's own entry is compacted: that topic is not
+    tiered (Kafka refuses remote storage for it), every other topic is, and the config loads."""
+    expected = tuple(policy) if isinstance(policy, list) else tuple(policy.split(","))  # type: ignore[attr-defined]
     doc = base_doc(tmp_path)
-    doc["topics"]["payments"] = {"cleanup.policy": policy}
-    with pytest.raises(ConfigError, match=r"topics.payments: cleanup.policy .*compact.* remote.storage.enable"):
-        parse_config(doc)
-    doc["topics"]["payments"]["remote.storage.enable"] = False
-    assert parse_config(doc).topic_config("payments").cleanup_policy == (
-        tuple(policy) if isinstance(policy, list) else tuple(policy.split(","))  # type: ignore[attr-defined]
+    doc["topics"]["*"] = {"remote.storage.enable": True}
+    doc["topics"]["ledger"] = {"cleanup.policy": policy}
+    config = parse_config(doc)
+    ledger = config.topic_config("ledger")
+    assert ledger.cleanup_policy == expected and not ledger.remote_storage_enable
+    assert config.not_tiered_reason("ledger") == (
+        f"cleanup.policy {','.join(expected)}: Kafka never tiers a compacted topic"
     )
-    doc["topics"]["payments"] = {"cleanup.policy": "delete"}
-    assert parse_config(doc).topic_config("payments").remote_storage_enable
+    assert config.topic_config("orders").remote_storage_enable and config.not_tiered_reason("orders") is None
+    assert config.topic_config("other").remote_storage_enable and config.not_tiered_reason("other") is None
+    doc["topics"]["ledger"]["remote.storage.enable"] = False  # said outright: the same
+    assert parse_config(doc).not_tiered_reason("ledger") == config.not_tiered_reason("ledger")
+    # A compacted "*": its topics are not tiered, but one whose own policy is delete is.
+    doc["topics"] = {"*": {"cleanup.policy": policy}, "orders": {"cleanup.policy": "delete"}}
+    config = parse_config(doc)
+    assert not config.topic_config("other").remote_storage_enable
+    assert config.topic_config("orders").remote_storage_enable
+
+
+@pytest.mark.parametrize(
+    ("topics", "key"),
+    [
+        ({"ledger": {"cleanup.policy": "compact", "remote.storage.enable": True}}, "topics.ledger"),
+        ({"*": {"cleanup.policy": "compact,delete", "remote.storage.enable": True}}, "topics.*"),
+        ({"*": {"cleanup.policy": "compact"}, "ledger": {"remote.storage.enable": True}}, "topics.ledger"),
+    ],
+)
+def test_remote_storage_enabled_outright_on_a_compacted_topic_is_an_error_naming_the_key(
+    tmp_path: Path, topics: dict[str, object], key: str
+) -> None:
+    doc = base_doc(tmp_path)
+    doc["topics"] = topics
+    with pytest.raises(ConfigError) as err:
+        parse_config(doc)
+    assert str(err.value).startswith(f"{key}.remote.storage.enable: true, but cleanup.policy is compact")
+    assert "Kafka refuses remote storage for a compacted topic" in str(err.value)
 
 
 # --- the kafka: section and the cluster's topic configs -------------------------------------------

@@ -453,3 +453,29 @@ def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
     assert (task.label, task.state, task.result["segments_deleted"]) == ("orders-0", "success", 2)
     assert task.result["state"] == "DELETE_PARTITION_FINISHED" and finished(tiering, orders) == []
     assert SECRET not in proc.stdout + proc.stderr
+
+
+def test_a_compacted_topic_s_dags_say_why_it_is_not_tiered_and_its_sensor_skips(
+    tiering: TieringEnv, s3_endpoint, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ledger`` is compacted and inherits remote storage from ``"*"``: not tiered (Kafka refuses
+    it), and the other topics are. Its DAGs say why; its copy sensor skips at once with the reason."""
+    reason = "cleanup.policy compact: Kafka never tiers a compacted topic"
+    tiering.write_config(ledger={"cleanup.policy": "compact"})
+    (ledger,) = partitions_with_segments(tiering, "ledger", 1, 2)
+    (orders,) = partitions_with_segments(tiering, "orders", 1, 2)
+    bag = dagbag(DAGS / "tiering_dags.py")
+    assert bag.import_errors == {}
+    for kind in ("copy", "retention"):
+        assert bag.dags[f"tiering_{kind}__ledger"].description.endswith(f"Not tiered: {reason}")
+        assert "Not tiered" not in bag.dags[f"tiering_{kind}__orders"].description
+    dag = bag.dags["tiering_copy__ledger"]
+    run = dag.test()
+    assert run.state == "success"
+    (sensor,) = task_runs(dag.dag_id, run.run_id, "wait_for_eligible_segment").values()
+    assert sensor.state == "skipped"
+    assert [t.state for t in task_runs(dag.dag_id, run.run_id, "list_partitions").values()] == ["skipped"]
+    assert f"ledger: not tiered: {reason}" in "".join(capfd.readouterr()) + caplog.text
+    assert finished(tiering, ledger) == []
+    assert bag.dags["tiering_copy__orders"].test().state == "success"
+    assert finished(tiering, orders) == [(0, 4), (5, 9)]

@@ -251,3 +251,28 @@ def test_each_partition_shows_what_its_export_table_holds(tiering: TieringEnv, c
     up_to = max(segment.end_offset for segment in result.exported)
     table = client.get("/fragments/partitions", params={"topic": "orders"}).text
     assert f'<td data-label="Exported up to">{up_to:,}</td>' in table
+
+
+def test_the_page_says_which_topics_are_not_tiered_and_why(tiering: TieringEnv, client: TestClient) -> None:
+    """``ledger`` (in the store: its broker reported it) and ``audit`` (named, never seen) are
+    compacted while ``"*"`` enables remote storage: the page names them with the reason, ``orders``
+    is tiered and carries no such note."""
+    from tiering_core.tier.status import collect_status
+
+    reason = "cleanup.policy compact: Kafka never tiers a compacted topic"
+    tiering.write_config(ledger={"cleanup.policy": "compact"}, audit={"cleanup.policy": "compact,delete"})
+    for topic in ("orders", "ledger"):
+        w = tiering.writer(topic, 0)
+        write_segments(w, 2)
+        w.set_high_watermark()
+    with tiering.context() as ctx:
+        rows = collect_status(ctx, broker_id=BROKER)  # what the broker saw, recorded
+        assert {r.topic: r.not_tiered_reason for r in rows} == {"ledger": reason, "orders": None}
+    page = client.get("/")
+    assert page.status_code == 200
+    assert f"1 topic(s) not tiered ({reason}): ledger" in page.text
+    assert "1 topic(s) not tiered (cleanup.policy compact,delete: Kafka never tiers a compacted topic): audit" in (
+        page.text
+    )
+    assert f'ledger <span class="note">not tiered: {reason}</span>' in page.text
+    assert 'orders <span class="note">' not in page.text and 'data-topic="orders"' in page.text

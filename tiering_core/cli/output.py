@@ -56,6 +56,8 @@ def format_status_table(rows: list[PartitionStatus], exported: dict[tuple[str, i
     table = [headers]
     for r in rows:
         notes = []
+        if r.not_tiered_reason:
+            notes.append("not tiered: " + r.not_tiered_reason)
         if r.gaps:
             notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
         if r.local_retention_risk and r.local_retention_risk.get("at_risk"):

@@ -46,7 +46,13 @@ from tiering_core.config.parsing import (
     _UniqueKeyLoader,
     _yaml_problem,
 )
-from tiering_core.config.topics import _TOPIC_KEYS, TopicConfig, parse_topic_config
+from tiering_core.config.topics import (
+    _TOPIC_KEYS,
+    TopicConfig,
+    not_tiered_reason,
+    parse_topic_config,
+    without_remote_storage_if_compacted,
+)
 from tiering_core.errors import ConfigError, InvalidTopicError
 from tiering_core.kafka.topic import is_internal_topic, validate_topic_name
 from tiering_core.storage.layout import validate_deployment_prefix
@@ -73,6 +79,7 @@ __all__ = [
     "check_broker_log_dirs",
     "default_queue",
     "load_config",
+    "not_tiered_reason",
     "parse_config",
     "parse_topic_config",
     "select_broker",
@@ -227,9 +234,16 @@ class PlatformConfig:
         """
         if broker is None:
             config = self.topics.get(topic) or self.topics.get(DEFAULT_TOPIC) or TopicConfig()
+            # Written out beside compact, it was refused when the file was parsed.
+            config = without_remote_storage_if_compacted(config, f"topics.{topic}", explicit=False)
         else:
             config = self._with_broker(topic, broker)
         return replace(config, remote_storage_enable=False) if is_internal_topic(topic) else config
+
+    def not_tiered_reason(self, topic: str) -> str | None:
+        """Why the config alone says ``topic`` is not tiered (``config.topics.not_tiered_reason``);
+        None where it is, or where only the cluster's topic configs could say otherwise."""
+        return not_tiered_reason(topic, self.topic_config(topic))
 
     def _with_broker(self, topic: str, broker: BrokerTopicConfig) -> TopicConfig:
         default = self.topics.get(DEFAULT_TOPIC) or TopicConfig()
@@ -239,13 +253,9 @@ class PlatformConfig:
         config = parse_topic_config(live, f"topic {topic} on the cluster", default, check_compact=False)
         if own is not None:
             config = replace(config, **{_TOPIC_KEYS[key][0]: getattr(own, _TOPIC_KEYS[key][0]) for key in own_keys})
-        if "compact" in config.cleanup_policy and config.remote_storage_enable:
-            if "remote.storage.enable" in own_keys:
-                raise ConfigError(
-                    f"topics.{topic}: remote.storage.enable true but the cluster's cleanup.policy is "
-                    f"{','.join(config.cleanup_policy)}: Kafka refuses remote storage for a compacted topic"
-                )
-            config = replace(config, remote_storage_enable=False)  # compacted on the cluster: not tiered
+        config = without_remote_storage_if_compacted(
+            config, f"topics.{topic}", explicit="remote.storage.enable" in own_keys
+        )
         if config.local_retention_ms is None and broker.retention_ms is not None:
             config = replace(config, local_retention_ms=broker.retention_ms)
         if config.local_retention_bytes is None and broker.retention_bytes is not None:

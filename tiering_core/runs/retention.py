@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.config import TopicConfig
+from tiering_core.config import TopicConfig, not_tiered_reason
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
@@ -382,7 +382,7 @@ def _run_retention(
     record = store.get_partition(view.tip)
     result.remote_log_start_offset = view.remote_log_start_offset
     if record is None:
-        result.skipped_reason = "nothing tiered yet"
+        result.skipped_reason = not_tiered_reason(tp.topic, topic) or "nothing tiered yet"
         return result
     removed = _removed(record)
     if removed is not None:

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.config import not_tiered_reason
 from tiering_core.errors import ClusterUnreachableError, NoRemoteDataError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -71,6 +72,7 @@ class PartitionStatus:
     on_broker: bool = True
     offsets_source: str | None = None  # "broker" (the kafka: section) or "files"; None off the broker
     error: str | None = None
+    not_tiered_reason: str | None = None  # why copy skips the topic (compacted, ...); None: it is tiered
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in STATUS_FIELDS}
@@ -82,6 +84,7 @@ class PartitionStatus:
             on_broker=self.on_broker,
             offsets_source=self.offsets_source,
             error=self.error,
+            not_tiered_reason=self.not_tiered_reason,
         )
         return out
 
@@ -154,6 +157,7 @@ def _partition_status(
         local_retention_risk=risk.to_dict(),
         offsets_source=view.offsets_source,
         error=view.offsets_error,
+        not_tiered_reason=not_tiered_reason(tp.topic, topic_config),
     )
     return row, (view, topic_config, risk)
 
