@@ -226,6 +226,51 @@ def test_a_yaml_error_names_line_and_column_but_never_shows_the_line(tmp_path: P
     assert err.value.__cause__ is None and err.value.__suppress_context__  # no traceback shows it either
 
 
+def test_the_metadata_store_timeouts_have_defaults_and_name_their_key(tmp_path: Path) -> None:
+    from tiering_core.config import DatabaseTimeouts
+
+    doc = base_doc(tmp_path)
+    doc["metadata"] = {"url": "postgresql+psycopg://tiering@db:5432/meta"}
+    timeouts = parse_config(doc).metadata.timeouts
+    assert timeouts == DatabaseTimeouts()
+    assert (timeouts.connect_timeout_seconds, timeouts.statement_timeout_ms, timeouts.dead_peer_ms) == (
+        10,
+        60_000,
+        30_000,
+    )
+    doc["metadata"].update(
+        connect_timeout_seconds=3,
+        statement_timeout_ms=0,  # no limit
+        keepalives_idle_seconds=4,
+        keepalives_interval_seconds=2,
+        keepalives_count=5,
+    )
+    assert parse_config(doc).metadata.timeouts == DatabaseTimeouts(3, 0, 4, 2, 5)
+    assert parse_config(doc).metadata.timeouts.dead_peer_ms == 14_000
+    for key, bad in (
+        ("connect_timeout_seconds", 1),  # libpq waits at least 2 s
+        ("statement_timeout_ms", -1),
+        ("keepalives_idle_seconds", 0),
+        ("keepalives_interval_seconds", "soon"),
+        ("keepalives_count", 0),
+    ):
+        broken = {**doc["metadata"], key: bad}
+        with pytest.raises(ConfigError, match=rf"^metadata\.{key}: "):
+            parse_config({**doc, "metadata": broken})
+    # The same libpq parameters in the URL: one place for them, the key named.
+    for query, key in (
+        ("connect_timeout=5", "connect_timeout_seconds"),
+        ("keepalives_idle=9", "keepalives_idle_seconds"),
+        ("tcp_user_timeout=1000", "keepalives_idle_seconds"),
+    ):
+        url = f"postgresql+psycopg://tiering@db:5432/meta?{query}"
+        with pytest.raises(
+            ConfigError, match=rf"metadata\.url: sets {query.split('=')[0]}; set metadata\.{key} instead"
+        ):
+            parse_config({**doc, "metadata": {"url": url}})
+    assert parse_config({**doc, "metadata": {"url": "postgresql+psycopg://t@db/meta?sslmode=require"}})
+
+
 def test_the_metadata_password_can_come_from_an_environment_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -276,3 +276,35 @@ def test_the_page_says_which_topics_are_not_tiered_and_why(tiering: TieringEnv, 
     )
     assert f'ledger <span class="note">not tiered: {reason}</span>' in page.text
     assert 'orders <span class="note">' not in page.text and 'data-topic="orders"' in page.text
+
+
+def test_a_black_holed_database_does_not_pin_the_page_s_readers(
+    tiering: TieringEnv, auth_manager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metadata store's host accepts connections and never answers (a black hole, not an
+    injected fault): every request answers 503 within the page's time limit, and the readers it
+    used are free again within the connect timeout, not pinned until the host comes back."""
+    import time
+
+    import yaml
+
+    from tests.metadata.test_timeouts import black_hole, black_hole_url
+    from tiering_airflow.ui import reads
+
+    monkeypatch.delenv("AIRFLOW_CONN_TIERING_METADATA", raising=False)
+    with black_hole() as port:
+        doc = yaml.safe_load(tiering.config_path.read_text())
+        doc["metadata"] = {"url": black_hole_url(port), "connect_timeout_seconds": 2}
+        tiering.config_path.write_text(yaml.safe_dump(doc))
+        client = TestClient(
+            create_app(str(tiering.config_path), status_timeout=0.5),
+            cookies={COOKIE: token_for(auth_manager, "viewer")},
+        )
+        started = time.monotonic()
+        answers = [client.get(path) for path in ("/", "/api/partitions", "/metrics", "/", "/api/partitions")]
+        assert [a.status_code for a in answers] == [503] * 5
+        assert time.monotonic() - started < 20  # each within its 0.5 s limit, give or take the machine
+        # Every reader is free again once the attempts it holds reach the connect timeout: a read
+        # queued behind them runs (five attempts, one at a time under the open-context lock).
+        assert reads.within(60, lambda: "free") == "free"
+        assert time.monotonic() - started < 45

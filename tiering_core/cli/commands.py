@@ -415,12 +415,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def cmd_db(args: argparse.Namespace) -> int:
     from tiering_core.metadata.migrations import current_revision, downgrade, upgrade
 
-    url = _config(args).metadata.url
+    metadata = _config(args).metadata
+    url, timeouts = metadata.url, metadata.timeouts
     if args.db_command == "upgrade":
-        upgrade(url, args.revision)
+        upgrade(url, args.revision, timeouts)
     elif args.db_command == "downgrade":
-        downgrade(url, args.revision)
-    revision = current_revision(url)
+        downgrade(url, args.revision, timeouts)
+    revision = current_revision(url, timeouts)
     _emit(args, {"revision": revision}, lambda: f"metadata schema at revision {revision}")
     return EXIT_OK
 

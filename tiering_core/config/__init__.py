@@ -89,14 +89,73 @@ DEFAULT_TOPIC = "*"
 
 
 @dataclass(frozen=True)
+class DatabaseTimeouts:
+    """How long the metadata store waits on a PostgreSQL server (``metadata:`` keys of the same
+    names), so that a database that stops answering fails a request in bounded time instead of
+    holding its thread (a worker's, the Tiering page's readers) for minutes. SQLite ignores them.
+
+    ``connect_timeout_seconds``: to connect, handshake included (libpq's ``connect_timeout``, at
+    least 2). ``statement_timeout_ms``: the server cancels a statement that runs longer (lock waits
+    included; 0: no limit). The TCP keepalive probes (``keepalives_*``) find a dead connection
+    while it is idle, and the same span bounds data left unacknowledged (``tcp_user_timeout``),
+    so a server that vanishes mid-request is given up after ``dead_peer_ms``.
+    """
+
+    connect_timeout_seconds: int = 10
+    statement_timeout_ms: int = 60_000
+    keepalives_idle_seconds: int = 15
+    keepalives_interval_seconds: int = 5
+    keepalives_count: int = 3
+
+    @property
+    def dead_peer_ms(self) -> int:
+        """After this long without an answer a connection is dead: the keepalive probes' span."""
+        return 1000 * (self.keepalives_idle_seconds + self.keepalives_interval_seconds * self.keepalives_count)
+
+
+#: The ``metadata:`` keys of ``DatabaseTimeouts`` -> (minimum, libpq's parameter a URL may set instead).
+_TIMEOUT_KEYS: dict[str, tuple[int, str]] = {
+    "connect_timeout_seconds": (2, "connect_timeout"),
+    "statement_timeout_ms": (0, "options"),
+    "keepalives_idle_seconds": (1, "keepalives_idle"),
+    "keepalives_interval_seconds": (1, "keepalives_interval"),
+    "keepalives_count": (1, "keepalives_count"),
+}
+#: libpq parameters the timeouts set: a URL that sets them too is refused, naming the key to use.
+_URL_TIMEOUT_PARAMETERS = {param: key for key, (_, param) in _TIMEOUT_KEYS.items() if param != "options"} | {
+    "keepalives": "keepalives_idle_seconds",
+    "tcp_user_timeout": "keepalives_idle_seconds",
+}
+
+
+def _database_timeouts(section: Mapping[str, Any], url: str) -> DatabaseTimeouts:
+    """The ``metadata:`` timeouts; a PostgreSQL URL may not set the same libpq parameters."""
+    values = {
+        key: _as_int(section[key], f"metadata.{key}", minimum)
+        for key, (minimum, _) in _TIMEOUT_KEYS.items()
+        if key in section
+    }
+    if url.startswith("postgresql"):
+        from sqlalchemy.engine import make_url
+
+        for parameter in make_url(url).query:
+            if parameter in _URL_TIMEOUT_PARAMETERS:
+                raise ConfigError(
+                    f"metadata.url: sets {parameter}; set metadata.{_URL_TIMEOUT_PARAMETERS[parameter]} instead"
+                )
+    return DatabaseTimeouts(**values)
+
+
+@dataclass(frozen=True)
 class MetadataConfig:
     url: str
     lease_ms: int = 600_000
+    timeouts: DatabaseTimeouts = field(default_factory=DatabaseTimeouts)
 
     def __repr__(self) -> str:  # the URL may hold the password (from the file, the environment)
         from tiering_core.metadata.engine import safe_url
 
-        return f"MetadataConfig(url={safe_url(self.url)!r}, lease_ms={self.lease_ms})"
+        return f"MetadataConfig(url={safe_url(self.url)!r}, lease_ms={self.lease_ms}, timeouts={self.timeouts!r})"
 
     def with_password(self, password: str, source: str) -> MetadataConfig:
         """The same store with the password from ``source`` (an environment variable, an Airflow
@@ -295,14 +354,18 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     log_dirs = chosen.log_dirs if chosen is not None else ()
 
     meta_raw = _require_mapping(doc.get("metadata"), "metadata")
-    _check_keys(meta_raw, {"url", "lease_ms", "password_env"}, "metadata")
+    _check_keys(meta_raw, {"url", "lease_ms", "password_env", *_TIMEOUT_KEYS}, "metadata")
     url = _as_str(meta_raw.get("url"), "metadata.url")
     sqlite_path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
     # A relative file resolves beside the config; in-memory databases and URI forms stay as
     # written, for the store to judge (it refuses in-memory ones).
     if sqlite_path and not sqlite_path.startswith(("/", ":memory:", "file:")):
         url = "sqlite:///" + str(resolve(sqlite_path))
-    metadata = MetadataConfig(url=url, lease_ms=_as_int(meta_raw.get("lease_ms", 600_000), "metadata.lease_ms", 1))
+    metadata = MetadataConfig(
+        url=url,
+        lease_ms=_as_int(meta_raw.get("lease_ms", 600_000), "metadata.lease_ms", 1),
+        timeouts=_database_timeouts(meta_raw, url),
+    )
     password_env = _optional_str(meta_raw, "password_env", "metadata.password_env")
     if password_env is not None:
         password = os.environ.get(password_env)

@@ -20,8 +20,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from tiering_core.config import DatabaseTimeouts
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.engine import safe_url
+from tiering_core.metadata.engine import describe_driver_error, safe_url
 from tiering_core.metadata.errors import FencedError, MetadataStoreError, check_topic_name
 from tiering_core.metadata.models import registered_partition
 from tiering_core.metadata.queries import Statements
@@ -68,6 +69,7 @@ class StoreCore:
     """Transactions, the database clock and the locked partition row, shared by every concept."""
 
     url: str
+    timeouts: DatabaseTimeouts
     engine: Engine
     _writer: Engine
     _pg: bool
@@ -79,9 +81,11 @@ class StoreCore:
         try:
             yield
         except DBAPIError as exc:
-            raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {exc.orig}") from exc
+            reason = describe_driver_error(exc.orig, self.timeouts)
+            raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {reason}") from exc
         except self._driver_error as exc:  # from a DriverQuery, which bypasses SQLAlchemy
-            raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {exc}") from exc
+            reason = describe_driver_error(exc, self.timeouts)
+            raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {reason}") from exc
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
