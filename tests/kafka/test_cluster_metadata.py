@@ -13,7 +13,7 @@ import pytest
 
 from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
 from tiering_core.errors import CorruptLogError
-from tiering_core.kafka.batch import iter_batch_headers
+from tiering_core.kafka.batch import CODEC_GZIP, iter_batch_headers
 from tiering_core.kafka.checkpoints import new_topic_id
 from tiering_core.kafka.cluster_metadata import (
     CLUSTER_METADATA_DIR,
@@ -28,6 +28,7 @@ from tiering_core.kafka.cluster_metadata import (
     TopicIdState,
     TopicRecord,
     decode_metadata_value,
+    encode_metadata_marker,
     encode_metadata_record,
     find_metadata_log_dir,
     iter_metadata_records,
@@ -316,7 +317,7 @@ def test_a_batch_larger_than_kraft_writes_is_refused_before_it_is_read(controlle
     )
     with open(controller.segment, "ab") as out:
         out.write(big)
-    with pytest.raises(CorruptLogError, match=f"more than the {MAX_METADATA_BATCH_BYTES} its writer allows"):
+    with pytest.raises(CorruptLogError, match=f"more than the {MAX_METADATA_BATCH_BYTES}"):
         image(controller)
 
 
@@ -326,3 +327,26 @@ def test_a_fifo_in_place_of_a_snapshot_is_refused(controller: ClusterMetadataWri
     os.mkfifo(controller.path / "00000000000000000003-0000000001.checkpoint")  # would block a reader for ever
     with pytest.raises(NotARegularFileError, match="is a FIFO, not a regular file"):
         image(controller)
+
+
+def test_deletions_in_compressed_batches_before_the_snapshot_are_found(controller: ClusterMetadataWriter) -> None:
+    """The log before the snapshot is scanned for its deletions without decoding batches that hold
+    none; a compressed batch cannot be told so by its bytes, and is decoded."""
+    gone = controller.create_topic("gone")
+    values = [encode_metadata_record(RemoveTopicRecord(gone)), encode_metadata_marker(MetadataRecordType.NO_OP_RECORD)]
+    batch = encode_batch(
+        [RecordSpec(None, v, 0) for v in values],
+        base_offset=controller.next_offset,
+        partition_leader_epoch=controller.epoch,
+        codec=CODEC_GZIP,
+    )
+    with open(controller.segment, "ab") as out:
+        out.write(batch)
+    controller.next_offset += len(values)
+    controller.topics.clear()
+    controller.partitions.clear()
+    for _ in range(50):
+        controller.no_op()
+    controller.snapshot()
+    img = image(controller)
+    assert img.state_of(gone) is TopicIdState.DELETED and img.removed[gone].name == "gone"

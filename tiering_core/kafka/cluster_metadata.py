@@ -29,6 +29,7 @@ left before anything is allocated, and an error names the file, the byte and the
 
 from __future__ import annotations
 
+import bisect
 import re
 import struct
 import uuid
@@ -38,10 +39,24 @@ from enum import Enum, IntEnum
 from pathlib import Path
 
 from tiering_core.errors import CorruptLogError, InvalidTopicError, TieringError
-from tiering_core.kafka.batch import RecordBatchHeader
+from tiering_core.kafka.batch import (
+    CODEC_NONE,
+    HEADER_SIZE,
+    READ_CHUNK,
+    LogFile,
+    RecordBatchHeader,
+    iter_batch_headers,
+)
 from tiering_core.kafka.checkpoints import uuid_to_topic_id
 from tiering_core.kafka.partition_log import CLUSTER_METADATA_TOPIC, PartitionLog
-from tiering_core.kafka.records import ControlRecordType, Record, RecordSpec, decode_control_record, iter_batches
+from tiering_core.kafka.records import (
+    ControlRecordType,
+    Record,
+    RecordSpec,
+    decode_batch,
+    decode_control_record,
+    iter_batches,
+)
 from tiering_core.kafka.topic import TopicPartition, validate_topic_name
 
 #: The metadata log's directory in ``metadata.log.dir``.
@@ -77,6 +92,20 @@ class MetadataRecordType(IntEnum):
     END_TRANSACTION_RECORD = 24
     ABORT_TRANSACTION_RECORD = 25
 
+
+#: What the log below the snapshot is read for (deletions, the names they remove, the transactions
+#: they may sit in): a record's value starts with its frame version and api key, so a batch whose
+#: bytes hold none of these pairs holds none of these records.
+_HISTORY_MARKS = tuple(
+    bytes((FRAME_VERSION, key))
+    for key in (
+        MetadataRecordType.TOPIC_RECORD,
+        MetadataRecordType.REMOVE_TOPIC_RECORD,
+        MetadataRecordType.BEGIN_TRANSACTION_RECORD,
+        MetadataRecordType.END_TRANSACTION_RECORD,
+        MetadataRecordType.ABORT_TRANSACTION_RECORD,
+    )
+)
 
 #: The versions each decoded record type has in Kafka 4.4 (``validVersions``); a later one is refused.
 KNOWN_VERSIONS: Mapping[int, range] = {
@@ -449,12 +478,54 @@ def _metadata_records(path: Path, header: RecordBatchHeader, records: Sequence[R
         yield MetadataRecord(record.offset, api_key, version, body, header.partition_leader_epoch)
 
 
-def iter_metadata_batches(path: Path) -> Iterator[tuple[RecordBatchHeader, list[MetadataRecord]]]:
+def iter_metadata_batches(
+    path: Path, *, history_below: int = 0
+) -> Iterator[tuple[RecordBatchHeader, list[MetadataRecord]]]:
     """Each batch of a metadata log segment or snapshot with its metadata records (a control
-    batch: none), CRC checked; malformed input is a ``CorruptLogError`` naming file and byte."""
+    batch: none), CRC checked; malformed input is a ``CorruptLogError`` naming file and byte.
+
+    A batch wholly below ``history_below`` (the log a snapshot covers, read for its deletions
+    only) is decoded only if its bytes may hold a record that matters there (``_history_marks``):
+    most of that log is the controller's NoOpRecords, and its scan stays near the CRC's speed."""
     path = Path(path)
-    for header, records in iter_batches(path, max_batch_bytes=MAX_METADATA_BATCH_BYTES):
-        yield header, [] if header.is_control else list(_metadata_records(path, header, records))
+    marks = _history_marks(path) if history_below > 0 else []
+    with LogFile(path) as log:
+        for header in iter_batch_headers(path, verify_crc=True):
+            if header.is_control:
+                yield header, []
+                continue
+            end = header.position + header.size_in_bytes
+            if header.next_offset <= history_below and header.codec == CODEC_NONE:
+                at = bisect.bisect_left(marks, header.position + HEADER_SIZE)  # in the records, not the header
+                if at == len(marks) or marks[at] >= end:
+                    yield header, []
+                    continue
+            if header.size_in_bytes > MAX_METADATA_BATCH_BYTES:  # checked before the bytes are held
+                raise CorruptLogError(
+                    path,
+                    header.position,
+                    f"batch at offset {header.base_offset} is {header.size_in_bytes} bytes, more than the "
+                    f"{MAX_METADATA_BATCH_BYTES} KRaft writes",
+                )
+            header, records = decode_batch(log.batch_bytes(header), path, header.position)
+            yield header, list(_metadata_records(path, header, records))
+
+
+def _history_marks(path: Path) -> list[int]:
+    """Where in ``path`` a ``_HISTORY_MARKS`` pair starts, in order (found a chunk at a time at the
+    speed of ``bytes.find``; a batch holding none of them holds no record the history needs)."""
+    found: set[int] = set()
+    with LogFile(path) as log:
+        position = 0
+        while position < log.size:
+            chunk = log.read_at(position, READ_CHUNK + 1)  # a byte of overlap: a pair across two chunks
+            for mark in _HISTORY_MARKS:
+                at = chunk.find(mark)
+                while at != -1:
+                    found.add(position + at)
+                    at = chunk.find(mark, at + 1)
+            position += READ_CHUNK
+    return sorted(found)
 
 
 def iter_metadata_records(path: Path) -> Iterator[MetadataRecord]:
@@ -739,7 +810,7 @@ def read_cluster_metadata(metadata_log_dir: Path) -> ClusterMetadataImage:
     previous: RecordBatchHeader | None = None
     for segment in PartitionLog(directory).segments:
         path = segment.log_path
-        for header, records in iter_metadata_batches(path):
+        for header, records in iter_metadata_batches(path, history_below=builder.snapshot_end):
             log_start = header.base_offset if log_start is None else log_start
             epoch = header.partition_leader_epoch
             contiguous = previous is not None and header.base_offset == previous.next_offset
