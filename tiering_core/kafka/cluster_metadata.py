@@ -29,7 +29,6 @@ left before anything is allocated, and an error names the file, the byte and the
 
 from __future__ import annotations
 
-import bisect
 import re
 import struct
 import uuid
@@ -42,7 +41,6 @@ from tiering_core.errors import CorruptLogError, InvalidTopicError, TieringError
 from tiering_core.kafka.batch import (
     CODEC_NONE,
     HEADER_SIZE,
-    READ_CHUNK,
     LogFile,
     RecordBatchHeader,
     iter_batch_headers,
@@ -485,21 +483,15 @@ def iter_metadata_batches(
     batch: none), CRC checked; malformed input is a ``CorruptLogError`` naming file and byte.
 
     A batch wholly below ``history_below`` (the log a snapshot covers, read for its deletions
-    only) is decoded only if its bytes may hold a record that matters there (``_history_marks``):
-    most of that log is the controller's NoOpRecords, and its scan stays near the CRC's speed."""
+    only) is decoded only if its records' bytes may hold a record that matters there
+    (``_HISTORY_MARKS``): most of that log is the controller's NoOpRecords, and its scan stays
+    near the CRC's speed."""
     path = Path(path)
-    marks = _history_marks(path) if history_below > 0 else []
     with LogFile(path) as log:
         for header in iter_batch_headers(path, verify_crc=True):
             if header.is_control:
                 yield header, []
                 continue
-            end = header.position + header.size_in_bytes
-            if header.next_offset <= history_below and header.codec == CODEC_NONE:
-                at = bisect.bisect_left(marks, header.position + HEADER_SIZE)  # in the records, not the header
-                if at == len(marks) or marks[at] >= end:
-                    yield header, []
-                    continue
             if header.size_in_bytes > MAX_METADATA_BATCH_BYTES:  # checked before the bytes are held
                 raise CorruptLogError(
                     path,
@@ -507,25 +499,13 @@ def iter_metadata_batches(
                     f"batch at offset {header.base_offset} is {header.size_in_bytes} bytes, more than the "
                     f"{MAX_METADATA_BATCH_BYTES} KRaft writes",
                 )
+            if header.next_offset <= history_below and header.codec == CODEC_NONE:
+                body = log.read_at(header.position + HEADER_SIZE, header.size_in_bytes - HEADER_SIZE)
+                if not any(mark in body for mark in _HISTORY_MARKS):
+                    yield header, []
+                    continue
             header, records = decode_batch(log.batch_bytes(header), path, header.position)
             yield header, list(_metadata_records(path, header, records))
-
-
-def _history_marks(path: Path) -> list[int]:
-    """Where in ``path`` a ``_HISTORY_MARKS`` pair starts, in order (found a chunk at a time at the
-    speed of ``bytes.find``; a batch holding none of them holds no record the history needs)."""
-    found: set[int] = set()
-    with LogFile(path) as log:
-        position = 0
-        while position < log.size:
-            chunk = log.read_at(position, READ_CHUNK + 1)  # a byte of overlap: a pair across two chunks
-            for mark in _HISTORY_MARKS:
-                at = chunk.find(mark)
-                while at != -1:
-                    found.add(position + at)
-                    at = chunk.find(mark, at + 1)
-            position += READ_CHUNK
-    return sorted(found)
 
 
 def iter_metadata_records(path: Path) -> Iterator[MetadataRecord]:
