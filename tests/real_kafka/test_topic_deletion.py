@@ -23,8 +23,8 @@ from tiering_core.kafka.cluster_metadata import TopicIdState, read_cluster_metad
 
 #: The broker removes a ``-delete`` dir this long after the rename (a broker-wide setting).
 DELETE_DELAY_MS = 6000
-#: A node snapshots its metadata image at the first change this long after its last snapshot
-#: (Kafka's default: an hour): the snapshot that proves the deletion committed comes at once.
+#: A node snapshots its metadata image this often (Kafka's default: an hour): the snapshot that
+#: proves the deletion committed comes at once.
 SNAPSHOT_INTERVAL_MS = 1000
 
 

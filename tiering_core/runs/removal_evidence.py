@@ -136,8 +136,8 @@ def _image_unproven(image: ClusterMetadataImage, tp: TopicPartition, topic_id: s
         return (
             f"{tp}: the metadata log in {image.path} deletes topic id {topic_id} at offset "
             f"{image.removed[topic_id].offset}, but it is proven committed only below offset {image.committed_offset}: "
-            "the broker's next snapshot (within metadata.log.max.snapshot.interval.ms of a change, one hour by "
-            "default) or a new active controller proves it; a kafka: section asks the cluster itself"
+            "the broker's next snapshot (one every metadata.log.max.snapshot.interval.ms, an hour by default) "
+            "or a new active controller proves it; a kafka: section asks the cluster itself"
         )
     return (
         f"{tp}: no word from the controller that topic id {topic_id} was deleted: the metadata log in {image.path} "
