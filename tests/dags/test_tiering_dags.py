@@ -16,7 +16,7 @@ import yaml
 
 from tests.airflow_support import AIRFLOW_BIN, ROOT, airflow_env, task_runs
 from tests.dags.conftest import SECRET
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, kafka_deletes_topic, tip_of, write_segments
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 
@@ -438,7 +438,7 @@ def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
     assert (task.label, task.state, task.result["segments_deleted"]) == ("payments-0", "success", 3)
     assert finished(tiering, payments) == []
 
-    orders.delete()  # the partition was removed from the broker
+    kafka_deletes_topic(orders)  # the topic was deleted: the controller's word, the -delete rename
     removal = "tiering_delete_partition"
     conf = {"topic": "orders", "partitions": [0], "confirm": "orders"}
     proc = airflow_cli("dags", "test", removal, "--conf", json.dumps(conf), cwd=tmp_path)  # dry run by default

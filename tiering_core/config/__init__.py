@@ -249,7 +249,8 @@ class PlatformConfig:
         if not self.brokers:
             if broker_id is None or self.broker is None or self.broker.broker_id == broker_id:
                 return self
-            broker = BrokerConfig(broker_id, self.log_dirs, default_queue(broker_id))
+            metadata_log_dir = self.broker.metadata_log_dir if self.broker is not None else None
+            broker = BrokerConfig(broker_id, self.log_dirs, default_queue(broker_id), metadata_log_dir)
             return replace(self, broker=broker)
         if broker_id is None:
             if len(self.brokers) != 1:
@@ -269,6 +270,18 @@ class PlatformConfig:
         the API server's host, a command run without ``--broker``): it reads no log dir, only the
         metadata store and the remote tier."""
         return not self.log_dirs and len(self.brokers) > 1
+
+    @property
+    def metadata_log_dir(self) -> Path | None:
+        """This process's broker's ``metadata_log_dir`` (Kafka's ``metadata.log.dir``) if configured;
+        None: the one of its log dirs that holds ``__cluster_metadata-0``."""
+        return self.broker.metadata_log_dir if self.broker is not None else None
+
+    @property
+    def metadata_log_dir_key(self) -> str:
+        """The config key naming this process's broker's metadata log dir, for messages."""
+        broker_id = self.broker_id
+        return f"brokers.{broker_id}.metadata_log_dir" if self.brokers and broker_id is not None else "metadata_log_dir"
 
     def require_log_dirs(self) -> tuple[Path, ...]:
         """This process's log dirs; ConfigError naming ``--broker`` when the cluster form has
@@ -329,6 +342,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         doc,
         {
             "log_dirs",
+            "metadata_log_dir",
             "brokers",
             "cluster",
             "metadata",
