@@ -147,6 +147,25 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class TableLease:
+    """The right to export into one Iceberg table (``catalog``'s ``table``, ``namespace.name``)
+    until ``expires_at_ms`` (database clock); ``token`` is the table's fencing token, as a
+    partition's ``Lease`` carries its own."""
+
+    catalog: str
+    table: str
+    holder: str
+    token: int
+    expires_at_ms: int
+    run_id: str | None = None
+
+    @property
+    def subject(self) -> str:
+        """How errors and logs name the table: ``<catalog>.<namespace>.<name>``."""
+        return f"{self.catalog}.{self.table}"
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionRecord:
     """A partition as the metadata store knows it (a dropped one is a tombstone)."""
 
