@@ -12,6 +12,7 @@ not reading it is most of what keeps a listing of a long partition fast.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -97,6 +98,30 @@ class TaskAttempt:
         for name in ("dag_id", "run_id", "task_id"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
+
+    def to_json(self) -> str:
+        """This try as one JSON object (how a task hands it to a process it starts)."""
+        return json.dumps(
+            {
+                "dag_id": self.dag_id,
+                "run_id": self.run_id,
+                "task_id": self.task_id,
+                "map_index": self.map_index,
+                "try_number": self.try_number,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskAttempt:
+        """``to_json``'s object back; ``ValueError`` naming what is wrong with another text."""
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"a task attempt must be a JSON object: {exc}") from exc
+        fields = ("dag_id", "run_id", "task_id", "map_index", "try_number")
+        if not isinstance(doc, dict) or set(doc) != set(fields):
+            raise ValueError(f"a task attempt must be a JSON object of exactly {', '.join(fields)}")
+        return cls(**{name: doc[name] for name in fields})
 
     def instance_name(self, kind: str) -> str:
         """``<kind>:<dag>/<run>/<task>[<map index>]``, the same for every try; a long name keeps
