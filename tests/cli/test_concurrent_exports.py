@@ -157,7 +157,7 @@ def test_an_export_that_stalls_past_its_lease_is_taken_over_and_commits_nothing(
     writers = [build_partition(tiering_env, TOPIC, p) for p in (0, 1)]
     want = copied(tiering_env, writers)
     with_export(tiering_env, sqlite_catalog(tmp_path))
-    with_lease_ms(tiering_env, 2_000)
+    with_lease_ms(tiering_env, 5_000)
     stalled, go, written = held_export(tiering_env, tmp_path)
     os.kill(stalled.pid, signal.SIGSTOP)  # a stalled process: its lease is renewed no more
     try:

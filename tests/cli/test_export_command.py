@@ -147,7 +147,7 @@ def test_kill_9_during_export_then_rerun_is_exactly_once(tiering_env: TieringEnv
     want = tiered(tiering_env)
     catalog = sqlite_catalog(tmp_path)
     with_export(tiering_env, catalog)
-    with_lease_ms(tiering_env, 2_000)
+    with_lease_ms(tiering_env, 5_000)
     flag = tmp_path / "flag"
     proc = subprocess.Popen(
         [

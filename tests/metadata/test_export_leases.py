@@ -85,10 +85,10 @@ def test_names_beyond_the_store_s_columns_are_refused(store: RemoteLogMetadataSt
 
 
 def test_held_table_renews_in_the_background_and_releases(metadata_url: str) -> None:
-    with RemoteLogMetadataStore(metadata_url, lease_ms=600) as store:
+    with RemoteLogMetadataStore(metadata_url, lease_ms=2_000) as store:
         with held_table(store, CATALOG, TABLE, holder="export:run-1") as held:
             deadline = time.monotonic() + 60
-            while held.beats < 3:  # each beat renewed the lease: it outlives its 600 ms
+            while held.beats < 4:  # each beat renewed the lease: it outlives its 2 s
                 assert time.monotonic() < deadline and held.holds, held.lost
                 time.sleep(0.05)
             assert held.renew() and held.subject == TABLE

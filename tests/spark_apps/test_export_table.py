@@ -106,7 +106,7 @@ def test_spark_export_killed_mid_run_then_rerun_is_exactly_once_with_no_stray_fi
     tmp_path: Path, fs_env: TieringEnv
 ) -> None:
     warehouse = with_export(fs_env, tmp_path)
-    export_support.with_lease_ms(fs_env, 3_000)  # how long the killed run's table lease outlives it
+    export_support.with_lease_ms(fs_env, 6_000)  # how long the killed run's table lease outlives it
     expected = tiered(fs_env, "orders", 2, 8, records=200)
     args = ["--config", str(fs_env.config_path), "--topic", "orders", "--parallelism", "1"]
     killed = spark_submit(args, tmp_path)
