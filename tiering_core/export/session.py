@@ -37,6 +37,7 @@ from tiering_core.export.table import (
 from tiering_core.export.write import (
     ExportAttempt,
     clean_abandoned_attempts,
+    current_snapshot_id,
     delete_files,
     finish_attempt,
     start_attempt,
@@ -121,11 +122,6 @@ class TableExport:
         return deleted + clean_abandoned_attempts(self.table, self.held.lease.token, self.since)
 
 
-def _snapshot_id(table: Table) -> int | None:
-    snapshot = table.current_snapshot()
-    return None if snapshot is None else snapshot.snapshot_id
-
-
 @contextmanager
 def exporting(
     ctx: TieringContext,
@@ -156,7 +152,7 @@ def exporting(
         iceberg = open_table(catalog, name, create=True)
         assert iceberg is not None
         iceberg = migrate_table(iceberg)
-        export = TableExport(ctx, name, iceberg, held, _snapshot_id(iceberg))
+        export = TableExport(ctx, name, iceberg, held, current_snapshot_id(iceberg))
         try:
             yield export
         except TableLeaseLostError:

@@ -378,7 +378,8 @@ def referenced_files(table: Table) -> set[str]:
     return set(table.inspect.all_data_files().column("file_path").to_pylist())
 
 
-def _snapshot_id(table: Table) -> int | None:
+def current_snapshot_id(table: Table) -> int | None:
+    """The id of the table's current snapshot (None: it has none)."""
     snapshot = table.current_snapshot()
     return None if snapshot is None else snapshot.snapshot_id
 
@@ -432,7 +433,7 @@ def clean_abandoned_attempts(
 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     table.refresh()
-    if _snapshot_id(table) == since_snapshot_id:
+    if current_snapshot_id(table) == since_snapshot_id:
         return []  # no commit since the lease passed: an older holder's may still land
     probe = ExportAttempt("", str(table.metadata.table_uuid), attempts_location(table), dict(table.io.properties))
     fs, root = probe.filesystem()
