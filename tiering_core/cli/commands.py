@@ -95,27 +95,28 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     with _context(args) as ctx:
         rows = collect_status(ctx, args.topic, args.partition, broker_id=ctx.config.broker_id)
-        exported = _exported_offsets(ctx.config, rows)
+        exported = _exported_offsets(ctx, rows)
     payload = [row.to_dict() for row in rows]
     if exported is not None:
-        for row, out in zip(rows, payload, strict=True):
-            out["exported_up_to"] = exported.get((row.topic, row.partition))
+        for offset, out in zip(exported, payload, strict=True):
+            out["exported_up_to"] = offset
     _emit(args, payload, lambda: format_status_table(rows, exported))
     return EXIT_OK
 
 
-def _exported_offsets(config: Any, rows: list[Any]) -> dict[tuple[str, int], int] | None:
-    """The exported up-to offsets ``status`` shows (None: no ``export`` section); an unreachable
-    catalog is a warning, the tier's status is still shown."""
-    if config.export is None:
+def _exported_offsets(ctx: Any, rows: list[Any]) -> list[int | None] | None:
+    """Per row, the highest offset the topic's export table holds of the row's topic id (None:
+    no ``export`` section); an unreachable catalog is a warning, the tier's status is still shown."""
+    if ctx.config.export is None:
         return None
-    from tiering_core.export import exported_offsets
+    from tiering_core.export import exported_by_topic
 
     try:
-        return exported_offsets(config, {row.topic for row in rows})
+        held = exported_by_topic(ctx, {row.topic for row in rows})
     except TieringError as exc:
         print(f"tiering: status: exported offsets unknown: {one_line(exc)}", file=sys.stderr)
-        return {}
+        return [None] * len(rows)
+    return [held[row.topic].up_to(row.topic_id, row.partition) if row.topic in held else None for row in rows]
 
 
 def cmd_copy(args: argparse.Namespace) -> int:

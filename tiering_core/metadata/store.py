@@ -7,7 +7,7 @@
 - ``listing``: listing a partition's segments, and the memo of listed segments;
 - ``partitions``: partitions, their deletion states and removal, the remote log start offset,
   the state history;
-- ``leases``: leases and fencing tokens;
+- ``leases``: leases and fencing tokens, of partitions and of the tables the export writes;
 - ``lineage``: the recorded lineage, DeleteRecords observations and tiering gaps;
 - ``observations``: what each broker saw of its replicas, and the best replica;
 - ``counters``: what runs did to each partition (copies, deletions, reads), for metrics;
@@ -51,6 +51,7 @@ from tiering_core.metadata.values import (
     RemoteLogSegmentMetadata,
     ReplicaObservation,
     StateChange,
+    TableLease,
     TaskAttempt,
     TieringGap,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "RemoteLogSegmentMetadata",
     "ReplicaObservation",
     "StateChange",
+    "TableLease",
     "TaskAttempt",
     "TieringGap",
     "now_ms",
@@ -74,8 +76,8 @@ __all__ = [
 
 
 class RemoteLogMetadataStore(SegmentStore, LeaseStore, ObservationStore, CounterStore, TotalsStore):
-    """Segment metadata, partition delete states, fenced leases, the section-10 state, replica
-    observations and the counters of what runs did.
+    """Segment metadata, partition delete states, fenced leases (of partitions and export tables),
+    the section-10 state, replica observations and the counters of what runs did.
 
     ``url`` is any SQLAlchemy URL (``sqlite:///path`` embedded, ``postgresql+psycopg://`` in
     production); a missing or older schema is migrated on open. ``lease_ms`` is the default

@@ -95,7 +95,7 @@ def read_exported(
         from tiering_core.export.table import exported_offsets
 
         try:
-            return {partition: offset for (_, partition), offset in exported_offsets(ctx.config, [topic]).items()}
+            return exported_offsets(ctx, topic)
         except ExportError as exc:
             log.warning("Tiering page: the export table of %s cannot be read: %s", topic, exc)
             return None
