@@ -28,6 +28,10 @@ no triggerer. In the cluster form it pokes in reschedule mode on its broker's qu
 (``[triggerer] queues_enabled``): a triggerer elsewhere cannot read that broker's log dirs.
 ``TIERING_SENSOR_POKE_SECONDS`` sets how often either re-plans.
 
+A named topic the config says is not tiered (a compacted one inheriting ``remote.storage.enable``
+from ``"*"``, ...) keeps its DAGs, their description saying why: its copy sensor skips at once
+with the reason, and retention still finishes what was tiered before.
+
 Parsing reads only the YAML config and the environment: partitions are found at run time, and
 everything heavy is imported inside the tasks. A missing or invalid config is this file's import
 error and names the problem; the removal DAG lives in its own file and is unaffected.
@@ -49,7 +53,7 @@ from tiering_airflow.dag_ids import (
     fit,
     retention_dag_id,
 )
-from tiering_airflow.hooks.tiering import load_brokers, load_topics
+from tiering_airflow.hooks.tiering import load_brokers, load_topics, not_tiered_topics
 from tiering_airflow.operators.tiering import TieringCopyOperator, TieringRetentionOperator, as_bool
 from tiering_airflow.sensors.tiering import EligibleSegmentSensor
 from tiering_core.config import DEFAULT_TOPIC, BrokerConfig
@@ -146,10 +150,16 @@ def listing(broker: BrokerConfig | None, topic: str | None = None) -> Any:
     return list_partitions.override(task_id="list_partitions", **queue)(topic, place.get("broker_id"))
 
 
+def described(what: str, topic: str) -> str:
+    """A topic DAG's description, saying why when the config says the topic is not tiered."""
+    reason = NOT_TIERED.get(topic)
+    return what if reason is None else f"{what}. Not tiered: {reason}"
+
+
 def copy_dag(topic: str) -> DAG:
     with DAG(
         dag_id=copy_dag_id(topic),
-        description=f"Copy closed segments of {topic} below the LSO to the remote tier",
+        description=described(f"Copy closed segments of {topic} below the LSO to the remote tier", topic),
         schedule=COPY_SCHEDULE,
         start_date=START,
         catchup=False,
@@ -175,7 +185,7 @@ def copy_dag(topic: str) -> DAG:
 def retention_dag(topic: str) -> DAG:
     with DAG(
         dag_id=retention_dag_id(topic),
-        description=f"Delete remote segments of {topic} that breach its retention",
+        description=described(f"Delete remote segments of {topic} that breach its retention", topic),
         schedule=RETENTION_SCHEDULE,
         start_date=START,
         catchup=False,
@@ -235,6 +245,8 @@ def default_retention_dag() -> DAG:
 #: One lane per broker of the ``brokers:`` section, each in its task group on its queue; one flat
 #: lane (None) for the single-broker form.
 BROKERS: list[BrokerConfig | None] = [*load_brokers()] or [None]
+#: Named topics the config says are not tiered, with why (their DAGs say it; the copy sensor skips).
+NOT_TIERED = not_tiered_topics()
 
 for _dag in [default_copy_dag(), default_retention_dag()]:
     globals()[_dag.dag_id] = _dag

@@ -15,8 +15,10 @@ request and before anything is deleted, which topic ids of each partition go:
 - data of a topic id the broker still holds is live: a request that would only delete such
   data is refused (nothing deleted) unless ``force`` is true (e.g. a broker being
   decommissioned), which removes it too. A partition unknown to the metadata store is refused;
-- a topic id missing from the log dirs goes only on positive evidence of its deletion (live
-  ``meta.properties`` in every log dir, the partition's ``-delete`` directory), or with ``force``.
+- a topic id missing from the log dirs goes only on the controller's word that Kafka deleted it
+  (the cluster's metadata, live with a ``kafka:`` section, else the KRaft metadata image on the
+  broker's disk), or with ``force``; a ``-delete`` directory is no such word (a reassignment and a
+  log-dir move leave one too). The removal task asks for that word again when it deletes.
 
 ``dry_run`` defaults to true: it lists what the same request would delete and changes nothing.
 The config does not matter to parsing, so this DAG loads even when the config is broken.
@@ -105,8 +107,8 @@ with DAG(
             type="boolean",
             title="Force",
             description="Also delete the remote data of topic ids the broker still holds in its log dirs "
-            "(e.g. a broker being decommissioned), and of topic ids missing from them without positive "
-            "evidence of their deletion. Without it such a request is refused.",
+            "(e.g. a broker being decommissioned), and of topic ids without the controller's word that "
+            "Kafka deleted them. Without it such a request is refused.",
         ),
     },
 ) as tiering_delete_partition:

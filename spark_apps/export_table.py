@@ -3,15 +3,17 @@
     spark-submit spark_apps/export_table.py --config FILE [--topic T [--partition P] | --partitions ...]
         [--isolation read_committed|read_uncommitted] [--table NAMESPACE.NAME] [--dry-run]
 
-The logic is ``tiering_core.export``; this app only spreads it. The driver plans each topic's
-export (the segments no snapshot of the table holds yet; data files of an attempt that never
-committed are removed first), one Spark task per remote segment decodes it with the Arrow
-decoder and writes its Parquet data files under the table's location, and the driver commits
-what the tasks wrote in one pyiceberg append that records the segment ids in the snapshot
-summary. The commit on the driver is the only commit: a task writes files no snapshot points
-to, so a killed run leaves nothing in the table, and its rerun removes those files and exports
-the same segments again. No JVM Iceberg runtime and no Spark-side catalog: executors reach the
-warehouse and the remote tier with pyarrow and boto3, as the other apps do.
+The logic is ``tiering_core.export``; this app only spreads it. The driver holds each topic's
+table as ``tiering export`` does (``exporting``: the table's export lease, so the app and the
+command never export into one table at once; a retry of the scheduled task takes over its killed
+try's lease at once) and plans its export (the segments the table's snapshots do not hold yet);
+one Spark task per remote segment decodes it with the Arrow decoder and writes its Parquet data
+files under the table's location, and the driver commits what the tasks wrote in one pyiceberg
+append that records the segment ids in the snapshot summary. The commit on the driver is the only
+commit: a task writes files no snapshot points to, so a killed run leaves nothing in the table,
+and its rerun removes those files and exports the same segments again. No JVM Iceberg runtime and
+no Spark-side catalog: executors reach the warehouse and the remote tier with pyarrow and boto3,
+as the other apps do.
 """
 
 from __future__ import annotations
@@ -33,26 +35,19 @@ from tiering_core.cli.output import (
 )
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.export.commit import commit_segments
 from tiering_core.export.plan import ExportSegment, plan_export
+from tiering_core.export.session import exporting
 from tiering_core.export.table import export_config, load_catalog, open_table, table_name
-from tiering_core.export.write import (
-    ExportAttempt,
-    SegmentExportError,
-    clean_abandoned_attempts,
-    delete_files,
-    end_attempt,
-    referenced_files,
-    start_attempt,
-    write_segment_files,
-)
+from tiering_core.export.write import ExportAttempt, SegmentExportError, write_segment_files
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyiceberg.table import Table
     from pyspark.sql import SparkSession
+
+    from tiering_core.export.session import TableExport
+    from tiering_core.metadata.store import TaskAttempt
 
 APP = "export_table"
 
@@ -128,24 +123,48 @@ def export_topic_on_spark(
     dry_run: bool,
     parallelism: int | None,
     say: Callable[[str], None],
+    attempt: TaskAttempt | None = None,
 ) -> None:
-    sc = spark.sparkContext
-    name = table_name(export_config(ctx.config), topic, table)
-    iceberg = open_table(load_catalog(ctx.config), name, create=not dry_run)
-    if iceberg is not None and not dry_run:
-        cleaned = clean_abandoned_attempts(iceberg)  # what a killed run wrote and never committed
-        if cleaned:
-            say(format_export_cleanup(len(cleaned)))
-    segments = [s for p in partitions for s in plan_export(ctx, topic, p, table=iceberg, isolation=isolation)]
-    size = sum(s.segment.size_bytes for s in segments)
-    say(f"export {topic} -> {name}: {len(segments)} segment(s) to export, {runtime.fmt_bytes(size)}")
-    if dry_run or not segments or iceberg is None:
-        for s in segments if dry_run else []:
+    if dry_run:  # reads only: no lease, nothing created or migrated
+        name = table_name(export_config(ctx.config), topic, table)
+        iceberg = open_table(load_catalog(ctx.config), name, create=False)
+        segments = [s for p in partitions for s in plan_export(ctx, topic, p, table=iceberg, isolation=isolation)]
+        say(f"export {topic} -> {name}: {len(segments)} segment(s) to export, {runtime.fmt_bytes(_size(segments))}")
+        for s in segments:
             say(f"would export {s.topic_partition}: segment {s.segment_id} offsets {s.start_offset}-{s.end_offset}")
         report.committed[str(name)] = 0
         return
-    attempt = start_attempt(iceberg)
-    remote = ctx.config.remote
+    with exporting(ctx, topic, table=table, attempt=attempt) as export:
+        segments = [s for p in partitions for s in export.plan(topic, p, isolation)]
+        size = runtime.fmt_bytes(_size(segments))
+        say(f"export {topic} -> {export.name}: {len(segments)} segment(s) to export, {size}")
+        written_by = export.start_attempt() if segments else None
+        committed = 0
+        if written_by is not None:
+            committed = write_and_commit(export, written_by, segments, spark, report, parallelism, say)
+        cleaned = export.finish(written_by)
+        if cleaned:
+            say(format_export_cleanup(len(cleaned)))
+        report.committed[str(export.name)] = committed
+
+
+def _size(segments: Sequence[ExportSegment]) -> int:
+    return sum(s.segment.size_bytes for s in segments)
+
+
+def write_and_commit(
+    export: TableExport,
+    attempt: ExportAttempt,
+    segments: Sequence[ExportSegment],
+    spark: SparkSession,
+    report: Report,
+    parallelism: int | None,
+    say: Callable[[str], None],
+) -> int:
+    """One Spark task per segment writes its files; the driver commits them in one snapshot. The
+    number of segments committed."""
+    sc = spark.sparkContext
+    remote = export.ctx.config.remote
     written: list[tuple[ExportSegment, WrittenSegment]] = []
     with contextlib.closing(
         runtime.run_jobs(
@@ -172,39 +191,16 @@ def export_topic_on_spark(
             written.append((segment, outcome.result))
             line = format_export_segment(segment, outcome.result.rows, len(outcome.result.files))
             say(f"{line} [{done}/{len(segments)}]")
-    committed = 0
-    if written:
-        fs, _root = attempt.filesystem()
-        # A failed commit leaves its files: the catalog may have taken it all the same (an answer
-        # lost on the way back), and the next run removes them only if no snapshot holds them.
-        result = commit_segments(iceberg, [(segment, w.files) for segment, w in written])
-        skipped = {id(s) for s in result.already_exported}  # another export was faster: not ours to keep
-        delete_files(fs, [attempt.filesystem(f)[1] for s, w in written if id(s) in skipped for f in w.files])
-        committed = len(result.committed)
-        report.records += sum(w.rows for s, w in written if id(s) not in skipped)
-        if result.snapshot_id is not None:
-            say(f"{name}: {format_export_commit(committed, result.snapshot_id)}")
-    remove_uncommitted(iceberg, attempt)
-    end_attempt(attempt)
-    report.committed[str(name)] = committed
-
-
-def remove_uncommitted(iceberg: Table, attempt: ExportAttempt) -> None:
-    """Delete what this run's attempt holds and no snapshot references: the files of a task that
-    was lost or killed before it could clean up (the attempt is ours: this driver started it)."""
-    from pyarrow.fs import FileSelector, FileType
-
-    fs, root = attempt.filesystem()
-    iceberg.refresh()
-    referenced = referenced_files(iceberg)
-    stray = [
-        info.path
-        for info in fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
-        if info.type == FileType.File
-        and info.base_name.endswith(".parquet")
-        and attempt.url(info.path) not in referenced
-    ]
-    delete_files(fs, stray)
+    if not written:
+        return 0
+    # A failed commit leaves its files: the catalog may have taken it all the same (an answer
+    # lost on the way back), and a later export removes them only if no snapshot holds them.
+    result = export.commit(attempt, [(segment, w.files) for segment, w in written])
+    skipped = {id(s) for s in result.already_exported}  # another export was faster: not ours to keep
+    report.records += sum(w.rows for s, w in written if id(s) not in skipped)
+    if result.snapshot_id is not None:
+        say(f"{export.name}: {format_export_commit(len(result.committed), result.snapshot_id)}")
+    return len(result.committed)
 
 
 def run_export(
@@ -218,9 +214,11 @@ def run_export(
     dry_run: bool = False,
     parallelism: int | None = None,
     say: Callable[[str], None] = runtime.say,
+    attempt: TaskAttempt | None = None,
 ) -> Report:
     """Export each topic of ``partitions`` into its table: one Spark task per remote segment,
-    one commit per topic on the driver (``whole_topics``: every partition the tier has)."""
+    one commit per topic on the driver (``whole_topics``: every partition the tier has;
+    ``attempt``: the scheduled task's try the table leases are named after)."""
     started = time.monotonic()
     report = Report()
     topics = selected_topics(partitions, whole_topics)
@@ -238,6 +236,7 @@ def run_export(
             dry_run=dry_run,
             parallelism=parallelism,
             say=say,
+            attempt=attempt,
         )
     report.seconds = time.monotonic() - started
     say(
@@ -291,6 +290,7 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
                 table=table,
                 dry_run=args.dry_run,
                 parallelism=args.parallelism,
+                attempt=runtime.task_attempt(),
             )
     except (Exception, KeyboardInterrupt) as exc:
         return runtime.report_failure(APP, exc)

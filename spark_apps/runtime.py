@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from tiering_core.config import RemoteConfig
     from tiering_core.context import TieringContext
+    from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.segments import RemoteStorage
 
 EXIT_OK = 0
@@ -49,6 +50,9 @@ EXIT_INTERRUPTED = 130
 CANCEL_SETTLE_SECONDS = 60.0
 
 DEFAULT_MASTER = "local[*]"
+#: The environment variable a scheduled task's spark-submit carries its try in
+#: (``TaskAttempt.to_json``; set by ``tiering_airflow.operators.spark``).
+TASK_ATTEMPT_ENV = "TIERING_TASK_ATTEMPT"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_PACKAGES = ("tiering_core", "spark_apps")
 
@@ -189,6 +193,20 @@ def ship_packages(sc: SparkContext) -> None:
         return
     sc.addPyFile(str(_package_zip()))
     sc._tiering_packages_shipped = True  # type: ignore[attr-defined]
+
+
+def task_attempt() -> TaskAttempt | None:
+    """The try of the scheduled task that submitted this app (``TASK_ATTEMPT_ENV``), None when
+    none did: its leases are named after its task instance, so its retry takes them over."""
+    from tiering_core.metadata.store import TaskAttempt
+
+    raw = os.environ.get(TASK_ATTEMPT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return TaskAttempt.from_json(raw)
+    except ValueError as exc:
+        raise AppError(f"{TASK_ATTEMPT_ENV}: {exc}") from exc
 
 
 def say(line: str) -> None:

@@ -13,6 +13,7 @@ import yaml
 
 from tiering_core.config import PlatformConfig, load_config
 from tiering_core.context import TieringContext
+from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 
@@ -52,6 +53,27 @@ class TieringEnv:
 
 def tip_of(writer: PartitionWriter) -> TopicIdPartition:
     return TopicIdPartition(writer.topic_id, writer.tp)
+
+
+def kafka_creates_topic(writer: PartitionWriter) -> ClusterMetadataWriter:
+    """The controller's records of the writer's topic (TopicRecord and PartitionRecords) in the
+    metadata log of the writer's log dir, unless there already; the controller, to write on."""
+    controller = ClusterMetadataWriter(writer.log_dir, clock=lambda: next(_clock))
+    if writer.topic_id not in controller.topics:
+        controller.create_topic(writer.tp.topic, writer.tp.partition + 1, topic_id=writer.topic_id)
+    return controller
+
+
+def kafka_deletes_topic(writer: PartitionWriter, *, committed: bool = True, rename: bool = True) -> None:
+    """Kafka deletes the writer's topic: the controller's RemoveTopicRecord in the metadata log of
+    the writer's log dir (``committed``: a snapshot after it proves it committed), then the broker
+    renames the partition directory ``<topic>-<partition>.<uuid>-delete`` (``rename``)."""
+    controller = kafka_creates_topic(writer)
+    controller.remove_topic(writer.topic_id)
+    if committed:
+        controller.snapshot()
+    if rename:
+        writer.delete()
 
 
 def write_segments(writer: PartitionWriter, count: int, records: int = 5) -> list[int]:

@@ -226,6 +226,51 @@ def test_a_yaml_error_names_line_and_column_but_never_shows_the_line(tmp_path: P
     assert err.value.__cause__ is None and err.value.__suppress_context__  # no traceback shows it either
 
 
+def test_the_metadata_store_timeouts_have_defaults_and_name_their_key(tmp_path: Path) -> None:
+    from tiering_core.config import DatabaseTimeouts
+
+    doc = base_doc(tmp_path)
+    doc["metadata"] = {"url": "postgresql+psycopg://tiering@db:5432/meta"}
+    timeouts = parse_config(doc).metadata.timeouts
+    assert timeouts == DatabaseTimeouts()
+    assert (timeouts.connect_timeout_seconds, timeouts.statement_timeout_ms, timeouts.dead_peer_ms) == (
+        10,
+        60_000,
+        30_000,
+    )
+    doc["metadata"].update(
+        connect_timeout_seconds=3,
+        statement_timeout_ms=0,  # no limit
+        keepalives_idle_seconds=4,
+        keepalives_interval_seconds=2,
+        keepalives_count=5,
+    )
+    assert parse_config(doc).metadata.timeouts == DatabaseTimeouts(3, 0, 4, 2, 5)
+    assert parse_config(doc).metadata.timeouts.dead_peer_ms == 14_000
+    for key, bad in (
+        ("connect_timeout_seconds", 1),  # libpq waits at least 2 s
+        ("statement_timeout_ms", -1),
+        ("keepalives_idle_seconds", 0),
+        ("keepalives_interval_seconds", "soon"),
+        ("keepalives_count", 0),
+    ):
+        broken = {**doc["metadata"], key: bad}
+        with pytest.raises(ConfigError, match=rf"^metadata\.{key}: "):
+            parse_config({**doc, "metadata": broken})
+    # The same libpq parameters in the URL: one place for them, the key named.
+    for query, key in (
+        ("connect_timeout=5", "connect_timeout_seconds"),
+        ("keepalives_idle=9", "keepalives_idle_seconds"),
+        ("tcp_user_timeout=1000", "keepalives_idle_seconds"),
+    ):
+        url = f"postgresql+psycopg://tiering@db:5432/meta?{query}"
+        with pytest.raises(
+            ConfigError, match=rf"metadata\.url: sets {query.split('=')[0]}; set metadata\.{key} instead"
+        ):
+            parse_config({**doc, "metadata": {"url": url}})
+    assert parse_config({**doc, "metadata": {"url": "postgresql+psycopg://t@db/meta?sslmode=require"}})
+
+
 def test_the_metadata_password_can_come_from_an_environment_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -269,17 +314,49 @@ def test_internal_topics_never_have_remote_storage(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("policy", ["compact", "compact,delete", ["delete", "compact"]])
-def test_a_compacted_topic_with_remote_storage_is_an_error_naming_it(tmp_path: Path, policy: object) -> None:
+def test_a_compacted_topic_inheriting_remote_storage_is_not_tiered_and_the_rest_are(
+    tmp_path: Path, policy: object
+) -> None:
+    """``"*"`` enables remote storage and one topic's own entry is compacted: that topic is not
+    tiered (Kafka refuses remote storage for it), every other topic is, and the config loads."""
+    expected = tuple(policy) if isinstance(policy, list) else tuple(policy.split(","))  # type: ignore[attr-defined]
     doc = base_doc(tmp_path)
-    doc["topics"]["payments"] = {"cleanup.policy": policy}
-    with pytest.raises(ConfigError, match=r"topics.payments: cleanup.policy .*compact.* remote.storage.enable"):
-        parse_config(doc)
-    doc["topics"]["payments"]["remote.storage.enable"] = False
-    assert parse_config(doc).topic_config("payments").cleanup_policy == (
-        tuple(policy) if isinstance(policy, list) else tuple(policy.split(","))  # type: ignore[attr-defined]
+    doc["topics"]["*"] = {"remote.storage.enable": True}
+    doc["topics"]["ledger"] = {"cleanup.policy": policy}
+    config = parse_config(doc)
+    ledger = config.topic_config("ledger")
+    assert ledger.cleanup_policy == expected and not ledger.remote_storage_enable
+    assert config.not_tiered_reason("ledger") == (
+        f"cleanup.policy {','.join(expected)}: Kafka never tiers a compacted topic"
     )
-    doc["topics"]["payments"] = {"cleanup.policy": "delete"}
-    assert parse_config(doc).topic_config("payments").remote_storage_enable
+    assert config.topic_config("orders").remote_storage_enable and config.not_tiered_reason("orders") is None
+    assert config.topic_config("other").remote_storage_enable and config.not_tiered_reason("other") is None
+    doc["topics"]["ledger"]["remote.storage.enable"] = False  # said outright: the same
+    assert parse_config(doc).not_tiered_reason("ledger") == config.not_tiered_reason("ledger")
+    # A compacted "*": its topics are not tiered, but one whose own policy is delete is.
+    doc["topics"] = {"*": {"cleanup.policy": policy}, "orders": {"cleanup.policy": "delete"}}
+    config = parse_config(doc)
+    assert not config.topic_config("other").remote_storage_enable
+    assert config.topic_config("orders").remote_storage_enable
+
+
+@pytest.mark.parametrize(
+    ("topics", "key"),
+    [
+        ({"ledger": {"cleanup.policy": "compact", "remote.storage.enable": True}}, "topics.ledger"),
+        ({"*": {"cleanup.policy": "compact,delete", "remote.storage.enable": True}}, "topics.*"),
+        ({"*": {"cleanup.policy": "compact"}, "ledger": {"remote.storage.enable": True}}, "topics.ledger"),
+    ],
+)
+def test_remote_storage_enabled_outright_on_a_compacted_topic_is_an_error_naming_the_key(
+    tmp_path: Path, topics: dict[str, object], key: str
+) -> None:
+    doc = base_doc(tmp_path)
+    doc["topics"] = topics
+    with pytest.raises(ConfigError) as err:
+        parse_config(doc)
+    assert str(err.value).startswith(f"{key}.remote.storage.enable: true, but cleanup.policy is compact")
+    assert "Kafka refuses remote storage for a compacted topic" in str(err.value)
 
 
 # --- the kafka: section and the cluster's topic configs -------------------------------------------
@@ -309,6 +386,10 @@ def test_kafka_section_parses_servers_as_string_or_list(tmp_path: Path, monkeypa
     assert config.kafka.security_protocol == "SASL_SSL"
     assert config.kafka.ssl_cafile == tmp_path / "ca.pem"
     assert "s3cret" not in repr(config)
+    # The password is read when the client connects, not here: a process that never asks the
+    # cluster (scheduler, API server) parses the same file without it.
+    monkeypatch.delenv("TIERING_TEST_KAFKA_PASSWORD")
+    assert parse_config(doc, base_dir=tmp_path).kafka == config.kafka
 
 
 @pytest.mark.parametrize(
@@ -337,7 +418,6 @@ def test_kafka_section_parses_servers_as_string_or_list(tmp_path: Path, monkeypa
                 "security_protocol": "SASL_PLAINTEXT",
                 "sasl_mechanism": "PLAIN",
                 "sasl_plain_username": "u",
-                "sasl_password_env": "TIERING_TEST_UNSET_VARIABLE",
             },
             "kafka.sasl_password_env",
         ),

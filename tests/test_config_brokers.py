@@ -97,6 +97,21 @@ BAD: list[tuple[str, Callable[[dict[str, Any], Path], None], str]] = [
         "overlaps its own log dir",
     ),
     (
+        "metadata log dir at the top",
+        lambda d, t: d.update(metadata_log_dir=str(t / "meta")),
+        "metadata_log_dir: in the cluster form each broker names its own",
+    ),
+    (
+        "metadata log dir not a path",
+        lambda d, t: _set(d, "brokers", 2, "metadata_log_dir", value=["/meta"]),
+        "brokers.2.metadata_log_dir",
+    ),
+    (
+        "metadata log dir in another broker's dir",
+        lambda d, t: _set(d, "brokers", 2, "metadata_log_dir", value=str(t / "b3")),
+        "brokers.2.metadata_log_dir: " + "{t}/b3 overlaps broker 3's log dir",
+    ),
+    (
         "index cache in a broker's dir",
         lambda d, t: d.update(index_cache_dir=str(t / "b3" / "cache")),
         "index_cache_dir: ",
@@ -112,7 +127,7 @@ def test_bad_brokers_are_errors_naming_the_key(
     mutate(doc, tmp_path)
     with pytest.raises(ConfigError) as err:
         parse_config(doc)
-    assert message in str(err.value), name
+    assert message.format(t=tmp_path) in str(err.value), name
 
 
 def test_a_shared_log_dir_through_a_symlink_is_found(tmp_path: Path) -> None:
@@ -197,3 +212,21 @@ def test_the_observation_staleness_and_the_process_s_broker_id(tmp_path: Path) -
         doc["cluster"] = section
         with pytest.raises(ConfigError, match=message):
             parse_config(doc)
+
+
+def test_a_broker_names_its_metadata_log_dir_when_it_is_none_of_its_log_dirs(tmp_path: Path) -> None:
+    """Kafka's ``metadata.log.dir``: where removal reads the KRaft metadata image (by default the
+    one of the broker's log dirs that holds ``__cluster_metadata-0``)."""
+    doc = cluster_doc(tmp_path)
+    doc["brokers"][2]["metadata_log_dir"] = "meta-2"  # relative: beside the config
+    config = parse_config(doc, base_dir=tmp_path)
+    assert config.brokers[2].metadata_log_dir == tmp_path / "meta-2" and config.brokers[1].metadata_log_dir is None
+    two = config.for_broker(2)
+    assert (two.metadata_log_dir, two.metadata_log_dir_key) == (tmp_path / "meta-2", "brokers.2.metadata_log_dir")
+    assert config.for_broker(1).metadata_log_dir is None
+    doc = base_doc(tmp_path)
+    doc["metadata_log_dir"] = str(tmp_path / "meta")
+    single = parse_config(doc)
+    assert (single.metadata_log_dir, single.metadata_log_dir_key) == (tmp_path / "meta", "metadata_log_dir")
+    assert single.for_broker(4).metadata_log_dir == tmp_path / "meta"  # --broker keeps it
+    assert parse_config(base_doc(tmp_path)).metadata_log_dir is None

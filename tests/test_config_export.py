@@ -71,11 +71,23 @@ def test_an_s3_warehouse_takes_what_it_lacks_from_remote_and_the_aws_chain(
         ),
         ({"catalog": {"uri": ["a"], "warehouse": "/w"}}, "export.catalog.uri"),
         ({"catalog": "sql"}, "export.catalog"),
+        ({"catalog_name": "", "catalog": {"uri": "sqlite:///x", "warehouse": "/w"}}, "export.catalog_name"),
+        ({"catalog_name": "a.b", "catalog": {"uri": "sqlite:///x", "warehouse": "/w"}}, "export.catalog_name"),
+        ({"catalog_name": " lake", "catalog": {"uri": "sqlite:///x", "warehouse": "/w"}}, "export.catalog_name"),
+        ({"catalog_name": 7, "catalog": {"uri": "sqlite:///x", "warehouse": "/w"}}, "export.catalog_name"),
+        ({"catalog_name": "x" * 256, "catalog": {"uri": "sqlite:///x", "warehouse": "/w"}}, "export.catalog_name"),
     ],
 )
 def test_bad_input_names_the_key(tmp_path: Path, export: Any, key: str) -> None:
     with pytest.raises(ConfigError, match=rf"^{key.replace('.', '[.]')}: "):
         parsed(tmp_path, export)
+
+
+def test_the_catalog_name_is_a_setting_tiering_by_default(tmp_path: Path) -> None:
+    catalog = {"uri": "sqlite:///x.db", "warehouse": "file:///wh"}
+    assert parsed(tmp_path, {"catalog": catalog}).export.catalog_name == "tiering"
+    config = parsed(tmp_path, {"catalog": catalog, "catalog_name": "lake"})
+    assert config.export.catalog_name == "lake" and "lake" in repr(config.export)
 
 
 def test_table_names_keep_the_whole_topic_name() -> None:

@@ -138,3 +138,113 @@ def test_no_secret_is_on_a_command_line() -> None:
         command = " ".join(command) if isinstance(command, list) else str(command)
         assert not re.search(r"\$\{?[A-Z_]*(PASSWORD|SECRET|TOKEN)", command.replace("$$", "")), name
     assert "REDIS_PASSWORD" in compose["services"]["redis"]["environment"]
+
+
+# --- the image has what the config can enable ----------------------------------------------------
+
+#: The packages the image ships (the project's own, found by their imports of each other).
+SHIPPED = ("tiering_core", "plugins/tiering_airflow", "spark_apps", "dags")
+FIRST_PARTY = frozenset({"tiering_core", "tiering_airflow", "spark_apps"})
+#: The embedded demo starts moto's S3 server: a development tool (DEV_TOOLS) the image leaves out.
+DEMO = ROOT / "tiering_core" / "demo"
+
+
+def _imports() -> dict[str, set[Path]]:
+    """Every top-level module the shipped code imports, at any depth (the optional ones are imported
+    inside the functions that need them), with the files that import it."""
+    import ast
+    import sys
+
+    found: dict[str, set[Path]] = {}
+    for package in SHIPPED:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top not in sys.stdlib_module_names and top not in FIRST_PARTY and top != "__future__":
+                        found.setdefault(top, set()).add(path)
+    return found
+
+
+def _image_extras() -> list[str]:
+    (extras,) = re.findall(r"\"\.\[([a-z,]+)\]\"", (DOCKER / "Dockerfile").read_text())
+    return extras.split(",")
+
+
+def _setup() -> configparser.ConfigParser:
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    return setup
+
+
+def _installed_by(requirements: list[str]) -> set[str]:
+    """The distributions ``pip install`` of ``requirements`` brings, by their installed metadata in
+    this environment (the same pins as the image's: constraints.txt), with every extra's."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: set[str] = set()
+    seen: set[tuple[str, str]] = set()
+    pending = [Requirement(text) for text in requirements]
+    while pending:
+        requirement = pending.pop()
+        name = canonicalize_name(requirement.name)
+        found.add(name)
+        try:
+            needs = importlib.metadata.distribution(requirement.name).requires or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for extra in {"", *requirement.extras}:
+            if (name, extra) in seen:
+                continue
+            seen.add((name, extra))
+            for text in needs:
+                need = Requirement(text)
+                if need.marker is None or need.marker.evaluate({"extra": extra}):
+                    pending.append(need)
+    return found
+
+
+def test_the_image_installs_every_extra_and_every_package_the_code_can_import() -> None:
+    """Whatever the config enables (``kafka:``, ``export:``, a PostgreSQL URL, ...) imports a package
+    the image has: every module the shipped code imports, found by reading the code, comes from a
+    distribution the image's install brings, and so do the database drivers the docs name."""
+    import importlib.metadata
+
+    from packaging.utils import canonicalize_name
+
+    setup = _setup()
+    extras = _image_extras()
+    assert sorted(extras) == sorted(setup["options.extras_require"])  # one install: every extra
+    requirements = setup["options"]["install_requires"].split()
+    for extra in extras:
+        requirements += setup["options.extras_require"][extra].split()
+    image = _installed_by(requirements)
+    providers = importlib.metadata.packages_distributions()
+    imports = _imports()
+    assert {"kafka", "pyiceberg", "pyarrow", "boto3", "airflow", "pyspark"} <= set(imports)  # the walk sees them
+    missing = {}
+    for module, files in sorted(imports.items()):
+        dists = {canonicalize_name(d) for d in providers.get(module, [])}
+        assert dists, f"{module} (imported by {sorted(map(str, files))}) is no installed distribution's"
+        if dists & image:
+            continue
+        if all(f.is_relative_to(DEMO) for f in files) and all(d.startswith(DEV_TOOLS) for d in dists):
+            continue  # the demo's own S3 server
+        missing[module] = sorted(str(f.relative_to(ROOT)) for f in files)
+    assert missing == {}, f"imported, but the image's install does not bring them: {missing}"
+
+    docs = (ROOT / "README.md").read_text() + "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    schemes = set(re.findall(r"\b(postgresql\+[a-z0-9]+)://", docs))
+    assert "postgresql+psycopg" in schemes
+    for scheme in schemes:
+        driver = make_url(f"{scheme}://u@h/db").get_dialect().import_dbapi().__name__.split(".")[0]
+        assert {canonicalize_name(d) for d in providers.get(driver, [])} & image, (scheme, driver)

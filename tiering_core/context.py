@@ -82,7 +82,9 @@ class TieringContext:
             if credentials.session_token:
                 secrets["aws_session_token"] = credentials.session_token
             config = replace(config, remote=remote)
-        metadata = RemoteLogMetadataStore(config.metadata.url, lease_ms=config.metadata.lease_ms)
+        metadata = RemoteLogMetadataStore(
+            config.metadata.url, lease_ms=config.metadata.lease_ms, timeouts=config.metadata.timeouts
+        )
         try:
             storage = create_remote_storage(remote, session=None, **secrets)
         except Exception:

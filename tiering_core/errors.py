@@ -48,7 +48,17 @@ class TieringGapError(TieringError):
 
 
 class ClusterUnreachableError(TieringError):
-    """The ``kafka:`` section names a cluster that did not answer: a run never falls back to the files."""
+    """The ``kafka:`` section's cluster cannot be asked (it did not answer, kafka-python is not
+    installed, the SASL password's environment variable is not set): a run never falls back to the
+    files."""
+
+
+class NoRemoteDataError(TieringError):
+    """A process that serves no broker (it reads the metadata store alone) was asked about a
+    partition the store holds no live remote data of."""
+
+    def __init__(self, partition: object) -> None:
+        super().__init__(f"partition {partition} has no remote data (unknown to the metadata store)")
 
 
 class ExportError(TieringError):

@@ -108,3 +108,107 @@ def test_unknown_or_wrong_broker_ids_are_one_line_errors(
 )
 def test_which_commands_need_this_process_s_broker(command: str, cluster_view: bool, reads: bool) -> None:
     assert reads_log_dirs(argparse.Namespace(command=command, cluster=cluster_view)) is reads
+
+
+@pytest.fixture()
+def tiered(cluster: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Path:
+    """The two-broker config after each broker copied its partition, with an export catalog."""
+    from tests.export.support import sqlite_catalog
+
+    for broker in ("1", "2"):
+        assert run(capsys, "--config", str(cluster), "--broker", broker, "copy")[0] == 0
+    doc = yaml.safe_load(cluster.read_text())
+    doc["export"] = {"catalog": sqlite_catalog(tmp_path)}
+    cluster.write_text(yaml.safe_dump(doc))
+    return cluster
+
+
+def _topic_id(config: Path, partition: int) -> str:
+    from tiering_core.config import load_config
+    from tiering_core.metadata.store import RemoteLogMetadataStore
+
+    with RemoteLogMetadataStore(load_config(config).metadata.url) as store:
+        (record,) = [r for r in store.list_partitions() if r.partition == partition]
+    return record.topic_id
+
+
+SEL_0 = ("--topic", "orders", "--partition", "0")  # broker 1's partition
+SEL_1 = ("--topic", "orders", "--partition", "1")  # broker 2's
+
+
+@pytest.mark.parametrize(
+    ("argv", "check"),
+    [
+        (("segments", *SEL_0), lambda out: [s["start_offset"] for s in out] == [0, 5]),
+        (("segments", *SEL_1), lambda out: [s["start_offset"] for s in out] == [0, 5]),
+        (
+            ("fetch", *SEL_1, "--offset", "3", "--max-records", "4"),
+            lambda out: [r["offset"] for r in out] == [3, 4, 5, 6],
+        ),
+        (("find-offset", *SEL_0, "--timestamp", "0"), lambda out: out["offset"] == 0),
+        (("restore", *SEL_1, "--to", "{tmp}/restored"), lambda out: (out["segments"], out["end_offset"]) == (2, 9)),
+        (  # every partition the store knows, both brokers'
+            ("verify",),
+            lambda out: (
+                sorted((r["partition"], r["start_offset"]) for r in out if r["ok"]) == [(0, 0), (0, 5), (1, 0), (1, 5)]
+            ),
+        ),
+        (("verify", *SEL_1), lambda out: [(r["partition"], r["ok"]) for r in out] == [(1, True), (1, True)]),
+        (("export", "--topic", "orders"), lambda out: not out["failed"] and out["rows"] == 20),
+        (("status", "--cluster"), lambda out: [(r["partition"], r["best_broker"]) for r in out] == [(0, 1), (1, 2)]),
+        (("retention", "--orphans"), lambda out: out == []),
+        (("db", "current"), lambda out: bool(out["revision"])),
+        (("db", "upgrade"), lambda out: bool(out["revision"])),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else None,
+)
+def test_a_command_that_reads_no_log_dir_works_without_a_broker_id(
+    tiered: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: tuple[str, ...], check: object
+) -> None:
+    """Through the real command on the two-broker config, no ``--broker`` and no
+    ``TIERING_BROKER_ID`` (the scheduler's or the API server's host): it works on the metadata
+    store and the remote tier alone, for every broker's partitions."""
+    argv = tuple(a.replace("{tmp}", str(tmp_path)) for a in argv)
+    code, out, err = run(capsys, "--config", str(tiered), "--json", *argv)
+    assert code == 0, err
+    assert check(json.loads(out)), out  # type: ignore[operator]
+
+
+def test_a_tombstone_is_lifted_without_a_broker_id(tiered: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = str(tiered)
+    topic_id = _topic_id(tiered, 1)
+    removal = ("delete-partition", *SEL_1, "--topic-id", topic_id, "--yes")
+    code, _, err = run(capsys, "--config", cfg, "--broker", "2", *removal, "--force")
+    assert code == 0, err
+    code, out, err = run(capsys, "--config", cfg, "--json", *removal, "--lift-tombstone")
+    assert code == 0 and json.loads(out)["tombstone_lifted"] is True, err
+
+
+@pytest.mark.parametrize(
+    "argv", [("segments",), ("fetch", "--offset", "0"), ("verify",), ("find-offset", "--timestamp", "0")]
+)
+def test_a_partition_the_store_does_not_know_is_named_not_a_missing_broker_id(
+    tiered: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
+    code, _, err = run(capsys, "--config", str(tiered), *argv, "--topic", "orders", "--partition", "7")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "partition orders-7 has no remote data (unknown to the metadata store)" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("status",),
+        ("copy",),
+        ("retention",),
+        ("delete-partition", "--topic", "orders", "--partition", "0", "--yes"),
+        ("delete-records", "--topic", "orders", "--partition", "0", "--before-offset", "3", "--yes"),
+        ("rebuild-indexes", "--topic", "orders", "--partition", "0"),
+    ],
+)
+def test_commands_that_read_log_dirs_still_need_the_broker_id(
+    cluster: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
+    code, _, err = run(capsys, "--config", str(cluster), *argv)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "brokers: 2 brokers are configured (1, 2); name this process's broker with --broker ID" in err

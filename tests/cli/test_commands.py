@@ -318,9 +318,12 @@ def test_delete_partition_names_topic_ids_and_refuses_one_still_on_the_broker(
     assert run(capsys, "--config", cfg, "copy")[0] == 0
     code, _, err = run(capsys, "--config", cfg, "delete-partition", *select, "--yes")
     assert code == 1 and w.topic_id in err and "--topic-id" in err and err.count("\n") == 1
-    code, out, _ = run(capsys, "--config", cfg, "delete-partition", *select, "--topic-id", w.topic_id, "--dry-run")
+    named = ("delete-partition", *select, "--topic-id", w.topic_id)
+    code, _, err = run(capsys, "--config", cfg, *named, "--dry-run")  # named: the controller's word still counts
+    assert code == 1 and "no word from the controller" in err and "--force" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "--config", cfg, *named, "--dry-run", "--force")
     assert code == 0 and f"(topic id {w.topic_id}): would delete 2 segment(s)" in out
-    remove = ("delete-partition", *select, "--topic-id", w.topic_id, "--yes")
+    remove = (*named, "--yes", "--force")
     code, out, _ = run(capsys, "--config", cfg, "--json", *remove)
     result = json.loads(out)
     assert code == 0 and (result["segments_deleted"], result["state"]) == (2, "DELETE_PARTITION_FINISHED")
@@ -359,21 +362,22 @@ def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
 def test_delete_partition_needs_evidence_or_force_and_a_tombstone_can_be_lifted(
     fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import shutil
+    from tests.engine_support import kafka_creates_topic
 
     w = fs_env.writer()
     write_segments(w, 2)
     w.set_high_watermark()
+    kafka_creates_topic(w)
     cfg = str(fs_env.config_path)
     select = ("--topic", "orders", "--partition", "0")
     assert run(capsys, "--config", cfg, "copy")[0] == 0
-    moved = fs_env.root / "moved"
-    shutil.move(w.path, moved)  # reassigned away: no -delete trace
+    live = w.path
+    moved = w.delete()  # reassigned away: the same -delete rename a deletion makes
     code, _, err = run(capsys, "--config", cfg, "delete-partition", *select, "--yes")
-    assert code == 1 and "no positive evidence" in err and "--force" in err and err.count("\n") == 1
+    assert code == 1 and f"still has topic id {w.topic_id}" in err and "--force" in err and err.count("\n") == 1
     code, out, _ = run(capsys, "--config", cfg, "--json", "delete-partition", *select, "--yes", "--force")
     assert code == 0 and json.loads(out)["state"] == "DELETE_PARTITION_FINISHED"
-    shutil.move(moved, w.path)  # it was live after all
+    moved.rename(live)  # it was live after all
     lift = ("delete-partition", *select, "--topic-id", w.topic_id, "--lift-tombstone")
     code, _, err = run(capsys, "--config", cfg, *lift)
     assert code == 1 and "--yes" in err

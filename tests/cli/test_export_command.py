@@ -16,7 +16,13 @@ import boto3
 import pytest
 
 from tests.engine_support import TieringEnv
-from tests.export.support import build_partition, sqlite_catalog, with_export
+from tests.export.support import (
+    build_partition,
+    sqlite_catalog,
+    wait_until_table_is_free,
+    with_export,
+    with_lease_ms,
+)
 from tiering_core.cli import main
 from tiering_core.export import load_catalog, open_table, table_name
 from tiering_core.export.write import ATTEMPTS_DIR, referenced_files
@@ -115,29 +121,33 @@ _KILLABLE = """
 import sys, time
 from pathlib import Path
 import tiering_core.export.run as run
+import tiering_core.export.session as session
 
 run.COMMIT_BYTES = 1  # a commit after every segment
 flag = Path(sys.argv[1])
-real = run.commit_segments
+real = session.commit_segments
 calls = []
 
-def commit_segments(table, pending):
+def commit_segments(table, pending, **kwargs):
     calls.append(1)
     if len(calls) == 3:  # the third commit never happens: killed here, its data files written
         flag.write_text("ready")
         time.sleep(600)
-    return real(table, pending)
+    return real(table, pending, **kwargs)
 
-run.commit_segments = commit_segments
+session.commit_segments = commit_segments
 from tiering_core.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 
 
 def test_kill_9_during_export_then_rerun_is_exactly_once(tiering_env: TieringEnv, tmp_path: Path) -> None:
+    """The rerun is another export: it waits until the killed one's table lease has expired
+    (an Airflow retry of the same task would take it over at once)."""
     want = tiered(tiering_env)
     catalog = sqlite_catalog(tmp_path)
     with_export(tiering_env, catalog)
+    with_lease_ms(tiering_env, 5_000)
     flag = tmp_path / "flag"
     proc = subprocess.Popen(
         [
@@ -167,6 +177,7 @@ def test_kill_9_during_export_then_rerun_is_exactly_once(tiering_env: TieringEnv
     assert left  # the killed attempt's files of its uncommitted segment
     partial = table_offsets(tiering_env)
     assert sum(len(o) for o in partial.values()) < sum(len(o) for o in want.values())
+    wait_until_table_is_free(tiering_env, f"kafka.{TOPIC}")
     assert export(tiering_env) == 0
     assert table_offsets(tiering_env) == want  # no duplicate, no missing offset
     assert uncommitted_files(tiering_env, warehouse) == []

@@ -16,7 +16,7 @@ import yaml
 
 from tests.airflow_support import AIRFLOW_BIN, ROOT, airflow_env, task_runs
 from tests.dags.conftest import SECRET
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, kafka_deletes_topic, tip_of, write_segments
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 
@@ -440,7 +440,7 @@ def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
     assert (task.label, task.state, task.result["segments_deleted"]) == ("payments-0", "success", 3)
     assert finished(tiering, payments) == []
 
-    orders.delete()  # the partition was removed from the broker
+    kafka_deletes_topic(orders)  # the topic was deleted: the controller's word, the -delete rename
     removal = "tiering_delete_partition"
     conf = {"topic": "orders", "partitions": [0], "confirm": "orders"}
     proc = airflow_cli("dags", "test", removal, "--conf", json.dumps(conf), cwd=tmp_path)  # dry run by default
@@ -455,3 +455,29 @@ def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
     assert (task.label, task.state, task.result["segments_deleted"]) == ("orders-0", "success", 2)
     assert task.result["state"] == "DELETE_PARTITION_FINISHED" and finished(tiering, orders) == []
     assert SECRET not in proc.stdout + proc.stderr
+
+
+def test_a_compacted_topic_s_dags_say_why_it_is_not_tiered_and_its_sensor_skips(
+    tiering: TieringEnv, s3_endpoint, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ledger`` is compacted and inherits remote storage from ``"*"``: not tiered (Kafka refuses
+    it), and the other topics are. Its DAGs say why; its copy sensor skips at once with the reason."""
+    reason = "cleanup.policy compact: Kafka never tiers a compacted topic"
+    tiering.write_config(ledger={"cleanup.policy": "compact"})
+    (ledger,) = partitions_with_segments(tiering, "ledger", 1, 2)
+    (orders,) = partitions_with_segments(tiering, "orders", 1, 2)
+    bag = dagbag(DAGS / "tiering_dags.py")
+    assert bag.import_errors == {}
+    for kind in ("copy", "retention"):
+        assert bag.dags[f"tiering_{kind}__ledger"].description.endswith(f"Not tiered: {reason}")
+        assert "Not tiered" not in bag.dags[f"tiering_{kind}__orders"].description
+    dag = bag.dags["tiering_copy__ledger"]
+    run = dag.test()
+    assert run.state == "success"
+    (sensor,) = task_runs(dag.dag_id, run.run_id, "wait_for_eligible_segment").values()
+    assert sensor.state == "skipped"
+    assert [t.state for t in task_runs(dag.dag_id, run.run_id, "list_partitions").values()] == ["skipped"]
+    assert f"ledger: not tiered: {reason}" in "".join(capfd.readouterr()) + caplog.text
+    assert finished(tiering, ledger) == []
+    assert bag.dags["tiering_copy__orders"].test().state == "success"
+    assert finished(tiering, orders) == [(0, 4), (5, 9)]

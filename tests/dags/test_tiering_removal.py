@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from tests.airflow_support import ROOT, task_runs
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, kafka_deletes_topic, tip_of, write_segments
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -54,7 +54,7 @@ def on_broker(tiering: TieringEnv, s3_endpoint) -> list[PartitionWriter]:
 def copied(on_broker: list[PartitionWriter]) -> list[PartitionWriter]:
     """The same partitions after they were removed from the broker: only their remote data is left."""
     for w in on_broker:
-        w.delete()  # the broker renames it <topic>-<partition>.<uuid>-delete
+        kafka_deletes_topic(w)  # the controller's word; the broker renames it <topic>-<partition>.<uuid>-delete
     return on_broker
 
 
@@ -133,7 +133,7 @@ def test_a_partition_still_on_the_broker_is_refused_without_force(
     removal_dag, on_broker, tiering: TieringEnv, s3_endpoint, capfd, caplog
 ) -> None:
     """orders-1 was removed from the broker, orders-0 was not: the request for both deletes nothing."""
-    on_broker[1].delete()
+    kafka_deletes_topic(on_broker[1])
     before = [remote_state(tiering, s3_endpoint, w) for w in on_broker]
     conf = {"topic": "orders", "partitions": [0, 1], "confirm": "orders", "dry_run": False}
     run = removal_dag.test(run_conf=conf)
@@ -189,7 +189,7 @@ def test_force_deletes_a_partition_still_on_the_broker(
 def recreated(tiering: TieringEnv, s3_endpoint) -> tuple[PartitionWriter, PartitionWriter]:
     """orders-0 tiered, the topic deleted and recreated (a new topic id), the new one tiered too."""
     (old,) = copy_partitions(tiering, "orders", [0])
-    old.delete()
+    kafka_deletes_topic(old)
     (new,) = copy_partitions(tiering, "orders", [0])
     assert new.topic_id != old.topic_id
     return old, new
@@ -362,7 +362,7 @@ def test_topics_whose_names_look_like_numbers_or_booleans_are_removed_by_their_e
     Python literal (``123`` an int, ``1e3`` the float 1000.0, ``True`` a bool)."""
     writers = [copy_partitions(tiering, topic, [0])[0] for topic in NUMERIC_LOOKING]
     for w in writers:
-        w.delete()  # the broker deletes the topic: its -delete rename is the evidence
+        kafka_deletes_topic(w)  # Kafka deletes the topic: the controller's word is the evidence
     for topic, w in zip(NUMERIC_LOOKING, writers, strict=True):
         conf = {"topic": topic, "partitions": [0], "confirm": topic, "dry_run": False}
         run = removal_dag.test(run_conf=conf)

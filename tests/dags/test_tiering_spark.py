@@ -247,6 +247,34 @@ def test_export_dags_spark_submit_command_line_holds_the_selection_and_no_secret
     assert not properties.exists()
 
 
+def test_the_export_task_hands_its_try_to_the_app(
+    spark_dags, fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The try reaches the app's environment (and a cluster driver's, through the 0600 properties
+    file), so the app names the table's export lease after the task instance: a retry takes over
+    its killed try's lease at once."""
+    import json
+
+    from spark_apps.runtime import TASK_ATTEMPT_ENV
+    from tiering_core.metadata.store import TaskAttempt
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1:7077"})
+    )
+    (task,) = spark_dags["tiering_export"].tasks
+    params = {"topic": "orders", "partitions": "", "partition": "", "isolation": "read_committed"}
+    task.render_template_fields({"params": params, "var": {"value": {}}})  # type: ignore[arg-type]
+    attempt = TaskAttempt("tiering_export", "scheduled__2026-11-25T00:00:00+00:00", "export_table", -1, 2)
+    with task.submission(attempt) as submission:
+        command = submission.hook._build_spark_submit_command(task.application)
+        properties = Path(command[command.index("--properties-file") + 1]).read_text()
+        assert TaskAttempt.from_json(submission.env[TASK_ATTEMPT_ENV]) == attempt
+    assert f"spark.yarn.appMasterEnv.{TASK_ATTEMPT_ENV}=" in properties
+    assert f"spark.kubernetes.driverEnv.{TASK_ATTEMPT_ENV}=" in properties
+    with task.submission() as submission:  # outside a task run: no try
+        assert TASK_ATTEMPT_ENV not in submission.env
+
+
 def test_export_dag_exports_the_topic_into_its_iceberg_table(
     spark_dags, fs_env: TieringEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

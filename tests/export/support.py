@@ -3,6 +3,7 @@ catalog and warehouse of the test's choosing."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,23 @@ def with_export(env: TieringEnv, catalog: dict[str, Any], namespace: str | None 
     env.config_path.write_text(yaml.safe_dump(doc))
 
 
+def with_lease_ms(env: TieringEnv, lease_ms: int) -> None:
+    """Set ``metadata.lease_ms`` in the env's config file: how long a killed export's table lease
+    outlives it."""
+    doc = yaml.safe_load(env.config_path.read_text())
+    doc["metadata"]["lease_ms"] = lease_ms
+    env.config_path.write_text(yaml.safe_dump(doc))
+
+
+def wait_until_table_is_free(env: TieringEnv, table: str, catalog: str = "tiering", timeout_s: float = 120) -> None:
+    """Poll the metadata store (its clock) until no export holds ``table``'s lease."""
+    with env.context() as ctx:
+        deadline = time.monotonic() + timeout_s
+        while ctx.metadata.current_table_lease(catalog, table) is not None:
+            assert time.monotonic() < deadline, f"the export lease of {table} was never given up"
+            time.sleep(0.05)
+
+
 def sqlite_catalog(root: Path, warehouse: str | None = None) -> dict[str, Any]:
     wh = root / "warehouse"
     wh.mkdir(exist_ok=True)
@@ -60,3 +78,105 @@ def build_partition(env: TieringEnv, topic: str = "orders", partition: int = 0) 
     w.append(rows(1, "active"))
     w.set_high_watermark()
     return w
+
+
+def table_of(ctx: Any, topic: str) -> Any:
+    """The topic's export table (it must exist)."""
+    from tiering_core.export import load_catalog, open_table, table_name
+
+    table = open_table(load_catalog(ctx.config), table_name(ctx.config.export, topic), create=False)
+    assert table is not None
+    return table
+
+
+def offsets_by_partition(table: Any) -> dict[int, list[int]]:
+    """The table's offsets per partition, sorted, duplicates kept."""
+    table.refresh()
+    got = table.scan(selected_fields=("partition", "offset")).to_arrow()
+    found: dict[int, list[int]] = {}
+    for partition, offset in zip(got["partition"].to_pylist(), got["offset"].to_pylist(), strict=True):
+        found.setdefault(partition, []).append(offset)
+    return {p: sorted(o) for p, o in found.items()}
+
+
+#: The columns a table had before topic ids (what ``export_the_old_way`` writes).
+LEGACY_COLUMNS = (
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "timestamp_type",
+    "key",
+    "value",
+    "headers",
+    "leader_epoch",
+    "producer_id",
+    "is_transactional",
+)
+
+
+def export_the_old_way(ctx: Any, topic: str, segments: list[Any]) -> Any:
+    """``segments`` (planned ``ExportSegment``s) exported as the platform did before topic ids:
+    a table without the ``topic_id`` and ``timestamp_ms`` columns, and one commit per segment whose
+    summary lists the segment without its topic id and carries the ranges forward keyed by
+    partition alone (``tiering.exported``). Returns the table."""
+    import json as _json
+
+    import pyarrow.parquet as pq
+    from pyiceberg.transforms import DayTransform
+
+    from tiering_core.export import DATA_SCHEMA, ExportAttempt, load_catalog, table_name, write_segment_files
+    from tiering_core.tier.view import merge_offset_ranges
+
+    catalog = load_catalog(ctx.config)
+    name = table_name(ctx.config.export, topic)
+    catalog.create_namespace_if_not_exists(name.namespace)
+    if not catalog.table_exists(name.identifier):
+        legacy = DATA_SCHEMA.remove(DATA_SCHEMA.get_field_index("timestamp_ms")).remove(
+            DATA_SCHEMA.get_field_index("topic_id")
+        )
+        assert tuple(legacy.names) == LEGACY_COLUMNS
+        created = catalog.create_table(name.identifier, schema=legacy)
+        with created.update_spec() as spec:
+            spec.add_identity("partition")
+            spec.add_field("timestamp", DayTransform(), "timestamp_day")
+    table = catalog.load_table(name.identifier)
+    location = f"{table.location().rstrip('/')}/data/tiering-attempts/old-version"
+    attempt = ExportAttempt("old-version", str(table.metadata.table_uuid), location, dict(table.io.properties))
+    for segment in segments:
+        files = write_segment_files(ctx.storage, segment, attempt)
+        fs, _root = attempt.filesystem()
+        for url in files:  # as the old version wrote them: without the columns added since
+            path = attempt.filesystem(url)[1]
+            with fs.open_input_file(path) as stream:
+                rows = pq.read_table(stream).select(list(LEGACY_COLUMNS))
+            with fs.open_output_stream(path) as out:
+                pq.write_table(rows, out, compression="zstd")
+        table.refresh()
+        current = table.current_snapshot()
+        before = {}
+        if current is not None and current.summary is not None:
+            before = _json.loads(current.summary.additional_properties.get("tiering.exported", "{}"))
+        ranges = {int(p): [tuple(r) for r in rs] for p, rs in before.items()}
+        ranges.setdefault(segment.partition, []).append((segment.start_offset, segment.end_offset))
+        exported = {str(p): [r.as_list() for r in merge_offset_ranges(rs)] for p, rs in sorted(ranges.items())}
+        listed = [
+            {
+                "partition": segment.partition,
+                "segment_id": segment.segment_id,
+                "start": segment.start_offset,
+                "end": segment.end_offset,
+            }
+        ]
+        with table.transaction() as tx:
+            tx.add_files(
+                files,
+                snapshot_properties={
+                    "tiering.segments": _json.dumps(listed, separators=(",", ":")),
+                    "tiering.exported": _json.dumps(exported, separators=(",", ":")),
+                    "tiering.topic": topic,
+                    "tiering.isolation": str(segment.isolation),
+                },
+            )
+    table.refresh()
+    return table

@@ -8,11 +8,12 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
+import yaml
 
 from tests.engine_support import TieringEnv
 from tests.export.support import build_partition, sqlite_catalog, with_export
 from tests.services import S3Endpoint
-from tiering_core.export import exported_up_to, load_catalog, open_table, plan_export, run_export, table_name
+from tiering_core.export import exported_ranges, load_catalog, open_table, plan_export, run_export, table_name
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.read.reader import open_reader
@@ -83,7 +84,9 @@ def test_export_equals_fetch_at_each_isolation(
                 mine["offset"].to_pylist(), mine["key"].to_pylist(), mine["value"].to_pylist(), strict=True
             )
         } == fetched
-        assert exported_up_to(table) == {w.tp.partition: open_reader(ctx, w.tp).highest_offset for w in (w0, w1)}
+        done = exported_ranges(table)
+        for w in (w0, w1):
+            assert done.up_to(w.topic_id, w.tp.partition) == open_reader(ctx, w.tp).highest_offset
         # a rerun of an up-to-date export commits nothing
         snapshots = len(table.snapshots())
         again = run_export(ctx, "orders.eu", isolation=isolation)
@@ -134,7 +137,7 @@ def test_a_segment_with_nothing_committed_is_recorded_and_not_exported_again(
         assert len(result.exported) == 2 and result.rows == 1
         table = table_of(ctx, "orders")
         assert scanned(table)["offset"].to_pylist() == [0]
-        assert exported_up_to(table) == {0: open_reader(ctx, w.tp).highest_offset}
+        assert exported_ranges(table).up_to(w.topic_id, 0) == open_reader(ctx, w.tp).highest_offset
         assert run_export(ctx, "orders").planned == []
 
 
@@ -142,7 +145,7 @@ def test_a_segment_is_written_one_decoded_group_at_a_time(tiering_env: TieringEn
     """Memory follows the decoder's group, not the segment: each group is a row group of its own."""
     import pyarrow.parquet as pq
 
-    from tiering_core.export import start_attempt, write_segment_files
+    from tiering_core.export import exporting, write_segment_files
     from tiering_core.kafka.arrow import GroupBounds
 
     w = tiering_env.writer("orders", 0)
@@ -153,10 +156,9 @@ def test_a_segment_is_written_one_decoded_group_at_a_time(tiering_env: TieringEn
     with_export(tiering_env, sqlite_catalog(tmp_path))
     with tiering_env.context() as ctx:
         run_copy(ctx, w.tp)
-        table = open_table(load_catalog(ctx.config), table_name(ctx.config.export, "orders"))
-        assert table is not None
-        (segment,) = plan_export(ctx, "orders", table=table)
-        files = write_segment_files(ctx.storage, segment, start_attempt(table), bounds=GroupBounds(max_batches=4))
+        with exporting(ctx, "orders") as export:
+            (segment,) = export.plan("orders")
+            files = write_segment_files(ctx.storage, segment, export.start_attempt(), bounds=GroupBounds(max_batches=4))
     metadata = [pq.ParquetFile(f.removeprefix("file://")).metadata for f in files]
     assert sum(m.num_rows for m in metadata) == 200
     assert sum(m.num_row_groups for m in metadata) == 5  # 20 batches, 4 to a group
@@ -193,3 +195,28 @@ def test_a_transaction_without_an_outcome_in_the_remote_tier_holds_its_segments_
         table = table_of(ctx, "orders")
         assert sorted(scanned(table)["offset"].to_pylist()) == fetched_offsets(ctx, w.tp, IsolationLevel.READ_COMMITTED)
         assert sorted(scanned(table)["value"].to_pylist()) == [b"after", b"before", b"before", b"plain", b"plain"]
+
+
+def test_the_catalog_goes_by_its_configured_name(tiering_env: TieringEnv, tmp_path: Path) -> None:
+    """pyiceberg's SQL catalog scopes tables by the catalog's name: a reader naming the catalog as
+    ``export.catalog_name`` says sees the table (and DuckDB reads its scan), another name sees none."""
+    from pyiceberg.catalog import load_catalog as pyiceberg_catalog
+
+    from tiering_core.export import catalog_properties
+
+    w = build_partition(tiering_env, "orders", 0)
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    doc = yaml.safe_load(tiering_env.config_path.read_text())
+    doc["export"]["catalog_name"] = "lake"
+    tiering_env.config_path.write_text(yaml.safe_dump(doc))
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        want = fetched_offsets(ctx, w.tp, IsolationLevel.READ_COMMITTED)
+        assert not run_export(ctx, "orders").failed
+        properties = catalog_properties(ctx.config)
+    lake = pyiceberg_catalog("lake", **properties)
+    assert lake.table_exists(("kafka", "orders"))
+    assert not pyiceberg_catalog("tiering", **properties).table_exists(("kafka", "orders"))
+    con = lake.load_table(("kafka", "orders")).scan(row_filter="partition = 0").to_duckdb("orders")
+    got = con.sql('select "offset" from orders order by "offset"').fetchall()
+    assert [o for (o,) in got] == want

@@ -131,6 +131,39 @@ def test_data_written_at_0001_survives_the_upgrade_and_the_way_back(metadata_url
         engine.dispose()
 
 
+def test_0006_adds_export_table_leases_and_keeps_what_0005_held(metadata_url: str) -> None:
+    """A store at 0005 (partitions and their leases in use) gains the export table leases on
+    open; their tokens start at 1 beside the partitions' own; the way back drops only them."""
+    upgrade(metadata_url, "0005_counters")
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_partitions (id, topic_id, topic, partition, delete_state, dropped, "
+                    "lease_holder, lease_token, lease_expires_ms, fencing_counter, remote_log_start_offset, "
+                    "finish_counter, created_ms, updated_ms) "
+                    "VALUES (1, :tid, 'orders', 0, NULL, false, NULL, 7, 0, 7, NULL, 0, 1, 1)"
+                ),
+                {"tid": TIP.topic_id},
+            )
+        assert "tiering_export_tables" not in tiering_tables(engine)
+        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+            assert current_revision(metadata_url) == head_revision()
+            assert "tiering_export_tables" in tiering_tables(engine)
+            lease = store.acquire_table_lease("tiering", "kafka.orders", "export:after-upgrade")
+            assert lease.token == 1
+            assert store.acquire_lease(TIP, "copy:after-upgrade").token == 8
+        downgrade(metadata_url, "0005_counters")
+        assert "tiering_export_tables" not in tiering_tables(engine)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT fencing_counter FROM tiering_partitions")).scalar() == 8
+        upgrade(metadata_url)
+        assert schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
 def test_the_store_migrates_a_fresh_database_and_refuses_a_newer_schema(metadata_url: str) -> None:
     with RemoteLogMetadataStore(metadata_url) as store:
         store.register_partition(TIP)

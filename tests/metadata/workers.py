@@ -121,7 +121,27 @@ def open_store(url: str, start_at: str) -> None:
     say("REVISION", current_revision(url))
 
 
-COMMANDS = {"race": race, "hang": hang, "stale": stale, "storm": storm, "open": open_store}
+def table_lease(url: str, start_at: str) -> None:
+    """Take a fresh export table's lease at the same instant as others (its row made by the race)."""
+    holder = f"export:{uuid.uuid4().hex[:8]}"
+    with RemoteLogMetadataStore(url) as store:
+        wait_until(float(start_at))
+        try:
+            store.acquire_table_lease("tiering", "kafka.orders.eu", holder, ttl_ms=60_000)
+        except LeaseHeldError:
+            say(json.dumps({"won": False, "holder": holder}))
+            return
+        say(json.dumps({"won": True, "holder": holder}))
+
+
+COMMANDS = {
+    "race": race,
+    "hang": hang,
+    "stale": stale,
+    "storm": storm,
+    "open": open_store,
+    "table_lease": table_lease,
+}
 
 if __name__ == "__main__":
     COMMANDS[sys.argv[1]](*sys.argv[2:])

@@ -199,6 +199,7 @@ class KafkaNode:
     properties: Path
     log: Path
     process: ServerProcess | None = None
+    sasl_port: int | None = None  # a SASL_PLAINTEXT (PLAIN) listener beside PLAINTEXT, if asked for
 
     @property
     def running(self) -> bool:
@@ -218,6 +219,13 @@ class KafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes.values() if node.running)
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The running nodes' SASL_PLAINTEXT listeners (``kafka_cluster(sasl_users=...)``)."""
+        return ",".join(
+            f"127.0.0.1:{node.sasl_port}" for node in self.nodes.values() if node.running and node.sasl_port
+        )
 
     # -- processes ------------------------------------------------------------------------
 
@@ -359,6 +367,27 @@ class KafkaCluster:
             time.sleep(0.2)
 
 
+def _sasl_listener(
+    port: int, controller_port: int, sasl_port: int | None, users: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The settings of a SASL_PLAINTEXT listener (PLAIN, ``users``' passwords) beside PLAINTEXT."""
+    if sasl_port is None or not users:
+        return {}
+    accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "listeners": (
+            f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+            f"CONTROLLER://127.0.0.1:{controller_port}"
+        ),
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {accounts};"
+        ),
+    }
+
+
 def _properties(settings: Mapping[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -373,12 +402,15 @@ def kafka_cluster(
     distribution: KafkaDistribution | None = None,
     prefix: str = "tiering-kafka-",
     keep_in: Path | None = None,
+    sasl_users: Mapping[str, str] | None = None,
 ) -> Iterator[KafkaCluster]:
     """Format KRaft storage for ``nodes`` combined nodes, start them, yield the running cluster,
     and stop every node afterwards (also when the body raised). The nodes' directories are thrown
-    away, unless ``keep_in`` (a new, empty directory) names where they go. ``settings`` apply to
-    every node, ``node_settings`` (by node id) to one node over them (e.g. a broker default
-    ``log.segment.bytes`` of its own, so that its replicas roll at offsets of their own)."""
+    away, unless ``keep_in`` (a new, empty directory) names where they go. ``sasl_users`` (user ->
+    password) adds a SASL_PLAINTEXT listener with the PLAIN mechanism to every node, for those
+    users; the PLAINTEXT listener stays for the brokers and the tests' own clients. ``settings``
+    apply to every node, ``node_settings`` (by node id) to one node over them (e.g. a broker
+    default ``log.segment.bytes`` of its own, so that its replicas roll at offsets of their own)."""
     dist = distribution or kafka_distribution()
     if keep_in is not None:
         keep_in.mkdir(parents=True, exist_ok=True)
@@ -388,6 +420,7 @@ def kafka_cluster(
     cluster = KafkaCluster(dist, work, _random_cluster_id(dist, work))
     try:
         ports = {i: (free_port(), free_port()) for i in range(1, nodes + 1)}
+        sasl_ports = {i: free_port() for i in ports} if sasl_users else {}
         voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in ports.items())
         replicas = str(min(nodes, 3))
         for i, (port, controller_port) in ports.items():
@@ -407,6 +440,7 @@ def kafka_cluster(
                 "transaction.state.log.replication.factor": replicas,
                 "default.replication.factor": "1",
                 **BROKER_SETTINGS,
+                **_sasl_listener(port, controller_port, sasl_ports.get(i), sasl_users),
                 **(settings or {}),
                 **((node_settings or {}).get(i) or {}),
             }
@@ -414,7 +448,9 @@ def kafka_cluster(
             properties = node_dir / "server.properties"
             properties.write_text(_properties(props))
             _format_storage(dist, cluster.cluster_id, properties, node_dir / "format.log")
-            cluster.nodes[i] = KafkaNode(i, port, controller_port, log_dirs, properties, node_dir / "kafka.log")
+            cluster.nodes[i] = KafkaNode(
+                i, port, controller_port, log_dirs, properties, node_dir / "kafka.log", sasl_port=sasl_ports.get(i)
+            )
         for i in cluster.nodes:
             cluster.start_node(i)
         cluster.wait_ready()

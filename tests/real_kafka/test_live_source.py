@@ -241,3 +241,52 @@ def test_the_brokers_own_retention_racing_the_runs_is_never_a_delete_records(
         assert view.global_log_start_offset == view.remote_log_start_offset  # only the platform's own
         assert ctx.topic_config(topic).retention_bytes == -1  # the YAML entry over the topic's value
         assert ctx.topic_config(topic).effective_local_retention_bytes() == 3 * SEGMENT  # the broker's
+
+
+def test_the_sasl_password_is_read_when_the_source_connects_to_a_sasl_plain_broker(
+    private_kafka: PrivateKafka, beside: Beside, monkeypatch: Any, caplog: Any
+) -> None:
+    """A broker whose only client listener for the platform is SASL_PLAINTEXT (PLAIN): the config
+    parses without the password's variable; a run that asks the cluster without it fails with one
+    line naming the variable; a wrong password is the cluster's refusal, never echoed; with it, the
+    run takes the cluster's offsets."""
+    import logging
+
+    secret = "sasl-" + uuid.uuid4().hex
+    variable = "TIERING_TEST_SASL_PASSWORD"
+    topic = "live-source-sasl"
+    monkeypatch.delenv(variable, raising=False)
+    caplog.set_level(logging.DEBUG)
+    with private_kafka(sasl_users={"tiering": secret}) as cluster:
+        cluster.create_topic(topic, segment_bytes=SEGMENT)
+        produce(cluster, topic, 800)
+        platform = beside(cluster, 1)
+        platform.document["kafka"] = {
+            "bootstrap_servers": cluster.sasl_bootstrap_servers,
+            "request_timeout_ms": 5000,
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": "tiering",
+            "sasl_password_env": variable,
+        }
+        platform.write()
+        assert load_config(platform.config_path).kafka is not None  # no password needed to parse
+        for command in ("status", "copy"):
+            result = platform.run(command, "--topic", topic)
+            assert result.code == 1 and result.stdout == "", (command, result)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1, (command, result.stderr)
+            assert f"kafka.sasl_password_env: the environment variable {variable} is not set" in lines[0]
+        monkeypatch.setenv(variable, "wrong-" + secret)
+        refused = platform.run("status", "--topic", topic)
+        assert refused.code == 1 and len(refused.stderr.strip().splitlines()) == 1, refused
+        assert "did not answer" in refused.stderr and "wrong-" not in refused.stderr
+        monkeypatch.setenv(variable, secret)
+        row = platform.status(topic)
+        start, hw, lso = admin_offsets(cluster, topic)
+        assert row["offsets_source"] == "broker" and row["error"] is None
+        assert (row["log_start_offset"], row["high_watermark"], row["last_stable_offset"]) == (start, hw, lso)
+        assert hw == 800
+        platform.ok("copy", "--topic", topic)
+        assert platform.status(topic)["highest_copied_offset"] > 0
+    assert secret not in caplog.text

@@ -1,6 +1,8 @@
 """A partition moved between a broker's log dirs (AlterReplicaLogDirs) leaves the same trace a
-deleted one does: its old directory renamed ``<topic>-<partition>.<uuid>-delete``. Removal must
-never take that for a deletion while the partition lives on in another log dir."""
+deleted one does: its old directory renamed ``<topic>-<partition>.<uuid>-delete``
+(``replaceCurrentWithFutureLog``). Removal, run inside the window the directory stays
+(``log.segment.delete.delay.ms``), must never take that for a deletion while the partition lives on
+in another log dir: the controller's word, not a directory, decides (docs/kafka-rules.md section 7)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from tiering_core.kafka.topic import TopicPartition
 
 def test_a_log_dir_move_is_not_a_deletion(private_kafka: PrivateKafka, beside: Callable[..., BesideKafka]) -> None:
     topic = "moved"
-    with private_kafka(1, log_dirs_per_node=2) as cluster:
+    settings = {"log.segment.delete.delay.ms": "600000"}  # the -delete directory stays for the whole test
+    with private_kafka(1, settings=settings, log_dirs_per_node=2) as cluster:
         cluster.create_topic(topic, segment_bytes=16 * 1024)
         producer = cluster.producer(linger_ms=5)
         for _ in range(2000):
@@ -47,14 +50,24 @@ def test_a_log_dir_move_is_not_a_deletion(private_kafka: PrivateKafka, beside: C
         row = platform.status(topic)
         assert row["highest_copied_offset"] == copied and row["remote_segments"] > 0
 
-        # Configured with the old log dir only, the files alone would show a deletion, proven by
-        # its -delete trace; the cluster (the kafka: section) still reports the topic id.
+        # Configured with the old log dir only, the partition is gone from the files and its -delete
+        # trace is there, as after a deletion. Without a kafka: section the broker's KRaft metadata
+        # image (in its first log dir, its metadata.log.dir) still has the topic: refused.
+        topic_id = PartitionLog.open(target / f"{topic}-0").topic_id
         platform.document["log_dirs"] = [str(source.parent)]
+        platform.document["metadata_log_dir"] = str(cluster.nodes[1].log_dirs[0])
+        platform.write()
+        assert (source.parent / f"{topic}-0").exists() is False and deleted_topic_ids(source.parent, tp)
+        for named in ((), ("--topic-id", topic_id)):
+            refused = platform.run("delete-partition", "--topic", topic, "--partition", "0", "--yes", *named)
+            assert refused.code == 1, refused
+            assert f"still has topic id {topic_id} (topic 'moved'): Kafka has not deleted it" in refused.stderr
+        # With a kafka: section the cluster itself still reports the topic id.
         platform.document["kafka"] = {"bootstrap_servers": cluster.bootstrap_servers}
         platform.write()
         refused = platform.run("delete-partition", "--topic", topic, "--partition", "0", "--yes")
         assert refused.code != 0
         assert "still reports topic 'moved' with topic id" in refused.stderr
-        assert "it was not deleted" in refused.stderr
+        assert "Kafka has not deleted it" in refused.stderr
         segments = platform.ok("segments", "--topic", topic, "--partition", "0", "--json").json()
         assert len([s for s in segments if s["state"] == "COPY_SEGMENT_FINISHED"]) == row["remote_segments"]

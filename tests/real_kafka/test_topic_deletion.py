@@ -1,11 +1,10 @@
 """Topic deletion on a real broker is the evidence partition removal acts on (docs/kafka-rules.md
-section 7, DESIGN invariant 7).
+section 7, DESIGN invariant 7): the controller's word, never the broker's directories.
 
-While the topic lives, ``delete-partition`` refuses. Once the admin client deleted the topic, the
-broker renames each partition dir to ``<topic>-<p>.<uuid>-delete`` (removed
-``log.segment.delete.delay.ms`` later): removal deletes that topic id's remote data and nothing
-of any other topic. Once the broker removed that dir too, no evidence is left: removal refuses
-unless forced.
+While the topic lives, ``delete-partition`` refuses. Once the admin client deleted the topic and the
+broker's KRaft metadata image holds the committed RemoveTopicRecord, removal deletes that topic id's
+remote data, without ``--force``, and nothing of any other topic; with a ``kafka:`` section the
+cluster's Metadata is the word, also once the broker removed the ``-delete`` directory.
 """
 
 from __future__ import annotations
@@ -20,9 +19,13 @@ import boto3
 from tests.real_kafka.cluster import KafkaCluster
 from tests.real_kafka.conftest import PrivateKafka
 from tests.real_kafka.support import BesideKafka, ConsumedRecord, consume
+from tiering_core.kafka.cluster_metadata import TopicIdState, read_cluster_metadata
 
 #: The broker removes a ``-delete`` dir this long after the rename (a broker-wide setting).
 DELETE_DELAY_MS = 6000
+#: A node snapshots its metadata image this often (Kafka's default: an hour): the snapshot that
+#: proves the deletion committed comes at once.
+SNAPSHOT_INTERVAL_MS = 1000
 
 
 def _produce(cluster: KafkaCluster, topic: str, count: int) -> None:
@@ -50,7 +53,11 @@ def _delete_dirs(log_dir: Path, topic: str, partition: int) -> list[Path]:
 def test_topic_deletion_is_the_evidence_removal_acts_on(
     private_kafka: PrivateKafka, beside: Callable[..., BesideKafka]
 ) -> None:
-    with private_kafka(settings={"log.segment.delete.delay.ms": str(DELETE_DELAY_MS)}) as cluster:
+    settings = {
+        "log.segment.delete.delay.ms": str(DELETE_DELAY_MS),
+        "metadata.log.max.snapshot.interval.ms": str(SNAPSHOT_INTERVAL_MS),
+    }
+    with private_kafka(settings=settings) as cluster:
         ids = {t: cluster.create_topic(t, segment_bytes=16 * 1024) for t in ("doomed", "bystander", "vanished")}
         platform = beside(cluster)
         for topic in ids:
@@ -75,11 +82,12 @@ def test_topic_deletion_is_the_evidence_removal_acts_on(
 
         log_dir = cluster.nodes[1].log_dirs[0]
         cluster.admin().delete_topics(["doomed", "vanished"])
-        cluster.wait_until("the broker's -delete rename", lambda: bool(_delete_dirs(log_dir, "doomed", 0)), 30)
-        assert not (log_dir / "doomed-0").exists()
+        cluster.wait_until(
+            "the broker's metadata image to hold the committed deletion",
+            lambda: read_cluster_metadata(log_dir).state_of(status["doomed"]["topic_id"]) is TopicIdState.DELETED,
+        )
         removed = platform.run("delete-partition", "--topic", "doomed", "--partition", "0", "--yes", "--json")
-        assert _delete_dirs(log_dir, "doomed", 0), "the evidence was still there when removal ran"
-        assert removed.code == 0, removed
+        assert removed.code == 0, removed  # in files mode, on the metadata image's word, without --force
         done = removed.json()
         assert done["topic_ids"] == [status["doomed"]["topic_id"]]
         assert done["segments_deleted"] == len(segments["doomed"])
@@ -94,22 +102,18 @@ def test_topic_deletion_is_the_evidence_removal_acts_on(
         served = platform.remote_records("bystander", 0, 0, hco + 1)
         assert [ConsumedRecord.from_fetch(r) for r in served] == bystander_before[: hco + 1]
 
-        # The broker removes the -delete dir: nothing proves the deletion any more.
+        # The broker removes the -delete dir: no directory says anything any more, and none has to. With a
+        # kafka: section the cluster's Metadata is the word.
         cluster.wait_until(
             "the broker removing the -delete dir",
             lambda: not _delete_dirs(log_dir, "vanished", 0),
             DELETE_DELAY_MS / 1000 + 30,
         )
-        unproven = platform.run("delete-partition", "--topic", "vanished", "--partition", "0", "--yes")
-        assert unproven.code == 1, unproven
-        assert "no positive evidence that topic id" in unproven.stderr
-        assert "--force" in unproven.stderr
-        assert sorted(_keys(platform)) == sorted(keys_after)
-        forced = platform.run(
-            "delete-partition", "--topic", "vanished", "--partition", "0", "--yes", "--force", "--json"
-        )
-        assert forced.code == 0, forced
-        assert forced.json()["segments_deleted"] == len(segments["vanished"])
+        platform.document["kafka"] = {"bootstrap_servers": cluster.bootstrap_servers}
+        platform.write()
+        removed = platform.run("delete-partition", "--topic", "vanished", "--partition", "0", "--yes", "--json")
+        assert removed.code == 0, removed
+        assert removed.json()["segments_deleted"] == len(segments["vanished"])
         assert sorted(_keys(platform)) == sorted(k for k in keys_after if not k.startswith(prefix["vanished"]))
         assert (
             platform.ok("segments", "--topic", "bystander", "--partition", "0", "--json").json()

@@ -1,5 +1,6 @@
-"""Partition removal (docs/kafka-rules.md section 7): which topic ids it removes, dry runs, the sweep of
-unreferenced objects, resuming after a kill at each step, no recopy."""
+"""Partition removal (docs/kafka-rules.md section 7): which topic ids it removes, only on the controller's
+word that Kafka deleted them, dry runs, the sweep of unreferenced objects, resuming after a kill at each
+step, no recopy."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, kafka_creates_topic, kafka_deletes_topic, tip_of, write_segments
 from tests.runs.test_retention import (
     assert_objects_match_metadata,
     end_state,
@@ -23,12 +24,13 @@ from tests.runs.test_retention import (
     snapshot_state,
     twin_of,
 )
+from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
 from tiering_core.demo.writer import PartitionWriter, write_meta_properties
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.errors import RemovalRefusedError
+from tiering_core.runs.errors import DeletionUnprovenError, RemovalRefusedError
 from tiering_core.runs.removal import RemovalTargets, delete_partition, lift_tombstone, removal_targets
 from tiering_core.runs.retention import run_retention
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
@@ -36,8 +38,8 @@ from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED.value
 
 
-def tiered_partition(env: TieringEnv, segments: int = 3) -> PartitionWriter:
-    w = env.writer()
+def tiered_partition(env: TieringEnv, segments: int = 3, topic: str = "orders") -> PartitionWriter:
+    w = env.writer(topic)
     write_segments(w, segments)
     w.set_high_watermark()
     with env.context() as ctx:
@@ -46,9 +48,9 @@ def tiered_partition(env: TieringEnv, segments: int = 3) -> PartitionWriter:
 
 
 def delete_topic_on_broker(w: PartitionWriter) -> None:
-    """The broker deletes the topic: its partition directory leaves the log dirs (renamed
-    ``<topic>-<partition>.<uuid>-delete`` first, Kafka's trace of the deletion)."""
-    w.delete()
+    """Kafka deletes the topic: the controller's committed RemoveTopicRecord in the broker's
+    metadata log, and the partition directory renamed ``<topic>-<partition>.<uuid>-delete``."""
+    kafka_deletes_topic(w)
 
 
 def put_stray_object(env: TieringEnv, tip: TopicIdPartition) -> str:
@@ -61,8 +63,11 @@ def put_stray_object(env: TieringEnv, tip: TopicIdPartition) -> str:
 
 def test_removal_by_topic_id_deletes_everything_and_forbids_recopy(tiering_env: TieringEnv) -> None:
     w = tiered_partition(tiering_env)
+    kafka_creates_topic(w)
     with tiering_env.context() as ctx:
-        result = delete_partition(ctx, w.tp, topic_id=w.topic_id)  # still in the log dirs: named
+        with pytest.raises(DeletionUnprovenError, match=f"still has topic id {w.topic_id} .topic 'orders'."):
+            delete_partition(ctx, w.tp, topic_id=w.topic_id)  # named, but Kafka has not deleted it
+        result = delete_partition(ctx, w.tp, topic_id=w.topic_id, force=True)  # a broker being decommissioned
         assert result.segments_deleted == 3 and result.state == FINISHED
         assert result.topic_ids == [w.topic_id] and result.kept_topic_ids == []
         assert ctx.storage.list_objects(tip_of(w)) == []
@@ -83,7 +88,7 @@ def test_partition_still_on_the_broker_is_refused_without_its_topic_id(fs_env: T
             message = str(refused.value)
             assert "orders-0 is still in the broker's log dirs" in message
             assert f"topic id {w.topic_id} in {w.path}" in message
-            assert f"--topic-id {w.topic_id}" in message
+            assert f"--topic-id {w.topic_id}, with --force while Kafka has not deleted it" in message
         with pytest.raises(TieringError, match="has no remote data under topic id AAAAAAAAAAAAAAAAAAAAAA"):
             delete_partition(ctx, w.tp, topic_id="AAAAAAAAAAAAAAAAAAAAAA")
         with pytest.raises(TieringError, match="unknown to the metadata store"):
@@ -113,15 +118,21 @@ def test_named_topic_ids_are_removed_as_one_result(tiering_env: TieringEnv) -> N
     delete_topic_on_broker(old)
     new = tiered_partition(tiering_env, segments=2)  # recreated, still in the log dirs
     new_before = snapshot_state(tiering_env, tip_of(new))
+    kafka_creates_topic(new)
     with tiering_env.context() as ctx:
         with pytest.raises(ValueError, match="not both"):
             delete_partition(ctx, new.tp, topic_id=new.topic_id, topic_ids=[new.topic_id])
         nothing = delete_partition(ctx, new.tp, topic_ids=[])
         assert (nothing.topic_ids, nothing.state, nothing.segments_deleted) == ([], None, 0)
-        dry = delete_partition(ctx, new.tp, topic_ids=[new.topic_id, old.topic_id], dry_run=True)
+        assert delete_partition(ctx, new.tp, topic_ids=[old.topic_id], dry_run=True).topic_ids == [old.topic_id]
+        for dry_run in (True, False):  # the live one needs force, and nothing goes without it
+            with pytest.raises(DeletionUnprovenError, match=f"still has topic id {new.topic_id}"):
+                delete_partition(ctx, new.tp, topic_ids=[old.topic_id, new.topic_id], dry_run=dry_run)
+        assert snapshot_state(tiering_env, tip_of(new)) == new_before
+        dry = delete_partition(ctx, new.tp, topic_ids=[new.topic_id, old.topic_id], dry_run=True, force=True)
         assert dry.topic_ids == [new.topic_id, old.topic_id] and len(dry.planned) == 5
         assert snapshot_state(tiering_env, tip_of(new)) == new_before
-        result = delete_partition(ctx, new.tp, topic_ids=[old.topic_id, new.topic_id])
+        result = delete_partition(ctx, new.tp, topic_ids=[old.topic_id, new.topic_id], force=True)
         assert (result.topic_ids, result.segments_deleted, result.state) == ([old.topic_id, new.topic_id], 5, FINISHED)
         again = delete_partition(ctx, new.tp, topic_ids=[old.topic_id, new.topic_id])
         assert (again.topic_ids, again.segments_deleted, again.state) == ([old.topic_id, new.topic_id], 0, FINISHED)
@@ -317,7 +328,7 @@ def test_removal_killed_at_each_step_resumes_to_the_same_end(fs_env: TieringEnv,
 @pytest.mark.parametrize("broker", ["log-dir-gone", "partition-metadata-corrupt"])
 def test_removal_refused_when_the_broker_cannot_be_read(fs_env: TieringEnv, broker: str) -> None:
     """Whether the broker still holds the partition decides what is removed; unknown, only a
-    named topic id is."""
+    named topic id is, and without the controller's word only by force."""
     w = tiered_partition(fs_env)
     if broker == "log-dir-gone":  # e.g. a decommissioned broker's disks
         shutil.rmtree(fs_env.log_dir)
@@ -331,64 +342,143 @@ def test_removal_refused_when_the_broker_cannot_be_read(fs_env: TieringEnv, brok
             delete_partition(ctx, w.tp)
     assert snapshot_state(fs_env, tip_of(w)) == before
     with fs_env.context() as ctx:
-        result = delete_partition(ctx, w.tp, topic_id=w.topic_id)
+        with pytest.raises(DeletionUnprovenError, match="no word from the controller"):
+            delete_partition(ctx, w.tp, topic_id=w.topic_id)
+        result = delete_partition(ctx, w.tp, topic_id=w.topic_id, force=True)
         assert result.state == FINISHED and result.segments_deleted == 3
         assert ctx.storage.list_objects(tip_of(w)) == []
 
 
-# --- positive evidence of the deletion -----------------------------------------------------------
+# --- the controller's word -------------------------------------------------------------------------
 
 
-def use_log_dirs(env: TieringEnv, *log_dirs: Path) -> None:
-    """The config lists ``log_dirs`` (e.g. an unmounted disk, or a JBOD broker's dirs)."""
+def use_log_dirs(env: TieringEnv, *log_dirs: Path, **extra: object) -> None:
+    """The config lists ``log_dirs`` (e.g. an unmounted disk, or a JBOD broker's dirs), and ``extra`` keys."""
     doc = yaml.safe_load(env.config_path.read_text())
     doc["log_dirs"] = [str(d) for d in log_dirs]
+    doc.update(extra)
     env.config_path.write_text(yaml.safe_dump(doc))
 
 
-def refused_without_evidence(env: TieringEnv, w: PartitionWriter, reason: str) -> None:
-    """Refused naming ``reason``, in a dry run too, with nothing changed; ``force`` overrides."""
+def refused(env: TieringEnv, w: PartitionWriter, reason: str) -> None:
+    """Refused naming ``reason``, in a dry run too and with the topic id named, nothing changed."""
     before = snapshot_state(env, tip_of(w))
     with env.context() as ctx:
-        for dry_run in (True, False):
-            with pytest.raises(RemovalRefusedError, match=reason) as refused:
-                delete_partition(ctx, w.tp, dry_run=dry_run)
-            assert "--force" in str(refused.value)
+        for named in (None, w.topic_id):
+            for dry_run in (True, False):
+                with pytest.raises(DeletionUnprovenError, match=reason) as refusal:
+                    delete_partition(ctx, w.tp, topic_id=named, dry_run=dry_run)
+                assert "--force" in str(refusal.value) and "nothing deleted" in str(refusal.value)
+                assert "\n" not in str(refusal.value)  # the command's one-line reason
     assert snapshot_state(env, tip_of(w)) == before
+
+
+def refused_without_evidence(env: TieringEnv, w: PartitionWriter, reason: str) -> None:
+    """``refused``; then ``force`` removes it."""
+    refused(env, w, reason)
     with env.context() as ctx:
         forced = delete_partition(ctx, w.tp, force=True)
     assert (forced.state, forced.topic_ids, forced.segments_deleted) == (FINISHED, [w.topic_id], 3)
 
 
+@pytest.mark.parametrize("how", ["renamed-delete", "gone-without-trace"])
+def test_a_partition_gone_from_the_broker_is_no_evidence_while_the_controller_has_it(
+    fs_env: TieringEnv, how: str
+) -> None:
+    """A reassignment away from this broker (StopReplica) and the end of a log-dir move rename the
+    directory ``<topic>-<p>.<uuid>-delete`` exactly as a topic deletion does; the directory may also be
+    gone already. Neither is the controller's word: the metadata image still has the topic."""
+    w = tiered_partition(fs_env)
+    kafka_creates_topic(w)
+    if how == "renamed-delete":
+        w.delete()
+    else:
+        shutil.rmtree(w.path)
+    refused_without_evidence(
+        fs_env, w, f"still has topic id {w.topic_id} \\(topic 'orders'\\): Kafka has not deleted it"
+    )
+
+
+def test_a_deletion_is_removed_on_the_controllers_word_alone(fs_env: TieringEnv) -> None:
+    """A committed RemoveTopicRecord is the evidence, whatever the broker's directory looks like:
+    here the broker has not renamed it yet (it was down when the topic was deleted)."""
+    w = tiered_partition(fs_env)
+    kafka_deletes_topic(w, rename=False)
+    with fs_env.context() as ctx:
+        result = delete_partition(ctx, w.tp, topic_id=w.topic_id)
+    assert (result.state, result.segments_deleted) == (FINISHED, 3)
+
+
+def test_a_deletion_not_yet_proven_committed_waits_for_a_snapshot_or_a_new_controller(fs_env: TieringEnv) -> None:
+    """A follower may hold records the quorum never commits: a RemoveTopicRecord counts once the
+    broker's snapshot includes it, or once a later controller has written (its epoch's start is then
+    committed)."""
+    first, second = tiered_partition(fs_env), tiered_partition(fs_env, topic="payments")
+    kafka_deletes_topic(first, committed=False)
+    refused(fs_env, first, "deletes topic id .* at offset 3, but it is proven committed only below offset 1")
+    ClusterMetadataWriter(fs_env.log_dir).snapshot()  # the broker's snapshot includes the deletion
+    with fs_env.context() as ctx:
+        assert delete_partition(ctx, first.tp).state == FINISHED
+    kafka_deletes_topic(second, committed=False)
+    controller = ClusterMetadataWriter(fs_env.log_dir)
+    controller.elect(2)  # a new leader; its LeaderChange alone proves nothing
+    refused(fs_env, second, "proven committed only below offset 4")
+    controller.no_op()  # the new active controller's first record
+    with fs_env.context() as ctx:
+        assert delete_partition(ctx, second.tp).state == FINISHED
+
+
+def test_a_deletion_older_than_the_metadata_log_is_no_evidence(fs_env: TieringEnv) -> None:
+    """Kafka's metadata log keeps its records before the latest snapshot for a while only
+    (metadata.max.retention.ms); a topic id neither in the image nor deleted in the log proves
+    nothing (it may as well be a log of another cluster, or one out of date)."""
+    w = tiered_partition(fs_env)
+    kafka_deletes_topic(w)
+    controller = ClusterMetadataWriter(fs_env.log_dir)
+    controller.roll()
+    controller.no_op()
+    controller.snapshot()
+    controller.delete_segments_before_snapshot()
+    reason = f"no word from the controller that topic id {w.topic_id} was deleted: the metadata log in .* neither has"
+    refused_without_evidence(fs_env, w, reason)
+
+
+def test_no_metadata_log_or_one_of_another_cluster_is_no_evidence(fs_env: TieringEnv) -> None:
+    w = tiered_partition(fs_env)
+    w.delete()  # the -delete rename alone
+    refused(fs_env, w, "holds KRaft's __cluster_metadata-0 .* name it as metadata_log_dir")
+    other = fs_env.root / "other-cluster"
+    other.mkdir()
+    (other / "meta.properties").write_text("version=1\nnode.id=1\ncluster.id=ANOTHERclusterID000000\n")
+    stranger = ClusterMetadataWriter(other)
+    stranger.create_topic("orders", topic_id=w.topic_id)
+    stranger.remove_topic(w.topic_id)
+    stranger.snapshot()
+    use_log_dirs(fs_env, fs_env.log_dir, metadata_log_dir=str(other))
+    refused(fs_env, w, "the log dirs and the metadata log dir belong to more than one broker or cluster")
+    use_log_dirs(fs_env, fs_env.log_dir, metadata_log_dir=str(fs_env.root / "nowhere"))
+    refused_without_evidence(fs_env, w, "metadata_log_dir: .*nowhere holds no __cluster_metadata-0")
+
+
+def test_a_damaged_metadata_log_is_no_evidence(fs_env: TieringEnv) -> None:
+    w = tiered_partition(fs_env)
+    kafka_deletes_topic(w)
+    segment = ClusterMetadataWriter(fs_env.log_dir).segment
+    data = bytearray(segment.read_bytes())
+    data[-2] ^= 0x55
+    segment.write_bytes(bytes(data))
+    refused_without_evidence(fs_env, w, f"{segment}: at byte .*CRC mismatch")
+
+
 def test_an_empty_or_unmounted_log_dir_is_no_evidence(fs_env: TieringEnv) -> None:
     w = tiered_partition(fs_env)
+    kafka_deletes_topic(w)
     unmounted = fs_env.root / "unmounted"  # the mount point, without its disk
     unmounted.mkdir()
     use_log_dirs(fs_env, unmounted)
+    refused(fs_env, w, "no log dir of .*unmounted holds KRaft's __cluster_metadata-0")
+    use_log_dirs(fs_env, fs_env.log_dir, unmounted)  # the controller's word, beside a log dir that is not live
     refused_without_evidence(fs_env, w, f"log dir {unmounted} has no meta.properties")
-
-
-def test_a_jbod_broker_with_a_missing_log_dir_is_no_evidence(fs_env: TieringEnv) -> None:
-    """The partition lives on the second disk, which is not mounted: the first disk's log dir is live."""
-    w = tiered_partition(fs_env)
-    second = fs_env.root / "disk2"
-    shutil.move(w.path, fs_env.root / "elsewhere")  # on the disk that is not mounted
-    second.mkdir()
-    use_log_dirs(fs_env, fs_env.log_dir, second)
-    refused_without_evidence(fs_env, w, f"log dir {second} has no meta.properties")
-
-
-@pytest.mark.parametrize("how", ["moved-to-another-broker", "gone-without-trace", "trace-of-another-topic-id"])
-def test_a_partition_missing_without_its_delete_trace_is_no_evidence(fs_env: TieringEnv, how: str) -> None:
-    w = tiered_partition(fs_env)
-    if how == "moved-to-another-broker":  # a reassignment: the directory leaves this broker whole
-        shutil.move(w.path, fs_env.root / "other-broker")
-    elif how == "gone-without-trace":  # the -delete directory already removed, or never made
-        shutil.rmtree(w.path)
-    else:  # a -delete directory of the same partition, but of an older topic id
-        trace = w.delete()
-        (trace / "partition.metadata").write_text("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n")
-    refused_without_evidence(fs_env, w, f"no positive evidence that topic id {w.topic_id} was deleted")
 
 
 def test_a_partition_moving_between_the_brokers_log_dirs_is_live(fs_env: TieringEnv) -> None:
@@ -412,7 +502,7 @@ def test_a_partition_moving_between_the_brokers_log_dirs_is_live(fs_env: Tiering
 
 def test_log_dirs_of_two_brokers_are_no_evidence(fs_env: TieringEnv) -> None:
     w = tiered_partition(fs_env)
-    w.delete()
+    kafka_deletes_topic(w)
     other = fs_env.root / "broker-2"
     PartitionWriter(other, TopicPartition("payments", 0), node_id=2)
     use_log_dirs(fs_env, fs_env.log_dir, other)
@@ -423,11 +513,11 @@ def test_a_tombstone_written_in_error_is_lifted(fs_env: TieringEnv) -> None:
     """A removal forced by mistake (the partition had moved, not been deleted): lifting the
     tombstone lets the topic id be tiered again from what the broker holds."""
     w = tiered_partition(fs_env)
-    moved = fs_env.root / "moved"
-    shutil.move(w.path, moved)
+    live = w.path
+    moved = w.delete()  # e.g. a log-dir move's -delete rename, taken for a deletion
     with fs_env.context() as ctx:
         assert delete_partition(ctx, w.tp, force=True).state == FINISHED
-    shutil.move(moved, w.path)  # it was on this broker after all
+    moved.rename(live)  # it was on this broker after all
     with fs_env.context() as ctx:
         with pytest.raises(TieringError, match="removed"):
             run_copy(ctx, w.tp)

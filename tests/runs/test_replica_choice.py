@@ -269,7 +269,7 @@ def test_removal_refuses_a_topic_id_another_broker_reports_unless_forced(tiering
         with pytest.raises(RemovalRequestRefusedError, match=r"still on the cluster.*reported by broker 2"):
             plan_removal_request(ctx, "orders", [0], confirm="orders", dry_run=False, force=False)
         assert plan_removal_request(ctx, "orders", [0], confirm="orders", dry_run=True, force=True) == [
-            {"partition": 0, "topic_ids": [TOPIC_ID]}
+            {"partition": 0, "topic_ids": [TOPIC_ID], "force": True}
         ]
         result = delete_partition(ctx, TP, force=True)
     assert result.topic_ids == [TOPIC_ID] and result.segments_deleted == 1

@@ -471,7 +471,7 @@ def test_retention_on_a_removed_partition_does_nothing(fs_env: TieringEnv) -> No
     w.set_high_watermark()
     with fs_env.context() as ctx:
         run_copy(ctx, w.tp)
-        delete_partition(ctx, w.tp, topic_id=w.topic_id)  # still in the log dirs: named explicitly
+        delete_partition(ctx, w.tp, topic_id=w.topic_id, force=True)  # still in the log dirs: named, forced
     fs_env.write_config(orders={"retention.ms": 0})
     before = snapshot_state(fs_env, tip_of(w))
     with fs_env.context() as ctx:
@@ -797,7 +797,7 @@ def test_delete_records_by_hand_refuses_untiered_and_removed_partitions(fs_env: 
             apply_delete_records(ctx, w.tp, 3)
         assert ctx.metadata.get_partition(tip_of(w)) is None and ctx.metadata.list_partitions() == []
         run_copy(ctx, w.tp)
-        delete_partition(ctx, w.tp, topic_id=w.topic_id)
+        delete_partition(ctx, w.tp, topic_id=w.topic_id, force=True)
         before = snapshot_state(fs_env, tip_of(w))
         with pytest.raises(TieringError, match="is removed in the remote tier"):
             apply_delete_records(ctx, w.tp, 3)

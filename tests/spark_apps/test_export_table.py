@@ -1,7 +1,8 @@
 """The Spark export: one task per remote segment writes its data files, the driver makes the only
 commit. The table read back with pyiceberg holds each tiered offset once; a rerun commits nothing;
-spark-submit killed (-9) in the middle of a run leaves no snapshot, and the rerun exports every
-offset once and removes the data files the killed attempt wrote."""
+spark-submit killed (-9) in the middle of a run leaves no snapshot, and the rerun (once the killed
+run's table lease expired) exports every offset once and removes the data files the killed attempt
+wrote."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.engine_support import TieringEnv, write_segments
 from tests.export import support as export_support
 from tiering_core.config import load_config
 from tiering_core.export import load_catalog
+from tiering_core.export.write import referenced_files
 from tiering_core.runs.copy import run_copy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +106,7 @@ def test_spark_export_killed_mid_run_then_rerun_is_exactly_once_with_no_stray_fi
     tmp_path: Path, fs_env: TieringEnv
 ) -> None:
     warehouse = with_export(fs_env, tmp_path)
+    export_support.with_lease_ms(fs_env, 6_000)  # how long the killed run's table lease outlives it
     expected = tiered(fs_env, "orders", 2, 8, records=200)
     args = ["--config", str(fs_env.config_path), "--topic", "orders", "--parallelism", "1"]
     killed = spark_submit(args, tmp_path)
@@ -125,6 +128,7 @@ def test_spark_export_killed_mid_run_then_rerun_is_exactly_once_with_no_stray_fi
     if catalog.table_exists(("kafka", "orders")):
         assert catalog.load_table(("kafka", "orders")).current_snapshot() is None
 
+    export_support.wait_until_table_is_free(fs_env, "kafka.orders")  # the rerun is another export
     rerun = spark_submit(args, tmp_path)
     out, err = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, out + err[-3000:]
@@ -200,3 +204,79 @@ def test_a_corrupt_batch_fails_its_segment_only_naming_its_id_and_offset(
     assert sorted(again[0]) == sorted(found[0])
     committed, present = committed_and_present_files(table)
     assert committed == present
+
+
+def test_the_app_holds_the_table_lease_as_tiering_export_does_and_a_retry_takes_it_over(
+    tmp_path: Path, fs_env: TieringEnv, spark, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another export of the table (``tiering export``, or an earlier try of another task) makes the
+    app exit with one line and touch nothing; a later try of the same scheduled task (its
+    ``TIERING_TASK_ATTEMPT``) takes its killed try's lease over at once."""
+    import dataclasses
+
+    from spark_apps.export_table import main
+    from spark_apps.runtime import TASK_ATTEMPT_ENV
+    from tiering_core.metadata.store import TaskAttempt
+
+    with_export(fs_env, tmp_path)
+    expected = tiered(fs_env, "orders", 2, 2)
+    args = ["--config", str(fs_env.config_path), "--topic", "orders"]
+    with fs_env.context() as ctx:
+        command = ctx.metadata.acquire_table_lease("tiering", "kafka.orders", "export:a-tiering-export-run")
+    assert main(args, spark=spark) == 1
+    err = capsys.readouterr().err.strip()
+    assert "another export holds the table" in err and "export:a-tiering-export-run" in err and "\n" not in err
+    catalog = load_catalog(load_config(fs_env.config_path))
+    assert not catalog.table_exists(("kafka", "orders"))  # nothing made, nothing written
+
+    killed = TaskAttempt("tiering_export", "scheduled__2026-11-25T00:00:00+00:00", "export_table", -1, 1)
+    with fs_env.context() as ctx:
+        ctx.metadata.release_table_lease(command)
+        ctx.metadata.acquire_table_lease("tiering", "kafka.orders", killed.holder("export"), attempt=killed)
+    monkeypatch.setenv(TASK_ATTEMPT_ENV, dataclasses.replace(killed, run_id="manual__other").to_json())
+    assert main(args, spark=spark) == 1  # another run of the task is not its retry
+    assert "another export holds the table" in capsys.readouterr().err
+    monkeypatch.setenv(TASK_ATTEMPT_ENV, dataclasses.replace(killed, try_number=2).to_json())
+    assert main(args, spark=spark) == 0
+    _table, found = read_back(fs_env.config_path, "orders")
+    assert {p: sorted(o) for p, o in found.items()} == {p: sorted(o) for p, o in expected.items()}
+    with fs_env.context() as ctx:
+        assert ctx.metadata.latest_table_lease_token("tiering", "kafka.orders") == (3, None)  # released
+    monkeypatch.setenv(TASK_ATTEMPT_ENV, "not json")
+    assert main(args, spark=spark) == 1
+    assert "TIERING_TASK_ATTEMPT" in capsys.readouterr().err
+
+
+def test_the_app_keeps_exactly_once_beside_another_writer_a_new_topic_id_and_hostile_timestamps(
+    tmp_path: Path, fs_env: TieringEnv, spark
+) -> None:
+    from spark_apps.export_table import main
+
+    with_export(fs_env, tmp_path)
+    old = fs_env.writer("orders", 0)
+    write_segments(old, 2)
+    old.set_high_watermark()
+    with fs_env.context() as ctx:
+        run_copy(ctx, old.tp)
+    args = ["--config", str(fs_env.config_path), "--topic", "orders"]
+    assert main(args, spark=spark) == 0
+    table, found = read_back(fs_env.config_path, "orders")
+    assert sorted(found[0]) == list(range(10))
+    table.delete("offset = 3")  # another writer: a snapshot without export marks
+    assert main(args, spark=spark) == 0  # nothing exported again
+    old.delete()
+    new = fs_env.writer("orders", 0)  # the topic made again under its name
+    stamps = [2**63 - 1, -(2**63), 9_300_000_000_000_000, -100_000_000_000_000, 1_700_000_000_000]
+    for ts in stamps:
+        new.append([(b"k", b"v")], timestamp=ts)
+    new.roll()
+    new.set_high_watermark()
+    with fs_env.context() as ctx:
+        run_copy(ctx, new.tp)
+    assert main(args, spark=spark) == 0
+    table, _found = read_back(fs_env.config_path, "orders")
+    rows = table.scan(selected_fields=("offset", "topic_id", "timestamp_ms")).to_arrow().to_pylist()
+    assert sorted(r["offset"] for r in rows if r["topic_id"] == old.topic_id) == [o for o in range(10) if o != 3]
+    assert {r["offset"]: r["timestamp_ms"] for r in rows if r["topic_id"] == new.topic_id} == dict(enumerate(stamps))
+    _committed, present = committed_and_present_files(table)
+    assert present == {p.removeprefix("file://") for p in referenced_files(table)}  # no stray file

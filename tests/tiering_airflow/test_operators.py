@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, kafka_deletes_topic, tip_of, write_segments
 from tiering_airflow.operators.tiering import (
     TieringCopyOperator,
     TieringDeletePartitionOperator,
@@ -15,6 +15,7 @@ from tiering_airflow.operators.tiering import (
     as_bool,
 )
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.runs.errors import DeletionUnprovenError
 
 OPERATORS = (TieringCopyOperator, TieringRetentionOperator, TieringDeletePartitionOperator)
 
@@ -67,7 +68,7 @@ def test_delete_operator_removes_the_named_topic_ids_in_one_core_call(
             assert run_copy(ctx, w.tp).segments_copied == 2
         writers.append(w)
         if len(writers) == 1:
-            w.delete()  # the topic is deleted; the next writer recreates it
+            kafka_deletes_topic(w)  # the topic is deleted; the next writer recreates it
     old, new = writers
     real, calls = removal.delete_partition, []
 
@@ -81,10 +82,13 @@ def test_delete_operator_removes_the_named_topic_ids_in_one_core_call(
         task_id="d", topic="orders", partition=0, topic_ids=[], plan_only=True
     ).execute({"run_id": "none"})
     assert (listed["topic_ids"], listed["planned"], listed["state"]) == ([], [], None)
-    result = TieringDeletePartitionOperator(task_id="d", topic="orders", partition=0, topic_ids=names).execute(
-        {"run_id": "both"}
-    )
-    assert calls == [[], names]
+    named = TieringDeletePartitionOperator(task_id="d", topic="orders", partition=0, topic_ids=names)
+    with pytest.raises(DeletionUnprovenError, match=f"topic id {new.topic_id} was deleted"):
+        named.execute({"run_id": "unproven"})  # the live one: not without force
+    result = TieringDeletePartitionOperator(
+        task_id="d", topic="orders", partition=0, topic_ids=names, force=True
+    ).execute({"run_id": "both"})
+    assert calls == [[], names, names]
     assert result["topic_ids"] == names and result["segments_deleted"] == 4 and result["kept_topic_ids"] == []
     assert result["state"] == "DELETE_PARTITION_FINISHED" and result["fenced"] is False
     with tiering.context() as ctx:

@@ -258,3 +258,60 @@ def test_each_partition_shows_what_its_export_table_holds(tiering: TieringEnv, c
     up_to = max(segment.end_offset for segment in result.exported)
     table = client.get("/fragments/partitions", params={"topic": "orders"}).text
     assert f'<td data-label="Exported up to">{up_to:,}</td>' in table
+
+
+def test_the_page_says_which_topics_are_not_tiered_and_why(tiering: TieringEnv, client: TestClient) -> None:
+    """``ledger`` (in the store: its broker reported it) and ``audit`` (named, never seen) are
+    compacted while ``"*"`` enables remote storage: the page names them with the reason, ``orders``
+    is tiered and carries no such note."""
+    from tiering_core.tier.status import collect_status
+
+    reason = "cleanup.policy compact: Kafka never tiers a compacted topic"
+    tiering.write_config(ledger={"cleanup.policy": "compact"}, audit={"cleanup.policy": "compact,delete"})
+    for topic in ("orders", "ledger"):
+        w = tiering.writer(topic, 0)
+        write_segments(w, 2)
+        w.set_high_watermark()
+    with tiering.context() as ctx:
+        rows = collect_status(ctx, broker_id=BROKER)  # what the broker saw, recorded
+        assert {r.topic: r.not_tiered_reason for r in rows} == {"ledger": reason, "orders": None}
+    page = client.get("/")
+    assert page.status_code == 200
+    assert f"1 topic(s) not tiered ({reason}): ledger" in page.text
+    assert "1 topic(s) not tiered (cleanup.policy compact,delete: Kafka never tiers a compacted topic): audit" in (
+        page.text
+    )
+    assert f'ledger <span class="note">not tiered: {reason}</span>' in page.text
+    assert 'orders <span class="note">' not in page.text and 'data-topic="orders"' in page.text
+
+
+def test_a_black_holed_database_does_not_pin_the_page_s_readers(
+    tiering: TieringEnv, auth_manager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metadata store's host accepts connections and never answers (a black hole, not an
+    injected fault): every request answers 503 within the page's time limit, and the readers it
+    used are free again within the connect timeout, not pinned until the host comes back."""
+    import time
+
+    import yaml
+
+    from tests.metadata.test_timeouts import black_hole, black_hole_url
+    from tiering_airflow.ui import reads
+
+    monkeypatch.delenv("AIRFLOW_CONN_TIERING_METADATA", raising=False)
+    with black_hole() as port:
+        doc = yaml.safe_load(tiering.config_path.read_text())
+        doc["metadata"] = {"url": black_hole_url(port), "connect_timeout_seconds": 2}
+        tiering.config_path.write_text(yaml.safe_dump(doc))
+        client = TestClient(
+            create_app(str(tiering.config_path), status_timeout=0.5),
+            cookies={COOKIE: token_for(auth_manager, "viewer")},
+        )
+        started = time.monotonic()
+        answers = [client.get(path) for path in ("/", "/api/partitions", "/metrics", "/", "/api/partitions")]
+        assert [a.status_code for a in answers] == [503] * 5
+        assert time.monotonic() - started < 20  # each within its 0.5 s limit, give or take the machine
+        # Every reader is free again once the attempts it holds reach the connect timeout: a read
+        # queued behind them runs (five attempts, one at a time under the open-context lock).
+        assert reads.within(60, lambda: "free") == "free"
+        assert time.monotonic() - started < 45

@@ -37,13 +37,22 @@ def _emit(args: argparse.Namespace, payload: Any, human: Callable[[], str]) -> N
 
 
 #: Commands that read the broker's log dirs: with several brokers configured they need to know
-#: which one this process serves (``--broker`` or ``TIERING_BROKER_ID``). ``status --cluster``
-#: reads none.
+#: which one this process serves (``--broker`` or ``TIERING_BROKER_ID``). ``status --cluster``,
+#: ``retention --orphans`` and ``delete-partition --lift-tombstone`` read none; nor do the other
+#: commands (segments, fetch, find-offset, verify, restore, export, db), which then work on the
+#: metadata store and the remote tier alone.
 LOG_DIR_COMMANDS = frozenset({"status", "copy", "retention", "delete-partition", "delete-records", "rebuild-indexes"})
+#: The flag of a log-dir command under which it reads none.
+NO_LOG_DIR_FLAGS = {
+    "status": ("cluster",),
+    "retention": ("orphans", "delete_orphans"),
+    "delete-partition": ("lift_tombstone",),
+}
 
 
 def reads_log_dirs(args: argparse.Namespace) -> bool:
-    return args.command in LOG_DIR_COMMANDS and not (args.command == "status" and getattr(args, "cluster", False))
+    flags = NO_LOG_DIR_FLAGS.get(args.command, ())
+    return args.command in LOG_DIR_COMMANDS and not any(getattr(args, flag, False) for flag in flags)
 
 
 def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -86,27 +95,28 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     with _context(args) as ctx:
         rows = collect_status(ctx, args.topic, args.partition, broker_id=ctx.config.broker_id)
-        exported = _exported_offsets(ctx.config, rows)
+        exported = _exported_offsets(ctx, rows)
     payload = [row.to_dict() for row in rows]
     if exported is not None:
-        for row, out in zip(rows, payload, strict=True):
-            out["exported_up_to"] = exported.get((row.topic, row.partition))
+        for offset, out in zip(exported, payload, strict=True):
+            out["exported_up_to"] = offset
     _emit(args, payload, lambda: format_status_table(rows, exported))
     return EXIT_OK
 
 
-def _exported_offsets(config: Any, rows: list[Any]) -> dict[tuple[str, int], int] | None:
-    """The exported up-to offsets ``status`` shows (None: no ``export`` section); an unreachable
-    catalog is a warning, the tier's status is still shown."""
-    if config.export is None:
+def _exported_offsets(ctx: Any, rows: list[Any]) -> list[int | None] | None:
+    """Per row, the highest offset the topic's export table holds of the row's topic id (None:
+    no ``export`` section); an unreachable catalog is a warning, the tier's status is still shown."""
+    if ctx.config.export is None:
         return None
-    from tiering_core.export import exported_offsets
+    from tiering_core.export import exported_by_topic
 
     try:
-        return exported_offsets(config, {row.topic for row in rows})
+        held = exported_by_topic(ctx, {row.topic for row in rows})
     except TieringError as exc:
         print(f"tiering: status: exported offsets unknown: {one_line(exc)}", file=sys.stderr)
-        return {}
+        return [None] * len(rows)
+    return [held[row.topic].up_to(row.topic_id, row.partition) if row.topic in held else None for row in rows]
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
@@ -367,12 +377,12 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from tiering_core.cli.output import format_verify_summary
-    from tiering_core.read.verify import verify_partition
+    from tiering_core.read.verify import partitions_to_verify, verify_partition
 
     results = []
     with _context(args) as ctx:
-        for partition_log in ctx.partitions(args.topic, args.partition):
-            for checked in verify_partition(ctx, partition_log.topic_partition):
+        for tip in partitions_to_verify(ctx, args.topic, args.partition):
+            for checked in verify_partition(ctx, tip):
                 results.append(checked)
                 if not args.json:
                     print(checked.describe(), flush=True)
@@ -405,12 +415,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def cmd_db(args: argparse.Namespace) -> int:
     from tiering_core.metadata.migrations import current_revision, downgrade, upgrade
 
-    url = _config(args).metadata.url
+    metadata = _config(args).metadata
+    url, timeouts = metadata.url, metadata.timeouts
     if args.db_command == "upgrade":
-        upgrade(url, args.revision)
+        upgrade(url, args.revision, timeouts)
     elif args.db_command == "downgrade":
-        downgrade(url, args.revision)
-    revision = current_revision(url)
+        downgrade(url, args.revision, timeouts)
+    revision = current_revision(url, timeouts)
     _emit(args, {"revision": revision}, lambda: f"metadata schema at revision {revision}")
     return EXIT_OK
 

@@ -112,13 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--topic-id",
         default=None,
-        help="remove exactly this topic id (needed while the partition is still in the log dirs)",
+        help="remove exactly this topic id (while the partition is still in the log dirs: with --force)",
     )
     p.add_argument(
         "--force",
         action="store_true",
-        help="remove topic ids missing from the log dirs without positive evidence of their deletion "
-        "(live meta.properties in every log dir, the partition's -delete directory)",
+        help="remove topic ids without the controller's word that Kafka deleted them (the cluster's "
+        "metadata with a kafka: section, else the broker's KRaft metadata image)",
     )
     p.add_argument(
         "--lift-tombstone",

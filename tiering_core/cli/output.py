@@ -34,9 +34,9 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def format_status_table(rows: list[PartitionStatus], exported: dict[tuple[str, int], int] | None = None) -> str:
-    """The status table; with ``exported`` (an ``export`` section is configured) an EXPORTED
-    column: the highest offset the partition's Iceberg table holds."""
+def format_status_table(rows: list[PartitionStatus], exported: list[int | None] | None = None) -> str:
+    """The status table; with ``exported`` (an ``export`` section is configured: per row) an
+    EXPORTED column: the highest offset the partition's Iceberg table holds of its topic id."""
     headers = [
         "PARTITION",
         "LOG-START",
@@ -55,8 +55,10 @@ def format_status_table(rows: list[PartitionStatus], exported: dict[tuple[str, i
         "GAPS/RISK",
     ]
     table = [headers]
-    for r in rows:
+    for i, r in enumerate(rows):
         notes = []
+        if r.not_tiered_reason:
+            notes.append("not tiered: " + r.not_tiered_reason)
         if r.gaps:
             notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
         if r.remote_only_offsets:
@@ -83,7 +85,7 @@ def format_status_table(rows: list[PartitionStatus], exported: dict[tuple[str, i
                 _cell(r.copy_lag_bytes),
                 _cell(r.delete_lag_segments),
                 _cell(r.delete_state),
-                *([_cell(exported.get((r.topic, r.partition)))] if exported is not None else []),
+                *([_cell(exported[i])] if exported is not None else []),
                 "; ".join(notes) or "-",
             ]
         )

@@ -46,7 +46,13 @@ from tiering_core.config.parsing import (
     _UniqueKeyLoader,
     _yaml_problem,
 )
-from tiering_core.config.topics import _TOPIC_KEYS, TopicConfig, parse_topic_config
+from tiering_core.config.topics import (
+    _TOPIC_KEYS,
+    TopicConfig,
+    not_tiered_reason,
+    parse_topic_config,
+    without_remote_storage_if_compacted,
+)
 from tiering_core.errors import ConfigError, InvalidTopicError
 from tiering_core.kafka.topic import is_internal_topic, validate_topic_name
 from tiering_core.storage.layout import validate_deployment_prefix
@@ -73,6 +79,7 @@ __all__ = [
     "check_broker_log_dirs",
     "default_queue",
     "load_config",
+    "not_tiered_reason",
     "parse_config",
     "parse_topic_config",
     "select_broker",
@@ -82,14 +89,73 @@ DEFAULT_TOPIC = "*"
 
 
 @dataclass(frozen=True)
+class DatabaseTimeouts:
+    """How long the metadata store waits on a PostgreSQL server (``metadata:`` keys of the same
+    names), so that a database that stops answering fails a request in bounded time instead of
+    holding its thread (a worker's, the Tiering page's readers) for minutes. SQLite ignores them.
+
+    ``connect_timeout_seconds``: to connect, handshake included (libpq's ``connect_timeout``, at
+    least 2). ``statement_timeout_ms``: the server cancels a statement that runs longer (lock waits
+    included; 0: no limit). The TCP keepalive probes (``keepalives_*``) find a dead connection
+    while it is idle, and the same span bounds data left unacknowledged (``tcp_user_timeout``),
+    so a server that vanishes mid-request is given up after ``dead_peer_ms``.
+    """
+
+    connect_timeout_seconds: int = 10
+    statement_timeout_ms: int = 60_000
+    keepalives_idle_seconds: int = 15
+    keepalives_interval_seconds: int = 5
+    keepalives_count: int = 3
+
+    @property
+    def dead_peer_ms(self) -> int:
+        """After this long without an answer a connection is dead: the keepalive probes' span."""
+        return 1000 * (self.keepalives_idle_seconds + self.keepalives_interval_seconds * self.keepalives_count)
+
+
+#: The ``metadata:`` keys of ``DatabaseTimeouts`` -> (minimum, libpq's parameter a URL may set instead).
+_TIMEOUT_KEYS: dict[str, tuple[int, str]] = {
+    "connect_timeout_seconds": (2, "connect_timeout"),
+    "statement_timeout_ms": (0, "options"),
+    "keepalives_idle_seconds": (1, "keepalives_idle"),
+    "keepalives_interval_seconds": (1, "keepalives_interval"),
+    "keepalives_count": (1, "keepalives_count"),
+}
+#: libpq parameters the timeouts set: a URL that sets them too is refused, naming the key to use.
+_URL_TIMEOUT_PARAMETERS = {param: key for key, (_, param) in _TIMEOUT_KEYS.items() if param != "options"} | {
+    "keepalives": "keepalives_idle_seconds",
+    "tcp_user_timeout": "keepalives_idle_seconds",
+}
+
+
+def _database_timeouts(section: Mapping[str, Any], url: str) -> DatabaseTimeouts:
+    """The ``metadata:`` timeouts; a PostgreSQL URL may not set the same libpq parameters."""
+    values = {
+        key: _as_int(section[key], f"metadata.{key}", minimum)
+        for key, (minimum, _) in _TIMEOUT_KEYS.items()
+        if key in section
+    }
+    if url.startswith("postgresql"):
+        from sqlalchemy.engine import make_url
+
+        for parameter in make_url(url).query:
+            if parameter in _URL_TIMEOUT_PARAMETERS:
+                raise ConfigError(
+                    f"metadata.url: sets {parameter}; set metadata.{_URL_TIMEOUT_PARAMETERS[parameter]} instead"
+                )
+    return DatabaseTimeouts(**values)
+
+
+@dataclass(frozen=True)
 class MetadataConfig:
     url: str
     lease_ms: int = 600_000
+    timeouts: DatabaseTimeouts = field(default_factory=DatabaseTimeouts)
 
     def __repr__(self) -> str:  # the URL may hold the password (from the file, the environment)
         from tiering_core.metadata.engine import safe_url
 
-        return f"MetadataConfig(url={safe_url(self.url)!r}, lease_ms={self.lease_ms})"
+        return f"MetadataConfig(url={safe_url(self.url)!r}, lease_ms={self.lease_ms}, timeouts={self.timeouts!r})"
 
     def with_password(self, password: str, source: str) -> MetadataConfig:
         """The same store with the password from ``source`` (an environment variable, an Airflow
@@ -183,7 +249,8 @@ class PlatformConfig:
         if not self.brokers:
             if broker_id is None or self.broker is None or self.broker.broker_id == broker_id:
                 return self
-            broker = BrokerConfig(broker_id, self.log_dirs, default_queue(broker_id))
+            metadata_log_dir = self.broker.metadata_log_dir if self.broker is not None else None
+            broker = BrokerConfig(broker_id, self.log_dirs, default_queue(broker_id), metadata_log_dir)
             return replace(self, broker=broker)
         if broker_id is None:
             if len(self.brokers) != 1:
@@ -197,10 +264,29 @@ class PlatformConfig:
         broker = self.brokers[broker_id]
         return replace(self, log_dirs=broker.log_dirs, broker=broker)
 
+    @property
+    def serves_no_broker(self) -> bool:
+        """Several brokers are configured and this process serves none of them (the scheduler's or
+        the API server's host, a command run without ``--broker``): it reads no log dir, only the
+        metadata store and the remote tier."""
+        return not self.log_dirs and len(self.brokers) > 1
+
+    @property
+    def metadata_log_dir(self) -> Path | None:
+        """This process's broker's ``metadata_log_dir`` (Kafka's ``metadata.log.dir``) if configured;
+        None: the one of its log dirs that holds ``__cluster_metadata-0``."""
+        return self.broker.metadata_log_dir if self.broker is not None else None
+
+    @property
+    def metadata_log_dir_key(self) -> str:
+        """The config key naming this process's broker's metadata log dir, for messages."""
+        broker_id = self.broker_id
+        return f"brokers.{broker_id}.metadata_log_dir" if self.brokers and broker_id is not None else "metadata_log_dir"
+
     def require_log_dirs(self) -> tuple[Path, ...]:
         """This process's log dirs; ConfigError naming ``--broker`` when the cluster form has
         several brokers and none was chosen (a process reads only its own broker's disks)."""
-        if not self.log_dirs and len(self.brokers) > 1:
+        if self.serves_no_broker:
             raise ConfigError(
                 f"brokers: {len(self.brokers)} brokers are configured "
                 f"({', '.join(map(str, sorted(self.brokers)))}); name this process's broker with "
@@ -220,9 +306,16 @@ class PlatformConfig:
         """
         if broker is None:
             config = self.topics.get(topic) or self.topics.get(DEFAULT_TOPIC) or TopicConfig()
+            # Written out beside compact, it was refused when the file was parsed.
+            config = without_remote_storage_if_compacted(config, f"topics.{topic}", explicit=False)
         else:
             config = self._with_broker(topic, broker)
         return replace(config, remote_storage_enable=False) if is_internal_topic(topic) else config
+
+    def not_tiered_reason(self, topic: str) -> str | None:
+        """Why the config alone says ``topic`` is not tiered (``config.topics.not_tiered_reason``);
+        None where it is, or where only the cluster's topic configs could say otherwise."""
+        return not_tiered_reason(topic, self.topic_config(topic))
 
     def _with_broker(self, topic: str, broker: BrokerTopicConfig) -> TopicConfig:
         default = self.topics.get(DEFAULT_TOPIC) or TopicConfig()
@@ -232,13 +325,9 @@ class PlatformConfig:
         config = parse_topic_config(live, f"topic {topic} on the cluster", default, check_compact=False)
         if own is not None:
             config = replace(config, **{_TOPIC_KEYS[key][0]: getattr(own, _TOPIC_KEYS[key][0]) for key in own_keys})
-        if "compact" in config.cleanup_policy and config.remote_storage_enable:
-            if "remote.storage.enable" in own_keys:
-                raise ConfigError(
-                    f"topics.{topic}: remote.storage.enable true but the cluster's cleanup.policy is "
-                    f"{','.join(config.cleanup_policy)}: Kafka refuses remote storage for a compacted topic"
-                )
-            config = replace(config, remote_storage_enable=False)  # compacted on the cluster: not tiered
+        config = without_remote_storage_if_compacted(
+            config, f"topics.{topic}", explicit="remote.storage.enable" in own_keys
+        )
         if config.local_retention_ms is None and broker.retention_ms is not None:
             config = replace(config, local_retention_ms=broker.retention_ms)
         if config.local_retention_bytes is None and broker.retention_bytes is not None:
@@ -253,6 +342,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         doc,
         {
             "log_dirs",
+            "metadata_log_dir",
             "brokers",
             "cluster",
             "metadata",
@@ -278,14 +368,18 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
     log_dirs = chosen.log_dirs if chosen is not None else ()
 
     meta_raw = _require_mapping(doc.get("metadata"), "metadata")
-    _check_keys(meta_raw, {"url", "lease_ms", "password_env"}, "metadata")
+    _check_keys(meta_raw, {"url", "lease_ms", "password_env", *_TIMEOUT_KEYS}, "metadata")
     url = _as_str(meta_raw.get("url"), "metadata.url")
     sqlite_path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
     # A relative file resolves beside the config; in-memory databases and URI forms stay as
     # written, for the store to judge (it refuses in-memory ones).
     if sqlite_path and not sqlite_path.startswith(("/", ":memory:", "file:")):
         url = "sqlite:///" + str(resolve(sqlite_path))
-    metadata = MetadataConfig(url=url, lease_ms=_as_int(meta_raw.get("lease_ms", 600_000), "metadata.lease_ms", 1))
+    metadata = MetadataConfig(
+        url=url,
+        lease_ms=_as_int(meta_raw.get("lease_ms", 600_000), "metadata.lease_ms", 1),
+        timeouts=_database_timeouts(meta_raw, url),
+    )
     password_env = _optional_str(meta_raw, "password_env", "metadata.password_env")
     if password_env is not None:
         password = os.environ.get(password_env)

@@ -35,12 +35,15 @@ class BrokerConfig:
 
     ``broker_id`` is Kafka's ``node.id``; None for the implicit broker of the single-broker form
     (top-level ``log_dirs:``), whose id is not configured; its ``queue`` is then None: the
-    executor's default queue.
+    executor's default queue. ``metadata_log_dir`` is the broker's ``metadata.log.dir`` (where its
+    KRaft metadata log, ``__cluster_metadata-0``, is) when it is none of ``log_dirs``; None: the
+    one of ``log_dirs`` that holds it.
     """
 
     broker_id: int | None
     log_dirs: tuple[Path, ...]
     queue: str | None = None
+    metadata_log_dir: Path | None = None
 
 
 def _observation_staleness_ms(raw: Any) -> int:
@@ -80,7 +83,12 @@ def _parse_brokers(
     if "brokers" not in doc:
         if "log_dirs" not in doc:
             raise ConfigError("log_dirs: required key is missing (or brokers: for a cluster)")
-        return {}, BrokerConfig(None, _log_dirs(doc["log_dirs"], "log_dirs", resolve))
+        metadata_log_dir = _metadata_log_dir(doc, "metadata_log_dir", resolve)
+        return {}, BrokerConfig(None, _log_dirs(doc["log_dirs"], "log_dirs", resolve), None, metadata_log_dir)
+    if "metadata_log_dir" in doc:
+        raise ConfigError(
+            "metadata_log_dir: in the cluster form each broker names its own (brokers.<id>.metadata_log_dir)"
+        )
     section = _require_mapping(doc["brokers"], "brokers")
     if not section:
         raise ConfigError("brokers: expected at least one broker (broker id: {log_dirs: [...], queue: NAME})")
@@ -92,7 +100,7 @@ def _parse_brokers(
         if broker_id in brokers:
             raise ConfigError(f"{where}: the broker is given twice")
         body = _require_mapping(value, where)
-        _check_keys(body, {"log_dirs", "queue"}, where)
+        _check_keys(body, {"log_dirs", "queue", "metadata_log_dir"}, where)
         if "log_dirs" not in body:
             raise ConfigError(f"{where}.log_dirs: required key is missing")
         queue = _as_str(body.get("queue", default_queue(broker_id)), f"{where}.queue")
@@ -101,9 +109,18 @@ def _parse_brokers(
         if queue in queues:
             raise ConfigError(f"{where}.queue: {queue} is broker {queues[queue]}'s queue too")
         queues[queue] = broker_id
-        brokers[broker_id] = BrokerConfig(broker_id, _log_dirs(body["log_dirs"], f"{where}.log_dirs", resolve), queue)
+        log_dirs = _log_dirs(body["log_dirs"], f"{where}.log_dirs", resolve)
+        metadata_log_dir = _metadata_log_dir(body, f"{where}.metadata_log_dir", resolve)
+        brokers[broker_id] = BrokerConfig(broker_id, log_dirs, queue, metadata_log_dir)
     _check_disjoint_log_dirs(brokers)
     return brokers, None
+
+
+def _metadata_log_dir(section: Mapping[str, Any], key: str, resolve: Callable[[str], Path]) -> Path | None:
+    """``metadata_log_dir``: the broker's ``metadata.log.dir``, when it is none of its log dirs."""
+    if "metadata_log_dir" not in section:
+        return None
+    return resolve(_as_str(section["metadata_log_dir"], key))
 
 
 def _check_disjoint_log_dirs(brokers: Mapping[int, BrokerConfig]) -> None:
@@ -112,10 +129,24 @@ def _check_disjoint_log_dirs(brokers: Mapping[int, BrokerConfig]) -> None:
         for log_dir in broker.log_dirs:
             real = Path(os.path.realpath(log_dir))
             for other_id, other, other_real in seen:
-                if real == other_real or real.is_relative_to(other_real) or other_real.is_relative_to(real):
+                if _overlap(real, other_real):
                     owner = "its own" if other_id == broker_id else f"broker {other_id}'s"
                     raise ConfigError(f"brokers.{broker_id}.log_dirs: {log_dir} overlaps {owner} log dir {other}")
             seen.append((broker_id, log_dir, real))
+    for broker_id, broker in brokers.items():  # a broker's metadata log dir may be one of its own log dirs only
+        if broker.metadata_log_dir is None:
+            continue
+        real = Path(os.path.realpath(broker.metadata_log_dir))
+        for other_id, other, other_real in seen:
+            if other_id != broker_id and _overlap(real, other_real):
+                raise ConfigError(
+                    f"brokers.{broker_id}.metadata_log_dir: {broker.metadata_log_dir} overlaps broker "
+                    f"{other_id}'s log dir {other}"
+                )
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    return a == b or a.is_relative_to(b) or b.is_relative_to(a)
 
 
 def broker_id_from_env(environ: Mapping[str, str] | None = None) -> int | None:

@@ -1,6 +1,8 @@
 """The ``export:`` section: the Iceberg catalog the tiered log is exported to as tables.
 
-The catalog's properties are pyiceberg's, passed as given (``type: sql`` with a SQLAlchemy
+``catalog_name`` (default ``tiering``) is the catalog's name: pyiceberg's SQL catalog, Spark's
+JDBC catalog and Trino scope their tables by it, so every reader must name the catalog so too
+(docs/export.md shows how). The catalog's properties are pyiceberg's, passed as given (``type: sql`` with a SQLAlchemy
 ``uri`` by default; ``rest``, ``glue``, ... work by their own properties). What the file does not
 say about an S3 warehouse comes from the ``remote`` section and the AWS chain, as the tier's own
 S3 client is built (``tiering_core.storage.factory``): ``s3.endpoint`` and ``s3.region`` from
@@ -19,7 +21,7 @@ from tiering_core.errors import ConfigError
 
 DEFAULT_NAMESPACE = "kafka"
 DEFAULT_CATALOG_TYPE = "sql"
-CATALOG_NAME = "tiering"
+DEFAULT_CATALOG_NAME = "tiering"
 
 #: pyiceberg's FileIO property names for an S3 warehouse.
 S3_ENDPOINT = "s3.endpoint"
@@ -36,17 +38,22 @@ PYARROW_FILE_IO = "pyiceberg.io.pyarrow.PyArrowFileIO"
 @dataclass(frozen=True)
 class ExportConfig:
     """Where exported tables live: ``namespace`` (tables are ``<namespace>.<topic>``) in the
-    catalog of ``catalog`` (pyiceberg's properties as the file gives them, as strings)."""
+    catalog named ``catalog_name`` of ``catalog`` (pyiceberg's properties as the file gives them,
+    as strings)."""
 
     namespace: str = DEFAULT_NAMESPACE
     catalog: Mapping[str, str] = field(default_factory=dict)
+    catalog_name: str = DEFAULT_CATALOG_NAME
 
     @property
     def warehouse(self) -> str | None:
         return self.catalog.get("warehouse")
 
     def __repr__(self) -> str:  # the catalog's URI or keys may hold secrets
-        return f"ExportConfig(namespace={self.namespace!r}, catalog keys={sorted(self.catalog)})"
+        return (
+            f"ExportConfig(namespace={self.namespace!r}, catalog_name={self.catalog_name!r}, "
+            f"catalog keys={sorted(self.catalog)})"
+        )
 
 
 def _catalog_value(value: Any, key: str) -> str:
@@ -60,12 +67,18 @@ def _catalog_value(value: Any, key: str) -> str:
 
 
 def _export_config(raw: Any) -> ExportConfig:
-    """``export: {namespace: NAME, catalog: {type: sql, uri: ..., warehouse: ...}}``."""
+    """``export: {namespace: NAME, catalog_name: NAME, catalog: {type: sql, uri: ..., warehouse: ...}}``."""
     section = _require_mapping(raw if raw is not None else {}, "export")
-    _check_keys(section, {"namespace", "catalog"}, "export")
+    _check_keys(section, {"namespace", "catalog", "catalog_name"}, "export")
     namespace = _as_str(section.get("namespace", DEFAULT_NAMESPACE), "export.namespace")
     if "." in namespace or namespace.strip() != namespace:
         raise ConfigError(f"export.namespace: {_shown(namespace)} must be one name without dots or spaces")
+    catalog_name = _as_str(section.get("catalog_name", DEFAULT_CATALOG_NAME), "export.catalog_name")
+    if not catalog_name or "." in catalog_name or catalog_name.strip() != catalog_name or len(catalog_name) > 255:
+        raise ConfigError(
+            f"export.catalog_name: {_shown(catalog_name)} must be one name of at most 255 characters, "
+            "without dots or spaces"
+        )
     catalog_raw = _require_mapping(section.get("catalog") or {}, "export.catalog")
     catalog = {str(k): _catalog_value(v, f"export.catalog.{k}") for k, v in catalog_raw.items()}
     catalog.setdefault("type", DEFAULT_CATALOG_TYPE)
@@ -83,4 +96,4 @@ def _export_config(raw: Any) -> ExportConfig:
     path_style = catalog.get(S3_PATH_STYLE_ACCESS)
     if path_style is not None and path_style.lower() not in ("true", "false"):
         raise ConfigError(f"export.catalog.{S3_PATH_STYLE_ACCESS}: expected true or false, got {_shown(path_style)}")
-    return ExportConfig(namespace=namespace, catalog=catalog)
+    return ExportConfig(namespace=namespace, catalog=catalog, catalog_name=catalog_name)

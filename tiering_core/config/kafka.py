@@ -3,7 +3,6 @@ configs (tiering_core/live), and the topic configs Kafka owns there."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,7 +44,9 @@ class KafkaConfig:
     """The cluster the platform asks for live offsets, topic ids and topic configs (``kafka:``).
 
     The SASL password is never in the file: ``sasl_password_env`` names the environment variable
-    that holds it, read when the client connects.
+    that holds it, read only when the client connects (``live.source``), so that processes that
+    parse the config but never talk to Kafka (the DAG processor, the scheduler, the API server)
+    need not have it.
     """
 
     bootstrap_servers: tuple[str, ...]
@@ -108,8 +109,6 @@ def _kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
     if sasl and (username is None or password_env is None):
         missing = "kafka.sasl_plain_username" if username is None else "kafka.sasl_password_env"
         raise ConfigError(f"{missing}: required with security_protocol {protocol}")
-    if password_env is not None and not os.environ.get(password_env):
-        raise ConfigError(f"kafka.sasl_password_env: the environment variable {password_env} is not set")
     cafile = _optional_str(section, "ssl_cafile", "kafka.ssl_cafile")
     return KafkaConfig(
         bootstrap_servers=servers,

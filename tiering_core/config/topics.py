@@ -7,6 +7,7 @@ from typing import Any
 
 from tiering_core.config.parsing import _as_bool, _as_int, _as_str, _check_keys, _require_mapping
 from tiering_core.errors import ConfigError
+from tiering_core.kafka.topic import is_internal_topic
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,39 @@ def parse_topic_config(raw: Any, where: str, base: TopicConfig, *, check_compact
                 raise ConfigError(f"{name}: {number} is invalid (use -2 for 'same as total', -1 for unlimited)")
             values[attr] = number
     config = replace(base, **values)
-    if check_compact and config.remote_storage_enable and "compact" in config.cleanup_policy:
-        raise ConfigError(
-            f"{where}: cleanup.policy {','.join(config.cleanup_policy)} with remote.storage.enable true: "
-            "Kafka refuses remote storage for a compacted topic"
-        )
+    if check_compact:  # refuse the contradiction written here; an inherited one is judged at lookup
+        without_remote_storage_if_compacted(config, where, explicit="remote.storage.enable" in section)
     return config
+
+
+def without_remote_storage_if_compacted(config: TopicConfig, where: str, *, explicit: bool) -> TopicConfig:
+    """Kafka refuses remote storage for a compacted topic (docs/kafka-rules.md section 9), whether
+    the policy is in the YAML or on the cluster: written out beside a ``compact`` policy
+    (``explicit``: the entry ``where`` sets ``remote.storage.enable: true``) it is an error naming
+    the key; inherited (from ``"*"``), the topic is not tiered and the others are, as when the
+    cluster says the topic is compacted."""
+    if "compact" not in config.cleanup_policy or not config.remote_storage_enable:
+        return config
+    if explicit:
+        raise ConfigError(
+            f"{where}.remote.storage.enable: true, but cleanup.policy is {','.join(config.cleanup_policy)}: "
+            "Kafka refuses remote storage for a compacted topic (set it false or leave it out)"
+        )
+    return replace(config, remote_storage_enable=False)
+
+
+def not_tiered_reason(topic: str, config: TopicConfig) -> str | None:
+    """Why Kafka would not tier ``topic`` with ``config`` at all (None: it would): what copy says
+    when it skips the topic, and what status, the DAGs and the Tiering page show."""
+    if is_internal_topic(topic):
+        return "internal topic (Kafka never tiers it)"
+    if "compact" in config.cleanup_policy and not config.remote_storage_enable:
+        return f"cleanup.policy {','.join(config.cleanup_policy)}: Kafka never tiers a compacted topic"
+    if not config.remote_storage_enable:
+        return "remote.storage.enable is false"
+    if config.remote_log_copy_disable:
+        return "remote.log.copy.disable is true"
+    return None
 
 
 def _cleanup_policy(value: Any, key: str) -> tuple[str, ...]:

@@ -2,11 +2,18 @@
 data files, whose summary names the segments and carries the exported offset ranges forward
 (``tiering_core.export.table``). The table is the record: a commit that fails leaves nothing,
 and a segment the table holds by the time of the commit (another export was faster) is left out.
+
+What the summary carries is computed from the snapshot the commit is based on, so the commit must
+land on that snapshot or not at all: pyiceberg would retry a conflicting commit by itself on the
+newer snapshot with the summary computed before (a range of another commit lost, or the same
+segment committed twice), so its retries are off for this commit, and a conflict is met here by
+reading the table again, leaving out what it now holds and committing anew. Just before each try
+the export's table lease is renewed (``HeldTable.renew``): an export that lost it commits nothing.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -16,17 +23,28 @@ from tiering_core.export.plan import ExportSegment
 from tiering_core.export.table import (
     EXPORTED_PROPERTY,
     ISOLATION_PROPERTY,
+    LEASE_PROPERTY,
     SEGMENTS_PROPERTY,
     TOPIC_PROPERTY,
     ExportedSegment,
+    TopicIdsOf,
     exported_ranges,
-    is_exported,
-    ranges_json,
-    with_segments,
 )
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+
+    from tiering_core.runs.lease import HeldTable
+
+log = logging.getLogger(__name__)
+
+#: Conflicting commits met in a row before the export gives up (each one read the table anew).
+MAX_CONFLICTS = 20
+
+
+class TableLeaseLostError(ExportError):
+    """The export no longer holds its table's lease (a newer export took it, or it expired while
+    the process stalled): it commits nothing more."""
 
 
 @dataclass(frozen=True)
@@ -39,30 +57,67 @@ class CommitResult:
     already_exported: list[ExportSegment] = field(default_factory=list)
 
 
-def commit_segments(table: Table, files_by_segment: Sequence[tuple[ExportSegment, Sequence[str]]]) -> CommitResult:
+def _without_retries(table: Table) -> Table:
+    """The table as pyiceberg sees it, but committing without retries of its own: the retry
+    setting is changed in this process's copy of the metadata only, never in the catalog (other
+    writers of the table keep theirs)."""
+    from pyiceberg.table import Table as IcebergTable
+    from pyiceberg.table import TableProperties
+
+    properties = {**table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
+    metadata = table.metadata.model_copy(update={"properties": properties})
+    return IcebergTable(table.name(), metadata, table.metadata_location, table.io, table.catalog, table.config)
+
+
+def commit_segments(
+    table: Table,
+    files_by_segment: Sequence[tuple[ExportSegment, Sequence[str]]],
+    *,
+    held: HeldTable | None = None,
+    topic_ids_of: TopicIdsOf | None = None,
+) -> CommitResult:
     """Append the segments' data files to ``table`` in one snapshot (a segment with no rows at
-    its isolation level is recorded all the same, so it is not exported again)."""
-    table.refresh()
-    done = exported_ranges(table)
-    fresh = [
-        (s, files) for s, files in files_by_segment if not is_exported(done, s.partition, s.start_offset, s.end_offset)
-    ]
-    skipped = [s for s, _files in files_by_segment if all(s is not f for f, _ in fresh)]
-    if not fresh:
-        return CommitResult(None, [], skipped)
-    segments = [ExportedSegment(s.partition, s.segment_id, s.start_offset, s.end_offset) for s, _ in fresh]
-    topics = sorted({s.topic_partition.topic for s, _ in fresh})
-    properties = {
-        SEGMENTS_PROPERTY: json.dumps([s.to_dict() for s in segments], separators=(",", ":")),
-        EXPORTED_PROPERTY: ranges_json(with_segments(done, segments)),
-        TOPIC_PROPERTY: ",".join(topics),
-        ISOLATION_PROPERTY: ",".join(sorted({str(s.isolation) for s, _ in fresh})),
-    }
-    paths = [path for _s, files in fresh for path in files]
-    try:
-        with table.transaction() as tx:
+    its isolation level is recorded all the same, so it is not exported again). ``held``: the
+    export's table lease, renewed before each try (an ``ExportError`` once lost);
+    ``topic_ids_of``: the metadata store's word on a table written before topic ids."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    name = ".".join(table.name())
+    for _try in range(MAX_CONFLICTS + 1):
+        table.refresh()
+        done = exported_ranges(table, topic_ids_of)
+        fresh = [
+            (s, files)
+            for s, files in files_by_segment
+            if not done.holds(s.segment.topic_id_partition, s.start_offset, s.end_offset)
+        ]
+        skipped = [s for s, _files in files_by_segment if all(s is not f for f, _ in fresh)]
+        if not fresh:
+            return CommitResult(None, [], skipped)
+        segments = [
+            ExportedSegment(s.topic_id, s.partition, s.segment_id, s.start_offset, s.end_offset) for s, _ in fresh
+        ]
+        properties = {
+            SEGMENTS_PROPERTY: ExportedSegment.list_json(segments),
+            EXPORTED_PROPERTY: done.with_segments(segments).to_json(),
+            TOPIC_PROPERTY: ",".join(sorted({s.topic_partition.topic for s, _ in fresh})),
+            ISOLATION_PROPERTY: ",".join(sorted({str(s.isolation) for s, _ in fresh})),
+        }
+        if held is not None:
+            if not held.renew():
+                raise TableLeaseLostError(f"commit to {name}: the export no longer holds the table: {held.lost}")
+            properties[LEASE_PROPERTY] = str(held.lease.token)
+        paths = [path for _s, files in fresh for path in files]
+        try:
+            tx = _without_retries(table).transaction()
             tx.add_files(paths, snapshot_properties=properties)
-    except Exception as exc:  # a conflict, the catalog gone: nothing is committed
-        raise ExportError(f"commit to {'.'.join(table.name())} failed: {one_line(exc)}") from exc
-    snapshot = table.current_snapshot()
-    return CommitResult(snapshot.snapshot_id if snapshot is not None else None, [s for s, _ in fresh], skipped)
+            committed = tx.commit_transaction()
+        except CommitFailedException as exc:  # another commit landed first: nothing of this one did
+            log.info("%s: commit conflicted (%s); reading the table again", name, one_line(exc))
+            continue
+        except Exception as exc:  # the catalog gone, an answer lost: the outcome is not known
+            raise ExportError(f"commit to {name} failed: {one_line(exc)}") from exc
+        table.refresh()
+        snapshot = committed.current_snapshot()
+        return CommitResult(snapshot.snapshot_id if snapshot is not None else None, [s for s, _ in fresh], skipped)
+    raise ExportError(f"commit to {name}: {MAX_CONFLICTS + 1} commits in a row conflicted with other writers")

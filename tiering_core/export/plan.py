@@ -1,8 +1,9 @@
 """Which remote segments an export writes: COPY_SEGMENT_FINISHED segments inside the
 partition's lineage (``finished_in_lineage``, the segments reads serve), in offset order, but
-those whose offsets the table already holds (``table.is_exported``). Of segments with the same
-offsets (an index-repair copy beside the segment it replaces), only the newest is taken, so the
-offsets are exported once.
+those whose offsets the table already holds of the partition's topic id
+(``ExportedRanges.holds``: a topic deleted and made again under its name is another topic id, whose
+offsets are its own). Of segments with the same offsets (an index-repair copy beside the segment
+it replaces), only the newest is taken, so the offsets are exported once.
 
 At read_committed each planned segment carries the aborted transactions overlapping it, as a
 remote fetch gathers them (``RemoteLogReader.aborted_transactions``: the remote txn indexes of
@@ -25,7 +26,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tiering_core.errors import TieringError
-from tiering_core.export.table import export_config, exported_ranges, is_exported, load_catalog, open_table, table_name
+from tiering_core.export.table import (
+    ExportedRanges,
+    export_config,
+    exported_ranges,
+    load_catalog,
+    open_table,
+    store_topic_ids,
+    table_name,
+)
 from tiering_core.kafka.index import AbortedTxn
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
@@ -43,7 +52,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from tiering_core.context import TieringContext
-    from tiering_core.metadata.store import RemoteLogSegmentMetadata
+    from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,10 @@ class ExportSegment:
         return self.topic_partition.partition
 
     @property
+    def topic_id(self) -> str:
+        return self.segment.topic_id_partition.topic_id
+
+    @property
     def segment_id(self) -> str:
         return str(self.segment.segment_id)
 
@@ -77,12 +90,30 @@ class ExportSegment:
     def to_dict(self) -> dict[str, object]:
         return {
             "topic": self.topic_partition.topic,
+            "topic_id": self.topic_id,
             "partition": self.partition,
             "segment_id": self.segment_id,
             "start_offset": self.start_offset,
             "end_offset": self.end_offset,
             "size_bytes": self.segment.size_bytes,
         }
+
+
+def newest_topic_ids(
+    store: RemoteLogMetadataStore, topic: str, partition: int | None = None
+) -> dict[TopicPartition, str]:
+    """Per partition of ``topic`` (or of one), the newest live topic id the metadata store knows
+    (a removed or dropped incarnation is never the one exported)."""
+    newest: dict[TopicPartition, tuple[int, str]] = {}
+    for record in store.list_partitions():
+        tp = record.topic_partition
+        if tp.topic != topic or (partition is not None and tp.partition != partition):
+            continue
+        if record.dropped or record.delete_state is not None:
+            continue
+        if tp not in newest or (record.created_ms, record.topic_id) > newest[tp]:
+            newest[tp] = (record.created_ms, record.topic_id)
+    return {tp: topic_id for tp, (_created, topic_id) in newest.items()}
 
 
 def _views(ctx: TieringContext, topic: str, partition: int | None) -> list[TierView]:
@@ -96,17 +127,9 @@ def _views(ctx: TieringContext, topic: str, partition: int | None) -> list[TierV
             logs = []
         for partition_log in logs:
             views[partition_log.topic_partition] = load_tier_view(partition_log, ctx.metadata)
-    newest: dict[TopicPartition, tuple[int, str]] = {}
-    for record in ctx.metadata.list_partitions():
-        tp = record.topic_partition
-        if tp.topic != topic or (partition is not None and tp.partition != partition) or tp in views:
-            continue
-        if record.dropped or record.delete_state is not None:
-            continue
-        if tp not in newest or (record.created_ms, record.topic_id) > newest[tp]:
-            newest[tp] = (record.created_ms, record.topic_id)
-    for tp, (_created, topic_id) in newest.items():
-        views[tp] = load_remote_tier_view(ctx.metadata, TopicIdPartition(topic_id, tp))
+    for tp, topic_id in newest_topic_ids(ctx.metadata, topic, partition).items():
+        if tp not in views:
+            views[tp] = load_remote_tier_view(ctx.metadata, TopicIdPartition(topic_id, tp))
     if not views:
         raise TieringError(
             f"topic {topic}" + (f" partition {partition}" if partition is not None else "") + " has no remote data"
@@ -150,14 +173,16 @@ def plan_export(
     table: Table | None = None,
     table_name_override: str | None = None,
     isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    done: ExportedRanges | None = None,
 ) -> list[ExportSegment]:
     """The segments of ``topic`` (or of one partition) the table does not hold yet, in partition
     and offset order. ``table``: the export's table (else opened from the config's catalog, not
-    created: a missing table holds nothing)."""
+    created: a missing table holds nothing); ``done``: what it holds, when already read."""
     if table is None:
         config = export_config(ctx.config)
         table = open_table(load_catalog(ctx.config), table_name(config, topic, table_name_override), create=False)
-    done = exported_ranges(table)
+    if done is None:
+        done = exported_ranges(table, store_topic_ids(ctx.metadata))
     planned: list[ExportSegment] = []
     cache = RemoteIndexCache(ctx.storage, ctx.config.index_cache_bytes, cache_directory(ctx.config.index_cache_dir))
     for view in _views(ctx, topic, partition):
@@ -166,7 +191,7 @@ def plan_export(
         segments = newest_copies(finished_in_lineage(view, ctx.metadata))
         undecided = undecided_from(ctx, segments) if isolation == IsolationLevel.READ_COMMITTED else None
         for segment in segments:
-            if is_exported(done, tp.partition, segment.start_offset, segment.end_offset):
+            if done.holds(view.tip, segment.start_offset, segment.end_offset):
                 continue
             if undecided is not None and segment.end_offset >= undecided:
                 log.info(

@@ -1,9 +1,11 @@
 """``tiering export``: a topic's remote segments into its Iceberg table, exactly once.
 
-Plan (``plan_export``), clean up what killed attempts left (``clean_abandoned_attempts``), write
-each segment's data files, and commit them in snapshots of at most ``COMMIT_BYTES`` of segments
-(``commit_segments``). A segment that fails (a corrupt batch) is reported with its id and offset,
-its files deleted, and the others go on; the run then fails naming it.
+Holding the table (``session.exporting``: its export lease; another export of the table at the
+same time gets a one-line ``TableBusyError``), plan, write each segment's data files, and commit
+them in snapshots of at most ``COMMIT_BYTES`` of segments; at the end, the export's own
+uncommitted files and those killed attempts left are removed (``TableExport.finish``). A segment
+that fails (a corrupt batch, a record Arrow cannot hold) is reported with its id and offset, its
+files deleted, and the others go on; the run then fails naming it.
 """
 
 from __future__ import annotations
@@ -18,21 +20,16 @@ from tiering_core.cli.output import (
     format_export_failure,
     format_export_segment,
 )
-from tiering_core.export.commit import commit_segments
 from tiering_core.export.plan import ExportSegment, plan_export
+from tiering_core.export.session import exporting
 from tiering_core.export.table import export_config, load_catalog, open_table, table_name
-from tiering_core.export.write import (
-    SegmentExportError,
-    clean_abandoned_attempts,
-    delete_files,
-    end_attempt,
-    start_attempt,
-    write_segment_files,
-)
+from tiering_core.export.write import ExportAttempt, SegmentExportError, write_segment_files
 from tiering_core.kafka.isolation import IsolationLevel
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.export.session import TableExport
+    from tiering_core.metadata.store import TaskAttempt
 
 #: Segment bytes written before a commit: a killed run loses at most this much work.
 COMMIT_BYTES = 256 * 1024 * 1024
@@ -76,20 +73,34 @@ def run_export(
     dry_run: bool = False,
     progress: Callable[[str], None] = lambda _line: None,
     commit_bytes: int | None = None,
+    attempt: TaskAttempt | None = None,
 ) -> ExportResult:
-    name = table_name(export_config(ctx.config), topic, table)
-    catalog = load_catalog(ctx.config)
-    iceberg = open_table(catalog, name, create=not dry_run)
-    result = ExportResult(str(name), dry_run)
-    if iceberg is not None and not dry_run:
-        result.cleaned_files = clean_abandoned_attempts(iceberg)
+    if dry_run:  # reads only: no lease, nothing created or migrated
+        name = table_name(export_config(ctx.config), topic, table)
+        iceberg = open_table(load_catalog(ctx.config), name, create=False)
+        result = ExportResult(str(name), dry_run)
+        result.planned = plan_export(ctx, topic, partition, table=iceberg, isolation=isolation)
+        return result
+    with exporting(ctx, topic, table=table, attempt=attempt) as export:
+        result = ExportResult(str(export.name), dry_run)
+        result.planned = export.plan(topic, partition, isolation)
+        written = export.start_attempt() if result.planned else None
+        if written is not None:
+            _write_and_commit(export, written, result, progress, COMMIT_BYTES if commit_bytes is None else commit_bytes)
+        result.cleaned_files = export.finish(written)
         if result.cleaned_files:
             progress(format_export_cleanup(len(result.cleaned_files)))
-    result.planned = plan_export(ctx, topic, partition, table=iceberg, isolation=isolation)
-    if dry_run or not result.planned:
-        return result
-    assert iceberg is not None
-    attempt = start_attempt(iceberg)
+    return result
+
+
+def _write_and_commit(
+    export: TableExport,
+    attempt: ExportAttempt,
+    result: ExportResult,
+    progress: Callable[[str], None],
+    commit_bytes: int,
+) -> None:
+    """Each planned segment's data files, committed whenever ``commit_bytes`` of segments wait."""
     pending: list[tuple[ExportSegment, list[str]]] = []
     pending_bytes = 0
 
@@ -98,12 +109,8 @@ def run_export(
         if not pending:
             return
         # A failed commit leaves its files: the catalog may have taken it all the same (an answer
-        # lost on the way back), and the next run removes them only if no snapshot holds them.
-        outcome = commit_segments(iceberg, pending)
-        if outcome.already_exported:
-            fs, _root = attempt.filesystem()
-            skipped = {id(s) for s in outcome.already_exported}
-            delete_files(fs, [attempt.filesystem(p)[1] for s, files in pending if id(s) in skipped for p in files])
+        # lost on the way back), and a later export removes them only if no snapshot holds them.
+        outcome = export.commit(attempt, pending)
         result.exported.extend(outcome.committed)
         if outcome.snapshot_id is not None:
             result.snapshots.append(outcome.snapshot_id)
@@ -111,6 +118,7 @@ def run_export(
         pending, pending_bytes = [], 0
 
     for segment in result.planned:
+        export.require()
         rows = 0
 
         def count(batch: Any) -> None:
@@ -118,7 +126,7 @@ def run_export(
             rows += batch.num_rows
 
         try:
-            files = write_segment_files(ctx.storage, segment, attempt, on_batch=count)
+            files = write_segment_files(export.ctx.storage, segment, attempt, on_batch=count)
         except SegmentExportError as exc:
             result.failed.append(exc)
             progress(format_export_failure(exc))
@@ -128,8 +136,6 @@ def run_export(
         progress(format_export_segment(segment, rows, len(files)))
         pending.append((segment, files))
         pending_bytes += segment.segment.size_bytes
-        if pending_bytes >= (COMMIT_BYTES if commit_bytes is None else commit_bytes):
+        if pending_bytes >= commit_bytes:
             commit()
     commit()
-    end_attempt(attempt)
-    return result

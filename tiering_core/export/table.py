@@ -2,25 +2,33 @@
 and what its snapshots say was exported.
 
 The schema is the Arrow decoder's (``tiering_core.kafka.arrow.SCHEMA``) with timestamps in
-Iceberg's microseconds; the table is partitioned by identity(partition) and day(timestamp) and
-sorted by offset. Each export commit's snapshot summary names the segments it holds
-(``tiering.segments``) and carries the partitions' exported offset ranges so far
-(``tiering.exported``): what is exported is read from the table itself, in the same atomic
-commit as the data, so no other store can disagree with it. pyiceberg is imported here only,
-and only when a table is used.
+Iceberg's microseconds, clamped to the years 0001-9999 a table can partition by, then the
+record's topic id and its timestamp as Kafka holds it (any int64 of milliseconds); the table is
+partitioned by identity(partition) and day(timestamp) and sorted by offset. Each export commit's
+snapshot summary names the segments it holds (``tiering.segments``) and carries the exported
+offset ranges so far, per topic id and partition (``tiering.exported-by-topic-id``), in the same
+atomic commit as the data. What is exported is found by walking the current snapshot's ancestry
+back to the last export commit, so a snapshot of another writer (a row delete, a compaction) or a
+schema change loses nothing; no other store can disagree with it.
+
+Tables written before topic ids (ranges keyed by partition alone, ``tiering.exported``; no
+``topic_id`` and ``timestamp_ms`` columns) are read as they are and migrated in place on first use
+by an export (``migrate_table``: the two columns added by schema evolution; the next commit
+carries the ranges forward by topic id). pyiceberg is imported here only, and only when a table
+is used.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from tiering_core.config.export import (
-    CATALOG_NAME,
     PY_IO_IMPL,
     PYARROW_FILE_IO,
     S3_ACCESS_KEY_ID,
@@ -33,6 +41,7 @@ from tiering_core.config.export import (
 )
 from tiering_core.errors import ExportError, one_line
 from tiering_core.kafka.arrow import SCHEMA
+from tiering_core.kafka.topic import TopicPartition
 from tiering_core.tier.view import OffsetRange, merge_offset_ranges
 
 if TYPE_CHECKING:
@@ -40,20 +49,45 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from tiering_core.config import PlatformConfig
+    from tiering_core.context import TieringContext
+    from tiering_core.kafka.topic import TopicIdPartition
+    from tiering_core.metadata.store import RemoteLogMetadataStore
 
 #: Snapshot summary keys an export commit writes.
 SEGMENTS_PROPERTY = "tiering.segments"
-EXPORTED_PROPERTY = "tiering.exported"
+EXPORTED_PROPERTY = "tiering.exported-by-topic-id"
 TOPIC_PROPERTY = "tiering.topic"
 ISOLATION_PROPERTY = "tiering.isolation"
+LEASE_PROPERTY = "tiering.lease-token"
+#: The ranges by partition alone, as commits wrote them before topic ids (read, never written).
+LEGACY_EXPORTED_PROPERTY = "tiering.exported"
+#: The topic id of legacy ranges no listed segment accounts for (their snapshots expired): held
+#: as exported for every topic id of the partition, as the table meant when it was written.
+ANY_TOPIC_ID = "*"
 
-#: The data files' Arrow schema: the decoder's, with Iceberg's timestamp precision (microseconds).
+#: The columns added after the decoder's: the record's topic id, and its timestamp as Kafka holds
+#: it (``timestamp`` is clamped to what a table can partition by). Optional: rows written before
+#: the columns existed read null.
+TOPIC_ID_COLUMN = "topic_id"
+RAW_TIMESTAMP_COLUMN = "timestamp_ms"
+#: The records' timestamps ``timestamp`` can hold: 0001-01-01T00:00:00.000Z to
+#: 9999-12-31T23:59:59.999Z, the dates a day partition value can be (Kafka takes any int64).
+MIN_TIMESTAMP_MS = -62_135_596_800_000
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+#: The data files' Arrow schema: the decoder's, with Iceberg's timestamp precision (microseconds),
+#: then the added columns.
 DATA_SCHEMA = pa.schema(
     [
-        pa.field(f.name, pa.timestamp("us", tz="UTC"), nullable=f.nullable) if f.name == "timestamp" else f
-        for f in SCHEMA
+        *(
+            pa.field(f.name, pa.timestamp("us", tz="UTC"), nullable=f.nullable) if f.name == "timestamp" else f
+            for f in SCHEMA
+        ),
+        pa.field(TOPIC_ID_COLUMN, pa.string()),
+        pa.field(RAW_TIMESTAMP_COLUMN, pa.int64()),
     ]
 )
+ADDED_COLUMNS = (TOPIC_ID_COLUMN, RAW_TIMESTAMP_COLUMN)
 
 
 @dataclass(frozen=True)
@@ -132,7 +166,7 @@ def load_catalog(config: PlatformConfig) -> Catalog:
     from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
     try:
-        return pyiceberg_load_catalog(CATALOG_NAME, **catalog_properties(config))
+        return pyiceberg_load_catalog(export_config(config).catalog_name, **catalog_properties(config))
     except ExportError:
         raise
     except Exception as exc:  # pyiceberg and the database drivers raise many kinds
@@ -195,10 +229,37 @@ def open_table(catalog: Catalog, name: TableName, *, create: bool = True) -> Tab
         raise ExportError(f"cannot create the table {name}: {one_line(exc)}") from exc
 
 
+def migrate_table(table: Table) -> Table:
+    """The table with the columns a table written before them lacks (``ADDED_COLUMNS``, optional:
+    its rows read null), added by schema evolution; nothing else changes, no data is rewritten.
+    An export calls it on first use, holding the table's lease."""
+    from pyiceberg.types import LongType, StringType
+
+    missing = [name for name in ADDED_COLUMNS if name not in {f.name for f in table.schema().fields}]
+    if not missing:
+        return table
+    docs = {
+        TOPIC_ID_COLUMN: "the topic id of the record's partition",
+        RAW_TIMESTAMP_COLUMN: "the record's timestamp as Kafka holds it, in ms since the epoch",
+    }
+    try:
+        with table.update_schema() as update:
+            for name in missing:
+                update.add_column(name, StringType() if name == TOPIC_ID_COLUMN else LongType(), doc=docs[name])
+    except Exception as exc:  # a conflicting change, the catalog gone: one line naming the table
+        raise ExportError(
+            f"cannot add {', '.join(missing)} to the table {'.'.join(table.name())}: {one_line(exc)}"
+        ) from exc
+    table.refresh()
+    return table
+
+
 @dataclass(frozen=True)
 class ExportedSegment:
-    """A segment an export commit holds: its partition, id and offset range."""
+    """A segment an export commit holds: its topic id (None in commits written before topic
+    ids), partition, id and offset range."""
 
+    topic_id: str | None
     partition: int
     segment_id: str
     start_offset: int
@@ -206,82 +267,234 @@ class ExportedSegment:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "topic_id": self.topic_id,
             "partition": self.partition,
             "segment_id": self.segment_id,
             "start": self.start_offset,
             "end": self.end_offset,
         }
 
+    @staticmethod
+    def list_json(segments: Iterable[ExportedSegment]) -> str:
+        """Segments as a commit's summary lists them (``tiering.segments``)."""
+        return json.dumps([s.to_dict() for s in segments], separators=(",", ":"))
+
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> ExportedSegment:
-        return cls(int(raw["partition"]), str(raw["segment_id"]), int(raw["start"]), int(raw["end"]))
+        topic_id = raw.get("topic_id")
+        return cls(
+            None if topic_id is None else str(topic_id),
+            int(raw["partition"]),
+            str(raw["segment_id"]),
+            int(raw["start"]),
+            int(raw["end"]),
+        )
 
 
-def exported_ranges(table: Table | None) -> dict[int, list[OffsetRange]]:
-    """The offset ranges each partition's committed segments cover, from the current snapshot's
-    summary (each export commit carries the ranges so far forward)."""
+#: Of segment ids, the topic ids the metadata store knows them under (``store_topic_ids``).
+TopicIdsOf = Callable[[Sequence[str]], Mapping[str, str]]
+
+
+@dataclass(frozen=True)
+class ExportedRanges:
+    """The offset ranges a table holds, per topic id and partition (merged, in offset order).
+    ``ANY_TOPIC_ID``'s ranges count for every topic id of their partition."""
+
+    by_topic_id: Mapping[str, Mapping[int, tuple[OffsetRange, ...]]] = field(default_factory=dict)
+
+    def of(self, topic_id: str, partition: int) -> tuple[OffsetRange, ...]:
+        """The partition's ranges exported from ``topic_id`` (the unattributed ones included)."""
+        ranges = self.by_topic_id.get(topic_id, {}).get(partition, ())
+        unattributed = self.by_topic_id.get(ANY_TOPIC_ID, {}).get(partition, ()) if topic_id != ANY_TOPIC_ID else ()
+        if not unattributed:
+            return tuple(ranges)
+        return tuple(merge_offset_ranges([(r.start, r.end) for r in (*ranges, *unattributed)]))
+
+    def holds(self, tip: TopicIdPartition, start_offset: int, end_offset: int) -> bool:
+        """Whether [start_offset, end_offset] of ``tip`` lies within one exported range (an
+        index-repair copy of an exported segment holds the same offsets under a new id)."""
+        return any(r.start <= start_offset and end_offset <= r.end for r in self.of(tip.topic_id, tip.partition))
+
+    def with_segments(self, segments: Iterable[ExportedSegment]) -> ExportedRanges:
+        """These ranges with the segments' offsets added (under their topic ids), merged."""
+        pairs: dict[str, dict[int, list[tuple[int, int]]]] = {}
+        for topic_id, partitions in self.by_topic_id.items():
+            for partition, ranges in partitions.items():
+                pairs.setdefault(topic_id, {}).setdefault(partition, []).extend((r.start, r.end) for r in ranges)
+        for s in segments:
+            topic_id = ANY_TOPIC_ID if s.topic_id is None else s.topic_id
+            pairs.setdefault(topic_id, {}).setdefault(s.partition, []).append((s.start_offset, s.end_offset))
+        return ExportedRanges(
+            {
+                topic_id: {p: tuple(merge_offset_ranges(ranges)) for p, ranges in sorted(partitions.items())}
+                for topic_id, partitions in sorted(pairs.items())
+            }
+        )
+
+    def up_to(self, topic_id: str | None, partition: int) -> int | None:
+        """The highest offset exported of ``topic_id``'s partition (the end of its last range);
+        ``topic_id`` None (not known): of the one topic id the table holds for it, if one."""
+        if topic_id is None:
+            held = [t for t in self.topic_ids(partition) if t != ANY_TOPIC_ID]
+            topic_id = held[0] if len(held) == 1 else ANY_TOPIC_ID
+        ranges = self.of(topic_id, partition)
+        return ranges[-1].end if ranges else None
+
+    def topic_ids(self, partition: int) -> list[str]:
+        """The topic ids the table holds ranges of for ``partition``."""
+        return sorted(t for t, partitions in self.by_topic_id.items() if partitions.get(partition))
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                topic_id: {str(p): [r.as_list() for r in ranges] for p, ranges in sorted(partitions.items())}
+                for topic_id, partitions in sorted(self.by_topic_id.items())
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: str) -> ExportedRanges:
+        doc = json.loads(raw)
+        return cls(
+            {
+                str(topic_id): {
+                    int(p): tuple(OffsetRange(int(s), int(e)) for s, e in ranges) for p, ranges in parts.items()
+                }
+                for topic_id, parts in doc.items()
+            }
+        )
+
+
+def store_topic_ids(store: RemoteLogMetadataStore) -> TopicIdsOf:
+    """Segment ids to the topic ids the metadata store knows them under (any state; a segment
+    whose metadata is gone, its partition removed, is left out)."""
+
+    def topic_ids(segment_ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for segment_id in segment_ids:
+            try:
+                parsed = uuid.UUID(segment_id)
+            except ValueError:
+                continue
+            segment = store.get_segment(parsed)
+            if segment is not None:
+                found[segment_id] = segment.topic_id_partition.topic_id
+        return found
+
+    return topic_ids
+
+
+def _summary(snapshot: Any) -> Mapping[str, str]:
+    return snapshot.summary.additional_properties if snapshot.summary is not None else {}
+
+
+def _legacy_ranges(snapshots: list[Any], topic_ids_of: TopicIdsOf | None) -> ExportedRanges:
+    """The ranges of a table written before topic ids, from its latest export commit on
+    (``snapshots``, newest first): each listed segment under the topic id the metadata store knows
+    it by; a listed segment the store no longer knows is left out (its partition was removed, so
+    it is never planned again); a range no listed segment accounts for (its snapshots expired) is
+    ``ANY_TOPIC_ID``'s, as the table meant it when it was written."""
+    legacy = json.loads(_summary(snapshots[0])[LEGACY_EXPORTED_PROPERTY])
+    if topic_ids_of is None:
+        return ExportedRanges().with_segments(
+            ExportedSegment(None, int(p), "", int(start), int(end))
+            for p, ranges in legacy.items()
+            for start, end in ranges
+        )
+    listed = [
+        ExportedSegment.of(item)
+        for snapshot in snapshots
+        if SEGMENTS_PROPERTY in _summary(snapshot)
+        for item in json.loads(_summary(snapshot)[SEGMENTS_PROPERTY])
+    ]
+    known = dict(topic_ids_of([s.segment_id for s in listed])) if listed else {}
+    attributed = [
+        ExportedSegment(known[s.segment_id], s.partition, s.segment_id, s.start_offset, s.end_offset)
+        for s in listed
+        if s.segment_id in known
+    ]
+    covered = ExportedRanges().with_segments(listed)  # every listed segment, known or not
+    unaccounted: list[ExportedSegment] = []
+    for partition, ranges in legacy.items():
+        listed_ranges = covered.by_topic_id.get(ANY_TOPIC_ID, {}).get(int(partition), ())
+        for start, end in ranges:
+            for piece_start, piece_end in _uncovered(int(start), int(end), listed_ranges):
+                unaccounted.append(ExportedSegment(None, int(partition), "", piece_start, piece_end))
+    return ExportedRanges().with_segments([*attributed, *unaccounted])
+
+
+def _uncovered(start: int, end: int, covered: Iterable[OffsetRange]) -> list[tuple[int, int]]:
+    """The parts of [start, end] outside the ``covered`` ranges (sorted, merged)."""
+    pieces: list[tuple[int, int]] = []
+    at = start
+    for r in covered:
+        if r.end < at or r.start > end:
+            continue
+        if r.start > at:
+            pieces.append((at, r.start - 1))
+        at = max(at, r.end + 1)
+    if at <= end:
+        pieces.append((at, end))
+    return pieces
+
+
+def exported_ranges(table: Table | None, topic_ids_of: TopicIdsOf | None = None) -> ExportedRanges:
+    """What the table holds: the ranges the last export commit in the current snapshot's
+    ancestry carried forward (another writer's snapshots after it change nothing). A table
+    written before topic ids is read by ``_legacy_ranges`` (``topic_ids_of``: the metadata store's
+    word on its segments; without it, every legacy range is ``ANY_TOPIC_ID``'s)."""
     if table is None:
-        return {}
-    snapshot = table.current_snapshot()
-    if snapshot is None or snapshot.summary is None:
-        return {}
-    raw = snapshot.summary.additional_properties.get(EXPORTED_PROPERTY)
-    if raw is None:
-        return {}
-    return {int(p): [OffsetRange(s, e) for s, e in ranges] for p, ranges in json.loads(raw).items()}
+        return ExportedRanges()
+    from pyiceberg.table.snapshots import ancestors_of
+
+    ancestry = iter(ancestors_of(table.current_snapshot(), table.metadata))
+    for snapshot in ancestry:  # newest first, up to the last export commit only
+        summary = _summary(snapshot)
+        if EXPORTED_PROPERTY in summary:
+            return ExportedRanges.from_json(summary[EXPORTED_PROPERTY])
+        if LEGACY_EXPORTED_PROPERTY in summary:
+            return _legacy_ranges([snapshot, *ancestry], topic_ids_of)
+    return ExportedRanges()
 
 
 def exported_segments(table: Table) -> list[ExportedSegment]:
     """Every segment the table's snapshots say they hold (oldest first)."""
     found: list[ExportedSegment] = []
     for snapshot in table.snapshots():
-        raw = snapshot.summary.additional_properties.get(SEGMENTS_PROPERTY) if snapshot.summary else None
+        raw = _summary(snapshot).get(SEGMENTS_PROPERTY)
         if raw is not None:
             found.extend(ExportedSegment.of(item) for item in json.loads(raw))
     return found
 
 
-def is_exported(ranges: Mapping[int, list[OffsetRange]], partition: int, start_offset: int, end_offset: int) -> bool:
-    """Whether [start_offset, end_offset] of ``partition`` lies within one exported range (an
-    index-repair copy of an exported segment holds the same offsets under a new id)."""
-    return any(r.start <= start_offset and end_offset <= r.end for r in ranges.get(partition, ()))
-
-
-def with_segments(
-    ranges: Mapping[int, list[OffsetRange]], segments: list[ExportedSegment]
-) -> dict[int, list[OffsetRange]]:
-    """``ranges`` with the segments' offsets added, merged."""
-    merged: dict[int, list[OffsetRange]] = {}
-    partitions = set(ranges) | {s.partition for s in segments}
-    for partition in partitions:
-        pairs = [(r.start, r.end) for r in ranges.get(partition, ())]
-        pairs += [(s.start_offset, s.end_offset) for s in segments if s.partition == partition]
-        merged[partition] = merge_offset_ranges(pairs)
-    return merged
-
-
-def exported_up_to(table: Table | None) -> dict[int, int]:
-    """Per partition, the highest exported offset (the end of its last exported range)."""
-    return {p: ranges[-1].end for p, ranges in exported_ranges(table).items() if ranges}
-
-
-def ranges_json(ranges: Mapping[int, list[OffsetRange]]) -> str:
-    return json.dumps({str(p): [r.as_list() for r in rs] for p, rs in sorted(ranges.items())}, separators=(",", ":"))
-
-
-def exported_offsets(config: PlatformConfig, topics: Iterable[str]) -> dict[tuple[str, int], int]:
-    """``status``'s view: per (topic, partition), the highest offset the topic's table holds
-    (one catalog load and one table load per topic, no data read). Empty when no ``export``
-    section is configured; a topic without a table has no entry."""
+def exported_by_topic(ctx: TieringContext, topics: Iterable[str]) -> dict[str, ExportedRanges]:
+    """``status``'s view: per topic with a table, what the table holds (one catalog load and one
+    table load per topic, no data read). Empty when no ``export`` section is configured."""
+    config = ctx.config
     if config.export is None:
         return {}
     catalog = load_catalog(config)
-    found: dict[tuple[str, int], int] = {}
+    found: dict[str, ExportedRanges] = {}
     for topic in sorted(set(topics)):
         try:
             table = open_table(catalog, table_name(config.export, topic), create=False)
+            if table is not None:
+                found[topic] = exported_ranges(table, store_topic_ids(ctx.metadata))
         except Exception as exc:
             raise ExportError(f"cannot read the export table of {topic}: {one_line(exc)}") from exc
-        for partition, offset in exported_up_to(table).items():
-            found[(topic, partition)] = offset
     return found
+
+
+def exported_offsets(ctx: TieringContext, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``, the highest offset its table holds of the newest live topic id
+    the metadata store knows (the Tiering page's view); empty without a table."""
+    from tiering_core.export.plan import newest_topic_ids
+
+    ranges = exported_by_topic(ctx, [topic]).get(topic)
+    if ranges is None:
+        return {}
+    live = newest_topic_ids(ctx.metadata, topic)
+    partitions = sorted({p for held in ranges.by_topic_id.values() for p in held})
+    found = {p: ranges.up_to(live.get(TopicPartition(topic, p)), p) for p in partitions}
+    return {p: offset for p, offset in found.items() if offset is not None}

@@ -373,11 +373,21 @@ def iter_batch_headers(
                 raise
 
 
-def iter_batch_data(path: Path, start_position: int = 0) -> Iterator[tuple[int, bytes]]:
+def iter_batch_data(
+    path: Path, start_position: int = 0, *, max_batch_bytes: int | None = None
+) -> Iterator[tuple[int, bytes]]:
     """Each batch's position and whole bytes, from ``start_position`` (no CRC check here: the
-    decoder checks it on the bytes it decodes)."""
+    decoder checks it on the bytes it decodes). A batch larger than ``max_batch_bytes`` (a log
+    whose writer caps its batches) is a ``CorruptLogError`` before its bytes are read."""
     with LogFile(Path(path)) as log:
         for values, position in _walk(log, start_position, False):
+            size = LOG_OVERHEAD + values[1]
+            if max_batch_bytes is not None and size > max_batch_bytes:
+                raise CorruptLogError(
+                    log.path,
+                    position,
+                    f"batch at offset {values[0]} is {size} bytes, more than the {max_batch_bytes} its writer allows",
+                )
             try:
                 data = log.batch_bytes(_header(values, position))
             except CorruptLogError as exc:

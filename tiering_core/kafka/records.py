@@ -379,10 +379,13 @@ def decode_batch(
     return header, decode_records(header, bytes(view[HEADER_SIZE : header.size_in_bytes]), path)
 
 
-def iter_batches(path: Path, start_position: int = 0) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
-    """Every batch of a ``.log`` from ``start_position`` with its decoded records (CRC checked)."""
+def iter_batches(
+    path: Path, start_position: int = 0, *, max_batch_bytes: int | None = None
+) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
+    """Every batch of a ``.log`` from ``start_position`` with its decoded records (CRC checked);
+    ``max_batch_bytes`` as ``iter_batch_data``'s."""
     path = Path(path)
-    for position, data in iter_batch_data(path, start_position):
+    for position, data in iter_batch_data(path, start_position, max_batch_bytes=max_batch_bytes):
         yield decode_batch(data, path, position)
 
 

@@ -7,8 +7,10 @@ ListOffsets requests per leader: EARLIEST (log start offset), LATEST under read_
 together, never one request per partition; a partition the cluster refuses (no leader, unknown) is
 asked for again alone so that it does not hide the others.
 
-kafka-python is imported here only, when the first round runs. A cluster that does not answer is
-a :class:`ClusterUnreachableError`: a run with a ``kafka:`` section never falls back to the files.
+kafka-python is imported here only, when the first round runs, and the SASL password is read from
+the environment only then. A cluster that cannot be asked (it does not answer, kafka-python is not
+installed, the password's variable is not set) is a :class:`ClusterUnreachableError`: a run with a
+``kafka:`` section never falls back to the files.
 """
 
 from __future__ import annotations
@@ -32,8 +34,17 @@ TOPIC_LEVEL_SOURCE = "DYNAMIC_TOPIC_CONFIG"
 
 
 class _MaskPassword(logging.Filter):
-    """kafka-python logs the admin client's whole configuration at DEBUG, SASL password included:
-    that record keeps its place in the log with the password masked."""
+    """kafka-python logs at DEBUG what it is configured with and what it sends, the SASL password
+    included: the admin client's settings, and the SASL handshake as a request and as raw bytes.
+    Every record of its loggers keeps its place in the log with each password masked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._forms: set[str] = set()
+
+    def add(self, password: str) -> None:
+        """Mask ``password`` from now on, as written and as a ``bytes`` repr shows it."""
+        self._forms.update({password, repr(password.encode())[2:-1]} - {""})
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args  # a lone dict argument is the record's args itself (logging's own rule)
@@ -41,7 +52,24 @@ class _MaskPassword(logging.Filter):
             record.args = {**args, "sasl_plain_password": "***"}
         elif isinstance(args, tuple) and args and isinstance(args[0], Mapping) and "sasl_plain_password" in args[0]:
             record.args = ({**args[0], "sasl_plain_password": "***"}, *args[1:])
+        if self._forms:
+            try:
+                text = masked = record.getMessage()
+            except (TypeError, ValueError):  # a malformed record: logging reports it where it is emitted
+                return True
+            for form in self._forms:
+                masked = masked.replace(form, "***")
+            if masked != text:
+                record.msg, record.args = masked, None
         return True
+
+    def attach(self) -> None:
+        """On every logger of kafka-python (a logger's filter does not see its children's records)."""
+        names = [n for n in logging.Logger.manager.loggerDict if n == "kafka" or n.startswith("kafka.")]
+        for name in names:
+            logger = logging.getLogger(name)
+            if self not in logger.filters:
+                logger.addFilter(self)
 
 
 _MASK = _MaskPassword()
@@ -111,28 +139,38 @@ class ClusterSource:
 
     # --- one round ----------------------------------------------------------------------------
 
+    def _fail(self, message: str) -> ClusterUnreachableError:
+        """The run's one-line failure, kept: every later question fails the same way at once."""
+        self._failure = ClusterUnreachableError(
+            f"{message}; status, copy and retention do not fall back to the files while the config has a kafka section"
+        )
+        return self._failure
+
     def _unreachable(self, exc: BaseException) -> ClusterUnreachableError:
         reason = one_line(exc) or type(exc).__name__
         if not reason.startswith(type(exc).__name__):
             reason = f"{type(exc).__name__}: {reason}"
-        error = ClusterUnreachableError(
-            f"kafka: the cluster at {self.servers} did not answer ({reason}); "
-            "status, copy and retention do not fall back to the files while the config has a kafka section"
-        )
-        self._failure = error
-        return error
+        return self._fail(f"kafka: the cluster at {self.servers} did not answer ({reason})")
 
     def _client(self) -> Any:
+        """The admin client, made on first need: the SASL password is read from the environment
+        only now, and a missing password, a missing kafka-python or a cluster that does not answer
+        is the run's one-line error (never a traceback, never the password)."""
         if self._failure is not None:
             raise self._failure
         if self._admin is None:
-            from kafka.admin import KafkaAdminClient
-
-            client_log = logging.getLogger("kafka.admin.client")
-            if _MASK not in client_log.filters:
-                client_log.addFilter(_MASK)
+            settings = self._client_settings()
             try:
-                self._admin = KafkaAdminClient(**self._client_settings())
+                from kafka.admin import KafkaAdminClient
+
+                _MASK.attach()  # before the client connects: the handshake is logged as it is sent
+                self._admin = KafkaAdminClient(**settings)
+            except ImportError as exc:
+                raise self._fail(
+                    f"kafka: the cluster at {self.servers} cannot be asked: kafka-python is not installed "
+                    f"({one_line(exc)}); install the project with its kafka extra "
+                    "(pip install 'kafka-tiering[kafka]')"
+                ) from None
             except Exception as exc:
                 raise self._unreachable(exc) from None
         return self._admin
@@ -152,9 +190,11 @@ class ClusterSource:
         if c.sasl_password_env is not None:
             password = os.environ.get(c.sasl_password_env)
             if not password:
-                raise TieringError(
-                    f"kafka.sasl_password_env: the environment variable {c.sasl_password_env} is not set"
+                raise self._fail(
+                    f"kafka.sasl_password_env: the environment variable {c.sasl_password_env} is not set, "
+                    f"so the cluster at {self.servers} cannot be asked"
                 )
+            _MASK.add(password)
             settings["sasl_plain_password"] = password
         if c.ssl_cafile is not None:
             settings["ssl_cafile"] = str(c.ssl_cafile)

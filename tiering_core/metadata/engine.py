@@ -4,7 +4,10 @@ SQLite: WAL (readers never block the writer), a 30 s busy timeout, and ``BEGIN I
 for write transactions so concurrent writers queue for the lock instead of failing halfway
 (a deferred transaction that upgrades from reading to writing can get SQLITE_BUSY at once).
 Reads use a plain deferred ``BEGIN``, which in WAL mode is a consistent snapshot.
-PostgreSQL: psycopg 3; fencing relies on ``SELECT ... FOR UPDATE`` of the partition row.
+PostgreSQL: psycopg 3; fencing relies on ``SELECT ... FOR UPDATE`` of the partition row. Every
+connection is bounded by the config's ``DatabaseTimeouts``: a connect timeout, a statement timeout
+and TCP keepalives with a user timeout, so a database that stops answering (a black-holed host)
+fails the request instead of holding its thread for minutes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from urllib.parse import unquote_plus
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+
+from tiering_core.config import DatabaseTimeouts
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +60,52 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def make_engine(url: str, *, echo: bool = False, foreign_keys: bool = True) -> Engine:
+#: PostgreSQL's SQLSTATE of a statement the server canceled (statement_timeout among others).
+QUERY_CANCELED = "57014"
+
+
+def postgresql_connect_args(url: str, timeouts: DatabaseTimeouts) -> dict[str, Any]:
+    """libpq's parameters for ``timeouts`` (psycopg and psycopg2 pass them through), the URL's own
+    ``options`` kept; none for other drivers, which take other names."""
+    parsed = make_url(url)
+    if parsed.get_driver_name() not in ("psycopg", "psycopg2"):
+        return {}
+    args: dict[str, Any] = {
+        "connect_timeout": timeouts.connect_timeout_seconds,
+        "keepalives": 1,
+        "keepalives_idle": timeouts.keepalives_idle_seconds,
+        "keepalives_interval": timeouts.keepalives_interval_seconds,
+        "keepalives_count": timeouts.keepalives_count,
+        "tcp_user_timeout": timeouts.dead_peer_ms,
+    }
+    if timeouts.statement_timeout_ms:
+        own = parsed.query.get("options")
+        own = " ".join(own) if isinstance(own, tuple) else own
+        args["options"] = " ".join(filter(None, [own, f"-c statement_timeout={timeouts.statement_timeout_ms}"]))
+    return args
+
+
+def describe_driver_error(error: BaseException | None, timeouts: DatabaseTimeouts) -> str:
+    """The driver's error on one line, naming the ``metadata:`` key whose limit it hit, if one."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if getattr(error, "sqlstate", None) == QUERY_CANCELED and timeouts.statement_timeout_ms:
+        return f"{text} (metadata.statement_timeout_ms is {timeouts.statement_timeout_ms})"
+    if type(error).__name__ == "ConnectionTimeout":  # psycopg's, raised by its own connect wait
+        return f"{text} (metadata.connect_timeout_seconds is {timeouts.connect_timeout_seconds})"
+    return text
+
+
+def make_engine(
+    url: str, *, echo: bool = False, foreign_keys: bool = True, timeouts: DatabaseTimeouts | None = None
+) -> Engine:
     """An engine whose write transactions (``execution_options(tiering_write=True)``) serialize.
 
     ``foreign_keys=False`` is for migrations: SQLite's batch ALTER rebuilds referenced tables.
+    ``timeouts`` bound a PostgreSQL server's answers (default: the config's defaults).
     """
     if not is_sqlite(url):
-        return create_engine(url, echo=echo, pool_pre_ping=True)
+        connect_args = postgresql_connect_args(url, timeouts or DatabaseTimeouts())
+        return create_engine(url, echo=echo, pool_pre_ping=True, connect_args=connect_args)
     engine = create_engine(url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
     def on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -10,6 +10,11 @@ scheduled task instance (``TaskAttempt``: same DAG, run, task and map index) tak
 its previous try left, at once. That try ended (killed, or judged gone) before the scheduler
 started the retry, so waiting for its lease to expire would only fail the retry too; the
 takeover's new token fences the previous try should it still be writing somewhere.
+
+An Iceberg table the export writes has a lease of its own by the same rules (``TableLease``, a
+row of ``tiering_export_tables``): one export of a table at a time, whichever runs it (the
+command, the Spark app, a retry of the same task taking over); docs/export.md says how its token
+fences an export's commits and attempts.
 """
 
 from __future__ import annotations
@@ -18,14 +23,50 @@ import logging
 
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError, check_topic_name
-from tiering_core.metadata.transactions import StoreCore, tip_params
-from tiering_core.metadata.values import Lease, TaskAttempt
+from tiering_core.metadata.transactions import LockedPartition, LockedTable, StoreCore, refuse_stale, tip_params
+from tiering_core.metadata.values import Lease, TableLease, TaskAttempt
 
 log = logging.getLogger(__name__)
 
+#: The store's column widths of an export table's catalog name and ``namespace.name``.
+MAX_CATALOG_CHARS = 255
+MAX_TABLE_CHARS = 1024
+
+
+def grant(
+    subject: str,
+    row: LockedPartition | LockedTable,
+    holder: str,
+    attempt: TaskAttempt | None,
+    ttl_ms: int,
+) -> tuple[int, int]:
+    """The fencing token and expiry of a lease newly granted to ``holder`` over the locked ``row``.
+
+    LeaseHeldError while another lease (even one of the same holder name) is unexpired, unless
+    ``attempt`` (a scheduled task's try, whose name ``holder`` must be) is a later try of the task
+    instance holding it: a retry takes over its killed previous try's lease."""
+    kind = holder.partition(":")[0]
+    if attempt is not None and holder != attempt.holder(kind):
+        raise ValueError(f"lease holder {holder!r} is not the name of {attempt} ({attempt.holder(kind)!r})")
+    unexpired = row.lease_holder is not None and row.lease_expires_ms > row.db_now
+    if unexpired and not (attempt is not None and attempt.takes_over(str(row.lease_holder), kind)):
+        raise LeaseHeldError(
+            f"{subject}: lease held by {row.lease_holder} (token {row.lease_token}) until "
+            f"{row.lease_expires_ms} ms since the epoch, {row.lease_expires_ms - row.db_now} ms from now"
+        )
+    if unexpired:
+        log.warning(
+            "%s: %s takes over the lease of its previous try %s (token %s)",
+            subject,
+            holder,
+            row.lease_holder,
+            row.lease_token,
+        )
+    return row.fencing_counter + 1, row.db_now + ttl_ms
+
 
 class LeaseStore(StoreCore):
-    """Acquiring, renewing and releasing partition leases."""
+    """Acquiring, renewing and releasing partition leases and export table leases."""
 
     lease_ms: int
 
@@ -51,30 +92,9 @@ class LeaseStore(StoreCore):
         of the task instance holding it: a retry takes over its killed previous try's lease.
         """
         ttl = self._ttl(ttl_ms)
-        kind = holder.partition(":")[0]
-        if attempt is not None and holder != attempt.holder(kind):
-            raise ValueError(f"lease holder {holder!r} is not the name of {attempt} ({attempt.holder(kind)!r})")
         with self._write() as conn:
             row = self._ensure(conn, tip)
-            if (
-                row.lease_holder is not None
-                and row.lease_expires_ms > row.db_now
-                and not (attempt is not None and attempt.takes_over(row.lease_holder, kind))
-            ):
-                raise LeaseHeldError(
-                    f"{tip}: lease held by {row.lease_holder} (token {row.lease_token}) until "
-                    f"{row.lease_expires_ms} ms since the epoch, {row.lease_expires_ms - row.db_now} ms from now"
-                )
-            if row.lease_holder is not None and row.lease_expires_ms > row.db_now:
-                log.warning(
-                    "%s: %s takes over the lease of its previous try %s (token %s)",
-                    tip,
-                    holder,
-                    row.lease_holder,
-                    row.lease_token,
-                )
-            token = row.fencing_counter + 1
-            expires = row.db_now + ttl
+            token, expires = grant(str(tip), row, holder, attempt, ttl)
             self._update_partition(
                 conn, row, fencing_counter=token, lease_token=token, lease_holder=holder, lease_expires_ms=expires
             )
@@ -126,3 +146,81 @@ class LeaseStore(StoreCore):
     def is_lease_active(self, tip: TopicIdPartition) -> bool:
         """True while some run holds an unexpired lease (a COPY_SEGMENT_STARTED may be in flight)."""
         return self.current_lease(tip) is not None
+
+    # --- export tables ------------------------------------------------------------------------
+
+    @staticmethod
+    def _table_key(catalog: str, table: str) -> dict[str, str]:
+        if not catalog or len(catalog) > MAX_CATALOG_CHARS:
+            raise ValueError(f"export catalog name must have 1 to {MAX_CATALOG_CHARS} characters, not {len(catalog)}")
+        if not table or len(table) > MAX_TABLE_CHARS:
+            raise ValueError(f"export table name must have 1 to {MAX_TABLE_CHARS} characters, not {len(table)}")
+        return {"cat": catalog, "tbl": table}
+
+    def acquire_table_lease(
+        self,
+        catalog: str,
+        table: str,
+        holder: str,
+        *,
+        ttl_ms: int | None = None,
+        run_id: str | None = None,
+        attempt: TaskAttempt | None = None,
+    ) -> TableLease:
+        """Take the export lease of ``catalog``'s ``table`` (``namespace.name``) with the table's
+        next fencing token, by ``acquire_lease``'s rules (LeaseHeldError while another export
+        holds it, a later try of the same task instance taking over at once)."""
+        ttl = self._ttl(ttl_ms)
+        self._table_key(catalog, table)
+        with self._write() as conn:
+            row = self._ensure_table(conn, catalog, table)
+            token, expires = grant(f"{catalog}.{table}", row, holder, attempt, ttl)
+            self._update_table(
+                conn, row, fencing_counter=token, lease_token=token, lease_holder=holder, lease_expires_ms=expires
+            )
+        return TableLease(catalog, table, holder, token, expires, run_id)
+
+    def renew_table_lease(self, lease: TableLease, *, ttl_ms: int | None = None) -> TableLease:
+        """Extend a current, unexpired table lease (FencedError otherwise); same token. Also the
+        check an export makes just before it commits: the lease is still its own."""
+        ttl = self._ttl(ttl_ms)
+        with self._write() as conn:
+            row = self._lock_table(conn, lease.catalog, lease.table)
+            if row is None:
+                raise FencedError(f"{lease.subject}: table unknown to the metadata store; acquire a lease first")
+            refuse_stale(lease.subject, row, lease.token, lease.holder)
+            expires = row.db_now + ttl
+            self._update_table(conn, row, lease_expires_ms=expires)
+        return TableLease(lease.catalog, lease.table, lease.holder, lease.token, expires, lease.run_id)
+
+    def release_table_lease(self, lease: TableLease) -> None:
+        """Give the table lease up now (also after it expired, if nobody took it); FencedError if
+        superseded."""
+        with self._write() as conn:
+            row = self._lock_table(conn, lease.catalog, lease.table)
+            if row is None or row.lease_token != lease.token or row.lease_holder not in (None, lease.holder):
+                raise FencedError(f"{lease.subject}: lease token {lease.token} is no longer current")
+            self._update_table(conn, row, lease_holder=None, lease_expires_ms=0)
+
+    def release_table_lease_if_current(self, lease: TableLease) -> bool:
+        """``release_table_lease`` at the end of an export: False when a newer one took the table."""
+        try:
+            self.release_table_lease(lease)
+        except FencedError:
+            return False
+        return True
+
+    def current_table_lease(self, catalog: str, table: str) -> TableLease | None:
+        """The table's unexpired export lease (its export may still be writing), or None."""
+        with self._read() as conn:
+            row = conn.execute(self._q.table_lease, self._clock(self._table_key(catalog, table))).first()
+        if row is None or row.lease_holder is None or row.lease_expires_ms <= row.db_now:
+            return None
+        return TableLease(catalog, table, row.lease_holder, row.lease_token, row.lease_expires_ms)
+
+    def latest_table_lease_token(self, catalog: str, table: str) -> tuple[int, str | None] | None:
+        """The table's current fencing token and its holder (None once released), expired or not;
+        None for a table the store does not know (``latest_lease_token`` of a table)."""
+        with self._read() as conn:
+            row = conn.execute(self._q.table_lease, self._clock(self._table_key(catalog, table))).first()
+        return None if row is None else (int(row.lease_token), row.lease_holder)

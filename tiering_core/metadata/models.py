@@ -53,6 +53,23 @@ class PartitionRow(Base):
     updated_ms: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
 
+class ExportTableRow(Base):
+    """An Iceberg table the export writes (its catalog's name and ``namespace.name``): the export
+    lease and its fencing token, as a partition row holds a partition's (one export of a table at
+    a time; ``metadata.leases``)."""
+
+    __tablename__ = "tiering_export_tables"
+
+    catalog: Mapped[str] = mapped_column(String(255), primary_key=True)
+    table_name: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    lease_holder: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    lease_token: Mapped[int] = mapped_column(BigInteger)
+    lease_expires_ms: Mapped[int] = mapped_column(BigInteger)
+    fencing_counter: Mapped[int] = mapped_column(BigInteger)
+    created_ms: Mapped[int] = mapped_column(BigInteger)
+    updated_ms: Mapped[int] = mapped_column(BigInteger)
+
+
 def registered_partition(tip: TopicIdPartition, now_ms: int) -> dict[str, Any]:
     """A ``PartitionRow``'s values as the store first registers the partition: no lease taken, no
     deletion, nothing copied (loaders of prepared stores override what they need)."""

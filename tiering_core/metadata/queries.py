@@ -32,6 +32,7 @@ from tiering_core.metadata.models import (
     Base,
     DeleteRecordsRow,
     EpochHighestRow,
+    ExportTableRow,
     GapRow,
     HistoryRow,
     LineageRow,
@@ -56,6 +57,7 @@ L = _table(LineageRow)
 D = _table(DeleteRecordsRow)
 G = _table(GapRow)
 HI = _table(HistoryRow)
+X = _table(ExportTableRow)
 
 # A DeleteRecords applied through the platform (a literal: a DriverQuery binds only named values).
 IS_APPLIED = D.c.source == literal_column(f"'{DELETE_RECORDS_APPLIED}'")
@@ -105,7 +107,11 @@ LOCKED_COLUMNS = (
     "finish_counter",
 )
 
+# The export table row's columns a lease change needs: transactions.LockedTable's fields but the clock.
+LOCKED_TABLE_COLUMNS = ("lease_holder", "lease_token", "lease_expires_ms", "fencing_counter")
+
 WHERE_TIP = (P.c.topic_id == bindparam("tid"), P.c.partition == bindparam("part"))
+WHERE_TABLE = (X.c.catalog == bindparam("cat"), X.c.table_name == bindparam("tbl"))
 PARTITION_ID = select(P.c.id).where(*WHERE_TIP).scalar_subquery()
 
 
@@ -157,6 +163,13 @@ class Statements:
             P.c.topic, P.c.lease_holder, P.c.lease_token, P.c.lease_expires_ms, self.now.label("db_now")
         ).where(*WHERE_TIP)
         self.history = insert(HI)
+        # An export table's lease, as a partition's: the row locked, then the clock.
+        self.lock_table = select(*(X.c[name] for name in LOCKED_TABLE_COLUMNS)).where(*WHERE_TABLE).with_for_update()
+        self.insert_table = dialect_insert(X).on_conflict_do_nothing(index_elements=["catalog", "table_name"])
+        self.update_table = update(X).where(*WHERE_TABLE)
+        self.table_lease = select(
+            X.c.lease_holder, X.c.lease_token, X.c.lease_expires_ms, self.now.label("db_now")
+        ).where(*WHERE_TABLE)
 
         self.insert_segment = insert(S)
         self.segment_by_id = select(*SEGMENT_COLUMNS).where(S.c.segment_id == bindparam("sid"))

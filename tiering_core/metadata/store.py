@@ -7,7 +7,7 @@
 - ``listing``: listing a partition's segments, and the memo of listed segments;
 - ``partitions``: partitions, their deletion states and removal, the remote log start offset,
   the state history;
-- ``leases``: leases and fencing tokens;
+- ``leases``: leases and fencing tokens, of partitions and of the tables the export writes;
 - ``lineage``: the recorded lineage, applied DeleteRecords and tiering gaps;
 - ``observations``: what each broker saw of its replicas, and the best replica;
 - ``counters``: what runs did to each partition (copies, deletions, reads), for metrics;
@@ -23,9 +23,11 @@ from types import TracebackType
 
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
+from tiering_core.config import DatabaseTimeouts
 from tiering_core.metadata.counters import CounterStore
 from tiering_core.metadata.engine import (
     WalCheckpointer,
+    describe_driver_error,
     is_sqlite_in_memory,
     make_engine,
     safe_url,
@@ -49,6 +51,7 @@ from tiering_core.metadata.values import (
     RemoteLogSegmentMetadata,
     ReplicaObservation,
     StateChange,
+    TableLease,
     TaskAttempt,
     TieringGap,
 )
@@ -64,6 +67,7 @@ __all__ = [
     "RemoteLogSegmentMetadata",
     "ReplicaObservation",
     "StateChange",
+    "TableLease",
     "TaskAttempt",
     "TieringGap",
     "now_ms",
@@ -72,12 +76,13 @@ __all__ = [
 
 
 class RemoteLogMetadataStore(SegmentStore, LeaseStore, ObservationStore, CounterStore, TotalsStore):
-    """Segment metadata, partition delete states, fenced leases, the section-10 state, replica
-    observations and the counters of what runs did.
+    """Segment metadata, partition delete states, fenced leases (of partitions and export tables),
+    the section-10 state, replica observations and the counters of what runs did.
 
     ``url`` is any SQLAlchemy URL (``sqlite:///path`` embedded, ``postgresql+psycopg://`` in
     production); a missing or older schema is migrated on open. ``lease_ms`` is the default
-    lease time to live. ``segment_memo`` bounds the decoded segments kept between calls.
+    lease time to live. ``timeouts`` bound how long a PostgreSQL server may leave a request
+    unanswered. ``segment_memo`` bounds the decoded segments kept between calls.
     Safe to share between threads.
     """
 
@@ -86,18 +91,20 @@ class RemoteLogMetadataStore(SegmentStore, LeaseStore, ObservationStore, Counter
         url: str,
         *,
         lease_ms: int = 600_000,
+        timeouts: DatabaseTimeouts | None = None,
         echo: bool = False,
         segment_memo: int = DEFAULT_SEGMENT_MEMO,
         listed_partitions: int = LISTED_PARTITIONS,
     ) -> None:
         self.url = url
         self.lease_ms = lease_ms
+        self.timeouts = timeouts or DatabaseTimeouts()
         self._init_listing(segment_memo, listed_partitions)
         self._checkpointer: WalCheckpointer | None = None
         try:
             in_memory = is_sqlite_in_memory(url)
             if not in_memory:
-                self.engine = make_engine(url, echo=echo)
+                self.engine = make_engine(url, echo=echo, timeouts=self.timeouts)
         except (ArgumentError, NoSuchModuleError, ValueError) as exc:
             raise MetadataStoreError(f"bad metadata store url {safe_url(url)}: {exc}") from exc
         if in_memory:
@@ -114,10 +121,11 @@ class RemoteLogMetadataStore(SegmentStore, LeaseStore, ObservationStore, Counter
         try:
             from tiering_core.metadata.migrations import ensure_schema
 
-            ensure_schema(self.engine, url)
+            ensure_schema(self.engine, url, self.timeouts)
         except DBAPIError as exc:
             self.engine.dispose()
-            raise MetadataStoreError(f"cannot open metadata store {safe_url(url)}: {exc.orig}") from exc
+            reason = describe_driver_error(exc.orig, self.timeouts)
+            raise MetadataStoreError(f"cannot open metadata store {safe_url(url)}: {reason}") from exc
         except BaseException:
             self.engine.dispose()
             raise

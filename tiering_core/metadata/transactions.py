@@ -5,8 +5,9 @@ A write transaction first locks the partition row (PostgreSQL ``SELECT ... FOR U
 names one topic for its whole life: another name is refused), then reads the database clock and
 checks the writer's lease token and expiry against it, so a fenced writer lands nothing (and a
 lease that ran out while waiting for the lock is expired). Reads are plain transactions, so a
-write is visible to the next query (read-your-writes, across processes too). Each concept of the
-store (segments, partitions, leases, lineage and observations) builds on ``StoreCore``.
+write is visible to the next query (read-your-writes, across processes too). An export table's
+lease row is locked and checked the same way (``refuse_stale``, the one fencing rule). Each concept
+of the store (segments, partitions, leases, lineage and observations) builds on ``StoreCore``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from tiering_core.config import DatabaseTimeouts
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.engine import safe_url
+from tiering_core.metadata.engine import describe_driver_error, safe_url
 from tiering_core.metadata.errors import FencedError, MetadataStoreError, check_topic_name
 from tiering_core.metadata.models import registered_partition
 from tiering_core.metadata.queries import Statements
@@ -64,10 +66,43 @@ class LockedPartition:
         return "removed" if self.dropped else self.delete_state
 
 
+@dataclass(slots=True)
+class LockedTable:
+    """An export table's locked row (``queries.LOCKED_TABLE_COLUMNS``) and the database clock (ms)
+    read after the lock was taken."""
+
+    catalog: str
+    table: str
+    lease_holder: str | None
+    lease_token: int
+    lease_expires_ms: int
+    fencing_counter: int
+    db_now: int
+
+
+def refuse_stale(subject: str, row: LockedPartition | LockedTable, token: int, holder: str) -> None:
+    """FencedError unless ``token`` of ``holder`` is the locked row's current, unexpired lease
+    (the one fencing rule of partitions and export tables alike; ``subject`` names the row)."""
+    if row.lease_token != token:
+        raise FencedError(
+            f"{subject}: lease token {token} of {holder} is fenced "
+            f"(current token {row.lease_token} held by {row.lease_holder})"
+        )
+    if row.lease_holder is None:
+        raise FencedError(f"{subject}: lease token {token} of {holder} was released")
+    if row.lease_holder != holder:
+        raise FencedError(f"{subject}: lease token {token} is held by {row.lease_holder}, not {holder}")
+    if row.lease_expires_ms <= row.db_now:
+        raise FencedError(
+            f"{subject}: lease token {token} of {holder} expired {row.db_now - row.lease_expires_ms} ms ago"
+        )
+
+
 class StoreCore:
     """Transactions, the database clock and the locked partition row, shared by every concept."""
 
     url: str
+    timeouts: DatabaseTimeouts
     engine: Engine
     _writer: Engine
     _pg: bool
@@ -79,9 +114,11 @@ class StoreCore:
         try:
             yield
         except DBAPIError as exc:
-            raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {exc.orig}") from exc
+            reason = describe_driver_error(exc.orig, self.timeouts)
+            raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {reason}") from exc
         except self._driver_error as exc:  # from a DriverQuery, which bypasses SQLAlchemy
-            raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {exc}") from exc
+            reason = describe_driver_error(exc, self.timeouts)
+            raise MetadataStoreError(f"metadata store {safe_url(self.url)}: {reason}") from exc
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -147,20 +184,47 @@ class StoreCore:
         row = self._lock(conn, tip)
         if row is None:
             raise FencedError(f"{tip}: partition unknown to the metadata store; acquire a lease first")
-        if row.lease_token != lease.token:
-            raise FencedError(
-                f"{tip}: lease token {lease.token} of {lease.holder} is fenced "
-                f"(current token {row.lease_token} held by {row.lease_holder})"
-            )
-        if row.lease_holder is None:
-            raise FencedError(f"{tip}: lease token {lease.token} of {lease.holder} was released")
-        if row.lease_holder != lease.holder:
-            raise FencedError(f"{tip}: lease token {lease.token} is held by {row.lease_holder}, not {lease.holder}")
-        if row.lease_expires_ms <= row.db_now:
-            raise FencedError(
-                f"{tip}: lease token {lease.token} of {lease.holder} expired {row.db_now - row.lease_expires_ms} ms ago"
-            )
+        refuse_stale(str(tip), row, lease.token, lease.holder)
         return row
+
+    def _lock_table(self, conn: Connection, catalog: str, table: str) -> LockedTable | None:
+        """An export table's row, locked until the transaction ends, with the clock read after
+        the lock (as ``_lock`` does for a partition)."""
+        row = conn.execute(self._q.lock_table, {"cat": catalog, "tbl": table}).first()
+        if row is None:
+            return None
+        db_now = int(conn.execute(self._q.clock).scalar_one()) if self._pg else now_ms()
+        return LockedTable(catalog, table, **row._asdict(), db_now=db_now)
+
+    def _ensure_table(self, conn: Connection, catalog: str, table: str) -> LockedTable:
+        """The locked export table row, made first if the store does not know the table yet."""
+        row = self._lock_table(conn, catalog, table)
+        if row is not None:
+            return row
+        now = now_ms()
+        conn.execute(
+            self._q.insert_table,
+            {
+                "catalog": catalog,
+                "table_name": table,
+                "lease_holder": None,
+                "lease_token": 0,
+                "lease_expires_ms": 0,
+                "fencing_counter": 0,
+                "created_ms": now,
+                "updated_ms": now,
+            },
+        )
+        row = self._lock_table(conn, catalog, table)
+        if row is None:
+            raise MetadataStoreError(f"export table {catalog}.{table}: could not register it")
+        return row
+
+    def _update_table(self, conn: Connection, row: LockedTable, **values: Any) -> None:
+        """Update the locked export table row, and ``row`` with it."""
+        conn.execute(self._q.update_table, {"cat": row.catalog, "tbl": row.table, "updated_ms": row.db_now, **values})
+        for name, value in values.items():
+            setattr(row, name, value)
 
     def _update_partition(self, conn: Connection, row: LockedPartition, **values: Any) -> None:
         """Update the locked row, and ``row`` with it (later steps of the transaction see the change)."""

@@ -12,6 +12,7 @@ not reading it is most of what keeps a listing of a long partition fast.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -105,6 +106,30 @@ class TaskAttempt:
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
 
+    def to_json(self) -> str:
+        """This try as one JSON object (how a task hands it to a process it starts)."""
+        return json.dumps(
+            {
+                "dag_id": self.dag_id,
+                "run_id": self.run_id,
+                "task_id": self.task_id,
+                "map_index": self.map_index,
+                "try_number": self.try_number,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskAttempt:
+        """``to_json``'s object back; ``ValueError`` naming what is wrong with another text."""
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"a task attempt must be a JSON object: {exc}") from exc
+        fields = ("dag_id", "run_id", "task_id", "map_index", "try_number")
+        if not isinstance(doc, dict) or set(doc) != set(fields):
+            raise ValueError(f"a task attempt must be a JSON object of exactly {', '.join(fields)}")
+        return cls(**{name: doc[name] for name in fields})
+
     def instance_name(self, kind: str) -> str:
         """``<kind>:<dag>/<run>/<task>[<map index>]``, the same for every try; a long name keeps
         its head and a digest of the whole, so the holder fits the store's column."""
@@ -154,6 +179,25 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class TableLease:
+    """The right to export into one Iceberg table (``catalog``'s ``table``, ``namespace.name``)
+    until ``expires_at_ms`` (database clock); ``token`` is the table's fencing token, as a
+    partition's ``Lease`` carries its own."""
+
+    catalog: str
+    table: str
+    holder: str
+    token: int
+    expires_at_ms: int
+    run_id: str | None = None
+
+    @property
+    def subject(self) -> str:
+        """How errors and logs name the table: ``<catalog>.<namespace>.<name>``."""
+        return f"{self.catalog}.{self.table}"
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionRecord:
     """A partition as the metadata store knows it (a dropped one is a tombstone)."""
 
@@ -180,6 +224,11 @@ class PartitionRecord:
     @property
     def topic_id_partition(self) -> TopicIdPartition:
         return TopicIdPartition(self.topic_id, self.topic_partition)
+
+    @property
+    def live(self) -> bool:
+        """Tiered and served: neither removed (a tombstone) nor being removed."""
+        return not self.dropped and self.delete_state is None
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 import numpy as np
 import pyarrow as pa
 
-from tiering_core.errors import TieringError
+from tiering_core.errors import NoRemoteDataError, TieringError
 from tiering_core.kafka import arrow
 from tiering_core.kafka.batch import RecordBatchHeader
 from tiering_core.kafka.index import (
@@ -381,14 +381,10 @@ def open_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache
     A process of a cluster that serves no broker (several configured, none chosen: ``fetch`` needs
     no broker id) reads the remote tier alone, of the partition's newest topic id the store holds
     live; a broker's process reads it joined with its own replica's lineage."""
-    if not ctx.config.log_dirs and len(ctx.config.brokers) > 1:
-        live = [
-            r
-            for r in ctx.metadata.list_partitions()
-            if r.topic_partition == tp and not r.dropped and r.delete_state is None
-        ]
+    if ctx.config.serves_no_broker:
+        live = [r for r in ctx.metadata.list_partitions() if r.topic_partition == tp and r.live]
         if not live:
-            raise TieringError(f"partition {tp} has no remote data (unknown to the metadata store)")
+            raise NoRemoteDataError(tp)
         newest = max(live, key=lambda r: (r.created_ms, r.topic_id))
         return open_remote_reader(ctx, TopicIdPartition(newest.topic_id, tp), cache)
     partition_log = ctx.partition_log(tp)

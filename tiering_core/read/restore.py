@@ -235,7 +235,7 @@ def _restore_reader(ctx: TieringContext, tp: TopicPartition, say: Callable[[str]
     if held:
         return open_reader(ctx, tp)
     records = ctx.metadata.list_partitions()
-    live = [r for r in records if r.topic_partition == tp and not r.dropped and r.delete_state is None]
+    live = [r for r in records if r.topic_partition == tp and r.live]
     if len(live) != 1:
         known = ", ".join(r.topic_id for r in live) or "none"
         raise TieringError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.errors import NoRemoteDataError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metrics import names
@@ -86,14 +87,37 @@ def verify_segment(storage: RemoteStorage, segment: RemoteLogSegmentMetadata) ->
     return result
 
 
-def segments_to_verify(ctx: TieringContext, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
-    """Every finished segment of the partition (inside the lineage or not), by start offset."""
-    partition_log = ctx.partition_log(tp)
-    tip = TopicIdPartition(partition_log.topic_id, tp)
+def partitions_to_verify(
+    ctx: TieringContext, topic: str | None = None, partition: int | None = None
+) -> list[TopicIdPartition]:
+    """The partitions ``verify`` covers, as selected: on a broker, those in its log dirs (the topic
+    id of their directory); where the process serves no broker, every partition the metadata store
+    holds live remote data of, whichever broker copied it (verify reads no log dir)."""
+    if not ctx.config.serves_no_broker:
+        return [TopicIdPartition(log.topic_id, log.topic_partition) for log in ctx.partitions(topic, partition)]
+    if partition is not None and topic is None:
+        raise TieringError("--partition needs --topic")
+    found = sorted(
+        (
+            r.topic_id_partition
+            for r in ctx.metadata.list_partitions()
+            if r.live and topic in (None, r.topic) and partition in (None, r.partition)
+        ),
+        key=lambda tip: (tip.topic, tip.partition, tip.topic_id),
+    )
+    if not found and topic is not None:
+        raise NoRemoteDataError(topic if partition is None else f"{topic}-{partition}")
+    return found
+
+
+def segments_to_verify(ctx: TieringContext, tp: TopicPartition | TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+    """Every finished segment of the partition (inside the lineage or not), by start offset; a
+    partition named without its topic id is the one in this broker's log dirs."""
+    tip = tp if isinstance(tp, TopicIdPartition) else TopicIdPartition(ctx.partition_log(tp).topic_id, tp)
     return [s for s in ctx.metadata.list_segments(tip) if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
 
 
-def verify_partition(ctx: TieringContext, tp: TopicPartition) -> list[SegmentVerification]:
+def verify_partition(ctx: TieringContext, tp: TopicPartition | TopicIdPartition) -> list[SegmentVerification]:
     """Every finished segment of the partition verified. Each segment's check is a remote fetch
     request (its objects' recorded bytes read, an error when it cannot be done) and a damaged or
     missing segment a scrub failure, stored in the partition's counters at the end (on no broker)."""

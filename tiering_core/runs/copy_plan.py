@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tiering_core.kafka.topic import TopicPartition, is_internal_topic
+from tiering_core.config import not_tiered_reason
+from tiering_core.kafka.topic import TopicPartition
 from tiering_core.tier.observation import Observed, record_views
 from tiering_core.tier.replica import choose_replica, in_cluster, tiering_gap_on
 
@@ -52,15 +53,9 @@ class CopyPlan:
 
 
 def skip_reason(ctx: TieringContext, tp: TopicPartition) -> str | None:
-    """Why Kafka would not tier this topic at all (None: it would)."""
-    topic = ctx.topic_config(tp.topic)
-    if is_internal_topic(tp.topic):
-        return "internal topic (Kafka never tiers it)"
-    if not topic.remote_storage_enable:
-        return "remote.storage.enable is false"
-    if topic.remote_log_copy_disable:
-        return "remote.log.copy.disable is true"
-    return None
+    """Why Kafka would not tier this topic at all (None: it would), the cluster's topic configs
+    included (``config.not_tiered_reason``)."""
+    return not_tiered_reason(tp.topic, ctx.topic_config(tp.topic))
 
 
 def plan_copy(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None) -> CopyPlan:

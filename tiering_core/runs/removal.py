@@ -8,13 +8,14 @@ the drop finds the tombstone and reports the removal finished.
 
 A partition is named by topic and partition, but its remote data belongs to a topic id. A topic
 deleted and recreated under the same name gets a new topic id, whose data is live: by default
-only topic ids no longer in the broker's log dirs are removed. Removing the topic id still in
-the log dirs (a broker being decommissioned) needs that topic id named explicitly.
+only topic ids no longer in the broker's log dirs are considered, and a topic id may be named to
+remove exactly that one.
 
-Absence is no proof: a topic id found missing is removed only on positive evidence that Kafka
-deleted it (``runs.removal_evidence``); without it the removal is refused unless forced. A
-tombstone written in error can be lifted (``lift_tombstone``): the topic id may then be copied
-to again.
+Absence is no proof: a topic id, found missing or named, is removed only on the controller's word
+that Kafka deleted it (``runs.removal_evidence``: the cluster's metadata no longer has it); without
+it the removal is refused unless forced (a broker being decommissioned, a cluster that is gone). A
+removal already begun is resumed without asking again. A tombstone written in error can be lifted
+(``lift_tombstone``): the topic id may then be copied to again.
 
 On a cluster (``brokers:``) removal may run from any broker: a topic id another broker still
 reports (its fresh replica observation, ``tier.replica.brokers_reporting``) is on the cluster, so
@@ -110,8 +111,9 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
     topic id of ``tp`` is still in the log dirs, and (DeletionUnprovenError, carrying the targets
     a forced removal deletes) when a topic id missing from the log dirs has no positive evidence
     of its deletion (``deletion_unproven``). With
-    ``topic_id``: exactly that one, which must be recorded for ``tp``. Unknown partitions raise
-    TieringError.
+    ``topic_id``: exactly that one, which must be recorded for ``tp``, and whose deletion must be
+    the controller's word too unless its removal already began (DeletionUnprovenError carrying it).
+    Unknown partitions raise TieringError.
     """
     records = [r for r in ctx.metadata.list_partitions() if r.topic_partition == tp]
     if not records:
@@ -124,7 +126,11 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
         tip = TopicIdPartition(topic_id, tp)
         if named[0].dropped:
             return RemovalTargets(tp, (), (tip,), ())
-        return RemovalTargets(tp, (tip,), (), ())
+        targets = RemovalTargets(tp, (tip,), (), ())
+        unproven = deletion_unproven(ctx, tp, [topic_id]) if named[0].delete_state is None else None
+        if unproven is not None:
+            raise DeletionUnprovenError(unproven, targets=targets)
+        return targets
 
     def tip_of(record: PartitionRecord) -> TopicIdPartition:
         return TopicIdPartition(record.topic_id, record.topic_partition)
@@ -146,7 +152,7 @@ def removal_targets(ctx: TieringContext, tp: TopicPartition, topic_id: str | Non
             raise RemovalRefusedError(
                 f"{tp} is still in the broker's log dirs ({where}): its remote data is live and is not removed"
                 f"{already}. To remove it anyway (e.g. a broker being decommissioned), name the topic id: "
-                f"--topic-id {kept[0].topic_id}",
+                f"--topic-id {kept[0].topic_id}, with --force while Kafka has not deleted it",
                 targets=targets,
             )
         where = "; ".join(
@@ -200,8 +206,9 @@ def plan_removal_request(
 ) -> list[dict[str, Any]]:
     """The rules of a removal request (the Airflow removal DAG's): ``confirm`` must repeat the
     topic, every partition must have remote data, and neither live data (a topic id still in the
-    log dirs) nor data of a topic id without positive evidence of its deletion goes without
-    ``force``. Per partition, the topic ids to delete (a dry run: to list).
+    log dirs) nor data of a topic id without the controller's word that it was deleted goes without
+    ``force``. Per partition, the topic ids to delete (a dry run: to list) and ``force``, which the
+    removal task passes on: it asks for the controller's word again when it deletes.
 
     A refusal raises ``RemovalRequestRefusedError``; a metadata store outage raises
     ``MetadataStoreError`` (transient: the caller retries).
@@ -242,7 +249,7 @@ def plan_removal_request(
             log.warning("%s: topic id(s) %s are still in the broker's log dirs: %s", tp, held, verb)
         # No explicit topic id left (every one already removed): the core reports it finished.
         topic_ids = remove + held if force else remove
-        plan.append({"partition": partition, "topic_ids": topic_ids if topic_ids or held else None})
+        plan.append({"partition": partition, "topic_ids": topic_ids if topic_ids or held else None, "force": force})
     if unknown:
         raise RemovalRequestRefusedError(
             f"{topic}: partition(s) {', '.join(unknown)} have no remote data (unknown to the metadata store); "
@@ -277,9 +284,20 @@ def _sweep(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPa
     return keys + [u.key for u in uploads]
 
 
-def _named_targets(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> RemovalTargets:
-    """``removal_targets`` of each named topic id, in the order given, as one (each must be recorded)."""
-    each = [removal_targets(ctx, tp, topic_id) for topic_id in dict.fromkeys(topic_ids)]
+def _named_targets(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str], *, force: bool) -> RemovalTargets:
+    """``removal_targets`` of each named topic id, in the order given, as one (each must be recorded;
+    with ``force``, also without the controller's word that it was deleted)."""
+
+    def one(topic_id: str) -> RemovalTargets:
+        try:
+            return removal_targets(ctx, tp, topic_id)
+        except DeletionUnprovenError as exc:
+            if not force or exc.targets is None:
+                raise
+            log.warning("%s (forced: removed anyway)", exc)
+            return exc.targets
+
+    each = [one(topic_id) for topic_id in dict.fromkeys(topic_ids)]
     return RemovalTargets(
         tp,
         tuple(t for one in each for t in one.remove),
@@ -300,11 +318,11 @@ def delete_partition(
     attempt: TaskAttempt | None = None,
 ) -> RemovalResult:
     """Delete the remote data of a removed partition (see ``removal_targets``; ``force`` goes
-    without positive evidence of its deletion); resumable.
+    without the controller's word that it was deleted); resumable.
 
     ``topic_ids`` (or a single ``topic_id``) names exactly the topic ids to remove, each recorded
-    for ``tp``, whether or not the broker still holds it (the caller decided), reported as one
-    result; an empty list removes nothing.
+    for ``tp``, whether or not the broker still holds it, reported as one result; each needs the
+    controller's word as well unless ``force``; an empty list removes nothing.
     A partition whose every target is already removed (a rerun after a run killed after the
     drop) reports DELETE_PARTITION_FINISHED and changes nothing.
     ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease.
@@ -316,7 +334,7 @@ def delete_partition(
     started = time.monotonic()
     store, storage = ctx.metadata, ctx.storage
     result = RemovalResult(topic=tp.topic, partition=tp.partition, dry_run=dry_run)
-    targets = _targets(ctx, tp, force=force) if topic_ids is None else _named_targets(ctx, tp, topic_ids)
+    targets = _targets(ctx, tp, force=force) if topic_ids is None else _named_targets(ctx, tp, topic_ids, force=force)
     result.kept_topic_ids = [t.topic_id for t in targets.kept]
     for tip in targets.kept:
         log.info("%s: topic id %s is in the broker's log dirs: its remote data is left alone", tp, tip.topic_id)

@@ -1,34 +1,37 @@
-"""Whether a partition's topic id was really deleted: the evidence partition removal acts on.
+"""Whether a partition's topic id was really deleted: the evidence partition removal acts on
+(docs/kafka-rules.md section 7).
 
-Absence is no proof: an empty or unmounted log dir, a log dir missing from the config, a
-partition moved to another broker or (by AlterReplicaLogDirs) to another log dir all look like a
-deleted partition. A topic id counts as deleted only when every configured log dir is a live
-Kafka log dir of one broker (its ``meta.properties`` names it), the partition's own trace says so
-(the broker's ``<topic>-<partition>.<uuid>-delete`` directory holding that topic id), no
-``-future`` directory of it is in the log dirs, and, with a ``kafka:`` section, the cluster no
-longer reports it. On a cluster (``brokers:``) a topic id another broker's fresh observation
-reports is on the cluster too.
+Kafka deletes a partition only on the controller's word, and so does removal: the topic id must be
+absent from the cluster's metadata. With a ``kafka:`` section the cluster itself is asked
+(Metadata); without one, the KRaft metadata image on the broker's disk (``__cluster_metadata-0``)
+must hold a committed RemoveTopicRecord of it, and belong to the cluster and node of the
+configured log dirs. Nothing on a replica's disk is that word: an empty or unmounted log dir, a
+missing directory, a ``<topic>-<partition>.<uuid>-delete`` directory (Kafka renames so on a
+reassignment and at the end of a log-dir move too) all look like a deletion and are not one. On a
+cluster (``brokers:``) a topic id another broker's fresh observation reports is on the cluster too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tiering_core.errors import ClusterUnreachableError, TieringError
-from tiering_core.kafka.log_dirs import (
-    DELETE_DIR_SUFFIX,
-    LogDirError,
-    deleted_topic_ids,
-    future_topic_ids,
-    read_log_dir_identity,
+from tiering_core.kafka.cluster_metadata import (
+    ClusterMetadataImage,
+    TopicIdState,
+    find_metadata_log_dir,
+    read_cluster_metadata,
 )
+from tiering_core.kafka.log_dirs import LogDirError, future_topic_ids, read_log_dir_identity
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.runs.errors import RemovalRefusedError
 
 if TYPE_CHECKING:
+    from tiering_core.config import PlatformConfig
     from tiering_core.context import TieringContext
+
+FORCE = "nothing deleted; --force (force in the removal DAG) removes it anyway"
 
 
 def broker_topic_ids(ctx: TieringContext, tp: TopicPartition) -> dict[str, str]:
@@ -88,43 +91,65 @@ def reported_topic_ids(ctx: TieringContext, tp: TopicPartition, topic_ids: Seque
 
 
 def deletion_unproven(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> str | None:
-    """Why the deletion of ``topic_ids`` is not proven, or None: every configured log dir must be
-    a live Kafka log dir of one broker, and each topic id must have left its ``-delete`` trace."""
-    force = "nothing deleted; --force (force in the removal DAG) removes it anyway"
-    still_live = _cluster_still_reports(ctx, tp, topic_ids)
-    if still_live is not None:
-        return f"{still_live}; {force}"
-    identities = []
-    for log_dir in ctx.config.log_dirs:
-        try:
-            identities.append(read_log_dir_identity(log_dir))
-        except LogDirError as exc:
-            return (
-                f"{tp}: no positive evidence that it was deleted: {exc}, so a partition missing from it "
-                f"proves nothing; {force}"
-            )
-    if len({(i.node_id, i.cluster_id or "") for i in identities}) > 1:
-        which = ", ".join(f"{i.path} (node {i.node_id}, cluster {i.cluster_id})" for i in identities)
-        return f"{tp}: the configured log dirs belong to more than one broker ({which}); {force}"
-    traces: dict[str, Path] = {}
-    for log_dir in ctx.config.log_dirs:
-        traces.update(deleted_topic_ids(log_dir, tp))
-    missing = [t for t in topic_ids if t not in traces]
-    if missing:
-        return (
-            f"{tp}: no positive evidence that topic id {', '.join(missing)} was deleted: it is not in the "
-            f"log dirs, but no {tp}.<uuid>{DELETE_DIR_SUFFIX} directory there holds it (the broker renames "
-            "a deleted partition's directory so before removing it; a partition moved to another broker, "
-            f"a log dir missing from the config, or a trace already removed leaves none); {force}"
-        )
+    """Why the deletion of ``topic_ids`` is not the controller's word, or None when it is: with a
+    ``kafka:`` section the cluster no longer reports them, without one the broker's KRaft metadata
+    image holds a committed RemoveTopicRecord of each (``broker_metadata_image``)."""
+    if ctx.cluster is not None:
+        still_live = _cluster_still_reports(ctx, tp, topic_ids)
+        return None if still_live is None else f"{still_live}; {FORCE}"
+    try:
+        image = broker_metadata_image(ctx.config)
+    except TieringError as exc:
+        ids = ", ".join(topic_ids)
+        return f"{tp}: no word from the controller that topic id {ids} was deleted: {exc}; {FORCE}"
+    for topic_id in topic_ids:
+        reason = _image_unproven(image, tp, topic_id)
+        if reason is not None:
+            return f"{reason}; {FORCE}"
     return None
 
 
-def _cluster_still_reports(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> str | None:
-    """With a ``kafka:`` section, the cluster itself must no longer report the topic id: a partition
-    moved to a log dir or broker not in the config leaves the same ``-delete`` trace a deletion does."""
-    if ctx.cluster is None:
+def broker_metadata_image(config: PlatformConfig) -> ClusterMetadataImage:
+    """The KRaft metadata image on this broker's disk (its ``metadata.log.dir``), refused
+    (``TieringError`` naming what is wrong) unless the configured log dirs and the metadata log
+    dir are live Kafka log dirs of one node of one cluster (their ``meta.properties``)."""
+    log_dirs = config.require_log_dirs()
+    where = find_metadata_log_dir(log_dirs, config.metadata_log_dir, config.metadata_log_dir_key)
+    identities = [read_log_dir_identity(d) for d in dict.fromkeys([*log_dirs, where])]
+    if len({(i.node_id, i.cluster_id or "") for i in identities}) > 1:
+        which = ", ".join(f"{i.path} (node {i.node_id}, cluster {i.cluster_id})" for i in identities)
+        raise LogDirError(f"the log dirs and the metadata log dir belong to more than one broker or cluster ({which})")
+    return read_cluster_metadata(where)
+
+
+def _image_unproven(image: ClusterMetadataImage, tp: TopicPartition, topic_id: str) -> str | None:
+    state = image.state_of(topic_id)
+    if state is TopicIdState.DELETED:
         return None
+    if state is TopicIdState.LIVE:
+        return (
+            f"{tp}: the cluster's metadata on this broker ({image.path}) still has topic id {topic_id} (topic "
+            f"{image.topics[topic_id].name!r}): Kafka has not deleted it (a reassignment and a log-dir move also "
+            "leave a -delete directory)"
+        )
+    if state is TopicIdState.DELETION_UNCOMMITTED:
+        return (
+            f"{tp}: the metadata log in {image.path} deletes topic id {topic_id} at offset "
+            f"{image.removed[topic_id].offset}, but it is proven committed only below offset {image.committed_offset}: "
+            "the broker's next snapshot (one every metadata.log.max.snapshot.interval.ms, an hour by default) "
+            "or a new active controller proves it; a kafka: section asks the cluster itself"
+        )
+    return (
+        f"{tp}: no word from the controller that topic id {topic_id} was deleted: the metadata log in {image.path} "
+        f"(offsets {image.log_start_offset} to {image.end_offset - 1}) neither has it nor deletes it (deleted "
+        "before the oldest record kept, metadata.max.retention.ms, or a metadata log of another cluster or out "
+        "of date); a kafka: section asks the cluster itself"
+    )
+
+
+def _cluster_still_reports(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> str | None:
+    """With a ``kafka:`` section, the cluster itself must no longer report the topic id."""
+    assert ctx.cluster is not None
     try:
         live = ctx.cluster.partition(tp)
     except ClusterUnreachableError as exc:
@@ -132,6 +157,6 @@ def _cluster_still_reports(ctx: TieringContext, tp: TopicPartition, topic_ids: S
     if live.topic_id is not None and live.topic_id in topic_ids:
         return (
             f"{tp}: the cluster at {ctx.cluster.servers} still reports topic {tp.topic!r} with topic id "
-            f"{live.topic_id}: its directory moved (to a log dir or broker not in the config), it was not deleted"
+            f"{live.topic_id}: Kafka has not deleted it (its directory moved, to a log dir or broker not in the config)"
         )
     return None

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.config import TopicConfig
+from tiering_core.config import TopicConfig, not_tiered_reason
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.observations import check_broker_id
@@ -384,7 +384,7 @@ def _run_retention(
     record = store.get_partition(view.tip)
     result.remote_log_start_offset = view.remote_log_start_offset
     if record is None:
-        result.skipped_reason = "nothing tiered yet"
+        result.skipped_reason = not_tiered_reason(tp.topic, topic) or "nothing tiered yet"
         return result
     removed = removed_reason(record)
     if removed is not None:

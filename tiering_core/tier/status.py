@@ -6,7 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.errors import ClusterUnreachableError, TieringError
+from tiering_core.config import not_tiered_reason
+from tiering_core.errors import ClusterUnreachableError, NoRemoteDataError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.retention import delete_lag
@@ -75,6 +76,7 @@ class PartitionStatus:
     on_broker: bool = True
     offsets_source: str | None = None  # "broker" (the kafka: section) or "files"; None off the broker
     error: str | None = None
+    not_tiered_reason: str | None = None  # why copy skips the topic (compacted, ...); None: it is tiered
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in STATUS_FIELDS}
@@ -87,6 +89,7 @@ class PartitionStatus:
             on_broker=self.on_broker,
             offsets_source=self.offsets_source,
             error=self.error,
+            not_tiered_reason=self.not_tiered_reason,
         )
         return out
 
@@ -161,6 +164,7 @@ def _partition_status(
         remote_only_offsets=remote_only.as_list() if remote_only is not None else None,
         offsets_source=view.offsets_source,
         error=view.offsets_error,
+        not_tiered_reason=not_tiered_reason(tp.topic, topic_config),
     )
     return row, (view, topic_config, risk)
 
@@ -261,6 +265,9 @@ def list_remote_segments(ctx: TieringContext, topic: str, partition: int) -> lis
         r.topic_partition.topic == topic and r.topic_partition.partition == partition
         for r in ctx.metadata.list_partitions()
     ):
-        # Validate the selector against the broker so a typo is an error, not an empty list.
+        # Validate the selector against the broker so a typo is an error, not an empty list (a
+        # process that serves no broker has only the store to ask).
+        if ctx.config.serves_no_broker:
+            raise NoRemoteDataError(f"{topic}-{partition}")
         ctx.partitions(topic, partition)
     return sorted(rows, key=lambda r: (r["start_offset"], r["end_offset"]))

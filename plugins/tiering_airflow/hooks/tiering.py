@@ -62,6 +62,16 @@ def load_topics(config_path: str | None = None) -> list[str]:
     return sorted(named_topics(load_config(resolve_config_path(config_path))))
 
 
+def not_tiered_topics(config_path: str | None = None) -> dict[str, str]:
+    """The topics named in the config that it says are not tiered (a compacted one inheriting
+    ``remote.storage.enable``, ...), with why; reads only the YAML file."""
+    from tiering_core.config import load_config
+
+    config = load_config(resolve_config_path(config_path))
+    reasons = {topic: config.not_tiered_reason(topic) for topic in named_topics(config)}
+    return {topic: reason for topic, reason in reasons.items() if reason is not None}
+
+
 class TaskBrokerError(Exception):
     """A task names a broker id the config does not have, or a value that is no broker id: no
     worker's host has that broker's log dirs, so the task fails at once rather than retrying."""

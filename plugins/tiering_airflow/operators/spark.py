@@ -15,7 +15,9 @@ What it adds, all decided at execute time (parsing reads nothing from disk or co
   never template fields (so never rendered into the task's stored fields) and Airflow's log
   masker hides the secrets in the task log.
 
-``env_vars`` (templated, not secret) go the same ways. The provider's cluster-side tracking
+``env_vars`` (templated, not secret) go the same ways, and so does the task's try
+(``TIERING_TASK_ATTEMPT``), by which an app names the leases it holds so that a retry of the task
+takes them over at once. The provider's cluster-side tracking
 through the Kubernetes or YARN APIs is not offered (``execute`` waits for spark-submit), nor is its
 OpenLineage injection into ``conf``.
 """
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Connection, Context
 
     from tiering_core.context import AwsCredentials
+    from tiering_core.metadata.store import TaskAttempt
 
 # The operator's arguments that are not template fields and that the hook takes as they are.
 HOOK_ARGUMENTS = (
@@ -149,11 +152,16 @@ class TieringSparkSubmitOperator(SparkSubmitOperator):
         return str(conn.host or conn.conn_type or "")
 
     @contextmanager
-    def submission(self) -> Iterator[SparkSubmission]:
-        """The hook for this task's spark-submit and the environment to run it with; the properties
-        file holding the secrets for the executors (not for a local master) exists until the end."""
+    def submission(self, attempt: TaskAttempt | None = None) -> Iterator[SparkSubmission]:
+        """The hook for this task's spark-submit and the environment to run it with (``attempt``:
+        the task's try, for the app); the properties file holding the secrets for the executors
+        (not for a local master) exists until the end."""
+        from spark_apps.runtime import TASK_ATTEMPT_ENV
+
         secrets = s3_environment(connection_credentials(self.aws_conn_id, self.log))
         variables = {str(k): str(v) for k, v in (self.env_vars or {}).items()}
+        if attempt is not None:
+            variables[TASK_ATTEMPT_ENV] = attempt.to_json()
         master = self.spark_master()
         with tempfile.TemporaryDirectory(prefix="tiering-spark-submit-") as workdir:
             properties_file = self.properties_file
@@ -197,7 +205,9 @@ class TieringSparkSubmitOperator(SparkSubmitOperator):
         return str(path)
 
     def execute(self, context: Context) -> None:
-        with self.submission() as submission:
+        from tiering_airflow.operators.tiering import task_attempt
+
+        with self.submission(task_attempt(context)) as submission:
             self.submitted = submission.hook
             submission.hook.submit(self.application, env=submission.env)
 

@@ -160,12 +160,14 @@ class TieringDeletePartitionOperator(TieringPartitionOperator):
 
     ``topic_ids=None`` removes what the core removes by default (topic ids no longer in the
     broker's log dirs); a list removes exactly those topic ids, as checked beforehand (the
-    removal DAG's validation), and reports them as one result.
+    removal DAG's validation), and reports them as one result. Either way the core asks for the
+    controller's word that each was deleted again, unless ``force``.
     """
 
-    def __init__(self, *, topic_ids: Sequence[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, topic_ids: Sequence[str] | None = None, force: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topic_ids = topic_ids
+        self.force = force
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException
@@ -178,6 +180,7 @@ class TieringDeletePartitionOperator(TieringPartitionOperator):
                 ctx,
                 tp,
                 topic_ids=self.topic_ids,
+                force=bool(self.force),
                 dry_run=self.is_plan_only(),
                 run_id=context["run_id"],
                 attempt=task_attempt(context),

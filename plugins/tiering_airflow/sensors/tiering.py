@@ -4,7 +4,9 @@ Deferrable by default: one check on the worker (no deferral when work is already
 then ``EligibleSegmentTrigger`` polls in the triggerer. With ``deferrable=False`` it pokes in
 reschedule mode, releasing the worker slot between pokes (for deployments without a triggerer).
 Either way it returns (and pushes to XCom) the eligible partition numbers, or for
-``topic="*"`` (every topic the config does not name) their ``<topic>-<partition>`` labels.
+``topic="*"`` (every topic the config does not name) their ``<topic>-<partition>`` labels. A topic
+the config says is not tiered (compacted, ``remote.storage.enable`` false, ...) is skipped at once,
+the reason in the task's log, and its copy tasks with it.
 
 ``broker_id`` names the broker whose log dirs it plans on (the cluster form gives each broker's
 sensor its id and queue); its plans record that broker's observations. Its trigger carries the
@@ -22,6 +24,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from tiering_airflow.hooks.tiering import TieringHook, broker_config, broker_hook
 from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
+from tiering_core.config import DEFAULT_TOPIC
 
 
 class EligibilityCheckError(Exception):
@@ -59,7 +62,13 @@ class EligibleSegmentSensor(BaseSensorOperator):
 
     def poke(self, context: Any) -> PokeReturnValue:
         hook = self.hook()
-        found = hook.eligible(self.topic, broker_config(hook))
+        config = broker_config(hook)
+        reason = None if self.topic == DEFAULT_TOPIC else config.not_tiered_reason(self.topic)
+        if reason is not None:  # nothing will ever be eligible: say why at once rather than wait
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"{self.topic}: not tiered: {reason}")
+        found = hook.eligible(self.topic, config)
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, found or "none")
         return PokeReturnValue(is_done=bool(found), xcom_value=found)
 

@@ -60,11 +60,18 @@ def read_snapshot(
     return read_store(config_path, read, timeout)
 
 
-def read_overview(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> Overview:
-    """The page's top: every topic's summary and the partitions in an alert state."""
+def read_overview(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> tuple[Overview, dict[str, str]]:
+    """The page's top: every topic's summary and the partitions in an alert state; and the topics
+    (named in the config or in the store) that the config says are not tiered, with why."""
     import tiering_core.metrics.overview as overview
 
-    return read_store(config_path, overview.collect_overview, timeout)
+    def read(ctx: TieringContext) -> tuple[Overview, dict[str, str]]:
+        found = overview.collect_overview(ctx)
+        topics = named_topics(ctx.config) | {s.topic for s in found.topics}
+        reasons = {topic: ctx.config.not_tiered_reason(topic) for topic in topics}
+        return found, {topic: reason for topic, reason in reasons.items() if reason is not None}
+
+    return read_store(config_path, read, timeout)
 
 
 def read_series(
@@ -88,7 +95,7 @@ def read_exported(
         from tiering_core.export.table import exported_offsets
 
         try:
-            return {partition: offset for (_, partition), offset in exported_offsets(ctx.config, [topic]).items()}
+            return exported_offsets(ctx, topic)
         except ExportError as exc:
             log.warning("Tiering page: the export table of %s cannot be read: %s", topic, exc)
             return None
@@ -165,9 +172,9 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
     @app.get("/", response_class=HTMLResponse, dependencies=access)
     def page() -> HTMLResponse:
         try:
-            overview = read_overview(config_path, status_timeout)
+            overview, not_tiered = read_overview(config_path, status_timeout)
         except StoreUnavailable as exc:
             return HTMLResponse(view.render_error(str(exc)), status_code=503)
-        return HTMLResponse(view.render_page(overview))
+        return HTMLResponse(view.render_page(overview, not_tiered))
 
     return app

@@ -32,6 +32,8 @@ WINDOWS: tuple[str, ...] = ("24h", "7d")
 PAGE_ROWS = 200
 #: No partition exported (no ``export`` section, or no table yet).
 EMPTY: Mapping[int, int] = MappingProxyType({})
+#: No topic the config leaves untiered.
+EMPTY_REASONS: Mapping[str, str] = MappingProxyType({})
 #: Partitions an alert names before it says "and N more".
 ALERT_NAMES = 8
 
@@ -292,7 +294,22 @@ def render_partitions(
     return f'<table class="partitions"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{more}'
 
 
-def _summary_row(s: TopicSummary, now_ms: int) -> str:
+def not_tiered_html(not_tiered: Mapping[str, str]) -> str:
+    """The topics the config says are not tiered (a compacted one, ``remote.storage.enable``
+    false, ...), grouped by why, each group naming a few of them."""
+    by_reason: dict[str, _Named] = {}
+    for topic, reason in sorted(not_tiered.items()):
+        by_reason.setdefault(reason, _Named()).add(topic)
+    if not by_reason:
+        return ""
+    items = "".join(
+        f"<li>{_e(f'{n.count} topic(s) not tiered ({reason}): {n.listing()}')}</li>"
+        for reason, n in sorted(by_reason.items())
+    )
+    return f"<ul class='not-tiered'>{items}</ul>"
+
+
+def _summary_row(s: TopicSummary, now_ms: int, not_tiered: str | None = None) -> str:
     values = (
         _count(s.partitions),
         _size(s.remote_bytes),
@@ -308,9 +325,10 @@ def _summary_row(s: TopicSummary, now_ms: int) -> str:
         for title, value, flag in zip(SUMMARY_COLUMNS, values, bad, strict=True)
     )
     alert = " alert" if s.gap_partitions or s.at_risk else ""
+    note = f' <span class="note">not tiered: {_e(not_tiered)}</span>' if not_tiered else ""
     return (
         f'<details class="topic{alert}" data-topic="{_e(s.topic)}">'
-        f'<summary class="row"><span class="cell name">{_e(s.topic)}</span>{cells}</summary>'
+        f'<summary class="row"><span class="cell name">{_e(s.topic)}{note}</span>{cells}</summary>'
         '<div class="body"><div class="charts">'
         + "".join(
             f'<figure class="chart" data-window="{w}"><figcaption>Remote size and copy lag, last {w}</figcaption>'
@@ -326,9 +344,10 @@ def _show(topic: str) -> str:
     return f' <a href="?topic={_e(urllib.parse.quote(topic, safe=""))}">Show {_e(topic)}</a>'
 
 
-def render_page(source: MetricsSnapshot | Overview) -> str:
-    """The whole page: alerts, totals, one summary row per topic (see the module docstring), from
-    the store's overview or a snapshot's."""
+def render_page(source: MetricsSnapshot | Overview, not_tiered: Mapping[str, str] = EMPTY_REASONS) -> str:
+    """The whole page: alerts, the topics not tiered and why, totals, one summary row per topic
+    (see the module docstring), from the store's overview or a snapshot's; ``not_tiered``: topic ->
+    why the config says it is not tiered."""
     overview = source if isinstance(source, Overview) else overview_of(source)
     summaries = overview.topics
     found = alerts(overview)
@@ -354,7 +373,7 @@ def render_page(source: MetricsSnapshot | Overview) -> str:
     partitions = sum(s.partitions for s in summaries)
     head = '<span class="cell name">Topic</span>'
     head += "".join(f'<span class="cell">{_e(t)}</span>' for t in SUMMARY_COLUMNS)
-    topics = "".join(_summary_row(s, overview.db_now_ms) for s in summaries)
+    topics = "".join(_summary_row(s, overview.db_now_ms, not_tiered.get(s.topic)) for s in summaries)
     topics = topics or "<p>No partition in the metadata store yet.</p>"
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -364,7 +383,7 @@ def render_page(source: MetricsSnapshot | Overview) -> str:
         "<form class='filter' role='search' onsubmit='return false'><label for='topic-filter'>Topic</label> "
         "<input id='topic-filter' name='topic' type='search' placeholder='filter topics' autocomplete='off'></form>"
         "</header>"
-        f"<section class='alerts-box' aria-label='Alerts'>{alert_html}</section>"
+        f"<section class='alerts-box' aria-label='Alerts'>{alert_html}{not_tiered_html(not_tiered)}</section>"
         f"<p class='totals'>{len(summaries)} topic(s), {partitions:,} partition(s); {_e(fmt_bytes(remote))} in the "
         f"remote tier; {_e(fmt_bytes(lag))} waiting for copy. JSON: <a href='api/partitions'>api/partitions</a></p>"
         f"<div class='topics'><div class='row head' aria-hidden='true'>{head}</div>{topics}</div>"

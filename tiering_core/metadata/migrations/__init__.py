@@ -8,6 +8,7 @@ DDL is transactional on both, so a migration killed halfway leaves the previous 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from alembic import command
@@ -18,7 +19,8 @@ from alembic.util.exc import CommandError
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from tiering_core.metadata.engine import make_engine, safe_url, writer
+from tiering_core.config import DatabaseTimeouts
+from tiering_core.metadata.engine import describe_driver_error, make_engine, safe_url, writer
 from tiering_core.metadata.errors import MetadataStoreError
 
 HERE = Path(__file__).resolve().parent
@@ -41,8 +43,14 @@ def known_revisions() -> set[str]:
     return {script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()}
 
 
-def _run(url: str, action: str, revision: str) -> None:
-    engine = make_engine(url, foreign_keys=False)
+def _for_migrations(timeouts: DatabaseTimeouts | None) -> DatabaseTimeouts:
+    """The store's timeouts without a statement limit: a migration's ALTER on a big table, or its
+    wait for another process's migration lock, may rightly take longer than any request."""
+    return replace(timeouts or DatabaseTimeouts(), statement_timeout_ms=0)
+
+
+def _run(url: str, action: str, revision: str, timeouts: DatabaseTimeouts | None = None) -> None:
+    engine = make_engine(url, foreign_keys=False, timeouts=_for_migrations(timeouts))
     config = _config()
     try:
         with writer(engine).begin() as connection:
@@ -54,39 +62,42 @@ def _run(url: str, action: str, revision: str) -> None:
             else:
                 command.downgrade(config, revision)
     except DBAPIError as exc:
-        raise MetadataStoreError(f"migrating metadata store {safe_url(url)} failed: {exc.orig}") from exc
+        reason = describe_driver_error(exc.orig, _for_migrations(timeouts))
+        raise MetadataStoreError(f"migrating metadata store {safe_url(url)} failed: {reason}") from exc
     except CommandError as exc:
         raise MetadataStoreError(f"migrating metadata store {safe_url(url)}: {exc}") from exc
     finally:
         engine.dispose()
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+def upgrade(url: str, revision: str = "head", timeouts: DatabaseTimeouts | None = None) -> None:
     """Migrate the database at ``url`` up to ``revision`` (``tiering db upgrade``)."""
-    _run(url, "upgrade", revision)
+    _run(url, "upgrade", revision, timeouts)
 
 
-def downgrade(url: str, revision: str) -> None:
+def downgrade(url: str, revision: str, timeouts: DatabaseTimeouts | None = None) -> None:
     """Migrate down to ``revision`` (``"base"`` drops every table)."""
-    _run(url, "downgrade", revision)
+    _run(url, "downgrade", revision, timeouts)
 
 
 def revision_of(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
-def current_revision(url: str) -> str | None:
-    engine = make_engine(url)
+def current_revision(url: str, timeouts: DatabaseTimeouts | None = None) -> str | None:
+    timeouts = timeouts or DatabaseTimeouts()
+    engine = make_engine(url, timeouts=timeouts)
     try:
         with engine.connect() as connection:
             return revision_of(connection)
     except DBAPIError as exc:
-        raise MetadataStoreError(f"cannot read metadata store {safe_url(url)}: {exc.orig}") from exc
+        reason = describe_driver_error(exc.orig, timeouts)
+        raise MetadataStoreError(f"cannot read metadata store {safe_url(url)}: {reason}") from exc
     finally:
         engine.dispose()
 
 
-def ensure_schema(engine: Engine, url: str) -> None:
+def ensure_schema(engine: Engine, url: str, timeouts: DatabaseTimeouts | None = None) -> None:
     """Bring the schema to head if it is missing or behind; refuse a schema newer than this code."""
     with engine.connect() as connection:
         current = revision_of(connection)
@@ -98,4 +109,4 @@ def ensure_schema(engine: Engine, url: str) -> None:
             f"metadata store {safe_url(url)} is at schema revision {current}, newer than this "
             f"version of the platform knows (head {head}); upgrade the platform"
         )
-    upgrade(url)
+    upgrade(url, timeouts=timeouts)
