@@ -10,6 +10,7 @@ cluster's Metadata is the word, also once the broker removed the ``-delete`` dir
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,52 @@ def test_topic_deletion_is_the_evidence_removal_acts_on(
             platform.ok("segments", "--topic", "bystander", "--partition", "0", "--json").json()
             == segments["bystander"]
         )
+
+
+def test_a_metadata_answer_that_is_not_unknown_topic_is_not_the_controllers_word(
+    private_kafka: PrivateKafka, beside: Callable[..., BesideKafka], monkeypatch: Any
+) -> None:
+    """The cluster answers Metadata for a topic the platform's principal may not describe with
+    TOPIC_AUTHORIZATION_FAILED and no topic id: that says nothing of whether the topic exists, so
+    removal refuses (naming the error) where it used to read the missing id as a deletion and
+    delete a live topic's remote data."""
+    secret = "acl-" + uuid.uuid4().hex
+    variable = "TIERING_TEST_ACL_SASL_PASSWORD"
+    settings = {
+        # The brokers, the controller and the tests' own clients use PLAINTEXT (User:ANONYMOUS, a
+        # super user); the platform's SASL user "tiering" has no ACL at all.
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+    with private_kafka(settings=settings, sasl_users={"tiering": secret}) as cluster:
+        cluster.create_topic("guarded", segment_bytes=16 * 1024)
+        _produce(cluster, "guarded", 800)
+        platform = beside(cluster)
+        cluster.wait_until("guarded's HW", lambda: platform.status("guarded")["high_watermark"] == 800)
+        platform.ok("copy")  # files mode: the platform's files are readable whatever the ACLs
+        topic_id = platform.status("guarded")["topic_id"]
+        segments = platform.ok("segments", "--topic", "guarded", "--partition", "0", "--json").json()
+        assert len(segments) > 2
+        keys_before = _keys(platform)
+
+        monkeypatch.setenv(variable, secret)
+        platform.document["kafka"] = {
+            "bootstrap_servers": cluster.sasl_bootstrap_servers,
+            "request_timeout_ms": 5000,
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": "tiering",
+            "sasl_password_env": variable,
+        }
+        platform.write()
+        described = cluster.admin().describe_topics(["guarded"])[0]  # as a super user: it lives
+        assert described["error_code"] == 0
+        refused = platform.run(
+            "delete-partition", "--topic", "guarded", "--partition", "0", "--topic-id", topic_id, "--yes"
+        )
+        assert refused.code == 1, refused
+        assert "TopicAuthorizationFailedError" in refused.stderr and "cannot tell" in refused.stderr, refused.stderr
+        assert secret not in refused.stderr + refused.stdout
+        assert _keys(platform) == keys_before
+        assert platform.ok("segments", "--topic", "guarded", "--partition", "0", "--json").json() == segments

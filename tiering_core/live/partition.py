@@ -47,6 +47,9 @@ class LivePartition:
     offsets: LiveOffsets | None
     problem: str | None = None
     leader_id: int | None = None  # the broker that answered ListOffsets for it
+    #: The cluster's Metadata answered the topic with an error other than "unknown topic" (not
+    #: authorized, a leader election, ...): that answer says nothing of whether the topic exists.
+    metadata_error: str | None = None
 
     def for_directory(self, directory_topic_id: str) -> LivePartition:
         """This view checked against a partition directory's own topic id (``partition.metadata``)."""

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 #: Kafka's config source of a value set on the topic itself.
 TOPIC_LEVEL_SOURCE = "DYNAMIC_TOPIC_CONFIG"
+#: Kafka's error code for a topic the cluster does not have (UnknownTopicOrPartitionException).
+UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 class _MaskPassword(logging.Filter):
@@ -216,9 +218,13 @@ class ClusterSource:
             leaders: dict[TopicPartition, tuple[str, int]] = {}
             for tp in pending:
                 topic = described.get(tp.topic)
+                error = _metadata_error(topic)
                 topic_id = _topic_id(topic)
                 leader = _leader(topic, tp.partition)
-                if topic_id is None or leader is None:
+                if error is not None:
+                    why = f"{tp}: the cluster answered {error} for topic {tp.topic!r}: whether it exists is unknown"
+                    self._partitions[tp] = LivePartition(tp, None, None, why, metadata_error=error)
+                elif topic_id is None or leader is None:
                     self._partitions[tp] = unknown_partition(tp, topic_id)
                 elif leader < 0:
                     self._partitions[tp] = LivePartition(tp, topic_id, None, f"{tp}: the partition has no leader now")
@@ -305,6 +311,20 @@ def broker_topic_config(described: Mapping[str, Mapping[str, Any]]) -> BrokerTop
     return BrokerTopicConfig(
         topic_level=topic_level, retention_ms=effective("retention.ms"), retention_bytes=effective("retention.bytes")
     )
+
+
+def _metadata_error(described: Mapping[str, Any] | None) -> str | None:
+    """The name of the error the cluster's Metadata answered for a topic, unless it is none or
+    UNKNOWN_TOPIC_OR_PARTITION (the controller's word that no such topic exists): an answer that
+    says nothing of the topic (not authorized, no answer at all) must never read as "deleted"."""
+    if described is None:
+        return "no answer"
+    code = int(described.get("error_code") or 0)
+    if code in (0, UNKNOWN_TOPIC_OR_PARTITION):
+        return None
+    from kafka.errors import for_code
+
+    return str(for_code(code).__name__)
 
 
 def _topic_id(described: Mapping[str, Any] | None) -> str | None:

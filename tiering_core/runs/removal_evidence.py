@@ -154,6 +154,11 @@ def _cluster_still_reports(ctx: TieringContext, tp: TopicPartition, topic_ids: S
         live = ctx.cluster.partition(tp)
     except ClusterUnreachableError as exc:
         return f"{tp}: cannot ask the cluster whether it still holds topic id {', '.join(topic_ids)} ({exc})"
+    if live.metadata_error is not None:
+        return (
+            f"{tp}: cannot tell whether the cluster still holds topic id {', '.join(topic_ids)}: its Metadata "
+            f"answered {live.metadata_error} for topic {tp.topic!r}, not that the topic is unknown"
+        )
     if live.topic_id is not None and live.topic_id in topic_ids:
         return (
             f"{tp}: the cluster at {ctx.cluster.servers} still reports topic {tp.topic!r} with topic id "
