@@ -252,3 +252,54 @@ def test_a_table_replaced_in_place_is_exported_again(tiering_env: TieringEnv, tm
         assert [(s.start_offset, s.end_offset) for s in redone.exported] == [(0, 4), (5, 9)]
         assert offsets_by_partition(table) == {0: list(range(10))}
         assert duplicates(table) == {}
+
+
+def expire_as_iceberg_java_does(ctx: Any, table: Any) -> Any:
+    """Every snapshot but the current one expired as Iceberg's Java library does it (Spark's and
+    Trino's ``expire_snapshots``): the snapshots and their log entries removed from the metadata,
+    the parent id of the snapshot kept left as it was (pyiceberg's expiry clears it). Written as the
+    table's next metadata file and registered in the catalog in place of the current one."""
+    from pyiceberg.serializers import ToOutputFile
+
+    table.refresh()
+    current = table.current_snapshot().snapshot_id
+    metadata = table.metadata.model_copy(
+        update={
+            "snapshots": [s for s in table.metadata.snapshots if s.snapshot_id == current],
+            "snapshot_log": [e for e in table.metadata.snapshot_log if e.snapshot_id == current],
+        }
+    )
+    location = f"{table.location()}/metadata/99999-expired-by-java.metadata.json"
+    ToOutputFile.table_metadata(metadata, table.io.new_output(location))
+    catalog = load_catalog(ctx.config)
+    identifier = table_name(ctx.config.export, TOPIC).identifier
+    catalog.drop_table(identifier)  # the catalog's pointer only; no file is removed
+    return catalog.register_table(identifier, location)
+
+
+def test_an_expired_parent_the_store_recorded_is_the_export_commit_below_the_walk(
+    tiering_env: TieringEnv, tmp_path: Path
+) -> None:
+    """Rolled back to an export commit, written by another writer, then expired as Iceberg's Java
+    library does (the kept snapshot still names its expired parent): the parent is the recorded
+    commit the table holds, even though newer (rolled-back) commits were recorded, so exactly what
+    the rollback removed is exported again."""
+    w = tiering_env.writer(TOPIC, 0)
+    tier_segments(tiering_env, w, 1)
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        run_export(ctx, TOPIC)
+        target = table_of(ctx, TOPIC).current_snapshot().snapshot_id
+    tier_segments(tiering_env, w, 2)
+    with tiering_env.context() as ctx:
+        assert len(run_export(ctx, TOPIC, commit_bytes=1).snapshots) == 2
+        table = table_of(ctx, TOPIC)
+        table.manage_snapshots().rollback_to_snapshot(target).commit()
+        table.delete("offset = 2")  # another writer, after the rolled-back commits
+        table = expire_as_iceberg_java_does(ctx, table)
+        assert table.current_snapshot().parent_snapshot_id == target
+        assert table.metadata.snapshot_by_id(target) is None and export_commits(table) == []
+        redone = run_export(ctx, TOPIC)
+        assert [(s.start_offset, s.end_offset) for s in redone.exported] == [(5, 10), (11, 15)]
+        assert duplicates(table) == {}
+        assert offsets_by_partition(table) == {0: [0, 1, 3, 4, *range(5, 16)]}
