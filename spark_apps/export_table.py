@@ -6,14 +6,16 @@
 The logic is ``tiering_core.export``; this app only spreads it. The driver holds each topic's
 table as ``tiering export`` does (``exporting``: the table's export lease, so the app and the
 command never export into one table at once; a retry of the scheduled task takes over its killed
-try's lease at once) and plans its export (the segments the table's snapshots do not hold yet);
-one Spark task per remote segment decodes it with the Arrow decoder and writes its Parquet data
-files under the table's location, and the driver commits what the tasks wrote in one pyiceberg
-append that records the segment ids in the snapshot summary. The commit on the driver is the only
-commit: a task writes files no snapshot points to, so a killed run leaves nothing in the table,
-and its rerun removes those files and exports the same segments again. No JVM Iceberg runtime and
-no Spark-side catalog: executors reach the warehouse and the remote tier with pyarrow and boto3,
-as the other apps do.
+try's lease at once) and plans its export (the segments the table does not hold yet, by the rule
+``tiering export`` follows: its snapshot ancestry, or the metadata store's record of its export
+commits once snapshot expiry removed them); one Spark task per remote segment decodes it with the
+Arrow decoder and writes its Parquet data files under the table's location, and the driver commits
+what the tasks wrote in one pyiceberg append that records the segment ids in the snapshot summary
+(and the commit in the metadata store). The commit on the driver is the only commit: a task
+writes files no snapshot points to, so a killed run leaves nothing in the table, and its rerun
+removes those files and exports the same segments again. No JVM Iceberg runtime and no Spark-side
+catalog: executors reach the warehouse and the remote tier with pyarrow and boto3, as the other
+apps do.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from tiering_core.cli.output import (
 )
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.export.plan import ExportSegment, plan_export
+from tiering_core.export.plan import ExportSegment
+from tiering_core.export.session import dry_run as plan_dry_run
 from tiering_core.export.session import exporting
-from tiering_core.export.table import export_config, load_catalog, open_table, table_name
 from tiering_core.export.write import ExportAttempt, SegmentExportError, write_segment_files
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
@@ -126,9 +128,7 @@ def export_topic_on_spark(
     attempt: TaskAttempt | None = None,
 ) -> None:
     if dry_run:  # reads only: no lease, nothing created or migrated
-        name = table_name(export_config(ctx.config), topic, table)
-        iceberg = open_table(load_catalog(ctx.config), name, create=False)
-        segments = [s for p in partitions for s in plan_export(ctx, topic, p, table=iceberg, isolation=isolation)]
+        name, segments = plan_dry_run(ctx, topic, partitions, table=table, isolation=isolation)
         say(f"export {topic} -> {name}: {len(segments)} segment(s) to export, {runtime.fmt_bytes(_size(segments))}")
         for s in segments:
             say(f"would export {s.topic_partition}: segment {s.segment_id} offsets {s.start_offset}-{s.end_offset}")

@@ -16,6 +16,7 @@ from tiering_core.export import (
     ExportAttempt,
     commit_segments,
     exported_ranges,
+    exported_so_far,
     load_catalog,
     open_table,
     plan_export,
@@ -47,8 +48,8 @@ def test_a_conflicting_commit_is_computed_again_on_the_newer_snapshot(
         name = table_name(ctx.config.export, TOPIC)
         table = open_table(catalog, name)
         assert table is not None
-        mine = plan_export(ctx, TOPIC, 1, table=table)
-        theirs = plan_export(ctx, TOPIC, 0 if other == "another partition" else 1, table=table)
+        mine = plan_export(ctx, TOPIC, 1, done=exported_so_far(ctx, table))
+        theirs = plan_export(ctx, TOPIC, 0 if other == "another partition" else 1, done=exported_so_far(ctx, table))
         location = f"{table.location()}/data/tiering-attempts/lost-its-lease"
         attempt = ExportAttempt("lost-its-lease", str(table.metadata.table_uuid), location, dict(table.io.properties))
         their_files = [(s, write_segment_files(ctx.storage, s, attempt)) for s in theirs]
@@ -60,7 +61,13 @@ def test_a_conflicting_commit_is_computed_again_on_the_newer_snapshot(
         def add_files(self: Transaction, *args: object, **kwargs: object) -> None:
             real_add_files(self, *args, **kwargs)  # type: ignore[arg-type]
             if armed.pop() if armed else False:  # our commit is staged: theirs lands first
-                landed.append(commit_segments(catalog.load_table(name.identifier), their_files))
+                landed.append(
+                    commit_segments(
+                        catalog.load_table(name.identifier),
+                        their_files,
+                        progress=lambda t: exported_so_far(ctx, t),
+                    )
+                )
 
         monkeypatch.setattr(Transaction, "add_files", add_files)
         ours = run_export(ctx, TOPIC, 1)
@@ -71,7 +78,7 @@ def test_a_conflicting_commit_is_computed_again_on_the_newer_snapshot(
         got = offsets_by_partition(table)
         if other == "another partition":
             assert got == want  # both partitions, each offset once
-            assert plan_export(ctx, TOPIC, table=table) == []  # partition 0's ranges were kept
+            assert plan_export(ctx, TOPIC, done=exported_so_far(ctx, table)) == []  # partition 0's ranges were kept
             assert len(ours.snapshots) == 1
             assert [s.segment_id for s in ours.exported] == [s.segment_id for s in mine]
         else:

@@ -14,7 +14,7 @@ from pyiceberg.types import StringType
 from tests.engine_support import TieringEnv
 from tests.export.support import offsets_by_partition, sqlite_catalog, table_of, with_export
 from tiering_core.cli import main
-from tiering_core.export import plan_export, run_export
+from tiering_core.export import dry_run, exported_so_far, plan_export, run_export
 from tiering_core.runs.copy import run_copy
 
 
@@ -56,7 +56,7 @@ def test_another_writer_of_the_table_changes_nothing_of_what_is_exported(
         assert [(s.start_offset, s.end_offset) for s in more.exported] == [(15, 20), (21, 25)]
         table = table_of(ctx, "orders")
         assert offsets_by_partition(table) == {0: [o for o in range(26) if o != 9]}  # 9 stays deleted
-        assert plan_export(ctx, "orders", table=table) == []
+        assert plan_export(ctx, "orders", done=exported_so_far(ctx, table)) == []
         notes = table.scan(selected_fields=("offset", "note")).to_arrow()
         assert set(notes["note"].to_pylist()) == {None}  # the export writes what the table has beside
 
@@ -80,7 +80,7 @@ def test_a_topic_made_again_under_its_name_has_every_offset_exported(
     new.set_high_watermark()
     with tiering_env.context() as ctx:
         run_copy(ctx, new.tp)
-        planned = plan_export(ctx, "orders")
+        planned = dry_run(ctx, "orders")[1]
         assert [(s.start_offset, s.end_offset) for s in planned] == [(0, 4), (5, 9), (10, 14)]
         assert {s.segment.topic_id_partition.topic_id for s in planned} == {new.topic_id}
         assert not run_export(ctx, "orders").failed

@@ -21,7 +21,15 @@ from tests.export.support import (
     with_export,
 )
 from tiering_core.cli import main
-from tiering_core.export import ExportedRanges, exported_ranges, plan_export, run_export, store_topic_ids
+from tiering_core.export import (
+    ExportedRanges,
+    dry_run,
+    exported_ranges,
+    exported_so_far,
+    plan_export,
+    run_export,
+    store_topic_ids,
+)
 from tiering_core.export.table import ANY_TOPIC_ID, EXPORTED_PROPERTY, LEGACY_EXPORTED_PROPERTY
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.read.reader import open_reader
@@ -42,7 +50,7 @@ def test_a_table_written_before_topic_ids_is_migrated_in_place_on_first_use(
         for w in writers:
             run_copy(ctx, w.tp)
         want = {w.tp.partition: fetched(ctx, w.tp) for w in writers}
-        planned = plan_export(ctx, "orders")
+        planned = dry_run(ctx, "orders")[1]
         old = [s for s in planned if s.start_offset < 20]  # the first segments of each partition
         table = export_the_old_way(ctx, "orders", old)
         assert [f.name for f in table.schema().fields] == list(LEGACY_COLUMNS)
@@ -55,7 +63,7 @@ def test_a_table_written_before_topic_ids_is_migrated_in_place_on_first_use(
         for w in writers:
             ends = [s.end_offset for s in old if s.partition == w.tp.partition]
             assert done.up_to(w.topic_id, w.tp.partition) == max(ends)
-        rest = plan_export(ctx, "orders", table=table)
+        rest = plan_export(ctx, "orders", done=exported_so_far(ctx, table))
         assert {s.segment_id for s in rest} == {s.segment_id for s in planned} - {s.segment_id for s in old}
     assert main(["--config", str(tiering_env.config_path), "export", "--topic", "orders"]) == 0
     capsys.readouterr()
@@ -98,7 +106,7 @@ def test_legacy_ranges_go_to_the_topic_ids_of_their_segments(tiering_env: Tierin
     with_export(tiering_env, sqlite_catalog(tmp_path))
     with tiering_env.context() as ctx:
         run_copy(ctx, old.tp)
-        export_the_old_way(ctx, "orders", plan_export(ctx, "orders"))
+        export_the_old_way(ctx, "orders", dry_run(ctx, "orders")[1])
     old.delete()  # the topic is deleted ...
     new = tiering_env.writer("orders", 0)  # ... and made again: a new topic id, the same name
     assert new.topic_id != old.topic_id
@@ -133,7 +141,7 @@ def test_a_legacy_range_no_listed_segment_accounts_for_is_never_exported_again(
     with_export(tiering_env, sqlite_catalog(tmp_path))
     with tiering_env.context() as ctx:
         run_copy(ctx, w.tp)
-        first, second = plan_export(ctx, "orders")
+        first, second = dry_run(ctx, "orders")[1]
         export_the_old_way(ctx, "orders", [first])
         table = export_the_old_way(ctx, "orders", [second])
         oldest = table.snapshots()[0].snapshot_id

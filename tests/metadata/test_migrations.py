@@ -18,7 +18,7 @@ from tests.metadata.support import finish, segment, start_in, tip, worker
 from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.metadata.migrations import current_revision, downgrade, head_revision, upgrade
 from tiering_core.metadata.models import DIALECT_INDEXES, Base
-from tiering_core.metadata.store import RemoteLogMetadataStore
+from tiering_core.metadata.store import ExportCommit, RemoteLogMetadataStore
 
 TIP = tip("MMMMMMMMMMMMMMMMMMMMMM", "orders", 0)
 
@@ -158,6 +158,39 @@ def test_0006_adds_export_table_leases_and_keeps_what_0005_held(metadata_url: st
         assert "tiering_export_tables" not in tiering_tables(engine)
         with engine.connect() as conn:
             assert conn.execute(text("SELECT fencing_counter FROM tiering_partitions")).scalar() == 8
+        upgrade(metadata_url)
+        assert schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_0007_adds_export_commits_and_keeps_the_export_leases_0006_held(metadata_url: str) -> None:
+    """A store at 0006 (an export table's lease in use) gains the export commits on open; a commit
+    is recorded under the lease taken after the upgrade; the way back drops only them."""
+    upgrade(metadata_url, "0006_export_leases")
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_export_tables (catalog, table_name, lease_holder, lease_token, "
+                    "lease_expires_ms, fencing_counter, created_ms, updated_ms) "
+                    "VALUES ('tiering', 'kafka.orders', NULL, 4, 0, 4, 1, 1)"
+                )
+            )
+        assert "tiering_export_commits" not in tiering_tables(engine)
+        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+            assert current_revision(metadata_url) == head_revision()
+            assert "tiering_export_commits" in tiering_tables(engine)
+            lease = store.acquire_table_lease("tiering", "kafka.orders", "export:after-upgrade")
+            assert lease.token == 5
+            commit = ExportCommit("0b5d1c2e-8f43-4f0e-9a51-3f1d2f6c7a80", 2**62, 3, 1_795_000_000_000, "{}")
+            assert store.record_export_commit(lease, commit)
+            assert store.latest_export_commit(commit.table_uuid) == commit
+        downgrade(metadata_url, "0006_export_leases")
+        assert "tiering_export_commits" not in tiering_tables(engine)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT fencing_counter FROM tiering_export_tables")).scalar() == 5
         upgrade(metadata_url)
         assert schema_diffs(engine) == []
     finally:

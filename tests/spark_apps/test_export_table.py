@@ -280,3 +280,56 @@ def test_the_app_keeps_exactly_once_beside_another_writer_a_new_topic_id_and_hos
     assert {r["offset"]: r["timestamp_ms"] for r in rows if r["topic_id"] == new.topic_id} == dict(enumerate(stamps))
     _committed, present = committed_and_present_files(table)
     assert present == {p.removeprefix("file://") for p in referenced_files(table)}  # no stray file
+
+
+def test_the_app_reads_what_the_table_holds_by_the_same_rule_after_expiry_and_rollback(
+    tmp_path: Path, fs_env: TieringEnv, spark, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The app records its commits as ``tiering export`` does: once another writer's snapshots and
+    an expiry removed every export commit from the table, a rerun (and its dry run) exports nothing
+    again; a rollback to before an export commit has exactly what it removed exported again."""
+    import datetime
+
+    from spark_apps.export_table import main
+
+    with_export(fs_env, tmp_path)
+    writers = [fs_env.writer("orders", p) for p in (0, 1)]
+
+    def tier(segments: int) -> None:
+        with fs_env.context() as ctx:
+            for w in writers:
+                write_segments(w, segments)
+                w.set_high_watermark()
+                run_copy(ctx, w.tp)
+
+    tier(2)  # offsets 0-9 of each partition
+    args = ["--config", str(fs_env.config_path), "--topic", "orders"]
+    assert main(args, spark=spark) == 0
+    table, _found = read_back(fs_env.config_path, "orders")
+    exported = table.current_snapshot()
+    with fs_env.context() as ctx:
+        recorded = ctx.metadata.latest_export_commit(str(table.metadata.table_uuid))
+        assert recorded is not None and recorded.snapshot_id == exported.snapshot_id
+    table.delete("partition = 1 and offset = 2")  # another writer
+    table.refresh()
+    cutoff = datetime.datetime.fromtimestamp((table.current_snapshot().timestamp_ms + 1) / 1000, tz=datetime.UTC)
+    table.maintenance.expire_snapshots().older_than(cutoff).commit()  # the export commit with it
+    table.refresh()
+    assert table.metadata.snapshot_by_id(exported.snapshot_id) is None and len(table.snapshots()) == 1
+    capsys.readouterr()
+    assert main([*args, "--dry-run"], spark=spark) == 0
+    assert "0 segment(s) to export" in capsys.readouterr().out
+    assert main(args, spark=spark) == 0
+    table, found = read_back(fs_env.config_path, "orders")
+    assert len(table.snapshots()) == 1  # nothing committed
+    assert {p: sorted(o) for p, o in found.items()} == {0: list(range(10)), 1: [o for o in range(10) if o != 2]}
+
+    target = table.current_snapshot().snapshot_id
+    tier(2)  # offsets 10-19
+    assert main(args, spark=spark) == 0
+    table.refresh()
+    table.manage_snapshots().rollback_to_snapshot(target).commit()  # the new segments' commit undone
+    assert main(args, spark=spark) == 0
+    table, found = read_back(fs_env.config_path, "orders")
+    want = {0: list(range(20)), 1: [o for o in range(20) if o != 2]}
+    assert {p: sorted(o) for p, o in found.items()} == want  # each offset once

@@ -7,7 +7,9 @@ offset. Each commit is one snapshot whose summary names its segments and carries
 offset ranges forward per topic id, so what is exported is read from the table itself (the last
 export commit in the current snapshot's ancestry), atomically with the data: a rerun after a kill
 exports each offset once, another writer of the table (a delete, a compaction) changes nothing of
-it, and an up-to-date export commits nothing. A segment later deleted by retention stays in the
+it, and an up-to-date export commits nothing. Each confirmed commit is also recorded in the
+metadata store, read when snapshot expiry removed every export commit from the ancestry
+(``progress``). A segment later deleted by retention stays in the
 table (the table is the long-term copy).
 
 One export of a table runs at a time: it holds the table's export lease in the metadata store
@@ -21,15 +23,21 @@ from tiering_core.errors import ExportError
 from tiering_core.export.commit import CommitResult, TableLeaseLostError, commit_segments
 from tiering_core.export.plan import ExportSegment, newest_copies, plan_export
 from tiering_core.export.run import ExportResult, run_export
-from tiering_core.export.session import TableBusyError, TableExport, exporting
+from tiering_core.export.session import (
+    TableBusyError,
+    TableExport,
+    dry_run,
+    exported_by_topic,
+    exported_offsets,
+    exported_so_far,
+    exporting,
+)
 from tiering_core.export.table import (
     DATA_SCHEMA,
     ExportedRanges,
     ExportedSegment,
     TableName,
     catalog_properties,
-    exported_by_topic,
-    exported_offsets,
     exported_ranges,
     exported_segments,
     iceberg_schema,
@@ -66,11 +74,13 @@ __all__ = [
     "catalog_properties",
     "clean_abandoned_attempts",
     "commit_segments",
+    "dry_run",
     "end_attempt",
     "exported_by_topic",
     "exported_offsets",
     "exported_ranges",
     "exported_segments",
+    "exported_so_far",
     "exporting",
     "finish_attempt",
     "iceberg_schema",

@@ -2,6 +2,8 @@
 data files, whose summary names the segments and carries the exported offset ranges forward
 (``tiering_core.export.table``). The table is the record: a commit that fails leaves nothing,
 and a segment the table holds by the time of the commit (another export was faster) is left out.
+What the table holds is the caller's rule (``progress``: ``export.session`` passes the one of
+``export.progress``), read anew for each try.
 
 What the summary carries is computed from the snapshot the commit is based on, so the commit must
 land on that snapshot or not at all: pyiceberg would retry a conflicting commit by itself on the
@@ -14,7 +16,7 @@ the export's table lease is renewed (``HeldTable.renew``): an export that lost i
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,14 +28,15 @@ from tiering_core.export.table import (
     LEASE_PROPERTY,
     SEGMENTS_PROPERTY,
     TOPIC_PROPERTY,
+    ExportedRanges,
     ExportedSegment,
-    TopicIdsOf,
-    exported_ranges,
+    export_commit_of,
 )
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
+    from tiering_core.metadata.store import ExportCommit
     from tiering_core.runs.lease import HeldTable
 
 log = logging.getLogger(__name__)
@@ -49,12 +52,14 @@ class TableLeaseLostError(ExportError):
 
 @dataclass(frozen=True)
 class CommitResult:
-    """What one commit did: the snapshot (None: nothing to commit), the segments it holds, and
-    those left out because the table already held them (their files are the caller's to delete)."""
+    """What one commit did: the snapshot (None: nothing to commit), the segments it holds, those
+    left out because the table already held them (their files are the caller's to delete), and
+    the commit as the metadata store records it (``record``, None when nothing was committed)."""
 
     snapshot_id: int | None
     committed: list[ExportSegment] = field(default_factory=list)
     already_exported: list[ExportSegment] = field(default_factory=list)
+    record: ExportCommit | None = None
 
 
 def _without_retries(table: Table) -> Table:
@@ -73,19 +78,19 @@ def commit_segments(
     table: Table,
     files_by_segment: Sequence[tuple[ExportSegment, Sequence[str]]],
     *,
+    progress: Callable[[Table], ExportedRanges],
     held: HeldTable | None = None,
-    topic_ids_of: TopicIdsOf | None = None,
 ) -> CommitResult:
     """Append the segments' data files to ``table`` in one snapshot (a segment with no rows at
-    its isolation level is recorded all the same, so it is not exported again). ``held``: the
-    export's table lease, renewed before each try (an ``ExportError`` once lost);
-    ``topic_ids_of``: the metadata store's word on a table written before topic ids."""
+    its isolation level is recorded all the same, so it is not exported again). ``progress``:
+    what a table holds, read after each refresh; ``held``: the export's table lease, renewed
+    before each try (an ``ExportError`` once lost)."""
     from pyiceberg.exceptions import CommitFailedException
 
     name = ".".join(table.name())
     for _try in range(MAX_CONFLICTS + 1):
         table.refresh()
-        done = exported_ranges(table, topic_ids_of)
+        done = progress(table)
         fresh = [
             (s, files)
             for s, files in files_by_segment
@@ -97,9 +102,10 @@ def commit_segments(
         segments = [
             ExportedSegment(s.topic_id, s.partition, s.segment_id, s.start_offset, s.end_offset) for s, _ in fresh
         ]
+        exported = done.with_segments(segments)
         properties = {
             SEGMENTS_PROPERTY: ExportedSegment.list_json(segments),
-            EXPORTED_PROPERTY: done.with_segments(segments).to_json(),
+            EXPORTED_PROPERTY: exported.to_json(),
             TOPIC_PROPERTY: ",".join(sorted({s.topic_partition.topic for s, _ in fresh})),
             ISOLATION_PROPERTY: ",".join(sorted({str(s.isolation) for s, _ in fresh})),
         }
@@ -118,6 +124,9 @@ def commit_segments(
         except Exception as exc:  # the catalog gone, an answer lost: the outcome is not known
             raise ExportError(f"commit to {name} failed: {one_line(exc)}") from exc
         table.refresh()
-        snapshot = committed.current_snapshot()
-        return CommitResult(snapshot.snapshot_id if snapshot is not None else None, [s for s, _ in fresh], skipped)
+        snapshot = committed.current_snapshot()  # this commit's, as the catalog confirmed it
+        if snapshot is None:
+            return CommitResult(None, [s for s, _ in fresh], skipped)
+        record = export_commit_of(committed, snapshot, exported)
+        return CommitResult(snapshot.snapshot_id, [s for s, _ in fresh], skipped, record)
     raise ExportError(f"commit to {name}: {MAX_CONFLICTS + 1} commits in a row conflicted with other writers")

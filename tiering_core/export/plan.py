@@ -26,15 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tiering_core.errors import TieringError
-from tiering_core.export.table import (
-    ExportedRanges,
-    export_config,
-    exported_ranges,
-    load_catalog,
-    open_table,
-    store_topic_ids,
-    table_name,
-)
+from tiering_core.export.table import ExportedRanges
 from tiering_core.kafka.index import AbortedTxn
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
@@ -49,8 +41,6 @@ from tiering_core.tier.view import TierView, finished_in_lineage, load_remote_ti
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
-
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
 
@@ -170,19 +160,11 @@ def plan_export(
     topic: str,
     partition: int | None = None,
     *,
-    table: Table | None = None,
-    table_name_override: str | None = None,
     isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
-    done: ExportedRanges | None = None,
+    done: ExportedRanges,
 ) -> list[ExportSegment]:
-    """The segments of ``topic`` (or of one partition) the table does not hold yet, in partition
-    and offset order. ``table``: the export's table (else opened from the config's catalog, not
-    created: a missing table holds nothing); ``done``: what it holds, when already read."""
-    if table is None:
-        config = export_config(ctx.config)
-        table = open_table(load_catalog(ctx.config), table_name(config, topic, table_name_override), create=False)
-    if done is None:
-        done = exported_ranges(table, store_topic_ids(ctx.metadata))
+    """The segments of ``topic`` (or of one partition) the table does not hold yet (``done``: what
+    it holds, as ``export.session`` reads it), in partition and offset order."""
     planned: list[ExportSegment] = []
     cache = RemoteIndexCache(ctx.storage, ctx.config.index_cache_bytes, cache_directory(ctx.config.index_cache_dir))
     for view in _views(ctx, topic, partition):

@@ -20,9 +20,9 @@ from tiering_core.cli.output import (
     format_export_failure,
     format_export_segment,
 )
-from tiering_core.export.plan import ExportSegment, plan_export
+from tiering_core.export.plan import ExportSegment
+from tiering_core.export.session import dry_run as plan_dry_run
 from tiering_core.export.session import exporting
-from tiering_core.export.table import export_config, load_catalog, open_table, table_name
 from tiering_core.export.write import ExportAttempt, SegmentExportError, write_segment_files
 from tiering_core.kafka.isolation import IsolationLevel
 
@@ -76,11 +76,8 @@ def run_export(
     attempt: TaskAttempt | None = None,
 ) -> ExportResult:
     if dry_run:  # reads only: no lease, nothing created or migrated
-        name = table_name(export_config(ctx.config), topic, table)
-        iceberg = open_table(load_catalog(ctx.config), name, create=False)
-        result = ExportResult(str(name), dry_run)
-        result.planned = plan_export(ctx, topic, partition, table=iceberg, isolation=isolation)
-        return result
+        name, planned = plan_dry_run(ctx, topic, [partition], table=table, isolation=isolation)
+        return ExportResult(str(name), dry_run, planned)
     with exporting(ctx, topic, table=table, attempt=attempt) as export:
         result = ExportResult(str(export.name), dry_run)
         result.planned = export.plan(topic, partition, isolation)

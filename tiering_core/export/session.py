@@ -5,33 +5,38 @@ Spark app alike), each in one place.
 a time, renewed in the background; a later try of the same scheduled task takes over its killed
 try's lease at once, anyone else gets ``TableBusyError``), opens the table (created on first use,
 migrated in place when written before topic ids) and notes the snapshot current when the lease
-was taken. Through the ``TableExport`` it yields, a runner plans (what the table's ancestry says is
-not exported yet), starts its attempt (marked with the lease's token), commits (no commit lands on
-a snapshot it was not computed from, and none once the lease is lost) and finishes: its own
-uncommitted files are deleted, and those of older holders' attempts once the table has moved on
-(``write.clean_abandoned_attempts``). docs/export.md tells the whole story.
+was taken, and records the last export commit of the table's ancestry if the metadata store lacks
+it. Through the ``TableExport`` it yields, a runner plans (what the table holds, by the rule of
+``export.progress``: its ancestry, or the store's record of its export commits once snapshot
+expiry removed them from it), starts its attempt (marked with the lease's token), commits (no
+commit lands on a snapshot it was not computed from, and none once the lease is lost; each
+confirmed commit is recorded in the store, fenced by the lease) and finishes: its own uncommitted
+files are deleted, and those of older holders' attempts once the table has moved on
+(``write.clean_abandoned_attempts``). Reads that hold no lease (``status``, a dry run) go through
+``exported_so_far``, so every reader of what a table holds follows the one rule.
+docs/export.md tells the whole story.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tiering_core.errors import ExportError, one_line
 from tiering_core.export.commit import CommitResult, TableLeaseLostError, commit_segments
-from tiering_core.export.plan import ExportSegment, plan_export
+from tiering_core.export.plan import ExportSegment, newest_topic_ids, plan_export
+from tiering_core.export.progress import exported_progress, record_ancestry, record_commit
 from tiering_core.export.table import (
+    ExportedRanges,
     TableName,
     export_config,
-    exported_ranges,
     load_catalog,
     migrate_table,
     open_table,
-    store_topic_ids,
     table_name,
 )
 from tiering_core.export.write import (
@@ -43,14 +48,15 @@ from tiering_core.export.write import (
     start_attempt,
 )
 from tiering_core.kafka.isolation import IsolationLevel
-from tiering_core.metadata.errors import LeaseHeldError
+from tiering_core.kafka.topic import TopicPartition
+from tiering_core.metadata.errors import FencedError, LeaseHeldError, MetadataStoreError
 from tiering_core.runs.lease import HeldTable, held_table
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from tiering_core.context import TieringContext
-    from tiering_core.metadata.store import TaskAttempt
+    from tiering_core.metadata.store import ExportCommit, TaskAttempt
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +83,34 @@ class TableExport:
         """The segments of ``topic`` (or of one partition) the table does not hold yet."""
         self.require()
         self.table.refresh()
-        done = exported_ranges(self.table, store_topic_ids(self.ctx.metadata))
-        return plan_export(self.ctx, topic, partition, table=self.table, isolation=isolation, done=done)
+        return plan_export(self.ctx, topic, partition, isolation=isolation, done=self.exported(self.table))
+
+    def exported(self, table: Table) -> ExportedRanges:
+        """What ``table`` (this export's, as last read) holds: ``export.progress``'s rule."""
+        return exported_progress(table, self.ctx.metadata)
+
+    def record(self, commit: ExportCommit | None) -> None:
+        """Record a confirmed commit in the metadata store (None: the last export commit of the
+        table's ancestry, if the store lacks it), fenced by the lease. An export that lost the
+        lease records nothing (``TableLeaseLostError``); a store that fails is an ``ExportError``
+        naming the snapshot: it is in the table, and the next export records it."""
+        lease = self.held.lease
+        try:
+            if commit is None:
+                record_ancestry(self.ctx.metadata, lease, self.table)
+            else:
+                record_commit(self.ctx.metadata, lease, commit)
+        except FencedError as exc:
+            self.held.lose(exc)
+            raise TableLeaseLostError(
+                f"export to {self.name}: the export no longer holds the table to record its commit: {one_line(exc)}"
+            ) from exc
+        except MetadataStoreError as exc:
+            what = "the last export commit" if commit is None else f"snapshot {commit.snapshot_id}"
+            raise ExportError(
+                f"export to {self.name}: {what} is in the table but could not be recorded in the metadata store "
+                f"(the next export records it): {one_line(exc)}"
+            ) from exc
 
     def require(self) -> None:
         """``TableLeaseLostError`` once the export no longer holds the table (fenced, or expired
@@ -104,13 +136,16 @@ class TableExport:
 
     def commit(self, attempt: ExportAttempt, written: Sequence[tuple[ExportSegment, Sequence[str]]]) -> CommitResult:
         """One snapshot of the written segments' files (``commit_segments``); the files of segments
-        the table held by then (not ours to keep) are deleted."""
+        the table held by then (not ours to keep) are deleted; the commit is recorded in the
+        metadata store (``record``)."""
         self.require()
-        result = commit_segments(self.table, written, held=self.held, topic_ids_of=store_topic_ids(self.ctx.metadata))
+        result = commit_segments(self.table, written, progress=self.exported, held=self.held)
         if result.already_exported:
             fs, _root = attempt.filesystem()
             skipped = {id(s) for s in result.already_exported}
             delete_files(fs, [attempt.filesystem(f)[1] for s, files in written if id(s) in skipped for f in files])
+        if result.record is not None:
+            self.record(result.record)
         return result
 
     def finish(self, attempt: ExportAttempt | None) -> list[str]:
@@ -133,7 +168,8 @@ def exporting(
 ) -> Iterator[TableExport]:
     """Hold ``topic``'s table (``table``: ``NAMESPACE.NAME`` instead of ``<namespace>.<topic>``)
     for the block: its lease taken (``TableBusyError`` while another export holds it), the table
-    opened, created or migrated under it, the lease released at the end."""
+    opened, created or migrated under it and the last export commit of its ancestry recorded, the
+    lease released at the end."""
     config = export_config(ctx.config)
     name = table_name(config, topic, table)
     catalog = load_catalog(ctx.config)
@@ -154,7 +190,59 @@ def exporting(
         iceberg = migrate_table(iceberg)
         export = TableExport(ctx, name, iceberg, held, current_snapshot_id(iceberg))
         try:
+            export.record(None)
             yield export
         except TableLeaseLostError:
             export.abandon()
             raise
+
+
+def exported_so_far(ctx: TieringContext, table: Table | None) -> ExportedRanges:
+    """What ``table`` holds, read without holding it (``status``, a dry run), by the same rule as
+    an export (``export.progress``); nothing for a table that does not exist."""
+    return exported_progress(table, ctx.metadata)
+
+
+def dry_run(
+    ctx: TieringContext,
+    topic: str,
+    partitions: Sequence[int | None] = (None,),
+    *,
+    table: str | None = None,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+) -> tuple[TableName, list[ExportSegment]]:
+    """The table and the segments an export of ``topic`` (of each of ``partitions``; None: every
+    partition) would write: reads only, no lease taken, nothing created or migrated."""
+    name = table_name(export_config(ctx.config), topic, table)
+    done = exported_so_far(ctx, open_table(load_catalog(ctx.config), name, create=False))
+    return name, [s for p in partitions for s in plan_export(ctx, topic, p, isolation=isolation, done=done)]
+
+
+def exported_by_topic(ctx: TieringContext, topics: Iterable[str]) -> dict[str, ExportedRanges]:
+    """``status``'s view: per topic with a table, what the table holds (one catalog load and one
+    table load per topic, no data read). Empty when no ``export`` section is configured."""
+    config = ctx.config
+    if config.export is None:
+        return {}
+    catalog = load_catalog(config)
+    found: dict[str, ExportedRanges] = {}
+    for topic in sorted(set(topics)):
+        try:
+            table = open_table(catalog, table_name(config.export, topic), create=False)
+            if table is not None:
+                found[topic] = exported_so_far(ctx, table)
+        except Exception as exc:
+            raise ExportError(f"cannot read the export table of {topic}: {one_line(exc)}") from exc
+    return found
+
+
+def exported_offsets(ctx: TieringContext, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``, the highest offset its table holds of the newest live topic id
+    the metadata store knows (the Tiering page's view); empty without a table."""
+    ranges = exported_by_topic(ctx, [topic]).get(topic)
+    if ranges is None:
+        return {}
+    live = newest_topic_ids(ctx.metadata, topic)
+    partitions = sorted({p for held in ranges.by_topic_id.values() for p in held})
+    found = {p: ranges.up_to(live.get(TopicPartition(topic, p)), p) for p in partitions}
+    return {p: offset for p, offset in found.items() if offset is not None}

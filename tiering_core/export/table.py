@@ -7,9 +7,10 @@ record's topic id and its timestamp as Kafka holds it (any int64 of milliseconds
 partitioned by identity(partition) and day(timestamp) and sorted by offset. Each export commit's
 snapshot summary names the segments it holds (``tiering.segments``) and carries the exported
 offset ranges so far, per topic id and partition (``tiering.exported-by-topic-id``), in the same
-atomic commit as the data. What is exported is found by walking the current snapshot's ancestry
-back to the last export commit, so a snapshot of another writer (a row delete, a compaction) or a
-schema change loses nothing; no other store can disagree with it.
+atomic commit as the data. Walking the current snapshot's ancestry back to the last export commit
+(``read_ancestry``) finds what is exported, so a snapshot of another writer (a row delete, a
+compaction) or a schema change loses nothing; when snapshot expiry removed every export commit
+from the ancestry, ``export.progress`` reads the metadata store's record of them instead.
 
 Tables written before topic ids (ranges keyed by partition alone, ``tiering.exported``; no
 ``topic_id`` and ``timestamp_ms`` columns) are read as they are and migrated in place on first use
@@ -41,7 +42,7 @@ from tiering_core.config.export import (
 )
 from tiering_core.errors import ExportError, one_line
 from tiering_core.kafka.arrow import SCHEMA
-from tiering_core.kafka.topic import TopicPartition
+from tiering_core.metadata.values import ExportCommit
 from tiering_core.tier.view import OffsetRange, merge_offset_ranges
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from tiering_core.config import PlatformConfig
-    from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicIdPartition
     from tiering_core.metadata.store import RemoteLogMetadataStore
 
@@ -439,23 +439,56 @@ def _uncovered(start: int, end: int, covered: Iterable[OffsetRange]) -> list[tup
     return pieces
 
 
-def exported_ranges(table: Table | None, topic_ids_of: TopicIdsOf | None = None) -> ExportedRanges:
-    """What the table holds: the ranges the last export commit in the current snapshot's
-    ancestry carried forward (another writer's snapshots after it change nothing). A table
-    written before topic ids is read by ``_legacy_ranges`` (``topic_ids_of``: the metadata store's
-    word on its segments; without it, every legacy range is ``ANY_TOPIC_ID``'s)."""
-    if table is None:
-        return ExportedRanges()
+@dataclass(frozen=True)
+class Ancestry:
+    """What walking back from the table's current snapshot found: the last export commit
+    (``commit``, None when the ancestry holds none) and the ranges it carried forward, or else
+    where the walk ended (``end``: the oldest snapshot reached, the table's first one or one whose
+    parent is no longer in the table; None when the table has no current snapshot)."""
+
+    ranges: ExportedRanges
+    commit: Any = None
+    end: Any = None
+
+
+def read_ancestry(table: Table, topic_ids_of: TopicIdsOf | None = None) -> Ancestry:
+    """The current snapshot's ancestry, newest first, up to the last export commit only (another
+    writer's snapshots after it change nothing). A table written before topic ids is read by
+    ``_legacy_ranges`` (``topic_ids_of``: the metadata store's word on its segments; without it,
+    every legacy range is ``ANY_TOPIC_ID``'s)."""
     from pyiceberg.table.snapshots import ancestors_of
 
+    end = None
     ancestry = iter(ancestors_of(table.current_snapshot(), table.metadata))
-    for snapshot in ancestry:  # newest first, up to the last export commit only
+    for snapshot in ancestry:
         summary = _summary(snapshot)
         if EXPORTED_PROPERTY in summary:
-            return ExportedRanges.from_json(summary[EXPORTED_PROPERTY])
+            return Ancestry(ExportedRanges.from_json(summary[EXPORTED_PROPERTY]), commit=snapshot)
         if LEGACY_EXPORTED_PROPERTY in summary:
-            return _legacy_ranges([snapshot, *ancestry], topic_ids_of)
-    return ExportedRanges()
+            return Ancestry(_legacy_ranges([snapshot, *ancestry], topic_ids_of), commit=snapshot)
+        end = snapshot
+    return Ancestry(ExportedRanges(), end=end)
+
+
+def exported_ranges(table: Table | None, topic_ids_of: TopicIdsOf | None = None) -> ExportedRanges:
+    """What the table's ancestry alone says it holds (``read_ancestry``): the ranges the last
+    export commit in it carried forward. An export reads more than this (``export.progress``)."""
+    return ExportedRanges() if table is None else read_ancestry(table, topic_ids_of).ranges
+
+
+def snapshot_position(snapshot: Any) -> tuple[int, int]:
+    """A snapshot's place in its table's history: its sequence number (every commit of a
+    format-2 table takes the next one), then its timestamp (all a format-1 table has)."""
+    return (int(snapshot.sequence_number or 0), int(snapshot.timestamp_ms))
+
+
+def export_commit_of(table: Table, snapshot: Any, ranges: ExportedRanges) -> ExportCommit:
+    """An export commit of ``table`` as the metadata store records it: ``snapshot`` and the
+    ranges its summary carries."""
+    sequence_number, timestamp_ms = snapshot_position(snapshot)
+    return ExportCommit(
+        str(table.metadata.table_uuid), int(snapshot.snapshot_id), sequence_number, timestamp_ms, ranges.to_json()
+    )
 
 
 def exported_segments(table: Table) -> list[ExportedSegment]:
@@ -466,35 +499,3 @@ def exported_segments(table: Table) -> list[ExportedSegment]:
         if raw is not None:
             found.extend(ExportedSegment.of(item) for item in json.loads(raw))
     return found
-
-
-def exported_by_topic(ctx: TieringContext, topics: Iterable[str]) -> dict[str, ExportedRanges]:
-    """``status``'s view: per topic with a table, what the table holds (one catalog load and one
-    table load per topic, no data read). Empty when no ``export`` section is configured."""
-    config = ctx.config
-    if config.export is None:
-        return {}
-    catalog = load_catalog(config)
-    found: dict[str, ExportedRanges] = {}
-    for topic in sorted(set(topics)):
-        try:
-            table = open_table(catalog, table_name(config.export, topic), create=False)
-            if table is not None:
-                found[topic] = exported_ranges(table, store_topic_ids(ctx.metadata))
-        except Exception as exc:
-            raise ExportError(f"cannot read the export table of {topic}: {one_line(exc)}") from exc
-    return found
-
-
-def exported_offsets(ctx: TieringContext, topic: str) -> dict[int, int]:
-    """Per partition of ``topic``, the highest offset its table holds of the newest live topic id
-    the metadata store knows (the Tiering page's view); empty without a table."""
-    from tiering_core.export.plan import newest_topic_ids
-
-    ranges = exported_by_topic(ctx, [topic]).get(topic)
-    if ranges is None:
-        return {}
-    live = newest_topic_ids(ctx.metadata, topic)
-    partitions = sorted({p for held in ranges.by_topic_id.values() for p in held})
-    found = {p: ranges.up_to(live.get(TopicPartition(topic, p)), p) for p in partitions}
-    return {p: offset for p, offset in found.items() if offset is not None}

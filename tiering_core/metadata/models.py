@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, UniqueConstraint, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 if TYPE_CHECKING:
@@ -68,6 +80,26 @@ class ExportTableRow(Base):
     fencing_counter: Mapped[int] = mapped_column(BigInteger)
     created_ms: Mapped[int] = mapped_column(BigInteger)
     updated_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class ExportCommitRow(Base):
+    """An export commit the metadata store recorded once the catalog confirmed it, under the
+    table's export lease (``lease_token``): the table's Iceberg UUID, the snapshot, its place in the
+    table's history and the exported ranges its summary carries (``values.ExportCommit``). The
+    table's catalog name and ``namespace.name`` are kept for people reading the store."""
+
+    __tablename__ = "tiering_export_commits"
+    __table_args__ = (Index("ix_export_commits_position", "table_uuid", "sequence_number", "timestamp_ms"),)
+
+    table_uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    snapshot_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    catalog: Mapped[str] = mapped_column(String(255))
+    table_name: Mapped[str] = mapped_column(String(1024))
+    sequence_number: Mapped[int] = mapped_column(BigInteger)
+    timestamp_ms: Mapped[int] = mapped_column(BigInteger)
+    exported: Mapped[str] = mapped_column(Text)
+    lease_token: Mapped[int] = mapped_column(BigInteger)
+    recorded_ms: Mapped[int] = mapped_column(BigInteger)
 
 
 def registered_partition(tip: TopicIdPartition, now_ms: int) -> dict[str, Any]:

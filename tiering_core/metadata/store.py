@@ -8,6 +8,7 @@
 - ``partitions``: partitions, their deletion states and removal, the remote log start offset,
   the state history;
 - ``leases``: leases and fencing tokens, of partitions and of the tables the export writes;
+- ``export_commits``: the export commits each table's export landed, kept past snapshot expiry;
 - ``lineage``: the recorded lineage, applied DeleteRecords and tiering gaps;
 - ``observations``: what each broker saw of its replicas, and the best replica;
 - ``counters``: what runs did to each partition (copies, deletions, reads), for metrics;
@@ -35,6 +36,7 @@ from tiering_core.metadata.engine import (
     writer,
 )
 from tiering_core.metadata.errors import MetadataStoreError
+from tiering_core.metadata.export_commits import ExportCommitStore
 from tiering_core.metadata.leases import LeaseStore
 from tiering_core.metadata.listing import DEFAULT_SEGMENT_MEMO, LISTED_PARTITIONS
 from tiering_core.metadata.observations import ObservationStore
@@ -46,6 +48,7 @@ from tiering_core.metadata.transactions import now_ms
 from tiering_core.metadata.values import (
     ClusterObservations,
     DeleteRecordsObservation,
+    ExportCommit,
     Lease,
     PartitionRecord,
     RemoteLogSegmentMetadata,
@@ -61,6 +64,7 @@ __all__ = [
     "TOMBSTONE_LIFTED",
     "ClusterObservations",
     "DeleteRecordsObservation",
+    "ExportCommit",
     "Lease",
     "PartitionRecord",
     "RemoteLogMetadataStore",
@@ -75,9 +79,10 @@ __all__ = [
 ]
 
 
-class RemoteLogMetadataStore(SegmentStore, LeaseStore, ObservationStore, CounterStore, TotalsStore):
+class RemoteLogMetadataStore(SegmentStore, LeaseStore, ExportCommitStore, ObservationStore, CounterStore, TotalsStore):
     """Segment metadata, partition delete states, fenced leases (of partitions and export tables),
-    the section-10 state, replica observations and the counters of what runs did.
+    the export commits each table's export landed, the section-10 state, replica observations and
+    the counters of what runs did.
 
     ``url`` is any SQLAlchemy URL (``sqlite:///path`` embedded, ``postgresql+psycopg://`` in
     production); a missing or older schema is migrated on open. ``lease_ms`` is the default

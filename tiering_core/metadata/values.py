@@ -198,6 +198,40 @@ class TableLease:
 
 
 @dataclass(frozen=True, slots=True)
+class ExportCommit:
+    """An export commit as the metadata store records it once the catalog confirmed it: the
+    table (by its Iceberg UUID: a table dropped and made again under its name is another table),
+    the snapshot, its place in the table's history (``sequence_number``, then ``timestamp_ms``:
+    the order of its commits) and the exported ranges its summary carries, as that JSON text.
+    docs/export.md, "Exactly once", says when it is read."""
+
+    table_uuid: str
+    snapshot_id: int
+    sequence_number: int
+    timestamp_ms: int
+    exported: str
+
+    def __post_init__(self) -> None:
+        try:
+            canonical = str(uuid.UUID(self.table_uuid))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"an export commit's table UUID must be a UUID, not {self.table_uuid!r}") from exc
+        if canonical != self.table_uuid:
+            raise ValueError(f"an export commit's table UUID must be in canonical form, not {self.table_uuid!r}")
+        for name in ("snapshot_id", "sequence_number", "timestamp_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
+                raise ValueError(f"an export commit's {name} must be a 64-bit integer, not {value!r}")
+        if not isinstance(self.exported, str):
+            raise ValueError("an export commit's exported ranges must be JSON text")
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """Its place in the table's history: later commits sort after it."""
+        return (self.sequence_number, self.timestamp_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionRecord:
     """A partition as the metadata store knows it (a dropped one is a tombstone)."""
 

@@ -92,7 +92,7 @@ def read_exported(
 
     def read(ctx: TieringContext) -> dict[int, int] | None:
         from tiering_core.errors import ExportError
-        from tiering_core.export.table import exported_offsets
+        from tiering_core.export import exported_offsets
 
         try:
             return exported_offsets(ctx, topic)
