@@ -60,17 +60,23 @@ def test_jobs_are_cancelled_when_their_consumer_stops_early(tmp_path: Path, spar
 
     markers = tmp_path / "markers"
     markers.mkdir()
+    failed = tmp_path / "consumer-failed"
 
-    def slow(item: int) -> int:
+    def slow(item: int) -> int:  # the first ends at once; every other is still running when the consumer fails
         (markers / str(item)).touch()
-        time.sleep(3)
+        deadline = time.monotonic() + 60
+        while item != 0 and not failed.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the consumer never failed")
+            time.sleep(0.02)
         return item
 
     with pytest.raises(RuntimeError, match="consumer failed"):
         with contextlib.closing(
-            runtime.run_jobs(spark.sparkContext, list(range(8)), slow, slots=2, describe=lambda i: f"sleep {i}")
+            runtime.run_jobs(spark.sparkContext, list(range(8)), slow, slots=2, describe=lambda i: f"slow {i}")
         ) as outcomes:
             for _outcome in outcomes:
+                failed.touch()
                 raise RuntimeError("consumer failed")
     started = len(list(markers.iterdir()))
     assert started <= 4  # the first two, and at most the two that took their slots
