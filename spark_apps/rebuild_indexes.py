@@ -135,11 +135,13 @@ def run_rebuild(
     check_every = renew_interval(ctx.config.metadata.lease_ms)
     hold = contextlib.ExitStack()  # every partition's lease, renewed in the background until the end
 
-    def lease_of(part: PartitionRebuild) -> Lease | None:
-        """The partition's lease while the run holds it; a loss is reported once, and its repairs stop."""
+    def lease_of(part: PartitionRebuild, *, renew: bool = False) -> Lease | None:
+        """The partition's lease while the run holds it (``renew``: renewed now, before a commit,
+        as the repair before it may have outlasted a beat); a loss is reported once, and its
+        repairs stop."""
         if part.held is None:
             return None
-        if part.held.holds:
+        if part.held.holds and (not renew or part.held.renew()):
             return part.held.lease
         failures.append(
             f"{part.tip.topic_partition}: lost the partition's lease; its repairs stopped: {part.held.lost}"
@@ -242,7 +244,8 @@ def run_rebuild(
                     )
                 # Without the lease (lost meanwhile) the repair's objects are deleted, its
                 # metadata left to the new lease holder's recovery.
-                check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, lease_of(part))
+                lease = lease_of(part, renew=True)
+                check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, lease)
                 part.result.checks.append(check)
                 say(check.describe())
         # The broker's own segments: checked, never changed.

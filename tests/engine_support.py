@@ -1,9 +1,12 @@
-"""A tiering environment for engine tests: a real log dir, metadata DB and S3 (or filesystem) tier."""
+"""A tiering environment for engine tests: a real log dir, metadata DB and S3 (or filesystem) tier;
+and how every test waits for something to happen (``wait_until``) or for a lease to lapse
+(``expire_lease``) on a machine that may be busy."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +19,8 @@ from tiering_core.context import TieringContext
 from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.errors import FencedError
+from tiering_core.metadata.store import RemoteLogMetadataStore
 
 _clock = itertools.count(1_700_000_000_000, 11)
 
@@ -104,6 +109,36 @@ def traced_statements(engine: Any) -> Iterator[list[str]]:
     finally:
         event.remove(engine, "connect", traced)
         engine.dispose()
+
+
+def wait_until(condition: Callable[[], object], *, what: str = "the condition", timeout: float = 60.0) -> None:
+    """Until ``condition()`` is true: how a test waits for another thread or process to get
+    somewhere, instead of sleeping a guess. The deadline is generous (a busy machine is slow, not
+    wrong) and only a failing test ever reaches it."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def expire_lease(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> None:
+    """Make the partition's lease lapse now, as a killed or stalled holder's would: its time to
+    live is cut to 1 ms on the store's own clock (again, should its holder renew meanwhile).
+    Runs in tests hold leases long enough for a busy machine; where a lease must lapse, the
+    test says when."""
+
+    def lapsed() -> bool:
+        lease = store.current_lease(tip)
+        if lease is None:
+            return True
+        try:
+            store.renew_lease(lease, ttl_ms=1)
+        except FencedError:  # it lapsed, or was released or taken, meanwhile: look again
+            pass
+        return False
+
+    wait_until(lapsed, what=f"the lease of {tip} to lapse")
 
 
 def select_count(statements: list[str]) -> int:

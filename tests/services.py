@@ -721,7 +721,7 @@ def moto_s3() -> Iterator[S3Endpoint]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + START_TIMEOUT
     while not port_answers(host, port) and time.monotonic() < deadline:
         time.sleep(0.05)
     try:

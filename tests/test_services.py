@@ -238,7 +238,9 @@ def test_every_server_then_trouble(pg_server, redis, spark_cluster):
             record.append({"pid": p.pid, "created": p.create_time(), "cmd": " ".join(p.cmdline())})
         except psutil.Error:  # an exited helper, not a server
             pass
-    Path(os.environ["CHILD_RECORD"]).write_text(json.dumps(record))
+    written = Path(os.environ["CHILD_RECORD"] + ".part")
+    written.write_text(json.dumps(record))
+    written.replace(os.environ["CHILD_RECORD"])  # the record appears whole
     if os.environ["CHILD_MODE"] == "hang":
         time.sleep(600)
     assert False, "this test fails on purpose"
@@ -317,8 +319,7 @@ def test_no_server_outlives_a_killed_test_run(tmp_path: Path, child_scratch: Non
     deadline = time.monotonic() + 300
     while not record.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert record.exists(), proc.communicate()[0]
-    time.sleep(0.5)  # the record is complete once written; the test is sleeping now
+    assert record.exists(), proc.communicate()[0]  # written whole, once every server had started
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert wait_gone(record) == []

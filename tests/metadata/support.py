@@ -61,11 +61,12 @@ def delete(store: RemoteLogMetadataStore, lease: Lease, segment_id: uuid.UUID) -
 
 
 def worker(*args: str) -> subprocess.Popen[str]:
-    """A real OS process running ``tests.metadata.workers``."""
+    """A real OS process running ``tests.metadata.workers`` (its stdin is the test's to write)."""
     return subprocess.Popen(
         [sys.executable, "-m", "tests.metadata.workers", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

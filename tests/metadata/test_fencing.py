@@ -10,11 +10,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, create_engine, text
 
+from tests.engine_support import expire_lease, wait_until
 from tests.metadata.support import finish, segment, start_in, tip, worker
 from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition
@@ -60,25 +62,22 @@ WRITES: dict[str, Callable[[RemoteLogMetadataStore, Lease, uuid.UUID], object]] 
 }
 
 
-def wait_until_expired(store: RemoteLogMetadataStore, tp: TopicIdPartition, timeout_s: float = 60) -> None:
+def wait_until_expired(store: RemoteLogMetadataStore, tp: TopicIdPartition) -> None:
     """Poll (on the store's clock) until the partition's lease has expired."""
-    deadline = time.monotonic() + timeout_s
-    while store.is_lease_active(tp):
-        assert time.monotonic() < deadline, f"the lease of {tp} never expired"
-        time.sleep(0.02)
+    wait_until(lambda: not store.is_lease_active(tp), what=f"the lease of {tp} to expire")
 
 
 @pytest.mark.parametrize("how", ["superseded", "expired", "released", "other-holder"])
 def test_a_stale_lease_writes_nothing(metadata_url: str, how: str) -> None:
     with RemoteLogMetadataStore(metadata_url) as store:
-        first = store.acquire_lease(TIP, "first", ttl_ms=1_000 if how == "expired" else 60_000)
+        first = store.acquire_lease(TIP, "first", ttl_ms=60_000)
         meta = segment(TIP, 0, 99)
         store.add_segment(meta, first)
         if how == "superseded":
             store.release_lease(first)
             store.acquire_lease(TIP, "second")
         elif how == "expired":
-            wait_until_expired(store, TIP)
+            expire_lease(store, TIP)
         elif how == "released":
             store.release_lease(first)
         stale = first if how != "other-holder" else Lease(TIP, "impostor", first.token, first.expires_at_ms)
@@ -109,8 +108,8 @@ def test_tokens_only_grow_and_a_held_lease_names_its_holder(store) -> None:
 def test_renew_extends_and_current_lease_tells_whether_a_run_is_live(store) -> None:
     assert store.current_lease(TIP) is None and not store.is_lease_active(TIP)
     probe_tip = tip("PPPPPPPPPPPPPPPPPPPPPP", "orders", 9)
-    lease = store.acquire_lease(TIP, "copier", ttl_ms=1_000, run_id="r1")
-    probe = store.acquire_lease(probe_tip, "probe", ttl_ms=1_000)  # expires no earlier than ``lease``
+    lease = store.acquire_lease(TIP, "copier", ttl_ms=3_000, run_id="r1")  # renewed below well before it ends
+    probe = store.acquire_lease(probe_tip, "probe", ttl_ms=3_000)  # expires no earlier than ``lease``
     current = store.current_lease(TIP)
     assert current is not None and (current.holder, current.token) == ("copier", lease.token)
     renewed = store.renew_lease(lease, ttl_ms=120_000)
@@ -175,7 +174,7 @@ def test_two_processes_race_exactly_one_wins_and_the_loser_is_fenced(metadata_ur
 
 def test_a_sigkilled_holder_expires_its_copy_is_cleaned_and_it_stays_fenced(metadata_url: str) -> None:
     RemoteLogMetadataStore(metadata_url).close()
-    proc = worker("hang", metadata_url, "doomed", "8000")  # long enough to outlive the kill and an open
+    proc = worker("hang", metadata_url, "doomed", "600000")  # outlives the kill, the open and the checks below
     assert proc.stdout is not None
     line = proc.stdout.readline().split()
     assert line[0] == "STARTED", proc.stderr.read() if proc.stderr else ""
@@ -186,7 +185,7 @@ def test_a_sigkilled_holder_expires_its_copy_is_cleaned_and_it_stays_fenced(meta
         assert store.is_lease_active(TIP)  # the dead process's lease still runs
         with pytest.raises(LeaseHeldError, match="doomed"):
             store.acquire_lease(TIP, "too-early")
-        wait_until_expired(store, TIP)
+        expire_lease(store, TIP)  # as its time to live runs out
         successor = store.acquire_lease(TIP, "successor")
         assert successor.token > stale_token
         # The dead run's COPY_SEGMENT_STARTED has no live lease behind it: the successor cleans it.
@@ -205,32 +204,37 @@ def test_a_sigkilled_holder_expires_its_copy_is_cleaned_and_it_stays_fenced(meta
 
 def test_a_process_stalled_past_its_lease_is_fenced_when_it_wakes(metadata_url: str) -> None:
     RemoteLogMetadataStore(metadata_url).close()
-    proc = worker("stale", metadata_url, "stalled", "500", "1.5")
+    proc = worker("stale", metadata_url, "stalled", "500")
     assert proc.stdout is not None
     first = proc.stdout.readline().split()
     assert first[0] == "WON", proc.stderr.read() if proc.stderr else ""
     with RemoteLogMetadataStore(metadata_url) as store:
-        deadline = time.time() + 10
-        while True:
+        taker: list[Lease] = []
+
+        def taken() -> bool:  # once the stalled holder's lease has lapsed
             try:
-                taker = store.acquire_lease(TIP, "taker")
-                break
+                taker.append(store.acquire_lease(TIP, "taker"))
             except LeaseHeldError:
-                assert time.time() < deadline
-                time.sleep(0.05)
-        out, err = proc.communicate(timeout=60)
+                return False
+            return True
+
+        wait_until(taken, what="the stalled holder's lease to lapse")
+        out, err = proc.communicate("wake up\n", timeout=60)
         assert proc.returncode == 0, err
         assert out.split("\n")[:3] == ["FENCED add", "FENCED renew", "FENCED start-offset"]
-        assert taker.token > int(first[1])
+        assert taker[0].token > int(first[1])
         assert store.list_segments(TIP) == [] and store.get_remote_log_start_offset(TIP) is None
         assert store.current_lease(TIP).holder == "taker"
 
 
-def test_contending_processes_never_interleave_tokens(metadata_url: str) -> None:
-    """Three processes fight for one lease for a few seconds, sometimes stalling past it. In commit
-    order, the tokens of landed writes never go down: no stale holder ever wrote after a newer one."""
+def test_contending_processes_never_interleave_tokens(metadata_url: str, tmp_path: Path) -> None:
+    """Three processes fight for one lease for a few seconds (from when all three are ready),
+    sometimes stalling past it. In commit order, the tokens of landed writes never go down: no
+    stale holder ever wrote after a newer one."""
     RemoteLogMetadataStore(metadata_url).close()
-    procs = [worker("storm", metadata_url, f"storm-{i}", "150", "2", str(i)) for i in range(3)]
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    procs = [worker("storm", metadata_url, f"storm-{i}", "150", "2", str(i), str(ready), "3") for i in range(3)]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outputs]
     counts = [json.loads(out.split(" ", 1)[1]) for out, _ in outputs]
@@ -298,7 +302,7 @@ def test_postgres_a_lease_that_expires_while_waiting_for_the_row_lock_is_fenced(
     """The clock is read once the partition row is locked: a write queued behind another transaction
     while its lease ran out is rejected, and a renewal's expiry counts from when it got the lock."""
     with RemoteLogMetadataStore(pg_url) as store:
-        lease = store.acquire_lease(TIP, "slow", ttl_ms=3_000)
+        lease = store.acquire_lease(TIP, "slow", ttl_ms=600_000)
         renewer_tip = tip("RRRRRRRRRRRRRRRRRRRRRR", "orders", 2)
         long_lease = store.acquire_lease(renewer_tip, "renewer", ttl_ms=600_000)
         meta = segment(TIP, 0, 99)
@@ -308,6 +312,7 @@ def test_postgres_a_lease_that_expires_while_waiting_for_the_row_lock_is_fenced(
             barrier = threading.Barrier(2)
             call = _Call(lambda: store.add_segment(meta, lease), barrier)
             with engine.connect() as holder:
+                lease = store.renew_lease(lease, ttl_ms=3_000)  # from now on: it runs out while the write waits
                 holder.begin()
                 holder.execute(text("SELECT id FROM tiering_partitions FOR UPDATE"))
                 call.start()
@@ -346,7 +351,8 @@ def test_postgres_token_check_and_write_are_one_step(pg_url: str, monkeypatch: p
     """A writer paused between its fencing check and its write holds the partition row: a newer
     lease cannot be taken until the write committed, so no write lands after a newer token exists."""
     with RemoteLogMetadataStore(pg_url) as store_a, RemoteLogMetadataStore(pg_url) as store_b:
-        lease_a = store_a.acquire_lease(TIP, "a", ttl_ms=1_500)
+        # Long enough for its check on a busy machine; it runs out inside the write, below.
+        lease_a = store_a.acquire_lease(TIP, "a", ttl_ms=3_000)
         checked, go = threading.Event(), threading.Event()
         fenced = store_a._fenced
 

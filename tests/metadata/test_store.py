@@ -7,7 +7,6 @@ import pickle
 import re
 import sqlite3
 import threading
-import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from tests.engine_support import wait_until
 from tests.metadata.support import delete, finish, segment, tip
 from tests.services import free_port
 from tiering_core.kafka.epoch import EpochEntry
@@ -619,10 +619,7 @@ def test_sqlite_wal_is_checkpointed_in_the_background(sqlite_url: str) -> None:
             finally:
                 conn.close()
 
-        deadline = time.time() + 10
-        while rows_in_database_file() < 5:
-            assert time.time() < deadline, "WAL never checkpointed"
-            time.sleep(0.05)
+        wait_until(lambda: rows_in_database_file() >= 5, what="the WAL to be checkpointed")
         assert any(t.name.startswith("wal-checkpoint:") for t in threading.enumerate())
     assert not any(t.name == f"wal-checkpoint:{path}" for t in threading.enumerate())
 

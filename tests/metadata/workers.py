@@ -11,6 +11,7 @@ import random
 import sys
 import time
 import uuid
+from pathlib import Path
 
 from tests.metadata.support import S, segment, tip
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
@@ -64,12 +65,13 @@ def hang(url: str, holder: str, ttl_ms: str) -> None:
         time.sleep(120)
 
 
-def stale(url: str, holder: str, ttl_ms: str, pause_s: str) -> None:
-    """Take the lease, pause past its expiry (a long GC pause, a stalled task), then write."""
+def stale(url: str, holder: str, ttl_ms: str) -> None:
+    """Take the lease, pause past its expiry (a long GC pause, a stalled task: until the test
+    writes a line, once another holder took the lease), then write."""
     with RemoteLogMetadataStore(url) as store:
         lease = store.acquire_lease(TIP, holder, ttl_ms=int(ttl_ms))
         say("WON", lease.token)
-        time.sleep(float(pause_s))
+        sys.stdin.readline()
         meta = segment(TIP, 500, 599)
         for name, write in (
             ("add", lambda: store.add_segment(meta, lease)),
@@ -83,12 +85,20 @@ def stale(url: str, holder: str, ttl_ms: str, pause_s: str) -> None:
                 say("FENCED", name)
 
 
-def storm(url: str, holder: str, ttl_ms: str, duration_s: str, seed: str) -> None:
-    """Contend for the lease for a while; sometimes stall past the lease while holding it."""
+def storm(url: str, holder: str, ttl_ms: str, duration_s: str, seed: str, ready_dir: str, racers: str) -> None:
+    """Contend for the lease for a while, from when every racer is ready (each leaves a file in
+    ``ready_dir``); sometimes stall past the lease while holding it."""
     rng = random.Random(int(seed))
     ttl = int(ttl_ms)
     counts = {"won": 0, "wrote": 0, "fenced": 0, "held": 0}
     with RemoteLogMetadataStore(url) as store:
+        ready = Path(ready_dir)
+        (ready / holder).touch()
+        give_up = time.monotonic() + 120
+        while len(list(ready.iterdir())) < int(racers):
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"only {sorted(p.name for p in ready.iterdir())} of {racers} racers got ready")
+            time.sleep(0.005)
         deadline = time.time() + float(duration_s)
         while time.time() < deadline:
             try:

@@ -23,6 +23,7 @@ from kafka.protocol.consumer.offsets import IsolationLevel
 from tests.real_kafka.cluster import BROKER_SETTINGS, KafkaCluster
 from tests.real_kafka.support import BesideKafka
 from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
 from tiering_core.kafka.records import ControlRecordType, RecordSpec, iter_batches
 
@@ -178,7 +179,11 @@ def test_segments_the_broker_deletes_are_renamed_first_and_never_read(
     producer.close()
     path = kafka.partition_dir(1, topic, 0)
     kafka.wait_until("the broker to delete old segments", lambda: any(path.glob("*.log.deleted")), timeout=30)
-    time.sleep(1.5)  # and its checkpoints to follow
+    seen = time.time()
+    checkpoints = [path.parent / REPLICATION_OFFSET_CHECKPOINT, path.parent / LOG_START_OFFSET_CHECKPOINT]
+    kafka.wait_until(  # written every second: each once more since
+        "its checkpoints to follow", lambda: all(c.exists() and c.stat().st_mtime > seen for c in checkpoints)
+    )
     log = PartitionLog.open(path)
     deleted = sorted(int(p.name[:20]) for p in path.glob("*.log.deleted"))
     assert deleted and log.segments[0].base_offset > max(deleted)

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until, write_segments
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
+from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.metadata.store import RemoteLogMetadataStore
 from tiering_core.read.reader import open_reader
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
@@ -33,8 +35,9 @@ def finished_ranges(env: TieringEnv, writer) -> list[tuple[int, int]]:
 
 
 def short_lease(env: TieringEnv) -> None:
-    """Leases of 1 s, so a killed or stalled run loses its lease quickly."""
-    env.config_path.write_text(env.config_path.read_text().replace("lease_ms: 30000", "lease_ms: 1000"))
+    """Leases of 3 s, so a test can outlast one in a few seconds; renewed every second, a live
+    run keeps it through stalls of a busy machine (a lease that must lapse is expired on purpose)."""
+    env.config_path.write_text(env.config_path.read_text().replace("lease_ms: 30000", "lease_ms: 3000"))
 
 
 def copy(env: TieringEnv, writer):
@@ -395,7 +398,6 @@ def test_process_killed_mid_copy_is_repaired_by_the_next_run(tiering_env: Tierin
     write_segments(w, 2)
     w.set_high_watermark()
     tiering_env.write_config()
-    short_lease(tiering_env)
     proc = subprocess.run(
         [sys.executable, "-c", KILL_SCRIPT, str(tiering_env.config_path)],
         cwd=ROOT,
@@ -408,8 +410,7 @@ def test_process_killed_mid_copy_is_repaired_by_the_next_run(tiering_env: Tierin
         (orphan,) = ctx.metadata.list_segments(tip_of(w))
         assert orphan.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED
         assert [o.key.rsplit(".", 1)[1] for o in ctx.storage.list_objects(tip_of(w))] == ["log"]  # nothing else
-    time.sleep(1.2)  # the killed run's lease expires
-    tiering_env.write_config()  # 30 s leases again: the resuming run must not outlive its own lease
+        expire_lease(ctx.metadata, tip_of(w))  # the killed run's lease lapses
     result = copy(tiering_env, w)
     assert result.segments_cleaned_up == 1 and result.segments_copied == 2
     with tiering_env.context() as ctx:
@@ -423,17 +424,19 @@ def test_process_killed_mid_copy_is_repaired_by_the_next_run(tiering_env: Tierin
 
 SLOW_SCRIPT = textwrap.dedent(
     """
-    import sys, time
+    import sys
     import tiering_core.runs.copy as copy_mod
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
 
     original = copy_mod.upload_segment
+    waited = []
 
-    def slow_upload(storage, upload):
-        print("uploading", flush=True)
-        time.sleep(3)
+    def slow_upload(storage, upload):  # the first upload goes on once the test says so (or its stdin ends)
+        if not waited:
+            print("uploading", flush=True)
+            waited.append(sys.stdin.readline())
         return original(storage, upload)
 
     with TieringContext.open(load_config(sys.argv[1])) as ctx:
@@ -451,14 +454,15 @@ def test_concurrent_runs_one_copies_the_other_is_fenced(tiering_env: TieringEnv)
         [sys.executable, "-c", SLOW_SCRIPT, str(tiering_env.config_path)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "uploading"
+    assert proc.stdout.readline().strip() == "uploading"  # and it waits, holding the lease
     second = copy(tiering_env, w)
     assert second.fenced and second.segments_copied == 0
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate("go on\n", timeout=120)
     assert proc.returncode == 0 and "copied 2 fenced False" in out
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
     with tiering_env.context() as ctx:
@@ -518,7 +522,6 @@ def test_killed_right_after_the_first_finish_loses_nothing_to_retention(tiering_
     w = tiering_env.writer()
     write_segments(w, 3)
     w.set_high_watermark()
-    short_lease(tiering_env)
     proc = subprocess.run(
         [sys.executable, "-c", FINISH_THEN_DIE, str(tiering_env.config_path)],
         cwd=ROOT,
@@ -528,8 +531,8 @@ def test_killed_right_after_the_first_finish_loses_nothing_to_retention(tiering_
     )
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     assert finished_ranges(tiering_env, w) == [(0, 4)]
-    time.sleep(1.2)  # the killed run's lease expires
-    tiering_env.write_config()  # 30 s leases again: the resuming run must not outlive its own lease
+    with tiering_env.context() as ctx:
+        expire_lease(ctx.metadata, tip_of(w))  # the killed run's lease lapses
     assert copy(tiering_env, w).segments_copied == 2
     with tiering_env.context() as ctx:
         assert ctx.metadata.get_remote_log_start_offset(tip_of(w)) == 0
@@ -563,14 +566,29 @@ def test_unset_remote_log_start_is_repaired_to_the_first_finished_segment(tierin
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
 
 
-def _slow_uploads(seconds: float):
+def _uploads_outliving_the_lease(store: RemoteLogMetadataStore, tip: TopicIdPartition):
+    """Uploads slower than the lease's time to live: each ends only once the store's clock has
+    passed the expiry the lease had when the upload began."""
     from tiering_core.runs.segment_copy import upload_segment
 
-    def slow(storage, upload):  # an upload slower than the lease's time to live
-        time.sleep(seconds)
+    def slow(storage, upload):
+        lease = store.current_lease(tip)
+        assert lease is not None
+        wait_until(lambda: store.database_now_ms() > lease.expires_at_ms, what="the lease's time to live to pass")
         return upload_segment(storage, upload)
 
     return slow
+
+
+def _uploads_losing_the_lease(store: RemoteLogMetadataStore, tip: TopicIdPartition):
+    """Uploads under which the lease lapses (the run stalled longer than its time to live)."""
+    from tiering_core.runs.segment_copy import upload_segment
+
+    def lapsing(storage, upload):
+        expire_lease(store, tip)
+        return upload_segment(storage, upload)
+
+    return lapsing
 
 
 def test_the_lease_is_kept_alive_during_an_upload_longer_than_its_ttl(
@@ -581,7 +599,7 @@ def test_the_lease_is_kept_alive_during_an_upload_longer_than_its_ttl(
     w.set_high_watermark()
     short_lease(tiering_env)
     with tiering_env.context() as ctx:
-        result = run_copy(ctx, w.tp, uploader=_slow_uploads(2.0))
+        result = run_copy(ctx, w.tp, uploader=_uploads_outliving_the_lease(ctx.metadata, tip_of(w)))
     assert (result.segments_copied, result.fenced) == (2, False)
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
 
@@ -601,15 +619,13 @@ def test_a_lease_that_expires_under_a_stalled_run_fails_it_loudly(
     w = tiering_env.writer()
     write_segments(w, 2)
     w.set_high_watermark()
-    short_lease(tiering_env)
     _stalled_heartbeat(monkeypatch)
     with tiering_env.context() as ctx, pytest.raises(CopyFailedError, match=r"lease expired while copying segment 0"):
-        run_copy(ctx, w.tp, uploader=_slow_uploads(1.5))
+        run_copy(ctx, w.tp, uploader=_uploads_losing_the_lease(ctx.metadata, tip_of(w)))
     with tiering_env.context() as ctx:
         assert [s.state for s in ctx.metadata.list_segments(tip_of(w))] == [RemoteLogSegmentState.COPY_SEGMENT_STARTED]
         assert ctx.storage.list_objects(tip_of(w)) == []  # the upload's objects were deleted
     monkeypatch.undo()
-    tiering_env.write_config()  # 30 s leases again: the resuming run must not outlive its own lease
     result = copy(tiering_env, w)
     assert (result.segments_cleaned_up, result.segments_copied) == (1, 2)
 
@@ -622,7 +638,6 @@ def test_a_run_fenced_mid_copy_by_a_newer_run_stops_quietly(
     w = tiering_env.writer()
     write_segments(w, 2)
     w.set_high_watermark()
-    short_lease(tiering_env)
     _stalled_heartbeat(monkeypatch)
     original = copy_mod.upload_segment
     newer: dict[str, object] = {}
@@ -630,8 +645,8 @@ def test_a_run_fenced_mid_copy_by_a_newer_run_stops_quietly(
     def upload_while_a_newer_run_takes_over(storage, upload):
         manifest = original(storage, upload)
         if "lease" not in newer:
-            time.sleep(1.2)  # our lease expires ...
-            with tiering_env.context() as other:  # ... and a newer run takes the partition
+            with tiering_env.context() as other:  # our lease lapses, and a newer run takes the partition
+                expire_lease(other.metadata, tip_of(w))
                 newer["lease"] = other.metadata.acquire_lease(tip_of(w), holder="copy:newer")
         return manifest
 
@@ -642,7 +657,6 @@ def test_a_run_fenced_mid_copy_by_a_newer_run_stops_quietly(
         assert ctx.storage.list_objects(tip_of(w)) == []  # the fenced run deleted what it uploaded
         ctx.metadata.release_lease(newer["lease"])  # type: ignore[arg-type]
     monkeypatch.undo()
-    tiering_env.write_config()  # 30 s leases again: the resuming run must not outlive its own lease
     result = copy(tiering_env, w)
     assert (result.segments_cleaned_up, result.segments_copied) == (1, 2)
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, tip_of
+from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.index import parse_txn_index
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -405,8 +405,6 @@ def short_lease(env: TieringEnv, lease_ms: int) -> None:
 
 
 def test_a_repair_fenced_before_its_finish_leaves_no_orphan_objects(fs_env: TieringEnv, monkeypatch) -> None:
-    import time
-
     import tiering_core.runs.rebuild.run as rebuild
     from tiering_core.errors import TieringError
 
@@ -416,23 +414,17 @@ def test_a_repair_fenced_before_its_finish_leaves_no_orphan_objects(fs_env: Tier
         seg0 = finished(fs_env, w)[0]
         ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
     originals = [s.segment_id for s in finished(fs_env, w)]
-    short_lease(fs_env, 1000)
     attempts = []
     other: list = []
     real_examine = rebuild.examine_remote_segment
 
     def examine_then_lose_the_lease(storage, task, **kwargs):
         examination = real_examine(storage, task, **kwargs)
-        if task.repair_ref is not None:  # the repair is uploaded: another run takes over meanwhile
+        if task.repair_ref is not None:  # the repair is uploaded: the lease lapses, another run takes over
             attempts.append(task.repair_ref)
             with fs_env.context() as ctx2:
-                deadline = time.monotonic() + 10
-                while not other:
-                    try:
-                        other.append(ctx2.metadata.acquire_lease(tip_of(w), holder="copy:other"))
-                    except TieringError:
-                        assert time.monotonic() < deadline
-                        time.sleep(0.05)
+                expire_lease(ctx2.metadata, tip_of(w))
+                other.append(ctx2.metadata.acquire_lease(tip_of(w), holder="copy:other"))
         return examination
 
     monkeypatch.setattr(rebuild, "examine_remote_segment", examine_then_lose_the_lease)
@@ -448,7 +440,6 @@ def test_a_repair_fenced_before_its_finish_leaves_no_orphan_objects(fs_env: Tier
     assert [s.segment_id for s in finished(fs_env, w)] == originals  # nothing was replaced
     with fs_env.context() as ctx:  # the new holder gives up; the next rebuild finishes the job
         ctx.metadata.release_lease(other[0])
-    short_lease(fs_env, 30_000)
     with fs_env.context() as ctx:
         result = rebuild_partition_indexes(ctx, w.tp, repair=True)
     assert result.segments_cleaned_up == 1
@@ -456,8 +447,6 @@ def test_a_repair_fenced_before_its_finish_leaves_no_orphan_objects(fs_env: Tier
 
 
 def test_a_rebuild_longer_than_the_lease_renews_it_between_segments(fs_env: TieringEnv, monkeypatch) -> None:
-    import time
-
     import tiering_core.runs.rebuild.run as rebuild
 
     w = build_partition(fs_env)
@@ -465,17 +454,23 @@ def test_a_rebuild_longer_than_the_lease_renews_it_between_segments(fs_env: Tier
         run_copy(ctx, w.tp)
         seg2 = finished(fs_env, w)[2]
         ctx.storage.delete_keys([segment_ref(seg2).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
-    short_lease(fs_env, 1000)
+    short_lease(fs_env, 3000)  # renewed every second: a busy machine's stalls do not outlast it
     real_examine = rebuild.examine_remote_segment
-
-    def slow_examine(storage, task, **kwargs):  # a slow object store: each check takes 0.45 s
-        if task.repair_ref is None:
-            time.sleep(0.45)
-        return real_examine(storage, task, **kwargs)
-
-    monkeypatch.setattr(rebuild, "examine_remote_segment", slow_examine)
     with fs_env.context() as ctx:
-        result = rebuild_partition_indexes(ctx, w.tp, repair=True)  # 3 x 0.45 s > the 1 s lease
+        store = ctx.metadata
+        first_expiry: list[int] = []
+
+        def slow_examine(storage, task, **kwargs):  # a slow object store: the checks outlast the lease
+            if task.repair_ref is None:
+                if not first_expiry:  # the lease as it stood when the checks began
+                    lease = store.current_lease(tip_of(w))
+                    assert lease is not None
+                    first_expiry.append(lease.expires_at_ms)
+                wait_until(lambda: store.database_now_ms() > first_expiry[0], what="the lease's time to live to pass")
+            return real_examine(storage, task, **kwargs)
+
+        monkeypatch.setattr(rebuild, "examine_remote_segment", slow_examine)
+        result = rebuild_partition_indexes(ctx, w.tp, repair=True)  # longer than the lease lives
     assert [c.status for c in result.checks] == [IndexStatus.OK, IndexStatus.OK, IndexStatus.REPAIRED]
 
 

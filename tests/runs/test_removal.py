@@ -6,21 +6,25 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.engine_support import TieringEnv, kafka_creates_topic, kafka_deletes_topic, tip_of, write_segments
+from tests.engine_support import (
+    TieringEnv,
+    expire_lease,
+    kafka_creates_topic,
+    kafka_deletes_topic,
+    tip_of,
+    write_segments,
+)
 from tests.runs.test_retention import (
     assert_objects_match_metadata,
     end_state,
-    normal_leases,
     remote_ranges,
     run_killed,
-    short_leases,
     snapshot_state,
     twin_of,
 )
@@ -301,7 +305,6 @@ def test_removal_killed_at_each_step_resumes_to_the_same_end(fs_env: TieringEnv,
     w = tiered_partition(fs_env)
     delete_topic_on_broker(w)
     stray = put_stray_object(fs_env, tip_of(w))
-    short_leases(fs_env)
     twin = twin_of(fs_env)
     run_killed(REMOVAL_CRASH, fs_env, where)
     with fs_env.context() as ctx:
@@ -313,8 +316,7 @@ def test_removal_killed_at_each_step_resumes_to_the_same_end(fs_env: TieringEnv,
         assert len(live) == left
         assert record.dropped is (where == "dropped")
         assert (stray in {o.key for o in ctx.storage.list_objects(tip_of(w))}) is (left > 0)
-    time.sleep(0.6)  # the killed run's lease lapses
-    normal_leases(fs_env, twin)
+        expire_lease(ctx.metadata, tip_of(w))  # the killed run's lease lapses
     with fs_env.context() as ctx:
         resumed = delete_partition(ctx, w.tp)
     with twin.context() as ctx:

@@ -7,7 +7,6 @@ holds is none, two brokers racing are fenced by the lease, and an unknown broker
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 import yaml
 
 from tests.engine_support import TieringEnv
+from tests.metadata.test_observations import age
 from tiering_core.config import load_config, select_broker
 from tiering_core.context import TieringContext
 from tiering_core.demo.writer import PartitionWriter
@@ -134,7 +135,7 @@ def test_replicas_rolled_apart_copied_alternately_serve_every_offset_once(tierin
 
 
 def test_a_stale_observation_does_not_count(tiering_env: TieringEnv) -> None:
-    cluster = Cluster.create(tiering_env, staleness_ms=3000)
+    cluster = Cluster.create(tiering_env, staleness_ms=60_000)
     one, two = cluster.replica(1), cluster.replica(2)
     append(one, 20, rolls=(5, 10, 15))
     append(two, 20, rolls=(5, 10, 15))
@@ -143,7 +144,9 @@ def test_a_stale_observation_does_not_count(tiering_env: TieringEnv) -> None:
     with cluster.broker(1) as ctx:
         collect_status(ctx, broker_id=1)  # broker 1 reports LSO 20, then goes quiet
     assert copy(cluster, 2).skipped_reason == "broker 1 holds a more advanced replica (LSO 20 > 12)"
-    time.sleep(3.2)
+    engine = sa.create_engine(tiering_env.metadata_url)
+    age(engine, 1, 61_000)  # as if broker 1's last run was longer ago than the staleness limit
+    engine.dispose()
     result = copy(cluster, 2)  # broker 1's observation is stale now: broker 2 copies, up to its LSO
     assert result.skipped_reason is None and result.segments_copied == 2
     assert finished(cluster) == [(0, 4), (5, 9)]

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, expire_lease, tip_of, write_segments
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.kafka.partition_log import PartitionLog
@@ -132,18 +131,6 @@ def run_killed(script: str, env: TieringEnv, *args: str) -> None:
         timeout=120,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-3000:]
-
-
-def short_leases(env: TieringEnv) -> None:
-    """Leases of 0.5 s, so a killed run's lease lapses quickly."""
-    env.config_path.write_text(env.config_path.read_text().replace("lease_ms: 30000", "lease_ms: 500"))
-
-
-def normal_leases(*envs: TieringEnv) -> None:
-    """Leases of 30 s again, for the runs after the killed one: on a loaded machine a live run
-    can outlast a 0.5 s lease between two heartbeats and would be fenced by its own expiry."""
-    for env in envs:
-        env.config_path.write_text(env.config_path.read_text().replace("lease_ms: 500\n", "lease_ms: 30000\n"))
 
 
 @contextmanager
@@ -621,14 +608,13 @@ COPY_KILLED_MID_UPLOAD = textwrap.dedent(
 
 def test_killed_copy_leftover_is_cleaned_and_does_not_stop_retention(fs_env: TieringEnv) -> None:
     w = copied_then_one_more(fs_env)
-    short_leases(fs_env)
     run_killed(COPY_KILLED_MID_UPLOAD, fs_env)
     assert remote_ranges(fs_env, w, states=(STARTED,)) == [(15, 19)]
     with fs_env.context() as ctx:
         leftover_keys = [o.key for o in ctx.storage.list_objects(tip_of(w)) if "00000000000000000015-" in o.key]
     assert leftover_keys  # the killed copy stored an object
-    time.sleep(0.6)  # its lease lapses
-    normal_leases(fs_env)
+    with fs_env.context() as ctx:
+        expire_lease(ctx.metadata, tip_of(w))  # its lease lapses
     fs_env.write_config(orders={"retention.bytes": 0})
     before = snapshot_state(fs_env, tip_of(w))
     with fs_env.context() as ctx:
@@ -858,13 +844,11 @@ def test_retention_killed_at_each_step_resumes_to_the_same_end(fs_env: TieringEn
         run_copy(ctx, w.tp)
         sizes = [s.size_bytes for s in ctx.metadata.list_segments(tip_of(w))]
     fs_env.write_config(orders={"retention.bytes": sum(sizes[3:])})  # the first three go
-    short_leases(fs_env)
     twin = twin_of(fs_env)
     run_killed(RETENTION_CRASH, fs_env, str(step), where)
     with fs_env.context() as ctx:
         assert ctx.metadata.get_remote_log_start_offset(tip_of(w)) == 15  # recorded before any deletion
-    time.sleep(0.6)  # the killed run's lease lapses
-    normal_leases(fs_env, twin)
+        expire_lease(ctx.metadata, tip_of(w))  # the killed run's lease lapses
     with fs_env.context() as ctx:
         run_retention(ctx, w.tp)
     with twin.context() as ctx:

@@ -10,7 +10,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.engine_support import write_segments
+from tests.engine_support import expire_lease, wait_until, write_segments
 from tests.services import S3Endpoint
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
@@ -53,13 +52,11 @@ def make_log_dir(root: Path, partitions: int = 8) -> Path:
     return log_dir
 
 
-def make_config(
-    root: Path, log_dir: Path, name: str, remote: dict[str, Any] | None = None, lease_ms: int = 60_000
-) -> Path:
+def make_config(root: Path, log_dir: Path, name: str, remote: dict[str, Any] | None = None) -> Path:
     path = root / f"{name}.yaml"
     doc = {
         "log_dirs": [str(log_dir)],
-        "metadata": {"url": f"sqlite:///{root / f'{name}.db'}", "lease_ms": lease_ms},
+        "metadata": {"url": f"sqlite:///{root / f'{name}.db'}", "lease_ms": 60_000},
         "remote": remote or {"backend": "filesystem", "root": str(root / f"{name}-tier")},
     }
     path.write_text(yaml.safe_dump(doc))
@@ -146,13 +143,6 @@ def tip(config: Path, partition: int) -> TopicIdPartition:
     with TieringContext.open(load_config(config)) as ctx:
         log = ctx.partitions("orders", partition)[0]
         return TopicIdPartition(log.topic_id, log.topic_partition)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_parallel_equals_sequential_on_s3(tmp_path: Path, spark, s3_endpoint: S3Endpoint) -> None:
@@ -313,14 +303,20 @@ def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: 
     markers, ended = tmp_path / "markers", tmp_path / "ended"
     markers.mkdir()
     ended.mkdir()
+    aborted = tmp_path / "aborted"
     total = sum(2 + p % 3 for p in range(4)) + 1
 
     def uploader(remote, item):
         meta = item.metadata
         name = f"{meta.topic_id_partition.partition}-{meta.start_offset}"
+        first = not any(markers.iterdir())  # one upload at a time: the first one finds no marker
         (markers / name).write_text(str(os.getpid()))
         try:
-            time.sleep(0.5)
+            deadline = time.monotonic() + 60
+            while not first and not aborted.exists():  # every later upload is still in flight at the abort
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the driver never aborted")
+                time.sleep(0.02)
             return upload_on_executor(remote, item)
         finally:
             (ended / name).touch()
@@ -331,6 +327,7 @@ def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: 
     def say(line: str) -> None:
         lines.append(line)
         if "copied segment" in line:
+            aborted.touch()
             raise DriverAbort("the driver failed after its first commit")
 
     def aborted_tasks_gone() -> bool:
@@ -364,11 +361,11 @@ def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: 
 @pytest.mark.parametrize("taken", [True, False], ids=["taken-by-another-run", "expired"])
 def test_a_partition_losing_its_lease_mid_run_stops_alone(tmp_path: Path, spark, taken: bool) -> None:
     """Partition 1's lease is lost while its segment 20 uploads (its renewals are lost, then it
-    expires; another run takes it, or nobody does). The other partitions finish."""
+    lapses; another run takes it, or nobody does). The other partitions finish."""
     from spark_apps.parallel_upload import run_parallel_upload, upload_on_executor
 
     log_dir = make_log_dir(tmp_path, partitions=3)
-    config = make_config(tmp_path, log_dir, "par", lease_ms=1500)
+    config = make_config(tmp_path, log_dir, "par")
     reference = make_config(tmp_path, log_dir, "seq")
     copy_sequentially(reference)
     markers = tmp_path / "markers"
@@ -397,7 +394,7 @@ def test_a_partition_losing_its_lease_mid_run_stops_alone(tmp_path: Path, spark,
     def lose_the_lease() -> None:
         wait_until((markers / "uploading-20").exists)
         with TieringContext.open(load_config(config)) as ctx2:
-            wait_until(lambda: ctx2.metadata.current_lease(tip1) is None)  # expired
+            expire_lease(ctx2.metadata, tip1)
             if taken:
                 other.append(ctx2.metadata.acquire_lease(tip1, holder="copy:other"))
         (markers / "lease-lost").touch()

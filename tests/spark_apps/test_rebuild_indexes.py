@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
-from tests.engine_support import TieringEnv, tip_of
+from tests.engine_support import TieringEnv, expire_lease, tip_of
 from tests.runs.test_rebuild import (
     MAX_TIMESTAMP_MSB,
     broker_file,
     build_partition,
     flip_remote_byte,
-    short_lease,
 )
 from tests.runs.test_rebuild import remote_state as partition_state
 from tests.services import S3Endpoint
@@ -112,10 +110,10 @@ def test_a_flipped_header_bit_in_a_remote_log_is_reported_and_not_repaired(
 
 
 def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark, s3_endpoint, monkeypatch) -> None:
-    import time
-
+    """The driver stalls once a repair has started: its lease lapses and another run takes the
+    partition. The driver notices before it would commit the repair (it renews first), so the
+    repair's objects are deleted and the loss is reported for the partition."""
     import spark_apps.rebuild_indexes as app
-    from tiering_core.errors import TieringError
 
     env = s3_env(tmp_path, s3_endpoint)
     w = build_partition(env, 0)
@@ -123,38 +121,20 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
         run_copy(ctx, w.tp)
         seg0 = next(s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED)
         ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
-    short_lease(env, 600)  # renewed every 0.2 s: the driver notices the loss while the repair uploads
     attempts = []
     other = []
     real_start = app.start_index_repair
 
-    stalled = threading.Event()  # the driver stalls: its lease heartbeat does not renew meanwhile
-
     def start_then_lose_the_lease(store, damaged, lease):  # the driver stalls; another run takes over
-        stalled.set()
         attempt = real_start(store, damaged, lease)
         attempts.append(attempt)
         with env.context() as ctx2:
-            deadline = time.monotonic() + 10
-            while not other:
-                try:
-                    other.append(ctx2.metadata.acquire_lease(tip_of(w), holder="copy:other"))
-                except TieringError:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
-        stalled.clear()
+            expire_lease(ctx2.metadata, tip_of(w))
+            other.append(ctx2.metadata.acquire_lease(tip_of(w), holder="copy:other"))
         return attempt
 
     monkeypatch.setattr(app, "start_index_repair", start_then_lose_the_lease)
     with env.context() as ctx:
-        real_renew = ctx.metadata.renew_lease
-
-        def renew_unless_stalled(lease, **kwargs):
-            while stalled.is_set():
-                time.sleep(0.01)
-            return real_renew(lease, **kwargs)
-
-        monkeypatch.setattr(ctx.metadata, "renew_lease", renew_unless_stalled)
         report = app.run_rebuild(ctx, [w.tp], spark, repair=True)
     monkeypatch.undo()
     assert report.exit_code == 1 and len(attempts) == 1
@@ -165,7 +145,6 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
     assert not [k for k in objects if str(attempts[0].segment_id) in k]  # the repair's objects are gone
     with env.context() as ctx:
         ctx.metadata.release_lease(other[0])
-    short_lease(env, 30_000)
     with env.context() as ctx:
         again = app.run_rebuild(ctx, [w.tp], spark, repair=True)
     assert again.results[0].segments_cleaned_up == 1

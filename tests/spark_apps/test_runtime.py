@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine_support import wait_until
 from tests.spark_apps.test_parallel_upload import make_config, make_log_dir
 
 APPS = ["parallel_upload", "rebuild_indexes", "verify_segments"]
@@ -55,28 +56,37 @@ def test_an_unexpected_error_is_one_line_too(tmp_path: Path, spark, monkeypatch,
 
 def test_jobs_are_cancelled_when_their_consumer_stops_early(tmp_path: Path, spark) -> None:
     """An exception while outcomes are consumed drops the queued jobs and cancels the running
-    ones instead of running every queued job first."""
+    ones instead of running every queued job first. The first job ends at once; the others run
+    until they are cancelled, so the consumer fails while the second and the third (which took
+    the first's slot) run, and no slot frees up before the cancellation."""
     from spark_apps import runtime
 
-    markers = tmp_path / "markers"
+    markers, outlived = tmp_path / "markers", tmp_path / "outlived"
     markers.mkdir()
+    outlived.mkdir()
 
-    def slow(item: int) -> int:
+    def until_cancelled(item: int) -> int:
         (markers / str(item)).touch()
-        time.sleep(3)
+        deadline = time.monotonic() + 60
+        while item != 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if item != 0:
+            (outlived / str(item)).touch()  # never cancelled
         return item
 
     with pytest.raises(RuntimeError, match="consumer failed"):
         with contextlib.closing(
-            runtime.run_jobs(spark.sparkContext, list(range(8)), slow, slots=2, describe=lambda i: f"sleep {i}")
+            runtime.run_jobs(
+                spark.sparkContext, list(range(8)), until_cancelled, slots=2, describe=lambda i: f"job {i}"
+            )
         ) as outcomes:
             for _outcome in outcomes:
+                wait_until(lambda: len(list(markers.iterdir())) == 3, what="the third job to take the first's slot")
                 raise RuntimeError("consumer failed")
-    started = len(list(markers.iterdir()))
-    assert started <= 4  # the first two, and at most the two that took their slots
-    time.sleep(1)
-    assert len(list(markers.iterdir())) == started  # nothing queued starts afterwards
+    assert sorted(p.name for p in markers.iterdir()) == ["0", "1", "2"]  # nothing queued started
+    assert list(outlived.iterdir()) == []  # the running ones were cancelled, not run to their end
     assert spark.sparkContext.parallelize([1, 2], 2).sum() == 3  # the context is still usable
+    assert sorted(p.name for p in markers.iterdir()) == ["0", "1", "2"]  # nor afterwards
 
 
 def _shared_bundle_path(tempdir: Path) -> Path:

@@ -9,6 +9,7 @@ or holds connections without answering.
 from __future__ import annotations
 
 import _thread
+import itertools
 import os
 import signal
 import socket
@@ -23,16 +24,19 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 
+from tests.engine_support import wait_until
 from tests.storage.faultproxy import Fault, FaultProxy, ProxyRequest
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 from tiering_core.storage.retry import RetryPolicy
 from tiering_core.storage.s3 import S3RemoteStorage
+from tiering_core.storage.s3.multipart import Abandoned, Window
 
 TIP = TopicIdPartition("EEEEEEEEEEEEEEEEEEEEEE", TopicPartition("faults", 0))
 MiB = 1 << 20
 SLACK = 0.5  # scheduling and connection teardown on a busy test machine
+HELD = 60.0  # how long a part held in flight waits for the abort that releases it (only a failure waits it out)
 
 
 class _Raw:
@@ -275,8 +279,9 @@ def _part_threads_alive() -> bool:
 @pytest.mark.parametrize("kind", ["keyboard-interrupt", "sigterm"])
 def test_an_interrupt_while_parts_go_up_stops_and_aborts_the_upload(s3_endpoint, tmp_path: Path, kind: str) -> None:
     """An exception raised in the thread that waits for the parts (Ctrl-C, a SIGTERM handler)
-    stops the upload: it reaches the caller promptly, the parts not yet sent never are, and
-    neither a multipart upload nor any object (manifest included) stays behind."""
+    stops the upload: it reaches the caller promptly (the abort follows the interrupt at once,
+    while the parts in flight are still held), the parts not yet sent never are, and neither a
+    multipart upload nor any object (manifest included) stays behind."""
     bucket = s3_endpoint.new_bucket()
     storage = make(
         s3_endpoint.url,
@@ -287,32 +292,36 @@ def test_an_interrupt_while_parts_go_up_stops_and_aborts_the_upload(s3_endpoint,
     )
     error, interrupt = _interrupt_with(kind)
     sent: list[str] = []
+    arrivals = itertools.count()  # one interrupt, however the two part threads interleave
     aborted = threading.Event()
+    held_until_aborted: list[bool] = []
+    moments: dict[str, float] = {}
 
     def interrupt_on_first_part(request, **_kwargs):
         sent.append(request.url)
-        if len(sent) == 1:
+        if next(arrivals) == 0:
+            moments["interrupted"] = time.monotonic()
             interrupt()
-        aborted.wait(10)  # slow parts: none ends before the caller has reacted
+        held_until_aborted.append(aborted.wait(HELD))  # slow parts: none ends before the abort
+
+    def on_abort(**_kwargs):
+        moments.setdefault("aborted", time.monotonic())
+        aborted.set()
 
     storage.client.meta.events.register("before-send.s3.UploadPart", interrupt_on_first_part)
-    storage.client.meta.events.register("before-send.s3.AbortMultipartUpload", lambda **_: aborted.set())
+    storage.client.meta.events.register("before-send.s3.AbortMultipartUpload", on_abort)
     log = tmp_path / "big.log"
     log.write_bytes(os.urandom(50 * MiB))  # ten parts
     ref = new_ref()
     previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        t0 = time.monotonic()
         with pytest.raises(error):
             storage.copy_segment(ref, {ObjectKind.LOG: log})
-        elapsed = time.monotonic() - t0
     finally:
         signal.signal(signal.SIGTERM, previous)
-    give_up = time.monotonic() + 10
-    while _part_threads_alive() and time.monotonic() < give_up:  # parts in flight end at their next read
-        time.sleep(0.05)
-    assert not _part_threads_alive()
-    assert elapsed < 3.0, elapsed
+    wait_until(lambda: not _part_threads_alive(), what="the parts in flight to end at their next read")
+    assert held_until_aborted and all(held_until_aborted), held_until_aborted  # aborted with parts in flight
+    assert moments["aborted"] - moments["interrupted"] < 3.0, moments  # no request to S3 in between
     assert 1 <= len(sent) <= 2, sent  # the parts in flight; none started after the interrupt
     assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert storage.list_objects(TIP) == [] and storage.read_manifest(ref) is None
@@ -320,6 +329,16 @@ def test_an_interrupt_while_parts_go_up_stops_and_aborts_the_upload(s3_endpoint,
 
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
+
+
+def _refuses_to_be_read(body: object) -> bool:
+    """A part's request body (a window onto the file) raises once its upload has been stopped."""
+    assert isinstance(body, Window)
+    try:
+        body.read(0)
+    except Abandoned:
+        return True
+    return False
 
 
 def test_the_last_part_in_flight_aborts_the_upload_once_more(s3_endpoint, tmp_path: Path) -> None:
@@ -343,13 +362,13 @@ def test_the_last_part_in_flight_aborts_the_upload_once_more(s3_endpoint, tmp_pa
         if http_response.status_code < 500:
             answered.append(threading.current_thread().name)
 
-    held: list[str] = []
+    arrivals = itertools.count()  # one interrupt, however the two part threads interleave
+    held_until_aborted: list[bool] = []
 
     def hold_first_part(request, **_kwargs):
-        if not held:
-            held.append(request.url)
+        if next(arrivals) == 0:
             _thread.interrupt_main()
-            assert first_abort.wait(10)  # this part is still in flight when the caller aborts
+            held_until_aborted.append(first_abort.wait(HELD))  # still in flight when the caller aborts
 
     storage.client.meta.events.register("before-send.s3.AbortMultipartUpload", on_abort)
     storage.client.meta.events.register("after-call.s3.AbortMultipartUpload", on_abort_answered)
@@ -358,9 +377,8 @@ def test_the_last_part_in_flight_aborts_the_upload_once_more(s3_endpoint, tmp_pa
     log.write_bytes(os.urandom(20 * MiB))
     with pytest.raises(KeyboardInterrupt):
         storage.copy_segment(new_ref(), {ObjectKind.LOG: log})
-    give_up = time.monotonic() + 10
-    while _part_threads_alive() and time.monotonic() < give_up:
-        time.sleep(0.05)
+    wait_until(lambda: not _part_threads_alive(), what="the part in flight to end and abort again")
+    assert held_until_aborted == [True]
     # Both aborts may be in flight at once, so S3 may answer them in either order; the caller's
     # goes out first, and the part's only once the part has ended.
     assert len(senders) == 2, senders
@@ -370,8 +388,9 @@ def test_the_last_part_in_flight_aborts_the_upload_once_more(s3_endpoint, tmp_pa
 
 
 def test_a_failed_part_is_the_error_reported_not_the_parts_it_stopped(s3_endpoint, tmp_path: Path) -> None:
-    """Part 2 fails for good while part 1 is still being sent: part 1 is stopped mid-send, and
-    the error raised is part 2's, not part 1's stop."""
+    """Part 2 fails for good while part 1 is still being sent: part 1 is stopped mid-send (it
+    goes on only once its body refuses to be read, and is never answered), and the error raised
+    is part 2's, not part 1's stop."""
     bucket = s3_endpoint.new_bucket()
     storage = make(
         s3_endpoint.url,
@@ -381,22 +400,26 @@ def test_a_failed_part_is_the_error_reported_not_the_parts_it_stopped(s3_endpoin
         multipart_threshold_bytes=5 * MiB,
         multipart_part_size_bytes=5 * MiB,
     )
-    part_two_failed = threading.Event()
+    answered: list[str] = []
 
     def parts(request, **_kwargs):
         if "partNumber=2" in request.url:
-            part_two_failed.set()
             return error_response(400, "InvalidPart")
-        if "partNumber=1" in request.url:
-            assert part_two_failed.wait(10)
-            time.sleep(0.3)  # part 2's failure has stopped the upload by now
+        if "partNumber=1" in request.url:  # in flight until part 2's failure has stopped the upload
+            wait_until(lambda: _refuses_to_be_read(request.body), what="part 2's failure to stop the upload")
         return None
 
+    def on_answer(http_response, **_kwargs):
+        if http_response.status_code < 300:
+            answered.append(http_response.url)
+
     storage.client.meta.events.register("before-send.s3.UploadPart", parts)
+    storage.client.meta.events.register("after-call.s3.UploadPart", on_answer)
     log = tmp_path / "big.log"
     log.write_bytes(os.urandom(12 * MiB))
     with pytest.raises(RemoteStorageError, match=r"UploadPart failed after 1 attempt\(s\).*InvalidPart"):
         storage.copy_segment(new_ref(), {ObjectKind.LOG: log})
+    assert not any("partNumber=1" in url for url in answered), answered  # stopped, never completed
     assert s3_endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.engine_support import TieringEnv
+from tests.engine_support import TieringEnv, wait_until
 from tiering_airflow.hooks.tiering import TieringHook
 from tiering_airflow.sensors.tiering import EligibilityCheckError, EligibleSegmentSensor
 from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
@@ -44,7 +44,7 @@ def test_trigger_waits_then_fires_when_a_segment_rolls(tiering: TieringEnv) -> N
     w.roll()
     w.append_records(1)
     w.set_high_watermark()
-    event = first_event(trigger, 10.0)
+    event = first_event(trigger, 60.0)
     assert event.payload == {"status": "eligible", "topic": "orders", "partitions": [0]}
 
 
@@ -66,22 +66,28 @@ def test_trigger_serializes_to_an_importable_class_path(tiering: TieringEnv) -> 
 
 
 def test_trigger_polls_off_the_event_loop(tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A slow check (a slow metadata store, injected here) must not stall the triggerer's loop."""
+    """A slow check (a slow metadata store, injected here) must not stall the triggerer's loop:
+    each check ends only once the loop has ticked meanwhile, which it could not if the check ran
+    on the loop; with nothing eligible, the trigger polls again without an event."""
     only_active_segment(tiering)
     check = TieringHook.eligible
     threads: set[int] = set()
+    ticks = 0
+    checks_done = 0
 
     def slow_check(self: TieringHook, topic: str) -> list[int] | list[str]:
+        nonlocal checks_done
         threads.add(threading.get_ident())
-        time.sleep(0.4)
-        return check(self, topic)
+        started = ticks
+        wait_until(lambda: ticks >= started + 5, what="the event loop to tick while a check runs")
+        found = check(self, topic)
+        checks_done += 1
+        return found
 
     monkeypatch.setattr(TieringHook, "eligible", slow_check)
     trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.config_path), poll_interval=0.05)
 
-    async def run() -> int:
-        ticks = 0
-
+    async def run() -> bool:
         async def ticker() -> None:
             nonlocal ticks
             while True:
@@ -90,20 +96,24 @@ def test_trigger_polls_off_the_event_loop(tiering: TieringEnv, monkeypatch: pyte
 
         tick_task = asyncio.create_task(ticker())
         events = trigger.run()
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(events.__anext__(), 1.0)
+        first = asyncio.ensure_future(events.__anext__())
+        while checks_done < 2 and not first.done():  # a whole check, then the next poll's
+            await asyncio.sleep(0.01)
+        fired = first.done()
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
         await events.aclose()
         tick_task.cancel()
-        return ticks
+        return fired
 
-    ticks = asyncio.run(run())
+    assert asyncio.run(run()) is False  # two checks went by and nothing was eligible: no event
     assert threads and threading.get_ident() not in threads
-    assert ticks > 40  # the loop kept running while the checks slept
+    assert checks_done >= 2
 
 
 def test_trigger_reports_a_broken_check_as_an_error_event(tiering: TieringEnv) -> None:
     trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.root / "absent.yaml"), poll_interval=1)
-    event = first_event(trigger, 10.0)
+    event = first_event(trigger, 60.0)
     assert event.payload["status"] == "error" and "cannot read config file" in event.payload["message"]
 
 
@@ -158,7 +168,7 @@ def test_trigger_for_the_default_topics_fires_with_partition_labels(tiering: Tie
         first_event(trigger, 0.5)
     waiting.roll()
     waiting.set_high_watermark()
-    event = first_event(trigger, 10.0)
+    event = first_event(trigger, 60.0)
     assert event.payload == {"status": "eligible", "topic": "*", "partitions": ["audit-1"]}
 
 
