@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,18 +321,27 @@ class KafkaCluster:
         replication_factor: int = 1,
         segment_bytes: int | None = None,
         configs: Mapping[str, str] | None = None,
+        replica_assignments: Mapping[int, Sequence[int]] | None = None,
     ) -> str:
         """Create a topic and wait until every partition has a leader; returns its topic id.
 
         ``segment_bytes`` below Kafka's 1 MiB minimum goes through ``internal.segment.bytes``,
-        the topic config Kafka keeps for exactly this (small segments in tests)."""
+        the topic config Kafka keeps for exactly this (small segments in tests).
+        ``replica_assignments`` places each partition's replicas (partitions and replication
+        factor then follow from it)."""
         from kafka.admin import NewTopic
 
         topic_configs = dict(configs or {})
         if segment_bytes is not None:
             key = "segment.bytes" if segment_bytes >= 1024 * 1024 else "internal.segment.bytes"
             topic_configs[key] = str(segment_bytes)
-        self.admin().create_topics([NewTopic(name, partitions, replication_factor, topic_configs=topic_configs)])
+        if replica_assignments:
+            partitions = len(replica_assignments)
+            assignments = {p: list(replicas) for p, replicas in replica_assignments.items()}
+            new = NewTopic(name, replica_assignments=assignments, topic_configs=topic_configs)
+        else:
+            new = NewTopic(name, partitions, replication_factor, topic_configs=topic_configs)
+        self.admin().create_topics([new])
         deadline = time.monotonic() + 30
         while True:
             described = self.admin().describe_topics([name])[0]
