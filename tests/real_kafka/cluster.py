@@ -353,7 +353,11 @@ class KafkaCluster:
             time.sleep(0.1)
 
     def leader(self, topic: str, partition: int) -> int:
+        """The partition's leader, or -1 while the broker asked does not know the topic yet (its
+        metadata lags the controller's for a moment after a creation)."""
         described = self.admin().describe_topics([topic])[0]
+        if described.get("error_code") == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+            return -1
         for p in described["partitions"]:
             if p["partition_index"] == partition:
                 return int(p["leader_id"])

@@ -184,6 +184,14 @@ def test_copy_while_producing_serves_what_a_consumer_reads(kafka: KafkaCluster, 
                 assert status["last_stable_offset"] <= open_first < status["high_watermark"], status
                 assert all(seg["end_offset"] < open_first for seg in remote), (open_first, remote)
                 assert broker_offsets(kafka)[1] <= open_first
+        # The scenario below needs the open transaction to span a roll: a busy machine produces
+        # less in the loop's time, so the producers go on until the broker has rolled past it.
+        assert open_first is not None
+        wait_for(
+            "a segment rolled past the open transaction",
+            lambda: PartitionLog.open(kafka.partition_dir(1, TOPIC, 0)).active_segment.base_offset > open_first,
+            timeout=120,
+        )
     finally:
         producing.finish()
     txn.close()

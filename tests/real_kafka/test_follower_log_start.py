@@ -76,11 +76,11 @@ def retention_deletes_nothing(platform: BesideKafka, tiered: list[tuple[str, int
 def test_a_log_start_inherited_from_the_leaders_retention_deletes_nothing_remote(
     private_kafka: PrivateKafka, beside: Callable[..., BesideKafka]
 ) -> None:
-    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+    from kafka.admin import ConfigResource, ConfigResourceType
 
     follower_settings = {"log.segment.bytes": str(FOLLOWER_SEGMENT_BYTES)}
     with private_kafka(nodes=3, node_settings={2: follower_settings, 3: follower_settings}) as cluster:
-        cluster.admin().create_topics([NewTopic(TOPIC, -1, replica_assignments={0: [1, 2, 3]})])
+        cluster.create_topic(TOPIC, replica_assignments={0: [1, 2, 3]})
         cluster.wait_until("node 1 leading", lambda: cluster.leader(TOPIC, 0) == 1)
         produce(cluster)
         end = OLD + NEW
