@@ -184,14 +184,23 @@ def test_copy_while_producing_serves_what_a_consumer_reads(kafka: KafkaCluster, 
                 assert status["last_stable_offset"] <= open_first < status["high_watermark"], status
                 assert all(seg["end_offset"] < open_first for seg in remote), (open_first, remote)
                 assert broker_offsets(kafka)[1] <= open_first
-        # The scenario below needs the open transaction to span a roll: a busy machine produces
-        # less in the loop's time, so the producers go on until the broker has rolled past it.
+        # The scenario below needs the open transaction to span a roll: a busy machine may spend the
+        # background producers' budget before it, so records go on until the broker rolled past it.
         assert open_first is not None
-        wait_for(
-            "a segment rolled past the open transaction",
-            lambda: PartitionLog.open(kafka.partition_dir(1, TOPIC, 0)).active_segment.base_offset > open_first,
-            timeout=120,
-        )
+        filler = kafka.producer(linger_ms=5)
+        try:
+
+            def rolled_past_the_open_transaction() -> bool:
+                if PartitionLog.open(kafka.partition_dir(1, TOPIC, 0)).active_segment.base_offset > open_first:
+                    return True
+                for j in range(20):
+                    filler.send(TOPIC, key=f"filler-{j}".encode(), value=b"f" * 200)
+                filler.flush()
+                return False
+
+            wait_for("a segment rolled past the open transaction", rolled_past_the_open_transaction, timeout=120)
+        finally:
+            filler.close()
     finally:
         producing.finish()
     txn.close()
