@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -41,7 +42,7 @@ def renew_interval(lease_ms: int) -> float:
     return max(lease_ms / 3000.0, MIN_RENEW_INTERVAL_S)
 
 
-class HeldLease(Generic[L]):
+class HeldLease(ABC, Generic[L]):
     """A lease while a run holds it (a partition's or a table's: the subclasses say which).
 
     ``lease`` is the latest renewal (same token as the one acquired). Transient store errors
@@ -63,18 +64,21 @@ class HeldLease(Generic[L]):
         self.beats = 0
 
     @property
+    @abstractmethod
     def subject(self) -> str:
         """What the lease holds, as messages name it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _renewed(self, lease: L) -> L:
-        raise NotImplementedError
+        """The lease renewed in the store (raises ``FencedError`` once it is not ours)."""
 
+    @abstractmethod
     def _give_up(self, lease: L) -> None:
-        raise NotImplementedError
+        """Release the lease in the store, if it is still ours."""
 
+    @abstractmethod
     def _latest(self) -> tuple[int, str | None] | None:
-        raise NotImplementedError
+        """The newest token and holder the store has for what the lease holds."""
 
     @property
     def lease(self) -> L:
