@@ -161,7 +161,7 @@ def test_two_threads_evicting_the_same_listed_partition_do_not_collide(store) ->
 def test_the_collector_pause_is_counted_across_threads_and_leaves_a_disabled_collector_alone() -> None:
     from tiering_core.metadata import listing
 
-    pause = listing._collector_paused
+    pause = listing.collector_paused
     assert gc.isenabled()
     entered, release = threading.Event(), threading.Event()
 

@@ -23,16 +23,16 @@ from tiering_core.config.brokers import (
     broker_id_from_env,
     default_queue,
 )
-from tiering_core.config.export import ExportConfig, _export_config
+from tiering_core.config.export import ExportConfig, parse_export_config
 from tiering_core.config.kafka import (
     BROKER_OWNED_TOPIC_KEYS,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
     BrokerTopicConfig,
     KafkaConfig,
-    _kafka_config,
+    parse_kafka_config,
 )
-from tiering_core.config.metrics import MetricsConfig, _metrics_config
+from tiering_core.config.metrics import MetricsConfig, parse_metrics_config
 from tiering_core.config.parsing import (
     MAX_MAPPING_ENTRIES,
     _as_int,
@@ -491,13 +491,13 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             else None
         ),
         source=source,
-        kafka=_kafka_config(doc["kafka"], resolve) if "kafka" in doc else None,
+        kafka=parse_kafka_config(doc["kafka"], resolve) if "kafka" in doc else None,
         topic_keys=topic_keys,
         brokers=brokers,
         broker=chosen,
         observation_staleness_ms=_observation_staleness_ms(doc.get("cluster")),
-        metrics=_metrics_config(doc.get("metrics"), resolve),
-        export=_export_config(doc["export"]) if "export" in doc else None,
+        metrics=parse_metrics_config(doc.get("metrics"), resolve),
+        export=parse_export_config(doc["export"]) if "export" in doc else None,
     )
 
 

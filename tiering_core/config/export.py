@@ -66,7 +66,7 @@ def _catalog_value(value: Any, key: str) -> str:
     raise ConfigError(f"{key}: expected a string, number or boolean, got {_shown(value)}")
 
 
-def _export_config(raw: Any) -> ExportConfig:
+def parse_export_config(raw: Any) -> ExportConfig:
     """``export: {namespace: NAME, catalog_name: NAME, catalog: {type: sql, uri: ..., warehouse: ...}}``."""
     section = _require_mapping(raw if raw is not None else {}, "export")
     _check_keys(section, {"namespace", "catalog", "catalog_name"}, "export")

@@ -63,7 +63,7 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-def _kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
+def parse_kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
     """The ``kafka:`` section; the SASL password only by the name of its environment variable."""
     section = _require_mapping(raw, "kafka")
     _check_keys(

@@ -60,7 +60,7 @@ class MetricsConfig:
         return token
 
 
-def _metrics_config(raw: Any, resolve: Callable[[str], Path]) -> MetricsConfig:
+def parse_metrics_config(raw: Any, resolve: Callable[[str], Path]) -> MetricsConfig:
     """``metrics: {bearer_token_env: NAME}`` or ``metrics: {bearer_token_file: PATH}``."""
     section = _require_mapping(raw if raw is not None else {}, "metrics")
     _check_keys(section, {"bearer_token_env", "bearer_token_file"}, "metrics")

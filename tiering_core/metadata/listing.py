@@ -74,7 +74,7 @@ class _CollectorPause:
                 gc.enable()
 
 
-_collector_paused = _CollectorPause()
+collector_paused = _CollectorPause()
 
 
 def _ascending(epochs: dict[int, int]) -> dict[int, int]:
@@ -135,7 +135,7 @@ class SegmentListing(StoreCore):
         sizes and states ask for. With it, one more query reads it for the whole listing.
         """
         query = self._q.all_listing if include_deleted else self._q.live_listing
-        with _collector_paused:
+        with collector_paused:
             with self._read() as conn:
                 metas = self._decode_listing(query.rows(conn, tip_params(tip)), tip)
                 if epoch is not None:

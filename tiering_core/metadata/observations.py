@@ -30,7 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import UnknownBrokerError
-from tiering_core.metadata.listing import _collector_paused as collector_paused
+from tiering_core.metadata.listing import collector_paused
 from tiering_core.metadata.models import ReplicaObservationPointRow, ReplicaObservationRow
 from tiering_core.metadata.queries import DriverQuery, Statements
 from tiering_core.metadata.transactions import StoreCore, tip_params

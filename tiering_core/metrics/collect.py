@@ -20,7 +20,7 @@ from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.metadata.counters import COUNT_COLUMNS, task_of_row
-from tiering_core.metadata.listing import _collector_paused as collector_paused
+from tiering_core.metadata.listing import collector_paused
 from tiering_core.metadata.observations import HOUR_MS, SERIES_RESOLUTIONS, is_fresh, replica_rank
 from tiering_core.metrics.snapshot import (
     MetricsSnapshot,

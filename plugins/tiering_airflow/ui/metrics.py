@@ -41,7 +41,7 @@ _bearer = HTTPBearer(auto_error=False)
 def read_exposition(config_path: str | None, topic: str | None = None, timeout: float = DEFAULT_METRICS_TIMEOUT) -> str:
     """The exposition, read now within ``timeout`` seconds: a store that does not answer makes the
     scrape fail (503) instead of hanging the API server."""
-    from tiering_core.metadata.listing import _collector_paused as collector_paused
+    from tiering_core.metadata.listing import collector_paused
     from tiering_core.metrics import collect
     from tiering_core.metrics.exposition import render
 
