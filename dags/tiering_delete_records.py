@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG, Param
 
 from tiering_airflow.operators.tiering import TieringDeleteRecordsOperator
-from tiering_airflow.params import TOPIC_PATTERN
+from tiering_airflow.params import confirm_param, topic_param
 
 with DAG(
     dag_id="tiering_delete_records",
@@ -42,12 +42,7 @@ with DAG(
     tags=["tiering", "delete-records"],
     default_args={"owner": "tiering"},
     params={
-        "topic": Param(
-            type="string",
-            pattern=TOPIC_PATTERN,
-            title="Topic",
-            description="The topic whose records are deleted.",
-        ),
+        "topic": topic_param("The topic whose records are deleted."),
         "partition": Param(type="integer", minimum=0, title="Partition", description="The partition number."),
         "before_offset": Param(
             type="integer",
@@ -55,12 +50,7 @@ with DAG(
             title="Before offset",
             description="Records below this offset are deleted: the new log start offset (at most the high watermark).",
         ),
-        "confirm": Param(
-            type="string",
-            pattern=TOPIC_PATTERN,
-            title="Confirm",
-            description="Type the topic name again to confirm.",
-        ),
+        "confirm": confirm_param(),
         "dry_run": Param(True, type="boolean", title="Dry run", description="Only check the request (the default)."),
     },
 ) as tiering_delete_records:

@@ -33,7 +33,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, task
 
 from tiering_airflow.operators.tiering import TieringDeletePartitionOperator
-from tiering_airflow.params import TOPIC_PATTERN
+from tiering_airflow.params import confirm_param, topic_param
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +79,7 @@ with DAG(
     tags=["tiering", "removal"],
     default_args={"owner": "tiering"},
     params={
-        "topic": Param(
-            type="string",
-            pattern=TOPIC_PATTERN,
-            title="Topic",
-            description="The topic whose removed partitions' remote data is deleted.",
-        ),
+        "topic": topic_param("The topic whose removed partitions' remote data is deleted."),
         "partitions": Param(
             type="array",
             items={"type": "integer", "minimum": 0},
@@ -93,12 +88,7 @@ with DAG(
             title="Partitions",
             description="Partition numbers, e.g. [3] or [3, 4].",
         ),
-        "confirm": Param(
-            type="string",
-            pattern=TOPIC_PATTERN,
-            title="Confirm",
-            description="Type the topic name again to confirm.",
-        ),
+        "confirm": confirm_param(),
         "dry_run": Param(
             True, type="boolean", title="Dry run", description="Only list what would be deleted (the default)."
         ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from airflow.sdk import Param
+
 from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH
 
 # Kafka's legal topic names as a JSON-schema pattern (the runtime check is the core's
@@ -9,3 +11,15 @@ from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH
 # anchored; Python's jsonschema uses re, whose $ also matches before a final newline, which
 # (?!\n) rules out (a no-op in the UI's JavaScript).
 TOPIC_PATTERN = rf"^(?!\.{{1,2}}$)[a-zA-Z0-9._-]{{1,{MAX_TOPIC_NAME_LENGTH}}}$(?!\n)"
+
+
+def topic_param(description: str) -> Param:
+    """The topic a manual DAG acts on: a legal Kafka topic name."""
+    return Param(type="string", pattern=TOPIC_PATTERN, title="Topic", description=description)
+
+
+def confirm_param() -> Param:
+    """The topic name typed again: a destructive request names its topic twice."""
+    return Param(
+        type="string", pattern=TOPIC_PATTERN, title="Confirm", description="Type the topic name again to confirm."
+    )
