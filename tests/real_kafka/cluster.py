@@ -227,6 +227,18 @@ class KafkaCluster:
             f"127.0.0.1:{node.sasl_port}" for node in self.nodes.values() if node.running and node.sasl_port
         )
 
+    def sasl_kafka_section(self, username: str, password_env: str) -> dict[str, Any]:
+        """The config's ``kafka:`` section for ``username`` on the SASL listeners, its password
+        named by an environment variable (never written in the file)."""
+        return {
+            "bootstrap_servers": self.sasl_bootstrap_servers,
+            "request_timeout_ms": 5000,
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": username,
+            "sasl_password_env": password_env,
+        }
+
     # -- processes ------------------------------------------------------------------------
 
     def start_node(self, node_id: int) -> None:

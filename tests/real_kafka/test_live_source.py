@@ -264,14 +264,7 @@ def test_the_sasl_password_is_read_when_the_source_connects_to_a_sasl_plain_brok
         cluster.create_topic(topic, segment_bytes=SEGMENT)
         produce(cluster, topic, 800)
         platform = beside(cluster, 1)
-        platform.document["kafka"] = {
-            "bootstrap_servers": cluster.sasl_bootstrap_servers,
-            "request_timeout_ms": 5000,
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
-            "sasl_plain_username": "tiering",
-            "sasl_password_env": variable,
-        }
+        platform.document["kafka"] = cluster.sasl_kafka_section("tiering", variable)
         platform.write()
         assert load_config(platform.config_path).kafka is not None  # no password needed to parse
         for command in ("status", "copy"):

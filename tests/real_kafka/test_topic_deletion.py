@@ -150,14 +150,7 @@ def test_a_metadata_answer_that_is_not_unknown_topic_is_not_the_controllers_word
         keys_before = _keys(platform)
 
         monkeypatch.setenv(variable, secret)
-        platform.document["kafka"] = {
-            "bootstrap_servers": cluster.sasl_bootstrap_servers,
-            "request_timeout_ms": 5000,
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
-            "sasl_plain_username": "tiering",
-            "sasl_password_env": variable,
-        }
+        platform.document["kafka"] = cluster.sasl_kafka_section("tiering", variable)
         platform.write()
         described = cluster.admin().describe_topics(["guarded"])[0]  # as a super user: it lives
         assert described["error_code"] == 0
