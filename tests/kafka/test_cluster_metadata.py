@@ -17,24 +17,26 @@ from tiering_core.kafka.batch import CODEC_GZIP, iter_batch_headers
 from tiering_core.kafka.checkpoints import new_topic_id
 from tiering_core.kafka.cluster_metadata import (
     CLUSTER_METADATA_DIR,
+    MetadataPartition,
+    TopicIdState,
+    find_metadata_log_dir,
+    read_cluster_metadata,
+)
+from tiering_core.kafka.files import NotARegularFileError
+from tiering_core.kafka.metadata_records import (
     MAX_METADATA_BATCH_BYTES,
     NO_LEADER,
     ClusterMetadataError,
-    MetadataPartition,
     MetadataRecordType,
     PartitionChangeRecord,
     PartitionRecord,
     RemoveTopicRecord,
-    TopicIdState,
     TopicRecord,
     decode_metadata_value,
     encode_metadata_marker,
     encode_metadata_record,
-    find_metadata_log_dir,
     iter_metadata_records,
-    read_cluster_metadata,
 )
-from tiering_core.kafka.files import NotARegularFileError
 from tiering_core.kafka.records import RecordSpec, encode_batch
 from tiering_core.kafka.topic import TopicPartition
 

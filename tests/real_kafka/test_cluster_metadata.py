@@ -24,17 +24,19 @@ from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
 from tiering_core.kafka.checkpoints import uuid_to_topic_id
 from tiering_core.kafka.cluster_metadata import (
     CLUSTER_METADATA_DIR,
-    NO_LEADER_CHANGE,
     ClusterMetadataImage,
+    TopicIdState,
+    latest_snapshot,
+    read_cluster_metadata,
+)
+from tiering_core.kafka.metadata_records import (
+    NO_LEADER_CHANGE,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
     RemoveTopicRecord,
-    TopicIdState,
     TopicRecord,
     iter_metadata_records,
-    latest_snapshot,
-    read_cluster_metadata,
 )
 from tiering_core.kafka.topic import TopicPartition
 

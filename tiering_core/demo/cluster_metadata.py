@@ -26,14 +26,18 @@ from tiering_core.demo.writer import DEMO_NODE_ID, write_meta_properties
 from tiering_core.kafka.checkpoints import atomic_write, new_topic_id
 from tiering_core.kafka.cluster_metadata import (
     CLUSTER_METADATA_DIR,
-    NO_LEADER_CHANGE,
     ClusterMetadataImage,
+    SnapshotId,
+    latest_snapshot,
+    read_cluster_metadata,
+)
+from tiering_core.kafka.metadata_records import (
+    NO_LEADER_CHANGE,
     MetadataBody,
     MetadataRecordType,
     PartitionChangeRecord,
     PartitionRecord,
     RemoveTopicRecord,
-    SnapshotId,
     TopicRecord,
     encode_leader_change,
     encode_metadata_marker,
@@ -42,8 +46,6 @@ from tiering_core.kafka.cluster_metadata import (
     encode_snapshot_header,
     iter_metadata_batches,
     kraft_control_record,
-    latest_snapshot,
-    read_cluster_metadata,
 )
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.records import ControlRecordType, RecordSpec, encode_batch
