@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import TieringError, one_line
 from tiering_core.kafka.topic import TopicPartition
+from tiering_core.runs.executor import Task, TaskOutcome
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -373,3 +375,35 @@ def run_jobs(
                     yield JobOutcome(index, future.result(), None)
             if on_wait is not None:
                 on_wait()
+
+
+class SparkExecutor:
+    """The ``Executor`` of ``tiering_core.runs.executor`` on Spark: each item a one-task Spark job,
+    ``slots`` at a time, run by Spark's executors against one storage backend per Python worker
+    (``executor_storage``). A task that fails after Spark's retries is an outcome with an error,
+    never an exception: the driver names the item and goes on, as the in-process runs do for a
+    bad segment."""
+
+    def __init__(self, sc: SparkContext, remote: RemoteConfig, slots: int | None = None) -> None:
+        self.sc = sc
+        self.remote = remote
+        self.slots = slots or max(1, sc.defaultParallelism)
+
+    def run(
+        self,
+        items: Sequence[T],
+        task: Task[T, R],
+        *,
+        describe: Callable[[T], str],
+        on_wait: Callable[[], None] | None = None,
+    ) -> Generator[TaskOutcome[R], None, None]:
+        remote = self.remote
+
+        def on_executor(item: T) -> R:
+            return task(executor_storage(remote), item)
+
+        with contextlib.closing(
+            run_jobs(self.sc, items, on_executor, slots=self.slots, describe=describe, on_wait=on_wait)
+        ) as outcomes:  # closed early: queued jobs dropped, running ones cancelled
+            for outcome in outcomes:
+                yield TaskOutcome(outcome.index, outcome.result, outcome.error)  # type: ignore[arg-type]

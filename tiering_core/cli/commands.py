@@ -7,7 +7,6 @@ machine-readable output whose field names are stable (docs/architecture.md).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -15,7 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tiering_core.cli.output import Output, output_for
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
+from tiering_core.events import EventSink
 
 log = logging.getLogger("tiering")
 
@@ -28,12 +29,11 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _emit(args: argparse.Namespace, payload: Any, human: Callable[[], str]) -> None:
-    if args.json:
-        print(json.dumps(payload, indent=2, sort_keys=False, default=str))
-    else:
-        text = human()
-        if text:
-            print(text)
+    _output(args).result(payload, human)
+
+
+def _output(args: argparse.Namespace) -> Output:
+    return output_for(bool(args.json))
 
 
 #: Commands that read the broker's log dirs: with several brokers configured they need to know
@@ -71,10 +71,11 @@ def _context(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _progress(args: argparse.Namespace) -> Callable[[str], None]:
-    def report(line: str) -> None:
-        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+    return _output(args).progress
 
-    return report
+
+def _events(args: argparse.Namespace) -> EventSink:
+    return _output(args).event
 
 
 # --- commands -------------------------------------------------------------------------------

@@ -1,13 +1,24 @@
-"""Every human-readable line the ``tiering`` command, the demo and the Spark apps print.
+"""Every human-readable line the ``tiering`` command, the demo, the Spark apps and the Airflow
+tasks print: the reporting layer above the runs.
 
-The runs return values (and ``--json`` prints their ``to_dict``); how they read to a person is
-decided here, in one place.
+The runs return values (and ``--json`` prints their ``to_dict``) and emit events
+(``tiering_core.events``) while they work; how either reads to a person is decided here, in one
+place. ``event_line`` has one registration per event type, beside the run's other lines; an
+``Output`` (console or JSON, as pyiceberg's CLI has) says where the words go. This module imports
+only downward: the runs' values, never the command line.
 """
 
 from __future__ import annotations
 
+import json
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import fields
+from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.events import RunEvent
 from tiering_core.humanize import fmt_age, fmt_bytes
 
 if TYPE_CHECKING:
@@ -235,3 +246,68 @@ def format_export_failure(error: Exception) -> str:
 
 def format_export_cleanup(files: int) -> str:
     return f"removed {files} data file(s) of an export attempt that never committed"
+
+
+# --- events and where the words go ----------------------------------------------------------
+
+
+@singledispatch
+def event_line(event: RunEvent) -> str:
+    """The progress line of one event; each event type registers its own (``@event_line.register``)
+    beside its run's other lines. An unregistered event still reads, by its fields."""
+    values = ", ".join(f"{f.name}={getattr(event, f.name)}" for f in fields(event))
+    return f"{type(event).__name__}: {values}" if values else type(event).__name__
+
+
+class Output(ABC):
+    """Where a command's words go: its runs' events while they work, its result at the end."""
+
+    @abstractmethod
+    def event(self, event: RunEvent) -> None:
+        """A run's progress, as it happens."""
+
+    @abstractmethod
+    def result(self, payload: Any, human: Callable[[], str]) -> None:
+        """The command's result: ``payload`` (plain values, the ``to_dict`` of the run's result)
+        or the lines ``human`` makes of it."""
+
+    def progress(self, line: str) -> None:
+        """A progress line made elsewhere (a run that emits lines, not events)."""
+        print(line, file=self.progress_stream(), flush=True)
+
+    def failure(self, line: str) -> None:
+        """A one-line failure on stderr, whatever the output."""
+        print(line, file=sys.stderr, flush=True)
+
+    def progress_stream(self) -> Any:
+        return sys.stdout
+
+
+class ConsoleOutput(Output):
+    """Lines for a person: progress and result on stdout."""
+
+    def event(self, event: RunEvent) -> None:
+        self.progress(event_line(event))
+
+    def result(self, payload: Any, human: Callable[[], str]) -> None:
+        text = human()
+        if text:
+            print(text)
+
+
+class JsonOutput(Output):
+    """The result as JSON on stdout (stable field names, docs/architecture.md); progress lines go
+    to stderr so stdout stays one JSON document."""
+
+    def event(self, event: RunEvent) -> None:
+        self.progress(event_line(event))
+
+    def result(self, payload: Any, human: Callable[[], str]) -> None:
+        print(json.dumps(payload, indent=2, sort_keys=False, default=str))
+
+    def progress_stream(self) -> Any:
+        return sys.stderr
+
+
+def output_for(as_json: bool) -> Output:
+    return JsonOutput() if as_json else ConsoleOutput()
