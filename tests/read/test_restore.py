@@ -15,8 +15,10 @@ from kafka.record import MemoryRecords
 
 from tests.engine_support import TieringEnv, tip_of
 from tiering_core.cli import main
+from tiering_core.cli.output import event_line
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
+from tiering_core.events import RunEvent
 from tiering_core.kafka.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -251,11 +253,11 @@ def test_disaster_recovery_restores_into_the_stopped_brokers_own_log_dir(fs_env:
         lines: list[str] = []
         staged: list[tuple[str, bool]] = []
 
-        def progress(line: str) -> None:
-            lines.append(line)
+        def progress(event: RunEvent) -> None:
+            lines.append(event_line(event))
             staged.extend((p.name, (p / "partition.metadata").exists()) for p in fs_env.log_dir.iterdir() if p.is_dir())
 
-        result = restore_partition(ctx, w.tp, fs_env.log_dir, force=True, progress=progress)
+        result = restore_partition(ctx, w.tp, fs_env.log_dir, force=True, events=progress)
     assert "not in the broker's log dirs; restoring topic id" in lines[0]
     # Staged under a name the broker parses (and deletes if a killed restore left it), never
     # holding the topic id that would make it the evidence of a deletion.

@@ -400,7 +400,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     with _context(args) as ctx:
         result = restore_partition(
-            ctx, TopicPartition(args.topic, args.partition), Path(args.to), progress=_progress(args), force=args.force
+            ctx, TopicPartition(args.topic, args.partition), Path(args.to), events=_events(args), force=args.force
         )
     _emit(
         args,

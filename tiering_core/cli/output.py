@@ -19,6 +19,7 @@ from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.events import RunEvent
+from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored
 from tiering_core.humanize import fmt_age, fmt_bytes
 
 if TYPE_CHECKING:
@@ -311,3 +312,18 @@ class JsonOutput(Output):
 
 def output_for(as_json: bool) -> Output:
     return JsonOutput() if as_json else ConsoleOutput()
+
+
+@event_line.register
+def _restored(event: SegmentRestored) -> str:
+    tp = event.topic_partition
+    return (
+        f"{tp.topic}-{tp.partition}: restored segment {event.start_offset}..{event.end_offset} "
+        f"({event.restored}/{event.total}, {event.bytes} bytes)"
+    )
+
+
+@event_line.register
+def _restoring_from_tier(event: RestoringFromTierAlone) -> str:
+    tp = event.topic_partition
+    return f"{tp}: not in the broker's log dirs; restoring topic id {event.topic_id} from the remote tier alone"

@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import TieringError
+from tiering_core.events import EventSink, discard
+from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored
 from tiering_core.kafka.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -62,8 +64,6 @@ from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CopyRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogSegmentMetadata
@@ -225,7 +225,7 @@ def _broker_stopped(log_dir: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _restore_reader(ctx: TieringContext, tp: TopicPartition, say: Callable[[str], None]) -> RemoteLogReader:
+def restore_reader(ctx: TieringContext, tp: TopicPartition, events: EventSink) -> RemoteLogReader:
     """The broker's partition joined with its remote tier; when the broker holds no directory of
     it (a lost disk), the remote tier of its one live topic id, from the metadata alone."""
     try:
@@ -243,7 +243,7 @@ def _restore_reader(ctx: TieringContext, tp: TopicPartition, say: Callable[[str]
             f"(live topic ids: {known})"
         )
     tip = TopicIdPartition(live[0].topic_id, tp)
-    say(f"{tp}: not in the broker's log dirs; restoring topic id {tip.topic_id} from the remote tier alone")
+    events(RestoringFromTierAlone(tp, tip.topic_id))
     return open_remote_reader(ctx, tip)
 
 
@@ -252,12 +252,11 @@ def restore_partition(
     tp: TopicPartition,
     target: Path,
     *,
-    progress: Callable[[str], None] | None = None,
+    events: EventSink = discard,
     force: bool = False,
 ) -> RestoreResult:
     """Write the partition's remote tier to ``target/<topic>-<partition>``; see the module docstring.
     ``force`` writes into a target that looks like a Kafka log dir."""
-    say = progress or (lambda line: log.info("%s", line))
     started = time.monotonic()
     target = target.resolve()
     for log_dir in ctx.config.all_log_dirs():  # every configured broker's
@@ -274,21 +273,21 @@ def restore_partition(
         _refuse_a_kafka_log_dir(target)
     if (target / META_PROPERTIES).exists():
         with _broker_stopped(target):
-            return _restore(ctx, tp, target, say, started, broker_log_dir=True)
-    return _restore(ctx, tp, target, say, started, broker_log_dir=False)
+            return _restore(ctx, tp, target, events, started, broker_log_dir=True)
+    return _restore(ctx, tp, target, events, started, broker_log_dir=False)
 
 
 def _restore(
     ctx: TieringContext,
     tp: TopicPartition,
     target: Path,
-    say: Callable[[str], None],
+    events: EventSink,
     started: float,
     *,
     broker_log_dir: bool,
 ) -> RestoreResult:
     final = target / f"{tp.topic}-{tp.partition}"
-    reader = _restore_reader(ctx, tp, say)
+    reader = restore_reader(ctx, tp, events)
     chain = served_chain(reader)
     if not chain:
         raise TieringError(f"{tp.topic}-{tp.partition}: the remote tier holds no data to restore")
@@ -317,9 +316,8 @@ def _restore(
                     tally.count(names.REMOTE_FETCH_BYTES, result.bytes - before)
             result.segments += 1
             result.end_offset = segment.end_offset
-            say(
-                f"{tp.topic}-{tp.partition}: restored segment {segment.start_offset}..{segment.end_offset} "
-                f"({result.segments}/{len(chain)}, {result.bytes} bytes)"
+            events(
+                SegmentRestored(tp, segment.start_offset, segment.end_offset, result.segments, len(chain), result.bytes)
             )
         end = chain[-1].end_offset
         lineage = reader.view.lineage.truncate_from_end(end + 1)
