@@ -153,6 +153,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
+    from tiering_core.cli.output import format_orphans, format_retention
     from tiering_core.runs.orphans import find_orphans
     from tiering_core.runs.retention import run_retention
 
@@ -164,13 +165,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
             _emit(
                 args,
                 [o.to_dict() for o in orphans],
-                lambda: (
-                    "\n".join(
-                        f"{'deleted' if o.deleted else 'orphan'} {o.kind} {o.key} ({o.size} bytes, {o.age_ms} ms old)"
-                        for o in orphans
-                    )
-                    or "no orphaned objects"
-                ),
+                lambda: format_orphans(orphans),
             )
             return EXIT_OK
         results = []
@@ -188,31 +183,15 @@ def cmd_retention(args: argparse.Namespace) -> int:
     _emit(
         args,
         [r.to_dict() for r in results],
-        lambda: "\n".join(_retention_line(r) for r in results),
+        lambda: format_retention(results),
     )
     for failure in failures:
         print(f"tiering: retention failed: {failure}", file=sys.stderr)
     return EXIT_FAILURE if failures else EXIT_OK
 
 
-def _retention_line(r: Any) -> str:
-    line = f"{r.topic}-{r.partition}: "
-    if r.skipped_reason:
-        return line + f"skipped ({r.skipped_reason})"
-    line += f"{'would delete' if r.dry_run else 'deleted'} "
-    line += f"{len(r.planned) if r.dry_run else r.segments_deleted} segment(s)"
-    if not r.dry_run:
-        line += f", {r.bytes_deleted} bytes"
-    if r.copies_cleaned:
-        line += f"; cleaned up {r.copies_cleaned} copy(ies) a killed run left"
-    if r.new_remote_log_start_offset is not None:
-        line += f"; remote log start offset {'would become' if r.dry_run else '->'} {r.new_remote_log_start_offset}"
-    if r.fenced:
-        line += " (held by another run)"
-    return line
-
-
 def cmd_delete_partition(args: argparse.Namespace) -> int:
+    from tiering_core.cli.output import format_partition_deletion
     from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
     from tiering_core.runs.removal import delete_partition, lift_tombstone
 
@@ -238,19 +217,7 @@ def cmd_delete_partition(args: argparse.Namespace) -> int:
     with _context(args) as ctx:
         result = delete_partition(ctx, tp, topic_id=args.topic_id, dry_run=args.dry_run, force=args.force)
 
-    def human() -> str:
-        ids = ", ".join(result.topic_ids) or "none"
-        line = f"{args.topic}-{args.partition} (topic id {ids}): " + (
-            f"would delete {len(result.planned)} segment(s) and {len(result.orphan_objects)} unreferenced object(s)"
-            if result.dry_run
-            else f"deleted {result.segments_deleted} segment(s), {result.bytes_deleted} bytes, "
-            f"{len(result.orphan_objects)} unreferenced object(s); state {result.state}"
-        )
-        if result.kept_topic_ids:
-            line += f"; kept topic id {', '.join(result.kept_topic_ids)} (still in the log dirs)"
-        return line
-
-    _emit(args, result.to_dict(), human)
+    _emit(args, result.to_dict(), lambda: format_partition_deletion(tp, result))
     return EXIT_FAILURE if result.fenced else EXIT_OK
 
 

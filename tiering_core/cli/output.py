@@ -24,10 +24,14 @@ from tiering_core.humanize import fmt_age, fmt_bytes
 
 if TYPE_CHECKING:
     from tiering_core.export import ExportResult, ExportSegment
+    from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.delete_records import DeleteRecordsResult
+    from tiering_core.runs.orphans import OrphanObject
     from tiering_core.runs.rebuild import RebuildResult
+    from tiering_core.runs.removal import RemovalResult
+    from tiering_core.runs.retention import RetentionResult
     from tiering_core.tier.cluster import ClusterPartitionStatus
     from tiering_core.tier.status import PartitionStatus
 
@@ -39,6 +43,50 @@ def format_copy_summary(results: list[CopyResult]) -> str:
     line = f"copy: {len(results)} partition(s), {copied} segment(s), {fmt_bytes(size)}"
     if fenced:
         line += f", {fenced} partition(s) held by another run"
+    return line
+
+
+def format_retention(results: list[RetentionResult]) -> str:
+    return "\n".join(retention_line(r) for r in results)
+
+
+def retention_line(r: RetentionResult) -> str:
+    line = f"{r.topic}-{r.partition}: "
+    if r.skipped_reason:
+        return line + f"skipped ({r.skipped_reason})"
+    line += f"{'would delete' if r.dry_run else 'deleted'} "
+    line += f"{len(r.planned) if r.dry_run else r.segments_deleted} segment(s)"
+    if not r.dry_run:
+        line += f", {r.bytes_deleted} bytes"
+    if r.copies_cleaned:
+        line += f"; cleaned up {r.copies_cleaned} copy(ies) a killed run left"
+    if r.new_remote_log_start_offset is not None:
+        line += f"; remote log start offset {'would become' if r.dry_run else '->'} {r.new_remote_log_start_offset}"
+    if r.fenced:
+        line += " (held by another run)"
+    return line
+
+
+def format_orphans(orphans: list[OrphanObject]) -> str:
+    return (
+        "\n".join(
+            f"{'deleted' if o.deleted else 'orphan'} {o.kind} {o.key} ({o.size} bytes, {o.age_ms} ms old)"
+            for o in orphans
+        )
+        or "no orphaned objects"
+    )
+
+
+def format_partition_deletion(tp: TopicPartition, result: RemovalResult) -> str:
+    ids = ", ".join(result.topic_ids) or "none"
+    line = f"{tp} (topic id {ids}): " + (
+        f"would delete {len(result.planned)} segment(s) and {len(result.orphan_objects)} unreferenced object(s)"
+        if result.dry_run
+        else f"deleted {result.segments_deleted} segment(s), {result.bytes_deleted} bytes, "
+        f"{len(result.orphan_objects)} unreferenced object(s); state {result.state}"
+    )
+    if result.kept_topic_ids:
+        line += f"; kept topic id {', '.join(result.kept_topic_ids)} (still in the log dirs)"
     return line
 
 
