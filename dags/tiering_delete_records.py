@@ -25,23 +25,17 @@ when the config is broken.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import Param
 
 from tiering_airflow.operators.tiering import TieringDeleteRecordsOperator
-from tiering_airflow.params import confirm_param, topic_param
+from tiering_airflow.params import confirm_param, manual_dag, topic_param
 
-with DAG(
-    dag_id="tiering_delete_records",
-    description="Delete a partition's records below an offset, remote and on the cluster (manual; dry run by default)",
-    schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    tags=["tiering", "delete-records"],
-    default_args={"owner": "tiering"},
-    params={
+with manual_dag(
+    "tiering_delete_records",
+    "Delete a partition's records below an offset, remote and on the cluster (manual; dry run by default)",
+    {
         "topic": topic_param("The topic whose records are deleted."),
         "partition": Param(type="integer", minimum=0, title="Partition", description="The partition number."),
         "before_offset": Param(
@@ -53,6 +47,7 @@ with DAG(
         "confirm": confirm_param(),
         "dry_run": Param(True, type="boolean", title="Dry run", description="Only check the request (the default)."),
     },
+    "delete-records",
 ) as tiering_delete_records:
     TieringDeleteRecordsOperator(
         task_id="delete_records",

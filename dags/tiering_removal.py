@@ -27,13 +27,13 @@ The config does not matter to parsing, so this DAG loads even when the config is
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import Param, task
 
 from tiering_airflow.operators.tiering import TieringDeletePartitionOperator
-from tiering_airflow.params import confirm_param, topic_param
+from tiering_airflow.params import confirm_param, manual_dag, topic_param
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +69,10 @@ def validate_request(params: dict[str, Any] | None = None) -> list[dict[str, Any
         raise AirflowFailException(str(exc)) from exc
 
 
-with DAG(
-    dag_id="tiering_delete_partition",
-    description="Delete all remote data of removed partitions (manual only; dry run by default)",
-    schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    tags=["tiering", "removal"],
-    default_args={"owner": "tiering"},
-    params={
+with manual_dag(
+    "tiering_delete_partition",
+    "Delete all remote data of removed partitions (manual only; dry run by default)",
+    {
         "topic": topic_param("The topic whose removed partitions' remote data is deleted."),
         "partitions": Param(
             type="array",
@@ -101,6 +95,7 @@ with DAG(
             "Kafka deleted them. Without it such a request is refused.",
         ),
     },
+    "removal",
 ) as tiering_delete_partition:
     TieringDeletePartitionOperator.partial(
         task_id="delete_partition",

@@ -59,6 +59,21 @@ def selector_params() -> dict[str, Param]:
     }
 
 
+def spark_dag(dag_id: str, description: str, schedule: str | None, params: dict[str, Param], *tags: str) -> DAG:
+    """One Spark DAG: what every one of them shares (no catch-up, one run at a time, this doc)."""
+    return DAG(
+        dag_id=dag_id,
+        description=description,
+        schedule=schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["tiering", "spark", *tags],
+        params=params,
+        doc_md=__doc__,
+    )
+
+
 def submit(task_id: str, app: str, args: list[str]) -> TieringSparkSubmitOperator:
     """spark-submit of one app, with Python (and spark-submit, when it has one) from this environment."""
     return TieringSparkSubmitOperator(
@@ -77,34 +92,24 @@ def submit(task_id: str, app: str, args: list[str]) -> TieringSparkSubmitOperato
     )
 
 
-with DAG(
-    dag_id="tiering_spark_bulk_upload",
-    description="Parallel upload of many partitions on Spark (spark_apps/parallel_upload.py)",
-    schedule=None,
-    start_date=START,
-    catchup=False,
-    max_active_runs=1,
-    tags=["tiering", "spark"],
-    params=selector_params(),
-    doc_md=__doc__,
+with spark_dag(
+    "tiering_spark_bulk_upload",
+    "Parallel upload of many partitions on Spark (spark_apps/parallel_upload.py)",
+    None,
+    selector_params(),
 ) as tiering_spark_bulk_upload:
     submit("parallel_upload", "parallel_upload.py", SELECTOR_ARGS)
 
 
-with DAG(
-    dag_id="tiering_spark_rebuild_indexes",
-    description="Rebuild segment indexes from the .log and repair what differs (spark_apps/rebuild_indexes.py)",
-    schedule="@weekly",
-    start_date=START,
-    catchup=False,
-    max_active_runs=1,
-    tags=["tiering", "spark"],
-    params={
+with spark_dag(
+    "tiering_spark_rebuild_indexes",
+    "Rebuild segment indexes from the .log and repair what differs (spark_apps/rebuild_indexes.py)",
+    "@weekly",
+    {
         **selector_params(),
         "repair": Param(True, type="boolean", description="copy damaged segments again (false: only report)"),
         "local": Param(False, type="boolean", description="also check the broker's local segments (read-only)"),
     },
-    doc_md=__doc__,
 ) as tiering_spark_rebuild_indexes:
     submit(
         "rebuild_indexes",
@@ -119,29 +124,20 @@ with DAG(
     )
 
 
-with DAG(
-    dag_id="tiering_spark_verify",
-    description="Verify every finished remote segment against its manifest (spark_apps/verify_segments.py)",
-    schedule="@weekly",
-    start_date=START,
-    catchup=False,
-    max_active_runs=1,
-    tags=["tiering", "spark"],
-    params=selector_params(),
-    doc_md=__doc__,
+with spark_dag(
+    "tiering_spark_verify",
+    "Verify every finished remote segment against its manifest (spark_apps/verify_segments.py)",
+    "@weekly",
+    selector_params(),
 ) as tiering_spark_verify:
     submit("verify_segments", "verify_segments.py", SELECTOR_ARGS)
 
 
-with DAG(
-    dag_id="tiering_export",
-    description="The tiered log as an Iceberg table, exactly once (spark_apps/export_table.py)",
-    schedule="@daily",
-    start_date=START,
-    catchup=False,
-    max_active_runs=1,
-    tags=["tiering", "spark", "export"],
-    params={
+with spark_dag(
+    "tiering_export",
+    "The tiered log as an Iceberg table, exactly once (spark_apps/export_table.py)",
+    "@daily",
+    {
         **selector_params(),
         "partition": Param("", type="string", pattern=PARTITION, description="one partition of the topic, or empty"),
         "isolation": Param(
@@ -151,7 +147,7 @@ with DAG(
             description="read_committed drops aborted transactions; read_uncommitted keeps every data record",
         ),
     },
-    doc_md=__doc__,
+    "export",
 ) as tiering_export:
     submit(
         "export_table",

@@ -1,8 +1,12 @@
-"""What the manual DAGs' Params share (``tiering_delete_partition``, ``tiering_delete_records``)."""
+"""What the manual DAGs share (``tiering_delete_partition``, ``tiering_delete_records``): their DAG's
+settings and their Params."""
 
 from __future__ import annotations
 
-from airflow.sdk import Param
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk import DAG, Param
 
 from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH
 
@@ -22,4 +26,19 @@ def confirm_param() -> Param:
     """The topic name typed again: a destructive request names its topic twice."""
     return Param(
         type="string", pattern=TOPIC_PATTERN, title="Confirm", description="Type the topic name again to confirm."
+    )
+
+
+def manual_dag(dag_id: str, description: str, params: dict[str, Any], *tags: str) -> DAG:
+    """A DAG an operator triggers by hand: no schedule, no catch-up, one run at a time."""
+    return DAG(
+        dag_id=dag_id,
+        description=description,
+        schedule=None,
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
+        catchup=False,
+        max_active_runs=1,
+        tags=["tiering", *tags],
+        default_args={"owner": "tiering"},
+        params=params,
     )
