@@ -62,6 +62,18 @@ def test_every_cited_section_of_the_kafka_rules_exists() -> None:
     assert missing == []
 
 
+def test_every_relative_link_of_the_docs_is_a_file_of_the_repository() -> None:
+    """README.md and docs/*.md link files and images (docs/images: the screenshots) by relative path."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in pages
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", page.read_text())
+        if "://" not in target and not target.startswith("mailto:") and not (page.parent / target).exists()
+    ]
+    assert broken == []
+
+
 def test_the_citation_patterns_find_what_they_are_for() -> None:
     """The patterns above catch both forms a citation of a missing document takes."""
     assert cited("the rules (KAFKA_SEMANTICS 10.3) and (NOTES.md, section 2)") == ["KAFKA_SEMANTICS", "NOTES.md"]
