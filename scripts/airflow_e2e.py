@@ -16,13 +16,13 @@ simple auth manager:
    token's holder; reads ``/tiering/api/partitions``; opens ``/tiering/`` in headless Chromium
    logged in (the JWT in the cookie Airflow's UI uses, set over Chromium's DevTools protocol),
    opens the orders topic, checks the rendered page lists the partitions, and saves its screenshot
-   and DOM to ``test-artifacts/tiering-page.png`` and ``.html``;
+   and DOM to ``<artifacts>/tiering-page.png`` and ``.html``;
 6. opens the page from Airflow's navigation (``/plugin/tiering``: the plugin's external view, the
    page in Airflow's iframe) at 1280x800 and 390x844 and checks it in its frame over the DevTools
    protocol (``Runtime.evaluate``): a summary row for every topic, no horizontal overflow
    (``scrollWidth <= innerWidth``), the orders charts' canvases drawn (pixels read back with
    ``getImageData``, the last 24 hours with at least one point); saved to
-   ``test-artifacts/tiering-in-airflow-<width>x<height>.png``; at 1280x800 it then clicks a
+   ``<artifacts>/tiering-in-airflow-<width>x<height>.png``; at 1280x800 it then clicks a
    partition's link to its last task's log and checks that Airflow's own window shows that task
    instance (``tiering-last-task-log-1280x800.png``).
 
@@ -38,6 +38,9 @@ group of its own, which is terminated (then killed) as a whole, together with an
 it that moved to a session of its own. SIGTERM to this script does the same before it exits.
 
     python scripts/airflow_e2e.py [--artifacts DIR] [--timeout SECONDS] [--keep]
+
+The screenshots go to ``test-artifacts/`` (ignored by git), so a run changes no committed file;
+``--artifacts docs/images`` refreshes the ones README shows.
 """
 
 from __future__ import annotations
@@ -74,6 +77,9 @@ CHROMIUM_ENV = "TIERING_CHROMIUM"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 JWT_COOKIE = "_token"  # where Airflow's UI keeps the logged-in user's JWT
 BUCKET = "kafka-tiered-e2e"
+#: Where the screenshots go unless ``--artifacts`` says otherwise: ignored by git, so a run changes
+#: no committed file (``--artifacts docs/images`` refreshes the screenshots README shows).
+DEFAULT_ARTIFACTS = ROOT / "test-artifacts"
 T = TypeVar("T")
 
 
@@ -780,14 +786,23 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     say(f"airflow stopped ({len(family)} processes under standalone, {len(alive)} needed SIGKILL)")
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--artifacts",
+        type=Path,
+        default=DEFAULT_ARTIFACTS,
+        help="where the screenshots go (default: test-artifacts/, ignored by git; docs/images refreshes README's)",
+    )
+    parser.add_argument("--timeout", type=float, default=120, help="seconds each DAG run may take")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, AIRFLOW_HOME)")
+    return parser.parse_args(argv)
+
+
 def main() -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the local S3 endpoint's request log
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a polite kill still stops Airflow (finally)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--artifacts", type=Path, default=ROOT / "test-artifacts")
-    parser.add_argument("--timeout", type=float, default=120, help="seconds each DAG run may take")
-    parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, AIRFLOW_HOME)")
-    args = parser.parse_args()
+    args = parse_args()
     work = Path(tempfile.mkdtemp(prefix="tiering-e2e-"))
     try:
         run(work, args.artifacts, args.timeout)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_config import base_doc
+from tests.config.support import base_doc
 from tiering_core.config import parse_config
 from tiering_core.context import find_partition, select_partitions
 from tiering_core.errors import ConfigError, TieringError

@@ -1,7 +1,7 @@
 """A topic whose own entry is compacted while ``"*"`` enables remote storage: Kafka refuses remote
 storage for it, so it is not tiered and every other topic is; copy, retention and status say why,
 as when the cluster says a topic is compacted. (Written out beside ``compact``, remote storage is
-a config error: tests/test_config.py.)"""
+a config error: tests/config/test_topics.py.)"""
 
 from __future__ import annotations
 

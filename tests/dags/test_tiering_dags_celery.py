@@ -26,8 +26,8 @@ import yaml
 
 from tests.airflow_support import AIRFLOW_BIN, ROOT, load_e2e_script
 from tests.dags.test_tiering_dags_cluster import QUEUES, Cluster, cluster_doc, with_segments
-from tests.runs.test_replica_choice import append
 from tests.services import PostgresServer, RedisServer, S3Endpoint
+from tests.tier.test_replica import append
 from tiering_core.config import load_config, select_broker
 from tiering_core.context import AwsCredentials, TieringContext
 from tiering_core.demo.writer import PartitionWriter

@@ -1,37 +1,28 @@
-"""Store queries on SQLite and a real PostgreSQL: supersede, overlap, epochs, listings, partitions,
-section-10 state and history. Every test here runs on both backends (``metadata_url``)."""
+"""Store queries on SQLite and a real PostgreSQL: supersede, overlap, epochs, listings, segment
+writes and finishing a copy. Every test here runs on both backends (``metadata_url``). Partitions,
+the section-10 state and the engine have test files of their modules' names."""
 
 from __future__ import annotations
 
 import pickle
 import re
-import sqlite3
-import threading
 import uuid
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
-from tests.engine_support import wait_until
 from tests.metadata.support import delete, finish, segment, tip
-from tests.services import free_port
 from tiering_core.kafka.epoch import EpochEntry
-from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import (
     DuplicateSegmentError,
     FencedError,
     InvalidSegmentMetadataError,
     InvalidStateTransitionError,
     MetadataStoreError,
-    PartitionDeletedError,
-    PartitionNotEmptyError,
     SegmentNotFoundError,
 )
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
-from tiering_core.metadata.store import METADATA_DROPPED, RemoteLogMetadataStore
+from tiering_core.metadata.store import RemoteLogMetadataStore
 
 S = RemoteLogSegmentState
 P = RemotePartitionDeleteState
@@ -369,261 +360,6 @@ def test_finish_copied_segment_failing_halfway_rolls_all_of_it_back(store, monke
     assert store.get_remote_log_start_offset(TIP) == 100
 
 
-# --- partitions -------------------------------------------------------------------------------
-
-
-def test_partitions_register_idempotently_and_a_recreated_topic_is_new(store) -> None:
-    store.register_partition(TIP)
-    store.register_partition(TIP)
-    record = store.get_partition(TIP)
-    assert record is not None
-    assert (record.topic, record.partition, record.topic_id, record.delete_state) == ("orders", 3, TIP.topic_id, None)
-    assert record.topic_id_partition == TIP and not record.dropped and record.created_ms > 0
-    assert store.get_partition(TopicPartition("orders", 3)) == record
-    recreated = tip("EEEEEEEEEEEEEEEEEEEEEE", "orders", 3)
-    lease = store.acquire_lease(TIP, "t")
-    finish(store, lease, segment(TIP, 0, 99))
-    store.register_partition(recreated)
-    assert store.list_segments(recreated) == []
-    assert store.segment_for(recreated, 0, 5) is None
-    assert [(r.topic_id, r.partition) for r in store.list_partitions()] == [(TIP.topic_id, 3), (recreated.topic_id, 3)]
-    assert store.get_partition(tip("FFFFFFFFFFFFFFFFFFFFFF", "orders", 3)) is None
-
-
-def test_partition_removal_tombstone_blocks_the_topic_id_for_good(store) -> None:
-    lease = store.acquire_lease(TIP, "t", run_id="removal-1")
-    finished = finish(store, lease, segment(TIP, 0, 99))
-    store.record_lineage(TIP, [EpochEntry(0, 0)], lease)
-    store.record_gap(TIP, 10, 20, lease)
-    store.record_delete_records(TIP, 40, lease)
-    store.set_remote_log_start_offset(TIP, 50, lease)
-    store.mark_partition_for_deletion(TIP, lease)
-    with pytest.raises(PartitionDeletedError):
-        store.add_segment(segment(TIP, 100, 199), lease)  # no copy into a partition being removed
-    with pytest.raises(PartitionDeletedError):
-        store.register_partition(TIP)
-    with pytest.raises(PartitionDeletedError, match="DELETE_PARTITION_FINISHED"):
-        store.drop_partition_metadata(TIP, lease)  # not before FINISHED
-    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_STARTED, lease)
-    delete(store, lease, finished.segment_id)  # removal deletes every segment while STARTED
-    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_FINISHED, lease)
-    store.drop_partition_metadata(TIP, lease)
-    store.drop_partition_metadata(TIP, lease)  # idempotent: a resumed removal runs it again
-    record = store.get_partition(TIP)
-    assert record is not None and record.dropped and record.delete_state == P.DELETE_PARTITION_FINISHED
-    assert record.remote_log_start_offset is None
-    assert store.list_segments(TIP, include_deleted=True) == []
-    assert store.get_recorded_lineage(TIP) == [] and store.list_gaps(TIP) == []
-    assert store.get_delete_records_offset(TIP) is None and store.highest_offset_for_epoch(TIP, 0) is None
-    with pytest.raises(PartitionDeletedError):
-        store.register_partition(TIP)
-    store.release_lease(lease)
-    again = store.acquire_lease(TIP, "late-copier")
-    with pytest.raises(PartitionDeletedError):
-        store.add_segment(segment(TIP, 0, 99), again)
-    history = store.state_history(TIP)  # the history outlives the metadata
-    assert [h.to_state for h in history if h.segment_id is None] == [*(s.value for s in P), METADATA_DROPPED]
-    assert [h.to_state for h in store.state_history(finished.segment_id)] == [s.value for s in S]
-    # The recreated topic (new topic id) is a new, live partition; lookups by name now find it.
-    recreated = tip("GGGGGGGGGGGGGGGGGGGGGG", "orders", 3)
-    store.register_partition(recreated)
-    assert store.get_partition(TopicPartition("orders", 3)).topic_id == recreated.topic_id
-
-
-def test_removal_cannot_finish_or_drop_metadata_while_segments_are_live(store) -> None:
-    lease = store.acquire_lease(TIP, "removal")
-    finished = finish(store, lease, segment(TIP, 0, 99))
-    started = segment(TIP, 100, 199)
-    store.add_segment(started, lease)
-    store.mark_partition_for_deletion(TIP, lease)
-    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_STARTED, lease)
-    history = store.state_history(TIP)
-    with pytest.raises(PartitionNotEmptyError, match=rf"{TIP_RE}.*2 segment\(s\) are not DELETE_SEGMENT_FINISHED"):
-        store.update_partition_delete_state(TIP, P.DELETE_PARTITION_FINISHED, lease)
-    delete(store, lease, finished.segment_id)
-    store.update_segment_state(started.segment_id, S.DELETE_SEGMENT_STARTED, lease)
-    with pytest.raises(PartitionNotEmptyError, match=rf"{TIP_RE}.*1 segment\(s\)"):
-        store.update_partition_delete_state(TIP, P.DELETE_PARTITION_FINISHED, lease)
-    assert store.get_partition(TIP).delete_state == P.DELETE_PARTITION_STARTED
-    assert len(store.state_history(TIP)) == len(history) + 3  # only the segment changes landed
-    store.update_segment_state(started.segment_id, S.DELETE_SEGMENT_FINISHED, lease)
-    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_FINISHED, lease)
-    store.drop_partition_metadata(TIP, lease)
-    assert store.get_partition(TIP).dropped
-
-
-def test_metadata_of_live_segments_is_never_dropped(store, metadata_url: str) -> None:
-    """A partition that reached DELETE_PARTITION_FINISHED with a live segment (written before the
-    guard existed, or by hand) keeps its metadata: dropping it would orphan the segment's objects."""
-    lease = store.acquire_lease(TIP, "removal")
-    live = finish(store, lease, segment(TIP, 0, 99))
-    store.mark_partition_for_deletion(TIP, lease)
-    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_STARTED, lease)
-    engine = create_engine(metadata_url)
-    try:
-        with engine.begin() as conn:  # the state an older version could leave behind
-            conn.execute(text("UPDATE tiering_partitions SET delete_state = 'DELETE_PARTITION_FINISHED'"))
-    finally:
-        engine.dispose()
-    with pytest.raises(PartitionNotEmptyError, match=rf"{TIP_RE}: metadata cannot be dropped while 1 segment"):
-        store.drop_partition_metadata(TIP, lease)
-    record = store.get_partition(TIP)
-    assert not record.dropped and store.get_segment(live.segment_id).state == S.COPY_SEGMENT_FINISHED
-    delete(store, lease, live.segment_id)
-    store.drop_partition_metadata(TIP, lease)
-    assert store.get_partition(TIP).dropped
-
-
-def test_a_segment_cannot_finish_once_its_partition_is_marked_for_deletion(store) -> None:
-    lease = store.acquire_lease(TIP, "copier")
-    started = segment(TIP, 0, 99)
-    store.add_segment(started, lease)
-    other = segment(TIP, 100, 199)
-    store.add_segment(other, lease)
-    store.mark_partition_for_deletion(TIP, lease)
-    before = (store.list_segments(TIP), store.state_history(TIP), store.get_recorded_lineage(TIP))
-    with pytest.raises(PartitionDeletedError, match=rf"{started.segment_id} of {TIP_RE}.*DELETE_PARTITION_MARKED"):
-        store.update_segment_state(started.segment_id, S.COPY_SEGMENT_FINISHED, lease)
-    with pytest.raises(PartitionDeletedError, match="DELETE_PARTITION_MARKED"):
-        store.finish_copied_segment(started.segment_id, lease, custom_metadata={}, lineage=[EpochEntry(0, 0)])
-    assert (store.list_segments(TIP), store.state_history(TIP), store.get_recorded_lineage(TIP)) == before
-    assert store.segment_for(TIP, 0, 5) is None and store.get_remote_log_start_offset(TIP) is None
-    # Deleting stays allowed: removal cleans the unfinished copies up.
-    store.update_segment_state(started.segment_id, S.DELETE_SEGMENT_STARTED, lease)
-    store.update_partition_delete_state(TIP, P.DELETE_PARTITION_STARTED, lease)
-    with pytest.raises(PartitionDeletedError, match="DELETE_PARTITION_STARTED"):
-        store.update_segment_state(other.segment_id, S.COPY_SEGMENT_FINISHED, lease)
-    store.update_segment_state(other.segment_id, S.DELETE_SEGMENT_STARTED, lease)
-    for meta in (started, other):
-        store.update_segment_state(meta.segment_id, S.DELETE_SEGMENT_FINISHED, lease)
-    assert store.list_segments(TIP) == []
-
-
-# --- section 10 state ---------------------------------------------------------------------------
-
-
-def test_remote_log_start_offset_never_moves_back(store) -> None:
-    lease = store.acquire_lease(TIP, "t")
-    assert store.get_remote_log_start_offset(TIP) is None
-    assert store.set_remote_log_start_offset(TIP, 50, lease) == 50
-    assert store.set_remote_log_start_offset(TIP, 20, lease) == 50
-    assert store.set_remote_log_start_offset(TIP, 50, lease) == 50
-    assert store.set_remote_log_start_offset(TIP, 51, lease) == 51
-    assert store.get_remote_log_start_offset(TIP) == 51
-
-
-def test_recorded_lineage_merges_what_each_copy_saw(store) -> None:
-    lease = store.acquire_lease(TIP, "t")
-    assert store.get_recorded_lineage(TIP) == []
-    store.record_lineage(TIP, [EpochEntry(0, 0), EpochEntry(1, 50)], lease)
-    # The broker truncated its cache from the start: epoch 1 keeps its recorded start.
-    store.record_lineage(TIP, [EpochEntry(1, 60), EpochEntry(2, 90)], lease)
-    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(2, 90)]
-    # An unclean election truncated epoch 2 and started epoch 3 at 80: the current cache wins from 80.
-    store.record_lineage(TIP, [EpochEntry(1, 60), EpochEntry(3, 80)], lease)
-    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(3, 80)]
-    store.record_lineage(TIP, [], lease)
-    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(3, 80)]
-
-
-def test_a_cache_behind_the_recorded_lineage_records_nothing(store) -> None:
-    """A replica that has not seen the later leaders (its latest epoch below the recorded one)
-    cannot take back what was recorded: a killed old leader still runs epoch 0 on past the
-    point where an unclean election cut it."""
-    lease = store.acquire_lease(TIP, "t")
-    store.record_lineage(TIP, [EpochEntry(0, 0), EpochEntry(1, 1000)], lease)
-    store.record_lineage(TIP, [EpochEntry(0, 0)], lease)
-    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 1000)]
-
-
-def test_delete_records_offset_is_the_highest_ever_applied(store) -> None:
-    lease = store.acquire_lease(TIP, "t", run_id="delete-records-7")
-    assert store.get_delete_records_offset(TIP) is None
-    assert store.record_delete_records(TIP, 40, lease) == 40
-    assert store.record_delete_records(TIP, 30, lease) == 40
-    assert store.record_delete_records(TIP, 40, lease) == 40  # again: nothing more recorded
-    assert store.record_delete_records(TIP, 45, lease) == 45
-    assert store.get_delete_records_offset(TIP) == 45
-    observed = store.delete_records_observations(TIP)
-    assert [(o.offset, o.source, o.applied, o.token, o.run_id) for o in observed] == [
-        (40, "tiering delete-records", True, lease.token, "delete-records-7"),
-        (45, "tiering delete-records", True, lease.token, "delete-records-7"),
-    ]
-
-
-def test_gaps_are_recorded_once_per_range(store) -> None:
-    lease = store.acquire_lease(TIP, "t")
-    store.record_gap(TIP, 30, 40, lease)
-    store.record_gap(TIP, 10, 20, lease)
-    store.record_gap(TIP, 10, 20, lease)
-    store.record_gap(TIP, 10, 25, lease)
-    assert [(g.start, g.end) for g in store.list_gaps(TIP)] == [(10, 20), (10, 25), (30, 40)]
-    assert all(g.detected_ms > 0 for g in store.list_gaps(TIP))
-    with pytest.raises(ValueError):
-        store.record_gap(TIP, 5, 4, lease)
-    assert store.list_gaps(OTHER) == []
-
-
-def test_history_records_token_run_and_time_of_every_change(store) -> None:
-    first = store.acquire_lease(TIP, "a", run_id="run-a")
-    meta = segment(TIP, 0, 99)
-    store.add_segment(meta, first)
-    store.release_lease(first)
-    second = store.acquire_lease(TIP, "b", run_id="run-b")
-    store.update_segment_state(meta.segment_id, S.COPY_SEGMENT_FINISHED, second)
-    history = store.state_history(meta.segment_id)
-    assert [(h.from_state, h.to_state, h.token, h.run_id) for h in history] == [
-        (None, S.COPY_SEGMENT_STARTED.value, first.token, "run-a"),
-        (S.COPY_SEGMENT_STARTED.value, S.COPY_SEGMENT_FINISHED.value, second.token, "run-b"),
-    ]
-    assert all(h.segment_id == meta.segment_id and h.topic_id_partition == TIP for h in history)
-    assert history[0].at_ms <= history[1].at_ms
-    assert store.state_history(tip=TIP) == history == store.state_history(segment_id=meta.segment_id)
-    assert store.state_history(OTHER) == []
-    with pytest.raises(TypeError):
-        store.state_history()
-
-
-# --- connection problems ------------------------------------------------------------------------
-
-
-def test_unreachable_database_is_a_metadata_store_error_without_the_password() -> None:
-    url = f"postgresql+psycopg://tiering:s3cret-pw@127.0.0.1:{free_port()}/meta?connect_timeout=2"
-    with pytest.raises(MetadataStoreError) as err:
-        RemoteLogMetadataStore(url)
-    assert "s3cret-pw" not in str(err.value) and "127.0.0.1" in str(err.value)
-    with pytest.raises(MetadataStoreError, match="bad metadata store url"):
-        RemoteLogMetadataStore("nosuchdialect://x")
-
-
-def test_a_password_in_a_query_parameter_is_masked_too() -> None:
-    url = f"postgresql+psycopg://tiering@127.0.0.1:{free_port()}/meta?password=s3cret-q&connect_timeout=2"
-    with pytest.raises(MetadataStoreError) as err:
-        RemoteLogMetadataStore(url)
-    assert "s3cret-q" not in str(err.value) and "password=***" in str(err.value) and "127.0.0.1" in str(err.value)
-
-
-def test_sqlite_wal_is_checkpointed_in_the_background(sqlite_url: str) -> None:
-    path = make_url(sqlite_url).database
-    with RemoteLogMetadataStore(sqlite_url) as store:
-        lease = store.acquire_lease(TIP, "t")
-        for i in range(5):
-            finish(store, lease, segment(TIP, 100 * i, 100 * i + 99))
-
-        def rows_in_database_file() -> int:  # immutable=1 reads the main file only, not the WAL
-            conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
-            try:
-                return int(conn.execute("SELECT count(*) FROM tiering_segments").fetchone()[0])
-            except sqlite3.OperationalError:  # not even the schema is in the file yet
-                return 0
-            finally:
-                conn.close()
-
-        wait_until(lambda: rows_in_database_file() >= 5, what="the WAL to be checkpointed")
-        assert any(t.name.startswith("wal-checkpoint:") for t in threading.enumerate())
-    assert not any(t.name == f"wal-checkpoint:{path}" for t in threading.enumerate())
-
-
 def test_renewing_with_a_time_to_live_that_is_not_positive_is_refused(store) -> None:
     lease = store.acquire_lease(TIP, "t", ttl_ms=60_000)
     for ttl in (0, -5, 1.5, True):
@@ -632,17 +368,6 @@ def test_renewing_with_a_time_to_live_that_is_not_positive_is_refused(store) -> 
         with pytest.raises(ValueError, match="time to live"):
             store.acquire_lease(OTHER, "t", ttl_ms=ttl)
     assert store.current_lease(TIP) == replace(lease, run_id=None)  # unchanged
-
-
-@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file::memory:?cache=shared&uri=true"])
-def test_an_in_memory_sqlite_url_is_refused_naming_the_setting(url: str, tmp_path: Path) -> None:
-    from tiering_core.config import parse_config
-
-    doc = {"log_dirs": ["kafka"], "metadata": {"url": url}, "remote": {"backend": "filesystem", "root": "tier"}}
-    configured = parse_config(doc, base_dir=tmp_path).metadata.url  # not turned into a file path
-    for candidate in (url, configured):
-        with pytest.raises(MetadataStoreError, match=r"metadata\.url .*in-memory SQLite.*sqlite:///path"):
-            RemoteLogMetadataStore(candidate)
 
 
 def test_a_segment_whose_first_epoch_starts_inside_it_is_accepted(store) -> None:

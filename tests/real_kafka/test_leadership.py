@@ -2,8 +2,8 @@
 (one metadata store and one bucket; a copy run reads one broker's log dirs).
 
 A leader change (controlled shutdown) and an unclean election: the remote tier follows the
-leader-epoch lineage (KAFKA_SEMANTICS 3, 5, 6, 10), divergent segments are never served, and
-``fetch`` over the tiered range equals what a real consumer reads from the broker.
+leader-epoch lineage (docs/kafka-rules.md sections 3, 5, 6 and 10), divergent segments are
+never served, and ``fetch`` over the tiered range equals what a real consumer reads from the broker.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def as_consumed(rows: list[dict[str, Any]]) -> list[ConsumedRecord]:
 
 def assert_tiered_once(rows: list[dict[str, Any]], resume_points: set[int]) -> None:
     """Finished segments cover their range without holes, and overlap only where a copy resumed
-    inside a segment of the new leader (KAFKA_SEMANTICS 5.3: the whole segment goes again)."""
+    inside a segment of the new leader (docs/kafka-rules.md section 5 step 3: the whole segment goes again)."""
     for a, b in itertools.pairwise(rows):
         if b["start_offset"] != a["end_offset"] + 1:
             assert b["start_offset"] <= a["end_offset"] + 1, f"hole between {a} and {b}"
@@ -248,7 +248,7 @@ def test_unclean_election_divergent_segments_are_never_served(
         assert remote == broker
         assert not any(r.value is not None and r.value.startswith(b"divergent") for r in remote)
         assert [(r["offset"], r["leader_epoch"]) for r in fetched] == consumed_leader_epochs(cluster, topic, end + 1)
-        # by timestamp (KAFKA_SEMANTICS 8): the divergent records' times lead to the new epoch's first
+        # by timestamp (docs/kafka-rules.md section 8): the divergent records' times lead to the new epoch's first
         found = on_new.ok(
             "find-offset", "--topic", topic, "--partition", "0", "--timestamp", str(divergent_from_ms), "--json"
         ).json()
@@ -274,7 +274,7 @@ def test_unclean_election_divergent_segments_are_never_served(
         assert any(p.name.endswith(".log.deleted") for p in truncated.iterdir())
         assert platform[old_leader].status(topic)["log_end_offset"] == on_new.status(topic)["log_end_offset"]
 
-        # retention (KAFKA_SEMANTICS 6): divergent segments are outside the lineage, so no time
+        # retention (docs/kafka-rules.md section 6): divergent segments are outside the lineage, so no time
         # breach deletes them and they never stop the walk; they go once their epoch has left it
         retention_with(on_new, topic, -1)
         assert segments(on_new, topic) == rows

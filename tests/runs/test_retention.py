@@ -21,7 +21,6 @@ import pytest
 
 from tests.engine_support import TieringEnv, expire_lease, tip_of, write_segments
 from tiering_core.demo.writer import PartitionWriter
-from tiering_core.errors import TieringError
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import TopicIdConflictError
@@ -741,54 +740,6 @@ def test_divergent_segment_after_an_unclean_election(
     assert (divergent.segment_id in remaining) is kept
     assert in_lineage.segment_id in remaining
     assert result.segments_deleted == (0 if kept else 1)
-
-
-# --- DeleteRecords applied through the platform ------------------------------------------------
-
-
-def test_delete_records_by_hand_is_bounded_by_the_high_watermark(fs_env: TieringEnv) -> None:
-    w = fs_env.writer()
-    write_segments(w, 3)
-    w.set_high_watermark(12)  # log end offset 15
-    with fs_env.context() as ctx:
-        run_copy(ctx, w.tp)
-        with pytest.raises(TieringError, match="beyond the high watermark 12"):
-            apply_delete_records(ctx, w.tp, 13)
-        assert ctx.metadata.get_delete_records_offset(tip_of(w)) is None
-        assert apply_delete_records(ctx, w.tp, 12).log_start_offset == 12
-        assert run_retention(ctx, w.tp).segments_deleted == 2
-    assert remote_ranges(fs_env, w) == []  # [10..14] was never copied (above the high watermark)
-
-
-def test_delete_records_by_hand_without_a_high_watermark_is_bounded_by_the_log_end(fs_env: TieringEnv) -> None:
-    w = fs_env.writer()
-    write_segments(w, 3)
-    w.set_high_watermark()
-    with fs_env.context() as ctx:
-        run_copy(ctx, w.tp)
-    (fs_env.log_dir / "replication-offset-checkpoint").unlink()
-    with fs_env.context() as ctx:
-        with pytest.raises(TieringError, match=r"beyond the log end offset 15 \(the high watermark is unknown"):
-            apply_delete_records(ctx, w.tp, 16)
-        assert apply_delete_records(ctx, w.tp, 15).log_start_offset == 15
-
-
-def test_delete_records_by_hand_refuses_untiered_and_removed_partitions(fs_env: TieringEnv) -> None:
-    from tiering_core.runs.removal import delete_partition
-
-    w = fs_env.writer()
-    write_segments(w, 2)
-    w.set_high_watermark()
-    with fs_env.context() as ctx:
-        with pytest.raises(TieringError, match="nothing tiered"):
-            apply_delete_records(ctx, w.tp, 3)
-        assert ctx.metadata.get_partition(tip_of(w)) is None and ctx.metadata.list_partitions() == []
-        run_copy(ctx, w.tp)
-        delete_partition(ctx, w.tp, topic_id=w.topic_id, force=True)
-        before = snapshot_state(fs_env, tip_of(w))
-        with pytest.raises(TieringError, match="is removed in the remote tier"):
-            apply_delete_records(ctx, w.tp, 3)
-    assert snapshot_state(fs_env, tip_of(w)) == before
 
 
 # --- runs killed at each step -----------------------------------------------------------------

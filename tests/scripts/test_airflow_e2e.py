@@ -22,12 +22,13 @@ from tests.airflow_support import load_e2e_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "airflow_e2e.py"
-ARTIFACTS = ROOT / "test-artifacts"
-SHOT = ARTIFACTS / "tiering-page.png"
-DOM = ARTIFACTS / "tiering-page.html"
+#: What the run saves in its ``--artifacts`` directory (the test's own: the committed screenshots in
+#: docs/images are refreshed by hand, README says how).
+SHOT = "tiering-page.png"
+DOM = "tiering-page.html"
 #: The page inside Airflow's UI, by window size (a laptop, a phone).
-FRAMED = {(w, h): ARTIFACTS / f"tiering-in-airflow-{w}x{h}.png" for w, h in ((1280, 800), (390, 844))}
-LOG_SHOT = ARTIFACTS / "tiering-last-task-log-1280x800.png"  # Airflow's page a task log link opened
+FRAMED = {(w, h): f"tiering-in-airflow-{w}x{h}.png" for w, h in ((1280, 800), (390, 844))}
+LOG_SHOT = "tiering-last-task-log-1280x800.png"  # Airflow's page a task log link opened
 E2E_SECONDS = 900  # the script bounds each wait itself; this only guards against a hang
 STOP_GRACE_SECONDS = 120  # after SIGTERM, for the script to stop Airflow before it is killed
 # Above both, so pytest-timeout never SIGKILLs the run before the script could clean up.
@@ -55,10 +56,13 @@ def stop_script(proc: subprocess.Popen[str]) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def e2e() -> subprocess.CompletedProcess[str]:
-    for artifact in (SHOT, DOM, LOG_SHOT, *FRAMED.values()):
-        artifact.unlink(missing_ok=True)
-    proc = start_script("--artifacts", str(ARTIFACTS))
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("artifacts")
+
+
+@pytest.fixture(scope="module")
+def e2e(artifacts: Path) -> subprocess.CompletedProcess[str]:
+    proc = start_script("--artifacts", str(artifacts))
     try:
         out, err = proc.communicate(timeout=E2E_SECONDS)
     except subprocess.TimeoutExpired:
@@ -107,28 +111,30 @@ def require_chromium(e2e) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.slow
 @pytest.mark.timeout(TEST_TIMEOUT)
-def test_tiering_page_screenshot_as_a_logged_in_user(e2e) -> None:
+def test_tiering_page_screenshot_as_a_logged_in_user(e2e, artifacts: Path) -> None:
     assert e2e.returncode == 0, e2e.stdout[-3000:]
     require_chromium(e2e)
+    shot, dom_file = artifacts / SHOT, artifacts / DOM
     labels = ["orders-0", "orders-1", "orders-2", "orders-3"]
-    assert line(e2e.stdout, f"e2e: screenshot saved to {SHOT} (").endswith(
+    assert line(e2e.stdout, f"e2e: screenshot saved to {shot} (").endswith(
         f"logged in; the page lists {', '.join(labels)})"
     )
-    data = SHOT.read_bytes()
+    data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
-    dom = DOM.read_text()  # the page the browser rendered, not a login page or an error
+    dom = dom_file.read_text()  # the page the browser rendered, not a login page or an error
     assert "<h1>Kafka tiered storage</h1>" in dom and "Tier state unavailable" not in dom
     assert all(f"<td>{label}</td>" in dom for label in labels)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(TEST_TIMEOUT)
-def test_tiering_page_inside_airflows_ui_checked_at_a_laptop_and_a_phone_size(e2e) -> None:
+def test_tiering_page_inside_airflows_ui_checked_at_a_laptop_and_a_phone_size(e2e, artifacts: Path) -> None:
     """From Airflow's navigation (the page in Airflow's frame), checked in that frame: a summary row
     per topic, no horizontal overflow, both charts drawn; the shots are the window's size."""
     assert e2e.returncode == 0, e2e.stdout[-3000:]
     require_chromium(e2e)
-    for (width, height), shot in FRAMED.items():
+    for (width, height), name in FRAMED.items():
+        shot = artifacts / name
         found = re.fullmatch(
             rf"e2e: in Airflow's UI at {width}x{height}: summary rows (.*); scrollWidth (\d+) <= innerWidth (\d+); "
             rf"chart pixels drawn \[(.*)\], points \[(.*)\]; saved to (.*)",
@@ -146,10 +152,10 @@ def test_tiering_page_inside_airflows_ui_checked_at_a_laptop_and_a_phone_size(e2
     followed = line(e2e.stdout, "e2e: in Airflow's UI a partition's last task log link opened ")
     assert re.fullmatch(
         r"e2e: .* opened /dags/tiering_copy__orders/runs/manual__\S+/tasks/copy/mapped/\d in Airflow's window; "
-        rf"saved to {re.escape(str(LOG_SHOT))}",
+        rf"saved to {re.escape(str(artifacts / LOG_SHOT))}",
         followed,
     )
-    assert LOG_SHOT.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert (artifacts / LOG_SHOT).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 @pytest.mark.slow
@@ -220,3 +226,14 @@ def test_chromium_is_found_on_path_or_named_by_the_environment(monkeypatch: pyte
     monkeypatch.setenv("TIERING_CHROMIUM", str(tmp_path / "absent"))
     with pytest.raises(e2e.E2EError, match=r"TIERING_CHROMIUM=.* is not an executable"):
         e2e.find_chromium()
+
+
+def test_screenshots_go_to_a_directory_git_ignores_unless_one_is_named() -> None:
+    """A run changes no committed file: the default ``--artifacts`` is ignored by git (the
+    screenshots README shows are refreshed with ``--artifacts docs/images``)."""
+    e2e = load_e2e_script()
+    default = e2e.parse_args([]).artifacts
+    for name in (SHOT, DOM, LOG_SHOT, *FRAMED.values()):
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(default / name)], cwd=ROOT, check=False)
+        assert ignored.returncode == 0, f"{default / name} is not ignored by git"
+    assert e2e.parse_args(["--artifacts", "docs/images"]).artifacts == Path("docs/images")

@@ -100,13 +100,6 @@ def test_topic_names_ending_in_a_newline_are_rejected(topic: str) -> None:
         RemoteSegmentRef(TopicIdPartition(TOPIC_ID, TopicPartition(topic, 0)), 0, uuid.uuid4())
 
 
-@pytest.mark.parametrize("name", ["orders-0\n", "orders-00", "orders-1\n", "orders-"])
-def test_partition_directory_names_are_matched_whole(name: str) -> None:
-    with pytest.raises(InvalidTopicError, match="is not <topic>-<partition>"):
-        TopicPartition.from_dir_name(name)
-    assert TopicPartition.from_dir_name("orders-10") == TopicPartition("orders", 10)
-
-
 def test_topic_id_ending_in_a_newline_is_rejected() -> None:
     with pytest.raises(InvalidTopicError, match="22-character"):
         partition_prefix(TopicIdPartition(TOPIC_ID + "\n", TopicPartition("t", 0)))
@@ -124,12 +117,6 @@ def test_a_key_with_a_trailing_newline_or_a_non_canonical_spelling_does_not_pars
     assert parse_segment_key(hyphens_moved, "p/") is None  # uuid.UUID would accept it
     arabic_digits = key.replace("00000000000000000005", "0000000000000000000\u0665")
     assert parse_segment_key(arabic_digits, "p/") is None  # int() would accept it
-
-
-@pytest.mark.parametrize("partition", [True, False, "7", 7.0, None])
-def test_partition_must_be_an_int(partition: object) -> None:
-    with pytest.raises(InvalidTopicError, match="is not an integer"):
-        TopicPartition("orders", partition)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("base", [True, False, "0", 1.0])

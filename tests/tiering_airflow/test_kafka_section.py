@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from tests.airflow_support import ROOT
 from tests.engine_support import TieringEnv, write_segments
-from tests.tiering_airflow.test_ui import BROKER, COOKIE, token_for
-from tests.tiering_airflow.test_ui_metrics import TOKEN, bearer, with_token_file
+from tests.tiering_airflow.ui.test_app import BROKER, COOKIE, token_for
+from tests.tiering_airflow.ui.test_metrics import TOKEN, bearer, with_token_file
 from tiering_airflow.ui.app import create_app
 from tiering_core.config import load_config
 from tiering_core.runs.copy import run_copy

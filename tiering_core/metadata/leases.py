@@ -1,4 +1,5 @@
-"""Leases and fencing (KAFKA_SEMANTICS 4): one writer per partition, and a stale one lands nothing.
+"""Leases and fencing (docs/kafka-rules.md section 4; docs/architecture.md, holding a partition):
+one writer per partition, and a stale one lands nothing.
 
 A lease is the right to write one partition's metadata until it expires by the database clock.
 Every acquired lease takes the partition's next fencing token, which only ever grows; every

@@ -1,5 +1,6 @@
-"""What a partition's history teaches the store (KAFKA_SEMANTICS 10): the leader-epoch lineage
-recorded from copied segments, the DeleteRecords applied through the platform, and tiering gaps.
+"""What a partition's history teaches the store (docs/kafka-rules.md section 10): the
+leader-epoch lineage recorded from copied segments, the DeleteRecords applied through the
+platform, and tiering gaps.
 
 Each only grows in what it tells: the lineage is merged (``merge_lineage``), a DeleteRecords
 offset is kept only above every earlier one, and a gap recorded twice is recorded once. Rows older
@@ -35,12 +36,12 @@ class LineageStore(StoreCore):
     def record_lineage(self, tip: TopicIdPartition, entries: Sequence[EpochEntry], lease: Lease) -> None:
         """Merge a leader-epoch cache seen at copy time into the recorded lineage.
 
-        The result is ``merge_lineage(recorded, entries)`` (KAFKA_SEMANTICS 10.2): from the new
-        entries' first start offset on they replace what was recorded (they may reflect a
-        truncation after an unclean election); earlier recorded epochs are kept, and the first
-        new epoch keeps an earlier recorded start. A cache behind the recorded lineage (its latest
-        epoch below the recorded latest: a replica that has not seen the later leaders) changes
-        nothing (``current_lineage``).
+        The result is ``merge_lineage(recorded, entries)`` (docs/kafka-rules.md section 10,
+        item 2): from the new entries' first start offset on they replace what was recorded (they
+        may reflect a truncation after an unclean election); earlier recorded epochs are kept, and
+        the first new epoch keeps an earlier recorded start. A cache behind the recorded lineage
+        (its latest epoch below the recorded latest: a replica that has not seen the later leaders)
+        changes nothing (``current_lineage``).
         """
         with self._fenced_write(lease, tip) as (conn, row):
             self._merge_lineage(conn, row, entries)
@@ -62,7 +63,7 @@ class LineageStore(StoreCore):
         with self._read() as conn:
             return [EpochEntry(r.epoch, r.start_offset) for r in conn.execute(query)]
 
-    # --- DeleteRecords (KAFKA_SEMANTICS 10.1) ---------------------------------------------
+    # --- DeleteRecords (docs/kafka-rules.md section 10 item 1) ----------------------------
 
     def record_delete_records(self, tip: TopicIdPartition, offset: int, lease: Lease) -> int:
         """Record a DeleteRecords applied through the platform (kept only if above every earlier
@@ -99,7 +100,7 @@ class LineageStore(StoreCore):
                 for r in conn.execute(query)
             ]
 
-    # --- tiering gaps (KAFKA_SEMANTICS 10.3) ----------------------------------------------
+    # --- tiering gaps (docs/kafka-rules.md section 10 item 3) -----------------------------
 
     def record_gap(self, tip: TopicIdPartition, start: int, end: int, lease: Lease) -> None:
         """Record a tiering gap [start, end]; recording the same range again changes nothing."""

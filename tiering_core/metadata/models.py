@@ -204,7 +204,7 @@ class EpochHighestRow(Base):
 
 
 class LineageRow(Base):
-    """The partition's epoch history as recorded from copied segments (KAFKA_SEMANTICS 10.2)."""
+    """The partition's epoch history as recorded from copied segments (docs/kafka-rules.md section 10 item 2)."""
 
     __tablename__ = "tiering_lineage"
 

@@ -1,5 +1,5 @@
-"""Partitions, their deletion state machine and their removal (KAFKA_SEMANTICS 7), the remote log
-start offset (section 10) and the state history.
+"""Partitions, their deletion state machine and their removal (docs/kafka-rules.md section 7),
+the remote log start offset (section 10) and the state history.
 
 A partition's removal walks DELETE_PARTITION_MARKED -> STARTED -> FINISHED (``states.py`` judges
 each step); FINISHED and dropping the metadata both need every segment DELETE_SEGMENT_FINISHED.
@@ -76,7 +76,7 @@ class PartitionStore(StoreCore):
             rows = conn.execute(select(P).order_by(P.c.topic, P.c.partition, P.c.id)).all()
         return [_record(r) for r in rows]
 
-    # --- partition deletion (KAFKA_SEMANTICS 7) ------------------------------------------
+    # --- partition deletion (docs/kafka-rules.md section 7) -------------------------------
 
     def mark_partition_for_deletion(self, tip: TopicIdPartition, lease: Lease) -> None:
         self.update_partition_delete_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, lease)
@@ -133,7 +133,7 @@ class PartitionStore(StoreCore):
             self._update_partition(conn, row, delete_state=None, dropped=False, remote_log_start_offset=None)
             self._history(conn, row, lease, TOMBSTONE_LIFTED, from_state=before)
 
-    # --- the remote log start offset (KAFKA_SEMANTICS 10) --------------------------------
+    # --- the remote log start offset (docs/kafka-rules.md section 10) ---------------------
 
     def get_remote_log_start_offset(self, tip: TopicIdPartition) -> int | None:
         query = select(P.c.remote_log_start_offset).where(P.c.topic_id == tip.topic_id, P.c.partition == tip.partition)

@@ -1,4 +1,4 @@
-"""Remote log segment metadata and its state machine (KAFKA_SEMANTICS 4, 5 and 6).
+"""Remote log segment metadata and its state machine (docs/kafka-rules.md sections 4, 5 and 6).
 
 A copy attempt is added as COPY_SEGMENT_STARTED, before anything is uploaded; every later state
 change goes through ``check_segment_transition`` (``states.py``) inside a fenced write. At
@@ -250,7 +250,7 @@ class SegmentStore(SegmentListing, LineageStore, PartitionStore):
         return segment_from_row(row, tip) if row is not None else None
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
-        """Highest offset ever finished in ``epoch`` (KAFKA_SEMANTICS 4); never decreases on deletion."""
+        """Highest offset ever finished in ``epoch`` (docs/kafka-rules.md section 4); never decreases on deletion."""
         with self._read() as conn:
             return conn.execute(self._q.highest_offset, {**tip_params(tip), "epoch": epoch}).scalar()
 

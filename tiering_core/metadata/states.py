@@ -1,7 +1,8 @@
 """Kafka's remote segment and partition-deletion state machines, in one place.
 
 ``check_*_transition`` is the only judge of a state change: the store, the copier, retention
-and removal all go through it, so the tables below are the whole truth (KAFKA_SEMANTICS 4).
+and removal all go through it, so the tables below are the whole truth (docs/kafka-rules.md
+section 4).
 """
 
 from __future__ import annotations

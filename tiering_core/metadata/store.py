@@ -1,4 +1,4 @@
-"""The remote log metadata store (KAFKA_SEMANTICS sections 4, 5, 6, 7 and 10) over SQLAlchemy 2 Core.
+"""The remote log metadata store (docs/kafka-rules.md sections 4, 5, 6, 7 and 10) over SQLAlchemy 2 Core.
 
 ``RemoteLogMetadataStore`` is the one entry point; each concept lives in its own module:
 

@@ -23,7 +23,7 @@ from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionD
 
 @dataclass(frozen=True, slots=True)
 class RemoteLogSegmentMetadata:
-    """One copy attempt of one segment (KAFKA_SEMANTICS 4; a fresh UUID per attempt).
+    """One copy attempt of one segment (docs/kafka-rules.md section 4; a fresh UUID per attempt).
 
     ``end_offset`` is inclusive; ``leader_epochs`` maps epoch -> first offset of that epoch in the
     segment, ascending; ``event_time`` is the time (ms) of the latest state change;
@@ -267,7 +267,7 @@ class PartitionRecord:
 
 @dataclass(frozen=True, slots=True)
 class TieringGap:
-    """Offsets [start, end] the broker deleted before they were tiered (KAFKA_SEMANTICS 10.3)."""
+    """Offsets [start, end] the broker deleted before they were tiered (docs/kafka-rules.md section 10 item 3)."""
 
     start: int
     end: int
@@ -312,7 +312,7 @@ class StateChange:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaObservation:
-    """What one broker's run saw of its replica of a partition (KAFKA_SEMANTICS 3's offsets).
+    """What one broker's run saw of its replica of a partition (docs/kafka-rules.md sections 2 and 3).
 
     ``leader_epoch`` and ``leader_epoch_start_offset`` are the tip of the replica's leader-epoch
     cache (None for an empty cache); HW and LSO are None when the broker's checkpoints could not

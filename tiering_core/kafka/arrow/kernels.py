@@ -1,8 +1,8 @@
 """Compiled loops over a batch group's decompressed records: the varint framing of record v2;
 and over a chunk's batch headers, read in one pass.
 
-The record layout (KAFKA_SEMANTICS.md, "Record batch v2") is parsed by numba-compiled functions
-over a numpy ``uint8`` view, filling one slot per record in arrays the caller allocated (sizes
+The record layout (docs/kafka-rules.md section 1, "Record batch v2") is parsed by
+numba-compiled functions over a numpy ``uint8`` view, filling one slot per record in arrays the caller allocated (sizes
 come from the batch headers, checked against the bytes first). Nothing here builds a Python
 object per record. Every read is checked against the end of its record and of its batch: a
 damaged or hostile batch stops the loop with an error code (``ERROR_REASONS``) and the batch

@@ -1,5 +1,6 @@
-"""The eligibility sensor and its trigger: waiting while nothing is eligible, firing when a segment
-rolls, polling off the event loop, and failing (not skipping) when the check itself breaks."""
+"""The eligibility trigger (``tiering_airflow/triggers/tiering.py``): waiting while nothing is
+eligible, firing when a segment rolls, polling off the event loop, and reporting a broken or hung
+check as an error event (the sensor that defers to it: sensors/test_tiering.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 
 from tests.engine_support import TieringEnv, wait_until
 from tiering_airflow.hooks.tiering import TieringHook
-from tiering_airflow.sensors.tiering import EligibilityCheckError, EligibleSegmentSensor
 from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
 
 
@@ -115,47 +115,6 @@ def test_trigger_reports_a_broken_check_as_an_error_event(tiering: TieringEnv) -
     trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.root / "absent.yaml"), poll_interval=1)
     event = first_event(trigger, 60.0)
     assert event.payload["status"] == "error" and "cannot read config file" in event.payload["message"]
-
-
-def test_deferrable_sensor_defers_when_nothing_is_eligible_and_returns_when_something_is(
-    tiering: TieringEnv,
-) -> None:
-    from airflow.sdk.exceptions import TaskDeferred
-
-    w = only_active_segment(tiering)
-    sensor = EligibleSegmentSensor(task_id="wait", topic="orders", poke_interval=7, timeout=300, aws_conn_id=None)
-    assert sensor.poke({}).is_done is False
-    with pytest.raises(TaskDeferred) as deferred:
-        sensor.execute({})
-    trigger = deferred.value.trigger
-    assert isinstance(trigger, EligibleSegmentTrigger)
-    assert (trigger.topic, trigger.config_path, trigger.poll_interval) == ("orders", str(tiering.config_path), 7)
-    assert deferred.value.method_name == "execute_complete" and deferred.value.timeout.total_seconds() == 300
-    w.roll()
-    w.set_high_watermark()
-    assert sensor.execute({}) == [0]  # eligible now: returns without deferring
-    assert sensor.execute_complete({}, {"status": "eligible", "topic": "orders", "partitions": [0]}) == [0]
-
-
-def test_a_broken_check_fails_the_sensor_even_with_soft_fail(tiering: TieringEnv) -> None:
-    sensor = EligibleSegmentSensor(task_id="wait", topic="orders", soft_fail=True)
-    with pytest.raises(EligibilityCheckError, match="cannot read config file"):
-        sensor.resume_execution(
-            "execute_complete",
-            {"event": {"status": "error", "topic": "orders", "message": "ConfigError: cannot read config file"}},
-            {},
-        )
-
-
-def test_non_deferrable_sensor_pokes_in_reschedule_mode(tiering: TieringEnv) -> None:
-    w = only_active_segment(tiering)
-    sensor = EligibleSegmentSensor(task_id="wait", topic="orders", deferrable=False, aws_conn_id=None)
-    assert sensor.mode == "reschedule" and sensor.reschedule
-    assert sensor.poke({}).is_done is False
-    w.roll()
-    w.set_high_watermark()
-    poked = sensor.poke({})
-    assert poked.is_done and poked.xcom_value == [0]
 
 
 def test_trigger_for_the_default_topics_fires_with_partition_labels(tiering: TieringEnv) -> None:

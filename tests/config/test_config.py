@@ -4,20 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tiering_core.config import DEFAULT_TOPIC, TopicConfig, load_config, parse_config
+from tests.config.support import base_doc
+from tiering_core.config import DEFAULT_TOPIC, load_config, parse_config
 from tiering_core.errors import ConfigError
-
-
-def base_doc(tmp_path: Path) -> dict:
-    return {
-        "log_dirs": [str(tmp_path / "kafka")],
-        "metadata": {"url": f"sqlite:///{tmp_path / 'meta.db'}"},
-        "remote": {"backend": "s3", "bucket": "kafka-tiered", "prefix": "prod/", "endpoint_url": "http://127.0.0.1:9"},
-        "topics": {
-            "*": {"remote.storage.enable": True, "retention.ms": 604800000, "retention.bytes": -1},
-            "orders": {"retention.ms": 86400000},
-        },
-    }
 
 
 def test_contract_example_parses_and_topic_overrides_default(tmp_path: Path) -> None:
@@ -87,13 +76,6 @@ def test_missing_and_unparsable_files_are_clear(tmp_path: Path) -> None:
         load_config(bad)
 
 
-def test_local_retention_minus_two_means_same_as_total() -> None:
-    topic = TopicConfig(retention_ms=1000, retention_bytes=50, local_retention_ms=-2, local_retention_bytes=-2)
-    assert topic.effective_local_retention_ms() == 1000
-    assert topic.effective_local_retention_bytes() == 50
-    assert TopicConfig().effective_local_retention_ms() is None
-
-
 def test_index_cache_settings(tmp_path: Path) -> None:
     assert parse_config(base_doc(tmp_path)).index_cache_dir is None
     doc = {**base_doc(tmp_path), "index_cache_dir": "cache", "index_cache_bytes": 4096}
@@ -118,36 +100,6 @@ def test_the_index_cache_stays_apart_from_log_dirs_and_the_metadata_db(tmp_path:
     assert parse_config({**doc, "index_cache_dir": "cache"}, base_dir=conf).index_cache_dir == conf / "cache"
 
 
-def test_a_key_given_twice_is_an_error_naming_it(tmp_path: Path) -> None:
-    path = tmp_path / "tiering.yaml"
-    path.write_text(
-        "log_dirs: [data]\nmetadata: {url: 'sqlite:///meta.db'}\nremote: {backend: filesystem, root: tier}\n"
-        "topics:\n  orders: {retention.ms: 1000}\n  orders: {retention.ms: 2000}\n"
-    )
-    with pytest.raises(ConfigError, match=r"duplicate key 'orders'"):
-        load_config(path)
-
-
-def test_merge_keys_may_be_overridden_and_an_unhashable_key_is_a_config_error(tmp_path: Path) -> None:
-    path = tmp_path / "tiering.yaml"
-    head = "log_dirs: [data]\nmetadata: {url: 'sqlite:///meta.db'}\nremote: {backend: filesystem, root: tier}\n"
-    path.write_text(
-        head + "topics:\n  payments: &short {retention.ms: 1000, retention.bytes: 10}\n"
-        "  orders: {<<: *short, retention.ms: 2000}\n"
-    )
-    orders = load_config(path).topic_config("orders")
-    assert (orders.retention_ms, orders.retention_bytes) == (2000, 10)
-    path.write_text(head + "topics:\n  ? [orders, payments]\n  : {retention.ms: 1000}\n")
-    with pytest.raises(ConfigError, match="unhashable key"):
-        load_config(path)
-
-
-def test_string_integers_are_accepted_only_when_they_are_integers(tmp_path: Path) -> None:
-    doc = base_doc(tmp_path)
-    doc["topics"]["orders"]["retention.ms"] = " -1 "
-    assert parse_config(doc).topic_config("orders").retention_ms == -1
-
-
 def test_deadline_defaults_to_the_backends_and_can_be_set(tmp_path: Path) -> None:
     from tiering_core.storage.factory import create_remote_storage
 
@@ -161,69 +113,6 @@ def test_deadline_defaults_to_the_backends_and_can_be_set(tmp_path: Path) -> Non
         assert storage.policy.deadline_seconds == 12.5  # type: ignore[attr-defined]
     finally:
         storage.close()
-
-
-def _alias_bomb(levels: int = 9) -> str:
-    """Nine lists of nine aliases of the list before: a few hundred bytes that stand for 9**9
-    strings once anything walks them."""
-    lines = ["    - &l0 [x, x, x, x, x, x, x, x, x]"]
-    for i in range(1, levels):
-        lines.append(f"    - &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
-    return "\n".join(lines) + "\n"
-
-
-def _merge_bomb(levels: int = 9) -> str:
-    lines = ["    m0: &m0 {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9}"]
-    for i in range(1, levels):
-        lines.append(f"    m{i}: &m{i} {{<<: [" + ", ".join([f"*m{i - 1}"] * 9) + "]}")
-    return "\n".join(lines) + "\n"
-
-
-HEAD = "log_dirs: [data]\nmetadata: {url: 'sqlite:///meta.db'}\n"
-BOMBS = {
-    "alias in a value": HEAD + "remote:\n  backend: filesystem\n  root: tier\n  region:\n" + _alias_bomb(),
-    "nested merge keys": HEAD + "remote: {backend: filesystem, root: tier}\ntopics:\n  orders:\n" + _merge_bomb(),
-}
-
-
-@pytest.mark.parametrize("bomb", sorted(BOMBS))
-def test_yaml_alias_expansion_is_refused_in_bounded_memory(tmp_path: Path, bomb: str) -> None:
-    """A config of a few hundred bytes whose aliases stand for billions of values is an error,
-    found without expanding it: measured in a subprocess (peak RSS), with its address space
-    capped so that a failure cannot take the machine's memory."""
-    from tests.memory import run_measured
-
-    path = tmp_path / "tiering.yaml"
-    path.write_text(BOMBS[bomb])
-    assert path.stat().st_size < 1000
-    probe = (
-        "import resource, sys\n"
-        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        "from tiering_core.config import load_config\n"
-        "from tiering_core.errors import ConfigError\n"
-        "try:\n"
-        "    load_config(sys.argv[1])\n"
-        "except ConfigError as exc:\n"
-        "    print(len(str(exc)))\n"
-    )
-    printed, peak_mib = run_measured(probe, str(path))
-    message_length, peak_kib = int(printed), peak_mib * 1024
-    assert message_length < 1000
-    assert peak_kib < 256 * 1024
-
-
-def test_a_yaml_error_names_line_and_column_but_never_shows_the_line(tmp_path: Path) -> None:
-    """PyYAML's message quotes the offending line, which may be the DB URL with its password."""
-    path = tmp_path / "tiering.yaml"
-    path.write_text(
-        "log_dirs: [data]\nmetadata: {url: 'postgresql+psycopg://tiering:s3cret-pw@db/meta', lease_ms: [1}\n"
-    )
-    with pytest.raises(ConfigError) as err:
-        load_config(path)
-    message = str(err.value)
-    assert "s3cret-pw" not in message and "postgresql" not in message
-    assert "not valid YAML: line 2, column " in message
-    assert err.value.__cause__ is None and err.value.__suppress_context__  # no traceback shows it either
 
 
 def test_the_metadata_store_timeouts_have_defaults_and_name_their_key(tmp_path: Path) -> None:
@@ -295,13 +184,6 @@ def test_the_metadata_password_can_come_from_an_environment_variable(
         parse_config(doc)
 
 
-def test_a_mapping_without_merge_keys_may_be_large(tmp_path: Path) -> None:
-    path = tmp_path / "tiering.yaml"
-    topics = "".join(f"  t{i}: {{}}\n" for i in range(10_001))
-    path.write_text(HEAD + "remote: {backend: filesystem, root: tier}\ntopics:\n" + topics)
-    assert len(load_config(path).topics) == 10_002
-
-
 def test_internal_topics_never_have_remote_storage(tmp_path: Path) -> None:
     config = parse_config(base_doc(tmp_path))
     assert config.topic_config("orders").remote_storage_enable
@@ -313,123 +195,7 @@ def test_internal_topics_never_have_remote_storage(tmp_path: Path) -> None:
         parse_config(doc)
 
 
-@pytest.mark.parametrize("policy", ["compact", "compact,delete", ["delete", "compact"]])
-def test_a_compacted_topic_inheriting_remote_storage_is_not_tiered_and_the_rest_are(
-    tmp_path: Path, policy: object
-) -> None:
-    """``"*"`` enables remote storage and one topic's own entry is compacted: that topic is not
-    tiered (Kafka refuses remote storage for it), every other topic is, and the config loads."""
-    expected = tuple(policy) if isinstance(policy, list) else tuple(policy.split(","))  # type: ignore[attr-defined]
-    doc = base_doc(tmp_path)
-    doc["topics"]["*"] = {"remote.storage.enable": True}
-    doc["topics"]["ledger"] = {"cleanup.policy": policy}
-    config = parse_config(doc)
-    ledger = config.topic_config("ledger")
-    assert ledger.cleanup_policy == expected and not ledger.remote_storage_enable
-    assert config.not_tiered_reason("ledger") == (
-        f"cleanup.policy {','.join(expected)}: Kafka never tiers a compacted topic"
-    )
-    assert config.topic_config("orders").remote_storage_enable and config.not_tiered_reason("orders") is None
-    assert config.topic_config("other").remote_storage_enable and config.not_tiered_reason("other") is None
-    doc["topics"]["ledger"]["remote.storage.enable"] = False  # said outright: the same
-    assert parse_config(doc).not_tiered_reason("ledger") == config.not_tiered_reason("ledger")
-    # A compacted "*": its topics are not tiered, but one whose own policy is delete is.
-    doc["topics"] = {"*": {"cleanup.policy": policy}, "orders": {"cleanup.policy": "delete"}}
-    config = parse_config(doc)
-    assert not config.topic_config("other").remote_storage_enable
-    assert config.topic_config("orders").remote_storage_enable
-
-
-@pytest.mark.parametrize(
-    ("topics", "key"),
-    [
-        ({"ledger": {"cleanup.policy": "compact", "remote.storage.enable": True}}, "topics.ledger"),
-        ({"*": {"cleanup.policy": "compact,delete", "remote.storage.enable": True}}, "topics.*"),
-        ({"*": {"cleanup.policy": "compact"}, "ledger": {"remote.storage.enable": True}}, "topics.ledger"),
-    ],
-)
-def test_remote_storage_enabled_outright_on_a_compacted_topic_is_an_error_naming_the_key(
-    tmp_path: Path, topics: dict[str, object], key: str
-) -> None:
-    doc = base_doc(tmp_path)
-    doc["topics"] = topics
-    with pytest.raises(ConfigError) as err:
-        parse_config(doc)
-    assert str(err.value).startswith(f"{key}.remote.storage.enable: true, but cleanup.policy is compact")
-    assert "Kafka refuses remote storage for a compacted topic" in str(err.value)
-
-
-# --- the kafka: section and the cluster's topic configs -------------------------------------------
-
-
-def test_kafka_section_parses_servers_as_string_or_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    doc = base_doc(tmp_path)
-    assert parse_config(doc).kafka is None
-    doc["kafka"] = {"bootstrap_servers": "a:9092, b:9093"}
-    kafka = parse_config(doc).kafka
-    assert kafka is not None
-    assert kafka.bootstrap_servers == ("a:9092", "b:9093")
-    assert (kafka.request_timeout_ms, kafka.client_id, kafka.security_protocol) == (30_000, "tiering", "PLAINTEXT")
-    monkeypatch.setenv("TIERING_TEST_KAFKA_PASSWORD", "s3cret")
-    doc["kafka"] = {
-        "bootstrap_servers": ["[::1]:9092"],
-        "request_timeout_ms": 5000,
-        "client_id": "tier-7",
-        "security_protocol": "sasl_ssl",
-        "sasl_mechanism": "SCRAM-SHA-512",
-        "sasl_plain_username": "tier",
-        "sasl_password_env": "TIERING_TEST_KAFKA_PASSWORD",
-        "ssl_cafile": "ca.pem",
-    }
-    config = parse_config(doc, base_dir=tmp_path)
-    assert config.kafka is not None
-    assert config.kafka.security_protocol == "SASL_SSL"
-    assert config.kafka.ssl_cafile == tmp_path / "ca.pem"
-    assert "s3cret" not in repr(config)
-    # The password is read when the client connects, not here: a process that never asks the
-    # cluster (scheduler, API server) parses the same file without it.
-    monkeypatch.delenv("TIERING_TEST_KAFKA_PASSWORD")
-    assert parse_config(doc, base_dir=tmp_path).kafka == config.kafka
-
-
-@pytest.mark.parametrize(
-    ("section", "named"),
-    [
-        ({}, "kafka.bootstrap_servers"),
-        ({"bootstrap_servers": []}, "kafka.bootstrap_servers"),
-        ({"bootstrap_servers": "no-port"}, "kafka.bootstrap_servers"),
-        ({"bootstrap_servers": "a:1", "bootstrap": "a:1"}, "kafka.bootstrap"),
-        ({"bootstrap_servers": "a:1", "sasl_plain_password": "x"}, "kafka.sasl_plain_password"),
-        ({"bootstrap_servers": "a:1", "request_timeout_ms": 0}, "kafka.request_timeout_ms"),
-        ({"bootstrap_servers": "a:1", "security_protocol": "TLS"}, "kafka.security_protocol"),
-        ({"bootstrap_servers": "a:1", "security_protocol": "SASL_SSL"}, "kafka.sasl_mechanism"),
-        ({"bootstrap_servers": "a:1", "sasl_mechanism": "PLAIN"}, "kafka.sasl_mechanism"),
-        (
-            {"bootstrap_servers": "a:1", "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI"},
-            "kafka.sasl_mechanism",
-        ),
-        (
-            {"bootstrap_servers": "a:1", "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"},
-            "kafka.sasl_plain_username",
-        ),
-        (
-            {
-                "bootstrap_servers": "a:1",
-                "security_protocol": "SASL_PLAINTEXT",
-                "sasl_mechanism": "PLAIN",
-                "sasl_plain_username": "u",
-            },
-            "kafka.sasl_password_env",
-        ),
-        ("a:1", "kafka"),
-    ],
-)
-def test_bad_kafka_section_names_the_key(tmp_path: Path, section: object, named: str) -> None:
-    doc = base_doc(tmp_path)
-    doc["kafka"] = section
-    with pytest.raises(ConfigError) as err:
-        parse_config(doc)
-    assert named in str(err.value)
+# --- the cluster's topic configs ----------------------------------------------------------------
 
 
 def test_cluster_topic_config_sits_between_the_topic_entry_and_the_default(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cli.test_commands import run
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tests.tiering_airflow.test_ui import COOKIE, token_for
+from tests.tiering_airflow.ui.test_app import COOKIE, token_for
 from tiering_airflow.ui.app import create_app
 from tiering_core.metrics.snapshot import NO_BROKER, PartitionCounters
 
@@ -128,7 +128,7 @@ def test_a_store_that_hangs_fails_the_scrape_in_bounded_time(
 # --- the exposition after real runs -------------------------------------------------------------
 
 SCRAPE_ENV = "TIERING_TEST_SCRAPE_TOKEN"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_config import base_doc
+from tests.config.support import base_doc
 from tiering_core.config import MetricsConfig, parse_config
 from tiering_core.errors import ConfigError
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_config import base_doc
+from tests.config.support import base_doc
 from tiering_core.config import ExportConfig, parse_config
 from tiering_core.errors import ConfigError, ExportError
 from tiering_core.export import TableName, catalog_properties, table_name

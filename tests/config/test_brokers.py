@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_config import base_doc
+from tests.config.support import base_doc
 from tiering_core.config import (
     BROKER_ID_ENV,
     BrokerConfig,

@@ -1,0 +1,71 @@
+"""The recorded lineage, DeleteRecords applied through the platform and tiering gaps
+(``tiering_core/metadata/lineage.py``), on SQLite and a real PostgreSQL (``metadata_url``):
+each only grows in what it tells (docs/kafka-rules.md section 10)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.metadata.support import tip
+from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
+
+S = RemoteLogSegmentState
+P = RemotePartitionDeleteState
+TIP = tip("BBBBBBBBBBBBBBBBBBBBBB", "orders", 3)
+OTHER = tip("DDDDDDDDDDDDDDDDDDDDDD", "payments", 0)
+TIP_RE = re.escape(str(TIP))
+
+
+def test_recorded_lineage_merges_what_each_copy_saw(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    assert store.get_recorded_lineage(TIP) == []
+    store.record_lineage(TIP, [EpochEntry(0, 0), EpochEntry(1, 50)], lease)
+    # The broker truncated its cache from the start: epoch 1 keeps its recorded start.
+    store.record_lineage(TIP, [EpochEntry(1, 60), EpochEntry(2, 90)], lease)
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(2, 90)]
+    # An unclean election truncated epoch 2 and started epoch 3 at 80: the current cache wins from 80.
+    store.record_lineage(TIP, [EpochEntry(1, 60), EpochEntry(3, 80)], lease)
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(3, 80)]
+    store.record_lineage(TIP, [], lease)
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 50), EpochEntry(3, 80)]
+
+
+def test_a_cache_behind_the_recorded_lineage_records_nothing(store) -> None:
+    """A replica that has not seen the later leaders (its latest epoch below the recorded one)
+    cannot take back what was recorded: a killed old leader still runs epoch 0 on past the
+    point where an unclean election cut it."""
+    lease = store.acquire_lease(TIP, "t")
+    store.record_lineage(TIP, [EpochEntry(0, 0), EpochEntry(1, 1000)], lease)
+    store.record_lineage(TIP, [EpochEntry(0, 0)], lease)
+    assert store.get_recorded_lineage(TIP) == [EpochEntry(0, 0), EpochEntry(1, 1000)]
+
+
+def test_delete_records_offset_is_the_highest_ever_applied(store) -> None:
+    lease = store.acquire_lease(TIP, "t", run_id="delete-records-7")
+    assert store.get_delete_records_offset(TIP) is None
+    assert store.record_delete_records(TIP, 40, lease) == 40
+    assert store.record_delete_records(TIP, 30, lease) == 40
+    assert store.record_delete_records(TIP, 40, lease) == 40  # again: nothing more recorded
+    assert store.record_delete_records(TIP, 45, lease) == 45
+    assert store.get_delete_records_offset(TIP) == 45
+    observed = store.delete_records_observations(TIP)
+    assert [(o.offset, o.source, o.applied, o.token, o.run_id) for o in observed] == [
+        (40, "tiering delete-records", True, lease.token, "delete-records-7"),
+        (45, "tiering delete-records", True, lease.token, "delete-records-7"),
+    ]
+
+
+def test_gaps_are_recorded_once_per_range(store) -> None:
+    lease = store.acquire_lease(TIP, "t")
+    store.record_gap(TIP, 30, 40, lease)
+    store.record_gap(TIP, 10, 20, lease)
+    store.record_gap(TIP, 10, 20, lease)
+    store.record_gap(TIP, 10, 25, lease)
+    assert [(g.start, g.end) for g in store.list_gaps(TIP)] == [(10, 20), (10, 25), (30, 40)]
+    assert all(g.detected_ms > 0 for g in store.list_gaps(TIP))
+    with pytest.raises(ValueError):
+        store.record_gap(TIP, 5, 4, lease)
+    assert store.list_gaps(OTHER) == []

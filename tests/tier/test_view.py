@@ -1,0 +1,270 @@
+"""The tier view (``tiering_core/tier/view.py``): a broker's partition directory joined with the
+metadata store, read only. Over a real log dir written as a broker lays it out, a real SQLite store
+and the filesystem tier that real copy runs land in: the highest copied offset, the copy candidates
+below the LSO, copy lag, the local and global log starts, tiering gaps, the lineage a segment is
+judged by and the local-retention risk (docs/kafka-rules.md sections 5, 6 and 10)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.engine_support import TieringEnv, tip_of, write_segments
+from tiering_core.config import TopicConfig
+from tiering_core.demo.writer import PartitionWriter
+from tiering_core.errors import TieringError
+from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.delete_records import apply_delete_records
+from tiering_core.tier.view import (
+    OffsetRange,
+    TierView,
+    finished_in_lineage,
+    first_served_offset,
+    global_log_start,
+    load_remote_tier_view,
+    load_tier_view,
+    merge_offset_ranges,
+    recorded_gaps,
+    remote_only_offsets,
+)
+
+
+def view_of(env: TieringEnv, w: PartitionWriter) -> TierView:
+    with env.context() as ctx:
+        return load_tier_view(ctx.partition_log(w.tp), ctx.metadata)
+
+
+def copy(env: TieringEnv, w: PartitionWriter) -> int:
+    with env.context() as ctx:
+        return run_copy(ctx, w.tp).segments_copied
+
+
+def candidates(view: TierView) -> list[tuple[int, int]]:
+    return [(c.base_offset, c.end_offset) for c in view.copy_candidates()]
+
+
+def log_bytes(w: PartitionWriter) -> dict[int, int]:
+    """Each local segment's ``.log`` size, by base offset, as the files on disk say."""
+    return {int(p.stem): p.stat().st_size for p in Path(w.path).glob("*.log")}
+
+
+def test_a_partition_never_tiered_offers_its_closed_segments_below_the_lso(fs_env: TieringEnv) -> None:
+    w = fs_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.append_records(2)  # the active segment [15..16]
+    w.set_high_watermark(12)
+    view = view_of(fs_env, w)
+    assert (view.log_end_offset, view.high_watermark, view.last_stable_offset) == (17, 12, 12)
+    assert (view.highest_copied_offset, view.remote_log_start_offset, view.global_log_start_offset) == (-1, None, None)
+    assert view.offsets_source == "files" and view.offsets_error is None
+    assert view.copy_from_offset() == 0
+    assert candidates(view) == [(0, 4), (5, 9)]  # [10..14] straddles the LSO: it waits
+    sizes = log_bytes(w)
+    assert view.copy_lag() == (3, sizes[0] + sizes[5] + sizes[10])  # closed segments only
+    assert view.tiering_gap() is None
+
+
+def test_after_a_copy_the_view_resumes_past_the_highest_copied_offset(fs_env: TieringEnv) -> None:
+    w = fs_env.writer()
+    write_segments(w, 3)
+    w.set_high_watermark()
+    assert copy(fs_env, w) == 3
+    write_segments(w, 1)  # [15..19]
+    w.set_high_watermark()
+    view = view_of(fs_env, w)
+    assert (view.highest_copied_offset, view.remote_log_start_offset, view.global_log_start_offset) == (14, 0, 0)
+    assert view.copy_from_offset() == 15
+    assert candidates(view) == [(15, 19)]
+    assert view.copy_lag() == (1, log_bytes(w)[15])
+    with fs_env.context() as ctx:
+        served = finished_in_lineage(view, ctx.metadata)
+    assert [(s.start_offset, s.end_offset) for s in served] == [(0, 4), (5, 9), (10, 14)]
+    assert view.lineage.entries == (EpochEntry(0, 0),)
+
+
+def test_the_broker_dropping_untiered_data_is_a_gap_only_once_the_partition_was_tiered(fs_env: TieringEnv) -> None:
+    w = fs_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.set_high_watermark(5)
+    w.delete_oldest_segments(1)  # before anything was tiered: history, not a gap
+    view = view_of(fs_env, w)
+    assert (view.local_log_start_offset, view.tiering_gap(), view.copy_from_offset()) == (5, None, 5)
+    w.set_high_watermark(10)
+    assert copy(fs_env, w) == 1  # [5..9]
+    write_segments(w, 2)  # [15..19], [20..24]
+    w.set_high_watermark()
+    w.delete_oldest_segments(2)  # [5..9] (tiered) and [10..14] (not)
+    view = view_of(fs_env, w)
+    assert view.local_log_start_offset == 15 and view.global_log_start_offset == 5
+    assert view.tiering_gap() == OffsetRange(10, 14)
+    assert view.copy_from_offset() == 15 and candidates(view) == [(15, 19), (20, 24)]
+
+
+def test_a_log_start_in_the_broker_s_files_moves_the_local_log_start_only(fs_env: TieringEnv) -> None:
+    """A ``log-start-offset-checkpoint`` entry (a follower inherits its leader's log start, or a
+    DeleteRecords made on the cluster directly) is no DeleteRecords: the global log start stays,
+    and what it dropped untiered is a gap (section 10 item 1)."""
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    assert copy(fs_env, w) == 1  # [0..4]
+    write_segments(w, 2)  # [5..9], [10..14]
+    w.set_high_watermark()
+    w.delete_records(7)  # the checkpoint entry 7 inside [5..9]
+    view = view_of(fs_env, w)
+    assert (view.local_log_start_offset, view.delete_records_offset, view.global_log_start_offset) == (7, None, 0)
+    assert view.tiering_gap() == OffsetRange(5, 6)
+    assert view.copy_from_offset() == 7
+    assert candidates(view) == [(5, 9), (10, 14)]  # the segment holding 7 goes whole
+
+
+def test_a_delete_records_applied_through_the_platform_moves_the_global_log_start(fs_env: TieringEnv) -> None:
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    assert copy(fs_env, w) == 1  # [0..4]
+    write_segments(w, 2)  # [5..9], [10..14]
+    w.become_leader(1)
+    write_segments(w, 1)  # [15..19] under epoch 1
+    w.set_high_watermark()
+    with fs_env.context() as ctx:
+        apply_delete_records(ctx, w.tp, 12)
+    view = view_of(fs_env, w)
+    assert (view.remote_log_start_offset, view.delete_records_offset, view.global_log_start_offset) == (0, 12, 12)
+    assert view.local_log_start_offset == 0  # no kafka: section: the broker's files still hold them
+    assert view.lineage.entries == (EpochEntry(0, 12), EpochEntry(1, 15))  # cut at the global log start
+    assert view.full_lineage.entries == (EpochEntry(0, 0), EpochEntry(1, 15))
+    assert view.copy_from_offset() == 12 and view.tiering_gap() is None
+    assert candidates(view) == [(10, 14), (15, 19)]
+
+
+def test_an_unclean_election_leaves_the_divergent_segment_outside_the_lineage(fs_env: TieringEnv) -> None:
+    w = fs_env.writer()
+    w.append_records(10)
+    w.become_leader(1)
+    w.append_records(5)
+    w.append_records(5)  # batches [10..14] and [15..19]
+    w.roll()  # [0..19], epochs {0:0, 1:10}
+    w.set_high_watermark()
+    assert copy(fs_env, w) == 1
+    w.truncate_to(15)  # the new leader had epoch 1 up to 14 only
+    w.become_leader(2)
+    w.append_records(10)
+    w.roll()  # [15..24] under epoch 2
+    w.set_high_watermark()
+    view = view_of(fs_env, w)
+    assert view.lineage.entries == (EpochEntry(0, 0), EpochEntry(1, 10), EpochEntry(2, 15))
+    assert view.highest_copied_offset == 14  # epoch 1 ends at 14 here, not at the 19 the tier holds
+    with fs_env.context() as ctx:
+        assert finished_in_lineage(view, ctx.metadata) == []  # [0..19] runs past epoch 1's end
+    assert view.copy_from_offset() == 15
+
+
+def test_a_broker_behind_the_recorded_lineage_offers_nothing_and_reports_no_gap(fs_env: TieringEnv) -> None:
+    """A replica that has not seen the later leaders: its log start and segments say nothing of the
+    leader's log, so it neither copies nor shows a gap."""
+    w = fs_env.writer()
+    write_segments(w, 3)  # [0..4], [5..9], [10..14]
+    w.set_high_watermark(5)
+    assert copy(fs_env, w) == 1  # [0..4]
+    w.set_high_watermark()
+    w.delete_oldest_segments(2)
+    assert view_of(fs_env, w).tiering_gap() == OffsetRange(5, 9)  # this broker's own log: a gap
+    with fs_env.context() as ctx:  # another broker led on in epoch 3 and its copies were recorded
+        lease = ctx.metadata.acquire_lease(tip_of(w), "another broker's copy")
+        ctx.metadata.record_lineage(tip_of(w), [EpochEntry(0, 0), EpochEntry(3, 12)], lease)
+        ctx.metadata.release_lease(lease)
+    view = view_of(fs_env, w)
+    assert view.behind_lineage == (
+        "the broker's leader epoch cache ends at epoch 0, behind the recorded lineage's epoch 3: not the leader's log"
+    )
+    assert view.full_lineage.entries == (EpochEntry(0, 0), EpochEntry(3, 12))  # as recorded
+    assert (candidates(view), view.tiering_gap()) == ([], None)
+
+
+def test_local_retention_risk_measures_the_oldest_uncopied_segment(fs_env: TieringEnv) -> None:
+    written_ms = 1_750_000_000_000
+    w = fs_env.writer(clock=lambda: written_ms)
+    write_segments(w, 2)  # [0..4], [5..9]
+    w.append_records(1)
+    w.set_high_watermark()
+    view = view_of(fs_env, w)
+    sizes = log_bytes(w)
+    local, uncopied = sum(sizes.values()), sizes[0] + sizes[5]
+    by_time = TopicConfig(local_retention_ms=60_000)
+    calm = view.local_retention_risk(by_time, now_ms=written_ms + 47_999)  # under 80 % of a minute
+    assert (calm.oldest_uncopied_base_offset, calm.oldest_uncopied_age_ms, calm.at_risk) == (0, 47_999, False)
+    risk = view.local_retention_risk(by_time, now_ms=written_ms + 48_000)
+    assert risk.at_risk and risk.reason == "oldest uncopied segment 0 is 48000 ms old, local retention is 60000 ms"
+    assert (risk.local_bytes, risk.uncopied_bytes) == (local, uncopied)
+    by_size = view.local_retention_risk(TopicConfig(local_retention_bytes=local), now_ms=written_ms)
+    assert by_size.reason == f"local log is {local} bytes with {uncopied} uncopied, local retention is {local} bytes"
+    assert not view.local_retention_risk(TopicConfig(local_retention_bytes=2 * local), now_ms=written_ms).at_risk
+    unknown = view.local_retention_risk(TopicConfig(), now_ms=written_ms + 10**9)  # no local retention known
+    assert (unknown.at_risk, unknown.local_retention_ms, unknown.local_retention_bytes) == (False, None, None)
+    assert copy(fs_env, w) == 2
+    tiered = view_of(fs_env, w).local_retention_risk(by_time, now_ms=written_ms + 10**9)
+    assert (tiered.oldest_uncopied_base_offset, tiered.uncopied_bytes, tiered.at_risk) == (None, 0, False)
+
+
+def test_the_remote_tier_alone_is_viewed_from_the_store(fs_env: TieringEnv) -> None:
+    """A lost disk being restored: no directory of the partition, the recorded lineage, the log end
+    one past the highest finished offset."""
+    w = fs_env.writer()
+    write_segments(w, 2)
+    w.become_leader(1)
+    write_segments(w, 1)  # [10..14] under epoch 1
+    w.set_high_watermark()
+    assert copy(fs_env, w) == 3
+    with fs_env.context() as ctx:
+        view = load_remote_tier_view(ctx.metadata, tip_of(w))
+    assert view.local_log is None
+    with pytest.raises(TieringError, match=re.escape(f"{tip_of(w)}: the broker's log dirs hold no directory of")):
+        view.log  # noqa: B018
+    assert (view.log_end_offset, view.highest_copied_offset, view.global_log_start_offset) == (15, 14, 0)
+    assert view.lineage.entries == (EpochEntry(0, 0), EpochEntry(1, 10))
+    assert (view.high_watermark, view.last_stable_offset) == (None, None)
+
+
+def test_recorded_gaps_are_shown_merged(fs_env: TieringEnv) -> None:
+    """A gap seen again by a later run, wider, is one range in ``status``'s ``gaps``."""
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    assert copy(fs_env, w) == 1
+    with fs_env.context() as ctx:
+        lease = ctx.metadata.acquire_lease(tip_of(w), "test")
+        for start, end in ((10, 14), (40, 44), (12, 19), (20, 24)):
+            ctx.metadata.record_gap(tip_of(w), start, end, lease)
+        ctx.metadata.release_lease(lease)
+        assert recorded_gaps(ctx.metadata, tip_of(w)) == [[10, 24], [40, 44]]
+
+
+def test_offset_ranges_merge_when_they_overlap_or_touch() -> None:
+    assert merge_offset_ranges([]) == []
+    assert merge_offset_ranges([(20, 24), (10, 14), (15, 16), (30, 31), (13, 19)]) == [
+        OffsetRange(10, 24),
+        OffsetRange(30, 31),
+    ]
+    assert OffsetRange(3, 7).as_list() == [3, 7]
+
+
+def test_the_log_starts_and_what_only_the_tier_serves() -> None:
+    assert global_log_start(None, None) is None
+    assert (global_log_start(5, None), global_log_start(None, 9), global_log_start(5, 9), global_log_start(9, 5)) == (
+        5,
+        9,
+        9,
+        9,
+    )
+    # The first served offset: the finished segments' first, raised by a DeleteRecords inside it.
+    assert (first_served_offset(7, None, 0), first_served_offset(7, 12, 7), first_served_offset(7, 3, 3)) == (7, 12, 7)
+    assert first_served_offset(None, None, 4) == 4  # nothing finished: the recorded remote log start
+    # Readable from the tier only: tiered offsets below the broker's local log start.
+    assert remote_only_offsets(None, 20, 10) is None
+    assert remote_only_offsets(0, 20, 10) == OffsetRange(0, 9)
+    assert remote_only_offsets(0, 5, 10) == OffsetRange(0, 5)
+    assert remote_only_offsets(10, 20, 10) is None  # the broker still holds every tiered offset
