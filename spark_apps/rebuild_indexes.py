@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
-from tiering_core.cli.output import format_rebuild_summary
+from tiering_core.cli.output import format_index_check, format_rebuild_summary
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
@@ -219,7 +219,7 @@ def run_rebuild(
                     repairs.append((part, repair_task(task, found, attempt), found, attempt))
                     continue
             part.result.checks.append(found.check)
-            say(found.check.describe())
+            say(format_index_check(found.check))
         repairs_handed_out = True
         with contextlib.closing(
             runtime.run_jobs(
@@ -247,7 +247,7 @@ def run_rebuild(
                 lease = lease_of(part, renew=True)
                 check = commit_index_repair(ctx, task.segment, attempt, found.check, examination, lease)
                 part.result.checks.append(check)
-                say(check.describe())
+                say(format_index_check(check))
         # The broker's own segments: checked, never changed.
         with contextlib.closing(
             runtime.run_jobs(
@@ -268,7 +268,7 @@ def run_rebuild(
                     else _failed_check(local_task, part.tip.topic_partition, outcome.error or "no result")
                 )
                 part.result.checks.append(check)
-                say(check.describe())
+                say(format_index_check(check))
     except BaseException as exc:
         # The jobs are cancelled (closing the outcomes). Repairs started but never handed out
         # are cleaned up now; those handed out are left STARTED, as a cancelled task may still
@@ -353,7 +353,7 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
         runtime.fail(APP, line)
     damaged = report.unresolved_remote()
     for check in damaged[:MAX_NAMED]:  # each unresolved segment named, with what was found
-        runtime.fail(APP, check.describe())
+        runtime.fail(APP, format_index_check(check))
     if damaged:
         kinds = sorted({c.status.value for c in damaged})
         hint = " (run with --mode repair)" if args.mode == "check" and IndexStatus.ERROR.value not in kinds else ""

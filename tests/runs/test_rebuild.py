@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until
+from tiering_core.cli.output import format_index_check
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.index import parse_txn_index
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -60,7 +61,7 @@ def test_intact_segments_rebuild_to_the_broker_written_indexes(fs_env: TieringEn
     local = [c for c in result.checks if c.location == "local"]
     assert [c.base_offset for c in remote] == [s.start_offset for s in finished(fs_env, w)]
     assert len(remote) == 3 and len(local) == 4  # three closed segments tiered; the active one checked locally
-    assert all(c.status == IndexStatus.OK for c in result.checks), [c.describe() for c in result.checks]
+    assert all(c.status == IndexStatus.OK for c in result.checks), [format_index_check(c) for c in result.checks]
     # The spanning abort really needed the producer snapshot of the previous segment.
     txn = parse_txn_index(broker_file(w, remote[1].base_offset, ObjectKind.TRANSACTION_INDEX) or b"")
     assert [e.producer_id for e in txn] == [7, 9]
@@ -488,6 +489,6 @@ def test_broker_indexes_written_across_a_restart_are_not_damage(fs_env: TieringE
     with fs_env.context() as ctx:
         run_copy(ctx, w.tp)
         result = rebuild_partition_indexes(ctx, w.tp, repair=True, local=True)
-    assert {c.status for c in result.checks} == {IndexStatus.OK}, [c.describe() for c in result.checks]
+    assert {c.status for c in result.checks} == {IndexStatus.OK}, [format_index_check(c) for c in result.checks]
     equivalent = [f.detail for c in result.checks for f in c.findings if f.kind == ObjectKind.OFFSET_INDEX and f.detail]
     assert len(equivalent) == 2 and all(d.startswith("equivalent") for d in equivalent)  # local and remote

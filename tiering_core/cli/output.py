@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.delete_records import DeleteRecordsResult
-    from tiering_core.runs.rebuild import RebuildResult
+    from tiering_core.runs.rebuild import IndexCheck, RebuildResult
     from tiering_core.tier.cluster import ClusterPartitionStatus
     from tiering_core.tier.status import PartitionStatus
 
@@ -180,6 +180,19 @@ def format_verify_summary(results: list[SegmentVerification]) -> str:
     bad = sum(1 for r in results if not r.ok)
     size = sum(r.size_bytes for r in results)
     return f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
+
+
+def format_index_check(check: IndexCheck) -> str:
+    """One segment's line: the segment, its verdict and what each index showed."""
+    end = "..active" if check.end_offset is None else f"..{check.end_offset}"
+    head = f"{check.topic}-{check.partition}: {check.location} segment {check.base_offset} [{check.base_offset}{end}]"
+    if check.error is not None:
+        return f"{head}: error: {check.error}"
+    parts = [f"{f.kind.value} {f.status.value}" + (f" ({f.detail})" if f.detail else "") for f in check.findings]
+    line = f"{head}: {check.status.value}: {', '.join(parts)}"
+    if check.repaired_as is not None:
+        line += f"; copied again as {check.repaired_as}"
+    return f"{line} [{fmt_bytes(check.log_bytes)} of log in {check.seconds:.2f} s]"
 
 
 def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:

@@ -8,16 +8,10 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tiering_core.cli.output import fmt_bytes
 from tiering_core.kafka.index_check import IndexVerdict, check_broker_index
-from tiering_core.kafka.index_rebuild import RebuiltIndexes
-from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
 from tiering_core.storage.layout import ObjectKind
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -88,20 +82,6 @@ class IndexCheck:
         if IndexStatus.DIFFERED in found:
             return IndexStatus.DIFFERED
         return IndexStatus.OK
-
-    def describe(self) -> str:
-        """One progress line: the segment, its verdict and what each index showed."""
-        end = "..active" if self.end_offset is None else f"..{self.end_offset}"
-        head = f"{self.topic}-{self.partition}: {self.location} segment {self.base_offset} [{self.base_offset}{end}]"
-        if self.error is not None:
-            return f"{head}: error: {self.error}"
-        parts = []
-        for f in self.findings:
-            parts.append(f"{f.kind.value} {f.status.value}" + (f" ({f.detail})" if f.detail else ""))
-        line = f"{head}: {self.status.value}: {', '.join(parts)}"
-        if self.repaired_as is not None:
-            line += f"; copied again as {self.repaired_as}"
-        return f"{line} [{fmt_bytes(self.log_bytes)} of log in {self.seconds:.2f} s]"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,18 +156,3 @@ def judge_index(
     if judged.verdict == IndexVerdict.EQUIVALENT:
         return IndexFinding(kind, IndexStatus.OK, len(stored), len(rebuilt), f"equivalent: {judged.detail}")
     return IndexFinding(kind, IndexStatus.DIFFERED, len(stored), len(rebuilt), judged.detail)
-
-
-def _rebuilt_bytes(rebuilt: RebuiltIndexes, kind: ObjectKind) -> bytes:
-    if kind == ObjectKind.OFFSET_INDEX:
-        return rebuilt.offset_index
-    if kind == ObjectKind.TIME_INDEX:
-        return rebuilt.time_index
-    return rebuilt.txn_index
-
-
-def _open_transactions(snapshot: bytes | None, where: Path | str) -> dict[int, int]:
-    """The open transactions recorded in a producer snapshot (none without one)."""
-    if snapshot is None:
-        return {}
-    return open_transactions(parse_producer_snapshot(snapshot, Path(where)))

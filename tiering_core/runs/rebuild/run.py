@@ -36,6 +36,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.cli.output import format_index_check
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
@@ -354,11 +355,11 @@ def rebuild_partition_indexes(
                     tally.count(names.INDEX_REPAIRS, replaced)
                 holding(done)
             result.checks.append(check)
-            say(check.describe())
+            say(format_index_check(check))
     if local:
         for local_task in local_index_tasks(partition_log, interval):
             check = check_local_segment(local_task)
             result.checks.append(check)
-            say(check.describe())
+            say(format_index_check(check))
     result.seconds = time.monotonic() - started
     return result
