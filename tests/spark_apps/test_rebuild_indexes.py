@@ -114,6 +114,7 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
     partition. The driver notices before it would commit the repair (it renews first), so the
     repair's objects are deleted and the loss is reported for the partition."""
     import spark_apps.rebuild_indexes as app
+    import tiering_core.runs.rebuild.run as rebuild
 
     env = s3_env(tmp_path, s3_endpoint)
     w = build_partition(env, 0)
@@ -123,7 +124,7 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
         ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
     attempts = []
     other = []
-    real_start = app.start_index_repair
+    real_start = rebuild.start_index_repair
 
     def start_then_lose_the_lease(store, damaged, lease):  # the driver stalls; another run takes over
         attempt = real_start(store, damaged, lease)
@@ -133,7 +134,7 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
             other.append(ctx2.metadata.acquire_lease(tip_of(w), holder="copy:other"))
         return attempt
 
-    monkeypatch.setattr(app, "start_index_repair", start_then_lose_the_lease)
+    monkeypatch.setattr(rebuild, "start_index_repair", start_then_lose_the_lease)
     with env.context() as ctx:
         report = app.run_rebuild(ctx, [w.tp], spark, repair=True)
     monkeypatch.undo()

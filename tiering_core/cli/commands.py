@@ -293,7 +293,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
             TopicPartition(args.topic, args.partition),
             repair=not args.check_only,
             local=args.local,
-            progress=_progress(args),
+            events=_events(args),
         )
     summary = format_rebuild_summary([result], time.monotonic() - started)
     _emit(args, result.to_dict(), lambda: summary)

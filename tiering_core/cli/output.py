@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.events import RunEvent
 from tiering_core.humanize import fmt_age, fmt_bytes
+from tiering_core.runs.rebuild.findings import IndexStatus
+from tiering_core.runs.rebuild.run import IndexChecked, PartitionBusy, RebuildPlanned
 
 if TYPE_CHECKING:
     from tiering_core.export import ExportResult, ExportSegment
@@ -198,7 +200,7 @@ def format_index_check(check: IndexCheck) -> str:
 def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
     checks = [c for r in results for c in r.checks]
     size = sum(c.log_bytes for c in checks)
-    counts = ", ".join(f"{sum(1 for c in checks if c.status == status)} {status.value}" for status in _index_statuses())
+    counts = ", ".join(f"{sum(1 for c in checks if c.status == status)} {status.value}" for status in IndexStatus)
     busy = sum(1 for r in results if r.busy)
     speed = size / seconds if seconds > 0 else 0.0
     line = (
@@ -214,12 +216,6 @@ def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
     if busy:
         line += f"; {busy} partition(s) held by another run"
     return line
-
-
-def _index_statuses() -> list[Any]:
-    from tiering_core.runs.rebuild import IndexStatus
-
-    return list(IndexStatus)
 
 
 def format_export_summary(result: ExportResult) -> str:
@@ -270,6 +266,26 @@ def event_line(event: RunEvent) -> str:
     beside its run's other lines. An unregistered event still reads, by its fields."""
     values = ", ".join(f"{f.name}={getattr(event, f.name)}" for f in fields(event))
     return f"{type(event).__name__}: {values}" if values else type(event).__name__
+
+
+@event_line.register
+def _rebuild_planned(event: RebuildPlanned) -> str:
+    return (
+        f"rebuild-indexes: {event.remote_segments} remote segment(s) ({fmt_bytes(event.remote_bytes)}) and "
+        f"{event.local_segments} local segment(s) of {event.partitions} partition(s); "
+        f"mode {'repair' if event.repair else 'check'}"
+    )
+
+
+@event_line.register
+def _partition_busy(event: PartitionBusy) -> str:
+    checked = "remote indexes" if event.local else "indexes"
+    return f"{event.topic_partition}: another run holds the partition; {checked} not checked"
+
+
+@event_line.register
+def _index_checked(event: IndexChecked) -> str:
+    return format_index_check(event.check)
 
 
 class Output(ABC):

@@ -1,6 +1,6 @@
 """Rebuilding and checking segment indexes against what copy recorded: findings (verdicts,
-comparison), examine (storage and files only, runs anywhere), run (repairs under the lease, and
-the single-process ``tiering rebuild-indexes``)."""
+comparison), examine (storage and files only, runs anywhere), run (the one driver: repairs under
+the lease, its tasks on any executor; ``tiering rebuild-indexes`` and the Spark app call it)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,12 @@ from tiering_core.runs.rebuild.findings import (
     judge_index,
 )
 from tiering_core.runs.rebuild.run import (
+    IndexChecked,
+    PartitionBusy,
+    RebuildPlanned,
+    RebuildReport,
     RebuildResult,
+    RebuildRun,
     abandon_index_repair,
     clean_up_before_repair,
     clean_up_interrupted_repairs,
@@ -35,10 +40,9 @@ from tiering_core.runs.rebuild.run import (
     finished_segments,
     hold_for_rebuild,
     predecessors,
+    rebuild_indexes,
     rebuild_partition_indexes,
-    rebuild_segment_indexes,
     remote_index_tasks,
-    repair_remote_segment,
     repair_task,
     start_index_repair,
 )
@@ -49,10 +53,15 @@ __all__ = [
     "INDEX_KINDS",
     "DamagedSegmentError",
     "IndexCheck",
+    "IndexChecked",
     "IndexFinding",
     "IndexStatus",
     "LocalIndexTask",
+    "PartitionBusy",
+    "RebuildPlanned",
+    "RebuildReport",
     "RebuildResult",
+    "RebuildRun",
     "RecordedObjects",
     "RemoteIndexExamination",
     "RemoteIndexTask",
@@ -69,11 +78,10 @@ __all__ = [
     "judge_index",
     "local_index_tasks",
     "predecessors",
+    "rebuild_indexes",
     "rebuild_partition_indexes",
-    "rebuild_segment_indexes",
     "recorded_object",
     "remote_index_tasks",
-    "repair_remote_segment",
     "repair_task",
     "start_index_repair",
 ]
