@@ -6,10 +6,11 @@
 The run is the core's rebuild driver (``tiering_core.runs.rebuild.run``); this app gives it
 Spark for its tasks (``runtime.SparkExecutor``). The driver holds each partition's lease;
 executors download each finished remote segment's ``.log``, rebuild its offset, time and
-transaction indexes and compare (``--local`` also checks the broker's own segments, read-only). In repair mode the driver then writes COPY_SEGMENT_STARTED for a new
-copy of each damaged segment, an executor uploads it with the rebuilt indexes, and the driver
-finishes it and deletes the damaged attempt. One line per segment (ok / missing / differed /
-repaired / error) and a summary; exit 1 if damage remains.
+transaction indexes and compare (``--local`` also checks the broker's own segments,
+read-only). In repair mode the driver then writes COPY_SEGMENT_STARTED for a new copy of each
+damaged segment, an executor uploads it with the rebuilt indexes, and the driver finishes it
+and deletes the damaged attempt. One line per segment (ok / missing / differed / repaired /
+error) and a summary; exit 1 if damage remains.
 """
 
 from __future__ import annotations

@@ -21,9 +21,11 @@ is repaired; so are the producer snapshot and leader-epoch index a repair carrie
 the previous segment's snapshot the transaction index is rebuilt from.
 
 The work is split like the copy engine's: ``examine_remote_segment`` and
-``check_local_segment`` touch only storage or files and run anywhere (e.g. a Spark
-executor); ``start_index_repair``/``finish_index_repair``/``abandon_index_repair`` write
-metadata under the partition's lease on the driver.
+``check_local_segment`` touch only storage or files and run anywhere, as the tasks of an
+``Executor`` (this process, or Spark's executors); ``RebuildRun``, the one driver of
+``tiering rebuild-indexes`` and the Spark app, writes the metadata
+(``start_index_repair``/``finish_index_repair``/``abandon_index_repair``) under the partition's
+lease as their outcomes return (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -577,6 +579,10 @@ class RebuildRun:
                     check = failed_check(task, part.tip.topic_partition, outcome.error or "no result")
                 self.done(part, check)
 
+    def release(self) -> None:
+        """Let every partition go (its tally stored first); the broker's segments need no lease."""
+        self._hold.close()
+
     def report(self, seconds: float) -> RebuildReport:
         for part in self.parts:
             part.result.checks.sort(key=lambda c: (c.location != "remote", c.base_offset))
@@ -598,9 +604,11 @@ def rebuild_indexes(
     ``local`` adds the broker's. One ``IndexChecked`` per segment; the caller prints the summary."""
     started = time.monotonic()
     run = RebuildRun(ctx, repair=repair, local=local, run_id=run_id or uuid.uuid4().hex, events=events)
-    with run._hold:
+    try:
         run.plan(partitions)
         run.repair_damaged(executor, run.examine(executor))
+    finally:
+        run.release()
     run.check_local_segments(executor)
     return run.report(time.monotonic() - started)
 
