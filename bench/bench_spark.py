@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:
 from spark_apps import runtime  # noqa: E402
 from spark_apps.parallel_upload import run_parallel_upload  # noqa: E402
 from spark_apps.rebuild_indexes import run_rebuild  # noqa: E402
+from tiering_core.cli.output import format_index_check  # noqa: E402
 from tiering_core.config import load_config  # noqa: E402
 from tiering_core.context import TieringContext  # noqa: E402
 from tiering_core.demo.writer import PartitionWriter  # noqa: E402
@@ -237,7 +238,7 @@ def bench_rebuild(root: Path, spark: Any, size_mb: int, segment_mb: int) -> None
         plain_read(remote_logs)
         t_remote_read, _ = timed(lambda: plain_read(remote_logs))
         t_remote, found = timed(lambda: [examine_remote_segment(ctx.storage, task, workdir=root) for task in tasks])
-        assert all(f.check.status.value == "ok" for f in found), [f.check.describe() for f in found]
+        assert all(f.check.status.value == "ok" for f in found), [format_index_check(f.check) for f in found]
     print(f"index rebuild: {len(logs)} segments, {size / MiB:.0f} MiB (page cache warm)")
     print(f"  plain sequential read:        {t_read:7.2f} s  {size / MiB / t_read:7.1f} MiB/s")
     print(f"  rebuild, one process:         {t_one:7.2f} s  {size / MiB / t_one:7.1f} MiB/s")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until
+from tiering_core.cli.output import format_index_check
 from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.index import parse_txn_index
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -60,7 +61,7 @@ def test_intact_segments_rebuild_to_the_broker_written_indexes(fs_env: TieringEn
     local = [c for c in result.checks if c.location == "local"]
     assert [c.base_offset for c in remote] == [s.start_offset for s in finished(fs_env, w)]
     assert len(remote) == 3 and len(local) == 4  # three closed segments tiered; the active one checked locally
-    assert all(c.status == IndexStatus.OK for c in result.checks), [c.describe() for c in result.checks]
+    assert all(c.status == IndexStatus.OK for c in result.checks), [format_index_check(c) for c in result.checks]
     # The spanning abort really needed the producer snapshot of the previous segment.
     txn = parse_txn_index(broker_file(w, remote[1].base_offset, ObjectKind.TRANSACTION_INDEX) or b"")
     assert [e.producer_id for e in txn] == [7, 9]
@@ -488,6 +489,75 @@ def test_broker_indexes_written_across_a_restart_are_not_damage(fs_env: TieringE
     with fs_env.context() as ctx:
         run_copy(ctx, w.tp)
         result = rebuild_partition_indexes(ctx, w.tp, repair=True, local=True)
-    assert {c.status for c in result.checks} == {IndexStatus.OK}, [c.describe() for c in result.checks]
+    assert {c.status for c in result.checks} == {IndexStatus.OK}, [format_index_check(c) for c in result.checks]
     equivalent = [f.detail for c in result.checks for f in c.findings if f.kind == ObjectKind.OFFSET_INDEX and f.detail]
     assert len(equivalent) == 2 and all(d.startswith("equivalent") for d in equivalent)  # local and remote
+
+
+# --- one driver, any executor ---------------------------------------------------------------
+
+
+def damage_like_the_repair_test(ctx, w: PartitionWriter) -> None:
+    """Segment 0 loses its offset index, segment 1's time index is corrupted and its transaction
+    index deleted; segment 2 stays intact."""
+    seg0, seg1, _seg2 = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
+    storage = ctx.storage
+    storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, storage.prefix)])
+    flip_remote_byte(ctx, seg1, ObjectKind.TIME_INDEX, 5)
+    storage.delete_keys([segment_ref(seg1).key(ObjectKind.TRANSACTION_INDEX, storage.prefix)])
+
+
+def test_the_driver_on_a_thread_pool_repairs_what_it_repairs_serially(fs_env: TieringEnv) -> None:
+    from tiering_core.events import RunEvent
+    from tiering_core.runs.executor import InProcessExecutor
+    from tiering_core.runs.rebuild import IndexChecked, RebuildPlanned, rebuild_indexes
+
+    writers = [build_partition(fs_env, p) for p in range(3)]
+    with fs_env.context() as ctx:
+        for w in writers:
+            run_copy(ctx, w.tp)
+            damage_like_the_repair_test(ctx, w)
+        serial = rebuild_indexes(ctx, [writers[0].tp], InProcessExecutor(ctx.storage), local=True)
+        events: list[RunEvent] = []
+        pooled = rebuild_indexes(
+            ctx,
+            [w.tp for w in writers[1:]],
+            InProcessExecutor(ctx.storage, threads=2),
+            local=True,
+            events=events.append,
+        )
+
+    def verdicts(result) -> list[tuple]:
+        return [
+            (c.location, c.base_offset, c.end_offset, c.status, tuple((f.kind, f.status) for f in c.findings))
+            for c in result.checks
+        ]
+
+    assert serial.ok and pooled.ok and not serial.failures and not pooled.failures
+    assert [c.status for c in serial.checks if c.location == "remote"] == [
+        IndexStatus.REPAIRED,
+        IndexStatus.REPAIRED,
+        IndexStatus.OK,
+    ]
+    assert [verdicts(r) for r in pooled.results] == [verdicts(serial.results[0])] * 2
+    # One plan, then every segment's final verdict once: 3 remote and 4 local per partition.
+    assert isinstance(events[0], RebuildPlanned) and (events[0].partitions, events[0].remote_segments) == (2, 6)
+    checked = [e.check for e in events[1:] if isinstance(e, IndexChecked)]
+    assert len(checked) == len(events) - 1 == 14
+    assert sorted((c.partition, c.location, c.base_offset) for c in checked) == sorted(
+        (c.partition, c.location, c.base_offset) for c in pooled.checks
+    )
+    with fs_env.context() as ctx:
+        for w in writers:  # every partition now serves what its broker wrote, byte for byte
+            after = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
+            assert len(after) == 3
+            for s in after:
+                ref = segment_ref(s)
+                assert ctx.storage.verify_segment(ref) == []
+                manifest = ctx.storage.read_manifest(ref)
+                for kind in (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX):
+                    stored = ctx.storage.fetch(ref, kind) if kind in manifest.objects else None
+                    assert stored == broker_file(w, s.start_offset, kind), (w.tp, s.start_offset, kind)
+            assert len(ctx.storage.list_objects(tip_of(w))) == sum(
+                len(ctx.storage.read_manifest(segment_ref(s)).objects) + 1 for s in after
+            )  # no orphans

@@ -114,6 +114,7 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
     partition. The driver notices before it would commit the repair (it renews first), so the
     repair's objects are deleted and the loss is reported for the partition."""
     import spark_apps.rebuild_indexes as app
+    import tiering_core.runs.rebuild.run as rebuild
 
     env = s3_env(tmp_path, s3_endpoint)
     w = build_partition(env, 0)
@@ -123,7 +124,7 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
         ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
     attempts = []
     other = []
-    real_start = app.start_index_repair
+    real_start = rebuild.start_index_repair
 
     def start_then_lose_the_lease(store, damaged, lease):  # the driver stalls; another run takes over
         attempt = real_start(store, damaged, lease)
@@ -133,7 +134,7 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
             other.append(ctx2.metadata.acquire_lease(tip_of(w), holder="copy:other"))
         return attempt
 
-    monkeypatch.setattr(app, "start_index_repair", start_then_lose_the_lease)
+    monkeypatch.setattr(rebuild, "start_index_repair", start_then_lose_the_lease)
     with env.context() as ctx:
         report = app.run_rebuild(ctx, [w.tp], spark, repair=True)
     monkeypatch.undo()
@@ -149,3 +150,24 @@ def test_a_repair_fenced_on_spark_leaves_no_orphan_objects(tmp_path: Path, spark
         again = app.run_rebuild(ctx, [w.tp], spark, repair=True)
     assert again.results[0].segments_cleaned_up == 1
     assert [c.status for c in again.checks] == [IndexStatus.REPAIRED, IndexStatus.OK, IndexStatus.OK]
+
+
+def test_a_rebuild_on_spark_counts_its_remote_reads_and_index_repairs(tmp_path: Path, spark, s3_endpoint) -> None:
+    """Like ``tiering rebuild-indexes``: each examination is a remote fetch request of the segment's
+    ``.log``, each index file a repair replaced an index repair, stored for the partition."""
+    from spark_apps.rebuild_indexes import run_rebuild
+    from tiering_core.metrics.collect import collect_metrics
+    from tiering_core.metrics.snapshot import NO_BROKER
+
+    env = s3_env(tmp_path, s3_endpoint)
+    w = build_partition(env, 0)
+    with env.context() as ctx:
+        run_copy(ctx, w.tp)
+        seg0, seg1, seg2 = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
+        ctx.storage.delete_keys([segment_ref(seg0).key(ObjectKind.OFFSET_INDEX, ctx.storage.prefix)])
+        report = run_rebuild(ctx, [w.tp], spark, repair=True, say=lambda line: None)
+        assert [c.status for c in report.checks] == [IndexStatus.REPAIRED, IndexStatus.OK, IndexStatus.OK]
+        (metrics,) = [p for p in collect_metrics(ctx).partitions if p.topic_id == w.topic_id and p.partition == 0]
+    reads = metrics.counters_by_broker[NO_BROKER]
+    assert (reads.fetch_requests, reads.fetch_errors, reads.index_repairs) == (3, 0, 1)
+    assert reads.fetch_bytes == seg0.size_bytes + seg1.size_bytes + seg2.size_bytes  # each .log read whole once

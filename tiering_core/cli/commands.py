@@ -249,7 +249,7 @@ def cmd_segments(args: argparse.Namespace) -> int:
 def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
     import time
 
-    from tiering_core.cli.output import format_rebuild_summary
+    from tiering_core.cli.output import format_index_check, format_rebuild_summary
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.runs.rebuild import rebuild_partition_indexes
 
@@ -260,7 +260,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
             TopicPartition(args.topic, args.partition),
             repair=not args.check_only,
             local=args.local,
-            progress=_progress(args),
+            events=_events(args),
         )
     summary = format_rebuild_summary([result], time.monotonic() - started)
     _emit(args, result.to_dict(), lambda: summary)
@@ -268,7 +268,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
         print(f"tiering: {args.topic}-{args.partition}: another run holds the partition; try again", file=sys.stderr)
         return EXIT_FAILURE
     for check in result.unresolved:
-        print(f"tiering: rebuild-indexes: {check.describe()}", file=sys.stderr)
+        print(f"tiering: rebuild-indexes: {format_index_check(check)}", file=sys.stderr)
     return EXIT_FAILURE if result.unresolved else EXIT_OK
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.events import RunEvent
 from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored
+from tiering_core.events.rebuild import IndexChecked, IndexStatus, PartitionBusy, RebuildPlanned
 from tiering_core.humanize import fmt_age, fmt_bytes
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.delete_records import DeleteRecordsResult
     from tiering_core.runs.orphans import OrphanObject
-    from tiering_core.runs.rebuild import RebuildResult
+    from tiering_core.runs.rebuild import IndexCheck, RebuildResult
     from tiering_core.runs.removal import RemovalResult
     from tiering_core.runs.retention import RetentionResult
     from tiering_core.tier.cluster import ClusterPartitionStatus
@@ -231,10 +232,23 @@ def format_verify_summary(results: list[SegmentVerification]) -> str:
     return f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
 
 
+def format_index_check(check: IndexCheck) -> str:
+    """One segment's line: the segment, its verdict and what each index showed."""
+    end = "..active" if check.end_offset is None else f"..{check.end_offset}"
+    head = f"{check.topic}-{check.partition}: {check.location} segment {check.base_offset} [{check.base_offset}{end}]"
+    if check.error is not None:
+        return f"{head}: error: {check.error}"
+    parts = [f"{f.kind.value} {f.status.value}" + (f" ({f.detail})" if f.detail else "") for f in check.findings]
+    line = f"{head}: {check.status.value}: {', '.join(parts)}"
+    if check.repaired_as is not None:
+        line += f"; copied again as {check.repaired_as}"
+    return f"{line} [{fmt_bytes(check.log_bytes)} of log in {check.seconds:.2f} s]"
+
+
 def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
     checks = [c for r in results for c in r.checks]
     size = sum(c.log_bytes for c in checks)
-    counts = ", ".join(f"{sum(1 for c in checks if c.status == status)} {status.value}" for status in _index_statuses())
+    counts = ", ".join(f"{sum(1 for c in checks if c.status == status)} {status.value}" for status in IndexStatus)
     busy = sum(1 for r in results if r.busy)
     speed = size / seconds if seconds > 0 else 0.0
     line = (
@@ -250,12 +264,6 @@ def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
     if busy:
         line += f"; {busy} partition(s) held by another run"
     return line
-
-
-def _index_statuses() -> list[Any]:
-    from tiering_core.runs.rebuild import IndexStatus
-
-    return list(IndexStatus)
 
 
 def format_export_summary(result: ExportResult) -> str:
@@ -306,6 +314,26 @@ def event_line(event: RunEvent) -> str:
     beside its run's other lines. An unregistered event still reads, by its fields."""
     values = ", ".join(f"{f.name}={getattr(event, f.name)}" for f in fields(event))
     return f"{type(event).__name__}: {values}" if values else type(event).__name__
+
+
+@event_line.register
+def _rebuild_planned(event: RebuildPlanned) -> str:
+    return (
+        f"rebuild-indexes: {event.remote_segments} remote segment(s) ({fmt_bytes(event.remote_bytes)}) and "
+        f"{event.local_segments} local segment(s) of {event.partitions} partition(s); "
+        f"mode {'repair' if event.repair else 'check'}"
+    )
+
+
+@event_line.register
+def _partition_busy(event: PartitionBusy) -> str:
+    checked = "remote indexes" if event.local else "indexes"
+    return f"{event.topic_partition}: another run holds the partition; {checked} not checked"
+
+
+@event_line.register
+def _index_checked(event: IndexChecked) -> str:
+    return format_index_check(event.check)
 
 
 class Output(ABC):

@@ -1,9 +1,17 @@
 """Rebuilding and checking segment indexes against what copy recorded: findings (verdicts,
-comparison), examine (storage and files only, runs anywhere), run (repairs under the lease, and
-the single-process ``tiering rebuild-indexes``)."""
+comparison), examine (storage and files only, runs anywhere), run (the one driver: repairs under
+the lease, its tasks on any executor; ``tiering rebuild-indexes`` and the Spark app call it)."""
 
 from __future__ import annotations
 
+from tiering_core.events.rebuild import (
+    IndexCheck,
+    IndexChecked,
+    IndexFinding,
+    IndexStatus,
+    PartitionBusy,
+    RebuildPlanned,
+)
 from tiering_core.runs.errors import DamagedSegmentError
 from tiering_core.runs.rebuild.examine import (
     DOWNLOAD_CHUNK,
@@ -16,17 +24,11 @@ from tiering_core.runs.rebuild.examine import (
     local_index_tasks,
     recorded_object,
 )
-from tiering_core.runs.rebuild.findings import (
-    CARRIED_KINDS,
-    INDEX_KINDS,
-    IndexCheck,
-    IndexFinding,
-    IndexStatus,
-    compare_index,
-    judge_index,
-)
+from tiering_core.runs.rebuild.findings import CARRIED_KINDS, INDEX_KINDS, compare_index, judge_index
 from tiering_core.runs.rebuild.run import (
+    RebuildReport,
     RebuildResult,
+    RebuildRun,
     abandon_index_repair,
     clean_up_before_repair,
     clean_up_interrupted_repairs,
@@ -35,10 +37,9 @@ from tiering_core.runs.rebuild.run import (
     finished_segments,
     hold_for_rebuild,
     predecessors,
+    rebuild_indexes,
     rebuild_partition_indexes,
-    rebuild_segment_indexes,
     remote_index_tasks,
-    repair_remote_segment,
     repair_task,
     start_index_repair,
 )
@@ -49,10 +50,15 @@ __all__ = [
     "INDEX_KINDS",
     "DamagedSegmentError",
     "IndexCheck",
+    "IndexChecked",
     "IndexFinding",
     "IndexStatus",
     "LocalIndexTask",
+    "PartitionBusy",
+    "RebuildPlanned",
+    "RebuildReport",
     "RebuildResult",
+    "RebuildRun",
     "RecordedObjects",
     "RemoteIndexExamination",
     "RemoteIndexTask",
@@ -69,11 +75,10 @@ __all__ = [
     "judge_index",
     "local_index_tasks",
     "predecessors",
+    "rebuild_indexes",
     "rebuild_partition_indexes",
-    "rebuild_segment_indexes",
     "recorded_object",
     "remote_index_tasks",
-    "repair_remote_segment",
     "repair_task",
     "start_index_repair",
 ]

@@ -20,6 +20,7 @@ from tiering_core.kafka.batch import verify_log_crc
 from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.files import INDEX_READ_LIMIT, read_regular
 from tiering_core.kafka.index_rebuild import RebuiltIndexes, rebuild_indexes
+from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
@@ -31,17 +32,9 @@ if TYPE_CHECKING:
     from tiering_core.kafka.partition_log import LogSegment, PartitionLog
     from tiering_core.storage.manifest import SegmentManifest
     from tiering_core.storage.segments import RemoteStorage
+from tiering_core.events.rebuild import IndexCheck, IndexFinding, IndexStatus
 from tiering_core.runs.errors import DamagedSegmentError
-from tiering_core.runs.rebuild.findings import (
-    CARRIED_KINDS,
-    INDEX_KINDS,
-    IndexCheck,
-    IndexFinding,
-    IndexStatus,
-    _open_transactions,
-    _rebuilt_bytes,
-    judge_index,
-)
+from tiering_core.runs.rebuild.findings import CARRIED_KINDS, INDEX_KINDS, judge_index
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +68,21 @@ class RemoteIndexExamination:
     check: IndexCheck
     manifest: SegmentManifest | None = None  # the repaired copy's manifest
     open_transactions: dict[int, int] | None = None  # producer state used at the segment's base
+
+
+def _rebuilt_bytes(rebuilt: RebuiltIndexes, kind: ObjectKind) -> bytes:
+    if kind == ObjectKind.OFFSET_INDEX:
+        return rebuilt.offset_index
+    if kind == ObjectKind.TIME_INDEX:
+        return rebuilt.time_index
+    return rebuilt.txn_index
+
+
+def _open_transactions(snapshot: bytes | None, where: Path | str) -> dict[int, int]:
+    """The open transactions recorded in a producer snapshot (none without one)."""
+    if snapshot is None:
+        return {}
+    return open_transactions(parse_producer_snapshot(snapshot, Path(where)))
 
 
 def _stored(storage: RemoteStorage, ref: RemoteSegmentRef, kind: ObjectKind) -> bytes | None:

@@ -5,19 +5,11 @@ indexes (indexes can always be rebuilt by walking batch headers, docs/kafka-rule
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from tiering_core.cli.output import fmt_bytes
+from tiering_core.events.rebuild import IndexFinding, IndexStatus
 from tiering_core.kafka.index_check import IndexVerdict, check_broker_index
-from tiering_core.kafka.index_rebuild import RebuiltIndexes
-from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
 from tiering_core.storage.layout import ObjectKind
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -25,100 +17,6 @@ log = logging.getLogger(__name__)
 INDEX_KINDS = (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX)
 #: Objects a repaired copy takes over unchanged from the damaged one.
 CARRIED_KINDS = (ObjectKind.PRODUCER_SNAPSHOT, ObjectKind.LEADER_EPOCH_CHECKPOINT)
-
-
-class IndexStatus(StrEnum):
-    OK = "ok"
-    MISSING = "missing"
-    DIFFERED = "differed"
-    REPAIRED = "repaired"
-    ERROR = "error"
-
-
-@dataclass(frozen=True)
-class IndexFinding:
-    """One index of one segment: what is stored against what the ``.log`` rebuilds to."""
-
-    kind: ObjectKind
-    status: IndexStatus  # ok, missing or differed
-    stored_bytes: int | None
-    rebuilt_bytes: int
-    detail: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "status": self.status.value,
-            "stored_bytes": self.stored_bytes,
-            "rebuilt_bytes": self.rebuilt_bytes,
-            "detail": self.detail,
-        }
-
-
-@dataclass(frozen=True)
-class IndexCheck:
-    """The verdict on one segment's indexes (remote or local)."""
-
-    topic: str
-    partition: int
-    base_offset: int
-    end_offset: int | None
-    location: str  # "remote" or "local"
-    segment_id: str | None
-    findings: tuple[IndexFinding, ...] = ()
-    log_bytes: int = 0
-    seconds: float = 0.0
-    error: str | None = None
-    repaired_as: str | None = None
-    damaged_log: bool = False  # the error is a remote object that does not match its recorded checksum
-
-    @property
-    def needs_repair(self) -> bool:
-        return self.error is None and any(f.status != IndexStatus.OK for f in self.findings)
-
-    @property
-    def status(self) -> IndexStatus:
-        if self.error is not None:
-            return IndexStatus.ERROR
-        if self.repaired_as is not None:
-            return IndexStatus.REPAIRED
-        found = {f.status for f in self.findings}
-        if IndexStatus.MISSING in found:
-            return IndexStatus.MISSING
-        if IndexStatus.DIFFERED in found:
-            return IndexStatus.DIFFERED
-        return IndexStatus.OK
-
-    def describe(self) -> str:
-        """One progress line: the segment, its verdict and what each index showed."""
-        end = "..active" if self.end_offset is None else f"..{self.end_offset}"
-        head = f"{self.topic}-{self.partition}: {self.location} segment {self.base_offset} [{self.base_offset}{end}]"
-        if self.error is not None:
-            return f"{head}: error: {self.error}"
-        parts = []
-        for f in self.findings:
-            parts.append(f"{f.kind.value} {f.status.value}" + (f" ({f.detail})" if f.detail else ""))
-        line = f"{head}: {self.status.value}: {', '.join(parts)}"
-        if self.repaired_as is not None:
-            line += f"; copied again as {self.repaired_as}"
-        return f"{line} [{fmt_bytes(self.log_bytes)} of log in {self.seconds:.2f} s]"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "base_offset": self.base_offset,
-            "end_offset": self.end_offset,
-            "location": self.location,
-            "segment_id": self.segment_id,
-            "status": self.status.value,
-            "indexes": [f.to_dict() for f in self.findings],
-            "log_bytes": self.log_bytes,
-            "seconds": round(self.seconds, 3),
-            "error": self.error,
-            "damaged_log": self.damaged_log,
-            "repaired_as": self.repaired_as,
-        }
 
 
 def _first_difference(a: bytes, b: bytes) -> int:
@@ -176,18 +74,3 @@ def judge_index(
     if judged.verdict == IndexVerdict.EQUIVALENT:
         return IndexFinding(kind, IndexStatus.OK, len(stored), len(rebuilt), f"equivalent: {judged.detail}")
     return IndexFinding(kind, IndexStatus.DIFFERED, len(stored), len(rebuilt), judged.detail)
-
-
-def _rebuilt_bytes(rebuilt: RebuiltIndexes, kind: ObjectKind) -> bytes:
-    if kind == ObjectKind.OFFSET_INDEX:
-        return rebuilt.offset_index
-    if kind == ObjectKind.TIME_INDEX:
-        return rebuilt.time_index
-    return rebuilt.txn_index
-
-
-def _open_transactions(snapshot: bytes | None, where: Path | str) -> dict[int, int]:
-    """The open transactions recorded in a producer snapshot (none without one)."""
-    if snapshot is None:
-        return {}
-    return open_transactions(parse_producer_snapshot(snapshot, Path(where)))
