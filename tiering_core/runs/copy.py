@@ -37,7 +37,7 @@ from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.observation import record_views
 from tiering_core.tier.replica import in_cluster, tiering_gap_on
-from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps
+from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -107,7 +107,7 @@ def begin_copy_run(
         return None
     cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
     repair_remote_log_start(store, tip, held.lease)
-    return held, ctx.tier_view(partition_log), cleaned
+    return held, tier_view(ctx, partition_log), cleaned
 
 
 def refuse_stale_directory(ctx: TieringContext, partition_log: PartitionLog) -> None:
@@ -174,7 +174,7 @@ class CopyRun:
             return run
         if broker_id is not None and in_cluster(ctx.config):
             # This broker's observation first, then the choice among the fresh replicas.
-            seen = ctx.tier_view(ctx.partition_log(tp))
+            seen = tier_view(ctx, ctx.partition_log(tp))
             record_views(
                 ctx.metadata,
                 broker_id,
@@ -239,7 +239,7 @@ class CopyRun:
         if upload is not None:
             abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
         self._held()
-        fresh = self.ctx.tier_view(self.ctx.partition_log(self.tp))
+        fresh = tier_view(self.ctx, self.ctx.partition_log(self.tp))
         gap = tiering_gap_on(self.ctx.config, self.ctx.metadata, fresh, self.broker_id)
         if gap is None:
             raise CopyFailedError(
@@ -380,7 +380,7 @@ class CopyRun:
         if self.view is None:
             return self.result
         result, store = self.result, self.ctx.metadata
-        final = self.ctx.tier_view(self.ctx.partition_log(self.tp))
+        final = tier_view(self.ctx, self.ctx.partition_log(self.tp))
         record_views(
             store,
             self.broker_id,

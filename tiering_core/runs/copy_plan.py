@@ -18,6 +18,7 @@ from tiering_core.config import not_tiered_reason
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.tier.observation import Observed, record_views
 from tiering_core.tier.replica import choose_replica, in_cluster, tiering_gap_on
+from tiering_core.tier.view import tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -71,7 +72,7 @@ def plan_copies(ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id
     views: list[TierView] = []
     observed: list[Observed] = []
     for tp in tps:
-        view = ctx.tier_view(ctx.partition_log(tp))
+        view = tier_view(ctx, ctx.partition_log(tp))
         views.append(view)
         observed.append((view, ctx.topic_config(tp.topic), None))
     record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids)
