@@ -31,12 +31,12 @@ from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metadata.store import Lease
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
-from tiering_core.runs.copy_plan import PlannedSegment, plan_copy, replica_not_chosen, skip_reason
+from tiering_core.runs.copy_plan import CopyPlan, plan_before_lease, plan_copy, plan_under_lease
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.observation import record_views
-from tiering_core.tier.replica import in_cluster, tiering_gap_on
+from tiering_core.tier.replica import tiering_gap_on
 from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps, tier_view
 
 if TYPE_CHECKING:
@@ -88,14 +88,20 @@ class CopyResult:
 
 
 def begin_copy_run(
-    ctx: TieringContext, tp: TopicPartition, run_id: str, hold: ExitStack, attempt: TaskAttempt | None = None
-) -> tuple[HeldPartition, TierView, int] | None:
+    ctx: TieringContext,
+    before: CopyPlan,
+    run_id: str,
+    hold: ExitStack,
+    attempt: TaskAttempt | None = None,
+    broker_id: int | None = None,
+) -> tuple[HeldPartition, CopyPlan, int] | None:
     """Hold the partition (until ``hold`` closes; ``attempt``: see ``held_partition``), recovery
-    and remote-log-start bookkeeping, then a fresh view.
+    and remote-log-start bookkeeping, then the run's plan from a view read under the lease
+    (``plan_under_lease``); also how many failed copies were cleaned up.
 
     Returns None when another run holds the partition's lease.
     """
-    store = ctx.metadata
+    store, tp = ctx.metadata, before.topic_partition
     partition_log = ctx.partition_log(tp)
     refuse_stale_directory(ctx, partition_log)
     tip = TopicIdPartition(partition_log.topic_id, tp)
@@ -107,7 +113,7 @@ def begin_copy_run(
         return None
     cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
     repair_remote_log_start(store, tip, held.lease)
-    return held, tier_view(ctx, partition_log), cleaned
+    return held, plan_under_lease(ctx, before, tier_view(ctx, partition_log), broker_id=broker_id), cleaned
 
 
 def refuse_stale_directory(ctx: TieringContext, partition_log: PartitionLog) -> None:
@@ -139,9 +145,8 @@ class CopyRun:
         self.result = CopyResult(topic=tp.topic, partition=tp.partition)
         self.held: HeldPartition | None = None
         self._hold = ExitStack()
-        self.view: TierView | None = None
-        self.gap: OffsetRange | None = None
-        self.candidates: list[CopyCandidate] = []
+        self.plan = CopyPlan(tp)  # the plan read under the lease, once the run holds it
+        self.gap: OffsetRange | None = None  # the gap the run recorded: its plan's, or one found later
         self._expired: str | None = None  # why the run fails: its lease expired under it
         self._started = time.monotonic()
         self.tally: Tally | None = None  # the run's counts, from the time it holds the partition
@@ -157,7 +162,8 @@ class CopyRun:
         attempt: TaskAttempt | None = None,
         broker_id: int | None = None,
     ) -> CopyRun:
-        """Skip check, lease, recovery, gap recording and the candidates.
+        """Skip check, lease, recovery, gap recording and the candidates: the run plans once
+        (``runs.copy_plan``), and only the plan read under the lease decides what it uploads.
 
         ``run.active`` is False when the topic is not tiered or another run holds the lease
         (``run.result`` says which); such a run has nothing to upload or release. ``broker_id``:
@@ -167,51 +173,43 @@ class CopyRun:
         if broker_id is not None:
             check_broker_id(broker_id, ctx.config.broker_ids, tp)
         run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)), broker_id=broker_id)
-        reason = skip_reason(ctx, tp)
-        if reason is not None:
-            run.result.skipped_reason = reason
-            run.say(f"{tp}: skipped ({reason})")
+        before = plan_before_lease(ctx, tp, broker_id=broker_id)
+        if before.skipped_reason is not None:
+            run.result.skipped_reason = before.skipped_reason
+            if before.replica is None:  # Kafka would not tier the topic
+                run.say(f"{tp}: skipped ({before.skipped_reason})")
+            else:  # another broker's replica is the one to copy
+                run.result.highest_copied_offset = before.highest_copied_offset
+                run.result.last_stable_offset = before.last_stable_offset
+                run.say(f"{tp}: skipped: {before.skipped_reason}")
             return run
-        if broker_id is not None and in_cluster(ctx.config):
-            # This broker's observation first, then the choice among the fresh replicas.
-            seen = tier_view(ctx, ctx.partition_log(tp))
-            record_views(
-                ctx.metadata,
-                broker_id,
-                [(seen, ctx.topic_config(tp.topic), None)],
-                brokers=ctx.config.broker_ids,
-            )
-            not_chosen = replica_not_chosen(ctx, seen, broker_id)
-            if not_chosen is not None:
-                run.result.skipped_reason = not_chosen
-                run.result.highest_copied_offset = seen.highest_copied_offset
-                run.result.last_stable_offset = seen.last_stable_offset
-                run.say(f"{tp}: skipped: {not_chosen}")
-                return run
         try:
-            begun = begin_copy_run(ctx, tp, run_id, run._hold, attempt)
+            begun = begin_copy_run(ctx, before, run_id, run._hold, attempt, broker_id)
             if begun is None:
                 run.result.fenced = True
                 run.say(f"{tp}: another copy run holds the partition; nothing done")
                 return run
-            run.held, view, run.result.segments_cleaned_up = begun
-            run.view = view
+            run.held, plan, run.result.segments_cleaned_up = begun
+            run.plan = plan
+            view = run._held()[1]
             run.tally = Tally(view.tip, broker_id, attempt)
-            if view.behind_lineage is not None:  # not the leader's log: nothing to copy from here
-                run.result.skipped_reason = view.behind_lineage
-                run.say(f"{tp}: skipped ({view.behind_lineage})")
-            run.gap = tiering_gap_on(ctx.config, ctx.metadata, view, broker_id)
+            if plan.skipped_reason is not None:  # not the leader's log: nothing to copy from here
+                run.result.skipped_reason = plan.skipped_reason
+                run.say(f"{tp}: skipped ({plan.skipped_reason})")
+            run.gap = plan.gap
             if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
                 run._record_gap(run.gap)
             view.require_lso()
-            run.candidates = view.copy_candidates()
         except BaseException:
             run.release()
             raise
-        run.result.planned = [
-            PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes).to_dict() for c in run.candidates
-        ]
+        run.result.planned = [p.to_dict() for p in plan.planned]
         return run
+
+    @property
+    def candidates(self) -> tuple[CopyCandidate, ...]:
+        """The segments the run uploads, in offset order (its plan's)."""
+        return self.plan.candidates
 
     @property
     def active(self) -> bool:
@@ -250,9 +248,9 @@ class CopyRun:
         self._record_gap(gap)
 
     def _held(self) -> tuple[Lease, TierView]:
-        if self.held is None or self.view is None:
+        if self.held is None or self.plan.view is None:
             raise TieringError(f"{self.tp}: the copy run does not hold the partition")
-        return self.held.lease, self.view
+        return self.held.lease, self.plan.view
 
     def _lease_if_held(self) -> Lease | None:
         return self.held.lease if self.held is not None and self.held.holds else None
@@ -377,7 +375,7 @@ class CopyRun:
         if self.held is not None and self.held.lost is not None:  # lost in the background
             self._lost_while_copying(self.candidates[0].base_offset if self.candidates else -1, self.held.lost)
         self.release()
-        if self.view is None:
+        if self.held is None:
             return self.result
         result, store = self.result, self.ctx.metadata
         final = tier_view(self.ctx, self.ctx.partition_log(self.tp))
@@ -464,21 +462,19 @@ def run_copy(
 
 def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress, broker_id: int | None) -> CopyResult:
     result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
-    reason = skip_reason(ctx, tp)
-    if reason is not None:
-        result.skipped_reason = reason
-        say(f"{tp}: skipped ({reason})")
-        return result
     plan = plan_copy(ctx, tp, broker_id=broker_id)
     result.skipped_reason = plan.skipped_reason
+    if plan.view is None:  # Kafka would not tier the topic: its directory was not read
+        say(f"{tp}: skipped ({plan.skipped_reason})")
+        return result
     result.highest_copied_offset = plan.highest_copied_offset
     result.last_stable_offset = plan.last_stable_offset
     if plan.skipped_reason is not None:  # not this broker's to copy: nothing planned
         say(f"{tp}: skipped: {plan.skipped_reason}")
         return result
-    result.planned = [c.to_dict() for c in plan.candidates]
-    result.gaps = [plan.gap] if plan.gap else []
-    for c in plan.candidates:
+    result.planned = [c.to_dict() for c in plan.planned]
+    result.gaps = [plan.gap.as_list()] if plan.gap else []
+    for c in plan.planned:
         say(f"{tp}: would copy segment {c.base_offset} [{c.base_offset}..{c.end_offset}] {fmt_bytes(c.size_bytes)}")
-    say(f"{tp}: dry run: {len(plan.candidates)} segment(s) would be copied")
+    say(f"{tp}: dry run: {len(plan.planned)} segment(s) would be copied")
     return result
