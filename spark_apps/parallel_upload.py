@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
+from tiering_core.cli.output import event_line
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, TieringGapError
+from tiering_core.events import RunEvent
+from tiering_core.events.copy import SegmentLeftUploading, SegmentNotFinished
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.runs.copy import CopyResult, CopyRun
@@ -250,13 +253,13 @@ def _commit_ready(partition: PartitionUpload, report: Report) -> None:
         if partition.stopped:  # an earlier segment failed, or the run was fenced
             if run.active:
                 run.abandon(item.candidate, item.upload, partition.failure)
-                run.say(f"{run.tp}: segment {base} not finished (an earlier segment failed); cleaned up")
+                run.events(SegmentNotFinished(run.tp, base))
             else:
                 run.fenced_while_copying(item.candidate, item.upload, "the run lost the partition")
             continue
         if outcome is not None and outcome.manifest is not None:
             if not run.commit_finished_segment(
-                item.candidate, item.upload, outcome.manifest, outcome.seconds, f" on {outcome.worker}"
+                item.candidate, item.upload, outcome.manifest, outcome.seconds, worker=outcome.worker
             ):
                 partition.stop(None)
             continue
@@ -297,10 +300,7 @@ def _abort(partitions: list[PartitionUpload], reason: BaseException, running: se
             if item.upload is None or item.future is None:
                 continue
             if id(item.future) in running and not item.future.cancelled():
-                run.say(
-                    f"{run.tp}: segment {item.candidate.base_offset} was uploading when the run was aborted; "
-                    "left for the next run to clean up"
-                )
+                run.events(SegmentLeftUploading(run.tp, item.candidate.base_offset))
                 continue
             try:
                 if run.active:
@@ -326,7 +326,8 @@ def run_parallel_upload(
     uploader: Uploader = upload_on_executor,
     say: Callable[[str], None] = runtime.say,
 ) -> Report:
-    """Copy every eligible segment of ``partitions``, uploads spread over Spark executors."""
+    """Copy every eligible segment of ``partitions``, uploads spread over Spark executors; ``say``
+    prints the app's lines and the lines of the copy runs' events."""
     started = time.monotonic()
     sc = spark.sparkContext
     run = run_id or f"spark-{uuid.uuid4().hex}"
@@ -335,11 +336,14 @@ def run_parallel_upload(
     upload_fn = functools.partial(uploader, ctx.config.remote)
     report = Report()
 
+    def tell(event: RunEvent) -> None:
+        say(event_line(event))
+
     uploads: list[PartitionUpload] = []
     try:
         for tp in partitions:
             try:
-                uploads.append(PartitionUpload.of(CopyRun.begin(ctx, tp, run_id=run, progress=say)))
+                uploads.append(PartitionUpload.of(CopyRun.begin(ctx, tp, run_id=run, events=tell)))
             except (TieringError, OSError) as exc:
                 report.failures.append(f"{tp}: {exc}")
     except BaseException:

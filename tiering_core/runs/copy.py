@@ -11,6 +11,10 @@ e.g. a Spark executor) and the metadata commits, so parallel uploads keep every 
 Every segment copy started, finished (its bytes: segment and indexes) or failed is counted in the
 run's ``Tally`` (reported at once, stored in the partition's counters when the run lets the
 partition go, on the run's broker), with the time of the last copy and the run's task.
+
+What to copy is planned once per run (``runs.copy_plan``). While it works the run tells what it
+does as events (``tiering_core.events.copy``) to the sink its caller gives; how they read is
+``cli/output``'s business, never this module's.
 """
 
 from __future__ import annotations
@@ -23,8 +27,21 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import TieringError, TieringGapError
+from tiering_core.events import EventSink, discard
+from tiering_core.events.copy import (
+    CopyFinished,
+    CopyNotPlanned,
+    CopySkipped,
+    DryRunPlanned,
+    FencedWhileCopying,
+    LeaseExpiredWhileCopying,
+    PartitionHeld,
+    SegmentCopied,
+    SegmentFailed,
+    SegmentVanished,
+    WouldCopy,
+)
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.observations import check_broker_id
@@ -57,7 +74,6 @@ from tiering_core.runs.segment_copy import (
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str], None]
 Uploader = Callable[["RemoteStorage", "SegmentUpload"], "SegmentManifest"]
 
 
@@ -137,10 +153,12 @@ class CopyRun:
     ``finish`` or ``release``; ``active`` asks ``held.holds``.
     """
 
-    def __init__(self, ctx: TieringContext, tp: TopicPartition, say: Progress, *, broker_id: int | None = None) -> None:
+    def __init__(
+        self, ctx: TieringContext, tp: TopicPartition, events: EventSink, *, broker_id: int | None = None
+    ) -> None:
         self.ctx = ctx
         self.tp = tp
-        self.say = say
+        self.events = events
         self.broker_id = broker_id
         self.result = CopyResult(topic=tp.topic, partition=tp.partition)
         self.held: HeldPartition | None = None
@@ -158,7 +176,7 @@ class CopyRun:
         tp: TopicPartition,
         *,
         run_id: str,
-        progress: Progress | None = None,
+        events: EventSink = discard,
         attempt: TaskAttempt | None = None,
         broker_id: int | None = None,
     ) -> CopyRun:
@@ -172,22 +190,22 @@ class CopyRun:
         """
         if broker_id is not None:
             check_broker_id(broker_id, ctx.config.broker_ids, tp)
-        run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)), broker_id=broker_id)
+        run = cls(ctx, tp, events, broker_id=broker_id)
         before = plan_before_lease(ctx, tp, broker_id=broker_id)
         if before.skipped_reason is not None:
             run.result.skipped_reason = before.skipped_reason
             if before.replica is None:  # Kafka would not tier the topic
-                run.say(f"{tp}: skipped ({before.skipped_reason})")
+                events(CopySkipped(tp, before.skipped_reason))
             else:  # another broker's replica is the one to copy
                 run.result.highest_copied_offset = before.highest_copied_offset
                 run.result.last_stable_offset = before.last_stable_offset
-                run.say(f"{tp}: skipped: {before.skipped_reason}")
+                events(CopyNotPlanned(tp, before.skipped_reason))
             return run
         try:
             begun = begin_copy_run(ctx, before, run_id, run._hold, attempt, broker_id)
             if begun is None:
                 run.result.fenced = True
-                run.say(f"{tp}: another copy run holds the partition; nothing done")
+                events(PartitionHeld(tp))
                 return run
             run.held, plan, run.result.segments_cleaned_up = begun
             run.plan = plan
@@ -195,7 +213,7 @@ class CopyRun:
             run.tally = Tally(view.tip, broker_id, attempt)
             if plan.skipped_reason is not None:  # not the leader's log: nothing to copy from here
                 run.result.skipped_reason = plan.skipped_reason
-                run.say(f"{tp}: skipped ({plan.skipped_reason})")
+                events(CopySkipped(tp, plan.skipped_reason))
             run.gap = plan.gap
             if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
                 run._record_gap(run.gap)
@@ -243,7 +261,7 @@ class CopyRun:
             raise CopyFailedError(
                 f"{self.tp}: segment {candidate.base_offset} could not be read while copying it: {exc}"
             ) from exc
-        self.say(f"{self.tp}: the broker deleted segment {candidate.base_offset} while it was being copied")
+        self.events(SegmentVanished(self.tp, candidate.base_offset))
         self.gap = gap
         self._record_gap(gap)
 
@@ -281,9 +299,18 @@ class CopyRun:
             self.tally.count(spec, value)
 
     def commit_finished_segment(
-        self, candidate: CopyCandidate, upload: SegmentUpload, manifest: SegmentManifest, seconds: float, note: str = ""
+        self,
+        candidate: CopyCandidate,
+        upload: SegmentUpload,
+        manifest: SegmentManifest,
+        seconds: float,
+        *,
+        index: int | None = None,
+        worker: str | None = None,
     ) -> bool:
         """FINISHED with lineage and remote log start (one transaction), then a lease renewal.
+        ``index`` (of the candidates, from 1) or ``worker`` (where it was uploaded) say which copy
+        it was, in the event that tells of it.
 
         False when the lease was lost: the upload is cleaned up and the run stops (``result.fenced``
         when a newer run took the partition; ``finish`` fails the run when the lease merely expired).
@@ -300,13 +327,12 @@ class CopyRun:
         held = self.held
         if held is not None and not held.renew():
             self.fenced_while_copying(candidate, None, held.lost)
-        elapsed = max(seconds, 1e-9)
         size = candidate.segment.size_bytes
         self.result.segments_copied += 1
         self.result.bytes_copied += size
-        self.say(
-            f"{self.tp}: copied segment {candidate.base_offset} [{candidate.base_offset}..{candidate.end_offset}] "
-            f"{fmt_bytes(size)} in {elapsed:.2f} s ({fmt_bytes(size / elapsed)}/s){note}"
+        total = len(self.candidates) if index is not None else None
+        self.events(
+            SegmentCopied(self.tp, candidate.base_offset, candidate.end_offset, size, seconds, index, total, worker)
         )
         return self.active
 
@@ -331,13 +357,13 @@ class CopyRun:
         holder = self.held.newer_holder()
         if holder is not None:
             self.result.fenced = True
-            self.say(f"{self.tp}: fenced by a newer run ({holder}) while copying segment {base_offset}; stopped")
+            self.events(FencedWhileCopying(self.tp, base_offset, holder))
         else:
             self._expired = (
                 f"the partition's lease expired while copying segment {base_offset} "
                 f"(metadata.lease_ms may be too short for this segment, or the run stalled): {self.held.lost}"
             )
-            self.say(f"{self.tp}: {self._expired}; stopped")
+            self.events(LeaseExpiredWhileCopying(self.tp, self._expired))
 
     def abandon(self, candidate: CopyCandidate, upload: SegmentUpload, reason: object) -> CopyFailedError:
         """Clean up a failed or unfinished upload under the lease; returns the error that fails the run."""
@@ -357,7 +383,7 @@ class CopyRun:
             return
         self._count(names.REMOTE_COPY_ERRORS)
         failure = self.abandon(candidate, upload, reason)
-        self.say(f"{self.tp}: segment {candidate.base_offset} failed ({reason}); cleaned up")
+        self.events(SegmentFailed(self.tp, candidate.base_offset, str(reason)))
         if isinstance(reason, BaseException):
             raise failure from reason
         raise failure
@@ -390,12 +416,16 @@ class CopyRun:
         result.copy_lag_segments, result.copy_lag_bytes = final.copy_lag()
         result.gaps = recorded_gaps(store, final.tip)
         result.seconds = time.monotonic() - self._started
-        rate = result.bytes_copied / result.seconds if result.seconds > 0 else 0.0
-        self.say(
-            f"{self.tp}: copied {result.segments_copied} segment(s), {fmt_bytes(result.bytes_copied)} "
-            f"in {result.seconds:.2f} s ({fmt_bytes(rate)}/s); highest copied offset "
-            f"{result.highest_copied_offset}, copy lag {result.copy_lag_segments} segment(s) / "
-            f"{fmt_bytes(result.copy_lag_bytes)}"
+        self.events(
+            CopyFinished(
+                self.tp,
+                result.segments_copied,
+                result.bytes_copied,
+                result.seconds,
+                result.highest_copied_offset,
+                result.copy_lag_segments,
+                result.copy_lag_bytes,
+            )
         )
         if self._expired is not None:
             raise CopyFailedError(f"{self.tp}: {self._expired}")
@@ -414,7 +444,7 @@ def run_copy(
     *,
     dry_run: bool = False,
     run_id: str | None = None,
-    progress: Progress | None = None,
+    events: EventSink = discard,
     uploader: Uploader | None = None,
     attempt: TaskAttempt | None = None,
     broker_id: int | None = None,
@@ -424,12 +454,11 @@ def run_copy(
     ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease.
     ``uploader`` puts a segment's objects (default ``upload_segment``; a test injects faults here).
     ``broker_id``: the broker whose log dirs the run reads; what it saw of the partition at the end
-    is recorded (None: not recorded).
+    is recorded (None: not recorded). ``events`` hears what the run does (default: nobody).
     """
-    say = progress or (lambda line: log.info("%s", line))
     if dry_run:
-        return _dry_run(ctx, tp, say, broker_id)
-    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say, attempt=attempt, broker_id=broker_id)
+        return _dry_run(ctx, tp, events, broker_id)
+    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, events=events, attempt=attempt, broker_id=broker_id)
     if not run.active:
         return run.result
     try:
@@ -450,9 +479,7 @@ def run_copy(
             if not run.active:
                 run.fenced_while_copying(candidate, upload, run.held.lost if run.held else None)
                 break
-            if not run.commit_finished_segment(
-                candidate, upload, manifest, time.monotonic() - t0, f" [{index}/{len(run.candidates)}]"
-            ):
+            if not run.commit_finished_segment(candidate, upload, manifest, time.monotonic() - t0, index=index):
                 break
     except BaseException:
         run.release()
@@ -460,21 +487,21 @@ def run_copy(
     return run.finish()
 
 
-def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress, broker_id: int | None) -> CopyResult:
+def _dry_run(ctx: TieringContext, tp: TopicPartition, events: EventSink, broker_id: int | None) -> CopyResult:
     result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
     plan = plan_copy(ctx, tp, broker_id=broker_id)
     result.skipped_reason = plan.skipped_reason
-    if plan.view is None:  # Kafka would not tier the topic: its directory was not read
-        say(f"{tp}: skipped ({plan.skipped_reason})")
-        return result
     result.highest_copied_offset = plan.highest_copied_offset
     result.last_stable_offset = plan.last_stable_offset
-    if plan.skipped_reason is not None:  # not this broker's to copy: nothing planned
-        say(f"{tp}: skipped: {plan.skipped_reason}")
+    if plan.skipped_reason is not None:  # nothing planned
+        if plan.view is None:  # Kafka would not tier the topic: its directory was not read
+            events(CopySkipped(tp, plan.skipped_reason))
+        else:  # not this broker's to copy
+            events(CopyNotPlanned(tp, plan.skipped_reason))
         return result
     result.planned = [c.to_dict() for c in plan.planned]
     result.gaps = [plan.gap.as_list()] if plan.gap else []
     for c in plan.planned:
-        say(f"{tp}: would copy segment {c.base_offset} [{c.base_offset}..{c.end_offset}] {fmt_bytes(c.size_bytes)}")
-    say(f"{tp}: dry run: {len(plan.planned)} segment(s) would be copied")
+        events(WouldCopy(tp, c.base_offset, c.end_offset, c.size_bytes))
+    events(DryRunPlanned(tp, len(plan.planned)))
     return result
