@@ -37,7 +37,13 @@ from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.events import RunEvent
-from tiering_core.events.copy import SegmentLeftUploading, SegmentNotFinished
+from tiering_core.events.copy import (
+    ParallelUploadFinished,
+    SegmentLeftUploading,
+    SegmentNotFinished,
+    SegmentRefused,
+    UploadsPlanned,
+)
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.runs.copy import CopyResult, CopyRun
@@ -183,18 +189,19 @@ class Report:
             return runtime.EXIT_FAILURE
         return runtime.EXIT_GAP if self.gaps else runtime.EXIT_OK
 
-    def summary(self) -> str:
-        line = (
-            f"parallel upload: {len(self.results)} partition(s), {self.segments} segment(s), "
-            f"{runtime.fmt_bytes(self.bytes)} ({self.bytes} bytes) in {self.seconds:.2f} s "
-            f"({runtime.rate(self.bytes, self.seconds)}) on {len(self.workers)} executor worker(s); "
-            f"{len(self.failures)} failure(s); segment checks on the driver {self.check_seconds:.2f} s"
+    def finished(self) -> ParallelUploadFinished:
+        """The run's summary, as the event that tells it."""
+        return ParallelUploadFinished(
+            partitions=len(self.results),
+            segments=self.segments,
+            bytes_copied=self.bytes,
+            seconds=self.seconds,
+            workers=len(self.workers),
+            failures=len(self.failures),
+            check_seconds=self.check_seconds,
+            fenced=len(self.fenced),
+            gaps=len(self.gaps),
         )
-        if self.fenced:
-            line += f", {len(self.fenced)} partition(s) held by another run"
-        if self.gaps:
-            line += f", {len(self.gaps)} tiering gap(s)"
-        return line
 
 
 def _round_robin(partitions: list[PartitionUpload]) -> Iterator[tuple[PartitionUpload, CopyCandidate]]:
@@ -327,7 +334,7 @@ def run_parallel_upload(
     say: Callable[[str], None] = runtime.say,
 ) -> Report:
     """Copy every eligible segment of ``partitions``, uploads spread over Spark executors; ``say``
-    prints the app's lines and the lines of the copy runs' events."""
+    prints the lines of the events the run and its partitions' copy runs emit (``cli/output``)."""
     started = time.monotonic()
     sc = spark.sparkContext
     run = run_id or f"spark-{uuid.uuid4().hex}"
@@ -353,10 +360,7 @@ def run_parallel_upload(
     active = [p for p in uploads if p.run.active]
     total = sum(len(p.waiting) for p in active)
     size = sum(c.segment.size_bytes for p in active for c in p.waiting)
-    say(
-        f"parallel upload: {total} segment(s), {runtime.fmt_bytes(size)} of {len(active)} partition(s) planned; "
-        f"{slots} upload(s) at a time"
-    )
+    tell(UploadsPlanned(total, size, len(active), slots))
 
     def start(partition: PartitionUpload, candidate: CopyCandidate) -> None:
         t0 = time.monotonic()
@@ -367,10 +371,7 @@ def run_parallel_upload(
             partition.stop(None)
             return
         except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
-            say(
-                f"{partition.tp}: segment {candidate.base_offset} not copied ({exc}); "
-                "the segments before it are still committed"
-            )
+            tell(SegmentRefused(partition.tp, candidate.base_offset, str(exc)))
             partition.refuse(candidate, exc)
             return
         finally:
@@ -400,7 +401,7 @@ def run_parallel_upload(
 
     report.results.sort(key=lambda r: (r.topic, r.partition))
     report.seconds = time.monotonic() - started
-    say(report.summary())
+    tell(report.finished())
     return report
 
 

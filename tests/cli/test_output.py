@@ -89,12 +89,15 @@ def test_every_copy_line_reads_as_the_run_always_said_it() -> None:
         DryRunPlanned,
         FencedWhileCopying,
         LeaseExpiredWhileCopying,
+        ParallelUploadFinished,
         PartitionHeld,
         SegmentCopied,
         SegmentFailed,
         SegmentLeftUploading,
         SegmentNotFinished,
+        SegmentRefused,
         SegmentVanished,
+        UploadsPlanned,
         WouldCopy,
     )
 
@@ -136,5 +139,20 @@ def test_every_copy_line_reads_as_the_run_always_said_it() -> None:
         ),
         WouldCopy(tp, 100, 199, 2048): "orders-3: would copy segment 100 [100..199] 2.0 KiB",
         DryRunPlanned(tp, 2): "orders-3: dry run: 2 segment(s) would be copied",
+        UploadsPlanned(
+            4, 2048, 2, 3
+        ): "parallel upload: 4 segment(s), 2.0 KiB of 2 partition(s) planned; 3 upload(s) at a time",
+        SegmentRefused(tp, 5, "CRC mismatch"): (
+            "orders-3: segment 5 not copied (CRC mismatch); the segments before it are still committed"
+        ),
+        ParallelUploadFinished(2, 4, 3 * 1048576, 1.5, 2, 0, 0.25, 1, 1): (
+            "parallel upload: 2 partition(s), 4 segment(s), 3.0 MiB (3145728 bytes) in 1.50 s (2.0 MiB/s) on 2 "
+            "executor worker(s); 0 failure(s); segment checks on the driver 0.25 s, 1 partition(s) held by another "
+            "run, 1 tiering gap(s)"
+        ),
+        ParallelUploadFinished(1, 0, 0, 0.0, 0, 1, 0.0, 0, 0): (
+            "parallel upload: 1 partition(s), 0 segment(s), 0 B (0 bytes) in 0.00 s (0 B/s) on 0 executor worker(s); "
+            "1 failure(s); segment checks on the driver 0.00 s"
+        ),
     }
     assert {event: event_line(event) for event in lines} == lines

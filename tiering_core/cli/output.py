@@ -26,12 +26,15 @@ from tiering_core.events.copy import (
     DryRunPlanned,
     FencedWhileCopying,
     LeaseExpiredWhileCopying,
+    ParallelUploadFinished,
     PartitionHeld,
     SegmentCopied,
     SegmentFailed,
     SegmentLeftUploading,
     SegmentNotFinished,
+    SegmentRefused,
     SegmentVanished,
+    UploadsPlanned,
     WouldCopy,
 )
 from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored
@@ -434,3 +437,35 @@ def _would_copy(event: WouldCopy) -> str:
 @event_line.register
 def _dry_run_planned(event: DryRunPlanned) -> str:
     return f"{event.topic_partition}: dry run: {event.segments} segment(s) would be copied"
+
+
+@event_line.register
+def _uploads_planned(event: UploadsPlanned) -> str:
+    return (
+        f"parallel upload: {event.segments} segment(s), {fmt_bytes(event.size_bytes)} of {event.partitions} "
+        f"partition(s) planned; {event.slots} upload(s) at a time"
+    )
+
+
+@event_line.register
+def _segment_refused(event: SegmentRefused) -> str:
+    return (
+        f"{event.topic_partition}: segment {event.base_offset} not copied ({event.reason}); "
+        "the segments before it are still committed"
+    )
+
+
+@event_line.register
+def _parallel_upload_finished(event: ParallelUploadFinished) -> str:
+    rate = event.bytes_copied / event.seconds if event.seconds > 0 else 0.0
+    line = (
+        f"parallel upload: {event.partitions} partition(s), {event.segments} segment(s), "
+        f"{fmt_bytes(event.bytes_copied)} ({event.bytes_copied} bytes) in {event.seconds:.2f} s "
+        f"({fmt_bytes(rate)}/s) on {event.workers} executor worker(s); {event.failures} failure(s); "
+        f"segment checks on the driver {event.check_seconds:.2f} s"
+    )
+    if event.fenced:
+        line += f", {event.fenced} partition(s) held by another run"
+    if event.gaps:
+        line += f", {event.gaps} tiering gap(s)"
+    return line

@@ -128,3 +128,39 @@ class DryRunPlanned(RunEvent):
 
     topic_partition: TopicPartition
     segments: int
+
+
+@dataclass(frozen=True)
+class UploadsPlanned(RunEvent):
+    """The Spark parallel upload's plan: its partitions' candidates, handed out ``slots`` at a time."""
+
+    segments: int
+    size_bytes: int
+    partitions: int
+    slots: int
+
+
+@dataclass(frozen=True)
+class SegmentRefused(RunEvent):
+    """The driver's check of a segment failed (a CRC failure, a vanished file): it is not handed
+    out, and the partition's segments before it are still committed."""
+
+    topic_partition: TopicPartition
+    base_offset: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ParallelUploadFinished(RunEvent):
+    """The Spark parallel upload's summary. ``check_seconds``: the driver's segment checks (CRC
+    scan) and STARTED writes; ``fenced``: partitions another run held."""
+
+    partitions: int
+    segments: int
+    bytes_copied: int
+    seconds: float
+    workers: int
+    failures: int
+    check_seconds: float
+    fenced: int
+    gaps: int
