@@ -163,7 +163,7 @@ class CopyRun:
         self.result = CopyResult(topic=tp.topic, partition=tp.partition)
         self.held: HeldPartition | None = None
         self._hold = ExitStack()
-        self.plan = CopyPlan(tp)  # the plan read under the lease, once the run holds it
+        self.plan = CopyPlan(tp)  # the run's plan: made before the lease, then read under it (``begin``)
         self.gap: OffsetRange | None = None  # the gap the run recorded: its plan's, or one found later
         self._expired: str | None = None  # why the run fails: its lease expired under it
         self._started = time.monotonic()
@@ -191,7 +191,7 @@ class CopyRun:
         if broker_id is not None:
             check_broker_id(broker_id, ctx.config.broker_ids, tp)
         run = cls(ctx, tp, events, broker_id=broker_id)
-        before = plan_before_lease(ctx, tp, broker_id=broker_id)
+        run.plan = before = plan_before_lease(ctx, tp, broker_id=broker_id)
         if before.skipped_reason is not None:
             run.result.skipped_reason = before.skipped_reason
             if before.replica is None:  # Kafka would not tier the topic
