@@ -219,7 +219,7 @@ def bench_rebuild(root: Path, spark: Any, size_mb: int, segment_mb: int) -> None
     logs = sorted(p for p in log_dir.rglob("*.log") if p.stat().st_size > 0)
     with TieringContext.open(load_config(config)) as ctx:  # the remote tier: the same segments, copied
         for log in ctx.partitions():
-            run_copy(ctx, log.topic_partition, progress=quiet)
+            run_copy(ctx, log.topic_partition)
         tasks = []
         for log in ctx.partitions():
             tip = TopicIdPartition(log.topic_id, log.topic_partition)

@@ -32,9 +32,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
+from tiering_core.cli.output import event_line
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, TieringGapError
+from tiering_core.events import RunEvent
+from tiering_core.events.copy import (
+    ParallelUploadFinished,
+    SegmentLeftUploading,
+    SegmentNotFinished,
+    SegmentRefused,
+    UploadsPlanned,
+)
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.runs.copy import CopyResult, CopyRun
@@ -180,18 +189,19 @@ class Report:
             return runtime.EXIT_FAILURE
         return runtime.EXIT_GAP if self.gaps else runtime.EXIT_OK
 
-    def summary(self) -> str:
-        line = (
-            f"parallel upload: {len(self.results)} partition(s), {self.segments} segment(s), "
-            f"{runtime.fmt_bytes(self.bytes)} ({self.bytes} bytes) in {self.seconds:.2f} s "
-            f"({runtime.rate(self.bytes, self.seconds)}) on {len(self.workers)} executor worker(s); "
-            f"{len(self.failures)} failure(s); segment checks on the driver {self.check_seconds:.2f} s"
+    def finished(self) -> ParallelUploadFinished:
+        """The run's summary, as the event that tells it."""
+        return ParallelUploadFinished(
+            partitions=len(self.results),
+            segments=self.segments,
+            bytes_copied=self.bytes,
+            seconds=self.seconds,
+            workers=len(self.workers),
+            failures=len(self.failures),
+            check_seconds=self.check_seconds,
+            fenced=len(self.fenced),
+            gaps=len(self.gaps),
         )
-        if self.fenced:
-            line += f", {len(self.fenced)} partition(s) held by another run"
-        if self.gaps:
-            line += f", {len(self.gaps)} tiering gap(s)"
-        return line
 
 
 def _round_robin(partitions: list[PartitionUpload]) -> Iterator[tuple[PartitionUpload, CopyCandidate]]:
@@ -250,13 +260,13 @@ def _commit_ready(partition: PartitionUpload, report: Report) -> None:
         if partition.stopped:  # an earlier segment failed, or the run was fenced
             if run.active:
                 run.abandon(item.candidate, item.upload, partition.failure)
-                run.say(f"{run.tp}: segment {base} not finished (an earlier segment failed); cleaned up")
+                run.events(SegmentNotFinished(run.tp, base))
             else:
                 run.fenced_while_copying(item.candidate, item.upload, "the run lost the partition")
             continue
         if outcome is not None and outcome.manifest is not None:
             if not run.commit_finished_segment(
-                item.candidate, item.upload, outcome.manifest, outcome.seconds, f" on {outcome.worker}"
+                item.candidate, item.upload, outcome.manifest, outcome.seconds, worker=outcome.worker
             ):
                 partition.stop(None)
             continue
@@ -297,10 +307,7 @@ def _abort(partitions: list[PartitionUpload], reason: BaseException, running: se
             if item.upload is None or item.future is None:
                 continue
             if id(item.future) in running and not item.future.cancelled():
-                run.say(
-                    f"{run.tp}: segment {item.candidate.base_offset} was uploading when the run was aborted; "
-                    "left for the next run to clean up"
-                )
+                run.events(SegmentLeftUploading(run.tp, item.candidate.base_offset))
                 continue
             try:
                 if run.active:
@@ -326,7 +333,8 @@ def run_parallel_upload(
     uploader: Uploader = upload_on_executor,
     say: Callable[[str], None] = runtime.say,
 ) -> Report:
-    """Copy every eligible segment of ``partitions``, uploads spread over Spark executors."""
+    """Copy every eligible segment of ``partitions``, uploads spread over Spark executors; ``say``
+    prints the lines of the events the run and its partitions' copy runs emit (``cli/output``)."""
     started = time.monotonic()
     sc = spark.sparkContext
     run = run_id or f"spark-{uuid.uuid4().hex}"
@@ -335,11 +343,14 @@ def run_parallel_upload(
     upload_fn = functools.partial(uploader, ctx.config.remote)
     report = Report()
 
+    def tell(event: RunEvent) -> None:
+        say(event_line(event))
+
     uploads: list[PartitionUpload] = []
     try:
         for tp in partitions:
             try:
-                uploads.append(PartitionUpload.of(CopyRun.begin(ctx, tp, run_id=run, progress=say)))
+                uploads.append(PartitionUpload.of(CopyRun.begin(ctx, tp, run_id=run, events=tell)))
             except (TieringError, OSError) as exc:
                 report.failures.append(f"{tp}: {exc}")
     except BaseException:
@@ -349,10 +360,7 @@ def run_parallel_upload(
     active = [p for p in uploads if p.run.active]
     total = sum(len(p.waiting) for p in active)
     size = sum(c.segment.size_bytes for p in active for c in p.waiting)
-    say(
-        f"parallel upload: {total} segment(s), {runtime.fmt_bytes(size)} of {len(active)} partition(s) planned; "
-        f"{slots} upload(s) at a time"
-    )
+    tell(UploadsPlanned(total, size, len(active), slots))
 
     def start(partition: PartitionUpload, candidate: CopyCandidate) -> None:
         t0 = time.monotonic()
@@ -363,10 +371,7 @@ def run_parallel_upload(
             partition.stop(None)
             return
         except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
-            say(
-                f"{partition.tp}: segment {candidate.base_offset} not copied ({exc}); "
-                "the segments before it are still committed"
-            )
+            tell(SegmentRefused(partition.tp, candidate.base_offset, str(exc)))
             partition.refuse(candidate, exc)
             return
         finally:
@@ -396,7 +401,7 @@ def run_parallel_upload(
 
     report.results.sort(key=lambda r: (r.topic, r.partition))
     report.seconds = time.monotonic() - started
-    say(report.summary())
+    tell(report.finished())
     return report
 
 

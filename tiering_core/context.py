@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from tiering_core.live.source import ClusterSource
     from tiering_core.metadata.store import RemoteLogMetadataStore
     from tiering_core.storage.segments import RemoteStorage
-    from tiering_core.tier.view import TierView
 
 
 @dataclass(frozen=True)
@@ -138,12 +137,6 @@ class TieringContext:
         if self.cluster is None:
             return self.config.topic_config(topic)
         return self.config.topic_config(topic, self.cluster.topic_config(topic))
-
-    def tier_view(self, log: PartitionLog) -> TierView:
-        """The partition's tier view, with the cluster's offsets when there is a ``kafka:`` section."""
-        from tiering_core.tier.view import load_tier_view
-
-        return load_tier_view(log, self.metadata, self.live_partition(log))
 
 
 def find_partition(config: PlatformConfig, tp: TopicPartition) -> PartitionLog:

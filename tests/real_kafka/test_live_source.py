@@ -20,6 +20,7 @@ from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.checkpoints import uuid_to_topic_id
 from tiering_core.kafka.partition_log import PartitionLog
+from tiering_core.tier.view import tier_view
 
 Beside = Callable[..., BesideKafka]
 SEGMENT = 16 * 1024
@@ -155,7 +156,7 @@ def test_live_values_win_over_lagging_files_and_the_yaml_topic_entry_wins_over_t
         assert PartitionLog.open(path).segments[0].base_offset == 0  # still there, wholly below the log start
         platform.ok("copy", "--topic", topic)  # copies from the segment holding the log start on
         with TieringContext.open(load_config(platform.config_path)) as ctx:
-            tip = ctx.tier_view(ctx.partitions(topic, 0)[0]).tip
+            tip = tier_view(ctx, ctx.partitions(topic, 0)[0]).tip
             starts = [s.start_offset for s in ctx.metadata.list_segments(tip)]
             assert min(starts) == holding
             assert ctx.metadata.get_delete_records_offset(tip) is None  # the cluster's log start: never one
@@ -238,7 +239,7 @@ def test_the_brokers_own_retention_racing_the_runs_is_never_a_delete_records(
             time.sleep(0.2)
     assert len(starts) >= 2, f"the broker's retention did not move the log start: {starts}"
     with TieringContext.open(load_config(platform.config_path)) as ctx:
-        view = ctx.tier_view(ctx.partitions(topic, 0)[0])
+        view = tier_view(ctx, ctx.partitions(topic, 0)[0])
         assert ctx.metadata.get_delete_records_offset(view.tip) is None
         assert ctx.metadata.delete_records_observations(view.tip) == []
         assert view.global_log_start_offset == view.remote_log_start_offset  # only the platform's own

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until, write_segments
+from tiering_core.cli.output import event_line
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
+from tiering_core.events import RunEvent
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -742,6 +744,9 @@ def test_a_failed_upload_of_a_segment_the_broker_deleted_meanwhile_is_the_vanish
         w.set_high_watermark()
     lines: list[str] = []
 
+    def say(event: RunEvent) -> None:
+        lines.append(event_line(event))
+
     def upload_while_broker_retention_runs(storage, upload):
         meta = upload.metadata
         w = writers[meta.topic_id_partition.partition]
@@ -752,12 +757,12 @@ def test_a_failed_upload_of_a_segment_the_broker_deleted_meanwhile_is_the_vanish
 
     with tiering_env.context() as ctx, pytest.raises(TieringGapError, match=r"5\.\.9") as err:
         # [0..4] copied, then [5..9] goes too
-        run_copy(ctx, writers[0].tp, progress=lines.append, uploader=upload_while_broker_retention_runs)
+        run_copy(ctx, writers[0].tp, events=say, uploader=upload_while_broker_retention_runs)
     assert err.value.result is not None and err.value.result.segments_copied == 1
     assert "orders-0: the broker deleted segment 5 while it was being copied" in lines
     with tiering_env.context() as ctx, pytest.raises(CopyFailedError, match="segment 0 could not be read"):
         # nothing tiered yet: no gap
-        run_copy(ctx, writers[1].tp, progress=lines.append, uploader=upload_while_broker_retention_runs)
+        run_copy(ctx, writers[1].tp, events=say, uploader=upload_while_broker_retention_runs)
     assert not any("cleaned up" in line for line in lines)
     assert finished_ranges(tiering_env, writers[0]) == [(0, 4)] and finished_ranges(tiering_env, writers[1]) == []
     with tiering_env.context() as ctx:
@@ -881,3 +886,53 @@ def test_an_index_is_uploaded_as_its_validated_entries_only(tiering_env: Tiering
         for start, original in ((0, original0), (40, original1)):
             ref = RemoteSegmentRef(tip_of(w), start, by_start[start].segment_id)
             assert ctx.storage.fetch(ref, ObjectKind.OFFSET_INDEX) == original
+
+
+def test_a_run_tells_what_it_does_as_events_in_the_words_it_always_used(fs_env: TieringEnv) -> None:
+    """A dry run, a run, a run with nothing left, a topic Kafka would not tier and a partition
+    another run holds: each tells what it does as events, which read as the lines always did."""
+    import re
+
+    from tiering_core.events.copy import CopyFinished, SegmentCopied
+    from tiering_core.runs.copy import CopyRun
+
+    fs_env.write_config(audit={"remote.storage.enable": False})
+    w = fs_env.writer()
+    write_segments(w, 2)
+    w.append_records(2)
+    w.set_high_watermark(12)
+    audit = fs_env.writer("audit")
+    write_segments(audit, 1)
+    audit.set_high_watermark(5)
+    events: list[RunEvent] = []
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp, dry_run=True, events=events.append)
+        run_copy(ctx, w.tp, events=events.append)
+        run_copy(ctx, w.tp, events=events.append)
+        run_copy(ctx, audit.tp, events=events.append)
+        run_copy(ctx, audit.tp, dry_run=True, events=events.append)
+        holder = CopyRun.begin(ctx, w.tp, run_id="holder")
+        try:
+            run_copy(ctx, w.tp, events=events.append)
+        finally:
+            holder.release()
+    copied = [e for e in events if isinstance(e, SegmentCopied)]
+    assert [(e.base_offset, e.end_offset, e.index, e.total) for e in copied] == [(0, 4, 1, 2), (5, 9, 2, 2)]
+    finished = [e for e in events if isinstance(e, CopyFinished)]
+    assert [(e.segments_copied, e.highest_copied_offset) for e in finished] == [(2, 9), (0, 9)]
+    assert finished[0].bytes_copied == sum(e.size_bytes for e in copied)
+    timed = re.compile(r" in \d+\.\d\d s \(\d+(\.\d+)? [KMG]?i?B/s\)")
+    size = re.compile(r"\] \d+(\.\d+)? [KMG]?i?B")
+    # The lines the run printed before its events were values (the same runs, the same words).
+    assert [size.sub("] <size>", timed.sub(" in <t>", event_line(e))) for e in events] == [
+        "orders-0: would copy segment 0 [0..4] <size>",
+        "orders-0: would copy segment 5 [5..9] <size>",
+        "orders-0: dry run: 2 segment(s) would be copied",
+        "orders-0: copied segment 0 [0..4] <size> in <t> [1/2]",
+        "orders-0: copied segment 5 [5..9] <size> in <t> [2/2]",
+        "orders-0: copied 2 segment(s), 742 B in <t>; highest copied offset 9, copy lag 0 segment(s) / 0 B",
+        "orders-0: copied 0 segment(s), 0 B in <t>; highest copied offset 9, copy lag 0 segment(s) / 0 B",
+        "audit-0: skipped (remote.storage.enable is false)",
+        "audit-0: skipped (remote.storage.enable is false)",
+        "orders-0: another copy run holds the partition; nothing done",
+    ]

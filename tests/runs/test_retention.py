@@ -37,7 +37,7 @@ from tiering_core.runs.retention import (
     time_retention_limit,
 )
 from tiering_core.storage.layout import parse_segment_key
-from tiering_core.tier.view import load_tier_view
+from tiering_core.tier.view import load_tier_view, tier_view
 
 ROOT = Path(__file__).resolve().parents[2]
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -214,7 +214,7 @@ def test_a_replica_log_start_inside_its_segment_deletes_nothing(fs_env: TieringE
     assert (log.segments[0].base_offset, log.log_start_offset_checkpoint) == (5, 7)
     before = snapshot_state(fs_env, tip_of(w))
     with fs_env.context() as ctx:
-        view = ctx.tier_view(log)
+        view = tier_view(ctx, log)
         assert (view.local_log_start_offset, view.global_log_start_offset, view.delete_records_offset) == (7, 0, None)
         assert run_retention(ctx, w.tp, dry_run=True).planned == []
         assert delete_lag(view, ctx.metadata, ctx.topic_config("orders"), int(time.time() * 1000)) == (0, 0)
@@ -283,7 +283,7 @@ def test_delete_records_rows_an_older_version_took_from_a_replica_do_not_count(f
     with fs_env.context() as ctx:
         tip = tip_of(w)
         assert ctx.metadata.get_delete_records_offset(tip) is None
-        assert ctx.tier_view(ctx.partition_log(w.tp)).global_log_start_offset == 0
+        assert tier_view(ctx, ctx.partition_log(w.tp)).global_log_start_offset == 0
         assert run_retention(ctx, w.tp).segments_deleted == 0
         applied = apply_delete_records(ctx, w.tp, 6)  # below the rows of old: recorded all the same
         assert (applied.log_start_offset, applied.sent_to_cluster) == (6, False)

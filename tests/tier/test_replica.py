@@ -19,6 +19,7 @@ import yaml
 
 from tests.engine_support import TieringEnv
 from tests.metadata.test_observations import age
+from tiering_core.cli.output import event_line
 from tiering_core.config import load_config, select_broker
 from tiering_core.context import TieringContext
 from tiering_core.demo.writer import PartitionWriter
@@ -83,7 +84,7 @@ def append(writer: PartitionWriter, count: int, rolls: tuple[int, ...] = ()) -> 
 def copy(cluster: Cluster, broker: int, **kwargs: Any) -> Any:
     lines: list[str] = []
     with cluster.broker(broker) as ctx:
-        result = run_copy(ctx, TP, broker_id=broker, progress=lines.append, **kwargs)
+        result = run_copy(ctx, TP, broker_id=broker, events=lambda e: lines.append(event_line(e)), **kwargs)
     vars(result)["lines"] = lines  # what it said, for the tests to read
     return result
 

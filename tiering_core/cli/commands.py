@@ -133,7 +133,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
             tp = partition_log.topic_partition
             try:
                 results.append(
-                    run_copy(ctx, tp, dry_run=args.dry_run, progress=_progress(args), broker_id=ctx.config.broker_id)
+                    run_copy(ctx, tp, dry_run=args.dry_run, events=_events(args), broker_id=ctx.config.broker_id)
                 )
             except ClusterUnreachableError:
                 raise  # one line for the run, not one per partition

@@ -19,6 +19,24 @@ from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.events import RunEvent
+from tiering_core.events.copy import (
+    CopyFinished,
+    CopyNotPlanned,
+    CopySkipped,
+    DryRunPlanned,
+    FencedWhileCopying,
+    LeaseExpiredWhileCopying,
+    ParallelUploadFinished,
+    PartitionHeld,
+    SegmentCopied,
+    SegmentFailed,
+    SegmentLeftUploading,
+    SegmentNotFinished,
+    SegmentRefused,
+    SegmentVanished,
+    UploadsPlanned,
+    WouldCopy,
+)
 from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored
 from tiering_core.events.rebuild import IndexChecked, IndexStatus, PartitionBusy, RebuildPlanned
 from tiering_core.humanize import fmt_age, fmt_bytes
@@ -403,3 +421,127 @@ def _restored(event: SegmentRestored) -> str:
 def _restoring_from_tier(event: RestoringFromTierAlone) -> str:
     tp = event.topic_partition
     return f"{tp}: not in the broker's log dirs; restoring topic id {event.topic_id} from the remote tier alone"
+
+
+# --- copy (runs.copy and the Spark parallel upload) ------------------------------------------
+
+
+@event_line.register
+def _copy_skipped(event: CopySkipped) -> str:
+    return f"{event.topic_partition}: skipped ({event.reason})"
+
+
+@event_line.register
+def _copy_not_planned(event: CopyNotPlanned) -> str:
+    return f"{event.topic_partition}: skipped: {event.reason}"
+
+
+@event_line.register
+def _partition_held(event: PartitionHeld) -> str:
+    return f"{event.topic_partition}: another copy run holds the partition; nothing done"
+
+
+@event_line.register
+def _segment_copied(event: SegmentCopied) -> str:
+    elapsed = max(event.seconds, 1e-9)
+    if event.index is not None:
+        note = f" [{event.index}/{event.total}]"
+    elif event.worker is not None:
+        note = f" on {event.worker}"
+    else:
+        note = ""
+    return (
+        f"{event.topic_partition}: copied segment {event.base_offset} [{event.base_offset}..{event.end_offset}] "
+        f"{fmt_bytes(event.size_bytes)} in {elapsed:.2f} s ({fmt_bytes(event.size_bytes / elapsed)}/s){note}"
+    )
+
+
+@event_line.register
+def _segment_vanished(event: SegmentVanished) -> str:
+    return f"{event.topic_partition}: the broker deleted segment {event.base_offset} while it was being copied"
+
+
+@event_line.register
+def _segment_failed(event: SegmentFailed) -> str:
+    return f"{event.topic_partition}: segment {event.base_offset} failed ({event.reason}); cleaned up"
+
+
+@event_line.register
+def _segment_not_finished(event: SegmentNotFinished) -> str:
+    return f"{event.topic_partition}: segment {event.base_offset} not finished (an earlier segment failed); cleaned up"
+
+
+@event_line.register
+def _segment_left_uploading(event: SegmentLeftUploading) -> str:
+    return (
+        f"{event.topic_partition}: segment {event.base_offset} was uploading when the run was aborted; "
+        "left for the next run to clean up"
+    )
+
+
+@event_line.register
+def _fenced_while_copying(event: FencedWhileCopying) -> str:
+    return (
+        f"{event.topic_partition}: fenced by a newer run ({event.holder}) while copying segment "
+        f"{event.base_offset}; stopped"
+    )
+
+
+@event_line.register
+def _lease_expired_while_copying(event: LeaseExpiredWhileCopying) -> str:
+    return f"{event.topic_partition}: {event.reason}; stopped"
+
+
+@event_line.register
+def _copy_finished(event: CopyFinished) -> str:
+    rate = event.bytes_copied / event.seconds if event.seconds > 0 else 0.0
+    return (
+        f"{event.topic_partition}: copied {event.segments_copied} segment(s), {fmt_bytes(event.bytes_copied)} "
+        f"in {event.seconds:.2f} s ({fmt_bytes(rate)}/s); highest copied offset {event.highest_copied_offset}, "
+        f"copy lag {event.copy_lag_segments} segment(s) / {fmt_bytes(event.copy_lag_bytes)}"
+    )
+
+
+@event_line.register
+def _would_copy(event: WouldCopy) -> str:
+    return (
+        f"{event.topic_partition}: would copy segment {event.base_offset} [{event.base_offset}..{event.end_offset}] "
+        f"{fmt_bytes(event.size_bytes)}"
+    )
+
+
+@event_line.register
+def _dry_run_planned(event: DryRunPlanned) -> str:
+    return f"{event.topic_partition}: dry run: {event.segments} segment(s) would be copied"
+
+
+@event_line.register
+def _uploads_planned(event: UploadsPlanned) -> str:
+    return (
+        f"parallel upload: {event.segments} segment(s), {fmt_bytes(event.size_bytes)} of {event.partitions} "
+        f"partition(s) planned; {event.slots} upload(s) at a time"
+    )
+
+
+@event_line.register
+def _segment_refused(event: SegmentRefused) -> str:
+    return (
+        f"{event.topic_partition}: segment {event.base_offset} not copied ({event.reason}); "
+        "the segments before it are still committed"
+    )
+
+
+@event_line.register
+def _parallel_upload_finished(event: ParallelUploadFinished) -> str:
+    rate = event.bytes_copied / event.seconds if event.seconds > 0 else 0.0
+    line = (
+        f"parallel upload: {event.partitions} partition(s), {event.segments} segment(s), "
+        f"{fmt_bytes(event.bytes_copied)} ({event.bytes_copied} bytes) in {event.seconds:.2f} s "
+        f"({fmt_bytes(rate)}/s) on {event.workers} executor worker(s); {event.failures} failure(s); "
+        f"segment checks on the driver {event.check_seconds:.2f} s"
+    )
+    if event.fenced:
+        line += f", {event.fenced} partition(s) held by another run"
+    if event.gaps:
+        line += f", {event.gaps} tiering gap(s)"
+    return line

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from tiering_core.cli.output import format_copy_summary, format_status_table, format_verify_summary
+from tiering_core.cli.output import event_line, format_copy_summary, format_status_table, format_verify_summary
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.demo.log_dir import build_demo_log_dir
@@ -166,7 +166,7 @@ def run_demo(
         with TieringContext.open(config) as ctx:
             by_spark = spark and run_spark_upload(config_path, SPARK_TOPIC, say)
             results = [
-                run_copy(ctx, log.topic_partition, progress=say)
+                run_copy(ctx, log.topic_partition, events=lambda event: say(event_line(event)))
                 for log in ctx.partitions()
                 if not (by_spark and log.topic_partition.topic == SPARK_TOPIC)
             ]

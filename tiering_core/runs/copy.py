@@ -11,6 +11,10 @@ e.g. a Spark executor) and the metadata commits, so parallel uploads keep every 
 Every segment copy started, finished (its bytes: segment and indexes) or failed is counted in the
 run's ``Tally`` (reported at once, stored in the partition's counters when the run lets the
 partition go, on the run's broker), with the time of the last copy and the run's task.
+
+What to copy is planned once per run (``runs.copy_plan``). While it works the run tells what it
+does as events (``tiering_core.events.copy``) to the sink its caller gives; how they read is
+``cli/output``'s business, never this module's.
 """
 
 from __future__ import annotations
@@ -23,21 +27,34 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.cli.output import fmt_bytes
 from tiering_core.errors import TieringError, TieringGapError
+from tiering_core.events import EventSink, discard
+from tiering_core.events.copy import (
+    CopyFinished,
+    CopyNotPlanned,
+    CopySkipped,
+    DryRunPlanned,
+    FencedWhileCopying,
+    LeaseExpiredWhileCopying,
+    PartitionHeld,
+    SegmentCopied,
+    SegmentFailed,
+    SegmentVanished,
+    WouldCopy,
+)
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metadata.store import Lease
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
-from tiering_core.runs.copy_plan import PlannedSegment, plan_copy, replica_not_chosen, skip_reason
+from tiering_core.runs.copy_plan import CopyPlan, plan_before_lease, plan_copy, plan_under_lease
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.observation import record_views
-from tiering_core.tier.replica import in_cluster, tiering_gap_on
-from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps
+from tiering_core.tier.replica import tiering_gap_on
+from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -57,7 +74,6 @@ from tiering_core.runs.segment_copy import (
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str], None]
 Uploader = Callable[["RemoteStorage", "SegmentUpload"], "SegmentManifest"]
 
 
@@ -88,14 +104,20 @@ class CopyResult:
 
 
 def begin_copy_run(
-    ctx: TieringContext, tp: TopicPartition, run_id: str, hold: ExitStack, attempt: TaskAttempt | None = None
-) -> tuple[HeldPartition, TierView, int] | None:
+    ctx: TieringContext,
+    before: CopyPlan,
+    run_id: str,
+    hold: ExitStack,
+    attempt: TaskAttempt | None = None,
+    broker_id: int | None = None,
+) -> tuple[HeldPartition, CopyPlan, int] | None:
     """Hold the partition (until ``hold`` closes; ``attempt``: see ``held_partition``), recovery
-    and remote-log-start bookkeeping, then a fresh view.
+    and remote-log-start bookkeeping, then the run's plan from a view read under the lease
+    (``plan_under_lease``); also how many failed copies were cleaned up.
 
     Returns None when another run holds the partition's lease.
     """
-    store = ctx.metadata
+    store, tp = ctx.metadata, before.topic_partition
     partition_log = ctx.partition_log(tp)
     refuse_stale_directory(ctx, partition_log)
     tip = TopicIdPartition(partition_log.topic_id, tp)
@@ -107,7 +129,7 @@ def begin_copy_run(
         return None
     cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
     repair_remote_log_start(store, tip, held.lease)
-    return held, ctx.tier_view(partition_log), cleaned
+    return held, plan_under_lease(ctx, before, tier_view(ctx, partition_log), broker_id=broker_id), cleaned
 
 
 def refuse_stale_directory(ctx: TieringContext, partition_log: PartitionLog) -> None:
@@ -131,17 +153,18 @@ class CopyRun:
     ``finish`` or ``release``; ``active`` asks ``held.holds``.
     """
 
-    def __init__(self, ctx: TieringContext, tp: TopicPartition, say: Progress, *, broker_id: int | None = None) -> None:
+    def __init__(
+        self, ctx: TieringContext, tp: TopicPartition, events: EventSink, *, broker_id: int | None = None
+    ) -> None:
         self.ctx = ctx
         self.tp = tp
-        self.say = say
+        self.events = events
         self.broker_id = broker_id
         self.result = CopyResult(topic=tp.topic, partition=tp.partition)
         self.held: HeldPartition | None = None
         self._hold = ExitStack()
-        self.view: TierView | None = None
-        self.gap: OffsetRange | None = None
-        self.candidates: list[CopyCandidate] = []
+        self.plan = CopyPlan(tp)  # the run's plan: made before the lease, then read under it (``begin``)
+        self.gap: OffsetRange | None = None  # the gap the run recorded: its plan's, or one found later
         self._expired: str | None = None  # why the run fails: its lease expired under it
         self._started = time.monotonic()
         self.tally: Tally | None = None  # the run's counts, from the time it holds the partition
@@ -153,11 +176,12 @@ class CopyRun:
         tp: TopicPartition,
         *,
         run_id: str,
-        progress: Progress | None = None,
+        events: EventSink = discard,
         attempt: TaskAttempt | None = None,
         broker_id: int | None = None,
     ) -> CopyRun:
-        """Skip check, lease, recovery, gap recording and the candidates.
+        """Skip check, lease, recovery, gap recording and the candidates: the run plans once
+        (``runs.copy_plan``), and only the plan read under the lease decides what it uploads.
 
         ``run.active`` is False when the topic is not tiered or another run holds the lease
         (``run.result`` says which); such a run has nothing to upload or release. ``broker_id``:
@@ -166,52 +190,44 @@ class CopyRun:
         """
         if broker_id is not None:
             check_broker_id(broker_id, ctx.config.broker_ids, tp)
-        run = cls(ctx, tp, progress or (lambda line: log.info("%s", line)), broker_id=broker_id)
-        reason = skip_reason(ctx, tp)
-        if reason is not None:
-            run.result.skipped_reason = reason
-            run.say(f"{tp}: skipped ({reason})")
+        run = cls(ctx, tp, events, broker_id=broker_id)
+        run.plan = before = plan_before_lease(ctx, tp, broker_id=broker_id)
+        if before.skipped_reason is not None:
+            run.result.skipped_reason = before.skipped_reason
+            if before.replica is None:  # Kafka would not tier the topic
+                events(CopySkipped(tp, before.skipped_reason))
+            else:  # another broker's replica is the one to copy
+                run.result.highest_copied_offset = before.highest_copied_offset
+                run.result.last_stable_offset = before.last_stable_offset
+                events(CopyNotPlanned(tp, before.skipped_reason))
             return run
-        if broker_id is not None and in_cluster(ctx.config):
-            # This broker's observation first, then the choice among the fresh replicas.
-            seen = ctx.tier_view(ctx.partition_log(tp))
-            record_views(
-                ctx.metadata,
-                broker_id,
-                [(seen, ctx.topic_config(tp.topic), None)],
-                brokers=ctx.config.broker_ids,
-            )
-            not_chosen = replica_not_chosen(ctx, seen, broker_id)
-            if not_chosen is not None:
-                run.result.skipped_reason = not_chosen
-                run.result.highest_copied_offset = seen.highest_copied_offset
-                run.result.last_stable_offset = seen.last_stable_offset
-                run.say(f"{tp}: skipped: {not_chosen}")
-                return run
         try:
-            begun = begin_copy_run(ctx, tp, run_id, run._hold, attempt)
+            begun = begin_copy_run(ctx, before, run_id, run._hold, attempt, broker_id)
             if begun is None:
                 run.result.fenced = True
-                run.say(f"{tp}: another copy run holds the partition; nothing done")
+                events(PartitionHeld(tp))
                 return run
-            run.held, view, run.result.segments_cleaned_up = begun
-            run.view = view
+            run.held, plan, run.result.segments_cleaned_up = begun
+            run.plan = plan
+            view = run._held()[1]
             run.tally = Tally(view.tip, broker_id, attempt)
-            if view.behind_lineage is not None:  # not the leader's log: nothing to copy from here
-                run.result.skipped_reason = view.behind_lineage
-                run.say(f"{tp}: skipped ({view.behind_lineage})")
-            run.gap = tiering_gap_on(ctx.config, ctx.metadata, view, broker_id)
+            if plan.skipped_reason is not None:  # not the leader's log: nothing to copy from here
+                run.result.skipped_reason = plan.skipped_reason
+                events(CopySkipped(tp, plan.skipped_reason))
+            run.gap = plan.gap
             if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
                 run._record_gap(run.gap)
             view.require_lso()
-            run.candidates = view.copy_candidates()
         except BaseException:
             run.release()
             raise
-        run.result.planned = [
-            PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes).to_dict() for c in run.candidates
-        ]
+        run.result.planned = [p.to_dict() for p in plan.planned]
         return run
+
+    @property
+    def candidates(self) -> tuple[CopyCandidate, ...]:
+        """The segments the run uploads, in offset order (its plan's)."""
+        return self.plan.candidates
 
     @property
     def active(self) -> bool:
@@ -239,20 +255,20 @@ class CopyRun:
         if upload is not None:
             abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
         self._held()
-        fresh = self.ctx.tier_view(self.ctx.partition_log(self.tp))
+        fresh = tier_view(self.ctx, self.ctx.partition_log(self.tp))
         gap = tiering_gap_on(self.ctx.config, self.ctx.metadata, fresh, self.broker_id)
         if gap is None:
             raise CopyFailedError(
                 f"{self.tp}: segment {candidate.base_offset} could not be read while copying it: {exc}"
             ) from exc
-        self.say(f"{self.tp}: the broker deleted segment {candidate.base_offset} while it was being copied")
+        self.events(SegmentVanished(self.tp, candidate.base_offset))
         self.gap = gap
         self._record_gap(gap)
 
     def _held(self) -> tuple[Lease, TierView]:
-        if self.held is None or self.view is None:
+        if self.held is None or self.plan.view is None:
             raise TieringError(f"{self.tp}: the copy run does not hold the partition")
-        return self.held.lease, self.view
+        return self.held.lease, self.plan.view
 
     def _lease_if_held(self) -> Lease | None:
         return self.held.lease if self.held is not None and self.held.holds else None
@@ -283,9 +299,18 @@ class CopyRun:
             self.tally.count(spec, value)
 
     def commit_finished_segment(
-        self, candidate: CopyCandidate, upload: SegmentUpload, manifest: SegmentManifest, seconds: float, note: str = ""
+        self,
+        candidate: CopyCandidate,
+        upload: SegmentUpload,
+        manifest: SegmentManifest,
+        seconds: float,
+        *,
+        index: int | None = None,
+        worker: str | None = None,
     ) -> bool:
         """FINISHED with lineage and remote log start (one transaction), then a lease renewal.
+        ``index`` (of the candidates, from 1) or ``worker`` (where it was uploaded) say which copy
+        it was, in the event that tells of it.
 
         False when the lease was lost: the upload is cleaned up and the run stops (``result.fenced``
         when a newer run took the partition; ``finish`` fails the run when the lease merely expired).
@@ -302,13 +327,12 @@ class CopyRun:
         held = self.held
         if held is not None and not held.renew():
             self.fenced_while_copying(candidate, None, held.lost)
-        elapsed = max(seconds, 1e-9)
         size = candidate.segment.size_bytes
         self.result.segments_copied += 1
         self.result.bytes_copied += size
-        self.say(
-            f"{self.tp}: copied segment {candidate.base_offset} [{candidate.base_offset}..{candidate.end_offset}] "
-            f"{fmt_bytes(size)} in {elapsed:.2f} s ({fmt_bytes(size / elapsed)}/s){note}"
+        total = len(self.candidates) if index is not None else None
+        self.events(
+            SegmentCopied(self.tp, candidate.base_offset, candidate.end_offset, size, seconds, index, total, worker)
         )
         return self.active
 
@@ -333,13 +357,13 @@ class CopyRun:
         holder = self.held.newer_holder()
         if holder is not None:
             self.result.fenced = True
-            self.say(f"{self.tp}: fenced by a newer run ({holder}) while copying segment {base_offset}; stopped")
+            self.events(FencedWhileCopying(self.tp, base_offset, holder))
         else:
             self._expired = (
                 f"the partition's lease expired while copying segment {base_offset} "
                 f"(metadata.lease_ms may be too short for this segment, or the run stalled): {self.held.lost}"
             )
-            self.say(f"{self.tp}: {self._expired}; stopped")
+            self.events(LeaseExpiredWhileCopying(self.tp, self._expired))
 
     def abandon(self, candidate: CopyCandidate, upload: SegmentUpload, reason: object) -> CopyFailedError:
         """Clean up a failed or unfinished upload under the lease; returns the error that fails the run."""
@@ -359,7 +383,7 @@ class CopyRun:
             return
         self._count(names.REMOTE_COPY_ERRORS)
         failure = self.abandon(candidate, upload, reason)
-        self.say(f"{self.tp}: segment {candidate.base_offset} failed ({reason}); cleaned up")
+        self.events(SegmentFailed(self.tp, candidate.base_offset, str(reason)))
         if isinstance(reason, BaseException):
             raise failure from reason
         raise failure
@@ -377,10 +401,10 @@ class CopyRun:
         if self.held is not None and self.held.lost is not None:  # lost in the background
             self._lost_while_copying(self.candidates[0].base_offset if self.candidates else -1, self.held.lost)
         self.release()
-        if self.view is None:
+        if self.held is None:
             return self.result
         result, store = self.result, self.ctx.metadata
-        final = self.ctx.tier_view(self.ctx.partition_log(self.tp))
+        final = tier_view(self.ctx, self.ctx.partition_log(self.tp))
         record_views(
             store,
             self.broker_id,
@@ -392,12 +416,16 @@ class CopyRun:
         result.copy_lag_segments, result.copy_lag_bytes = final.copy_lag()
         result.gaps = recorded_gaps(store, final.tip)
         result.seconds = time.monotonic() - self._started
-        rate = result.bytes_copied / result.seconds if result.seconds > 0 else 0.0
-        self.say(
-            f"{self.tp}: copied {result.segments_copied} segment(s), {fmt_bytes(result.bytes_copied)} "
-            f"in {result.seconds:.2f} s ({fmt_bytes(rate)}/s); highest copied offset "
-            f"{result.highest_copied_offset}, copy lag {result.copy_lag_segments} segment(s) / "
-            f"{fmt_bytes(result.copy_lag_bytes)}"
+        self.events(
+            CopyFinished(
+                self.tp,
+                result.segments_copied,
+                result.bytes_copied,
+                result.seconds,
+                result.highest_copied_offset,
+                result.copy_lag_segments,
+                result.copy_lag_bytes,
+            )
         )
         if self._expired is not None:
             raise CopyFailedError(f"{self.tp}: {self._expired}")
@@ -416,7 +444,7 @@ def run_copy(
     *,
     dry_run: bool = False,
     run_id: str | None = None,
-    progress: Progress | None = None,
+    events: EventSink = discard,
     uploader: Uploader | None = None,
     attempt: TaskAttempt | None = None,
     broker_id: int | None = None,
@@ -426,12 +454,11 @@ def run_copy(
     ``attempt`` names a scheduled task's try: a retry takes over its killed previous try's lease.
     ``uploader`` puts a segment's objects (default ``upload_segment``; a test injects faults here).
     ``broker_id``: the broker whose log dirs the run reads; what it saw of the partition at the end
-    is recorded (None: not recorded).
+    is recorded (None: not recorded). ``events`` hears what the run does (default: nobody).
     """
-    say = progress or (lambda line: log.info("%s", line))
     if dry_run:
-        return _dry_run(ctx, tp, say, broker_id)
-    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, progress=say, attempt=attempt, broker_id=broker_id)
+        return _dry_run(ctx, tp, events, broker_id)
+    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, events=events, attempt=attempt, broker_id=broker_id)
     if not run.active:
         return run.result
     try:
@@ -452,9 +479,7 @@ def run_copy(
             if not run.active:
                 run.fenced_while_copying(candidate, upload, run.held.lost if run.held else None)
                 break
-            if not run.commit_finished_segment(
-                candidate, upload, manifest, time.monotonic() - t0, f" [{index}/{len(run.candidates)}]"
-            ):
+            if not run.commit_finished_segment(candidate, upload, manifest, time.monotonic() - t0, index=index):
                 break
     except BaseException:
         run.release()
@@ -462,23 +487,21 @@ def run_copy(
     return run.finish()
 
 
-def _dry_run(ctx: TieringContext, tp: TopicPartition, say: Progress, broker_id: int | None) -> CopyResult:
+def _dry_run(ctx: TieringContext, tp: TopicPartition, events: EventSink, broker_id: int | None) -> CopyResult:
     result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
-    reason = skip_reason(ctx, tp)
-    if reason is not None:
-        result.skipped_reason = reason
-        say(f"{tp}: skipped ({reason})")
-        return result
     plan = plan_copy(ctx, tp, broker_id=broker_id)
     result.skipped_reason = plan.skipped_reason
     result.highest_copied_offset = plan.highest_copied_offset
     result.last_stable_offset = plan.last_stable_offset
-    if plan.skipped_reason is not None:  # not this broker's to copy: nothing planned
-        say(f"{tp}: skipped: {plan.skipped_reason}")
+    if plan.skipped_reason is not None:  # nothing planned
+        if plan.view is None:  # Kafka would not tier the topic: its directory was not read
+            events(CopySkipped(tp, plan.skipped_reason))
+        else:  # not this broker's to copy
+            events(CopyNotPlanned(tp, plan.skipped_reason))
         return result
-    result.planned = [c.to_dict() for c in plan.candidates]
-    result.gaps = [plan.gap] if plan.gap else []
-    for c in plan.candidates:
-        say(f"{tp}: would copy segment {c.base_offset} [{c.base_offset}..{c.end_offset}] {fmt_bytes(c.size_bytes)}")
-    say(f"{tp}: dry run: {len(plan.candidates)} segment(s) would be copied")
+    result.planned = [c.to_dict() for c in plan.planned]
+    result.gaps = [plan.gap.as_list()] if plan.gap else []
+    for c in plan.planned:
+        events(WouldCopy(tp, c.base_offset, c.end_offset, c.size_bytes))
+    events(DryRunPlanned(tp, len(plan.planned)))
     return result

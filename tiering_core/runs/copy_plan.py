@@ -1,4 +1,4 @@
-"""What a copy run would do now, read-only: the planning half of ``runs.copy``.
+"""What a copy run does, decided once: the planning half of ``runs.copy``.
 
 A partition is skipped when Kafka would not tier it (an internal topic, ``remote.storage.enable``
 false, ``remote.log.copy.disable`` true), when its log is behind the recorded lineage or the
@@ -6,6 +6,15 @@ cluster's offsets are unusable, or, on one broker of a cluster, when another bro
 best fresh replica (``tier.replica``). Otherwise the plan lists the closed segments whose next
 base offset is at or below the LSO, and the tiering gap no fresh replica still holds. Planning
 writes nothing but, with a broker id, what that broker saw of each partition (``tier.observation``).
+
+One ``CopyPlan`` holds all of it (the tier view it was read from, the skip reason, the replica
+choice, the gap, the candidates), so nothing downstream asks again. Read-only plans
+(``plan_copies``, ``plan_copy``: the sensor, the hook, the dry run) come from one view each. A run
+that writes plans in two steps around the partition's lease, because only a view read under the
+lease may decide what to upload (another run may have copied in between): ``plan_before_lease``
+decides whether to take the lease at all (the topic is tiered; on one broker of a cluster, this
+broker's replica is the one to copy, from a view read and observed for that alone), and
+``plan_under_lease`` makes the run's one plan from the view read once the lease is held.
 """
 
 from __future__ import annotations
@@ -17,11 +26,12 @@ from typing import TYPE_CHECKING
 from tiering_core.config import not_tiered_reason
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.tier.observation import Observed, record_views
-from tiering_core.tier.replica import choose_replica, in_cluster, tiering_gap_on
+from tiering_core.tier.replica import ReplicaChoice, choose_replica, in_cluster, tiering_gap_on
+from tiering_core.tier.view import tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
-    from tiering_core.tier.view import TierView
+    from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView
 
 
 @dataclass(frozen=True)
@@ -38,14 +48,30 @@ class PlannedSegment:
 
 @dataclass(frozen=True)
 class CopyPlan:
-    """What a copy run would do now (read-only)."""
+    """What a copy of one partition does now (module docstring).
+
+    ``view`` is None when the partition was skipped before its directory was read (Kafka would not
+    tier the topic). ``replica`` is the choice among a cluster's replicas (None on a single broker).
+    """
 
     topic_partition: TopicPartition
-    highest_copied_offset: int
-    last_stable_offset: int | None
-    candidates: tuple[PlannedSegment, ...]
-    gap: list[int] | None
+    view: TierView | None = None
     skipped_reason: str | None = None
+    replica: ReplicaChoice | None = None
+    gap: OffsetRange | None = None
+    candidates: tuple[CopyCandidate, ...] = ()
+
+    @property
+    def highest_copied_offset(self) -> int:
+        return -1 if self.view is None else self.view.highest_copied_offset
+
+    @property
+    def last_stable_offset(self) -> int | None:
+        return None if self.view is None else self.view.last_stable_offset
+
+    @property
+    def planned(self) -> tuple[PlannedSegment, ...]:
+        return tuple(PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in self.candidates)
 
     @property
     def eligible(self) -> bool:
@@ -59,49 +85,85 @@ def skip_reason(ctx: TieringContext, tp: TopicPartition) -> str | None:
 
 
 def plan_copy(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None) -> CopyPlan:
-    """The segments a copy run would upload now; writes nothing but, with ``broker_id``, what this
-    broker saw of the partition (``tier.observation``)."""
-    return plan_copies(ctx, [tp], broker_id=broker_id)[0]
+    """The read-only plan of one partition (the dry run): a topic Kafka would not tier is skipped
+    before its directory is read; otherwise as ``plan_copies``."""
+    reason = skip_reason(ctx, tp)
+    if reason is not None:
+        return CopyPlan(tp, skipped_reason=reason)
+    return _plans(ctx, [tp], [None], broker_id)[0]
 
 
 def plan_copies(ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id: int | None = None) -> list[CopyPlan]:
-    """``plan_copy`` of each partition, their observations recorded in one transaction. On one
-    broker of a cluster, a partition whose best fresh replica is another broker's is skipped
-    (``tier.replica``), and a gap another replica still holds is none."""
-    views: list[TierView] = []
-    observed: list[Observed] = []
-    for tp in tps:
-        view = ctx.tier_view(ctx.partition_log(tp))
-        views.append(view)
-        observed.append((view, ctx.topic_config(tp.topic), None))
-    record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids)
+    """The read-only plans of many partitions, their observations recorded in one transaction
+    (every partition's, a topic Kafka would not tier included). On one broker of a cluster, a
+    partition whose best fresh replica is another broker's is skipped (``tier.replica``), and a
+    gap another replica still holds is none."""
+    return _plans(ctx, tps, [skip_reason(ctx, tp) for tp in tps], broker_id)
+
+
+def _plans(
+    ctx: TieringContext, tps: Sequence[TopicPartition], not_tiered: Sequence[str | None], broker_id: int | None
+) -> list[CopyPlan]:
+    views = _observed_views(ctx, tps, broker_id)
     plans: list[CopyPlan] = []
-    for tp, view in zip(tps, views, strict=True):
-        gap = tiering_gap_on(ctx.config, ctx.metadata, view, broker_id)
+    for tp, view, reason in zip(tps, views, not_tiered, strict=True):
+        skipped = reason or view.behind_lineage or view.live_problem
+        replica = replica_choice(ctx, view, broker_id) if skipped is None else None
         plans.append(
             CopyPlan(
                 topic_partition=tp,
-                highest_copied_offset=view.highest_copied_offset,
-                last_stable_offset=view.last_stable_offset,
-                candidates=tuple(
-                    PlannedSegment(c.base_offset, c.end_offset, c.segment.size_bytes) for c in view.copy_candidates()
-                ),
-                gap=gap.as_list() if gap else None,
-                skipped_reason=skip_reason(ctx, tp)
-                or view.behind_lineage
-                or view.live_problem
-                or replica_not_chosen(ctx, view, broker_id),
+                view=view,
+                skipped_reason=skipped or (replica.skipped_reason if replica is not None else None),
+                replica=replica,
+                gap=tiering_gap_on(ctx.config, ctx.metadata, view, broker_id),
+                candidates=tuple(view.copy_candidates()),
             )
         )
     return plans
 
 
-def replica_not_chosen(ctx: TieringContext, view: TierView, broker_id: int | None) -> str | None:
-    """Why this broker does not copy the partition: another broker holds the best fresh replica
-    (``tier.replica``; its own observation recorded before). None on a single broker."""
+def _observed_views(ctx: TieringContext, tps: Sequence[TopicPartition], broker_id: int | None) -> list[TierView]:
+    """Each partition's view, what this broker saw of them recorded in one transaction."""
+    views = [tier_view(ctx, ctx.partition_log(tp)) for tp in tps]
+    observed: list[Observed] = [(view, ctx.topic_config(view.tip.topic), None) for view in views]
+    record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids)
+    return views
+
+
+def plan_before_lease(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None) -> CopyPlan:
+    """Whether a run takes the partition's lease at all: not when Kafka would not tier the topic
+    (the config alone) nor, on one broker of a cluster, when another broker's replica is the one
+    to copy (this broker's view read and observed first, so its own replica is among the fresh
+    ones). Never what to upload: that plan is read under the lease (``plan_under_lease``)."""
+    reason = skip_reason(ctx, tp)
+    if reason is not None or broker_id is None or not in_cluster(ctx.config):
+        return CopyPlan(tp, skipped_reason=reason)
+    (view,) = _observed_views(ctx, [tp], broker_id)
+    replica = replica_choice(ctx, view, broker_id)
+    return CopyPlan(tp, view, replica.skipped_reason if replica is not None else None, replica)
+
+
+def plan_under_lease(
+    ctx: TieringContext, before: CopyPlan, view: TierView, *, broker_id: int | None = None
+) -> CopyPlan:
+    """A run's one plan, from ``view`` read while it holds the partition's lease: what it uploads
+    (nothing when the broker's log is behind the recorded lineage: then it is skipped) and the
+    gap it records; ``before``'s replica choice is kept, not made again."""
+    return CopyPlan(
+        topic_partition=before.topic_partition,
+        view=view,
+        skipped_reason=view.behind_lineage,
+        replica=before.replica,
+        gap=tiering_gap_on(ctx.config, ctx.metadata, view, broker_id),
+        candidates=tuple(view.copy_candidates()),
+    )
+
+
+def replica_choice(ctx: TieringContext, view: TierView, broker_id: int | None) -> ReplicaChoice | None:
+    """Which broker's replica copies the partition (``tier.replica``; this broker's own observation
+    recorded before); None on a single broker, where there is no choice to make."""
     if broker_id is None or not in_cluster(ctx.config):
         return None
     copied, deleted = view.highest_copied_offset, view.global_log_start_offset
     resume = max(copied + 1, deleted or 0) if copied >= 0 else None
-    choice = choose_replica(ctx.metadata, view.tip, broker_id, ctx.config.observation_staleness_ms, resume=resume)
-    return choice.skipped_reason
+    return choose_replica(ctx.metadata, view.tip, broker_id, ctx.config.observation_staleness_ms, resume=resume)

@@ -31,7 +31,7 @@ from tiering_core.metadata.errors import LeaseHeldError
 from tiering_core.runs.errors import DeleteRecordsRefusedError
 from tiering_core.runs.lease import held_partition
 from tiering_core.runs.retention import removed_reason
-from tiering_core.tier.view import TierView, global_log_start
+from tiering_core.tier.view import TierView, global_log_start, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -86,7 +86,7 @@ def check_delete_records(ctx: TieringContext, tp: TopicPartition, before_offset:
         partition_log = ctx.partition_log(tp)
     except TieringError as exc:  # this broker holds no such partition: no retry finds it
         raise DeleteRecordsRefusedError(f"{exc}; nothing applied") from exc
-    view = ctx.tier_view(partition_log)
+    view = tier_view(ctx, partition_log)
     record = store.get_partition(view.tip)
     if record is None:
         raise DeleteRecordsRefusedError(

@@ -38,7 +38,7 @@ from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import delete_remote_segment
 from tiering_core.tier.observation import Figures, record_views, reporting_gauges
-from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage
+from tiering_core.tier.view import TierView, finished_in_lineage, is_in_lineage, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -353,7 +353,7 @@ def run_retention(
     topic = ctx.topic_config(tp.topic)
     store = ctx.metadata
     partition_log = ctx.partition_log(tp)
-    view = ctx.tier_view(partition_log)
+    view = tier_view(ctx, partition_log)
     lag: tuple[int, int] | None = None
     try:
         result = _run_retention(ctx, tp, view, partition_log, topic, now, dry_run, run_id, attempt, broker_id)
@@ -452,7 +452,7 @@ def _apply_retention(
 ) -> TierView:
     """Plan and delete while holding the partition; the view the plan was made from."""
     store, storage, tp = ctx.metadata, ctx.storage, partition_log.topic_partition
-    view = ctx.tier_view(partition_log)
+    view = tier_view(ctx, partition_log)
     plan = plan_retention(view, store, topic, now, copy_in_progress=False)
     _report_plan(result, plan, view.remote_log_start_offset)
     if plan.new_log_start_offset is not None:

@@ -22,6 +22,7 @@ from tiering_core.tier.view import (
     merge_offset_ranges,
     recorded_gaps,
     remote_only_offsets,
+    tier_view,
 )
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def _partition_status(
     store = ctx.metadata
     tp = partition_log.topic_partition
     try:
-        view = ctx.tier_view(partition_log)
+        view = tier_view(ctx, partition_log)
     except ClusterUnreachableError:
         raise  # never the files instead, never a row per partition saying so
     except TieringError as exc:

@@ -32,6 +32,7 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 
 if TYPE_CHECKING:
     from tiering_core.config import TopicConfig
+    from tiering_core.context import TieringContext
     from tiering_core.live.partition import LivePartition
     from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
 
@@ -371,6 +372,12 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
         live_problem=live_problem,
         live_log_start_offset=live_start,
     )
+
+
+def tier_view(ctx: TieringContext, log: PartitionLog) -> TierView:
+    """The partition's tier view as a run of ``ctx`` sees it: with the cluster's offsets when the
+    context has a ``kafka:`` section (``load_tier_view``)."""
+    return load_tier_view(log, ctx.metadata, ctx.live_partition(log))
 
 
 def is_in_lineage(view: TierView, segment: RemoteLogSegmentMetadata) -> bool:

@@ -105,6 +105,7 @@ class TieringCopyOperator(TieringPartitionOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from tiering_core.cli.output import event_line
         from tiering_core.errors import TieringGapError
         from tiering_core.runs.copy import CopyResult, run_copy
 
@@ -118,7 +119,7 @@ class TieringCopyOperator(TieringPartitionOperator):
                     tp,
                     dry_run=self.is_plan_only(),
                     run_id=context["run_id"],
-                    progress=self.log.info,
+                    events=lambda event: self.log.info("%s", event_line(event)),
                     attempt=task_attempt(context),
                     broker_id=observing_broker(config),
                 )

@@ -1,10 +1,10 @@
 """``EligibleSegmentTrigger``: waits in the triggerer until a topic has a segment eligible for copy.
 
-Each poll runs ``plan_copy`` (file reads and metadata queries) on a thread, so the triggerer's
-event loop never blocks and the waiting task holds no worker slot. A poll has a time limit: a log
-dir that hangs (an unresponsive network mount) or a metadata store that stops answering ends the
-wait with an error event, which fails the task to be retried, instead of holding the trigger
-forever.
+Each poll runs the copy plans (``plan_copies``: file reads and metadata queries) on a thread, so
+the triggerer's event loop never blocks and the waiting task holds no worker slot. A poll has a
+time limit: a log dir that hangs (an unresponsive network mount) or a metadata store that stops
+answering ends the wait with an error event, which fails the task to be retried, instead of
+holding the trigger forever.
 """
 
 from __future__ import annotations
