@@ -28,16 +28,16 @@ from tiering_core.metadata.errors import TopicIdConflictError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import CopyResult, run_copy
 from tiering_core.runs.delete_records import apply_delete_records
-from tiering_core.runs.retention import (
+from tiering_core.runs.retention import run_retention
+from tiering_core.storage.layout import parse_segment_key
+from tiering_core.tier.retention_plan import (
     REASON_COPY_LEFTOVER,
     REASON_DANGLING,
     delete_lag,
     plan_retention,
     retention_size_total,
-    run_retention,
     time_retention_limit,
 )
-from tiering_core.storage.layout import parse_segment_key
 from tiering_core.tier.view import load_tier_view
 
 ROOT = Path(__file__).resolve().parents[2]

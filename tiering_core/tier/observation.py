@@ -39,7 +39,7 @@ Observed = tuple["TierView", "TopicConfig", "LocalRetentionRisk | None"]
 @dataclass(frozen=True)
 class Figures:
     """What a run already computed of a partition beyond its view, as (segments, bytes): the delete
-    lag (``runs.retention.delete_lag``) and the remote size; None where it computed none."""
+    lag (``tier.retention_plan.delete_lag``) and the remote size; None where it computed none."""
 
     delete_lag: tuple[int, int] | None = None
     remote: tuple[int, int] | None = None
