@@ -8,7 +8,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tiering_core.config import RemoteConfig
+from tiering_core.storage.config import RemoteConfig
 from tiering_core.errors import ConfigError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.storage.factory import create_remote_storage
