@@ -35,7 +35,8 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.errors import DeletionUnprovenError, RemovalRefusedError
-from tiering_core.runs.removal import RemovalTargets, delete_partition, lift_tombstone, removal_targets
+from tiering_core.runs.removal import delete_partition, lift_tombstone, removal_targets
+from tiering_core.runs.removal_targets import RemovalTargets
 from tiering_core.runs.retention import run_retention
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 
