@@ -432,10 +432,3 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(
         Path(args.dir), say=_progress(args), backend=args.backend, as_json=args.json, spark=not args.no_spark
     )
-
-
-# --- parser ---------------------------------------------------------------------------------
-
-
-def _one_line(exc: BaseException) -> str:
-    return one_line(exc) or type(exc).__name__
