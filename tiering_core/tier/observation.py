@@ -20,10 +20,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tiering_core.metadata.values import ReplicaObservation
+from tiering_core.metadata.values import NO_BROKER, ReplicaObservation
 from tiering_core.metrics import names
 from tiering_core.metrics.sink import NullSink, current_sink, emit
-from tiering_core.metrics.snapshot import NO_BROKER
 
 if TYPE_CHECKING:
     from tiering_core.config import TopicConfig
