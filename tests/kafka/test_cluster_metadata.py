@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import CODEC_GZIP, iter_batch_headers
 from tiering_core.kafka.checkpoints import new_topic_id
@@ -23,6 +22,7 @@ from tiering_core.kafka.cluster_metadata import (
     read_cluster_metadata,
 )
 from tiering_core.kafka.files import NotARegularFileError
+from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.metadata_records import (
     MAX_METADATA_BATCH_BYTES,
     NO_LEADER,

@@ -15,7 +15,7 @@ import pytest
 from tests.cli.test_commands import run
 from tests.conftest import S3Endpoint
 from tests.engine_support import TieringEnv, select_count, tip_of, traced_statements, write_segments
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore, TaskAttempt
 from tiering_core.metadata.values import NO_BROKER, PartitionCounters

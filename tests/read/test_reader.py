@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.records import Record, iter_records
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.index_cache import RemoteIndexCache, cache_directory

@@ -28,9 +28,9 @@ from tests.runs.test_retention import (
     snapshot_state,
     twin_of,
 )
-from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
-from tiering_core.demo.writer import PartitionWriter, write_meta_properties
 from tiering_core.errors import TieringError
+from tiering_core.kafka.log_writer import PartitionWriter, write_meta_properties
+from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
 from tiering_core.runs.copy import run_copy
