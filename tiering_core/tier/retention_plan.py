@@ -7,8 +7,8 @@ from the start), or a replica's log start moving inside a segment, never makes a
 only the recorded global log start (moved by retention itself, or by a DeleteRecords applied
 through the platform) does. A COPY_SEGMENT_STARTED segment stops the walk where a copy may be
 running (Kafka stops at a segment being copied); a run holding the partition's lease plans it as
-a killed copy's leftover instead. Status rows, the observations and the retention run all read
-the plan and the delete lag here.
+a killed copy's leftover instead. Status rows and the retention run read the plan and the
+delete lag here.
 """
 
 from __future__ import annotations
