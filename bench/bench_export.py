@@ -47,11 +47,11 @@ from spark_apps import runtime  # noqa: E402
 from spark_apps.export_table import run_export  # noqa: E402
 from tiering_core.config import load_config  # noqa: E402
 from tiering_core.context import TieringContext  # noqa: E402
-from tiering_core.demo.writer import PartitionWriter  # noqa: E402
 from tiering_core.export import run_export as tiering_export  # noqa: E402
 from tiering_core.kafka.arrow import read_segment  # noqa: E402
 from tiering_core.kafka.compression import CODEC_NONE  # noqa: E402
 from tiering_core.kafka.isolation import IsolationLevel  # noqa: E402
+from tiering_core.kafka.log_writer import PartitionWriter  # noqa: E402
 from tiering_core.kafka.records import RecordSpec  # noqa: E402
 from tiering_core.kafka.topic import TopicPartition  # noqa: E402
 from tiering_core.runs.copy import run_copy  # noqa: E402

@@ -31,9 +31,9 @@ from pathlib import Path
 import crc32c as raw_crc
 from kafka.record import MemoryRecords
 
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.batch import CODEC_NONE, iter_batch_headers, verify_log_crc
 from tiering_core.kafka.index_rebuild import rebuild_indexes
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.records import RecordSpec, encode_batch, iter_records
 from tiering_core.kafka.topic import TopicPartition
 

@@ -48,7 +48,7 @@ from tiering_core.metadata.counters import COUNTERS  # noqa: E402
 from tiering_core.metadata.models import GapRow, PartitionRow, SegmentRow, registered_partition  # noqa: E402
 from tiering_core.metadata.states import RemoteLogSegmentState  # noqa: E402
 from tiering_core.metadata.store import RemoteLogMetadataStore  # noqa: E402
-from tiering_core.metrics.snapshot import NO_BROKER  # noqa: E402
+from tiering_core.metadata.values import NO_BROKER  # noqa: E402
 
 TARGET_MS = 300.0
 PER_TOPIC = 100

@@ -42,13 +42,13 @@ from spark_apps.rebuild_indexes import run_rebuild  # noqa: E402
 from tiering_core.cli.output import format_index_check  # noqa: E402
 from tiering_core.config import load_config  # noqa: E402
 from tiering_core.context import TieringContext  # noqa: E402
-from tiering_core.demo.writer import PartitionWriter  # noqa: E402
 from tiering_core.kafka.checkpoints import (  # noqa: E402
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     update_offset_checkpoint,
 )
 from tiering_core.kafka.index_rebuild import rebuild_indexes  # noqa: E402
+from tiering_core.kafka.log_writer import PartitionWriter  # noqa: E402
 from tiering_core.kafka.records import RecordSpec  # noqa: E402
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition  # noqa: E402
 from tiering_core.runs.copy import run_copy  # noqa: E402

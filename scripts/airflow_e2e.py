@@ -181,7 +181,7 @@ class Api:
 def write_config(work: Path) -> Path:
     import yaml
 
-    from tiering_core.demo.log_dir import build_demo_log_dir
+    from tiering_core.kafka.demo_log_dir import build_demo_log_dir
 
     build_demo_log_dir(work / "kafka-logs")
     config = work / "tiering.yaml"
@@ -201,8 +201,8 @@ def write_config(work: Path) -> Path:
 
 def add_partition_with_a_closed_segment(log_dir: Path, topic: str, partition: int) -> None:
     """The broker gains a partition of ``topic`` (same topic id) whose first segment is closed."""
-    from tiering_core.demo.writer import PartitionWriter
     from tiering_core.kafka.checkpoints import PARTITION_METADATA, read_partition_metadata
+    from tiering_core.kafka.log_writer import PartitionWriter
     from tiering_core.kafka.topic import TopicPartition
 
     topic_id = read_partition_metadata(log_dir / f"{topic}-0" / PARTITION_METADATA)
@@ -604,7 +604,7 @@ def screenshot(api: Api, labels: list[str], artifacts: Path, topics: list[str] |
 
 
 def airflow_env(work: Path, port: int, endpoint: str, config: Path) -> dict[str, str]:
-    from tiering_core.demo.writer import DEMO_NODE_ID
+    from tiering_core.kafka.log_writer import DEMO_NODE_ID
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("AIRFLOW")}
     venv_bin = str(Path(sys.executable).parent)
@@ -641,7 +641,7 @@ def airflow_env(work: Path, port: int, endpoint: str, config: Path) -> dict[str,
 def run(work: Path, artifacts: Path, timeout: float) -> None:
     import boto3
 
-    from tiering_core.demo.run import local_s3_endpoint
+    from tiering_core.cli.demo import local_s3_endpoint
 
     airflow = str(Path(sys.executable).parent / "airflow")
     config = write_config(work)

@@ -16,8 +16,8 @@ import yaml
 
 from tiering_core.config import PlatformConfig, load_config
 from tiering_core.context import TieringContext
-from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
+from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.metadata.store import RemoteLogMetadataStore

@@ -140,7 +140,7 @@ def server_account() -> Account:
             text=True,
         )
         if proc.returncode not in (0, 9):  # 9: created meanwhile by a concurrent run
-            raise ServiceUnavailable(f"useradd {TEST_ACCOUNT} failed: {_last_line(proc.stderr)}") from None
+            raise ServiceUnavailable(f"useradd {TEST_ACCOUNT} failed: {last_line(proc.stderr)}") from None
         entry = pwd.getpwnam(TEST_ACCOUNT)
     return Account(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
@@ -157,7 +157,7 @@ def _die_with_parent(sig: signal.Signals) -> Callable[[], None]:
     return arm
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
 
@@ -229,15 +229,15 @@ class ServerProcess:
 
     def stop(self) -> None:
         """Stop the server's whole process group: its signal, then SIGKILL after the timeout."""
-        _stop_group(self.proc.pid, self.stop_signal)
+        stop_group(self.proc.pid, self.stop_signal)
         try:
             self.proc.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
-            _stop_group(self.proc.pid, signal.SIGKILL)
+            stop_group(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=STOP_TIMEOUT)
 
 
-def _stop_group(pgid: int, sig: signal.Signals) -> None:
+def stop_group(pgid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:
@@ -434,7 +434,7 @@ def private_postgres(
             **account.run_args(),
         )
         if initdb.returncode != 0:
-            raise ServiceUnavailable(f"initdb failed: {_last_line(initdb.stderr or initdb.stdout)}")
+            raise ServiceUnavailable(f"initdb failed: {last_line(initdb.stderr or initdb.stdout)}")
         port = free_port()
         log = data / "server.log"
         log.touch()

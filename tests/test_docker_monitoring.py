@@ -12,10 +12,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.metrics.test_exposition import sample_snapshot
+from tests.monitoring.test_exposition import sample_snapshot
 from tiering_core.config import parse_config
 from tiering_core.metrics import names
-from tiering_core.metrics.exposition import render
+from tiering_core.monitoring.exposition import render
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"

@@ -13,7 +13,7 @@ import yaml
 from tests.cli.test_commands import run
 from tests.engine_support import write_segments
 from tiering_core.cli.commands import reads_log_dirs
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
 
 

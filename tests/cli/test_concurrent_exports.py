@@ -27,8 +27,8 @@ from tests.export.support import (
     with_export,
     with_lease_ms,
 )
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.isolation import IsolationLevel
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.read.reader import open_reader
 from tiering_core.runs.copy import run_copy
 

@@ -18,8 +18,8 @@ from tiering_core.config import (
     select_broker,
 )
 from tiering_core.context import select_partitions
-from tiering_core.demo.writer import write_meta_properties
 from tiering_core.errors import ConfigError, TieringError
+from tiering_core.kafka.log_writer import write_meta_properties
 
 
 def cluster_doc(tmp_path: Path, brokers: dict[Any, Any] | None = None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import yaml
 from tests.airflow_support import AIRFLOW_BIN, ROOT, airflow_env, task_runs
 from tests.dags.conftest import SECRET
 from tests.engine_support import TieringEnv, kafka_deletes_topic, tip_of, write_segments
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 
 DAGS = ROOT / "dags"

@@ -30,7 +30,7 @@ from tests.services import PostgresServer, RedisServer, S3Endpoint
 from tests.tier.test_replica import append
 from tiering_core.config import load_config, select_broker
 from tiering_core.context import AwsCredentials, TieringContext
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.read.reader import open_reader
 from tiering_core.runs.copy_plan import plan_copies

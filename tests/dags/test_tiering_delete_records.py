@@ -10,7 +10,7 @@ import pytest
 
 from tests.airflow_support import ROOT, task_runs
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.retention import run_retention

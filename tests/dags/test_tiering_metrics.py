@@ -26,10 +26,10 @@ from tests.metrics_support import OtlpReceiver, StatsdListener
 from tests.services import S3Endpoint
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.metrics.collect import collect_metrics
-from tiering_core.metrics.snapshot import PartitionCounters
+from tiering_core.metadata.values import PartitionCounters
+from tiering_core.monitoring.collect import collect_metrics
 from tiering_core.storage.layout import ObjectKind, partition_prefix
 
 DAG_ID = "tiering_copy__orders"

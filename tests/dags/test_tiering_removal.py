@@ -11,7 +11,7 @@ import pytest
 
 from tests.airflow_support import ROOT, task_runs
 from tests.engine_support import TieringEnv, kafka_deletes_topic, tip_of, write_segments
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy

@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 
 from tests.engine_support import TieringEnv
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
+from tiering_core.kafka.log_writer import PartitionWriter
 
 CODECS = (CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD)
 

@@ -19,10 +19,10 @@ from pyiceberg.types import StringType
 from tests.engine_support import TieringEnv
 from tests.export.support import offsets_by_partition, sqlite_catalog, table_of, with_export
 from tiering_core.cli import main
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import ExportError
 from tiering_core.export import dry_run, exported_ranges, load_catalog, run_export, table_name
 from tiering_core.export.table import EXPORTED_PROPERTY
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.metadata.store import RemoteLogMetadataStore
 from tiering_core.runs.copy import run_copy

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
 
 

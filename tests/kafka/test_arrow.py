@@ -14,12 +14,12 @@ import pytest
 from kafka.record import MemoryRecords
 
 from tests.engine_support import TieringEnv
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.arrow import SCHEMA, GroupBounds, decode_batches, read_segment
 from tiering_core.kafka.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, CRC_START, HEADER_SIZE
 from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.isolation import IsolationLevel
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.records import RecordSpec, decode_batch, encode_batch, iter_batches
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.read.reader import open_reader

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.kafka.test_metadata_records import uvarint
-from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import CODEC_GZIP, iter_batch_headers
 from tiering_core.kafka.checkpoints import new_topic_id
@@ -25,6 +24,7 @@ from tiering_core.kafka.cluster_metadata import (
     read_cluster_metadata,
 )
 from tiering_core.kafka.files import NotARegularFileError
+from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.metadata_records import (
     MAX_METADATA_BATCH_BYTES,
     NO_LEADER,

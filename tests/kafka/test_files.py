@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.memory import run_measured
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.files import CHECKPOINT_READ_LIMIT, read_regular
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
 from tiering_core.kafka.topic import TopicPartition
 

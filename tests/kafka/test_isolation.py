@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.index import AbortedTxn
 from tiering_core.kafka.isolation import AbortedTransactions, IsolationLevel, local_aborted_txns
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
 
 

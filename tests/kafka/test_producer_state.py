@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.producer_state import ProducerStateTracker
 from tiering_core.kafka.snapshot import encode_producer_snapshot, read_producer_snapshot, snapshot_file_name

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import write_segments
-from tiering_core.demo.writer import DEMO_NODE_ID, PartitionWriter
 from tiering_core.kafka.checkpoints import new_topic_id
+from tiering_core.kafka.log_writer import DEMO_NODE_ID, PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.live.partition import (

@@ -11,7 +11,7 @@ import pytest
 from tests.metadata.support import tip
 from tiering_core.metadata.counters import ReplicaCounters
 from tiering_core.metadata.store import RemoteLogMetadataStore, TaskAttempt
-from tiering_core.metrics.snapshot import NO_BROKER, PartitionCounters
+from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 
 A = tip("AAAAAAAAAAAAAAAAAAAAAA", "orders", 0)
 B = tip("BBBBBBBBBBBBBBBBBBBBBB", "payments", 3)

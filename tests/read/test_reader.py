@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.records import Record, iter_records
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.reader import OffsetOutOfRangeError, open_reader

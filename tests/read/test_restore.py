@@ -16,7 +16,6 @@ from kafka.record import MemoryRecords
 from tests.engine_support import TieringEnv, tip_of
 from tiering_core.cli import main
 from tiering_core.cli.output import event_line
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.events import RunEvent
 from tiering_core.kafka.checkpoints import (
@@ -26,6 +25,7 @@ from tiering_core.kafka.checkpoints import (
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
 )
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState

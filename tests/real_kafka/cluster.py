@@ -40,11 +40,11 @@ from tests.services import (
     ServerProcess,
     ServiceUnavailable,
     StartedService,
-    _last_line,
-    _stop_group,
     current_account,
     free_port,
+    last_line,
     port_answers,
+    stop_group,
 )
 
 POM = Path(__file__).with_name("pom.xml")
@@ -157,9 +157,7 @@ def fetch_jars(pom: Path = POM, *, environ: Mapping[str, str] | None = None) -> 
                 timeout=FETCH_TIMEOUT,
             )
             if proc.returncode != 0:
-                raise ServiceUnavailable(
-                    f"mvn could not fetch Kafka {version}: {_last_line(proc.stdout + proc.stderr)}"
-                )
+                raise ServiceUnavailable(f"mvn could not fetch Kafka {version}: {last_line(proc.stdout + proc.stderr)}")
             if not any(staging.glob(f"kafka_2.13-{version}.jar")):
                 raise ServiceUnavailable(f"mvn fetched no kafka_2.13-{version}.jar into {staging}")
             if libs.exists():
@@ -283,7 +281,7 @@ class KafkaCluster:
             return
         self._close_admins()
         if kill:
-            _stop_group(node.process.proc.pid, signal.SIGKILL)
+            stop_group(node.process.proc.pid, signal.SIGKILL)
             node.process.proc.wait(timeout=30)
         else:
             node.process.stop()
@@ -294,7 +292,7 @@ class KafkaCluster:
         self._close_admins()
         for node in self.nodes.values():
             if node.process is not None:
-                _stop_group(node.process.proc.pid, signal.SIGKILL)
+                stop_group(node.process.proc.pid, signal.SIGKILL)
                 with suppress(subprocess.TimeoutExpired):
                     node.process.proc.wait(timeout=30)
                 node.process = None
@@ -496,8 +494,8 @@ def _random_cluster_id(dist: KafkaDistribution, work: Path) -> str:
         dist.java("kafka.tools.StorageTool", "random-uuid"), capture_output=True, text=True, cwd=work, timeout=120
     )
     if proc.returncode != 0:
-        raise ServiceUnavailable(f"kafka-storage random-uuid failed: {_last_line(proc.stdout + proc.stderr)}")
-    return _last_line(proc.stdout)
+        raise ServiceUnavailable(f"kafka-storage random-uuid failed: {last_line(proc.stdout + proc.stderr)}")
+    return last_line(proc.stdout)
 
 
 def _format_storage(dist: KafkaDistribution, cluster_id: str, properties: Path, log: Path) -> None:
@@ -509,7 +507,7 @@ def _format_storage(dist: KafkaDistribution, cluster_id: str, properties: Path, 
     )
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        raise ServiceUnavailable(f"kafka-storage format failed: {_last_line(proc.stdout + proc.stderr)}")
+        raise ServiceUnavailable(f"kafka-storage format failed: {last_line(proc.stdout + proc.stderr)}")
 
 
 LOCAL_TOPIC = "events"

@@ -1,6 +1,6 @@
 """What a real broker writes, against what our writer writes and what our reader accepts.
 
-The writer (tiering_core/demo/writer.py) makes every partition directory the other tests read.
+The writer (tiering_core/kafka/log_writer.py) makes every partition directory the other tests read.
 Here it replays a real broker's batches (same records, producer ids, epochs, transactions and
 markers, same segment and index settings) and must produce the same directory byte for byte:
 ``.log``, ``.index``, ``.timeindex`` (trimmed on roll, pre-allocated while active), ``.txnindex``,
@@ -22,8 +22,8 @@ from kafka.protocol.consumer.offsets import IsolationLevel
 
 from tests.real_kafka.cluster import BROKER_SETTINGS, KafkaCluster
 from tests.real_kafka.support import BesideKafka
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
 from tiering_core.kafka.records import ControlRecordType, RecordSpec, iter_batches
 

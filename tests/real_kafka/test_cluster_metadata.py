@@ -20,7 +20,6 @@ from kafka import TopicPartition as KafkaTP
 
 from tests.real_kafka.cluster import KafkaCluster, KafkaDistribution
 from tests.real_kafka.conftest import PrivateKafka
-from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
 from tiering_core.kafka.checkpoints import uuid_to_topic_id
 from tiering_core.kafka.cluster_metadata import (
     CLUSTER_METADATA_DIR,
@@ -29,6 +28,7 @@ from tiering_core.kafka.cluster_metadata import (
     latest_snapshot,
     read_cluster_metadata,
 )
+from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.metadata_records import (
     NO_LEADER_CHANGE,
     MetadataRecord,

@@ -14,8 +14,8 @@ import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.context import TieringContext
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import ConfigError, TieringError
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.orphans import INCOMPLETE_UPLOAD, OBJECT, TEMP_FILE, OrphanObject, find_orphans

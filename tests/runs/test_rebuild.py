@@ -8,8 +8,8 @@ import pytest
 
 from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until
 from tiering_core.cli.output import format_index_check
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.index import parse_txn_index
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rebuild import IndexStatus, rebuild_partition_indexes

@@ -26,13 +26,14 @@ from tests.runs.test_retention import (
     snapshot_state,
     twin_of,
 )
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.errors import DeletionUnprovenError, RemovalRefusedError
-from tiering_core.runs.removal import RemovalTargets, delete_partition, lift_tombstone, removal_targets
+from tiering_core.runs.removal import delete_partition, lift_tombstone, removal_targets
+from tiering_core.runs.removal_targets import RemovalTargets
 from tiering_core.runs.retention import run_retention
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 

@@ -15,8 +15,8 @@ import yaml
 from tests.engine_support import TieringEnv, kafka_creates_topic, kafka_deletes_topic, tip_of
 from tests.runs.test_removal import FINISHED, tiered_partition
 from tests.runs.test_retention import snapshot_state
-from tiering_core.demo.cluster_metadata import ClusterMetadataWriter
-from tiering_core.demo.writer import PartitionWriter, write_meta_properties
+from tiering_core.kafka.log_writer import PartitionWriter, write_meta_properties
+from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.errors import DeletionUnprovenError, RemovalRefusedError
 from tiering_core.runs.removal import delete_partition

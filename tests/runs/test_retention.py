@@ -20,23 +20,23 @@ from typing import Any
 import pytest
 
 from tests.engine_support import TieringEnv, expire_lease, tip_of, write_segments
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import TopicIdConflictError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import CopyResult, run_copy
 from tiering_core.runs.delete_records import apply_delete_records
-from tiering_core.runs.retention import (
+from tiering_core.runs.retention import run_retention
+from tiering_core.storage.layout import parse_segment_key
+from tiering_core.tier.retention_plan import (
     REASON_COPY_LEFTOVER,
     REASON_DANGLING,
     delete_lag,
     plan_retention,
     retention_size_total,
-    run_retention,
     time_retention_limit,
 )
-from tiering_core.storage.layout import parse_segment_key
 from tiering_core.tier.view import load_tier_view, tier_view
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,7 +228,7 @@ def test_the_clusters_log_start_inside_a_tiered_segment_deletes_nothing(fs_env: 
     """The cluster's log start (``kafka:`` section) inside a tiered segment, the leader's retention or
     a DeleteRecords sent to the cluster directly, long before the checkpoint file shows it: read from
     the leader's files or a follower's, it is the local log start at once, never the global one."""
-    from tiering_core.demo.writer import DEMO_NODE_ID
+    from tiering_core.kafka.log_writer import DEMO_NODE_ID
     from tiering_core.live.partition import LiveOffsets, LivePartition
 
     w = fs_env.writer()

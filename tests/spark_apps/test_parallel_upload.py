@@ -21,8 +21,8 @@ from tests.engine_support import expire_lease, wait_until, write_segments
 from tests.services import S3Endpoint
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy

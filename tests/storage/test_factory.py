@@ -8,9 +8,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tiering_core.config import RemoteConfig
 from tiering_core.errors import ConfigError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.storage.config import RemoteConfig
 from tiering_core.storage.factory import create_remote_storage
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef

@@ -15,7 +15,7 @@ import pytest
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.storage.checksum import crc32c, crc_hex
 from tiering_core.storage.errors import RemoteStorageError
-from tiering_core.storage.filesystem import FilesystemRemoteStorage, _KernelCopy
+from tiering_core.storage.filesystem import FilesystemRemoteStorage, KernelCopy
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 
 TIP = TopicIdPartition("GGGGGGGGGGGGGGGGGGGGGG", TopicPartition("fs", 3))
@@ -82,12 +82,12 @@ def test_listing_skips_temp_files_and_sees_mtimes(tmp_path: Path) -> None:
     assert listed[ref.key(ObjectKind.LOG)].last_modified.timestamp() == 1_600_000_000
 
 
-@pytest.mark.parametrize("modes", [("copy_file_range",), ("sendfile",), ("pwrite",), _KernelCopy.MODES])
+@pytest.mark.parametrize("modes", [("copy_file_range",), ("sendfile",), ("pwrite",), KernelCopy.MODES])
 def test_every_kernel_copy_mode_copies_exactly(tmp_path: Path, modes: tuple[str, ...]) -> None:
     data = os.urandom((3 << 20) + 7)
     (tmp_path / "src").write_bytes(data)
     with open(tmp_path / "src", "rb") as src, open(tmp_path / "dst", "wb+") as dst:
-        copier = _KernelCopy(src.fileno(), dst.fileno(), modes)
+        copier = KernelCopy(src.fileno(), dst.fileno(), modes)
         copier.copy(1 << 20, len(data) - (1 << 20))  # the tail first, then the head: offsets are explicit
         copier.copy(0, 1 << 20)
         with pytest.raises(OSError, match="source ended at byte"):

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.cli.test_commands import run
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
 
 TOPIC_ID = "mYmOgOlwTqyLnR1xXuOhUA"

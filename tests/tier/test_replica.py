@@ -22,7 +22,7 @@ from tests.metadata.test_observations import age
 from tiering_core.cli.output import event_line
 from tiering_core.config import load_config, select_broker
 from tiering_core.context import TieringContext
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import UnknownBrokerError
 from tiering_core.read.reader import open_reader

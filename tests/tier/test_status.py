@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.tier.status import PartitionStatus, collect_status, list_remote_segments

@@ -13,9 +13,9 @@ import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.config import TopicConfig
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import TieringError
 from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.tier.view import (

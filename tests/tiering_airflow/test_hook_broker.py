@@ -11,8 +11,8 @@ import yaml
 
 from tests.engine_support import write_segments
 from tiering_airflow.hooks.tiering import TieringHook, load_topics
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import ConfigError
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 
 

@@ -395,15 +395,8 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from tiering_core.demo.run import run_demo
+    from tiering_core.cli.demo import run_demo
 
     return run_demo(
         Path(args.dir), say=_progress(args), backend=args.backend, as_json=args.json, spark=not args.no_spark
     )
-
-
-# --- parser ---------------------------------------------------------------------------------
-
-
-def _one_line(exc: BaseException) -> str:
-    return one_line(exc) or type(exc).__name__

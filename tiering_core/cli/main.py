@@ -12,7 +12,6 @@ from typing import Any
 from tiering_core.cli.commands import (
     EXIT_FAILURE,
     Handler,
-    _one_line,
     cmd_copy,
     cmd_db,
     cmd_delete_partition,
@@ -28,7 +27,7 @@ from tiering_core.cli.commands import (
     cmd_status,
     cmd_verify,
 )
-from tiering_core.errors import TieringError
+from tiering_core.errors import TieringError, one_line
 
 log = logging.getLogger("tiering")
 
@@ -211,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _reason(exc: BaseException) -> str:
+    """The one line ``main`` prints for a failure: the message folded, else the error's type."""
+    return one_line(exc) or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -225,19 +229,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except TieringError as exc:
-        print(f"tiering: {_one_line(exc)}", file=sys.stderr)
+        print(f"tiering: {_reason(exc)}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("tiering: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # a file vanished or a disk failed under us: name it, no traceback
         log.debug("%s failed", args.command, exc_info=True)
-        print(f"tiering: {args.command}: {_one_line(exc)}", file=sys.stderr)
+        print(f"tiering: {args.command}: {_reason(exc)}", file=sys.stderr)
         return EXIT_FAILURE
     except Exception as exc:  # a bug: still one line, the traceback with --verbose
         log.debug("%s failed", args.command, exc_info=True)
         print(
-            f"tiering: {args.command} failed unexpectedly: {type(exc).__name__}: {_one_line(exc)}"
+            f"tiering: {args.command} failed unexpectedly: {type(exc).__name__}: {_reason(exc)}"
             + ("" if args.verbose else " (rerun with -v for the traceback)"),
             file=sys.stderr,
         )

@@ -18,10 +18,10 @@ from tiering_core.config.brokers import (
     BROKER_ID_ENV,
     DEFAULT_OBSERVATION_STALENESS_MS,
     BrokerConfig,
-    _observation_staleness_ms,
-    _parse_brokers,
     broker_id_from_env,
     default_queue,
+    parse_brokers,
+    parse_observation_staleness_ms,
 )
 from tiering_core.config.export import ExportConfig, parse_export_config
 from tiering_core.config.kafka import (
@@ -32,22 +32,21 @@ from tiering_core.config.kafka import (
     KafkaConfig,
     parse_kafka_config,
 )
+from tiering_core.config.metadata import DatabaseTimeouts, MetadataConfig, parse_metadata_config
 from tiering_core.config.metrics import MetricsConfig, parse_metrics_config
 from tiering_core.config.parsing import (
     MAX_MAPPING_ENTRIES,
-    _as_int,
-    _as_str,
-    _check_keys,
-    _endpoint_url,
-    _optional_str,
-    _positive_number,
-    _require_mapping,
-    _shown,
-    _UniqueKeyLoader,
-    _yaml_problem,
+    UniqueKeyLoader,
+    as_int,
+    as_str,
+    check_keys,
+    require_mapping,
+    shown,
+    yaml_problem,
 )
+from tiering_core.config.remote import parse_remote_config
 from tiering_core.config.topics import (
-    _TOPIC_KEYS,
+    TOPIC_KEYS,
     TopicConfig,
     not_tiered_reason,
     parse_topic_config,
@@ -55,7 +54,7 @@ from tiering_core.config.topics import (
 )
 from tiering_core.errors import ConfigError, InvalidTopicError
 from tiering_core.kafka.topic import is_internal_topic, validate_topic_name
-from tiering_core.storage.layout import validate_deployment_prefix
+from tiering_core.storage.config import RemoteConfig
 
 __all__ = [
     "BROKER_ID_ENV",
@@ -68,6 +67,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerTopicConfig",
     "ConfigError",
+    "DatabaseTimeouts",
     "ExportConfig",
     "KafkaConfig",
     "MetadataConfig",
@@ -86,106 +86,6 @@ __all__ = [
 ]
 
 DEFAULT_TOPIC = "*"
-
-
-@dataclass(frozen=True)
-class DatabaseTimeouts:
-    """How long the metadata store waits on a PostgreSQL server (``metadata:`` keys of the same
-    names), so that a database that stops answering fails a request in bounded time instead of
-    holding its thread (a worker's, the Tiering page's readers) for minutes. SQLite ignores them.
-
-    ``connect_timeout_seconds``: to connect, handshake included (libpq's ``connect_timeout``, at
-    least 2). ``statement_timeout_ms``: the server cancels a statement that runs longer (lock waits
-    included; 0: no limit). The TCP keepalive probes (``keepalives_*``) find a dead connection
-    while it is idle, and the same span bounds data left unacknowledged (``tcp_user_timeout``),
-    so a server that vanishes mid-request is given up after ``dead_peer_ms``.
-    """
-
-    connect_timeout_seconds: int = 10
-    statement_timeout_ms: int = 60_000
-    keepalives_idle_seconds: int = 15
-    keepalives_interval_seconds: int = 5
-    keepalives_count: int = 3
-
-    @property
-    def dead_peer_ms(self) -> int:
-        """After this long without an answer a connection is dead: the keepalive probes' span."""
-        return 1000 * (self.keepalives_idle_seconds + self.keepalives_interval_seconds * self.keepalives_count)
-
-
-#: The ``metadata:`` keys of ``DatabaseTimeouts`` -> (minimum, libpq's parameter a URL may set instead).
-_TIMEOUT_KEYS: dict[str, tuple[int, str]] = {
-    "connect_timeout_seconds": (2, "connect_timeout"),
-    "statement_timeout_ms": (0, "options"),
-    "keepalives_idle_seconds": (1, "keepalives_idle"),
-    "keepalives_interval_seconds": (1, "keepalives_interval"),
-    "keepalives_count": (1, "keepalives_count"),
-}
-#: libpq parameters the timeouts set: a URL that sets them too is refused, naming the key to use.
-_URL_TIMEOUT_PARAMETERS = {param: key for key, (_, param) in _TIMEOUT_KEYS.items() if param != "options"} | {
-    "keepalives": "keepalives_idle_seconds",
-    "tcp_user_timeout": "keepalives_idle_seconds",
-}
-
-
-def _database_timeouts(section: Mapping[str, Any], url: str) -> DatabaseTimeouts:
-    """The ``metadata:`` timeouts; a PostgreSQL URL may not set the same libpq parameters."""
-    values = {
-        key: _as_int(section[key], f"metadata.{key}", minimum)
-        for key, (minimum, _) in _TIMEOUT_KEYS.items()
-        if key in section
-    }
-    if url.startswith("postgresql"):
-        from sqlalchemy.engine import make_url
-
-        for parameter in make_url(url).query:
-            if parameter in _URL_TIMEOUT_PARAMETERS:
-                raise ConfigError(
-                    f"metadata.url: sets {parameter}; set metadata.{_URL_TIMEOUT_PARAMETERS[parameter]} instead"
-                )
-    return DatabaseTimeouts(**values)
-
-
-@dataclass(frozen=True)
-class MetadataConfig:
-    url: str
-    lease_ms: int = 600_000
-    timeouts: DatabaseTimeouts = field(default_factory=DatabaseTimeouts)
-
-    def __repr__(self) -> str:  # the URL may hold the password (from the file, the environment)
-        from tiering_core.metadata.engine import safe_url
-
-        return f"MetadataConfig(url={safe_url(self.url)!r}, lease_ms={self.lease_ms}, timeouts={self.timeouts!r})"
-
-    def with_password(self, password: str, source: str) -> MetadataConfig:
-        """The same store with the password from ``source`` (an environment variable, an Airflow
-        connection), so the YAML file need not hold it; the URL must not carry one too."""
-        from sqlalchemy.engine import make_url
-
-        parsed = make_url(self.url)
-        if parsed.password is not None:
-            raise ConfigError(f"metadata.url: has a password and {source} gives one too: keep one of them")
-        if not parsed.username:
-            raise ConfigError(f"metadata.url: names no user for the password {source} gives")
-        return replace(self, url=parsed.set(password=password).render_as_string(hide_password=False))
-
-
-@dataclass(frozen=True)
-class RemoteConfig:
-    """Where remote segments live. ``backend`` is ``s3`` or ``filesystem``."""
-
-    backend: str
-    bucket: str | None = None
-    prefix: str = ""
-    endpoint_url: str | None = None
-    region: str | None = None
-    root: Path | None = None
-    multipart_threshold_bytes: int = 8 * 1024 * 1024
-    multipart_part_size_bytes: int = 8 * 1024 * 1024
-    max_concurrency: int = 4
-    max_attempts: int = 5
-    timeout_seconds: float = 60.0
-    deadline_seconds: float | None = None  # one remote call with its retries; None: 3 x timeout_seconds
 
 
 @dataclass(frozen=True)
@@ -245,7 +145,7 @@ class PlatformConfig:
         then holds it to the log dirs' ``meta.properties``).
         """
         if broker_id is not None and (isinstance(broker_id, bool) or not isinstance(broker_id, int)):
-            raise ConfigError(f"--broker: expected a broker id (an integer), got {_shown(broker_id)}")
+            raise ConfigError(f"--broker: expected a broker id (an integer), got {shown(broker_id)}")
         if not self.brokers:
             if broker_id is None or self.broker is None or self.broker.broker_id == broker_id:
                 return self
@@ -320,11 +220,11 @@ class PlatformConfig:
     def _with_broker(self, topic: str, broker: BrokerTopicConfig) -> TopicConfig:
         default = self.topics.get(DEFAULT_TOPIC) or TopicConfig()
         own = self.topics.get(topic)
-        own_keys = self.topic_keys.get(topic, frozenset(_TOPIC_KEYS)) if own is not None else frozenset()
+        own_keys = self.topic_keys.get(topic, frozenset(TOPIC_KEYS)) if own is not None else frozenset()
         live = {k: v for k, v in broker.topic_level.items() if k in BROKER_OWNED_TOPIC_KEYS}
         config = parse_topic_config(live, f"topic {topic} on the cluster", default, check_compact=False)
         if own is not None:
-            config = replace(config, **{_TOPIC_KEYS[key][0]: getattr(own, _TOPIC_KEYS[key][0]) for key in own_keys})
+            config = replace(config, **{TOPIC_KEYS[key][0]: getattr(own, TOPIC_KEYS[key][0]) for key in own_keys})
         config = without_remote_storage_if_compacted(
             config, f"topics.{topic}", explicit="remote.storage.enable" in own_keys
         )
@@ -337,8 +237,8 @@ class PlatformConfig:
 
 def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = None) -> PlatformConfig:
     """Validate a decoded YAML document into a :class:`PlatformConfig`."""
-    doc = _require_mapping(raw, "config")
-    _check_keys(
+    doc = require_mapping(raw, "config")
+    check_keys(
         doc,
         {
             "log_dirs",
@@ -362,100 +262,17 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         path = Path(p).expanduser()
         return path if path.is_absolute() else (base / path)
 
-    brokers, implicit = _parse_brokers(doc, resolve)
+    brokers, implicit = parse_brokers(doc, resolve)
     # One broker is this process's by implication; among several, ``for_broker`` chooses.
     chosen = implicit or (next(iter(brokers.values())) if len(brokers) == 1 else None)
     log_dirs = chosen.log_dirs if chosen is not None else ()
 
-    meta_raw = _require_mapping(doc.get("metadata"), "metadata")
-    _check_keys(meta_raw, {"url", "lease_ms", "password_env", *_TIMEOUT_KEYS}, "metadata")
-    url = _as_str(meta_raw.get("url"), "metadata.url")
-    sqlite_path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
-    # A relative file resolves beside the config; in-memory databases and URI forms stay as
-    # written, for the store to judge (it refuses in-memory ones).
-    if sqlite_path and not sqlite_path.startswith(("/", ":memory:", "file:")):
-        url = "sqlite:///" + str(resolve(sqlite_path))
-    metadata = MetadataConfig(
-        url=url,
-        lease_ms=_as_int(meta_raw.get("lease_ms", 600_000), "metadata.lease_ms", 1),
-        timeouts=_database_timeouts(meta_raw, url),
-    )
-    password_env = _optional_str(meta_raw, "password_env", "metadata.password_env")
-    if password_env is not None:
-        password = os.environ.get(password_env)
-        if not password:
-            raise ConfigError(f"metadata.password_env: the environment variable {password_env} is not set")
-        metadata = metadata.with_password(password, f"metadata.password_env ({password_env})")
+    metadata = parse_metadata_config(doc.get("metadata"), resolve)
+    url = metadata.url
 
-    remote_raw = _require_mapping(doc.get("remote"), "remote")
-    _check_keys(
-        remote_raw,
-        {
-            "backend",
-            "bucket",
-            "prefix",
-            "endpoint_url",
-            "region",
-            "root",
-            "multipart_threshold_bytes",
-            "multipart_part_size_bytes",
-            "max_concurrency",
-            "max_attempts",
-            "timeout_seconds",
-            "deadline_seconds",
-        },
-        "remote",
-    )
-    backend = _as_str(remote_raw.get("backend"), "remote.backend")
-    if backend not in ("s3", "filesystem"):
-        raise ConfigError(f"remote.backend: {_shown(backend)} is not one of s3, filesystem")
-    prefix = remote_raw.get("prefix")
-    if prefix is None:
-        prefix = ""
-    if not isinstance(prefix, str) or ".." in prefix.split("/") or prefix.startswith("/"):
-        raise ConfigError(f"remote.prefix: {_shown(prefix)} is not a relative key prefix")
-    validate_deployment_prefix(prefix)
-    bucket = remote_raw.get("bucket")
-    root = remote_raw.get("root")
-    if backend == "s3":
-        bucket = _as_str(bucket, "remote.bucket")
-        if len(bucket) < 3:
-            raise ConfigError(f"remote.bucket: {_shown(bucket)} is shorter than 3 characters")
-    else:
-        root = resolve(_as_str(root, "remote.root"))
-    timeout = _positive_number(remote_raw.get("timeout_seconds", 60.0), "remote.timeout_seconds")
-    deadline = remote_raw.get("deadline_seconds")
-    if deadline is not None:
-        deadline = _positive_number(deadline, "remote.deadline_seconds")
-        if deadline < timeout:
-            raise ConfigError(
-                f"remote.deadline_seconds: {deadline} is shorter than remote.timeout_seconds {timeout} "
-                "(a single attempt could not finish)"
-            )
-    remote = RemoteConfig(
-        backend=backend,
-        bucket=bucket if backend == "s3" else None,
-        prefix=prefix,
-        endpoint_url=_endpoint_url(remote_raw),
-        region=_optional_str(remote_raw, "region", "remote.region"),
-        root=root if isinstance(root, Path) else None,
-        multipart_threshold_bytes=_as_int(
-            remote_raw.get("multipart_threshold_bytes", 8 * 1024 * 1024),
-            "remote.multipart_threshold_bytes",
-            5 * 1024 * 1024,
-        ),
-        multipart_part_size_bytes=_as_int(
-            remote_raw.get("multipart_part_size_bytes", 8 * 1024 * 1024),
-            "remote.multipart_part_size_bytes",
-            5 * 1024 * 1024,
-        ),
-        max_concurrency=_as_int(remote_raw.get("max_concurrency", 4), "remote.max_concurrency", 1),
-        max_attempts=_as_int(remote_raw.get("max_attempts", 5), "remote.max_attempts", 1),
-        timeout_seconds=timeout,
-        deadline_seconds=deadline,
-    )
+    remote = parse_remote_config(doc.get("remote"), resolve)
 
-    topics_raw = _require_mapping(doc.get("topics") or {}, "topics")
+    topics_raw = require_mapping(doc.get("topics") or {}, "topics")
     default = parse_topic_config(topics_raw.get(DEFAULT_TOPIC), f"topics.{DEFAULT_TOPIC}", TopicConfig())
     topics: dict[str, TopicConfig] = {DEFAULT_TOPIC: default}
     topic_keys: dict[str, frozenset[str]] = {}
@@ -480,10 +297,10 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         metadata=metadata,
         remote=remote,
         topics=topics,
-        index_cache_bytes=_as_int(doc.get("index_cache_bytes", 1024**3), "index_cache_bytes", 1),
+        index_cache_bytes=as_int(doc.get("index_cache_bytes", 1024**3), "index_cache_bytes", 1),
         index_cache_dir=(
             _index_cache_dir(
-                resolve(_as_str(doc["index_cache_dir"], "index_cache_dir")),
+                resolve(as_str(doc["index_cache_dir"], "index_cache_dir")),
                 tuple(d for b in ([implicit] if implicit else brokers.values()) for d in b.log_dirs),
                 url,
             )
@@ -495,7 +312,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         topic_keys=topic_keys,
         brokers=brokers,
         broker=chosen,
-        observation_staleness_ms=_observation_staleness_ms(doc.get("cluster")),
+        observation_staleness_ms=parse_observation_staleness_ms(doc.get("cluster")),
         metrics=parse_metrics_config(doc.get("metrics"), resolve),
         export=parse_export_config(doc["export"]) if "export" in doc else None,
     )
@@ -524,9 +341,9 @@ def load_config(path: Path | str) -> PlatformConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)
+        raw = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+        raise ConfigError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
     return parse_config(raw, source=path, base_dir=path.parent.resolve())
 
 

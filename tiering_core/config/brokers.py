@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiering_core.config.parsing import _INTEGER, _as_int, _as_str, _check_keys, _require_mapping, _shown
+from tiering_core.config.parsing import INTEGER, as_int, as_str, check_keys, require_mapping, shown
 from tiering_core.errors import ConfigError
 
 #: The environment variable naming this process's broker, as ``--broker`` does.
@@ -46,12 +46,12 @@ class BrokerConfig:
     metadata_log_dir: Path | None = None
 
 
-def _observation_staleness_ms(raw: Any) -> int:
+def parse_observation_staleness_ms(raw: Any) -> int:
     """``cluster: {observation_staleness_ms: N}``: how old a replica observation may be and still
     count in the replica choice (default ``DEFAULT_OBSERVATION_STALENESS_MS``)."""
-    section = _require_mapping(raw if raw is not None else {}, "cluster")
-    _check_keys(section, {"observation_staleness_ms"}, "cluster")
-    return _as_int(
+    section = require_mapping(raw if raw is not None else {}, "cluster")
+    check_keys(section, {"observation_staleness_ms"}, "cluster")
+    return as_int(
         section.get("observation_staleness_ms", DEFAULT_OBSERVATION_STALENESS_MS),
         "cluster.observation_staleness_ms",
         1,
@@ -64,13 +64,13 @@ def _log_dirs(raw: Any, key: str, resolve: Callable[[str], Path]) -> tuple[Path,
         raw = [d for d in raw.split(",") if d]
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{key}: expected a non-empty list of directories")
-    return tuple(resolve(_as_str(d, f"{key}[]")) for d in raw)
+    return tuple(resolve(as_str(d, f"{key}[]")) for d in raw)
 
 
 _QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}", re.ASCII)
 
 
-def _parse_brokers(
+def parse_brokers(
     doc: Mapping[str, Any], resolve: Callable[[str], Path]
 ) -> tuple[dict[int, BrokerConfig], BrokerConfig | None]:
     """The ``brokers:`` section (broker id -> ``{log_dirs, queue}``), or the single-broker form's
@@ -89,23 +89,23 @@ def _parse_brokers(
         raise ConfigError(
             "metadata_log_dir: in the cluster form each broker names its own (brokers.<id>.metadata_log_dir)"
         )
-    section = _require_mapping(doc["brokers"], "brokers")
+    section = require_mapping(doc["brokers"], "brokers")
     if not section:
         raise ConfigError("brokers: expected at least one broker (broker id: {log_dirs: [...], queue: NAME})")
     brokers: dict[int, BrokerConfig] = {}
     queues: dict[str, int] = {}
     for key, value in section.items():
-        broker_id = _as_int(key, f"brokers.{_shown(key)}", 0)
+        broker_id = as_int(key, f"brokers.{shown(key)}", 0)
         where = f"brokers.{broker_id}"
         if broker_id in brokers:
             raise ConfigError(f"{where}: the broker is given twice")
-        body = _require_mapping(value, where)
-        _check_keys(body, {"log_dirs", "queue", "metadata_log_dir"}, where)
+        body = require_mapping(value, where)
+        check_keys(body, {"log_dirs", "queue", "metadata_log_dir"}, where)
         if "log_dirs" not in body:
             raise ConfigError(f"{where}.log_dirs: required key is missing")
-        queue = _as_str(body.get("queue", default_queue(broker_id)), f"{where}.queue")
+        queue = as_str(body.get("queue", default_queue(broker_id)), f"{where}.queue")
         if not _QUEUE.fullmatch(queue):
-            raise ConfigError(f"{where}.queue: {_shown(queue)} is not a queue name (letters, digits, _ . : -)")
+            raise ConfigError(f"{where}.queue: {shown(queue)} is not a queue name (letters, digits, _ . : -)")
         if queue in queues:
             raise ConfigError(f"{where}.queue: {queue} is broker {queues[queue]}'s queue too")
         queues[queue] = broker_id
@@ -120,7 +120,7 @@ def _metadata_log_dir(section: Mapping[str, Any], key: str, resolve: Callable[[s
     """``metadata_log_dir``: the broker's ``metadata.log.dir``, when it is none of its log dirs."""
     if "metadata_log_dir" not in section:
         return None
-    return resolve(_as_str(section["metadata_log_dir"], key))
+    return resolve(as_str(section["metadata_log_dir"], key))
 
 
 def _check_disjoint_log_dirs(brokers: Mapping[int, BrokerConfig]) -> None:
@@ -154,6 +154,6 @@ def broker_id_from_env(environ: Mapping[str, str] | None = None) -> int | None:
     value = (os.environ if environ is None else environ).get(BROKER_ID_ENV, "").strip()
     if not value:
         return None
-    if not _INTEGER.fullmatch(value) or int(value) < 0:
-        raise ConfigError(f"{BROKER_ID_ENV}: expected a broker id (a non-negative integer), got {_shown(value)}")
+    if not INTEGER.fullmatch(value) or int(value) < 0:
+        raise ConfigError(f"{BROKER_ID_ENV}: expected a broker id (a non-negative integer), got {shown(value)}")
     return int(value)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiering_core.config.parsing import _as_str, _check_keys, _require_mapping, _shown
+from tiering_core.config.parsing import as_str, check_keys, require_mapping, shown
 from tiering_core.errors import ConfigError
 
 DEFAULT_NAMESPACE = "kafka"
@@ -63,23 +63,23 @@ def _catalog_value(value: Any, key: str) -> str:
         return str(value)
     if isinstance(value, str) and value:
         return value
-    raise ConfigError(f"{key}: expected a string, number or boolean, got {_shown(value)}")
+    raise ConfigError(f"{key}: expected a string, number or boolean, got {shown(value)}")
 
 
 def parse_export_config(raw: Any) -> ExportConfig:
     """``export: {namespace: NAME, catalog_name: NAME, catalog: {type: sql, uri: ..., warehouse: ...}}``."""
-    section = _require_mapping(raw if raw is not None else {}, "export")
-    _check_keys(section, {"namespace", "catalog", "catalog_name"}, "export")
-    namespace = _as_str(section.get("namespace", DEFAULT_NAMESPACE), "export.namespace")
+    section = require_mapping(raw if raw is not None else {}, "export")
+    check_keys(section, {"namespace", "catalog", "catalog_name"}, "export")
+    namespace = as_str(section.get("namespace", DEFAULT_NAMESPACE), "export.namespace")
     if "." in namespace or namespace.strip() != namespace:
-        raise ConfigError(f"export.namespace: {_shown(namespace)} must be one name without dots or spaces")
-    catalog_name = _as_str(section.get("catalog_name", DEFAULT_CATALOG_NAME), "export.catalog_name")
+        raise ConfigError(f"export.namespace: {shown(namespace)} must be one name without dots or spaces")
+    catalog_name = as_str(section.get("catalog_name", DEFAULT_CATALOG_NAME), "export.catalog_name")
     if not catalog_name or "." in catalog_name or catalog_name.strip() != catalog_name or len(catalog_name) > 255:
         raise ConfigError(
-            f"export.catalog_name: {_shown(catalog_name)} must be one name of at most 255 characters, "
+            f"export.catalog_name: {shown(catalog_name)} must be one name of at most 255 characters, "
             "without dots or spaces"
         )
-    catalog_raw = _require_mapping(section.get("catalog") or {}, "export.catalog")
+    catalog_raw = require_mapping(section.get("catalog") or {}, "export.catalog")
     catalog = {str(k): _catalog_value(v, f"export.catalog.{k}") for k, v in catalog_raw.items()}
     catalog.setdefault("type", DEFAULT_CATALOG_TYPE)
     if catalog["type"] == "sql" and "uri" not in catalog:
@@ -87,7 +87,7 @@ def parse_export_config(raw: Any) -> ExportConfig:
     warehouse = catalog.get("warehouse")
     if warehouse is not None and not warehouse.startswith(("s3://", "s3a://", "file://", "/")):
         raise ConfigError(
-            f"export.catalog.warehouse: {_shown(warehouse)} is not an s3://, s3a://, file:// URL or absolute path"
+            f"export.catalog.warehouse: {shown(warehouse)} is not an s3://, s3a://, file:// URL or absolute path"
         )
     if catalog["type"] == "sql" and warehouse is None:
         raise ConfigError(
@@ -95,5 +95,5 @@ def parse_export_config(raw: Any) -> ExportConfig:
         )
     path_style = catalog.get(S3_PATH_STYLE_ACCESS)
     if path_style is not None and path_style.lower() not in ("true", "false"):
-        raise ConfigError(f"export.catalog.{S3_PATH_STYLE_ACCESS}: expected true or false, got {_shown(path_style)}")
+        raise ConfigError(f"export.catalog.{S3_PATH_STYLE_ACCESS}: expected true or false, got {shown(path_style)}")
     return ExportConfig(namespace=namespace, catalog=catalog, catalog_name=catalog_name)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiering_core.config.parsing import _as_int, _as_str, _check_keys, _optional_str, _require_mapping, _shown
+from tiering_core.config.parsing import as_int, as_str, check_keys, optional_str, require_mapping, shown
 from tiering_core.errors import ConfigError
 
 #: The topic configs Kafka owns: with a ``kafka:`` section their topic-level values come from the
@@ -65,8 +65,8 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 def parse_kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
     """The ``kafka:`` section; the SASL password only by the name of its environment variable."""
-    section = _require_mapping(raw, "kafka")
-    _check_keys(
+    section = require_mapping(raw, "kafka")
+    check_keys(
         section,
         {
             "bootstrap_servers",
@@ -86,34 +86,34 @@ def parse_kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
     if isinstance(servers_raw, str):
         servers_raw = [s.strip() for s in servers_raw.split(",") if s.strip()]
     if not isinstance(servers_raw, list) or not servers_raw:
-        raise ConfigError(f"kafka.bootstrap_servers: expected host:port or a list of them, got {_shown(servers_raw)}")
-    servers = tuple(_as_str(s, "kafka.bootstrap_servers[]") for s in servers_raw)
+        raise ConfigError(f"kafka.bootstrap_servers: expected host:port or a list of them, got {shown(servers_raw)}")
+    servers = tuple(as_str(s, "kafka.bootstrap_servers[]") for s in servers_raw)
     for server in servers:
         if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}", server):
-            raise ConfigError(f"kafka.bootstrap_servers: {_shown(server)} is not host:port")
-    protocol = _as_str(section.get("security_protocol", "PLAINTEXT"), "kafka.security_protocol").upper()
+            raise ConfigError(f"kafka.bootstrap_servers: {shown(server)} is not host:port")
+    protocol = as_str(section.get("security_protocol", "PLAINTEXT"), "kafka.security_protocol").upper()
     if protocol not in SECURITY_PROTOCOLS:
-        raise ConfigError(f"kafka.security_protocol: {_shown(protocol)} is not one of {', '.join(SECURITY_PROTOCOLS)}")
-    mechanism = _optional_str(section, "sasl_mechanism", "kafka.sasl_mechanism")
+        raise ConfigError(f"kafka.security_protocol: {shown(protocol)} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+    mechanism = optional_str(section, "sasl_mechanism", "kafka.sasl_mechanism")
     if mechanism is not None:
         mechanism = mechanism.upper()
         if mechanism not in SASL_MECHANISMS:
-            raise ConfigError(f"kafka.sasl_mechanism: {_shown(mechanism)} is not one of {', '.join(SASL_MECHANISMS)}")
+            raise ConfigError(f"kafka.sasl_mechanism: {shown(mechanism)} is not one of {', '.join(SASL_MECHANISMS)}")
     sasl = protocol.startswith("SASL_")
     if sasl and mechanism is None:
         raise ConfigError(f"kafka.sasl_mechanism: required with security_protocol {protocol}")
     if not sasl and mechanism is not None:
         raise ConfigError(f"kafka.sasl_mechanism: set, but security_protocol {protocol} uses no SASL")
-    username = _optional_str(section, "sasl_plain_username", "kafka.sasl_plain_username")
-    password_env = _optional_str(section, "sasl_password_env", "kafka.sasl_password_env")
+    username = optional_str(section, "sasl_plain_username", "kafka.sasl_plain_username")
+    password_env = optional_str(section, "sasl_password_env", "kafka.sasl_password_env")
     if sasl and (username is None or password_env is None):
         missing = "kafka.sasl_plain_username" if username is None else "kafka.sasl_password_env"
         raise ConfigError(f"{missing}: required with security_protocol {protocol}")
-    cafile = _optional_str(section, "ssl_cafile", "kafka.ssl_cafile")
+    cafile = optional_str(section, "ssl_cafile", "kafka.ssl_cafile")
     return KafkaConfig(
         bootstrap_servers=servers,
-        request_timeout_ms=_as_int(section.get("request_timeout_ms", 30_000), "kafka.request_timeout_ms", 1),
-        client_id=_as_str(section.get("client_id", "tiering"), "kafka.client_id"),
+        request_timeout_ms=as_int(section.get("request_timeout_ms", 30_000), "kafka.request_timeout_ms", 1),
+        client_id=as_str(section.get("client_id", "tiering"), "kafka.client_id"),
         security_protocol=protocol,
         sasl_mechanism=mechanism,
         sasl_plain_username=username,

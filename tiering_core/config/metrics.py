@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiering_core.config.parsing import _as_str, _check_keys, _require_mapping
+from tiering_core.config.parsing import as_str, check_keys, require_mapping
 from tiering_core.errors import ConfigError
 
 #: A token shorter than this is refused: a scraper's token must not be guessable.
@@ -62,13 +62,13 @@ class MetricsConfig:
 
 def parse_metrics_config(raw: Any, resolve: Callable[[str], Path]) -> MetricsConfig:
     """``metrics: {bearer_token_env: NAME}`` or ``metrics: {bearer_token_file: PATH}``."""
-    section = _require_mapping(raw if raw is not None else {}, "metrics")
-    _check_keys(section, {"bearer_token_env", "bearer_token_file"}, "metrics")
+    section = require_mapping(raw if raw is not None else {}, "metrics")
+    check_keys(section, {"bearer_token_env", "bearer_token_file"}, "metrics")
     if "bearer_token_env" in section and "bearer_token_file" in section:
         raise ConfigError("metrics: set bearer_token_env or bearer_token_file, not both")
     env = section.get("bearer_token_env")
     path = section.get("bearer_token_file")
     return MetricsConfig(
-        bearer_token_env=None if env is None else _as_str(env, "metrics.bearer_token_env"),
-        bearer_token_file=None if path is None else resolve(_as_str(path, "metrics.bearer_token_file")),
+        bearer_token_env=None if env is None else as_str(env, "metrics.bearer_token_env"),
+        bearer_token_file=None if path is None else resolve(as_str(path, "metrics.bearer_token_file")),
     )

@@ -13,13 +13,13 @@ import yaml
 from tiering_core.errors import ConfigError
 
 
-def _require_mapping(value: Any, key: str) -> Mapping[str, Any]:
+def require_mapping(value: Any, key: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
     return value
 
 
-def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> None:
+def check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> None:
     for key in section:
         if key not in allowed:
             name = f"{where}.{key}" if where else str(key)
@@ -30,59 +30,52 @@ _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 2, 4, 4, 80, 80
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A value for an error message, bounded: YAML aliases can nest one small list into billions
     of elements, which a plain ``repr`` would expand in full."""
     return _SHOWN.repr(value)
 
 
-_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
-def _as_int(value: Any, key: str, minimum: int | None = None) -> int:
+def as_int(value: Any, key: str, minimum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
+        if isinstance(value, str) and INTEGER.fullmatch(value.strip()):
             value = int(value.strip())
         else:
-            raise ConfigError(f"{key}: expected an integer, got {_shown(value)}")
+            raise ConfigError(f"{key}: expected an integer, got {shown(value)}")
     if minimum is not None and value < minimum:
         raise ConfigError(f"{key}: {value} is below the minimum {minimum}")
     return int(value)
 
 
-def _as_bool(value: Any, key: str) -> bool:
+def as_bool(value: Any, key: str) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ConfigError(f"{key}: expected true or false, got {_shown(value)}")
+    raise ConfigError(f"{key}: expected true or false, got {shown(value)}")
 
 
-def _as_str(value: Any, key: str) -> str:
+def as_str(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{key}: expected a non-empty string, got {_shown(value)}")
+        raise ConfigError(f"{key}: expected a non-empty string, got {shown(value)}")
     return value
 
 
-def _positive_number(value: Any, key: str) -> float:
+def positive_number(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{key}: expected a positive number, got {_shown(value)}")
+        raise ConfigError(f"{key}: expected a positive number, got {shown(value)}")
     return float(value)
 
 
-def _optional_str(section: Mapping[str, Any], name: str, key: str) -> str | None:
+def optional_str(section: Mapping[str, Any], name: str, key: str) -> str | None:
     value = section.get(name)
-    return None if value is None else _as_str(value, key)
+    return None if value is None else as_str(value, key)
 
 
-def _endpoint_url(section: Mapping[str, Any]) -> str | None:
-    url = _optional_str(section, "endpoint_url", "remote.endpoint_url")
-    if url is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
-        raise ConfigError(f"remote.endpoint_url: {_shown(url)} is not an http:// or https:// URL")
-    return url
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
     """Where and what, never PyYAML's snippet of the line: it may hold the DB URL's password, and
     the message reaches logs, the page and DAG import errors."""
     if not isinstance(exc, yaml.MarkedYAMLError):
@@ -97,7 +90,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 MAX_MAPPING_ENTRIES = 10_000
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, but a key given twice in one mapping is an error naming it:
     silently keeping the last value would let a typo'd override go unnoticed. Merge keys
     (``<<: *defaults``) may be overridden, as in YAML itself, up to ``MAX_MAPPING_ENTRIES``."""
@@ -127,7 +120,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping",
                     node.start_mark,
-                    f"found duplicate key {_shown(key)}",
+                    f"found duplicate key {shown(key)}",
                     key_node.start_mark,
                 )
             seen.add(key)

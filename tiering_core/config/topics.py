@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tiering_core.config.parsing import _as_bool, _as_int, _as_str, _check_keys, _require_mapping
+from tiering_core.config.parsing import as_bool, as_int, as_str, check_keys, require_mapping
 from tiering_core.errors import ConfigError
 from tiering_core.kafka.topic import is_internal_topic
 
@@ -41,7 +41,7 @@ class TopicConfig:
 
 
 # Kafka config name -> (dataclass field, kind)
-_TOPIC_KEYS: dict[str, tuple[str, str]] = {
+TOPIC_KEYS: dict[str, tuple[str, str]] = {
     "remote.storage.enable": ("remote_storage_enable", "bool"),
     "retention.ms": ("retention_ms", "retention"),
     "retention.bytes": ("retention_bytes", "retention"),
@@ -55,25 +55,25 @@ _TOPIC_KEYS: dict[str, tuple[str, str]] = {
 
 
 def parse_topic_config(raw: Any, where: str, base: TopicConfig, *, check_compact: bool = True) -> TopicConfig:
-    section = _require_mapping(raw if raw is not None else {}, where)
-    _check_keys(section, set(_TOPIC_KEYS), where)
+    section = require_mapping(raw if raw is not None else {}, where)
+    check_keys(section, set(TOPIC_KEYS), where)
     values: dict[str, Any] = {}
     for key, value in section.items():
-        attr, kind = _TOPIC_KEYS[key]
+        attr, kind = TOPIC_KEYS[key]
         name = f"{where}.{key}"
         if kind == "bool":
-            values[attr] = _as_bool(value, name)
+            values[attr] = as_bool(value, name)
         elif kind == "positive":
-            values[attr] = _as_int(value, name, 1)
+            values[attr] = as_int(value, name, 1)
         elif kind == "cleanup_policy":
             values[attr] = _cleanup_policy(value, name)
         elif kind == "retention":
-            number = _as_int(value, name)
+            number = as_int(value, name)
             if number < -1:
                 raise ConfigError(f"{name}: {number} is invalid (use -1 for unlimited)")
             values[attr] = number
         else:
-            number = _as_int(value, name)
+            number = as_int(value, name)
             if number < -2:
                 raise ConfigError(f"{name}: {number} is invalid (use -2 for 'same as total', -1 for unlimited)")
             values[attr] = number
@@ -118,7 +118,7 @@ def _cleanup_policy(value: Any, key: str) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{key}: expected delete, compact or both, got {value!r}")
-    policies = tuple(_as_str(item, key).strip() for item in items)
+    policies = tuple(as_str(item, key).strip() for item in items)
     if any(p not in ("delete", "compact") for p in policies):
         raise ConfigError(f"{key}: expected delete, compact or both, got {value!r}")
     return policies

@@ -344,7 +344,7 @@ def decode_metadata_value(value: bytes) -> tuple[int, int, MetadataBody | None]:
     return api_key, version, _decode_body(api_key, version, f)
 
 
-# --- encoding (the writer of tiering_core.demo and the tests) --------------------------------
+# --- encoding (the metadata log writer, kafka.metadata_log_writer, and the tests) ------------
 
 
 def _uvarint(value: int) -> bytes:

@@ -26,8 +26,7 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.models import PartitionCountersRow
 from tiering_core.metadata.queries import DriverQuery
 from tiering_core.metadata.transactions import StoreCore
-from tiering_core.metadata.values import TaskAttempt
-from tiering_core.metrics.snapshot import NO_BROKER, PartitionCounters
+from tiering_core.metadata.values import NO_BROKER, PartitionCounters, TaskAttempt
 
 _counters = PartitionCountersRow.__table__
 assert isinstance(_counters, Table)

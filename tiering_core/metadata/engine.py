@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import sqlite3
 import threading
 from typing import Any
-from urllib.parse import unquote_plus
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from tiering_core.config import DatabaseTimeouts
+from tiering_core.config.metadata import DatabaseTimeouts
 
 log = logging.getLogger(__name__)
 
@@ -35,25 +33,6 @@ SQLITE_CACHE_KIB = 32 * 1024
 SQLITE_WAL_AUTOCHECKPOINT_PAGES = 16_384
 CHECKPOINT_INTERVAL_S = 0.5
 WRITE_OPTION = "tiering_write"
-
-
-#: Query parameters that carry a secret (``?password=`` for psycopg, ``sslpassword``, ...).
-_SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|key", re.IGNORECASE)
-
-
-def safe_url(url: str) -> str:
-    """The URL with its password masked, for error messages and logs: the one in the user info
-    and any query parameter that carries a secret (``?password=...``)."""
-    try:
-        rendered = make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return "<unparsable database url>"
-    base, mark, query = rendered.partition("?")
-    masked = (
-        f"{name}=***" if _SECRET_PARAMETER.search(unquote_plus(name)) else f"{name}{sep}{value}"
-        for name, sep, value in (item.partition("=") for item in query.split("&"))
-    )
-    return base + mark + "&".join(masked) if mark else base
 
 
 def is_sqlite(url: str) -> bool:

@@ -24,14 +24,13 @@ from types import TracebackType
 
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from tiering_core.config import DatabaseTimeouts
+from tiering_core.config.metadata import DatabaseTimeouts, safe_url
 from tiering_core.metadata.counters import CounterStore
 from tiering_core.metadata.engine import (
     WalCheckpointer,
     describe_driver_error,
     is_sqlite_in_memory,
     make_engine,
-    safe_url,
     sqlite_file,
     writer,
 )

@@ -21,9 +21,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from tiering_core.config import DatabaseTimeouts
+from tiering_core.config.metadata import DatabaseTimeouts, safe_url
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.engine import describe_driver_error, safe_url
+from tiering_core.metadata.engine import describe_driver_error
 from tiering_core.metadata.errors import FencedError, MetadataStoreError, check_topic_name
 from tiering_core.metadata.models import registered_partition
 from tiering_core.metadata.queries import Statements

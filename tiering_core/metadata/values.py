@@ -1,4 +1,5 @@
-"""Values the metadata store hands out: frozen dataclasses, never ORM objects.
+"""Values the metadata store hands out: frozen dataclasses, never ORM objects (but for
+``PartitionCounters``, the counts a run adds up in place before the store adds them to its rows).
 
 Their dict fields are part of the value and must not be mutated by callers (the store may hand
 the same decoded value to several callers). Slotted, so the store's memo of many decoded segments
@@ -14,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
@@ -358,3 +359,27 @@ class ClusterObservations:
 
     db_now_ms: int
     replicas: dict[TopicIdPartition, dict[int, ReplicaObservation]]
+
+
+#: The broker id under which acts that run on no broker (reads, verify) are counted.
+NO_BROKER = -1
+
+
+@dataclass(slots=True)
+class PartitionCounters:
+    """Counts recorded in the store for one partition (on one broker, or summed over brokers)."""
+
+    copy_bytes: int = 0
+    copy_requests: int = 0
+    copy_errors: int = 0
+    delete_requests: int = 0
+    delete_errors: int = 0
+    fetch_bytes: int = 0
+    fetch_requests: int = 0
+    fetch_errors: int = 0
+    index_repairs: int = 0
+    scrub_failures: int = 0
+
+    def add(self, other: PartitionCounters) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))

@@ -131,3 +131,17 @@ SILENT_BROKER = _gauge(
 #: What only the Prometheus exposition reports (computed from the store, never emitted by a run).
 PLATFORM_METRICS: tuple[MetricSpec, ...] = (SILENT_BROKER,)
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS + PLATFORM_METRICS}
+
+#: The field of ``PartitionCounters`` each counter metric is kept in.
+COUNTER_FIELDS: dict[MetricSpec, str] = {
+    REMOTE_COPY_BYTES: "copy_bytes",
+    REMOTE_COPY_REQUESTS: "copy_requests",
+    REMOTE_COPY_ERRORS: "copy_errors",
+    REMOTE_DELETE_REQUESTS: "delete_requests",
+    REMOTE_DELETE_ERRORS: "delete_errors",
+    REMOTE_FETCH_BYTES: "fetch_bytes",
+    REMOTE_FETCH_REQUESTS: "fetch_requests",
+    REMOTE_FETCH_ERRORS: "fetch_errors",
+    INDEX_REPAIRS: "index_repairs",
+    SCRUB_FAILURES: "scrub_failures",
+}

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 from tiering_core.metrics import names
-from tiering_core.metrics.names import MetricSpec
+from tiering_core.metrics.names import COUNTER_FIELDS, MetricSpec
 from tiering_core.metrics.sink import emit
-from tiering_core.metrics.snapshot import COUNTER_FIELDS, NO_BROKER, PartitionCounters
 
 if TYPE_CHECKING:
     from tiering_core.kafka.topic import TopicIdPartition

@@ -30,7 +30,7 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import LeaseHeldError
 from tiering_core.runs.errors import DeleteRecordsRefusedError
 from tiering_core.runs.lease import held_partition
-from tiering_core.runs.retention import removed_reason
+from tiering_core.tier.retention_plan import removed_reason
 from tiering_core.tier.view import TierView, global_log_start, tier_view
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from tiering_core.errors import TieringError
 
 if TYPE_CHECKING:
-    from tiering_core.runs.removal import RemovalTargets
+    from tiering_core.runs.removal_targets import RemovalTargets
 
 
 class CopyFailedError(TieringError):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,7 @@ from tiering_core.runs.errors import DeletionUnprovenError, RemovalRefusedError,
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.orphans import delete_unreferenced_keys, unreferenced_object_keys
 from tiering_core.runs.removal_evidence import broker_topic_ids, deletion_unproven, reported_topic_ids
+from tiering_core.runs.removal_targets import RemovalTargets
 from tiering_core.runs.segment_ops import delete_remote_segment
 
 if TYPE_CHECKING:
@@ -55,27 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
-
-
-@dataclass(frozen=True)
-class RemovalTargets:
-    """Which topic ids of a topic-partition a removal deletes, which it finds already removed
-    (tombstones) and which it leaves alone (still in the broker's log dirs, or reported by
-    another broker of the cluster: ``reported``, topic id -> which broker and when)."""
-
-    topic_partition: TopicPartition
-    remove: tuple[TopicIdPartition, ...]
-    removed: tuple[TopicIdPartition, ...]
-    kept: tuple[TopicIdPartition, ...]
-    reported: Mapping[str, str] = field(default_factory=dict)
-
-    def forced(self) -> RemovalTargets:
-        """The targets of a forced removal: the topic ids other brokers report are removed too."""
-        if not self.reported:
-            return self
-        moved = tuple(t for t in self.kept if t.topic_id in self.reported)
-        kept = tuple(t for t in self.kept if t.topic_id not in self.reported)
-        return RemovalTargets(self.topic_partition, self.remove + moved, self.removed, kept)
 
 
 @dataclass

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tiering_core.config import RemoteConfig
 from tiering_core.errors import ConfigError
+from tiering_core.storage.config import RemoteConfig
 
 if TYPE_CHECKING:
     import boto3

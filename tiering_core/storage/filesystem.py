@@ -272,7 +272,7 @@ def _copy_checksummed(source: Path, out: int, progress: Progress | None) -> tupl
     """
     with open(source, "rb", buffering=0) as src:
         size = os.fstat(src.fileno()).st_size
-        copier = _KernelCopy(src.fileno(), out)
+        copier = KernelCopy(src.fileno(), out)
         if size <= COPY_CHUNK:
             copier.copy(0, size)
             crc = _mapped_crc(out, 0, size)
@@ -309,7 +309,7 @@ def _mapped_crc(fd: int, offset: int, length: int) -> int:
         return crc32c(view)
 
 
-class _KernelCopy:
+class KernelCopy:
     """``copy_file_range`` (in-kernel, a reflink or server-side copy where the filesystem can),
     else ``sendfile`` (other filesystems, as shutil does), else pread/pwrite."""
 

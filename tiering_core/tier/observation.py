@@ -20,10 +20,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tiering_core.metadata.values import ReplicaObservation
+from tiering_core.metadata.values import NO_BROKER, ReplicaObservation
 from tiering_core.metrics import names
 from tiering_core.metrics.sink import NullSink, current_sink, emit
-from tiering_core.metrics.snapshot import NO_BROKER
 
 if TYPE_CHECKING:
     from tiering_core.config import TopicConfig
@@ -39,7 +38,7 @@ Observed = tuple["TierView", "TopicConfig", "LocalRetentionRisk | None"]
 @dataclass(frozen=True)
 class Figures:
     """What a run already computed of a partition beyond its view, as (segments, bytes): the delete
-    lag (``runs.retention.delete_lag``) and the remote size; None where it computed none."""
+    lag (``tier.retention_plan.delete_lag``) and the remote size; None where it computed none."""
 
     delete_lag: tuple[int, int] | None = None
     remote: tuple[int, int] | None = None

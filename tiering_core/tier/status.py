@@ -10,10 +10,10 @@ from tiering_core.config import not_tiered_reason
 from tiering_core.errors import ClusterUnreachableError, NoRemoteDataError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.runs.retention import delete_lag
 from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.observation import Figures, Observed, record_views
 from tiering_core.tier.replica import tiering_gap_on
+from tiering_core.tier.retention_plan import delete_lag
 from tiering_core.tier.view import (
     OffsetRange,
     TierView,

@@ -30,8 +30,8 @@ from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, rea
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
-    from tiering_core.metrics.overview import Overview
-    from tiering_core.metrics.snapshot import MetricsSnapshot, SeriesPoint
+    from tiering_core.monitoring.overview import Overview
+    from tiering_core.monitoring.snapshot import MetricsSnapshot, SeriesPoint
 
 #: How long one request may spend reading the store (seconds).
 DEFAULT_STATUS_TIMEOUT = DEFAULT_READ_TIMEOUT
@@ -52,7 +52,7 @@ def read_snapshot(
     config_path: str | None, topic: str | None = None, timeout: float = DEFAULT_STATUS_TIMEOUT
 ) -> tuple[MetricsSnapshot, frozenset[str]]:
     """The store's snapshot (of one topic, or all) and the topics the config names."""
-    import tiering_core.metrics.collect as collect
+    import tiering_core.monitoring.collect as collect
 
     def read(ctx: TieringContext) -> tuple[MetricsSnapshot, frozenset[str]]:
         return collect.collect_metrics(ctx, topic=topic), named_topics(ctx.config)
@@ -63,7 +63,7 @@ def read_snapshot(
 def read_overview(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> tuple[Overview, dict[str, str]]:
     """The page's top: every topic's summary and the partitions in an alert state; and the topics
     (named in the config or in the store) that the config says are not tiered, with why."""
-    import tiering_core.metrics.overview as overview
+    import tiering_core.monitoring.overview as overview
 
     def read(ctx: TieringContext) -> tuple[Overview, dict[str, str]]:
         found = overview.collect_overview(ctx)
@@ -78,7 +78,7 @@ def read_series(
     config_path: str | None, topic: str, window: str, timeout: float = DEFAULT_STATUS_TIMEOUT
 ) -> list[SeriesPoint]:
     """A topic's chart points over ``window`` ("24h" or "7d")."""
-    import tiering_core.metrics.collect as collect
+    import tiering_core.monitoring.collect as collect
 
     return read_store(config_path, lambda ctx: collect.topic_series(ctx, topic, window), timeout)
 

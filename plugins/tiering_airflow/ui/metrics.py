@@ -1,6 +1,6 @@
 """``/tiering/metrics``: the Prometheus exposition of the metadata store.
 
-Computed from the store alone (``collect_metrics``, rendered by ``tiering_core.metrics.exposition``):
+Computed from the store alone (``collect_metrics``, rendered by ``tiering_core.monitoring.exposition``):
 it works on the API server, which has no log dirs, reflects every broker, and its counters are the
 store's, so they survive every restart of the serving process.
 
@@ -24,7 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tiering_airflow.hooks.tiering import resolve_config_path
 from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store
-from tiering_core.metrics.exposition import CONTENT_TYPE
+from tiering_core.monitoring.exposition import CONTENT_TYPE
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -42,8 +42,8 @@ def read_exposition(config_path: str | None, topic: str | None = None, timeout: 
     """The exposition, read now within ``timeout`` seconds: a store that does not answer makes the
     scrape fail (503) instead of hanging the API server."""
     from tiering_core.metadata.listing import collector_paused
-    from tiering_core.metrics import collect
-    from tiering_core.metrics.exposition import render
+    from tiering_core.monitoring import collect
+    from tiering_core.monitoring.exposition import render
 
     def exposition(ctx: TieringContext) -> str:
         # The snapshot is built, rendered and dropped with the collector paused: its hundred

@@ -23,8 +23,8 @@ from types import MappingProxyType
 from tiering_airflow.dag_ids import dag_ids_of
 from tiering_core.humanize import fmt_age, fmt_bytes
 from tiering_core.metadata.values import TaskAttempt
-from tiering_core.metrics.overview import Overview, TopicSummary, overview_of
-from tiering_core.metrics.snapshot import MetricsSnapshot, PartitionMetrics, SeriesPoint
+from tiering_core.monitoring.overview import Overview, TopicSummary, overview_of
+from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics, SeriesPoint
 
 #: The chart windows ``topic_series`` serves, as the page names them.
 WINDOWS: tuple[str, ...] = ("24h", "7d")

@@ -215,8 +215,8 @@ def test_a_store_that_hangs_makes_the_page_say_so_in_bounded_time(
     import threading
     import time
 
-    import tiering_core.metrics.collect as collect_mod
-    import tiering_core.metrics.overview as overview_mod
+    import tiering_core.monitoring.collect as collect_mod
+    import tiering_core.monitoring.overview as overview_mod
 
     released = threading.Event()
 

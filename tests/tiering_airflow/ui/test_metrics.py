@@ -21,7 +21,7 @@ from tests.cli.test_commands import run
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.tiering_airflow.ui.test_app import COOKIE, token_for
 from tiering_airflow.ui.app import create_app
-from tiering_core.metrics.snapshot import NO_BROKER, PartitionCounters
+from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 
 TOKEN = "scrape-token-7b1f0e2a9c4d4e31"
 
@@ -105,7 +105,7 @@ def test_a_store_that_hangs_fails_the_scrape_in_bounded_time(
     import threading
     import time
 
-    import tiering_core.metrics.collect as collect_mod
+    import tiering_core.monitoring.collect as collect_mod
 
     released = threading.Event()
 

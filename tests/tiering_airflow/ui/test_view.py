@@ -15,15 +15,8 @@ from tiering_airflow.ui.view import (
     summarize,
     task_log_url,
 )
-from tiering_core.metadata.values import TaskAttempt
-from tiering_core.metrics.snapshot import (
-    NO_BROKER,
-    MetricsSnapshot,
-    PartitionCounters,
-    PartitionMetrics,
-    ReplicaMetrics,
-    SeriesPoint,
-)
+from tiering_core.metadata.values import NO_BROKER, PartitionCounters, TaskAttempt
+from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics, ReplicaMetrics, SeriesPoint
 
 NOW = 1_800_000_000_000
 MIB = 1024 * 1024

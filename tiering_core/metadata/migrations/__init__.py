@@ -19,8 +19,8 @@ from alembic.util.exc import CommandError
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from tiering_core.config import DatabaseTimeouts
-from tiering_core.metadata.engine import describe_driver_error, make_engine, safe_url, writer
+from tiering_core.config.metadata import DatabaseTimeouts, safe_url
+from tiering_core.metadata.engine import describe_driver_error, make_engine, writer
 from tiering_core.metadata.errors import MetadataStoreError
 
 HERE = Path(__file__).resolve().parent

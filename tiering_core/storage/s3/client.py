@@ -391,7 +391,14 @@ class S3RemoteStorage(RemoteStorage):
 
     def open_object(self, key: str, start: int = 0) -> BinaryIO:
         answer = self._call("GetObject", key, lambda: self._get(key, start))
-        raw = ResumableBody(self, key, start, start + int(answer["ContentLength"]), answer["Body"], answer["ETag"])
+        etag = answer["ETag"]
+        raw = ResumableBody(
+            start,
+            start + int(answer["ContentLength"]),
+            answer["Body"],
+            reopen=lambda position: self._get(key, position, etag=etag)["Body"],
+            retried=lambda attempt: self._call("GetObject", key, attempt),
+        )
         return io.BufferedReader(raw, READ_BUFFER)  # type: ignore[return-value]
 
     def object_size(self, key: str) -> int | None:

@@ -5,12 +5,10 @@ and the continuation markers of paged listings.
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from botocore.exceptions import IncompleteReadError
-
-if TYPE_CHECKING:
-    from tiering_core.storage.s3.client import S3RemoteStorage
 
 READ_BUFFER = 1 << 20
 
@@ -33,18 +31,24 @@ def next_part_marker(page: Any) -> dict[str, str] | None:
     return {"PartNumberMarker": str(page["NextPartNumberMarker"])}
 
 
+#: Opens the object's body again from a position, pinned to the first response's ETag.
+Reopen = Callable[[int], Any]
+#: Runs one read attempt under the storage's retry policy (its deadline, its error messages).
+Retried = Callable[[Callable[[], int]], int]
+
+
 class ResumableBody(io.RawIOBase):
     """An object's bytes [position, end): a broken, stalled or cut-off connection is reopened
-    at the current position (If-Match the first response's ETag, so a concurrent overwrite
-    is an error rather than a splice of two versions) under the storage's retry policy."""
+    at the current position (``reopen``: If-Match the first response's ETag, so a concurrent
+    overwrite is an error rather than a splice of two versions) under the storage's retry policy
+    (``retried``). The storage hands both in, so this module needs nothing of it."""
 
-    def __init__(self, owner: S3RemoteStorage, key: str, position: int, end: int, body: Any, etag: str) -> None:
-        self._owner = owner
-        self._key = key
+    def __init__(self, position: int, end: int, body: Any, *, reopen: Reopen, retried: Retried) -> None:
         self._position = position
         self._end = end
         self._body: Any = body
-        self._etag = etag
+        self._reopen = reopen
+        self._retried = retried
 
     def readable(self) -> bool:
         return True
@@ -57,7 +61,7 @@ class ResumableBody(io.RawIOBase):
 
         def attempt() -> int:
             if self._body is None:
-                self._body = self._owner._get(self._key, self._position, etag=self._etag)["Body"]
+                self._body = self._reopen(self._position)
             try:
                 n = int(self._body.readinto(view[: self._end - self._position]))
                 if n == 0:
@@ -67,7 +71,7 @@ class ResumableBody(io.RawIOBase):
                 self._drop()
                 raise
 
-        n = self._owner._call("GetObject", self._key, attempt)
+        n = self._retried(attempt)
         self._position += n
         return n
 

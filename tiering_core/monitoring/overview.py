@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.metrics.snapshot import MetricsSnapshot, PartitionMetrics
+from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics
 from tiering_core.tier.cluster import silent_brokers
 from tiering_core.tier.view import merge_offset_ranges
 

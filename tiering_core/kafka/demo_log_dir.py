@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.kafka.batch import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -15,6 +14,7 @@ from tiering_core.kafka.batch import (
     CODEC_SNAPPY,
     CODEC_ZSTD,
 )
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
 
 

@@ -22,13 +22,8 @@ from typing import TYPE_CHECKING, Any
 from tiering_core.metadata.counters import COUNT_COLUMNS, task_of_row
 from tiering_core.metadata.listing import collector_paused
 from tiering_core.metadata.observations import HOUR_MS, SERIES_RESOLUTIONS, is_fresh, replica_rank
-from tiering_core.metrics.snapshot import (
-    MetricsSnapshot,
-    PartitionCounters,
-    PartitionMetrics,
-    ReplicaMetrics,
-    SeriesPoint,
-)
+from tiering_core.metadata.values import PartitionCounters
+from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics, ReplicaMetrics, SeriesPoint
 from tiering_core.tier.cluster import silent_brokers
 from tiering_core.tier.view import first_served_offset, global_log_start, merge_offset_ranges, remote_only_offsets
 

@@ -23,10 +23,9 @@ from tiering_core.metadata.observations import LATEST
 from tiering_core.metadata.queries import G, P, S
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore
-from tiering_core.metadata.values import ReplicaObservation
-from tiering_core.metrics.collect import collect_metrics
-from tiering_core.metrics.overview import AlertEntry, Overview, TopicSummary, collect_overview, overview_of
-from tiering_core.metrics.snapshot import NO_BROKER
+from tiering_core.metadata.values import NO_BROKER, ReplicaObservation
+from tiering_core.monitoring.collect import collect_metrics
+from tiering_core.monitoring.overview import AlertEntry, Overview, TopicSummary, collect_overview, overview_of
 
 STALENESS_MS = 600_000
 ORDERS, GONE, CLICKS, NOWHERE = "O" * 22, "G" * 22, "C" * 22, "N" * 22

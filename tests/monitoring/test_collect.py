@@ -15,14 +15,15 @@ import pytest
 from tests.cli.test_commands import run
 from tests.conftest import S3Endpoint
 from tests.engine_support import TieringEnv, select_count, tip_of, traced_statements, write_segments
-from tiering_core.demo.writer import PartitionWriter
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore, TaskAttempt
+from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 from tiering_core.metrics import names
-from tiering_core.metrics.collect import collect_metrics, topic_names, topic_series
 from tiering_core.metrics.names import MetricSpec
 from tiering_core.metrics.sink import Tags, emitting
-from tiering_core.metrics.snapshot import NO_BROKER, PartitionCounters, PartitionMetrics
+from tiering_core.monitoring.collect import collect_metrics, topic_names, topic_series
+from tiering_core.monitoring.snapshot import PartitionMetrics
 from tiering_core.read.reader import open_reader
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.retention import run_retention

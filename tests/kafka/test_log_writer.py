@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 from kafka.record import MemoryRecords
 
-from tiering_core.demo.log_dir import build_demo_log_dir
-from tiering_core.demo.writer import PartitionWriter
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, iter_batch_headers
 from tiering_core.kafka.checkpoints import (
@@ -20,9 +18,11 @@ from tiering_core.kafka.checkpoints import (
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
+from tiering_core.kafka.demo_log_dir import build_demo_log_dir
 from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.index import AbortedTxn, read_offset_index, read_time_index, read_txn_index
 from tiering_core.kafka.index_rebuild import rebuild_indexes
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
 from tiering_core.kafka.records import (
     ControlRecordType,

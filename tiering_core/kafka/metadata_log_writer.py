@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from tiering_core.demo.writer import DEMO_NODE_ID, write_meta_properties
 from tiering_core.kafka.checkpoints import atomic_write, new_topic_id
 from tiering_core.kafka.cluster_metadata import (
     CLUSTER_METADATA_DIR,
@@ -31,6 +30,7 @@ from tiering_core.kafka.cluster_metadata import (
     latest_snapshot,
     read_cluster_metadata,
 )
+from tiering_core.kafka.log_writer import DEMO_NODE_ID, write_meta_properties
 from tiering_core.kafka.metadata_records import (
     NO_LEADER_CHANGE,
     MetadataBody,

@@ -8,15 +8,11 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 from tiering_core.metrics import names
-from tiering_core.metrics.exposition import CONTENT_TYPE, COUNTER_FIELDS, escape_label_value, render
-from tiering_core.metrics.snapshot import (
-    NO_BROKER,
-    MetricsSnapshot,
-    PartitionCounters,
-    PartitionMetrics,
-    ReplicaMetrics,
-)
+from tiering_core.metrics.names import COUNTER_FIELDS
+from tiering_core.monitoring.exposition import CONTENT_TYPE, escape_label_value, render
+from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics, ReplicaMetrics
 
 NOW_MS = 1_700_000_100_000
 EXPORTED = names.METRICS + names.PLATFORM_METRICS

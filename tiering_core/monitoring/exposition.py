@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import attrgetter, is_not
 
+from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 from tiering_core.metrics import names
-from tiering_core.metrics.names import MetricSpec
-from tiering_core.metrics.snapshot import COUNTER_FIELDS, NO_BROKER, MetricsSnapshot, PartitionCounters
+from tiering_core.metrics.names import COUNTER_FIELDS, MetricSpec
+from tiering_core.monitoring.snapshot import MetricsSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

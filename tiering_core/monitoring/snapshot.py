@@ -9,49 +9,9 @@ copy lag, each replica's local-retention risk) and the segment metadata (remote 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from tiering_core.metadata.values import TaskAttempt
-from tiering_core.metrics import names
-from tiering_core.metrics.names import MetricSpec
-
-
-@dataclass(slots=True)
-class PartitionCounters:
-    """Counts recorded in the store for one partition (on one broker, or summed over brokers)."""
-
-    copy_bytes: int = 0
-    copy_requests: int = 0
-    copy_errors: int = 0
-    delete_requests: int = 0
-    delete_errors: int = 0
-    fetch_bytes: int = 0
-    fetch_requests: int = 0
-    fetch_errors: int = 0
-    index_repairs: int = 0
-    scrub_failures: int = 0
-
-    def add(self, other: PartitionCounters) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-
-#: The field of ``PartitionCounters`` each counter metric is kept in.
-COUNTER_FIELDS: dict[MetricSpec, str] = {
-    names.REMOTE_COPY_BYTES: "copy_bytes",
-    names.REMOTE_COPY_REQUESTS: "copy_requests",
-    names.REMOTE_COPY_ERRORS: "copy_errors",
-    names.REMOTE_DELETE_REQUESTS: "delete_requests",
-    names.REMOTE_DELETE_ERRORS: "delete_errors",
-    names.REMOTE_FETCH_BYTES: "fetch_bytes",
-    names.REMOTE_FETCH_REQUESTS: "fetch_requests",
-    names.REMOTE_FETCH_ERRORS: "fetch_errors",
-    names.INDEX_REPAIRS: "index_repairs",
-    names.SCRUB_FAILURES: "scrub_failures",
-}
-
-#: The broker id under which acts that run on no broker (reads, verify) are counted.
-NO_BROKER = -1
+from tiering_core.metadata.values import PartitionCounters, TaskAttempt
 
 
 @dataclass(slots=True)

@@ -25,8 +25,8 @@ import yaml
 from tiering_core.cli.output import event_line, format_copy_summary, format_status_table, format_verify_summary
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
-from tiering_core.demo.log_dir import build_demo_log_dir
 from tiering_core.errors import TieringError
+from tiering_core.kafka.demo_log_dir import build_demo_log_dir
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.read.reader import open_reader
 from tiering_core.read.verify import verify_partition
