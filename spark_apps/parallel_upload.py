@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
+from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
 from tiering_core.config import RemoteConfig, load_config
 from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, TieringGapError
+from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.runs.copy import CopyResult, CopyRun
@@ -177,13 +179,13 @@ class Report:
     @property
     def exit_code(self) -> int:
         if self.failures:
-            return runtime.EXIT_FAILURE
-        return runtime.EXIT_GAP if self.gaps else runtime.EXIT_OK
+            return EXIT_FAILURE
+        return EXIT_GAP if self.gaps else EXIT_OK
 
     def summary(self) -> str:
         line = (
             f"parallel upload: {len(self.results)} partition(s), {self.segments} segment(s), "
-            f"{runtime.fmt_bytes(self.bytes)} ({self.bytes} bytes) in {self.seconds:.2f} s "
+            f"{fmt_bytes(self.bytes)} ({self.bytes} bytes) in {self.seconds:.2f} s "
             f"({runtime.rate(self.bytes, self.seconds)}) on {len(self.workers)} executor worker(s); "
             f"{len(self.failures)} failure(s); segment checks on the driver {self.check_seconds:.2f} s"
         )
@@ -350,7 +352,7 @@ def run_parallel_upload(
     total = sum(len(p.waiting) for p in active)
     size = sum(c.segment.size_bytes for p in active for c in p.waiting)
     say(
-        f"parallel upload: {total} segment(s), {runtime.fmt_bytes(size)} of {len(active)} partition(s) planned; "
+        f"parallel upload: {total} segment(s), {fmt_bytes(size)} of {len(active)} partition(s) planned; "
         f"{slots} upload(s) at a time"
     )
 

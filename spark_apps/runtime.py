@@ -29,8 +29,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tiering_core.cli.output import fmt_bytes
+from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
+from tiering_core.cli.exit_codes import EXIT_OK as EXIT_OK  # read as runtime.EXIT_OK by rebuild_indexes.py
 from tiering_core.errors import TieringError, one_line
+from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.executor import Task, TaskOutcome
 
@@ -43,11 +45,6 @@ if TYPE_CHECKING:
     from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.segments import RemoteStorage
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_GAP = 3  # the exit code of ``tiering copy`` for a tiering gap
-EXIT_INTERRUPTED = 130
-
 #: How long an abort waits for cancelled Spark jobs to end before it cleans up around them.
 CANCEL_SETTLE_SECONDS = 60.0
 
@@ -57,8 +54,6 @@ DEFAULT_MASTER = "local[*]"
 TASK_ATTEMPT_ENV = "TIERING_TASK_ATTEMPT"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_PACKAGES = ("tiering_core", "spark_apps")
-
-__all__ = ["fmt_bytes"]
 
 log = logging.getLogger(__name__)
 

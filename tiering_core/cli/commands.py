@@ -14,16 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
 from tiering_core.cli.output import Output, output_for
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 from tiering_core.events import EventSink
 
 log = logging.getLogger("tiering")
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_GAP = 3
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from tiering_core.cli.commands import (
-    EXIT_FAILURE,
     Handler,
     _one_line,
     cmd_copy,
@@ -28,6 +27,7 @@ from tiering_core.cli.commands import (
     cmd_status,
     cmd_verify,
 )
+from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from tiering_core.errors import TieringError
 
 log = logging.getLogger("tiering")
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("tiering: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except OSError as exc:  # a file vanished or a disk failed under us: name it, no traceback
         log.debug("%s failed", args.command, exc_info=True)
         print(f"tiering: {args.command}: {_one_line(exc)}", file=sys.stderr)
