@@ -31,7 +31,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from tiering_core.cli.exit_codes import EXIT_OK as EXIT_OK  # read as runtime.EXIT_OK by rebuild_indexes.py
+from tiering_core.cli.output import event_line
+from tiering_core.config import load_config
+from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, one_line
+from tiering_core.events import RunEvent
 from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.executor import Task, TaskOutcome
@@ -41,7 +45,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from tiering_core.config import RemoteConfig
-    from tiering_core.context import TieringContext
     from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.segments import RemoteStorage
 
@@ -231,6 +234,79 @@ def report_failure(app: str, exc: BaseException) -> int:
     else:
         fail(app, f"unexpected {type(exc).__name__}: {spark_failure_reason(exc)} (rerun with -v for the traceback)")
     return EXIT_FAILURE
+
+
+def say_event(event: RunEvent) -> None:
+    """The sink the apps give their runs: each event's line (``event_line``) on stdout."""
+    say(event_line(event))
+
+
+class AppRun:
+    """What an app's body works with: its arguments, the run's context, the selected partitions,
+    and the Spark session, started when first asked for (so the body can refuse its own arguments
+    before Spark starts)."""
+
+    def __init__(
+        self,
+        app: str,
+        args: argparse.Namespace,
+        ctx: TieringContext,
+        selection: Selection,
+        partitions: list[TopicPartition],
+        spark: SparkSession | None,
+    ) -> None:
+        self.app = app
+        self.args = args
+        self.ctx = ctx
+        self.selection = selection
+        self.partitions = partitions
+        self._spark = spark
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            self._spark = spark_session(f"tiering-{self.app.replace('_', '-')}", self.args.master)
+        return self._spark
+
+    @property
+    def started_spark(self) -> SparkSession | None:
+        """The session, if one was given or started."""
+        return self._spark
+
+    def executor(self) -> SparkExecutor:
+        """The run's executor on this session, ``--parallelism`` tasks at a time (Spark's default
+        parallelism when not given)."""
+        return SparkExecutor(self.spark.sparkContext, self.ctx.config.remote, getattr(self.args, "parallelism", None))
+
+
+def run_app(
+    app: str,
+    argv: Sequence[str] | None,
+    spark: SparkSession | None,
+    build_parser: Callable[[], argparse.ArgumentParser],
+    body: Callable[[AppRun], int],
+) -> int:
+    """What every app's ``main`` does: parse ``argv`` with ``build_parser()`` (which adds
+    ``add_common_arguments``), log to stderr, read the selection and the config, open the run's
+    context, resolve the selected partitions (a bad selector fails before Spark starts), then run
+    ``body`` and return its exit code. ``spark``: the session to use (a test's); without it the
+    app starts its own (``tiering-<app>``) when the body first needs it, and stops it at the end.
+    An error that ends the run is one line on stderr and its exit code (``report_failure``)."""
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    run: AppRun | None = None
+    try:
+        selection = parse_selection(args)
+        config = load_config(config_path(args))
+        with TieringContext.open(config) as ctx:
+            run = AppRun(app, args, ctx, selection, selection.resolve(ctx), spark)
+            return body(run)
+    except (Exception, KeyboardInterrupt) as exc:
+        return report_failure(app, exc)
+    finally:
+        own = run.started_spark if run is not None and spark is None else None
+        if own is not None:
+            own.stop()
 
 
 def rate(size: int, seconds: float) -> str:

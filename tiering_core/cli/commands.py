@@ -340,20 +340,17 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_verify_summary
-    from tiering_core.read.verify import partitions_to_verify, verify_partition
+    from tiering_core.cli.output import format_verification, format_verify_summary
+    from tiering_core.read.verify import partitions_to_verify, run_verify
+    from tiering_core.runs.executor import InProcessExecutor
 
-    results = []
     with _context(args) as ctx:
-        for tip in partitions_to_verify(ctx, args.topic, args.partition):
-            for checked in verify_partition(ctx, tip):
-                results.append(checked)
-                if not args.json:
-                    print(checked.describe(), flush=True)
+        partitions = partitions_to_verify(ctx, args.topic, args.partition)
+        results = run_verify(ctx, partitions, InProcessExecutor(ctx.storage), _events(args)).results
     bad = [r for r in results if not r.ok]
     _emit(args, [r.to_dict() for r in results], lambda: format_verify_summary(results))
     for r in bad:
-        print(f"tiering: verify: {r.describe()}", file=sys.stderr)
+        print(f"tiering: verify: {format_verification(r)}", file=sys.stderr)
     return EXIT_FAILURE if bad else EXIT_OK
 
 

@@ -19,13 +19,18 @@ from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.events import RunEvent
-from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored
+from tiering_core.events.read import (
+    RestoringFromTierAlone,
+    SegmentRestored,
+    SegmentVerification,
+    SegmentVerified,
+    VerifyPlanned,
+)
 from tiering_core.humanize import fmt_age, fmt_bytes
 
 if TYPE_CHECKING:
     from tiering_core.export import ExportResult, ExportSegment
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.read.verify import SegmentVerification
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.delete_records import DeleteRecordsResult
     from tiering_core.runs.orphans import OrphanObject
@@ -225,10 +230,22 @@ def format_segments_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_verify_summary(results: list[SegmentVerification]) -> str:
+def format_verify_summary(results: list[SegmentVerification], seconds: float | None = None) -> str:
+    """What a verify found; with ``seconds``, how long it took and how fast it read."""
     bad = sum(1 for r in results if not r.ok)
     size = sum(r.size_bytes for r in results)
-    return f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
+    line = f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
+    if seconds is not None:
+        line += f" in {seconds:.2f} s ({fmt_bytes(size / seconds if seconds > 0 else 0.0)}/s)"
+    return line
+
+
+def format_verification(result: SegmentVerification) -> str:
+    """One segment's verification: ``ok``, or its problems."""
+    head = (
+        f"{result.topic}-{result.partition}: segment {result.start_offset}..{result.end_offset} ({result.segment_id})"
+    )
+    return f"{head}: ok" if result.ok else f"{head}: " + "; ".join(result.problems)
 
 
 def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
@@ -375,3 +392,16 @@ def _restored(event: SegmentRestored) -> str:
 def _restoring_from_tier(event: RestoringFromTierAlone) -> str:
     tp = event.topic_partition
     return f"{tp}: not in the broker's log dirs; restoring topic id {event.topic_id} from the remote tier alone"
+
+
+@event_line.register
+def _verify_planned(event: VerifyPlanned) -> str:
+    return (
+        f"verify: {event.segments} finished segment(s), {fmt_bytes(event.size_bytes)} of log, "
+        f"{event.partitions} partition(s)"
+    )
+
+
+@event_line.register
+def _segment_verified(event: SegmentVerified) -> str:
+    return f"{format_verification(event.result)} [{event.done}/{event.total}]"

@@ -13,7 +13,7 @@ so the task function and its items must pickle for Spark.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
@@ -55,7 +55,7 @@ class Executor(Protocol):
         *,
         describe: Callable[[T], str],
         on_wait: Callable[[], None] | None = None,
-    ) -> Iterator[TaskOutcome[R]]:
+    ) -> Generator[TaskOutcome[R], None, None]:
         """``task(storage, item)`` for each item. ``describe`` names an item (a job description,
         a thread name); ``on_wait`` runs between completions, at least every few seconds (the
         driver renews its lease there)."""
@@ -84,14 +84,14 @@ class InProcessExecutor:
         *,
         describe: Callable[[T], str],
         on_wait: Callable[[], None] | None = None,
-    ) -> Iterator[TaskOutcome[R]]:
+    ) -> Generator[TaskOutcome[R], None, None]:
         if self.threads == 1:
             return self._serial(items, task, on_wait)
         return self._pooled(items, task, describe, on_wait)
 
     def _serial(
         self, items: Sequence[T], task: Task[T, R], on_wait: Callable[[], None] | None
-    ) -> Iterator[TaskOutcome[R]]:
+    ) -> Generator[TaskOutcome[R], None, None]:
         for index, item in enumerate(items):
             yield TaskOutcome(index, task(self.storage, item))
             if on_wait is not None:
@@ -103,7 +103,7 @@ class InProcessExecutor:
         task: Task[T, R],
         describe: Callable[[T], str],
         on_wait: Callable[[], None] | None,
-    ) -> Iterator[TaskOutcome[R]]:
+    ) -> Generator[TaskOutcome[R], None, None]:
         cancelled = threading.Event()
 
         def one(item: T) -> R:
