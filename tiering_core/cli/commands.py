@@ -272,6 +272,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tiering_core.cli.output import format_export_summary
     from tiering_core.export import run_export
     from tiering_core.kafka.isolation import IsolationLevel
+    from tiering_core.runs.executor import InProcessExecutor
 
     with _context(args) as ctx:
         result = run_export(
@@ -281,7 +282,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             isolation=IsolationLevel(args.isolation),
             table=args.table,
             dry_run=args.dry_run,
-            progress=_progress(args),
+            events=_events(args),
+            executor=InProcessExecutor(ctx.storage),
         )
     _emit(args, result.to_dict(), lambda: format_export_summary(result))
     for failure in result.failed:

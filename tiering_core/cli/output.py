@@ -19,6 +19,14 @@ from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.events import RunEvent
+from tiering_core.events.export import (
+    ExportCleanedUp,
+    ExportCommitted,
+    ExportPlanned,
+    SegmentExported,
+    SegmentExportFailed,
+    SegmentWouldExport,
+)
 from tiering_core.events.read import (
     RestoringFromTierAlone,
     SegmentRestored,
@@ -29,7 +37,7 @@ from tiering_core.events.read import (
 from tiering_core.humanize import fmt_age, fmt_bytes
 
 if TYPE_CHECKING:
-    from tiering_core.export import ExportResult, ExportSegment
+    from tiering_core.export import ExportResult
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.delete_records import DeleteRecordsResult
@@ -276,13 +284,9 @@ def _index_statuses() -> list[Any]:
 
 
 def format_export_summary(result: ExportResult) -> str:
-    """``tiering export``: what was (or would be) exported, after the per-segment progress lines."""
+    """``tiering export``: what was (or would be) exported, after the run's progress lines."""
     if result.dry_run:
-        lines = [
-            f"would export {s.topic_partition}: segment {s.segment_id} offsets {s.start_offset}-{s.end_offset}"
-            for s in result.planned
-        ]
-        return "\n".join([*lines, f"{result.table}: {len(result.planned)} segment(s) to export"])
+        return f"{result.table}: {len(result.planned)} segment(s) to export"
     line = (
         f"{result.table}: exported {len(result.exported)} segment(s), {result.rows} row(s), {result.files} data "
         f"file(s) in {len(result.snapshots)} snapshot(s)"
@@ -294,24 +298,11 @@ def format_export_summary(result: ExportResult) -> str:
     return line
 
 
-def format_export_segment(segment: ExportSegment, rows: int, files: int) -> str:
-    """One exported segment's progress line."""
-    return (
-        f"{segment.topic_partition}: segment {segment.segment_id} offsets {segment.start_offset}-"
-        f"{segment.end_offset}: {rows} row(s) in {files} data file(s)"
-    )
-
-
-def format_export_commit(segments: int, snapshot_id: int) -> str:
-    return f"committed {segments} segment(s) in snapshot {snapshot_id}"
-
-
-def format_export_failure(error: Exception) -> str:
-    return f"FAILED {error}"
-
-
-def format_export_cleanup(files: int) -> str:
-    return f"removed {files} data file(s) of an export attempt that never committed"
+def format_export_totals(results: list[ExportResult], seconds: float) -> str:
+    """The Spark export's last line: every table's commits and failures."""
+    committed = sum(len(r.exported) for r in results)
+    failed = sum(len(r.failed) for r in results)
+    return f"export: {committed} segment(s) committed, {failed} failed in {seconds:.2f} s"
 
 
 # --- events and where the words go ----------------------------------------------------------
@@ -405,3 +396,41 @@ def _verify_planned(event: VerifyPlanned) -> str:
 @event_line.register
 def _segment_verified(event: SegmentVerified) -> str:
     return f"{format_verification(event.result)} [{event.done}/{event.total}]"
+
+
+@event_line.register
+def _export_planned(event: ExportPlanned) -> str:
+    return (
+        f"export {event.topic} -> {event.table}: {event.segments} segment(s) to export, {fmt_bytes(event.size_bytes)}"
+    )
+
+
+@event_line.register
+def _segment_would_export(event: SegmentWouldExport) -> str:
+    return (
+        f"would export {event.topic_partition}: segment {event.segment_id} offsets {event.start_offset}-"
+        f"{event.end_offset}"
+    )
+
+
+@event_line.register
+def _segment_exported(event: SegmentExported) -> str:
+    return (
+        f"{event.topic_partition}: segment {event.segment_id} offsets {event.start_offset}-{event.end_offset}: "
+        f"{event.rows} row(s) in {event.files} data file(s) [{event.done}/{event.total}]"
+    )
+
+
+@event_line.register
+def _segment_export_failed(event: SegmentExportFailed) -> str:
+    return f"FAILED {event.reason} [{event.done}/{event.total}]"
+
+
+@event_line.register
+def _export_committed(event: ExportCommitted) -> str:
+    return f"{event.table}: committed {event.segments} segment(s) in snapshot {event.snapshot_id}"
+
+
+@event_line.register
+def _export_cleaned_up(event: ExportCleanedUp) -> str:
+    return f"removed {event.files} data file(s) of an export attempt that never committed"
