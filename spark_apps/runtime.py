@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
 import hashlib
 import logging
 import os
@@ -410,13 +409,6 @@ class SparkJobs:
             self.cancel()
 
 
-@dataclass(frozen=True)
-class JobOutcome:
-    index: int
-    result: object | None
-    error: str | None
-
-
 def run_jobs(
     sc: SparkContext,
     items: Sequence[T],
@@ -426,7 +418,7 @@ def run_jobs(
     describe: Callable[[T], str],
     on_wait: Callable[[], None] | None = None,
     wait_seconds: float = 5.0,
-) -> Generator[JobOutcome, None, None]:
+) -> Generator[TaskOutcome[Any], None, None]:
     """Each item as its own Spark job, ``slots`` at a time; outcomes as they complete.
 
     ``on_wait`` runs between completions (and at least every ``wait_seconds``), e.g. to renew
@@ -441,9 +433,9 @@ def run_jobs(
                 index = pending.pop(future)
                 exc = future.exception()
                 if exc is not None:
-                    yield JobOutcome(index, None, f"Spark task failed: {spark_failure_reason(exc)}")
+                    yield TaskOutcome(index, None, f"Spark task failed: {spark_failure_reason(exc)}")
                 else:
-                    yield JobOutcome(index, future.result(), None)
+                    yield TaskOutcome(index, future.result())
             if on_wait is not None:
                 on_wait()
 
@@ -473,8 +465,5 @@ class SparkExecutor:
         def on_executor(item: T) -> R:
             return task(executor_storage(remote), item)
 
-        with contextlib.closing(
-            run_jobs(self.sc, items, on_executor, slots=self.slots, describe=describe, on_wait=on_wait)
-        ) as outcomes:  # closed early: queued jobs dropped, running ones cancelled
-            for outcome in outcomes:
-                yield TaskOutcome(outcome.index, outcome.result, outcome.error)  # type: ignore[arg-type]
+        # closed early: queued jobs dropped, running ones cancelled (``run_jobs``)
+        return run_jobs(self.sc, items, on_executor, slots=self.slots, describe=describe, on_wait=on_wait)
