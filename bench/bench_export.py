@@ -7,8 +7,9 @@
   warehouse; the segment fetched from a filesystem tier, decoded, written as Parquet data files
   and committed) vs pyarrow writing the same, already decoded, table as one Parquet file with
   the same codec: time ratio (target <= 2);
-- the Spark export (``spark_apps/export_table.py``'s ``run_export`` on ``local[2]``, one task
-  for the segment, the commit on the driver) vs the same ``tiering export``: time ratio.
+- the Spark export (the same driver, ``run_export``, with a ``SparkExecutor`` on ``local[2]``, as
+  ``spark_apps/export_table.py`` runs it: one task for the segment, the commit on the driver) vs
+  the same ``tiering export``: time ratio.
 
 Each round exports into a fresh catalog and warehouse; the sides take turns going first, the
 best of ``--rounds`` is kept. The page cache is warm: these are CPU costs.
@@ -41,10 +42,9 @@ for path in (ROOT, BENCH):
 
 from bench_arrow_decode import decode_arrow, warm_up  # noqa: E402
 from bench_kafka_format import decode_kafka_python  # noqa: E402
-from bench_spark import T0, build_log_dir, plain_read, quiet  # noqa: E402
+from bench_spark import T0, build_log_dir, plain_read  # noqa: E402
 
 from spark_apps import runtime  # noqa: E402
-from spark_apps.export_table import run_export  # noqa: E402
 from tiering_core.config import load_config  # noqa: E402
 from tiering_core.context import TieringContext  # noqa: E402
 from tiering_core.export import run_export as tiering_export  # noqa: E402
@@ -118,9 +118,9 @@ def cli_export(config: Path) -> int:
 
 def spark_export(config: Path, spark: Any) -> int:
     with TieringContext.open(load_config(config)) as ctx:
-        report = run_export(ctx, [TP], spark, say=quiet)
-    assert not report.failed, report.failed
-    return int(report.records)
+        result = tiering_export(ctx, TOPIC, executor=runtime.SparkExecutor(spark.sparkContext, ctx.config.remote))
+    assert not result.failed, result.failed
+    return int(result.rows)
 
 
 def bench_decode(log: Path, rounds: int) -> float:

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
+from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
 from tiering_core.cli.output import event_line
-from tiering_core.config import RemoteConfig, load_config
+from tiering_core.config import RemoteConfig
 from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.events import RunEvent
@@ -186,8 +187,8 @@ class Report:
     @property
     def exit_code(self) -> int:
         if self.failures:
-            return runtime.EXIT_FAILURE
-        return runtime.EXIT_GAP if self.gaps else runtime.EXIT_OK
+            return EXIT_FAILURE
+        return EXIT_GAP if self.gaps else EXIT_OK
 
     def finished(self) -> ParallelUploadFinished:
         """The run's summary, as the event that tells it."""
@@ -416,28 +417,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    runtime.configure_logging(args)
-    own_session = spark is None
-    try:
-        selection = runtime.parse_selection(args)
-        config = load_config(runtime.config_path(args))
-        with TieringContext.open(config) as ctx:
-            partitions = selection.resolve(ctx)  # bad selectors fail before Spark starts
-            if spark is None:
-                spark = runtime.spark_session("tiering-parallel-upload", args.master)
-            report = run_parallel_upload(ctx, partitions, spark, run_id=args.run_id, parallelism=args.parallelism)
-    except (Exception, KeyboardInterrupt) as exc:
-        return runtime.report_failure(APP, exc)
-    finally:
-        if own_session and spark is not None:
-            spark.stop()
+def upload(app: runtime.AppRun) -> int:
+    report = run_parallel_upload(
+        app.ctx, app.partitions, app.spark, run_id=app.args.run_id, parallelism=app.args.parallelism
+    )
     for line in report.failures:
         runtime.fail(APP, line)
     for line in report.gaps:
         runtime.fail(APP, f"TIERING GAP: {line}")
     return report.exit_code
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    return runtime.run_app(APP, argv, spark, build_parser, upload)
 
 
 if __name__ == "__main__":

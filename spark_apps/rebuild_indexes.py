@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
+from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from tiering_core.cli.output import event_line, format_index_check, format_rebuild_summary
-from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.runs.rebuild import IndexStatus, RebuildReport, rebuild_indexes
 
@@ -41,7 +41,7 @@ MAX_NAMED = 20  # unresolved segments named on stderr, one line each
 class Report(RebuildReport):
     @property
     def exit_code(self) -> int:
-        return runtime.EXIT_OK if self.ok else runtime.EXIT_FAILURE
+        return EXIT_OK if self.ok else EXIT_FAILURE
 
 
 def run_rebuild(
@@ -94,31 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    runtime.configure_logging(args)
-    own_session = spark is None
-    try:
-        selection = runtime.parse_selection(args)
-        config = load_config(runtime.config_path(args))
-        with TieringContext.open(config) as ctx:
-            partitions = selection.resolve(ctx)
-            if spark is None:
-                spark = runtime.spark_session("tiering-rebuild-indexes", args.master)
-            report = run_rebuild(
-                ctx,
-                partitions,
-                spark,
-                repair=args.mode == "repair",
-                local=args.local == "yes",
-                run_id=args.run_id,
-                parallelism=args.parallelism,
-            )
-    except (Exception, KeyboardInterrupt) as exc:
-        return runtime.report_failure(APP, exc)
-    finally:
-        if own_session and spark is not None:
-            spark.stop()
+def rebuild(app: runtime.AppRun) -> int:
+    args = app.args
+    report = run_rebuild(
+        app.ctx,
+        app.partitions,
+        app.spark,
+        repair=args.mode == "repair",
+        local=args.local == "yes",
+        run_id=args.run_id,
+        parallelism=args.parallelism,
+    )
     for line in report.failures:
         runtime.fail(APP, line)
     damaged = report.unresolved_remote()
@@ -136,6 +122,10 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
             file=sys.stderr,
         )
     return report.exit_code
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    return runtime.run_app(APP, argv, spark, build_parser, rebuild)
 
 
 if __name__ == "__main__":

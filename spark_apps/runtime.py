@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
 import hashlib
 import logging
 import os
@@ -29,8 +28,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tiering_core.cli.output import fmt_bytes
+from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
+from tiering_core.cli.output import event_line
+from tiering_core.config import load_config
+from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, one_line
+from tiering_core.events import RunEvent
+from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.executor import Task, TaskOutcome
 
@@ -39,14 +43,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from tiering_core.config import RemoteConfig
-    from tiering_core.context import TieringContext
     from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.segments import RemoteStorage
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_GAP = 3  # the exit code of ``tiering copy`` for a tiering gap
-EXIT_INTERRUPTED = 130
 
 #: How long an abort waits for cancelled Spark jobs to end before it cleans up around them.
 CANCEL_SETTLE_SECONDS = 60.0
@@ -57,8 +55,6 @@ DEFAULT_MASTER = "local[*]"
 TASK_ATTEMPT_ENV = "TIERING_TASK_ATTEMPT"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_PACKAGES = ("tiering_core", "spark_apps")
-
-__all__ = ["fmt_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +234,79 @@ def report_failure(app: str, exc: BaseException) -> int:
     return EXIT_FAILURE
 
 
+def say_event(event: RunEvent) -> None:
+    """The sink the apps give their runs: each event's line (``event_line``) on stdout."""
+    say(event_line(event))
+
+
+class AppRun:
+    """What an app's body works with: its arguments, the run's context, the selected partitions,
+    and the Spark session, started when first asked for (so the body can refuse its own arguments
+    before Spark starts)."""
+
+    def __init__(
+        self,
+        app: str,
+        args: argparse.Namespace,
+        ctx: TieringContext,
+        selection: Selection,
+        partitions: list[TopicPartition],
+        spark: SparkSession | None,
+    ) -> None:
+        self.app = app
+        self.args = args
+        self.ctx = ctx
+        self.selection = selection
+        self.partitions = partitions
+        self._spark = spark
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            self._spark = spark_session(f"tiering-{self.app.replace('_', '-')}", self.args.master)
+        return self._spark
+
+    @property
+    def started_spark(self) -> SparkSession | None:
+        """The session, if one was given or started."""
+        return self._spark
+
+    def executor(self) -> SparkExecutor:
+        """The run's executor on this session, ``--parallelism`` tasks at a time (Spark's default
+        parallelism when not given)."""
+        return SparkExecutor(self.spark.sparkContext, self.ctx.config.remote, getattr(self.args, "parallelism", None))
+
+
+def run_app(
+    app: str,
+    argv: Sequence[str] | None,
+    spark: SparkSession | None,
+    build_parser: Callable[[], argparse.ArgumentParser],
+    body: Callable[[AppRun], int],
+) -> int:
+    """What every app's ``main`` does: parse ``argv`` with ``build_parser()`` (which adds
+    ``add_common_arguments``), log to stderr, read the selection and the config, open the run's
+    context, resolve the selected partitions (a bad selector fails before Spark starts), then run
+    ``body`` and return its exit code. ``spark``: the session to use (a test's); without it the
+    app starts its own (``tiering-<app>``) when the body first needs it, and stops it at the end.
+    An error that ends the run is one line on stderr and its exit code (``report_failure``)."""
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    run: AppRun | None = None
+    try:
+        selection = parse_selection(args)
+        config = load_config(config_path(args))
+        with TieringContext.open(config) as ctx:
+            run = AppRun(app, args, ctx, selection, selection.resolve(ctx), spark)
+            return body(run)
+    except (Exception, KeyboardInterrupt) as exc:
+        return report_failure(app, exc)
+    finally:
+        own = run.started_spark if run is not None and spark is None else None
+        if own is not None:
+            own.stop()
+
+
 def rate(size: int, seconds: float) -> str:
     return f"{fmt_bytes(size / seconds if seconds > 0 else 0.0)}/s"
 
@@ -339,13 +408,6 @@ class SparkJobs:
             self.cancel()
 
 
-@dataclass(frozen=True)
-class JobOutcome:
-    index: int
-    result: object | None
-    error: str | None
-
-
 def run_jobs(
     sc: SparkContext,
     items: Sequence[T],
@@ -355,7 +417,7 @@ def run_jobs(
     describe: Callable[[T], str],
     on_wait: Callable[[], None] | None = None,
     wait_seconds: float = 5.0,
-) -> Generator[JobOutcome, None, None]:
+) -> Generator[TaskOutcome[Any], None, None]:
     """Each item as its own Spark job, ``slots`` at a time; outcomes as they complete.
 
     ``on_wait`` runs between completions (and at least every ``wait_seconds``), e.g. to renew
@@ -370,9 +432,9 @@ def run_jobs(
                 index = pending.pop(future)
                 exc = future.exception()
                 if exc is not None:
-                    yield JobOutcome(index, None, f"Spark task failed: {spark_failure_reason(exc)}")
+                    yield TaskOutcome(index, None, f"Spark task failed: {spark_failure_reason(exc)}")
                 else:
-                    yield JobOutcome(index, future.result(), None)
+                    yield TaskOutcome(index, future.result())
             if on_wait is not None:
                 on_wait()
 
@@ -402,8 +464,5 @@ class SparkExecutor:
         def on_executor(item: T) -> R:
             return task(executor_storage(remote), item)
 
-        with contextlib.closing(
-            run_jobs(self.sc, items, on_executor, slots=self.slots, describe=describe, on_wait=on_wait)
-        ) as outcomes:  # closed early: queued jobs dropped, running ones cancelled
-            for outcome in outcomes:
-                yield TaskOutcome(outcome.index, outcome.result, outcome.error)  # type: ignore[arg-type]
+        # closed early: queued jobs dropped, running ones cancelled (``run_jobs``)
+        return run_jobs(self.sc, items, on_executor, slots=self.slots, describe=describe, on_wait=on_wait)

@@ -1,8 +1,8 @@
-"""The Spark export: one task per remote segment writes its data files, the driver makes the only
-commit. The table read back with pyiceberg holds each tiered offset once; a rerun commits nothing;
-spark-submit killed (-9) in the middle of a run leaves no snapshot, and the rerun (once the killed
-run's table lease expired) exports every offset once and removes the data files the killed attempt
-wrote."""
+"""The Spark export: one task per remote segment writes its data files, only the driver commits
+(in snapshots of at most ``COMMIT_BYTES`` of segments: one for these small segments). The table
+read back with pyiceberg holds each tiered offset once; a rerun commits nothing; spark-submit
+killed (-9) in the middle of a run leaves no snapshot, and the rerun (once the killed run's table
+lease expired) exports every offset once and removes the data files the killed attempt wrote."""
 
 from __future__ import annotations
 

@@ -134,3 +134,67 @@ def test_the_code_bundle_is_built_in_a_private_directory_never_at_a_planted_path
         shipped = archive.read("tiering_core/__init__.py")
     assert shipped == (runtime.REPO_ROOT / "tiering_core" / "__init__.py").read_bytes()
     assert runtime._package_zip() == bundle  # built once per process
+
+
+def test_the_spark_executor_runs_each_item_against_the_workers_storage_and_names_a_failed_task(
+    tmp_path: Path, spark
+) -> None:
+    """Each item a one-task job against the storage the executor builds on its Python worker (a
+    filesystem tier here): every outcome carries the item's index and result; a task that raises
+    is an outcome with the reason, and the others still run."""
+    from spark_apps import runtime
+    from tiering_core.config import RemoteConfig
+    from tiering_core.storage.factory import create_remote_storage
+
+    remote = RemoteConfig(backend="filesystem", root=tmp_path / "tier")
+    (tmp_path / "tier").mkdir()
+
+    def store_square(storage, item: int) -> int:  # type: ignore[no-untyped-def]
+        if item == 3:
+            raise ValueError(f"item {item} is bad")
+        storage.put_object(f"squares/{item}", str(item * item).encode())
+        return item * item
+
+    items = [5, 1, 4, 3, 2]
+    executor = runtime.SparkExecutor(spark.sparkContext, remote, slots=2)
+    outcomes = list(executor.run(items, store_square, describe=lambda i: f"square {i}"))
+    assert sorted(o.index for o in outcomes) == list(range(len(items)))
+    by_item = {items[o.index]: o for o in outcomes}
+    assert {i: o.result for i, o in by_item.items() if o.error is None} == {5: 25, 1: 1, 4: 16, 2: 4}
+    failed = by_item[3]
+    assert failed.result is None and failed.error is not None
+    assert failed.error.startswith("Spark task failed: ") and "item 3 is bad" in failed.error
+    storage = create_remote_storage(remote)
+    assert {o.key.rsplit("/", 1)[-1] for o in storage.list_prefix("squares/")} == {"5", "1", "4", "2"}
+
+
+def test_closing_the_spark_executors_outcomes_early_cancels_its_tasks(tmp_path: Path, spark) -> None:
+    """A driver that stops consuming (its lease lost, an interrupt) closes the outcomes: the
+    queued tasks never start and the running ones are cancelled, not run to their end."""
+    from spark_apps import runtime
+    from tiering_core.config import RemoteConfig
+
+    markers, outlived = tmp_path / "markers", tmp_path / "outlived"
+    markers.mkdir()
+    outlived.mkdir()
+
+    def until_cancelled(storage, item: int) -> int:  # type: ignore[no-untyped-def]
+        (markers / str(item)).touch()
+        deadline = time.monotonic() + 60
+        while item != 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if item != 0:
+            (outlived / str(item)).touch()  # never cancelled
+        return item
+
+    remote = RemoteConfig(backend="filesystem", root=tmp_path)
+    outcomes = runtime.SparkExecutor(spark.sparkContext, remote, slots=2).run(
+        list(range(8)), until_cancelled, describe=lambda i: f"task {i}"
+    )
+    first = next(outcomes)
+    assert (first.index, first.result, first.error) == (0, 0, None)
+    wait_until(lambda: len(list(markers.iterdir())) == 3, what="the third task to take the first's slot")
+    outcomes.close()
+    assert sorted(p.name for p in markers.iterdir()) == ["0", "1", "2"]  # nothing queued started
+    assert list(outlived.iterdir()) == []  # the running ones were cancelled
+    assert spark.sparkContext.parallelize([1, 2], 2).sum() == 3  # the context is still usable

@@ -14,16 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
 from tiering_core.cli.output import Output, output_for
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 from tiering_core.events import EventSink
 
 log = logging.getLogger("tiering")
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_GAP = 3
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -276,6 +272,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tiering_core.cli.output import format_export_summary
     from tiering_core.export import run_export
     from tiering_core.kafka.isolation import IsolationLevel
+    from tiering_core.runs.executor import InProcessExecutor
 
     with _context(args) as ctx:
         result = run_export(
@@ -285,7 +282,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             isolation=IsolationLevel(args.isolation),
             table=args.table,
             dry_run=args.dry_run,
-            progress=_progress(args),
+            events=_events(args),
+            executor=InProcessExecutor(ctx.storage),
         )
     _emit(args, result.to_dict(), lambda: format_export_summary(result))
     for failure in result.failed:
@@ -344,20 +342,17 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_verify_summary
-    from tiering_core.read.verify import partitions_to_verify, verify_partition
+    from tiering_core.cli.output import format_verification, format_verify_summary
+    from tiering_core.read.verify import partitions_to_verify, run_verify
+    from tiering_core.runs.executor import InProcessExecutor
 
-    results = []
     with _context(args) as ctx:
-        for tip in partitions_to_verify(ctx, args.topic, args.partition):
-            for checked in verify_partition(ctx, tip):
-                results.append(checked)
-                if not args.json:
-                    print(checked.describe(), flush=True)
+        partitions = partitions_to_verify(ctx, args.topic, args.partition)
+        results = run_verify(ctx, partitions, InProcessExecutor(ctx.storage), _events(args)).results
     bad = [r for r in results if not r.ok]
     _emit(args, [r.to_dict() for r in results], lambda: format_verify_summary(results))
     for r in bad:
-        print(f"tiering: verify: {r.describe()}", file=sys.stderr)
+        print(f"tiering: verify: {format_verification(r)}", file=sys.stderr)
     return EXIT_FAILURE if bad else EXIT_OK
 
 

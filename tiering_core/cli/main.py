@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from tiering_core.cli.commands import (
-    EXIT_FAILURE,
     Handler,
     cmd_copy,
     cmd_db,
@@ -27,6 +26,7 @@ from tiering_core.cli.commands import (
     cmd_status,
     cmd_verify,
 )
+from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from tiering_core.errors import TieringError, one_line
 
 log = logging.getLogger("tiering")
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("tiering: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except OSError as exc:  # a file vanished or a disk failed under us: name it, no traceback
         log.debug("%s failed", args.command, exc_info=True)
         print(f"tiering: {args.command}: {_reason(exc)}", file=sys.stderr)

@@ -37,12 +37,26 @@ from tiering_core.events.copy import (
     UploadsPlanned,
     WouldCopy,
 )
-from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored
+from tiering_core.events.export import (
+    ExportCleanedUp,
+    ExportCommitted,
+    ExportPlanned,
+    SegmentExported,
+    SegmentExportFailed,
+    SegmentWouldExport,
+)
+from tiering_core.events.read import (
+    RestoringFromTierAlone,
+    SegmentRestored,
+    SegmentVerification,
+    SegmentVerified,
+    VerifyPlanned,
+)
 from tiering_core.events.rebuild import IndexChecked, IndexStatus, PartitionBusy, RebuildPlanned
 from tiering_core.humanize import fmt_age, fmt_bytes
 
 if TYPE_CHECKING:
-    from tiering_core.export import ExportResult, ExportSegment
+    from tiering_core.export import ExportResult
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.runs.copy import CopyResult
@@ -244,10 +258,14 @@ def format_segments_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_verify_summary(results: list[SegmentVerification]) -> str:
+def format_verify_summary(results: list[SegmentVerification], seconds: float | None = None) -> str:
+    """What a verify found; with ``seconds``, how long it took and how fast it read."""
     bad = sum(1 for r in results if not r.ok)
     size = sum(r.size_bytes for r in results)
-    return f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
+    line = f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
+    if seconds is not None:
+        line += f" in {seconds:.2f} s ({fmt_bytes(size / seconds if seconds > 0 else 0.0)}/s)"
+    return line
 
 
 def format_index_check(check: IndexCheck) -> str:
@@ -285,13 +303,9 @@ def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
 
 
 def format_export_summary(result: ExportResult) -> str:
-    """``tiering export``: what was (or would be) exported, after the per-segment progress lines."""
+    """``tiering export``: what was (or would be) exported, after the run's progress lines."""
     if result.dry_run:
-        lines = [
-            f"would export {s.topic_partition}: segment {s.segment_id} offsets {s.start_offset}-{s.end_offset}"
-            for s in result.planned
-        ]
-        return "\n".join([*lines, f"{result.table}: {len(result.planned)} segment(s) to export"])
+        return f"{result.table}: {len(result.planned)} segment(s) to export"
     line = (
         f"{result.table}: exported {len(result.exported)} segment(s), {result.rows} row(s), {result.files} data "
         f"file(s) in {len(result.snapshots)} snapshot(s)"
@@ -301,26 +315,6 @@ def format_export_summary(result: ExportResult) -> str:
     if result.failed:
         line += f"; {len(result.failed)} segment(s) failed"
     return line
-
-
-def format_export_segment(segment: ExportSegment, rows: int, files: int) -> str:
-    """One exported segment's progress line."""
-    return (
-        f"{segment.topic_partition}: segment {segment.segment_id} offsets {segment.start_offset}-"
-        f"{segment.end_offset}: {rows} row(s) in {files} data file(s)"
-    )
-
-
-def format_export_commit(segments: int, snapshot_id: int) -> str:
-    return f"committed {segments} segment(s) in snapshot {snapshot_id}"
-
-
-def format_export_failure(error: Exception) -> str:
-    return f"FAILED {error}"
-
-
-def format_export_cleanup(files: int) -> str:
-    return f"removed {files} data file(s) of an export attempt that never committed"
 
 
 # --- events and where the words go ----------------------------------------------------------
@@ -545,3 +539,72 @@ def _parallel_upload_finished(event: ParallelUploadFinished) -> str:
     if event.gaps:
         line += f", {event.gaps} tiering gap(s)"
     return line
+
+
+# --- export and verify ------------------------------------------------------------------------
+
+
+def format_verification(result: SegmentVerification) -> str:
+    """One segment's verification: ``ok``, or its problems."""
+    head = (
+        f"{result.topic}-{result.partition}: segment {result.start_offset}..{result.end_offset} ({result.segment_id})"
+    )
+    return f"{head}: ok" if result.ok else f"{head}: " + "; ".join(result.problems)
+
+
+def format_export_totals(results: list[ExportResult], seconds: float) -> str:
+    """The Spark export's last line: every table's commits and failures."""
+    committed = sum(len(r.exported) for r in results)
+    failed = sum(len(r.failed) for r in results)
+    return f"export: {committed} segment(s) committed, {failed} failed in {seconds:.2f} s"
+
+
+@event_line.register
+def _verify_planned(event: VerifyPlanned) -> str:
+    return (
+        f"verify: {event.segments} finished segment(s), {fmt_bytes(event.size_bytes)} of log, "
+        f"{event.partitions} partition(s)"
+    )
+
+
+@event_line.register
+def _segment_verified(event: SegmentVerified) -> str:
+    return f"{format_verification(event.result)} [{event.done}/{event.total}]"
+
+
+@event_line.register
+def _export_planned(event: ExportPlanned) -> str:
+    return (
+        f"export {event.topic} -> {event.table}: {event.segments} segment(s) to export, {fmt_bytes(event.size_bytes)}"
+    )
+
+
+@event_line.register
+def _segment_would_export(event: SegmentWouldExport) -> str:
+    return (
+        f"would export {event.topic_partition}: segment {event.segment_id} offsets {event.start_offset}-"
+        f"{event.end_offset}"
+    )
+
+
+@event_line.register
+def _segment_exported(event: SegmentExported) -> str:
+    return (
+        f"{event.topic_partition}: segment {event.segment_id} offsets {event.start_offset}-{event.end_offset}: "
+        f"{event.rows} row(s) in {event.files} data file(s) [{event.done}/{event.total}]"
+    )
+
+
+@event_line.register
+def _segment_export_failed(event: SegmentExportFailed) -> str:
+    return f"FAILED {event.reason} [{event.done}/{event.total}]"
+
+
+@event_line.register
+def _export_committed(event: ExportCommitted) -> str:
+    return f"{event.table}: committed {event.segments} segment(s) in snapshot {event.snapshot_id}"
+
+
+@event_line.register
+def _export_cleaned_up(event: ExportCleanedUp) -> str:
+    return f"removed {event.files} data file(s) of an export attempt that never committed"

@@ -1,8 +1,10 @@
-"""The events of the runs that read the remote tier (restore)."""
+"""The events of the runs that read the remote tier (restore, verify), and the value of one
+segment's verification they carry."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from tiering_core.events import RunEvent
 from tiering_core.kafka.topic import TopicPartition
@@ -27,3 +29,51 @@ class SegmentRestored(RunEvent):
     restored: int
     total: int
     bytes: int
+
+
+@dataclass
+class SegmentVerification:
+    """One finished segment checked against its manifest and metadata: what is wrong with it
+    (nothing: ok)."""
+
+    topic: str
+    partition: int
+    segment_id: str
+    start_offset: int
+    end_offset: int
+    size_bytes: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "segment_id": self.segment_id,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "size_bytes": self.size_bytes,
+            "ok": self.ok,
+            "problems": list(self.problems),
+        }
+
+
+@dataclass(frozen=True)
+class VerifyPlanned(RunEvent):
+    """The finished segments a verify checks: how many, their log bytes, of how many partitions."""
+
+    segments: int
+    size_bytes: int
+    partitions: int
+
+
+@dataclass(frozen=True)
+class SegmentVerified(RunEvent):
+    """One segment checked (``done`` of ``total`` so far)."""
+
+    result: SegmentVerification
+    done: int
+    total: int

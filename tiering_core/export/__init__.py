@@ -16,13 +16,14 @@ One export of a table runs at a time: it holds the table's export lease in the m
 (``session.exporting``), and every runner (``tiering export``, the Spark app) goes through the
 ``TableExport`` it yields. The steps are pure and run anywhere (a Spark app's executors write,
 its driver commits): ``TableExport.plan`` -> ``start_attempt`` -> ``write_segment_files`` per
-segment -> ``commit`` -> ``finish``. pyiceberg is imported only when a table is used.
+segment -> ``commit`` -> ``finish``, driven once for every runner by ``run_export`` on an
+``Executor``. pyiceberg is imported only when a table is used.
 """
 
 from tiering_core.errors import ExportError
 from tiering_core.export.commit import CommitResult, TableLeaseLostError, commit_segments
 from tiering_core.export.plan import ExportSegment, newest_copies, plan_export
-from tiering_core.export.run import ExportResult, run_export
+from tiering_core.export.run import ExportResult, export_partitions, export_topic, run_export
 from tiering_core.export.session import (
     TableBusyError,
     TableExport,
@@ -76,6 +77,8 @@ __all__ = [
     "commit_segments",
     "dry_run",
     "end_attempt",
+    "export_partitions",
+    "export_topic",
     "exported_by_topic",
     "exported_offsets",
     "exported_ranges",
