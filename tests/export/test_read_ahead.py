@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tiering_core.errors import CorruptLogError
-from tiering_core.export.write import _read_ahead
+from tiering_core.export.write import read_ahead
 
 
 def _groups(made: list[int], fail_after: int | None = None) -> Iterator[int]:
@@ -28,7 +28,7 @@ def _decode_threads() -> list[threading.Thread]:
 def test_a_decode_error_comes_after_the_groups_before_it() -> None:
     got: list[int] = []
     with pytest.raises(CorruptLogError, match="damaged after group 4"):
-        for group in _read_ahead(lambda: _groups([], fail_after=4), depth=2):
+        for group in read_ahead(lambda: _groups([], fail_after=4), depth=2):
             got.append(group)
     assert got == [0, 1, 2, 3]
     assert not _decode_threads()
@@ -36,9 +36,9 @@ def test_a_decode_error_comes_after_the_groups_before_it() -> None:
 
 def test_the_decode_runs_at_most_depth_ahead_and_stops_with_the_writer() -> None:
     made: list[int] = []
-    groups = _read_ahead(lambda: _groups(made), depth=2)
+    groups = read_ahead(lambda: _groups(made), depth=2)
     assert next(groups) == 0
     groups.close()  # the writer stops (an error of its own)
     assert not _decode_threads()
     assert len(made) <= 1 + 2 + 1  # the group taken, the queue, the one waiting to be queued
-    assert list(_read_ahead(lambda: _groups([]), depth=2)) == list(range(10))
+    assert list(read_ahead(lambda: _groups([]), depth=2)) == list(range(10))

@@ -181,7 +181,7 @@ def _day_name(day: int) -> str:
     return f"{date.year:04d}{date.month:02d}{date.day:02d}"
 
 
-def _read_ahead(produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD_GROUPS) -> Generator[T, None, None]:
+def read_ahead(produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD_GROUPS) -> Generator[T, None, None]:
     """The items of ``produce()``, made on a thread of their own at most ``depth`` ahead of the
     consumer. An exception of ``produce`` is raised here, after the items made before it; once
     the consumer stops (done, an error of its own, ``close``), the thread stops at its next item
@@ -346,7 +346,7 @@ def write_segment_files(
     next_offset = segment.start_offset
     where = Path(storage.describe(segment_ref(segment.segment).key(ObjectKind.LOG, storage.prefix)))
     try:
-        for batch, parts in _read_ahead(lambda: _days(storage, segment, where, bounds)):
+        for batch, parts in read_ahead(lambda: _days(storage, segment, where, bounds)):
             for day, part in parts:
                 files.write(day, part)
             if on_batch is not None:
