@@ -65,6 +65,9 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
     parser.add_argument("-v", "--verbose", action="store_true", default=default(False), help="debug logging")
 
 
+Subcommands = argparse._SubParsersAction  # what add_subparsers returns (a class argparse does not name publicly)
+
+
 class _SubcommandsWithGlobalOptions(argparse._SubParsersAction):  # type: ignore[type-arg]
     """Every subcommand also accepts the global options."""
 
@@ -79,7 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_global_options(parser, defaults=True)
     parser.register("action", "parsers", _SubcommandsWithGlobalOptions)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_partition_commands(sub)
+    add_remote_tier_commands(sub)
+    add_setup_commands(sub)
 
+    return parser
+
+
+def add_partition_commands(sub: Subcommands) -> None:
+    """The commands of a broker's partitions: their state, and the runs that hold their leases."""
     p = sub.add_parser("status", help="tier state of every partition")
     _add_selectors(p)
     p.add_argument(
@@ -136,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="check the request, apply nothing")
     p.set_defaults(handler=cmd_delete_records)
 
+
+def add_remote_tier_commands(sub: Subcommands) -> None:
+    """The commands that read (or repair, export, restore) what the remote tier holds."""
     p = sub.add_parser("segments", help="list a partition's remote segments")
     _add_selectors(p, required=True)
     p.set_defaults(handler=cmd_segments)
@@ -191,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_restore)
 
+
+def add_setup_commands(sub: Subcommands) -> None:
+    """The metadata schema, and the embedded demo."""
     p = sub.add_parser("db", help="metadata schema migrations")
     p.register("action", "parsers", _SubcommandsWithGlobalOptions)
     dbsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -206,8 +223,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["s3", "filesystem"], default="s3")
     p.add_argument("--no-spark", action="store_true", help="copy every topic in-process, without local Spark")
     p.set_defaults(handler=cmd_demo)
-
-    return parser
 
 
 def _reason(exc: BaseException) -> str:
