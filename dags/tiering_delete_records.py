@@ -25,8 +25,6 @@ when the config is broken.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import Param
 
 from tiering_airflow.operators.tiering import TieringDeleteRecordsOperator
@@ -59,7 +57,4 @@ with manual_dag(
         before_offset="{{ params.before_offset }}",
         confirm="{{ params.confirm }}",
         plan_only="{{ params.dry_run }}",
-        retries=3,
-        retry_delay=timedelta(minutes=1),
-        retry_exponential_backoff=2.0,
     )

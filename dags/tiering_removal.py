@@ -105,7 +105,4 @@ with manual_dag(
         topic="{{ params.topic }}",
         plan_only="{{ params.dry_run }}",
         map_index_template="{{ task.topic }}-{{ task.partition }}",
-        retries=3,
-        retry_delay=timedelta(minutes=1),
-        retry_exponential_backoff=2.0,
     ).expand_kwargs(validate_request())

@@ -3,7 +3,7 @@ settings and their Params."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param
@@ -30,7 +30,8 @@ def confirm_param() -> Param:
 
 
 def manual_dag(dag_id: str, description: str, params: dict[str, Any], *tags: str) -> DAG:
-    """A DAG an operator triggers by hand: no schedule, no catch-up, one run at a time."""
+    """A DAG an operator triggers by hand: no schedule, no catch-up, one run at a time; a task that
+    fails on a passing fault (the store, the tier, the cluster) is tried again with backoff."""
     return DAG(
         dag_id=dag_id,
         description=description,
@@ -39,6 +40,11 @@ def manual_dag(dag_id: str, description: str, params: dict[str, Any], *tags: str
         catchup=False,
         max_active_runs=1,
         tags=["tiering", *tags],
-        default_args={"owner": "tiering"},
+        default_args={
+            "owner": "tiering",
+            "retries": 3,
+            "retry_delay": timedelta(minutes=1),
+            "retry_exponential_backoff": 2.0,
+        },
         params=params,
     )
