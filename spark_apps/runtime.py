@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from tiering_core.config import RemoteConfig
     from tiering_core.metadata.store import TaskAttempt
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 #: How long an abort waits for cancelled Spark jobs to end before it cleans up around them.
 CANCEL_SETTLE_SECONDS = 60.0

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from tiering_core.live.partition import LivePartition
     from tiering_core.live.source import ClusterSource
     from tiering_core.metadata.store import RemoteLogMetadataStore
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from pathlib import Path
 from tiering_core.errors import TieringError
 from tiering_core.kafka.index import read_offset_index, read_time_index
 from tiering_core.kafka.partition_log import PartitionLog
-from tiering_core.kafka.snapshot import read_producer_snapshot
+from tiering_core.kafka.producer_snapshot import read_producer_snapshot
 log = PartitionLog(Path(sys.argv[1]))
 try:
     print("result", repr(eval(sys.argv[2])))

@@ -24,6 +24,7 @@ from tiering_core.kafka.index import AbortedTxn, read_offset_index, read_time_in
 from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog, discover_partitions
+from tiering_core.kafka.producer_snapshot import ProducerStateEntry, open_transactions, read_producer_snapshot
 from tiering_core.kafka.records import (
     ControlRecordType,
     RecordSpec,
@@ -31,7 +32,6 @@ from tiering_core.kafka.records import (
     encode_control_batch,
     iter_batches,
 )
-from tiering_core.kafka.snapshot import ProducerStateEntry, open_transactions, read_producer_snapshot
 from tiering_core.kafka.topic import TopicPartition
 
 CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}

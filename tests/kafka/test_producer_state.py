@@ -10,8 +10,8 @@ import pytest
 
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog
+from tiering_core.kafka.producer_snapshot import encode_producer_snapshot, read_producer_snapshot, snapshot_file_name
 from tiering_core.kafka.producer_state import ProducerStateTracker
-from tiering_core.kafka.snapshot import encode_producer_snapshot, read_producer_snapshot, snapshot_file_name
 from tiering_core.kafka.topic import TopicPartition
 
 

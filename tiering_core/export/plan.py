@@ -29,7 +29,7 @@ from tiering_core.errors import TieringError
 from tiering_core.export.table import ExportedRanges
 from tiering_core.kafka.index import AbortedTxn
 from tiering_core.kafka.isolation import IsolationLevel
-from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
+from tiering_core.kafka.producer_snapshot import open_transactions, parse_producer_snapshot
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 from tiering_core.read.reader import RemoteLogReader

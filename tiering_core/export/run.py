@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.export.session import TableExport
     from tiering_core.metadata.store import TaskAttempt
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 #: Segment bytes written before a commit: a killed run loses at most this much work.
 COMMIT_BYTES = 256 * 1024 * 1024

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from tiering_core.metadata.store import TableLease
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 ATTEMPTS_DIR = "tiering-attempts"
 MARKER = "_attempt.json"

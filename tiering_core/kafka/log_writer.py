@@ -59,6 +59,13 @@ from tiering_core.kafka.index import (
 from tiering_core.kafka.index_rebuild import IndexBuilder, read_end_transaction_marker
 from tiering_core.kafka.log_dirs import META_PROPERTIES, delete_dir_name, encode_meta_properties
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
+from tiering_core.kafka.producer_snapshot import (
+    ProducerStateEntry,
+    encode_producer_snapshot,
+    read_producer_snapshot,
+    snapshot_file_name,
+    snapshot_offset,
+)
 from tiering_core.kafka.producer_state import ProducerState, ProducerStateTracker
 from tiering_core.kafka.records import (
     NO_SEQUENCE,
@@ -68,13 +75,6 @@ from tiering_core.kafka.records import (
     RecordSpec,
     encode_batch,
     encode_control_batch,
-)
-from tiering_core.kafka.snapshot import (
-    ProducerStateEntry,
-    encode_producer_snapshot,
-    read_producer_snapshot,
-    snapshot_file_name,
-    snapshot_offset,
 )
 from tiering_core.kafka.topic import TopicPartition
 

@@ -36,14 +36,14 @@ from tiering_core.kafka.checkpoints import (
 from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.index import OffsetIndexEntry, last_offset_index_entry, lookup_offset_index_file
 from tiering_core.kafka.index_rebuild import read_end_transaction_marker
-from tiering_core.kafka.producer_state import ProducerStateTracker
-from tiering_core.kafka.records import ControlRecord, ControlRecordType
-from tiering_core.kafka.snapshot import (
+from tiering_core.kafka.producer_snapshot import (
     ProducerStateEntry,
     open_transactions,
     read_producer_snapshot,
     snapshot_offset,
 )
+from tiering_core.kafka.producer_state import ProducerStateTracker
+from tiering_core.kafka.records import ControlRecord, ControlRecordType
 from tiering_core.kafka.topic import TopicPartition
 
 log = logging.getLogger(__name__)

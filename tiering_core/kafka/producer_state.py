@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from tiering_core.kafka.batch import RecordBatchHeader
 from tiering_core.kafka.index import AbortedTxn
 from tiering_core.kafka.index_rebuild import complete_txn
+from tiering_core.kafka.producer_snapshot import ProducerStateEntry
 from tiering_core.kafka.records import NO_SEQUENCE, ControlRecord, ControlRecordType
-from tiering_core.kafka.snapshot import ProducerStateEntry
 
 
 @dataclass

@@ -27,7 +27,7 @@ from tiering_core.storage.manifest import CopyRecord
 
 if TYPE_CHECKING:
     from tiering_core.metadata.store import RemoteLogSegmentMetadata
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 log = logging.getLogger(__name__)
 

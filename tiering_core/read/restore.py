@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogSegmentMetadata
     from tiering_core.read.reader import RemoteLogReader
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogSegmentMetadata
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 
 def verification_of(segment: RemoteLogSegmentMetadata, problems: Sequence[str] = ()) -> SegmentVerification:

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from tiering_core.kafka.partition_log import PartitionLog
     from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.manifest import SegmentManifest
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 from tiering_core.runs.segment_copy import (
     SegmentUpload,
     abandon_upload,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -32,7 +32,7 @@ from tiering_core.storage.objects import MULTIPART_UPLOAD, TEMP_FILE, Incomplete
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import RemoteLogMetadataStore
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 log = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from tiering_core.runs.segment_ops import delete_remote_segment
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import PartitionRecord, RemoteLogMetadataStore, TaskAttempt
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from tiering_core.kafka.index import (
     parse_txn_index,
 )
 from tiering_core.kafka.index_rebuild import rebuild_indexes
-from tiering_core.kafka.snapshot import encode_producer_snapshot, read_producer_snapshot
+from tiering_core.kafka.producer_snapshot import encode_producer_snapshot, read_producer_snapshot
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
@@ -43,7 +43,7 @@ from tiering_core.tier.view import CopyCandidate, TierView
 if TYPE_CHECKING:
     from tiering_core.metadata.store import RemoteLogMetadataStore
     from tiering_core.storage.manifest import SegmentManifest
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 log = logging.getLogger(__name__)
 

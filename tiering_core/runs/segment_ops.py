@@ -16,7 +16,7 @@ from tiering_core.storage.layout import RemoteSegmentRef
 
 if TYPE_CHECKING:
     from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, RemoteLogSegmentMetadata
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from tiering_core.storage.config import RemoteConfig
 if TYPE_CHECKING:
     import boto3
 
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 
 CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 

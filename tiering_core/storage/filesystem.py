@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 from tiering_core.storage.checksum import crc32c, crc32c_combine
 from tiering_core.storage.errors import InvalidRangeError, RemoteObjectNotFoundError, RemoteStorageError
 from tiering_core.storage.objects import TEMP_FILE, IncompleteUpload, Progress, RemoteObject
-from tiering_core.storage.segments import RemoteStorage
+from tiering_core.storage.remote import RemoteStorage
 
 CHUNK = 1 << 20
 COPY_CHUNK = 16 << 20  # per in-kernel copy and checksummed window

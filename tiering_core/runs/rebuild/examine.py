@@ -20,7 +20,7 @@ from tiering_core.kafka.batch import verify_log_crc
 from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.files import INDEX_READ_LIMIT, read_regular
 from tiering_core.kafka.index_rebuild import RebuiltIndexes, rebuild_indexes
-from tiering_core.kafka.snapshot import open_transactions, parse_producer_snapshot
+from tiering_core.kafka.producer_snapshot import open_transactions, parse_producer_snapshot
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
@@ -31,7 +31,7 @@ from tiering_core.storage.manifest import CopyRecord
 if TYPE_CHECKING:
     from tiering_core.kafka.partition_log import LogSegment, PartitionLog
     from tiering_core.storage.manifest import SegmentManifest
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 from tiering_core.events.rebuild import IndexCheck, IndexFinding, IndexStatus
 from tiering_core.runs.errors import DamagedSegmentError
 from tiering_core.runs.rebuild.findings import CARRIED_KINDS, INDEX_KINDS, judge_index

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import Lease, RemoteLogMetadataStore
     from tiering_core.storage.manifest import SegmentManifest
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
 from tiering_core.events.rebuild import IndexCheck, IndexStatus
 from tiering_core.runs.rebuild.examine import (
     LocalIndexTask,

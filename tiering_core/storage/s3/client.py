@@ -29,10 +29,10 @@ from tiering_core.errors import ConfigError
 from tiering_core.storage.checksum import crc32c, crc32c_combine
 from tiering_core.storage.errors import InvalidRangeError, RemoteObjectNotFoundError, RemoteStorageError
 from tiering_core.storage.objects import MULTIPART_UPLOAD, IncompleteUpload, Progress, RemoteObject
+from tiering_core.storage.remote import RemoteStorage
 from tiering_core.storage.retry import RetryPolicy, attempt_time_left, call_with_retries, is_retryable
 from tiering_core.storage.s3.multipart import Abandoned, PartsInFlight, Window, b64, locked, window_crc
 from tiering_core.storage.s3.reads import READ_BUFFER, ResumableBody, next_part_marker, next_token, next_upload_marker
-from tiering_core.storage.segments import RemoteStorage
 
 __all__ = ["S3RemoteStorage", "is_retryable"]
 

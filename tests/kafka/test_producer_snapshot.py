@@ -9,7 +9,7 @@ import pytest
 
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.crc import crc32c
-from tiering_core.kafka.snapshot import (
+from tiering_core.kafka.producer_snapshot import (
     ProducerStateEntry,
     encode_producer_snapshot,
     open_transactions,
