@@ -146,7 +146,7 @@ def test_no_secret_is_on_a_command_line() -> None:
 SHIPPED = ("tiering_core", "plugins/tiering_airflow", "spark_apps", "dags")
 FIRST_PARTY = frozenset({"tiering_core", "tiering_airflow", "spark_apps"})
 #: The embedded demo starts moto's S3 server: a development tool (DEV_TOOLS) the image leaves out.
-DEMO = ROOT / "tiering_core" / "demo"
+DEMO = ROOT / "tiering_core" / "cli" / "demo.py"
 
 
 def _imports() -> dict[str, set[Path]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import random
 import time
@@ -562,17 +563,27 @@ def _checkpoint_text(count: int) -> str:
 
 
 def test_a_checkpoint_of_a_million_entries_parses_into_a_cache_in_linear_time(tmp_path: Path) -> None:
-    """10x the entries cost about 10x the time (< 20x allowed), measured in one run."""
+    """10x the entries cost about 10x the time (< 20x allowed), measured in one run.
+
+    The time is this process's CPU time with the cyclic garbage collector paused: other processes
+    on a busy machine, and collections whose cost grows with every object alive in the test
+    process, are not the parser's work."""
 
     def best_time(count: int) -> float:
         path = tmp_path / f"leader-epoch-checkpoint-{count}"
         path.write_text(_checkpoint_text(count))
         best = float("inf")
-        for _ in range(2):
-            started = time.perf_counter()
-            cache = LeaderEpochCache(read_leader_epoch_checkpoint(path))
-            best = min(best, time.perf_counter() - started)
+        for _ in range(3):
+            gc.collect()
+            gc.disable()
+            try:
+                started = time.process_time()
+                cache = LeaderEpochCache(read_leader_epoch_checkpoint(path))
+                best = min(best, time.process_time() - started)
+            finally:
+                gc.enable()
             assert len(cache) == count
+            del cache
         return best
 
     small, large = best_time(100_000), best_time(1_000_000)

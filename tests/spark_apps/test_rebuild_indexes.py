@@ -156,8 +156,8 @@ def test_a_rebuild_on_spark_counts_its_remote_reads_and_index_repairs(tmp_path: 
     """Like ``tiering rebuild-indexes``: each examination is a remote fetch request of the segment's
     ``.log``, each index file a repair replaced an index repair, stored for the partition."""
     from spark_apps.rebuild_indexes import run_rebuild
-    from tiering_core.metrics.collect import collect_metrics
-    from tiering_core.metrics.snapshot import NO_BROKER
+    from tiering_core.metadata.values import NO_BROKER
+    from tiering_core.monitoring.collect import collect_metrics
 
     env = s3_env(tmp_path, s3_endpoint)
     w = build_partition(env, 0)
