@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine_support import wait_until
-from tests.spark_apps.test_parallel_upload import make_config, make_log_dir
+from tests.runs.copy_many_support import make_config, make_log_dir
 
 APPS = ["parallel_upload", "rebuild_indexes", "verify_segments"]
 

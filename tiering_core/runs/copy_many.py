@@ -1,43 +1,35 @@
-"""Upload the eligible segments of many partitions at once, keeping every copy-engine invariant.
+"""Copy the eligible segments of many partitions at once, keeping every copy-run invariant.
 
-    spark-submit spark_apps/parallel_upload.py --config FILE [--topic T [--partition P] | --partitions orders-0,...]
-
-Per partition the driver runs ``tiering_core.runs.copy.CopyRun``, the same steps ``run_copy``
-takes: lease and fencing, recovery of killed runs, tiering gaps, COPY_SEGMENT_STARTED before a
-segment is handed out. Each upload is a one-task Spark job, so a failed or killed task costs
-only its segment; executors build the storage backend from the config and stream the files
-from the log dir path (S3 through boto3). Results are committed per partition in offset
-order as they arrive: after a failure at segment k (its upload, or its check on the driver),
-the segments before k still finish, as a sequential run would, and the later ones are cleaned
-up instead of finished, so the copied offset never skips. A partition whose lease is lost
-stops alone; a partition done releases its lease at once. If the driver itself fails, queued
-uploads are dropped, running ones cancelled, what never ran is cleaned up and every lease
-released. Exit 1 on failures, 3 after a tiering gap (the rest is copied first).
+Per partition the driver runs ``CopyRun`` (``runs/copy.py``), the same steps ``run_copy`` takes:
+lease and fencing, recovery of killed runs, tiering gaps, COPY_SEGMENT_STARTED before a segment
+is handed out. The uploads (``upload_task``) run on any ``Executor``: this process's thread pool
+or Spark's executors, each upload a task of its own, so a failed or killed task costs only its
+segment. Segments are handed out round robin (every partition's first segment, then every second
+one, ...) as slots free up, and results are committed per partition in offset order as they
+arrive: after a failure at segment k (its upload, or its check on the driver), the segments
+before k still finish, as a sequential run would, and the later ones are cleaned up instead of
+finished, so the copied offset never skips. A partition whose lease is lost stops alone; a
+partition done releases its lease at once. If the driver itself fails, the executor drops what
+is queued and stops what runs, what ended is cleaned up (a started upload is left to the next
+run's recovery) and every lease released (docs/architecture.md, "Drivers and executors").
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import functools
 import logging
 import os
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_apps import runtime
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
-from tiering_core.cli.output import event_line
-from tiering_core.config import RemoteConfig
-from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, TieringGapError
-from tiering_core.events import RunEvent
+from tiering_core.events import EventSink, discard
 from tiering_core.events.copy import (
     ParallelUploadFinished,
     SegmentLeftUploading,
@@ -45,29 +37,27 @@ from tiering_core.events.copy import (
     SegmentRefused,
     UploadsPlanned,
 )
-from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.runs.copy import CopyResult, CopyRun
-from tiering_core.runs.lease import renew_interval
+from tiering_core.runs.executor import Executor, TaskOutcome
 from tiering_core.runs.segment_copy import SegmentUpload, upload_segment
-from tiering_core.tier.view import CopyCandidate
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
+    from tiering_core.context import TieringContext
+    from tiering_core.kafka.topic import TopicPartition
     from tiering_core.storage.manifest import SegmentManifest
-
-APP = "parallel_upload"
+    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.tier.view import CopyCandidate
 
 log = logging.getLogger(__name__)
 
 
-# --- executor side ---------------------------------------------------------------------------
+# --- the task ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class UploadOutcome:
-    """What an executor reports for one segment: its manifest, or why it failed."""
+    """What an upload task reports for one segment: its manifest, or why it failed."""
 
     manifest: SegmentManifest | None
     error: str | None
@@ -75,36 +65,37 @@ class UploadOutcome:
     worker: str = ""
 
 
-def upload_on_executor(remote: RemoteConfig, upload: SegmentUpload) -> UploadOutcome:
-    """Upload one segment, manifest last; a failure is reported to the driver, which cleans up."""
+def upload_task(storage: RemoteStorage, upload: SegmentUpload) -> UploadOutcome:
+    """Upload one segment, manifest last, wherever the executor runs it; a failure is a value
+    the driver cleans up after, so it stops only the segment's partition."""
     worker = f"{socket.gethostname()}:{os.getpid()}"
     started = time.monotonic()
     try:
-        manifest = upload_segment(runtime.executor_storage(remote), upload)
+        manifest = upload_segment(storage, upload)
     except Exception as exc:
         return UploadOutcome(None, f"{type(exc).__name__}: {exc}", time.monotonic() - started, worker)
     return UploadOutcome(manifest, None, time.monotonic() - started, worker)
 
 
-Uploader = Callable[[RemoteConfig, SegmentUpload], UploadOutcome]
+Uploader = Callable[["RemoteStorage", SegmentUpload], UploadOutcome]
 
 
-# --- driver side -----------------------------------------------------------------------------
+# --- the driver -------------------------------------------------------------------------------
 
 
 @dataclass
 class InFlight:
-    """A segment handed out to an executor (``future``), or the segment whose check failed on
-    the driver (``refused``): commits stop there, after the segments before it."""
+    """A segment handed out to the executor (its ``outcome`` once it returned), or the segment
+    whose check failed on the driver (``refused``): commits stop there, after the segments before it."""
 
     candidate: CopyCandidate
     upload: SegmentUpload | None
-    future: Future[UploadOutcome] | None
     refused: BaseException | None = None
+    outcome: TaskOutcome[UploadOutcome] | None = None
 
     @property
     def settled(self) -> bool:
-        return self.future is None or self.future.done()
+        return self.refused is not None or self.outcome is not None
 
 
 @dataclass
@@ -141,26 +132,23 @@ class PartitionUpload:
         return not self.pending and not self.handing_out
 
     def stop(self, failure: str | None) -> None:
-        """Commit nothing more (``None``: no failure of its own, e.g. fenced); uploads not
-        started never will be, the others are cleaned up as they end."""
+        """Commit nothing more (``None``: no failure of its own, e.g. fenced); segments not handed
+        out never will be, those in flight are cleaned up as they return."""
         self.closed = True
         if self.failure is None:
             self.failure = failure
         self.waiting.clear()
-        for item in self.pending:
-            if item.future is not None:
-                item.future.cancel()
 
     def refuse(self, candidate: CopyCandidate, exc: BaseException) -> None:
         """The driver's check of ``candidate`` failed: the segments before it still commit, in
         order, as a sequential run would; then the partition stops there."""
-        self.pending.append(InFlight(candidate, None, None, exc))
+        self.pending.append(InFlight(candidate, None, exc))
         self.halted = True
         self.waiting.clear()
 
 
 @dataclass
-class Report:
+class ParallelCopyReport:
     results: list[CopyResult] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
@@ -183,12 +171,6 @@ class Report:
     @property
     def fenced(self) -> list[str]:
         return [f"{r.topic}-{r.partition}" for r in self.results if r.fenced]
-
-    @property
-    def exit_code(self) -> int:
-        if self.failures:
-            return EXIT_FAILURE
-        return EXIT_GAP if self.gaps else EXIT_OK
 
     def finished(self) -> ParallelUploadFinished:
         """The run's summary, as the event that tells it."""
@@ -213,15 +195,12 @@ def _round_robin(partitions: list[PartitionUpload]) -> Iterator[tuple[PartitionU
                 yield p, p.waiting.popleft()
 
 
-def _outcome(item: InFlight, report: Report) -> tuple[UploadOutcome | None, str | None]:
-    """What became of a settled upload: its outcome, or why there is none."""
-    assert item.future is not None
-    if item.future.cancelled():
-        return None, "not uploaded"
-    exc = item.future.exception()
-    if exc is not None:
-        return None, f"Spark task failed: {runtime.spark_failure_reason(exc)}"
-    outcome = item.future.result()
+def _outcome(item: InFlight, report: ParallelCopyReport) -> tuple[UploadOutcome | None, str | None]:
+    """What became of a returned upload: its outcome, or why there is none (its task failed)."""
+    assert item.outcome is not None
+    outcome = item.outcome.result
+    if outcome is None:
+        return None, item.outcome.error or "no result"
     report.workers.add(outcome.worker)
     return outcome, outcome.error
 
@@ -246,7 +225,7 @@ def _refused(partition: PartitionUpload, item: InFlight) -> None:
         partition.stop(f"{partition.tp}: segment {item.candidate.base_offset} not copied: {exc}")
 
 
-def _commit_ready(partition: PartitionUpload, report: Report) -> None:
+def _commit_ready(partition: PartitionUpload, report: ParallelCopyReport) -> None:
     """Commit the settled prefix of a partition's uploads; after a failure, clean up instead."""
     run = partition.run
     while partition.pending and partition.pending[0].settled:
@@ -274,7 +253,7 @@ def _commit_ready(partition: PartitionUpload, report: Report) -> None:
         _stop_after(partition, functools.partial(run.upload_failed, item.candidate, item.upload, error))
 
 
-def _finish_if_settled(partition: PartitionUpload, report: Report) -> None:
+def _finish_if_settled(partition: PartitionUpload, report: ParallelCopyReport) -> None:
     """Release a partition's lease as soon as all its segments are committed (not at the end
     of the whole run), and report what it did."""
     if partition.done or not partition.settled:
@@ -293,21 +272,20 @@ def _finish_if_settled(partition: PartitionUpload, report: Report) -> None:
         report.failures.append(partition.failure)
 
 
-def _abort(partitions: list[PartitionUpload], reason: BaseException, running: set[int]) -> None:
-    """After the driver failed and the jobs were cancelled: clean up, under the lease, every
-    STARTED upload that never ran or had ended before the abort, and release every lease.
+def _abort(partitions: list[PartitionUpload], reason: BaseException) -> None:
+    """After the driver failed and the executor's tasks were cancelled: clean up, under the lease,
+    every STARTED upload whose task had returned, and release every lease.
 
-    An upload whose task was running (``running``: ids of its future) is left STARTED: a
-    cancelled task's Python worker may still write for a moment, and the next run's recovery
-    deletes whatever it wrote together with the metadata.
+    An upload whose outcome never came back is left STARTED: a cancelled task may still write for
+    a moment, and the next run's recovery deletes whatever it wrote together with the metadata.
     """
     why = f"the run was aborted: {type(reason).__name__}: {reason}"
     for partition in partitions:
         run = partition.run
         for item in partition.pending:
-            if item.upload is None or item.future is None:
+            if item.upload is None:
                 continue
-            if id(item.future) in running and not item.future.cancelled():
+            if item.outcome is None:
                 run.events(SegmentLeftUploading(run.tp, item.candidate.base_offset))
                 continue
             try:
@@ -324,34 +302,27 @@ def _abort(partitions: list[PartitionUpload], reason: BaseException, running: se
             log.warning("%s: could not release the lease: %s", run.tp, exc)
 
 
-def run_parallel_upload(
+def copy_partitions(
     ctx: TieringContext,
     partitions: Sequence[TopicPartition],
-    spark: SparkSession,
+    executor: Executor,
     *,
     run_id: str | None = None,
-    parallelism: int | None = None,
-    uploader: Uploader = upload_on_executor,
-    say: Callable[[str], None] = runtime.say,
-) -> Report:
-    """Copy every eligible segment of ``partitions``, uploads spread over Spark executors; ``say``
-    prints the lines of the events the run and its partitions' copy runs emit (``cli/output``)."""
+    events: EventSink = discard,
+    uploader: Uploader = upload_task,
+) -> ParallelCopyReport:
+    """Copy every eligible segment of ``partitions``, at most ``executor.slots`` uploads at a time;
+    see the module docstring. ``events`` hears what the run and its partitions' copy runs do;
+    ``uploader`` is the upload task (default ``upload_task``; a test injects faults here)."""
     started = time.monotonic()
-    sc = spark.sparkContext
-    run = run_id or f"spark-{uuid.uuid4().hex}"
-    slots = parallelism or max(1, sc.defaultParallelism)
-    check_every = renew_interval(ctx.config.metadata.lease_ms)
-    upload_fn = functools.partial(uploader, ctx.config.remote)
-    report = Report()
-
-    def tell(event: RunEvent) -> None:
-        say(event_line(event))
+    run = run_id or uuid.uuid4().hex
+    report = ParallelCopyReport()
 
     uploads: list[PartitionUpload] = []
     try:
         for tp in partitions:
             try:
-                uploads.append(PartitionUpload.of(CopyRun.begin(ctx, tp, run_id=run, events=tell)))
+                uploads.append(PartitionUpload.of(CopyRun.begin(ctx, tp, run_id=run, events=events)))
             except (TieringError, OSError) as exc:
                 report.failures.append(f"{tp}: {exc}")
     except BaseException:
@@ -361,79 +332,59 @@ def run_parallel_upload(
     active = [p for p in uploads if p.run.active]
     total = sum(len(p.waiting) for p in active)
     size = sum(c.segment.size_bytes for p in active for c in p.waiting)
-    tell(UploadsPlanned(total, size, len(active), slots))
+    handed: list[tuple[PartitionUpload, InFlight]] = []  # by the index of its task's outcome
 
-    def start(partition: PartitionUpload, candidate: CopyCandidate) -> None:
+    def start(partition: PartitionUpload, candidate: CopyCandidate) -> SegmentUpload | None:
         t0 = time.monotonic()
         try:
             upload = partition.run.start_segment(candidate)
         except FencedError as exc:
             partition.run.fenced_while_copying(candidate, None, exc)
             partition.stop(None)
-            return
+            return None
         except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
-            tell(SegmentRefused(partition.tp, candidate.base_offset, str(exc)))
+            events(SegmentRefused(partition.tp, candidate.base_offset, str(exc)))
             partition.refuse(candidate, exc)
-            return
+            return None
         finally:
             report.check_seconds += time.monotonic() - t0
-        description = f"upload {partition.tp} segment {candidate.base_offset}"
-        partition.pending.append(InFlight(candidate, upload, jobs.submit(upload, upload_fn, description)))
+        item = InFlight(candidate, upload)
+        partition.pending.append(item)
+        handed.append((partition, item))
+        return upload
 
-    jobs = runtime.SparkJobs(sc, slots, "upload")
-    try:
+    def hand_out() -> Iterator[SegmentUpload]:
+        """The executor pulls the next segment when a slot is free: round robin over the
+        partitions still going on, each segment checked and STARTED just before it goes out."""
         for partition, candidate in _round_robin(uploads):
-            start(partition, candidate)
-            _commit_ready(partition, report)
-            _finish_if_settled(partition, report)
-        while not all(p.done for p in uploads):
-            futures = [i.future for p in uploads for i in p.pending if i.future is not None]
-            if futures:
-                wait(futures, timeout=check_every, return_when=FIRST_COMPLETED)
-            for p in uploads:
-                _commit_ready(p, report)
-                _finish_if_settled(p, report)
-    except BaseException as exc:
-        running = {id(i.future) for p in uploads for i in p.pending if i.future is not None and not i.future.done()}
-        jobs.cancel()  # queued uploads never start, running ones are interrupted
-        _abort(uploads, exc, running)
+            upload = start(partition, candidate)
+            if upload is not None:
+                yield upload
+            else:
+                _commit_ready(partition, report)
+                _finish_if_settled(partition, report)
+
+    def describe(upload: SegmentUpload) -> str:
+        return f"upload {upload.metadata.topic_id_partition.topic_partition} segment {upload.metadata.start_offset}"
+
+    try:
+        events(UploadsPlanned(total, size, len(active), executor.slots))
+        for p in uploads:  # nothing to upload: done at once
+            _finish_if_settled(p, report)
+        with closing(executor.run(hand_out(), uploader, describe=describe)) as outcomes:
+            for outcome in outcomes:
+                partition, item = handed[outcome.index]
+                item.outcome = outcome
+                _commit_ready(partition, report)
+                _finish_if_settled(partition, report)
+        for p in uploads:
+            _commit_ready(p, report)
+            _finish_if_settled(p, report)
+    except BaseException as exc:  # closing the outcomes cancelled what was queued and running
+        _abort(uploads, exc)
         raise
-    jobs.close()
 
     report.results.sort(key=lambda r: (r.topic, r.partition))
     report.seconds = time.monotonic() - started
-    tell(report.finished())
+    events(report.finished())
     return report
-
-
-# --- the app ---------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=APP, description="Parallel upload of many partitions on Spark.")
-    runtime.add_common_arguments(parser)
-    parser.add_argument("--parallelism", type=int, default=None, help="uploads at a time (default: Spark's)")
-    parser.add_argument("--run-id", default=None, help="run id recorded with the partitions' leases")
-    return parser
-
-
-def upload(app: runtime.AppRun) -> int:
-    report = run_parallel_upload(
-        app.ctx, app.partitions, app.spark, run_id=app.args.run_id, parallelism=app.args.parallelism
-    )
-    for line in report.failures:
-        runtime.fail(APP, line)
-    for line in report.gaps:
-        runtime.fail(APP, f"TIERING GAP: {line}")
-    return report.exit_code
-
-
-def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
-    return runtime.run_app(APP, argv, spark, build_parser, upload)
-
-
-if __name__ == "__main__":
-    # Re-imported under its package name, so executors unpickle these functions by reference.
-    from spark_apps.parallel_upload import main as _main
-
-    sys.exit(_main())
