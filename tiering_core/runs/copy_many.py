@@ -339,7 +339,13 @@ def copy_partitions(
         try:
             upload = partition.run.start_segment(candidate)
         except FencedError as exc:
-            partition.run.fenced_while_copying(candidate, None, exc)
+            held = partition.run.held
+            if partition.pending and held is not None:
+                # Lost while earlier segments upload: the first of them, as it returns, tells
+                # whether a newer run took the partition or the lease merely expired.
+                held.lose(exc)
+            else:
+                partition.run.fenced_while_copying(candidate, None, exc)
             partition.stop(None)
             return None
         except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
