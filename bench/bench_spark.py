@@ -37,7 +37,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from spark_apps import runtime  # noqa: E402
-from spark_apps.parallel_upload import run_parallel_upload  # noqa: E402
 from spark_apps.rebuild_indexes import run_rebuild  # noqa: E402
 from tiering_core.cli.output import format_index_check  # noqa: E402
 from tiering_core.config import load_config  # noqa: E402
@@ -52,6 +51,7 @@ from tiering_core.kafka.log_writer import PartitionWriter  # noqa: E402
 from tiering_core.kafka.records import RecordSpec  # noqa: E402
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition  # noqa: E402
 from tiering_core.runs.copy import run_copy  # noqa: E402
+from tiering_core.runs.copy_many import copy_partitions  # noqa: E402
 from tiering_core.runs.rebuild import examine_remote_segment, remote_index_tasks  # noqa: E402
 
 MiB = 1 << 20
@@ -169,7 +169,8 @@ def bench_upload(root: Path, spark: Any, partitions: int, segments: int, segment
         def parallel(config: Path) -> int:
             with TieringContext.open(load_config(config)) as ctx:
                 tps = [log.topic_partition for log in ctx.partitions()]
-                seconds, report = timed(lambda: run_parallel_upload(ctx, tps, spark, say=quiet))
+                executor = runtime.SparkExecutor(spark.sparkContext, ctx.config.remote)
+                seconds, report = timed(lambda: copy_partitions(ctx, tps, executor))
                 assert not report.failures, report.failures
                 checks.append((report.check_seconds, seconds))
                 return int(report.segments)

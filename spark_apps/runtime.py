@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +36,7 @@ from tiering_core.errors import TieringError, one_line
 from tiering_core.events import RunEvent
 from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.runs.executor import Task, TaskOutcome
+from tiering_core.runs.executor import Task, TaskOutcome, hand_out
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -410,7 +410,7 @@ class SparkJobs:
 
 def run_jobs(
     sc: SparkContext,
-    items: Sequence[T],
+    items: Iterable[T],
     fn: Callable[[T], R],
     *,
     slots: int,
@@ -418,19 +418,28 @@ def run_jobs(
     on_wait: Callable[[], None] | None = None,
     wait_seconds: float = 5.0,
 ) -> Generator[TaskOutcome[Any], None, None]:
-    """Each item as its own Spark job, ``slots`` at a time; outcomes as they complete.
+    """Each item as its own Spark job, ``slots`` at a time (an item pulled from ``items`` only
+    when a slot is free); outcomes as they complete.
 
     ``on_wait`` runs between completions (and at least every ``wait_seconds``), e.g. to renew
     leases. If the consumer stops early (an exception, or ``close()``), queued jobs are dropped
     and running ones cancelled instead of being waited for.
     """
+    source = enumerate(items)
     with SparkJobs(sc, slots, "spark-job") as jobs:
-        pending: dict[Future[R], int] = {jobs.submit(item, fn, describe(item)): i for i, item in enumerate(items)}
+        pending: dict[Future[R], int] = {}
+
+        def refill() -> None:
+            for index, item in hand_out(source, slots - len(pending)):
+                pending[jobs.submit(item, fn, describe(item))] = index
+
+        refill()
         while pending:
             done, _ = wait(list(pending), timeout=wait_seconds, return_when=FIRST_COMPLETED)
             for future in done:
                 index = pending.pop(future)
                 exc = future.exception()
+                refill()  # the freed slot takes the next item before the driver hears of this one
                 if exc is not None:
                     yield TaskOutcome(index, None, f"Spark task failed: {spark_failure_reason(exc)}")
                 else:
@@ -453,7 +462,7 @@ class SparkExecutor:
 
     def run(
         self,
-        items: Sequence[T],
+        items: Iterable[T],
         task: Task[T, R],
         *,
         describe: Callable[[T], str],

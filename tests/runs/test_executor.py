@@ -4,6 +4,7 @@ and an early close that never starts what was queued."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -79,3 +80,26 @@ def test_closing_the_outcomes_early_never_starts_the_queued_tasks() -> None:
 def test_threads_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         InProcessExecutor(STORAGE, threads=0)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_items_are_pulled_only_as_slots_free_up(threads: int) -> None:
+    """The driver's items are made when a slot is free, never all at once, so the driver can make
+    each from the outcomes it has seen (the multi-partition copy writes COPY_SEGMENT_STARTED as a
+    segment goes out); at most ``threads`` items are out before the driver hears of the first."""
+    seen = 0
+    pulled_after: list[int] = []  # per item: how many outcomes the driver had seen when it was made
+
+    def items() -> Iterator[int]:
+        for item in range(10):
+            pulled_after.append(seen)
+            yield item
+
+    executor = InProcessExecutor(STORAGE, threads, wait_seconds=0.05)
+    assert executor.slots == threads
+    for _outcome in executor.run(items(), square, describe=str):
+        seen += 1
+    assert seen == 10
+    assert pulled_after[:threads] == [0] * threads
+    # the k-th item waits for a free slot: k - threads + 1 tasks ended, all but the last told
+    assert all(after >= k - threads for k, after in enumerate(pulled_after))

@@ -6,148 +6,65 @@ and the driver go through files in the test's directory: executors are other pro
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-import yaml
 
+from spark_apps import runtime
+from spark_apps.parallel_upload import exit_code
 from tests.engine_support import expire_lease, wait_until, write_segments
+from tests.runs.copy_many_support import (
+    FINISHED,
+    STARTED,
+    bases,
+    copy_sequentially,
+    make_config,
+    make_log_dir,
+    remote_state,
+    s3_remote,
+    tip,
+)
 from tests.services import S3Endpoint
+from tiering_core.cli.output import event_line
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
-from tiering_core.errors import TieringError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.runs.copy import run_copy
+from tiering_core.runs.copy_many import ParallelCopyReport, Uploader, UploadOutcome, copy_partitions, upload_task
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.tier.view import load_tier_view
-
-FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 
 
-def make_log_dir(root: Path, partitions: int = 8) -> Path:
-    """Partition p has 2 + p % 3 closed segments of 20 records (bases 0, 20, 40, ...)."""
-    log_dir = root / "kafka-logs"
-    log_dir.mkdir()
-    clock = iter(range(1_700_000_000_000, 1_700_000_000_000 + 10**6))
-    for p in range(partitions):
-        w = PartitionWriter(log_dir, TopicPartition("orders", p), segment_bytes=10**9, clock=lambda: next(clock))
-        write_segments(w, 2 + p % 3, records=20)
-        if p == 3:
-            w.become_leader(2)
-            w.append([(b"t", b"x")], producer_id=11, transactional=True)
-            w.abort(11)
-            write_segments(w, 1, records=20)
-        w.append_records(3)
-        w.set_high_watermark()
-    return log_dir
-
-
-def make_config(root: Path, log_dir: Path, name: str, remote: dict[str, Any] | None = None) -> Path:
-    path = root / f"{name}.yaml"
-    doc = {
-        "log_dirs": [str(log_dir)],
-        "metadata": {"url": f"sqlite:///{root / f'{name}.db'}", "lease_ms": 60_000},
-        "remote": remote or {"backend": "filesystem", "root": str(root / f"{name}-tier")},
-    }
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def s3_remote(endpoint: S3Endpoint) -> dict[str, Any]:
-    return {"backend": "s3", "bucket": endpoint.new_bucket(), "prefix": "p/", "endpoint_url": endpoint.url}
-
-
-def normalised_manifest(data: bytes, segment_id: str) -> str:
-    """A manifest with its attempt's UUID and creation time taken out (they differ per attempt)."""
-    doc = json.loads(data.decode().replace(segment_id, "<segment-id>"))
-    doc["created_at_ms"] = 0
-    return json.dumps(doc, sort_keys=True)
-
-
-def remote_state(config: Path) -> dict[str, dict[str, Any]]:
-    """Per partition: what a reader and the next run see of the remote tier, attempt UUIDs aside.
-
-    Partition metadata (remote log start offset, recorded lineage, gaps, highest copied offset)
-    and per segment its offsets, max timestamp, epochs, size, state, recorded checksums, the
-    body of every object and the manifest. Asserts every segment is finished and intact and
-    that nothing else is stored (no orphans).
-    """
-    state: dict[str, dict[str, Any]] = {}
-    with TieringContext.open(load_config(config)) as ctx:
-        logs = {log.topic_partition: log for log in ctx.partitions()}
-        for record in ctx.metadata.list_partitions():
-            tip = TopicIdPartition(record.topic_id, record.topic_partition)
-            rows = []
-            objects = 0
-            for s in ctx.metadata.list_segments(tip):
-                ref = segment_ref(s)
-                assert s.state == FINISHED and ctx.storage.verify_segment(ref) == [], s
-                manifest = ctx.storage.read_manifest(ref)
-                assert manifest is not None
-                objects += len(manifest.objects) + 1
-                crc = tuple(sorted(s.custom_metadata["crc32c"].items()))
-                assert crc == tuple(sorted((k.value, e.crc32c) for k, e in manifest.objects.items()))
-                bodies = tuple((k.value, ctx.storage.fetch(ref, k)) for k in sorted(manifest.objects))
-                rows.append(
-                    (
-                        s.start_offset,
-                        s.end_offset,
-                        s.max_timestamp,
-                        tuple(sorted(s.leader_epochs.items())),
-                        s.size_bytes,
-                        s.state,
-                        crc,
-                        bodies,
-                        normalised_manifest(ctx.storage.fetch(ref, ObjectKind.MANIFEST), str(s.segment_id)),
-                    )
-                )
-            assert len(ctx.storage.list_objects(tip)) == objects  # nothing but finished segments' objects
-            view = load_tier_view(logs[record.topic_partition], ctx.metadata)
-            state[str(record.topic_partition)] = {
-                "remote_log_start_offset": ctx.metadata.get_remote_log_start_offset(tip),
-                "lineage": ctx.metadata.get_recorded_lineage(tip),
-                "gaps": [(g.start, g.end) for g in ctx.metadata.list_gaps(tip)],
-                "highest_copied_offset": view.highest_copied_offset,
-                "segments": rows,
-            }
-    return state
-
-
-def bases(state: dict[str, dict[str, Any]], tp: str) -> list[int]:
-    return [row[0] for row in state[tp]["segments"]]
-
-
-def copy_sequentially(config: Path) -> list[str]:
-    """What ``tiering copy`` leaves: one run per partition; a failing partition stops there."""
-    errors = []
-    with TieringContext.open(load_config(config)) as ctx:
-        for log in ctx.partitions():
-            try:
-                run_copy(ctx, log.topic_partition)
-            except TieringError as exc:
-                errors.append(str(exc))
-    return errors
-
-
-def tip(config: Path, partition: int) -> TopicIdPartition:
-    with TieringContext.open(load_config(config)) as ctx:
-        log = ctx.partitions("orders", partition)[0]
-        return TopicIdPartition(log.topic_id, log.topic_partition)
+def run_parallel_upload(
+    ctx: TieringContext,
+    partitions: list[TopicPartition],
+    spark: Any,
+    *,
+    uploader: Uploader = upload_task,
+    parallelism: int | None = None,
+    say: Callable[[str], None] = runtime.say,
+) -> ParallelCopyReport:
+    """The app's driver on the session's executors (``parallelism`` uploads at a time), each
+    event's line to ``say``."""
+    executor = runtime.SparkExecutor(spark.sparkContext, ctx.config.remote, parallelism)
+    return copy_partitions(
+        ctx,
+        partitions,
+        executor,
+        run_id=f"spark-{uuid.uuid4().hex}",
+        uploader=uploader,
+        events=lambda e: say(event_line(e)),
+    )
 
 
 def test_parallel_equals_sequential_on_s3(tmp_path: Path, spark, s3_endpoint: S3Endpoint) -> None:
-    from spark_apps.parallel_upload import run_parallel_upload
-
     log_dir = make_log_dir(tmp_path)
     sequential = make_config(tmp_path, log_dir, "seq", s3_remote(s3_endpoint))
     parallel = make_config(tmp_path, log_dir, "par", s3_remote(s3_endpoint))
@@ -156,7 +73,7 @@ def test_parallel_equals_sequential_on_s3(tmp_path: Path, spark, s3_endpoint: S3
     with TieringContext.open(load_config(parallel)) as ctx:
         report = run_parallel_upload(ctx, [log.topic_partition for log in ctx.partitions()], spark, say=lines.append)
     expected_segments = sum(2 + p % 3 for p in range(8)) + 1
-    assert report.failures == [] and report.segments == expected_segments and report.exit_code == 0
+    assert report.failures == [] and report.segments == expected_segments and exit_code(report) == 0
     assert sum("copied segment" in line for line in lines) == expected_segments
     assert "parallel upload: 8 partition(s)" in lines[-1]
     seq, par = remote_state(sequential), remote_state(parallel)
@@ -175,9 +92,8 @@ def failing_uploader(markers: Path, bad_partition: int, bad_base: int, mode: str
     ``fail`` (a partial upload, then an error), ``kill`` (the Python worker dies before
     uploading), ``kill-after-log`` (dies after the .log is stored), ``kill-after-manifest``
     (dies after the whole segment, manifest included, is stored)."""
-    from spark_apps.parallel_upload import UploadOutcome, upload_on_executor
 
-    def upload(remote, item):
+    def upload(storage, item):
         meta = item.metadata
         key = (meta.topic_id_partition.partition, meta.start_offset)
         if key == (bad_partition, bad_base):
@@ -186,19 +102,16 @@ def failing_uploader(markers: Path, bad_partition: int, bad_base: int, mode: str
                 if time.monotonic() > deadline:
                     raise TimeoutError("the later segment was never uploaded")
                 time.sleep(0.02)
-            from tiering_core.storage.factory import create_remote_storage
-
             if mode == "kill":
                 os._exit(1)  # the executor's Python worker dies mid-task
-            with create_remote_storage(remote) as storage:
-                if mode == "kill-after-manifest":
-                    storage.copy_segment(item.ref, item.files)
-                    os._exit(1)
-                storage.put_object(item.ref.key(ObjectKind.LOG, storage.prefix), item.files[ObjectKind.LOG])
+            if mode == "kill-after-manifest":
+                storage.copy_segment(item.ref, item.files)
+                os._exit(1)
+            storage.put_object(item.ref.key(ObjectKind.LOG, storage.prefix), item.files[ObjectKind.LOG])
             if mode == "kill-after-log":
                 os._exit(1)
             return UploadOutcome(None, "RemoteStorageError: injected upload failure", 0.0, "test")
-        outcome = upload_on_executor(remote, item)
+        outcome = upload_task(storage, item)
         (markers / f"done-{key[0]}-{key[1]}").touch()
         return outcome
 
@@ -206,8 +119,6 @@ def failing_uploader(markers: Path, bad_partition: int, bad_base: int, mode: str
 
 
 def test_failed_uploads_and_killed_tasks_are_isolated_and_repaired(tmp_path: Path, spark) -> None:
-    from spark_apps.parallel_upload import run_parallel_upload
-
     log_dir = make_log_dir(tmp_path, partitions=3)
     config = make_config(tmp_path, log_dir, "par")
     reference = make_config(tmp_path, log_dir, "seq")
@@ -228,7 +139,7 @@ def test_failed_uploads_and_killed_tasks_are_isolated_and_repaired(tmp_path: Pat
                 parallelism=2,
                 say=lines.append,
             )
-        assert report.exit_code == 1 and len(report.failures) == 1, (mode, report.failures)
+        assert exit_code(report) == 1 and len(report.failures) == 1, (mode, report.failures)
         assert "orders-2: copying segment 20 failed" in report.failures[0]
         assert ("Python worker exited unexpectedly" in report.failures[0]) == mode.startswith("kill"), mode
         assert (markers / "done-2-40").exists()  # segment 40 was uploaded, and is cleaned up:
@@ -248,7 +159,6 @@ def test_failed_uploads_and_killed_tasks_are_isolated_and_repaired(tmp_path: Pat
 def test_a_segment_failing_its_check_stops_its_partition_after_the_segments_before_it(tmp_path: Path, spark) -> None:
     """Segment 40 of partition 2 fails its CRC check on the driver while segments 0 and 20 are
     still uploading: those still finish (as a sequential run would), 40 and 60 do not."""
-    from spark_apps.parallel_upload import run_parallel_upload, upload_on_executor
 
     log_dir = make_log_dir(tmp_path, partitions=3)
     damaged = log_dir / "orders-2" / f"{40:020d}.log"
@@ -266,7 +176,7 @@ def test_a_segment_failing_its_check_stops_its_partition_after_the_segments_befo
         if line.startswith("orders-2: segment 40 not copied"):
             (markers / "refused").touch()
 
-    def uploader(remote, item):
+    def uploader(storage, item):
         meta = item.metadata
         if (meta.topic_id_partition.partition, meta.start_offset) == (2, 20):
             deadline = time.monotonic() + 60
@@ -274,7 +184,7 @@ def test_a_segment_failing_its_check_stops_its_partition_after_the_segments_befo
                 if time.monotonic() > deadline:
                     raise TimeoutError("segment 40 was never refused")
                 time.sleep(0.02)
-        return upload_on_executor(remote, item)
+        return upload_task(storage, item)
 
     tps = [TopicPartition("orders", p) for p in range(3)]
     with TieringContext.open(load_config(config)) as ctx:
@@ -282,7 +192,7 @@ def test_a_segment_failing_its_check_stops_its_partition_after_the_segments_befo
     state = remote_state(config)
     assert bases(state, "orders-2") == [0, 20]
     assert state == remote_state(reference)
-    assert report.exit_code == 1 and len(report.failures) == 1
+    assert exit_code(report) == 1 and len(report.failures) == 1
     assert report.failures[0].startswith("orders-2: segment 40 not copied") and "CRC mismatch" in report.failures[0]
 
 
@@ -294,8 +204,6 @@ class DriverAbort(Exception):
 
 
 def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: Path, spark) -> None:
-    from spark_apps.parallel_upload import run_parallel_upload, upload_on_executor
-
     log_dir = make_log_dir(tmp_path, partitions=4)
     config = make_config(tmp_path, log_dir, "par")
     reference = make_config(tmp_path, log_dir, "seq")
@@ -306,7 +214,7 @@ def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: 
     aborted = tmp_path / "aborted"
     total = sum(2 + p % 3 for p in range(4)) + 1
 
-    def uploader(remote, item):
+    def uploader(storage, item):
         meta = item.metadata
         name = f"{meta.topic_id_partition.partition}-{meta.start_offset}"
         first = not any(markers.iterdir())  # one upload at a time: the first one finds no marker
@@ -317,7 +225,7 @@ def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: 
                 if time.monotonic() > deadline:
                     raise TimeoutError("the driver never aborted")
                 time.sleep(0.02)
-            return upload_on_executor(remote, item)
+            return upload_task(storage, item)
         finally:
             (ended / name).touch()
 
@@ -362,7 +270,6 @@ def test_a_driver_abort_cancels_queued_uploads_cleans_up_and_releases(tmp_path: 
 def test_a_partition_losing_its_lease_mid_run_stops_alone(tmp_path: Path, spark, taken: bool) -> None:
     """Partition 1's lease is lost while its segment 20 uploads (its renewals are lost, then it
     lapses; another run takes it, or nobody does). The other partitions finish."""
-    from spark_apps.parallel_upload import run_parallel_upload, upload_on_executor
 
     log_dir = make_log_dir(tmp_path, partitions=3)
     config = make_config(tmp_path, log_dir, "par")
@@ -376,7 +283,7 @@ def test_a_partition_losing_its_lease_mid_run_stops_alone(tmp_path: Path, spark,
         if line.startswith("orders-1: copied segment 0 "):
             (markers / "committed-0").touch()
 
-    def uploader(remote, item):
+    def uploader(storage, item):
         meta = item.metadata
         if (meta.topic_id_partition.partition, meta.start_offset) == (1, 20):
             deadline = time.monotonic() + 60
@@ -387,7 +294,7 @@ def test_a_partition_losing_its_lease_mid_run_stops_alone(tmp_path: Path, spark,
             while not (markers / "lease-lost").exists():
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
-        return upload_on_executor(remote, item)
+        return upload_task(storage, item)
 
     other = []
 
@@ -414,9 +321,9 @@ def test_a_partition_losing_its_lease_mid_run_stops_alone(tmp_path: Path, spark,
         report = run_parallel_upload(ctx, tps, spark, uploader=uploader, parallelism=2, say=say)
     thief.join()
     if taken:
-        assert report.fenced == ["orders-1"] and report.failures == [] and report.exit_code == 0
+        assert report.fenced == ["orders-1"] and report.failures == [] and exit_code(report) == 0
     else:
-        assert report.fenced == [] and report.exit_code == 1 and len(report.failures) == 1
+        assert report.fenced == [] and exit_code(report) == 1 and len(report.failures) == 1
         assert report.failures[0].startswith("orders-1: the partition's lease expired while copying segment 20")
     assert [(r.partition, r.segments_copied) for r in report.results] == [(0, 2), (1, 1), (2, 4)]
     with TieringContext.open(load_config(config)) as ctx:
@@ -440,7 +347,6 @@ def test_a_partition_losing_its_lease_mid_run_stops_alone(tmp_path: Path, spark,
 def test_a_partition_releases_its_lease_once_its_segments_are_committed(tmp_path: Path, spark) -> None:
     """While partition 2's last upload is held up, partitions 0 and 1 are done: their leases are
     free for other runs (retention, removal) instead of being held until the whole run ends."""
-    from spark_apps.parallel_upload import run_parallel_upload, upload_on_executor
 
     log_dir = make_log_dir(tmp_path, partitions=3)
     config = make_config(tmp_path, log_dir, "par")
@@ -448,7 +354,7 @@ def test_a_partition_releases_its_lease_once_its_segments_are_committed(tmp_path
     markers.mkdir()
     tips = [tip(config, p) for p in range(3)]
 
-    def uploader(remote, item):
+    def uploader(storage, item):
         meta = item.metadata
         if (meta.topic_id_partition.partition, meta.start_offset) == (2, 60):
             (markers / "holding").touch()
@@ -457,7 +363,7 @@ def test_a_partition_releases_its_lease_once_its_segments_are_committed(tmp_path
                 if time.monotonic() > deadline:
                     raise TimeoutError("nobody looked")
                 time.sleep(0.02)
-        return upload_on_executor(remote, item)
+        return upload_task(storage, item)
 
     seen: dict[str, bool] = {}
 
@@ -488,8 +394,6 @@ def test_a_partition_releases_its_lease_once_its_segments_are_committed(tmp_path
 
 
 def test_a_segment_the_broker_deletes_mid_run_fails_its_partition_with_one_line(tmp_path: Path, spark) -> None:
-    from spark_apps.parallel_upload import run_parallel_upload
-
     log_dir = make_log_dir(tmp_path, partitions=3)
     config = make_config(tmp_path, log_dir, "par")
     reference = make_config(tmp_path, log_dir, "seq")
@@ -502,7 +406,7 @@ def test_a_segment_the_broker_deletes_mid_run_fails_its_partition_with_one_line(
     tps = [TopicPartition("orders", p) for p in range(3)]
     with TieringContext.open(load_config(config)) as ctx:
         report = run_parallel_upload(ctx, tps, spark, say=broker_retention)
-    assert report.exit_code == 1 and len(report.failures) == 1
+    assert exit_code(report) == 1 and len(report.failures) == 1
     assert report.failures[0].startswith("orders-1: segment 0 could not be read while copying it")
     assert "\n" not in report.failures[0]
     with TieringContext.open(load_config(config)) as ctx:

@@ -7,12 +7,13 @@ import errno
 import importlib
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.engine_support import wait_until
-from tests.spark_apps.test_parallel_upload import make_config, make_log_dir
+from tests.runs.copy_many_support import make_config, make_log_dir
 
 APPS = ["parallel_upload", "rebuild_indexes", "verify_segments"]
 
@@ -198,3 +199,30 @@ def test_closing_the_spark_executors_outcomes_early_cancels_its_tasks(tmp_path: 
     assert sorted(p.name for p in markers.iterdir()) == ["0", "1", "2"]  # nothing queued started
     assert list(outlived.iterdir()) == []  # the running ones were cancelled
     assert spark.sparkContext.parallelize([1, 2], 2).sum() == 3  # the context is still usable
+
+
+def test_the_spark_executor_pulls_items_only_as_slots_free_up(tmp_path: Path, spark) -> None:
+    """Items are made on the driver when a slot is free, never all at once: at most ``slots`` jobs
+    are out before the driver hears of the first outcome."""
+    from spark_apps import runtime
+    from tiering_core.config import RemoteConfig
+
+    seen = 0
+    pulled_after: list[int] = []  # per item: how many outcomes the driver had seen when it was made
+
+    def items() -> Iterator[int]:
+        for item in range(6):
+            pulled_after.append(seen)
+            yield item
+
+    def double(storage, item: int) -> int:  # type: ignore[no-untyped-def]
+        return 2 * item
+
+    executor = runtime.SparkExecutor(spark.sparkContext, RemoteConfig(backend="filesystem", root=tmp_path), slots=2)
+    results = []
+    for outcome in executor.run(items(), double, describe=lambda i: f"double {i}"):
+        seen += 1
+        results.append((outcome.index, outcome.result))
+    assert sorted(results) == [(i, 2 * i) for i in range(6)]
+    assert pulled_after[:2] == [0, 0]
+    assert all(after >= k - 2 for k, after in enumerate(pulled_after))

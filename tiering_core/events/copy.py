@@ -1,4 +1,5 @@
-"""The events of a copy run (``runs.copy``, the Spark parallel upload), one per thing it tells."""
+"""The events of a copy run (``runs.copy``; ``runs.copy_many`` for many partitions at once), one
+per thing it tells."""
 
 from __future__ import annotations
 
@@ -132,7 +133,8 @@ class DryRunPlanned(RunEvent):
 
 @dataclass(frozen=True)
 class UploadsPlanned(RunEvent):
-    """The Spark parallel upload's plan: its partitions' candidates, handed out ``slots`` at a time."""
+    """The multi-partition copy's plan (``runs.copy_many``): its partitions' candidates, handed
+    out ``slots`` at a time."""
 
     segments: int
     size_bytes: int
@@ -152,7 +154,7 @@ class SegmentRefused(RunEvent):
 
 @dataclass(frozen=True)
 class ParallelUploadFinished(RunEvent):
-    """The Spark parallel upload's summary. ``check_seconds``: the driver's segment checks (CRC
+    """The multi-partition copy's summary. ``check_seconds``: the driver's segment checks (CRC
     scan) and STARTED writes; ``fenced``: partitions another run held."""
 
     partitions: int

@@ -145,10 +145,11 @@ def refuse_stale_directory(ctx: TieringContext, partition_log: PartitionLog) -> 
 class CopyRun:
     """One partition's copy run as the driver sees it: lease, plan, and every metadata write.
 
-    ``run_copy`` and the Spark parallel upload both drive a partition through this class, so
-    COPY_SEGMENT_STARTED before an upload, FINISHED only after the manifest, the lineage and
-    remote-log-start bookkeeping, the cleanup of failures and the lease have one home. Uploads
-    (``upload_segment``) may run anywhere; their results are committed here in offset order.
+    ``run_copy`` and the multi-partition copy (``runs.copy_many``) both drive a partition through
+    this class, so COPY_SEGMENT_STARTED before an upload, FINISHED only after the manifest, the
+    lineage and remote-log-start bookkeeping, the cleanup of failures and the lease have one home.
+    Uploads (``upload_segment``) may run anywhere; their results are committed here in offset
+    order.
     The partition is held (``held_partition``, renewed in the background) from ``begin`` to
     ``finish`` or ``release``; ``active`` asks ``held.holds``.
     """

@@ -8,12 +8,18 @@ the Spark apps give the same drivers a Spark executor (``spark_apps/runtime.py``
 run on Spark's executors. A task is a plain function of the remote storage and one item: each
 executor supplies the storage its workers use (the run's own here, one per Python worker there),
 so the task function and its items must pickle for Spark.
+
+Items are pulled from the driver's iterable only as a slot frees up (at most ``slots`` tasks
+handed out at a time), so a driver may decide the next item from the outcomes it has seen so far
+(the multi-partition copy hands out a partition's next segment only while that partition goes
+on); an item's index is its place in that order.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
@@ -48,15 +54,22 @@ class Executor(Protocol):
     cancels what is queued and stops what runs, so an abort never waits for every queued task.
     """
 
+    @property
+    def slots(self) -> int:
+        """How many tasks run at a time."""
+        ...
+
     def run(
         self,
-        items: Sequence[T],
+        items: Iterable[T],
         task: Task[T, R],
         *,
         describe: Callable[[T], str],
         on_wait: Callable[[], None] | None = None,
     ) -> Generator[TaskOutcome[R], None, None]:
-        """``task(storage, item)`` for each item. ``describe`` names an item (a job description,
+        """``task(storage, item)`` for each item, pulled from ``items`` only when a slot is free
+        (and in the thread that iterates the outcomes, so an item may be made by the driver's own
+        writes, e.g. COPY_SEGMENT_STARTED). ``describe`` names an item (a job description,
         a thread name); ``on_wait`` runs between completions, at least every few seconds (the
         driver renews its lease there)."""
         ...
@@ -77,9 +90,13 @@ class InProcessExecutor:
         self.threads = threads
         self.wait_seconds = wait_seconds
 
+    @property
+    def slots(self) -> int:
+        return self.threads
+
     def run(
         self,
-        items: Sequence[T],
+        items: Iterable[T],
         task: Task[T, R],
         *,
         describe: Callable[[T], str],
@@ -90,7 +107,7 @@ class InProcessExecutor:
         return self._pooled(items, task, describe, on_wait)
 
     def _serial(
-        self, items: Sequence[T], task: Task[T, R], on_wait: Callable[[], None] | None
+        self, items: Iterable[T], task: Task[T, R], on_wait: Callable[[], None] | None
     ) -> Generator[TaskOutcome[R], None, None]:
         for index, item in enumerate(items):
             yield TaskOutcome(index, task(self.storage, item))
@@ -99,7 +116,7 @@ class InProcessExecutor:
 
     def _pooled(
         self,
-        items: Sequence[T],
+        items: Iterable[T],
         task: Task[T, R],
         describe: Callable[[T], str],
         on_wait: Callable[[], None] | None,
@@ -112,18 +129,33 @@ class InProcessExecutor:
             return task(self.storage, item)
 
         pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="tiering-task")
+        source = enumerate(items)
+        pending: dict[Future[R], int] = {}
+
+        def refill() -> None:
+            for index, item in hand_out(source, self.threads - len(pending)):
+                pending[pool.submit(one, item)] = index
+
         try:
-            pending: dict[Future[R], int] = {pool.submit(one, item): i for i, item in enumerate(items)}
+            refill()
             while pending:
                 done, _ = wait(list(pending), timeout=self.wait_seconds, return_when=FIRST_COMPLETED)
                 for future in sorted(done, key=pending.__getitem__):
                     index = pending.pop(future)
-                    yield TaskOutcome(index, future.result())  # a task's exception propagates
+                    result = future.result()  # a task's exception propagates
+                    refill()  # the freed slot takes the next item before the driver hears of this one
+                    yield TaskOutcome(index, result)
                 if on_wait is not None:
                     on_wait()
         finally:  # normal end, an exception, or the driver closed us early
             cancelled.set()
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def hand_out(source: Iterator[tuple[int, T]], free: int) -> Iterator[tuple[int, T]]:
+    """Up to ``free`` of the driver's (index, item) pairs, each pulled only when the caller asks
+    for it: the caller submits one before the next is made."""
+    return itertools.islice(source, max(0, free))
 
 
 class CancelledTaskError(Exception):

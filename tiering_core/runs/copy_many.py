@@ -1,0 +1,396 @@
+"""Copy the eligible segments of many partitions at once, keeping every copy-run invariant.
+
+Per partition the driver runs ``CopyRun`` (``runs/copy.py``), the same steps ``run_copy`` takes:
+lease and fencing, recovery of killed runs, tiering gaps, COPY_SEGMENT_STARTED before a segment
+is handed out. The uploads (``upload_task``) run on any ``Executor``: this process's thread pool
+or Spark's executors, each upload a task of its own, so a failed or killed task costs only its
+segment. Segments are handed out round robin (every partition's first segment, then every second
+one, ...) as slots free up, and results are committed per partition in offset order as they
+arrive: after a failure at segment k (its upload, or its check on the driver), the segments
+before k still finish, as a sequential run would, and the later ones are cleaned up instead of
+finished, so the copied offset never skips. A partition whose lease is lost stops alone; a
+partition done releases its lease at once. If the driver itself fails, the executor drops what
+is queued and stops what runs, what ended is cleaned up (a started upload is left to the next
+run's recovery) and every lease released (docs/architecture.md, "Drivers and executors").
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tiering_core.errors import TieringError, TieringGapError
+from tiering_core.events import EventSink, discard
+from tiering_core.events.copy import (
+    ParallelUploadFinished,
+    SegmentLeftUploading,
+    SegmentNotFinished,
+    SegmentRefused,
+    UploadsPlanned,
+)
+from tiering_core.metadata.errors import FencedError
+from tiering_core.runs.copy import CopyResult, CopyRun
+from tiering_core.runs.executor import Executor, TaskOutcome
+from tiering_core.runs.segment_copy import SegmentUpload, upload_segment
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.storage.manifest import SegmentManifest
+    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.tier.view import CopyCandidate
+
+log = logging.getLogger(__name__)
+
+
+# --- the task ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UploadOutcome:
+    """What an upload task reports for one segment: its manifest, or why it failed."""
+
+    manifest: SegmentManifest | None
+    error: str | None
+    seconds: float
+    worker: str = ""
+
+
+def upload_task(storage: RemoteStorage, upload: SegmentUpload) -> UploadOutcome:
+    """Upload one segment, manifest last, wherever the executor runs it; a failure is a value
+    the driver cleans up after, so it stops only the segment's partition."""
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    started = time.monotonic()
+    try:
+        manifest = upload_segment(storage, upload)
+    except Exception as exc:
+        return UploadOutcome(None, f"{type(exc).__name__}: {exc}", time.monotonic() - started, worker)
+    return UploadOutcome(manifest, None, time.monotonic() - started, worker)
+
+
+Uploader = Callable[["RemoteStorage", SegmentUpload], UploadOutcome]
+
+
+# --- the driver -------------------------------------------------------------------------------
+
+
+@dataclass
+class InFlight:
+    """A segment handed out to the executor (its ``outcome`` once it returned), or the segment
+    whose check failed on the driver (``refused``): commits stop there, after the segments before it."""
+
+    candidate: CopyCandidate
+    upload: SegmentUpload | None
+    refused: BaseException | None = None
+    outcome: TaskOutcome[UploadOutcome] | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.refused is not None or self.outcome is not None
+
+
+@dataclass
+class PartitionUpload:
+    """A partition's copy run and its uploads in flight, committed strictly in offset order."""
+
+    run: CopyRun
+    waiting: collections.deque[CopyCandidate] = field(default_factory=collections.deque)
+    pending: collections.deque[InFlight] = field(default_factory=collections.deque)
+    failure: str | None = None
+    closed: bool = False  # nothing more is committed (a failure, a fence, a vanished segment)
+    halted: bool = False  # a segment was refused: none after it is handed out
+    done: bool = False  # finished: lease released, result reported
+
+    @classmethod
+    def of(cls, run: CopyRun) -> PartitionUpload:
+        return cls(run, collections.deque(run.candidates))
+
+    @property
+    def tp(self) -> TopicPartition:
+        return self.run.tp
+
+    @property
+    def stopped(self) -> bool:
+        return self.closed or not self.run.active
+
+    @property
+    def handing_out(self) -> bool:
+        return bool(self.waiting) and not self.stopped and not self.halted
+
+    @property
+    def settled(self) -> bool:
+        """Every candidate committed, cleaned up or never to be handed out."""
+        return not self.pending and not self.handing_out
+
+    def stop(self, failure: str | None) -> None:
+        """Commit nothing more (``None``: no failure of its own, e.g. fenced); segments not handed
+        out never will be, those in flight are cleaned up as they return."""
+        self.closed = True
+        if self.failure is None:
+            self.failure = failure
+        self.waiting.clear()
+
+    def refuse(self, candidate: CopyCandidate, exc: BaseException) -> None:
+        """The driver's check of ``candidate`` failed: the segments before it still commit, in
+        order, as a sequential run would; then the partition stops there."""
+        self.pending.append(InFlight(candidate, None, exc))
+        self.halted = True
+        self.waiting.clear()
+
+
+@dataclass
+class ParallelCopyReport:
+    results: list[CopyResult] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+    workers: set[str] = field(default_factory=set)
+    seconds: float = 0.0
+    check_seconds: float = 0.0  # the driver's segment checks (CRC scan) and STARTED writes
+
+    @property
+    def segments(self) -> int:
+        return sum(r.segments_copied for r in self.results)
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes_copied for r in self.results)
+
+    @property
+    def cleaned_up(self) -> int:
+        return sum(r.segments_cleaned_up for r in self.results)
+
+    @property
+    def fenced(self) -> list[str]:
+        return [f"{r.topic}-{r.partition}" for r in self.results if r.fenced]
+
+    def finished(self) -> ParallelUploadFinished:
+        """The run's summary, as the event that tells it."""
+        return ParallelUploadFinished(
+            partitions=len(self.results),
+            segments=self.segments,
+            bytes_copied=self.bytes,
+            seconds=self.seconds,
+            workers=len(self.workers),
+            failures=len(self.failures),
+            check_seconds=self.check_seconds,
+            fenced=len(self.fenced),
+            gaps=len(self.gaps),
+        )
+
+
+def _round_robin(partitions: list[PartitionUpload]) -> Iterator[tuple[PartitionUpload, CopyCandidate]]:
+    """Every partition's first segment, then every second one, ...: early offsets go out first."""
+    while ready := [p for p in partitions if p.handing_out]:
+        for p in ready:
+            if p.handing_out:
+                yield p, p.waiting.popleft()
+
+
+def _outcome(item: InFlight, report: ParallelCopyReport) -> tuple[UploadOutcome | None, str | None]:
+    """What became of a returned upload: its outcome, or why there is none (its task failed)."""
+    assert item.outcome is not None
+    outcome = item.outcome.result
+    if outcome is None:
+        return None, item.outcome.error or "no result"
+    report.workers.add(outcome.worker)
+    return outcome, outcome.error
+
+
+def _stop_after(partition: PartitionUpload, settle: Callable[[], None]) -> None:
+    """Stop the partition after ``settle`` (a ``CopyRun`` failure path), as ``run_copy`` stops: with
+    the failure it raised, or with none when it recorded a tiering gap (reported at the finish)."""
+    try:
+        settle()
+    except TieringError as failure:
+        partition.stop(str(failure))
+    else:
+        partition.stop(None)
+
+
+def _refused(partition: PartitionUpload, item: InFlight) -> None:
+    """The commits reached the refused segment: stop there, as ``run_copy`` would."""
+    exc = item.refused
+    if isinstance(exc, FileNotFoundError):
+        _stop_after(partition, functools.partial(partition.run.segment_vanished, item.candidate, item.upload, exc))
+    else:
+        partition.stop(f"{partition.tp}: segment {item.candidate.base_offset} not copied: {exc}")
+
+
+def _commit_ready(partition: PartitionUpload, report: ParallelCopyReport) -> None:
+    """Commit the settled prefix of a partition's uploads; after a failure, clean up instead."""
+    run = partition.run
+    while partition.pending and partition.pending[0].settled:
+        item = partition.pending.popleft()
+        base = item.candidate.base_offset
+        if item.refused is not None:
+            if not partition.stopped:
+                _refused(partition, item)
+            continue
+        assert item.upload is not None
+        outcome, error = _outcome(item, report)
+        if partition.stopped:  # an earlier segment failed, or the run was fenced
+            if run.active:
+                run.abandon(item.candidate, item.upload, partition.failure)
+                run.events(SegmentNotFinished(run.tp, base))
+            else:
+                run.fenced_while_copying(item.candidate, item.upload, "the run lost the partition")
+            continue
+        if outcome is not None and outcome.manifest is not None:
+            if not run.commit_finished_segment(
+                item.candidate, item.upload, outcome.manifest, outcome.seconds, worker=outcome.worker
+            ):
+                partition.stop(None)
+            continue
+        _stop_after(partition, functools.partial(run.upload_failed, item.candidate, item.upload, error))
+
+
+def _finish_if_settled(partition: PartitionUpload, report: ParallelCopyReport) -> None:
+    """Release a partition's lease as soon as all its segments are committed (not at the end
+    of the whole run), and report what it did."""
+    if partition.done or not partition.settled:
+        return
+    partition.done = True
+    run = partition.run
+    try:
+        report.results.append(run.finish())
+    except TieringGapError as exc:
+        report.gaps.append(str(exc))
+        report.results.append(run.result)
+    except (TieringError, OSError) as exc:  # the lease expired under the run, the partition vanished
+        report.failures.append(str(exc) if str(exc).startswith(f"{partition.tp}:") else f"{partition.tp}: {exc}")
+        report.results.append(run.result)
+    if partition.failure is not None:
+        report.failures.append(partition.failure)
+
+
+def _abort(partitions: list[PartitionUpload], reason: BaseException) -> None:
+    """After the driver failed and the executor's tasks were cancelled: clean up, under the lease,
+    every STARTED upload whose task had returned, and release every lease.
+
+    An upload whose outcome never came back is left STARTED: a cancelled task may still write for
+    a moment, and the next run's recovery deletes whatever it wrote together with the metadata.
+    """
+    why = f"the run was aborted: {type(reason).__name__}: {reason}"
+    for partition in partitions:
+        run = partition.run
+        for item in partition.pending:
+            if item.upload is None:
+                continue
+            if item.outcome is None:
+                run.events(SegmentLeftUploading(run.tp, item.candidate.base_offset))
+                continue
+            try:
+                if run.active:
+                    run.abandon(item.candidate, item.upload, why)
+                else:
+                    run.fenced_while_copying(item.candidate, item.upload, why)
+            except Exception as exc:  # keep cleaning up; the original error is what is raised
+                log.warning("%s: could not clean up segment %d: %s", run.tp, item.candidate.base_offset, exc)
+        partition.pending.clear()
+        try:
+            run.release()
+        except Exception as exc:
+            log.warning("%s: could not release the lease: %s", run.tp, exc)
+
+
+def copy_partitions(
+    ctx: TieringContext,
+    partitions: Sequence[TopicPartition],
+    executor: Executor,
+    *,
+    run_id: str | None = None,
+    events: EventSink = discard,
+    uploader: Uploader = upload_task,
+) -> ParallelCopyReport:
+    """Copy every eligible segment of ``partitions``, at most ``executor.slots`` uploads at a time;
+    see the module docstring. ``events`` hears what the run and its partitions' copy runs do;
+    ``uploader`` is the upload task (default ``upload_task``; a test injects faults here)."""
+    started = time.monotonic()
+    run = run_id or uuid.uuid4().hex
+    report = ParallelCopyReport()
+
+    uploads: list[PartitionUpload] = []
+    try:
+        for tp in partitions:
+            try:
+                uploads.append(PartitionUpload.of(CopyRun.begin(ctx, tp, run_id=run, events=events)))
+            except (TieringError, OSError) as exc:
+                report.failures.append(f"{tp}: {exc}")
+    except BaseException:
+        for p in uploads:
+            p.run.release()
+        raise
+    active = [p for p in uploads if p.run.active]
+    total = sum(len(p.waiting) for p in active)
+    size = sum(c.segment.size_bytes for p in active for c in p.waiting)
+    handed: list[tuple[PartitionUpload, InFlight]] = []  # by the index of its task's outcome
+
+    def start(partition: PartitionUpload, candidate: CopyCandidate) -> SegmentUpload | None:
+        t0 = time.monotonic()
+        try:
+            upload = partition.run.start_segment(candidate)
+        except FencedError as exc:
+            held = partition.run.held
+            if partition.pending and held is not None:
+                # Lost while earlier segments upload: the first of them, as it returns, tells
+                # whether a newer run took the partition or the lease merely expired.
+                held.lose(exc)
+            else:
+                partition.run.fenced_while_copying(candidate, None, exc)
+            partition.stop(None)
+            return None
+        except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
+            events(SegmentRefused(partition.tp, candidate.base_offset, str(exc)))
+            partition.refuse(candidate, exc)
+            return None
+        finally:
+            report.check_seconds += time.monotonic() - t0
+        item = InFlight(candidate, upload)
+        partition.pending.append(item)
+        handed.append((partition, item))
+        return upload
+
+    def hand_out() -> Iterator[SegmentUpload]:
+        """The executor pulls the next segment when a slot is free: round robin over the
+        partitions still going on, each segment checked and STARTED just before it goes out."""
+        for partition, candidate in _round_robin(uploads):
+            upload = start(partition, candidate)
+            if upload is not None:
+                yield upload
+            else:
+                _commit_ready(partition, report)
+                _finish_if_settled(partition, report)
+
+    def describe(upload: SegmentUpload) -> str:
+        return f"upload {upload.metadata.topic_id_partition.topic_partition} segment {upload.metadata.start_offset}"
+
+    try:
+        events(UploadsPlanned(total, size, len(active), executor.slots))
+        for p in uploads:  # nothing to upload: done at once
+            _finish_if_settled(p, report)
+        with closing(executor.run(hand_out(), uploader, describe=describe)) as outcomes:
+            for outcome in outcomes:
+                partition, item = handed[outcome.index]
+                item.outcome = outcome
+                _commit_ready(partition, report)
+                _finish_if_settled(partition, report)
+        for p in uploads:
+            _commit_ready(p, report)
+            _finish_if_settled(p, report)
+    except BaseException as exc:  # closing the outcomes cancelled what was queued and running
+        _abort(uploads, exc)
+        raise
+
+    report.results.sort(key=lambda r: (r.topic, r.partition))
+    report.seconds = time.monotonic() - started
+    events(report.finished())
+    return report
