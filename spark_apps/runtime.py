@@ -34,7 +34,6 @@ from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, one_line
 from tiering_core.events import RunEvent
-from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.executor import Task, TaskOutcome, hand_out
 
@@ -305,10 +304,6 @@ def run_app(
         own = run.started_spark if run is not None and spark is None else None
         if own is not None:
             own.stop()
-
-
-def rate(size: int, seconds: float) -> str:
-    return f"{fmt_bytes(size / seconds if seconds > 0 else 0.0)}/s"
 
 
 def spark_failure_reason(exc: BaseException) -> str:

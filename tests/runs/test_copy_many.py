@@ -17,7 +17,7 @@ from tiering_core.runs.copy_many import UploadOutcome, copy_partitions, upload_t
 from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.runs.segment_copy import SegmentUpload
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.storage.segments import RemoteStorage
+from tiering_core.storage.remote import RemoteStorage
 
 PARTITIONS = 4
 #: Segments of make_log_dir's partitions: 2 + p % 3 each, and one more after partition 3's leader change.

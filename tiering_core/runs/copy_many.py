@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.storage.manifest import SegmentManifest
-    from tiering_core.storage.segments import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage
     from tiering_core.tier.view import CopyCandidate
 
 log = logging.getLogger(__name__)
