@@ -62,6 +62,6 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
 
 if __name__ == "__main__":
     # Re-imported under its package name, so executors unpickle these functions by reference.
-    from spark_apps.parallel_upload import main as _main
+    from spark_apps.parallel_upload import main as app_main
 
-    sys.exit(_main())
+    sys.exit(app_main())

@@ -52,6 +52,6 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
 
 if __name__ == "__main__":
     # Re-imported under its package name, so executors unpickle these functions by reference.
-    from spark_apps.verify_segments import main as _main
+    from spark_apps.verify_segments import main as app_main
 
-    sys.exit(_main())
+    sys.exit(app_main())

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiering_core.errors import CorruptLogError
-from tiering_core.kafka.crc import crc32c
-from tiering_core.kafka.crc import crc32c_raw as _crc32c_raw
+from tiering_core.kafka.crc import crc32c, crc32c_raw
 from tiering_core.kafka.files import open_regular
 
 HEADER_SIZE = 61
@@ -301,7 +300,7 @@ def _walk_checked(log: LogFile, position: int, verify_crc: bool) -> Iterator[tup
     window_start, window_len = position, 0
     batch_size = 0
     unpack = _HEADER.unpack_from
-    crc = _crc32c_raw
+    crc = crc32c_raw
     min_length = HEADER_SIZE - LOG_OVERHEAD
     while position < log.size:
         at = position - window_start
@@ -337,7 +336,7 @@ def _crc_across_chunks(
 ) -> tuple[int, int, int]:
     """CRC of a batch from ``view[at + CRC_START]`` to ``end`` (relative to ``window_start``), reading
     on past the chunk; returns it and the chunk now in ``view`` (start, length)."""
-    computed = _crc32c_raw(view[at + CRC_START : window_len])
+    computed = crc32c_raw(view[at + CRC_START : window_len])
     left = end - window_len
     chunk_start = window_start + window_len
     while left > 0:
@@ -348,7 +347,7 @@ def _crc_across_chunks(
                 window_start + at,
                 f"batch was cut short while being read ({left} byte(s) missing: the file was truncated)",
             )
-        computed = _crc32c_raw(view[: min(n, left)], computed)
+        computed = crc32c_raw(view[: min(n, left)], computed)
         left -= n
         window_start, window_len = chunk_start, n
         chunk_start += n
@@ -445,7 +444,7 @@ def _verify_crc_fast(log: LogFile) -> int:
     buf = bytearray(READ_CHUNK)
     view = memoryview(buf)
     unpack = _UP_TO_CRC.unpack_from
-    crc = _crc32c_raw
+    crc = crc32c_raw
     preadv = os.preadv
     min_length = HEADER_SIZE - LOG_OVERHEAD
     position = 0
