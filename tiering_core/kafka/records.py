@@ -259,8 +259,15 @@ def decode_records(
     Every malformation (a bad varint, a field running past the end, a record whose length
     disagrees with its fields, bytes left over after the last record) names file and batch.
     """
-    data = _records_data(header, body, path, max_decompressed)
+    try:
+        data = decompress(header.codec, body, max_decompressed)
+    except (CompressionError, UnsupportedCodecError) as exc:
+        raise CorruptLogError(
+            path, header.position, f"cannot decompress batch at offset {header.base_offset}: {exc}"
+        ) from exc
     count = header.records_count
+    if count < 0:
+        raise CorruptLogError(path, header.position, f"batch at offset {header.base_offset} has record count {count}")
     base_offset = header.base_offset
     log_append = header.is_log_append_time
     base_ts = header.max_timestamp if log_append else header.base_timestamp
@@ -312,7 +319,24 @@ def decode_records(
             if data[pos] == 0:  # no headers: the common case
                 pos += 1
             else:
-                headers, pos = _read_headers(data, pos)
+                header_count, pos = read(data, pos)
+                if header_count < 0:
+                    raise ValueError(f"negative header count {header_count}")
+                items: list[Header] = []
+                for _h in range(header_count):
+                    name_len, pos = read(data, pos)
+                    if name_len < 0:
+                        raise ValueError(f"header key length {name_len} (header keys cannot be null)")
+                    name = data[pos : pos + name_len].decode("utf-8")
+                    pos += name_len
+                    hvalue_len, pos = read(data, pos)
+                    if hvalue_len < 0:
+                        hvalue = None
+                    else:
+                        hvalue = data[pos : pos + hvalue_len]
+                        pos += hvalue_len
+                    items.append((name, hvalue))
+                headers = tuple(items)
             if pos != end:
                 raise ValueError(f"record length {length} does not match its fields ({length + pos - end} bytes)")
             record = new(Record)
@@ -337,43 +361,6 @@ def decode_records(
             path, header.position, f"malformed record in batch at offset {header.base_offset}: {reason}"
         ) from exc
     return records
-
-
-def _records_data(header: RecordBatchHeader, body: bytes | memoryview, path: Path, max_decompressed: int) -> bytes:
-    """The batch's records, decompressed (bounded), with a record count that can be read."""
-    try:
-        data = decompress(header.codec, body, max_decompressed)
-    except (CompressionError, UnsupportedCodecError) as exc:
-        raise CorruptLogError(
-            path, header.position, f"cannot decompress batch at offset {header.base_offset}: {exc}"
-        ) from exc
-    if header.records_count < 0:
-        raise CorruptLogError(
-            path, header.position, f"batch at offset {header.base_offset} has record count {header.records_count}"
-        )
-    return data
-
-
-def _read_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
-    """A record's headers (the uncommon case, kept out of the decoding loop) and the position after them."""
-    header_count, pos = _read_varint(data, pos)
-    if header_count < 0:
-        raise ValueError(f"negative header count {header_count}")
-    items: list[Header] = []
-    for _h in range(header_count):
-        name_len, pos = _read_varint(data, pos)
-        if name_len < 0:
-            raise ValueError(f"header key length {name_len} (header keys cannot be null)")
-        name = data[pos : pos + name_len].decode("utf-8")
-        pos += name_len
-        value_len, pos = _read_varint(data, pos)
-        if value_len < 0:
-            value = None
-        else:
-            value = data[pos : pos + value_len]
-            pos += value_len
-        items.append((name, value))
-    return tuple(items), pos
 
 
 def decode_batch(
