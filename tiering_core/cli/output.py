@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import (
+    CopyDeferred,
     CopyFinished,
     CopyNotPlanned,
     CopySkipped,
@@ -27,6 +28,7 @@ from tiering_core.events.copy import (
     FencedWhileCopying,
     LeaseExpiredWhileCopying,
     ParallelUploadFinished,
+    PartitionCopyOutcome,
     PartitionHeld,
     SegmentCopied,
     SegmentFailed,
@@ -53,6 +55,7 @@ from tiering_core.events.read import (
     VerifyPlanned,
 )
 from tiering_core.events.rebuild import IndexChecked, IndexStatus, PartitionBusy, RebuildPlanned
+from tiering_core.events.retention import PartitionRetentionOutcome
 from tiering_core.humanize import fmt_age, fmt_bytes
 
 if TYPE_CHECKING:
@@ -538,7 +541,34 @@ def _parallel_upload_finished(event: ParallelUploadFinished) -> str:
         line += f", {event.fenced} partition(s) held by another run"
     if event.gaps:
         line += f", {event.gaps} tiering gap(s)"
+    if event.deferred:
+        line += f", {event.deferred} partition(s) deferred to the next run"
     return line
+
+
+@event_line.register
+def _copy_deferred(event: CopyDeferred) -> str:
+    what = "not begun" if event.segments is None else f"{event.segments} segment(s) not started"
+    return f"{event.topic_partition}: {what}: the run's time budget ran out; the next run copies the rest"
+
+
+@event_line.register
+def _partition_retention_outcome(event: PartitionRetentionOutcome) -> str:
+    line = (
+        f"{event.topic_partition}: retention {event.outcome}: {event.segments_deleted} segment(s), "
+        f"{fmt_bytes(event.bytes_deleted)} deleted"
+    )
+    return f"{line} ({event.detail})" if event.detail else line
+
+
+@event_line.register
+def _partition_copy_outcome(event: PartitionCopyOutcome) -> str:
+    line = (
+        f"{event.topic_partition}: {event.outcome}: {event.segments_copied} segment(s), "
+        f"{fmt_bytes(event.bytes_copied)} copied; copy lag {event.copy_lag_segments} segment(s) / "
+        f"{fmt_bytes(event.copy_lag_bytes)}"
+    )
+    return f"{line} ({event.detail})" if event.detail else line
 
 
 # --- export and verify ------------------------------------------------------------------------

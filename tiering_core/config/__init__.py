@@ -23,6 +23,7 @@ from tiering_core.config.brokers import (
     parse_brokers,
     parse_observation_staleness_ms,
 )
+from tiering_core.config.copy import CopyConfig, parse_copy_config
 from tiering_core.config.export import ExportConfig, parse_export_config
 from tiering_core.config.kafka import (
     BROKER_OWNED_TOPIC_KEYS,
@@ -67,6 +68,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerTopicConfig",
     "ConfigError",
+    "CopyConfig",
     "DatabaseTimeouts",
     "ExportConfig",
     "KafkaConfig",
@@ -113,6 +115,8 @@ class PlatformConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     #: ``export:``: the Iceberg catalog ``tiering export`` writes tables to (None: not configured).
     export: ExportConfig | None = None
+    #: ``copy:``: lanes per broker, threads per lane and the lanes' time budgets.
+    copy: CopyConfig = field(default_factory=CopyConfig)
 
     @property
     def broker_id(self) -> int | None:
@@ -253,6 +257,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             "kafka",
             "metrics",
             "export",
+            "copy",
         },
         "",
     )
@@ -315,6 +320,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         observation_staleness_ms=parse_observation_staleness_ms(doc.get("cluster")),
         metrics=parse_metrics_config(doc.get("metrics"), resolve),
         export=parse_export_config(doc["export"]) if "export" in doc else None,
+        copy=parse_copy_config(doc.get("copy")),
     )
 
 

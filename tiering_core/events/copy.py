@@ -153,6 +153,29 @@ class SegmentRefused(RunEvent):
 
 
 @dataclass(frozen=True)
+class CopyDeferred(RunEvent):
+    """The run's deadline passed before this partition (``segments`` None) or the rest of its
+    segments (``segments`` of them) started: nothing of them was touched, the next run copies them."""
+
+    topic_partition: TopicPartition
+    segments: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionCopyOutcome(RunEvent):
+    """What a multi-partition run did with one partition, told once per partition at its end
+    (``outcome``: copied, deferred, fenced, skipped, failed or gap; ``detail`` says why)."""
+
+    topic_partition: TopicPartition
+    outcome: str
+    segments_copied: int
+    bytes_copied: int
+    copy_lag_segments: int
+    copy_lag_bytes: int
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
 class ParallelUploadFinished(RunEvent):
     """The multi-partition copy's summary. ``check_seconds``: the driver's segment checks (CRC
     scan) and STARTED writes; ``fenced``: partitions another run held."""
@@ -166,3 +189,4 @@ class ParallelUploadFinished(RunEvent):
     check_seconds: float
     fenced: int
     gaps: int
+    deferred: int = 0

@@ -84,6 +84,9 @@ class CopyResult:
     dry_run: bool = False
     fenced: bool = False
     skipped_reason: str | None = None
+    #: A multi-partition run's deadline passed before the partition, or the rest of its segments,
+    #: started: the next run copies them (``runs.copy_many``).
+    deferred: bool = False
     segments_copied: int = 0
     bytes_copied: int = 0
     segments_cleaned_up: int = 0

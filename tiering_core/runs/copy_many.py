@@ -12,6 +12,11 @@ finished, so the copied offset never skips. A partition whose lease is lost stop
 partition done releases its lease at once. If the driver itself fails, the executor drops what
 is queued and stops what runs, what ended is cleaned up (a started upload is left to the next
 run's recovery) and every lease released (docs/architecture.md, "Drivers and executors").
+
+The Spark upload begins every partition up front. A lane of a scheduled run (``runs.lanes``)
+begins them lazily, in its order of urgency, each only when no begun partition has a segment left
+to hand out, and gives a deadline: after it nothing new starts, what is in flight still commits,
+and the rest is reported deferred for the next run (docs/architecture.md, "Lanes").
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from typing import TYPE_CHECKING
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.copy import (
+    CopyDeferred,
     ParallelUploadFinished,
+    PartitionCopyOutcome,
     SegmentLeftUploading,
     SegmentNotFinished,
     SegmentRefused,
@@ -45,6 +52,7 @@ from tiering_core.runs.segment_copy import SegmentUpload, upload_segment
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.manifest import SegmentManifest
     from tiering_core.storage.remote import RemoteStorage
     from tiering_core.tier.view import CopyCandidate
@@ -152,6 +160,8 @@ class ParallelCopyReport:
     results: list[CopyResult] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
+    #: Why a partition failed or has a tiering gap, by ``<topic>-<partition>`` (the first message).
+    problems: dict[str, tuple[str, str]] = field(default_factory=dict)
     workers: set[str] = field(default_factory=set)
     seconds: float = 0.0
     check_seconds: float = 0.0  # the driver's segment checks (CRC scan) and STARTED writes
@@ -172,6 +182,43 @@ class ParallelCopyReport:
     def fenced(self) -> list[str]:
         return [f"{r.topic}-{r.partition}" for r in self.results if r.fenced]
 
+    @property
+    def deferred(self) -> list[str]:
+        """The partitions the deadline left, whole or in part, to the next run."""
+        return [f"{r.topic}-{r.partition}" for r in self.results if r.deferred]
+
+    def fail(self, tp: TopicPartition, message: str) -> None:
+        self.failures.append(message)
+        self.problems.setdefault(str(tp), ("failed", message))
+
+    def gap(self, tp: TopicPartition, message: str) -> None:
+        self.gaps.append(message)
+        self.problems.setdefault(str(tp), ("gap", message))
+
+    def outcome(self, result: CopyResult) -> PartitionCopyOutcome:
+        """What the run did with one partition (a failure or gap first, then fenced, deferred,
+        skipped; else copied), as the event that tells it."""
+        from tiering_core.kafka.topic import TopicPartition
+
+        tp = TopicPartition(result.topic, result.partition)
+        outcome, detail = self.problems.get(str(tp), ("copied", None))
+        if outcome == "copied":
+            if result.fenced:
+                outcome, detail = "fenced", "another run holds the partition"
+            elif result.deferred:
+                outcome, detail = "deferred", "the time budget ran out; the next run copies the rest"
+            elif result.skipped_reason is not None:
+                outcome, detail = "skipped", result.skipped_reason
+        return PartitionCopyOutcome(
+            tp,
+            outcome,
+            result.segments_copied,
+            result.bytes_copied,
+            result.copy_lag_segments,
+            result.copy_lag_bytes,
+            detail,
+        )
+
     def finished(self) -> ParallelUploadFinished:
         """The run's summary, as the event that tells it."""
         return ParallelUploadFinished(
@@ -184,15 +231,8 @@ class ParallelCopyReport:
             check_seconds=self.check_seconds,
             fenced=len(self.fenced),
             gaps=len(self.gaps),
+            deferred=len(self.deferred),
         )
-
-
-def _round_robin(partitions: list[PartitionUpload]) -> Iterator[tuple[PartitionUpload, CopyCandidate]]:
-    """Every partition's first segment, then every second one, ...: early offsets go out first."""
-    while ready := [p for p in partitions if p.handing_out]:
-        for p in ready:
-            if p.handing_out:
-                yield p, p.waiting.popleft()
 
 
 def _outcome(item: InFlight, report: ParallelCopyReport) -> tuple[UploadOutcome | None, str | None]:
@@ -263,13 +303,13 @@ def _finish_if_settled(partition: PartitionUpload, report: ParallelCopyReport) -
     try:
         report.results.append(run.finish())
     except TieringGapError as exc:
-        report.gaps.append(str(exc))
+        report.gap(partition.tp, str(exc))
         report.results.append(run.result)
     except (TieringError, OSError) as exc:  # the lease expired under the run, the partition vanished
-        report.failures.append(str(exc) if str(exc).startswith(f"{partition.tp}:") else f"{partition.tp}: {exc}")
+        report.fail(partition.tp, str(exc) if str(exc).startswith(f"{partition.tp}:") else f"{partition.tp}: {exc}")
         report.results.append(run.result)
     if partition.failure is not None:
-        report.failures.append(partition.failure)
+        report.fail(partition.tp, partition.failure)
 
 
 def _abort(partitions: list[PartitionUpload], reason: BaseException) -> None:
@@ -310,21 +350,43 @@ def copy_partitions(
     run_id: str | None = None,
     events: EventSink = discard,
     uploader: Uploader = upload_task,
+    attempt: TaskAttempt | None = None,
+    broker_id: int | None = None,
+    lazily: bool = False,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ParallelCopyReport:
     """Copy every eligible segment of ``partitions``, at most ``executor.slots`` uploads at a time;
     see the module docstring. ``events`` hears what the run and its partitions' copy runs do;
-    ``uploader`` is the upload task (default ``upload_task``; a test injects faults here)."""
+    ``uploader`` is the upload task (default ``upload_task``; a test injects faults here).
+
+    ``attempt`` and ``broker_id`` are ``run_copy``'s (a scheduled task's try, whose retry takes
+    over the leases it left; the broker whose observations are recorded). ``lazily``: each
+    partition is begun (lease, recovery, plan) only when no begun one has a segment to hand out,
+    in the given order (most urgent first), instead of every partition up front. ``deadline`` (a
+    ``clock`` reading): after it no segment and no partition starts; what is in flight finishes,
+    and the rest is reported deferred (``CopyResult.deferred``) for the next run.
+    """
     started = time.monotonic()
     run = run_id or uuid.uuid4().hex
     report = ParallelCopyReport()
+    queue = collections.deque(partitions)
 
     uploads: list[PartitionUpload] = []
+
+    def begin(tp: TopicPartition) -> PartitionUpload | None:
+        try:
+            begun = CopyRun.begin(ctx, tp, run_id=run, events=events, attempt=attempt, broker_id=broker_id)
+        except (TieringError, OSError) as exc:
+            report.fail(tp, f"{tp}: {exc}")
+            report.results.append(CopyResult(topic=tp.topic, partition=tp.partition))
+            return None
+        uploads.append(PartitionUpload.of(begun))
+        return uploads[-1]
+
     try:
-        for tp in partitions:
-            try:
-                uploads.append(PartitionUpload.of(CopyRun.begin(ctx, tp, run_id=run, events=events)))
-            except (TieringError, OSError) as exc:
-                report.failures.append(f"{tp}: {exc}")
+        while queue and not lazily:
+            begin(queue.popleft())
     except BaseException:
         for p in uploads:
             p.run.release()
@@ -359,10 +421,43 @@ def copy_partitions(
         handed.append((partition, item))
         return upload
 
+    def defer() -> None:
+        """The deadline passed: nothing more starts; what waits is left to the next run."""
+        for p in uploads:
+            if p.handing_out:
+                events(CopyDeferred(p.tp, len(p.waiting)))
+                p.run.result.deferred = True
+                p.waiting.clear()
+                _finish_if_settled(p, report)
+        while queue:
+            tp = queue.popleft()
+            events(CopyDeferred(tp))
+            report.results.append(CopyResult(topic=tp.topic, partition=tp.partition, deferred=True))
+
+    def segments() -> Iterator[tuple[PartitionUpload, CopyCandidate]]:
+        """Every partition's first segment, then every second one, ...: early offsets go out
+        first; when no begun partition has one left, the next partition is begun."""
+        while True:
+            if deadline is not None and clock() >= deadline:
+                defer()
+                return
+            ready = [p for p in uploads if p.handing_out]
+            if not ready:
+                if not queue:
+                    return
+                if (begun := begin(queue.popleft())) is not None:
+                    _finish_if_settled(begun, report)  # nothing to upload: done at once
+                continue
+            for p in ready:
+                if p.handing_out:
+                    yield p, p.waiting.popleft()
+                    if deadline is not None and clock() >= deadline:
+                        break
+
     def hand_out() -> Iterator[SegmentUpload]:
         """The executor pulls the next segment when a slot is free: round robin over the
         partitions still going on, each segment checked and STARTED just before it goes out."""
-        for partition, candidate in _round_robin(uploads):
+        for partition, candidate in segments():
             upload = start(partition, candidate)
             if upload is not None:
                 yield upload
@@ -374,7 +469,8 @@ def copy_partitions(
         return f"upload {upload.metadata.topic_id_partition.topic_partition} segment {upload.metadata.start_offset}"
 
     try:
-        events(UploadsPlanned(total, size, len(active), executor.slots))
+        if not lazily:
+            events(UploadsPlanned(total, size, len(active), executor.slots))
         for p in uploads:  # nothing to upload: done at once
             _finish_if_settled(p, report)
         with closing(executor.run(hand_out(), uploader, describe=describe)) as outcomes:

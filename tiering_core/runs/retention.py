@@ -61,6 +61,8 @@ class RetentionResult:
     dry_run: bool = False
     fenced: bool = False
     skipped_reason: str | None = None
+    #: A retention lane's deadline passed before the partition's turn: the next run does it.
+    deferred: bool = False
     segments_deleted: int = 0
     bytes_deleted: int = 0
     copies_cleaned: int = 0

@@ -1,0 +1,205 @@
+"""Lanes: a scheduled run's partitions of one broker in a bounded number of tasks.
+
+Kafka's RLM runs one task per partition on a small thread pool; a scheduler maps one task per
+lane instead, so a run's task count stays at the bound (``lane_bound``) whatever the partition
+count. Where the partitions fit the bound a lane is one partition; beyond it each lane gets a
+balanced, deterministic share, dealt out in order of urgency (``by_urgency``) so that every lane
+starts with the partitions closest to losing data. A copy lane runs its share through the one
+multi-partition copy driver (``runs.copy_many.copy_partitions``), begun lazily most urgent first
+on ``copy.concurrency`` threads; a retention lane runs ``run_retention`` per partition. Both stop
+starting work at their deadline and report the rest deferred to the next run
+(docs/architecture.md, "Lanes").
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.errors import TieringError
+from tiering_core.events import EventSink, discard
+from tiering_core.events.retention import PartitionRetentionOutcome
+from tiering_core.kafka.topic import TopicPartition
+from tiering_core.runs.copy_many import ParallelCopyReport, copy_partitions
+from tiering_core.runs.executor import InProcessExecutor
+from tiering_core.runs.retention import RetentionResult, run_retention
+from tiering_core.tier.observation import headroom_seconds
+from tiering_core.tier.view import tier_view
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.metadata.store import TaskAttempt
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One task's share of a run: its partitions, most urgent first, and its label in the grid
+    (``<topic>-<partition>`` for a lane of one partition, as a task per partition is labelled)."""
+
+    index: int
+    partitions: tuple[TopicPartition, ...]
+
+    @property
+    def label(self) -> str:
+        if len(self.partitions) == 1:
+            return str(self.partitions[0])
+        return f"lane-{self.index} ({len(self.partitions)} partitions)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, the listing task's XCom: the operator's arguments, fixed for every retry."""
+        return {"lane": self.label, "partitions": [[tp.topic, tp.partition] for tp in self.partitions]}
+
+
+def lane_partitions(raw: Sequence[Any]) -> list[TopicPartition]:
+    """A lane's partitions as ``to_dict`` gave them (``[topic, partition]`` pairs); ValueError
+    naming the entry that is not one."""
+    partitions = []
+    for entry in raw:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[0], str):
+            raise ValueError(f"partitions: expected [topic, partition] pairs, got {entry!r}")
+        partitions.append(TopicPartition(entry[0], int(entry[1])))
+    return partitions
+
+
+def lane_bound(lanes: int, max_map_length: int) -> int:
+    """How many tasks a run of one broker maps: ``copy.lanes``, never more than the scheduler's
+    ``[core] max_map_length`` (a longer list fails the listing task)."""
+    return max(1, min(lanes, max_map_length))
+
+
+def split_into_lanes(partitions: Sequence[TopicPartition], bound: int) -> list[Lane]:
+    """One lane per partition where they fit ``bound``; beyond it ``bound`` lanes, dealt out
+    round robin from ``partitions`` (most urgent first), so each lane's share differs by at most
+    one and starts with the most urgent ones. Deterministic for the same input."""
+    if bound < 1:
+        raise ValueError(f"a run needs at least one lane, not {bound}")
+    if len(partitions) <= bound:
+        return [Lane(i, (tp,)) for i, tp in enumerate(partitions)]
+    return [Lane(i, tuple(partitions[i::bound])) for i in range(bound)]
+
+
+@dataclass(frozen=True)
+class Urgency:
+    """How soon a partition's untiered data is at risk, for ordering (``by_urgency``): at risk by
+    the local-retention check first, then the least headroom, then the most copy lag bytes."""
+
+    topic_partition: TopicPartition
+    at_risk: bool
+    headroom_seconds: float | None
+    copy_lag_bytes: int
+
+    @property
+    def key(self) -> tuple[bool, float, int, str, int]:
+        headroom = math.inf if self.headroom_seconds is None else self.headroom_seconds
+        tp = self.topic_partition
+        return (not self.at_risk, headroom, -self.copy_lag_bytes, tp.topic, tp.partition)
+
+
+def urgency(ctx: TieringContext, tp: TopicPartition) -> Urgency | None:
+    """The partition's urgency from its tier view's local-retention risk and copy lag (the figures
+    ``status`` and the gauges report); None when its view cannot be read (the copy reports why)."""
+    try:
+        view = tier_view(ctx, ctx.partition_log(tp))
+        risk = view.local_retention_risk(ctx.topic_config(tp.topic))
+    except (TieringError, OSError):
+        return None
+    return Urgency(tp, risk.at_risk, headroom_seconds(risk), risk.uncopied_bytes)
+
+
+def by_urgency(ctx: TieringContext, partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
+    """``partitions`` most urgent first (``Urgency.key``); those whose view cannot be read last,
+    in their given order. Read-only."""
+    known: list[Urgency] = []
+    unknown: list[TopicPartition] = []
+    for tp in partitions:
+        found = urgency(ctx, tp)
+        if found is None:
+            unknown.append(tp)
+        else:
+            known.append(found)
+    return [u.topic_partition for u in sorted(known, key=lambda u: u.key)] + unknown
+
+
+def copy_lane(
+    ctx: TieringContext,
+    partitions: Sequence[TopicPartition],
+    *,
+    run_id: str,
+    budget_seconds: float,
+    attempt: TaskAttempt | None = None,
+    broker_id: int | None = None,
+    events: EventSink = discard,
+    clock: Callable[[], float] = time.monotonic,
+) -> ParallelCopyReport:
+    """Copy a lane's partitions in the given order on ``copy.concurrency`` threads, each begun
+    only as the one before has nothing left to hand out; no segment or partition starts after
+    ``budget_seconds``. Then one ``PartitionCopyOutcome`` per partition to ``events``."""
+    executor = InProcessExecutor(ctx.storage, threads=ctx.config.copy.concurrency)
+    report = copy_partitions(
+        ctx,
+        partitions,
+        executor,
+        run_id=run_id,
+        events=events,
+        attempt=attempt,
+        broker_id=broker_id,
+        lazily=True,
+        deadline=clock() + budget_seconds,
+        clock=clock,
+    )
+    for result in report.results:
+        events(report.outcome(result))
+    return report
+
+
+@dataclass
+class RetentionLaneReport:
+    """A retention lane's results, one per partition, and why a partition failed, by label."""
+
+    results: list[RetentionResult]
+    failures: dict[str, str]
+
+    def outcome(self, result: RetentionResult) -> PartitionRetentionOutcome:
+        tp = TopicPartition(result.topic, result.partition)
+        outcome, detail = "deleted", None
+        if str(tp) in self.failures:
+            outcome, detail = "failed", self.failures[str(tp)]
+        elif result.fenced:
+            outcome, detail = "fenced", "another run holds the partition"
+        elif result.deferred:
+            outcome, detail = "deferred", "the time budget ran out; the next run does it"
+        elif result.skipped_reason is not None:
+            outcome, detail = "skipped", result.skipped_reason
+        return PartitionRetentionOutcome(tp, outcome, result.segments_deleted, result.bytes_deleted, detail)
+
+
+def retention_lane(
+    ctx: TieringContext,
+    partitions: Sequence[TopicPartition],
+    *,
+    run_id: str,
+    budget_seconds: float,
+    attempt: TaskAttempt | None = None,
+    broker_id: int | None = None,
+    events: EventSink = discard,
+    clock: Callable[[], float] = time.monotonic,
+) -> RetentionLaneReport:
+    """``run_retention`` for each of a lane's partitions in turn, a failure stopping only its
+    partition; none starts after ``budget_seconds``. One ``PartitionRetentionOutcome`` each."""
+    deadline = clock() + budget_seconds
+    report = RetentionLaneReport([], {})
+    for tp in partitions:
+        if clock() >= deadline:
+            result = RetentionResult(topic=tp.topic, partition=tp.partition, deferred=True)
+        else:
+            try:
+                result = run_retention(ctx, tp, run_id=run_id, attempt=attempt, broker_id=broker_id)
+            except (TieringError, OSError) as exc:
+                result = RetentionResult(topic=tp.topic, partition=tp.partition)
+                report.failures[str(tp)] = str(exc) if str(exc).startswith(f"{tp}:") else f"{tp}: {exc}"
+        report.results.append(result)
+        events(report.outcome(result))
+    return report
