@@ -4,9 +4,16 @@ For every topic named under ``topics:`` in the config file given by ``TIERING_CO
 Airflow Variable ``tiering_config``):
 
 - ``tiering_copy__<topic>``: a sensor waits until some partition has a segment eligible for
-  copy, a small task lists the topic's partitions on this broker, then one mapped copy task per
-  partition (labelled ``<topic>-<partition>``) runs in the pool ``tiering_uploads``;
-- ``tiering_retention__<topic>``: hourly, one mapped retention task per partition.
+  copy, a small task lists the topic's partitions on this broker and splits them into lanes, then
+  one mapped copy task per lane runs in the pool ``tiering_uploads``;
+- ``tiering_retention__<topic>``: hourly, one mapped retention task per lane.
+
+A run maps at most ``copy.lanes`` tasks per broker (default 16), never more than Airflow's
+``[core] max_map_length`` read when the listing task runs. Partitions that fit are one lane each,
+labelled ``<topic>-<partition>``; beyond the bound each lane (``lane-<i> (<n> partitions)``) works
+through its share, most urgent first, on ``copy.concurrency`` threads, and starts nothing after
+``copy.budget_seconds`` (``copy.retention_budget_seconds`` for retention): the rest is the next
+run's. A budget not shorter than its DAG's period is this file's import error.
 
 Every other topic in the broker's log dirs falls under the config's ``"*"`` default. Two
 catch-all DAGs tier those: ``tiering_copy_default_topics`` and ``tiering_retention_default_topics``
@@ -53,15 +60,17 @@ from tiering_airflow.dag_ids import (
     fit,
     retention_dag_id,
 )
-from tiering_airflow.hooks.tiering import load_brokers, load_topics, not_tiered_topics
-from tiering_airflow.operators.tiering import TieringCopyOperator, TieringRetentionOperator, as_bool
+from tiering_airflow.hooks.tiering import load_brokers, load_lane_config, load_topics, not_tiered_topics
+from tiering_airflow.operators.tiering import TieringCopyLaneOperator, TieringRetentionLaneOperator, as_bool
 from tiering_airflow.sensors.tiering import EligibleSegmentSensor
 from tiering_core.config import DEFAULT_TOPIC, BrokerConfig
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 UPLOAD_POOL = "tiering_uploads"
 COPY_SCHEDULE = "*/10 * * * *"
+COPY_PERIOD = timedelta(minutes=10)  # COPY_SCHEDULE's: a copy lane's budget must be shorter
 RETENTION_SCHEDULE = "@hourly"
+RETENTION_PERIOD = timedelta(hours=1)
 # How often the sensor (or its trigger) re-plans; it gives up (skipped) before the next run is due.
 POKE_SECONDS = float(os.environ.get("TIERING_SENSOR_POKE_SECONDS", "60"))
 # Deferrable (waits in the triggerer) unless switched off for deployments without a triggerer;
@@ -69,7 +78,8 @@ POKE_SECONDS = float(os.environ.get("TIERING_SENSOR_POKE_SECONDS", "60"))
 _DEFERRABLE = os.environ.get("TIERING_SENSOR_DEFERRABLE")
 SENSOR_DEFERRABLE = None if _DEFERRABLE is None else as_bool(_DEFERRABLE, "TIERING_SENSOR_DEFERRABLE")
 SENSOR_TIMEOUT = timedelta(minutes=9)
-PARTITION_LABEL = "{{ task.topic }}-{{ task.partition }}"
+#: A lane's label: ``<topic>-<partition>`` for a lane of one partition (``runs.lanes.Lane``).
+LANE_LABEL = "{{ task.lane }}"
 DEFAULT_ARGS = {
     "owner": "tiering",
     "retries": 3,
@@ -100,31 +110,35 @@ def broker_name(broker_id: int | None) -> str:
 
 
 @task
-def list_partitions(topic: str, broker_id: int | None = None) -> list[int]:
-    """The topic's partitions on the broker, found at run time; none -> the run is skipped."""
+def list_partitions(topic: str, broker_id: int | None = None, urgent_first: bool = False) -> list[dict[str, Any]]:
+    """The lanes over the topic's partitions on the broker, found at run time, as the mapped
+    tasks' arguments; no partition -> the run is skipped."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from tiering_airflow.hooks.tiering import broker_config, broker_hook
+    from tiering_core.kafka.topic import TopicPartition
 
     hook = broker_hook(broker_id)
-    partitions = hook.partitions(topic, broker_config(hook))
+    config = broker_config(hook)
+    partitions = [TopicPartition(topic, p) for p in hook.partitions(topic, config)]
     if not partitions:
         raise AirflowSkipException(f"topic {topic!r} has no partition in {broker_name(broker_id)}'s log dirs")
-    return partitions
+    return hook.lanes(partitions, config, urgent_first=urgent_first)
 
 
 @task
-def list_default_partitions(broker_id: int | None = None) -> list[dict[str, Any]]:
-    """Every partition on the broker of a topic the config does not name, as operator arguments."""
+def list_default_partitions(broker_id: int | None = None, urgent_first: bool = False) -> list[dict[str, Any]]:
+    """The lanes over every partition on the broker of a topic the config does not name."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from tiering_airflow.hooks.tiering import broker_config, broker_hook
 
     hook = broker_hook(broker_id)
-    partitions = hook.default_partitions(broker_config(hook))
+    config = broker_config(hook)
+    partitions = hook.default_partitions(config)
     if not partitions:
         raise AirflowSkipException(f"every topic in {broker_name(broker_id)}'s log dirs has DAGs of its own")
-    return [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]
+    return hook.lanes(partitions, config, urgent_first=urgent_first)
 
 
 def sensor(topic: str, broker: BrokerConfig | None) -> EligibleSegmentSensor:
@@ -140,14 +154,15 @@ def sensor(topic: str, broker: BrokerConfig | None) -> EligibleSegmentSensor:
     )
 
 
-def listing(broker: BrokerConfig | None, topic: str | None = None) -> Any:
-    """The ``list_partitions`` task of one broker: the topic's partitions, or (no topic) those of
-    every topic the config does not name."""
+def listing(broker: BrokerConfig | None, topic: str | None = None, *, urgent_first: bool = False) -> Any:
+    """The ``list_partitions`` task of one broker: the lanes over the topic's partitions, or (no
+    topic) over those of every topic the config does not name; ``urgent_first`` for copy."""
     place = on_broker(broker)
     queue = {"queue": place["queue"]} if place else {}
+    broker_id, order = place.get("broker_id"), {"urgent_first": urgent_first}
     if topic is None:
-        return list_default_partitions.override(task_id="list_partitions", **queue)(place.get("broker_id"))
-    return list_partitions.override(task_id="list_partitions", **queue)(topic, place.get("broker_id"))
+        return list_default_partitions.override(task_id="list_partitions", **queue)(broker_id, **order)
+    return list_partitions.override(task_id="list_partitions", **queue)(topic, broker_id, **order)
 
 
 def described(what: str, topic: str) -> str:
@@ -170,15 +185,11 @@ def copy_dag(topic: str) -> DAG:
         for broker in BROKERS:
             with broker_group(broker):
                 wait = sensor(topic, broker)
-                partitions = listing(broker, topic)
-                copies = TieringCopyOperator.partial(
-                    task_id="copy",
-                    topic=topic,
-                    pool=UPLOAD_POOL,
-                    map_index_template=PARTITION_LABEL,
-                    **on_broker(broker),
-                ).expand(partition=partitions)
-                wait >> partitions >> copies
+                lanes = listing(broker, topic, urgent_first=True)
+                copies = TieringCopyLaneOperator.partial(
+                    task_id="copy", pool=UPLOAD_POOL, map_index_template=LANE_LABEL, **on_broker(broker)
+                ).expand_kwargs(lanes)
+                wait >> lanes >> copies
     return dag
 
 
@@ -195,9 +206,9 @@ def retention_dag(topic: str) -> DAG:
     ) as dag:
         for broker in BROKERS:
             with broker_group(broker):
-                TieringRetentionOperator.partial(
-                    task_id="retention", topic=topic, map_index_template=PARTITION_LABEL, **on_broker(broker)
-                ).expand(partition=listing(broker, topic))
+                TieringRetentionLaneOperator.partial(
+                    task_id="retention", map_index_template=LANE_LABEL, **on_broker(broker)
+                ).expand_kwargs(listing(broker, topic))
     return dag
 
 
@@ -215,11 +226,11 @@ def default_copy_dag() -> DAG:
         for broker in BROKERS:
             with broker_group(broker):
                 wait = sensor(DEFAULT_TOPIC, broker)
-                partitions = listing(broker)
-                copies = TieringCopyOperator.partial(
-                    task_id="copy", pool=UPLOAD_POOL, map_index_template=PARTITION_LABEL, **on_broker(broker)
-                ).expand_kwargs(partitions)
-                wait >> partitions >> copies
+                lanes = listing(broker, urgent_first=True)
+                copies = TieringCopyLaneOperator.partial(
+                    task_id="copy", pool=UPLOAD_POOL, map_index_template=LANE_LABEL, **on_broker(broker)
+                ).expand_kwargs(lanes)
+                wait >> lanes >> copies
     return dag
 
 
@@ -236,8 +247,8 @@ def default_retention_dag() -> DAG:
     ) as dag:
         for broker in BROKERS:
             with broker_group(broker):
-                TieringRetentionOperator.partial(
-                    task_id="retention", map_index_template=PARTITION_LABEL, **on_broker(broker)
+                TieringRetentionLaneOperator.partial(
+                    task_id="retention", map_index_template=LANE_LABEL, **on_broker(broker)
                 ).expand_kwargs(listing(broker))
     return dag
 
@@ -247,6 +258,10 @@ def default_retention_dag() -> DAG:
 BROKERS: list[BrokerConfig | None] = [*load_brokers()] or [None]
 #: Named topics the config says are not tiered, with why (their DAGs say it; the copy sensor skips).
 NOT_TIERED = not_tiered_topics()
+#: ``copy:``: a lane's budget must end before its DAG's next run is due.
+LANES = load_lane_config()
+LANES.check_budget("budget_seconds", COPY_PERIOD.total_seconds())
+LANES.check_budget("retention_budget_seconds", RETENTION_PERIOD.total_seconds())
 
 for _dag in [default_copy_dag(), default_retention_dag()]:
     globals()[_dag.dag_id] = _dag

@@ -72,7 +72,7 @@ def test_every_dag_file_imports_cleanly_for_several_topics(tiering: TieringEnv) 
     sensor, listing, task = (copy.get_task(t) for t in ("wait_for_eligible_segment", "list_partitions", "copy"))
     assert sensor.deferrable and sensor.soft_fail and sensor.timeout < 10 * 60
     assert [t.task_id for t in sensor.downstream_list] == ["list_partitions"]
-    assert task.pool == "tiering_uploads" and task.map_index_template == "{{ task.topic }}-{{ task.partition }}"
+    assert task.pool == "tiering_uploads" and task.map_index_template == "{{ task.lane }}"
     assert task.retries == 3 and task.retry_exponential_backoff == 2.0 and task.max_retry_delay is not None
     assert listing.task_id in task.upstream_task_ids
 
@@ -81,13 +81,11 @@ def test_every_dag_file_imports_cleanly_for_several_topics(tiering: TieringEnv) 
     default_sensor = default_copy.get_task("wait_for_eligible_segment")
     assert default_sensor.topic == "*" and default_sensor.deferrable and default_sensor.soft_fail
     assert default_copy.get_task("copy").pool == "tiering_uploads"
-    assert bag.dags["tiering_retention_default_topics"].get_task("retention").map_index_template == (
-        "{{ task.topic }}-{{ task.partition }}"
-    )
+    assert bag.dags["tiering_retention_default_topics"].get_task("retention").map_index_template == ("{{ task.lane }}")
 
     retention = bag.dags["tiering_retention__payments"]
     assert set(retention.tags) == {"tiering", "retention", "payments"}
-    assert retention.get_task("retention").map_index_template == "{{ task.topic }}-{{ task.partition }}"
+    assert retention.get_task("retention").map_index_template == "{{ task.lane }}"
     removal = bag.dags["tiering_delete_partition"]
     assert type(removal.timetable).__name__ == "NullTimetable" and "removal" in removal.tags
     delete_records = bag.dags["tiering_delete_records"]
@@ -212,7 +210,7 @@ def test_copy_dag_lands_segments_and_returns_results_per_partition(
     assert sorted(copies) == ["orders-0", "orders-1", "orders-2"]
     for label, task in copies.items():
         assert task.state == "success"
-        result = task.result
+        (result,) = task.result  # the lane of one partition: one result
         assert f"{result['topic']}-{result['partition']}" == label
         assert (result["segments_copied"], result["copy_lag_segments"], result["copy_lag_bytes"]) == (2, 0, 0)
         assert result["bytes_copied"] > 0 and result["highest_copied_offset"] == 9 and result["gaps"] == []
@@ -232,7 +230,7 @@ def test_copy_dag_fails_loudly_without_retries_on_a_tiering_gap(tiering: Tiering
     assert run.state == "failed"
     (task,) = task_runs(dag.dag_id, run.run_id, "copy").values()
     assert (task.label, task.state, task.try_number) == ("orders-0", "failed", 1)  # no retry hid it
-    assert task.result["gaps"] == [[10, 17]] and task.result["segments_copied"] == 2
+    assert task.result[0]["gaps"] == [[10, 17]] and task.result[0]["segments_copied"] == 2
     assert finished(tiering, w)[-2:] == [(18, 22), (23, 27)]  # what remained was copied first
 
 
@@ -245,7 +243,7 @@ def test_retention_dag_deletes_what_breaches_retention(tiering: TieringEnv, s3_e
     run = dag.test()
     assert run.state == "success"
     (task,) = task_runs(dag.dag_id, run.run_id, "retention").values()
-    assert task.label == "payments-0" and task.result["segments_deleted"] == 3
+    assert task.label == "payments-0" and task.result[0]["segments_deleted"] == 3
     assert finished(tiering, w) == [] and bucket_keys(s3_endpoint, tiering) == []
 
 
@@ -298,7 +296,7 @@ def test_copy_dag_defers_while_nothing_is_eligible_and_copies_once_a_segment_rol
     (sensor,) = task_runs(dag.dag_id, run.run_id, "wait_for_eligible_segment").values()
     assert sensor.result == [0]
     (copy,) = task_runs(dag.dag_id, run.run_id, "copy").values()
-    assert (copy.label, copy.result["segments_copied"]) == ("orders-0", 1)
+    assert (copy.label, copy.result[0]["segments_copied"]) == ("orders-0", 1)
     assert finished(tiering, w) == [(0, 4)]
 
 
@@ -350,7 +348,7 @@ def test_topics_under_the_default_are_tiered_by_the_catch_all_dags(tiering: Tier
     assert sensor.result == ["audit-0", "audit-1"]
     copies = task_runs(copy.dag_id, run.run_id, "copy")
     assert sorted(copies) == ["audit-0", "audit-1"]
-    assert all(t.state == "success" and t.result["segments_copied"] == 2 for t in copies.values())
+    assert all(t.state == "success" and t.result[0]["segments_copied"] == 2 for t in copies.values())
     assert [finished(tiering, w) for w in audit] == [[(0, 4), (5, 9)]] * 2
     assert finished(tiering, orders) == []  # a named topic: its own DAG's work
 
@@ -360,7 +358,7 @@ def test_topics_under_the_default_are_tiered_by_the_catch_all_dags(tiering: Tier
     assert run.state == "success"
     deletions = task_runs(retention.dag_id, run.run_id, "retention")
     assert sorted(deletions) == ["audit-0", "audit-1"]
-    assert all(t.result["segments_deleted"] == 2 for t in deletions.values())
+    assert all(t.result[0]["segments_deleted"] == 2 for t in deletions.values())
     assert [finished(tiering, w) for w in audit] == [[], []]
 
 
@@ -396,7 +394,7 @@ def test_without_a_triggerer_the_sensor_reschedules_until_a_segment_rolls(
     (sensor,) = task_runs(dag.dag_id, run.run_id, "wait_for_eligible_segment").values()
     assert (sensor.result, sensor.try_number) == ([0], 1)  # a reschedule is not a retry
     (copy,) = task_runs(dag.dag_id, run.run_id, "copy").values()
-    assert (copy.label, copy.result["segments_copied"]) == ("orders-0", 1)
+    assert (copy.label, copy.result[0]["segments_copied"]) == ("orders-0", 1)
 
 
 def test_a_bad_deferrable_switch_is_an_import_error_naming_it(
@@ -437,7 +435,7 @@ def test_airflow_dags_test_cli_runs_the_retention_and_removal_dags(
     (task,) = task_runs(
         "tiering_retention__payments", latest_run_id("tiering_retention__payments"), "retention"
     ).values()
-    assert (task.label, task.state, task.result["segments_deleted"]) == ("payments-0", "success", 3)
+    assert (task.label, task.state, task.result[0]["segments_deleted"]) == ("payments-0", "success", 3)
     assert finished(tiering, payments) == []
 
     kafka_deletes_topic(orders)  # the topic was deleted: the controller's word, the -delete rename

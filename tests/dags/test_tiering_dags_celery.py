@@ -225,7 +225,7 @@ def replica(cluster: Cluster, broker_id: int, partition: int) -> PartitionWriter
 
 
 def copy_results(db_url: str, run_id: str) -> dict[str, dict[int, dict[str, Any]]]:
-    """Each broker group's copy results (XCom) by partition."""
+    """Each broker group's copy results (XCom: a list per lane) by partition."""
     import psycopg
 
     with psycopg.connect(db_url.replace("postgresql+psycopg", "postgresql")) as conn:
@@ -236,8 +236,8 @@ def copy_results(db_url: str, run_id: str) -> dict[str, dict[int, dict[str, Any]
         ).fetchall()
     found: dict[str, dict[int, dict[str, Any]]] = {}
     for task_id, value in rows:
-        result = json.loads(value) if isinstance(value, str) else value
-        found.setdefault(task_id.split(".")[0], {})[result["partition"]] = result
+        for result in json.loads(value) if isinstance(value, str) else value:
+            found.setdefault(task_id.split(".")[0], {})[result["partition"]] = result
     return found
 
 

@@ -144,7 +144,7 @@ def test_each_broker_has_a_task_group_on_its_queue_naming_it_and_parsing_reads_n
                 copy = dag.get_task(f"{group}.copy")
                 assert f"{group}.list_partitions" in copy.upstream_task_ids
                 assert copy.pool == "tiering_uploads"
-                assert copy.map_index_template == "{{ task.topic }}-{{ task.partition }}"
+                assert copy.map_index_template == "{{ task.lane }}"
     assert bag.dags["tiering_copy__orders"].get_task("broker_2.wait_for_eligible_segment").topic == "orders"
     assert bag.dags[DEFAULT_DAGS[0]].get_task("broker_1.wait_for_eligible_segment").topic == "*"
     assert sorted(p.name for p in cluster.root.iterdir()) == ["tiering.yaml"]  # no log dir, no DB created
@@ -178,11 +178,13 @@ def test_copy_and_retention_dags_run_each_broker_s_tasks_on_its_own_log_dirs(
     for group, partitions, segments in (("broker_1", [0, 2], 2), ("broker_2", [1], 3)):
         (sensor,) = task_runs(dag.dag_id, run.run_id, f"{group}.wait_for_eligible_segment").values()
         (listing,) = task_runs(dag.dag_id, run.run_id, f"{group}.list_partitions").values()
-        assert (sensor.result, listing.result) == (partitions, partitions)
+        assert sensor.result == partitions and [lane["lane"] for lane in listing.result] == [
+            f"orders-{p}" for p in partitions
+        ]
         copies = task_runs(dag.dag_id, run.run_id, f"{group}.copy")
         assert sorted(copies) == [f"orders-{p}" for p in partitions]
         for task in copies.values():
-            assert task.state == "success" and task.result["segments_copied"] == segments
+            assert task.state == "success" and task.result[0]["segments_copied"] == segments
     assert [cluster.finished(w) for w in on_1] == [[(0, 4), (5, 9)]] * 2
     assert [cluster.finished(w) for w in on_2] == [[(0, 4), (5, 9), (10, 14)]]
     # What each broker's tasks saw is recorded under that broker alone: none read the other's disks.
@@ -193,10 +195,10 @@ def test_copy_and_retention_dags_run_each_broker_s_tasks_on_its_own_log_dirs(
     assert run.state == "success"
     for group, partitions, segments in (("broker_1", [0, 2], 2), ("broker_2", [1], 3)):
         (listing,) = task_runs(retention.dag_id, run.run_id, f"{group}.list_partitions").values()
-        assert listing.result == partitions
+        assert [lane["partitions"] for lane in listing.result] == [[["orders", p]] for p in partitions]
         deletions = task_runs(retention.dag_id, run.run_id, f"{group}.retention")
         assert sorted(deletions) == [f"orders-{p}" for p in partitions]
-        assert all(t.result["segments_deleted"] == segments for t in deletions.values())
+        assert all(t.result[0]["segments_deleted"] == segments for t in deletions.values())
     assert [cluster.finished(w) for w in on_1 + on_2] == [[], [], []]
     assert [cluster.observers(w) for w in on_1 + on_2] == [[1], [1], [2]]
     listing = s3_endpoint.client().list_objects_v2(Bucket=cluster.doc["remote"]["bucket"])
@@ -215,7 +217,7 @@ def test_catch_all_dags_run_per_broker_and_a_broker_without_partitions_is_skippe
         (sensor,) = task_runs(copy.dag_id, run.run_id, f"{group}.wait_for_eligible_segment").values()
         assert sensor.result == [label]
         (task,) = task_runs(copy.dag_id, run.run_id, f"{group}.copy").values()
-        assert (task.label, task.state, task.result["segments_copied"]) == (label, "success", segments)
+        assert (task.label, task.state, task.result[0]["segments_copied"]) == (label, "success", segments)
     assert (cluster.finished(audit_1), cluster.finished(audit_2)) == ([(0, 4), (5, 9)], [(0, 4)])
     assert cluster.finished(orders) == []
     assert (cluster.observers(audit_1), cluster.observers(audit_2)) == ([1], [2])
@@ -231,7 +233,7 @@ def test_catch_all_dags_run_per_broker_and_a_broker_without_partitions_is_skippe
     assert task_runs(retention.dag_id, run.run_id, "broker_2.retention") != {}
     assert all(t.state == "skipped" for t in task_runs(retention.dag_id, run.run_id, "broker_2.retention").values())
     (task,) = task_runs(retention.dag_id, run.run_id, "broker_1.retention").values()
-    assert (task.label, task.result["segments_deleted"]) == ("audit-0", 2)
+    assert (task.label, task.result[0]["segments_deleted"]) == ("audit-0", 2)
     assert cluster.finished(audit_1) == [] and cluster.finished(audit_2) == [(0, 4)]
 
 

@@ -183,7 +183,7 @@ def test_copy_dag_metrics_reach_a_statsd_server_with_names_tags_and_values(
     totals = statsd_totals(statsd_listener.drain(), "airflow.tiering.")
 
     copies = {
-        label: task.result
+        label: task.result[0]
         for group in ("broker_1", "broker_2")
         for label, task in task_runs(DAG_ID, out["run_id"], f"{group}.copy").items()
     }

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
-    from tiering_core.config import BrokerConfig, PlatformConfig
+    from tiering_core.config import BrokerConfig, CopyConfig, PlatformConfig
     from tiering_core.context import AwsCredentials, TieringContext
     from tiering_core.kafka.topic import TopicPartition
 
@@ -70,6 +70,13 @@ def not_tiered_topics(config_path: str | None = None) -> dict[str, str]:
     config = load_config(resolve_config_path(config_path))
     reasons = {topic: config.not_tiered_reason(topic) for topic in named_topics(config)}
     return {topic: reason for topic, reason in reasons.items() if reason is not None}
+
+
+def load_lane_config(config_path: str | None = None) -> CopyConfig:
+    """The config's ``copy:`` section (lanes, threads, budgets); reads only the YAML file."""
+    from tiering_core.config import load_config
+
+    return load_config(resolve_config_path(config_path)).copy
 
 
 class TaskBrokerError(Exception):
@@ -269,6 +276,25 @@ class TieringHook(BaseHook):
         config = config or self.get_config()
         named = named_topics(config)
         return [log.topic_partition for log in select_partitions(config) if log.topic_partition.topic not in named]
+
+    def lanes(
+        self, partitions: list[TopicPartition], config: PlatformConfig | None = None, *, urgent_first: bool = False
+    ) -> list[dict[str, Any]]:
+        """The run's lanes over ``partitions`` as the mapped tasks' arguments (``runs.lanes``):
+        at most ``copy.lanes``, and never more than the scheduler's ``[core] max_map_length``, read
+        now (a listing task runs this, not the DAG file's parse). ``urgent_first`` orders a share
+        beyond the bound most urgent first (copy); else by topic and partition (retention)."""
+        from airflow.sdk import conf
+
+        from tiering_core.runs.lanes import by_urgency, lane_bound, split_into_lanes
+
+        config = config or self.get_config()
+        bound = lane_bound(config.copy.lanes, conf.getint("core", "max_map_length"))
+        ordered = sorted(partitions)
+        if urgent_first and len(ordered) > bound:
+            with self.get_conn(config) as ctx:
+                ordered = by_urgency(ctx, ordered)
+        return [lane.to_dict() for lane in split_into_lanes(ordered, bound)]
 
     def eligible(self, topic: str, config: PlatformConfig | None = None) -> list[int] | list[str]:
         """What a copy run would upload now (read-only): the partition numbers of ``topic``; for

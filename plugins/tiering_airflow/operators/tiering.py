@@ -1,5 +1,5 @@
-"""Thin operators: one copy, retention, removal or DeleteRecords run for one partition, over
-``tiering_core``.
+"""Thin operators: one copy, retention, removal or DeleteRecords run for one partition, or a
+lane's copy or retention run over its share of a broker's partitions, over ``tiering_core``.
 
 Each returns the core's result (``to_dict()``) to XCom. Heavy modules are imported inside
 ``execute`` so that DAG files using these operators parse fast.
@@ -11,6 +11,7 @@ the config does not have fails the task at once, without retries: no retry can f
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from tiering_airflow.hooks.tiering import TieringHook, broker_config, broker_hoo
 
 if TYPE_CHECKING:
     from tiering_core.config import PlatformConfig
+    from tiering_core.events import RunEvent
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import TaskAttempt
 
@@ -154,6 +156,130 @@ class TieringRetentionOperator(TieringPartitionOperator):
         if result.fenced:
             self.log.warning("%s: another run holds the partition; the next scheduled run catches up", tp)
         return result.to_dict()
+
+
+class TieringLaneOperator(BaseOperator):
+    """A lane of a scheduled run (``runs.lanes``): ``partitions`` are ``[topic, partition]`` pairs
+    in the order the listing task chose (its XCom, so a retry works the same share), ``lane`` the
+    label the grid shows. The log holds one line per partition; the XCom, a result per partition
+    (``to_dict()`` with its ``outcome`` and ``detail``)."""
+
+    template_fields: Sequence[str] = ("config_path", "aws_conn_id", "broker_id")
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        partitions: Sequence[Sequence[Any]],
+        lane: str,
+        config_path: str | None = None,
+        aws_conn_id: str | None = TieringHook.default_conn_name,
+        broker_id: int | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.partitions = partitions
+        self.lane = lane
+        self.config_path = config_path
+        self.aws_conn_id = aws_conn_id
+        self.broker_id = broker_id
+
+    def hook(self) -> TieringHook:
+        return broker_hook(self.broker_id, config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+
+    def topic_partitions(self) -> list[TopicPartition]:
+        """The lane's partitions; a malformed list fails the task without retries."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tiering_core.errors import InvalidTopicError
+        from tiering_core.runs.lanes import lane_partitions
+
+        try:
+            return lane_partitions(self.partitions)
+        except (ValueError, TypeError, InvalidTopicError) as exc:
+            raise AirflowFailException(f"lane {self.lane}: {exc}") from exc
+
+    def tell(self, event: RunEvent) -> None:
+        """A partition's outcome and the lane's summary in the log; a run's other events at debug."""
+        from tiering_core.cli.output import event_line
+        from tiering_core.events.copy import ParallelUploadFinished, PartitionCopyOutcome
+        from tiering_core.events.retention import PartitionRetentionOutcome
+
+        outcome = isinstance(event, (PartitionCopyOutcome, PartitionRetentionOutcome, ParallelUploadFinished))
+        self.log.log(logging.INFO if outcome else logging.DEBUG, "%s", event_line(event))
+
+    def finish(self, context: Any, results: list[dict[str, Any]], gaps: int, failures: list[str]) -> None:
+        """Fail the lane after every partition ran: a tiering gap without retries (permanent),
+        another failure with them; the results go to XCom either way."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        if not gaps and not failures:
+            return
+        context["ti"].xcom_push(key="return_value", value=results)
+        problems = [r for r in results if r["outcome"] in ("gap", "failed")]
+        summary = "; ".join(f"{r['topic']}-{r['partition']}: {r['detail']}" for r in problems[:5])
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        message = f"lane {self.lane}: {len(problems)} of {len(results)} partition(s) failed: {summary}{more}"
+        if gaps:
+            raise AirflowFailException(message)
+        raise AirflowException(message)
+
+
+class TieringCopyLaneOperator(TieringLaneOperator):
+    """Copy a lane's partitions, most urgent first, on ``copy.concurrency`` threads within
+    ``copy.budget_seconds`` (what the budget leaves is the next run's); a tiering gap fails the
+    lane without retries once the other partitions ran."""
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from tiering_core.runs.lanes import copy_lane
+
+        tps = self.topic_partitions()
+        hook = self.hook()
+        config = broker_config(hook)
+        with hook.get_conn(config) as ctx:
+            report = copy_lane(
+                ctx,
+                tps,
+                run_id=context["run_id"],
+                budget_seconds=config.copy.budget_seconds,
+                attempt=task_attempt(context),
+                broker_id=observing_broker(config),
+                events=self.tell,
+            )
+        results = []
+        for result in report.results:
+            outcome = report.outcome(result)
+            results.append({**result.to_dict(), "outcome": outcome.outcome, "detail": outcome.detail})
+        self.finish(context, results, len(report.gaps), report.failures)
+        return results
+
+
+class TieringRetentionLaneOperator(TieringLaneOperator):
+    """Delete what breaches retention for each of a lane's partitions within
+    ``copy.retention_budget_seconds``; a failed partition fails the lane after the others ran."""
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from tiering_core.runs.lanes import retention_lane
+
+        tps = self.topic_partitions()
+        hook = self.hook()
+        config = broker_config(hook)
+        with hook.get_conn(config) as ctx:
+            report = retention_lane(
+                ctx,
+                tps,
+                run_id=context["run_id"],
+                budget_seconds=config.copy.retention_budget_seconds,
+                attempt=task_attempt(context),
+                broker_id=observing_broker(config),
+                events=self.tell,
+            )
+        results = []
+        for result in report.results:
+            outcome = report.outcome(result)
+            results.append({**result.to_dict(), "outcome": outcome.outcome, "detail": outcome.detail})
+        self.finish(context, results, 0, list(report.failures.values()))
+        return results
 
 
 class TieringDeletePartitionOperator(TieringPartitionOperator):
