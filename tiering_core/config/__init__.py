@@ -44,6 +44,7 @@ from tiering_core.config.parsing import (
     shown,
     yaml_problem,
 )
+from tiering_core.config.quotas import parse_quotas
 from tiering_core.config.remote import parse_remote_config
 from tiering_core.config.topics import (
     TOPIC_KEYS,
@@ -55,6 +56,7 @@ from tiering_core.config.topics import (
 from tiering_core.errors import ConfigError, InvalidTopicError
 from tiering_core.kafka.topic import is_internal_topic, validate_topic_name
 from tiering_core.storage.config import RemoteConfig
+from tiering_core.storage.quota import QuotaConfig
 
 __all__ = [
     "BROKER_ID_ENV",
@@ -73,6 +75,7 @@ __all__ = [
     "MetadataConfig",
     "MetricsConfig",
     "PlatformConfig",
+    "QuotaConfig",
     "RemoteConfig",
     "TopicConfig",
     "broker_id_from_env",
@@ -113,6 +116,15 @@ class PlatformConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     #: ``export:``: the Iceberg catalog ``tiering export`` writes tables to (None: not configured).
     export: ExportConfig | None = None
+    #: ``quotas:``: every broker's upload and fetch caps (``BrokerConfig.quotas`` overrides them).
+    quotas: QuotaConfig = field(default_factory=QuotaConfig)
+
+    @property
+    def quota_config(self) -> QuotaConfig:
+        """This process's broker's caps: its own ``brokers.<id>.quotas``, else ``quotas:``."""
+        if self.broker is not None and self.broker.quotas is not None:
+            return self.broker.quotas
+        return self.quotas
 
     @property
     def broker_id(self) -> int | None:
@@ -253,6 +265,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             "kafka",
             "metrics",
             "export",
+            "quotas",
         },
         "",
     )
@@ -315,6 +328,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         observation_staleness_ms=parse_observation_staleness_ms(doc.get("cluster")),
         metrics=parse_metrics_config(doc.get("metrics"), resolve),
         export=parse_export_config(doc["export"]) if "export" in doc else None,
+        quotas=parse_quotas(doc.get("quotas"), "quotas"),
     )
 
 
