@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from tiering_core.live.partition import LivePartition
     from tiering_core.live.source import ClusterSource
     from tiering_core.metadata.store import RemoteLogMetadataStore
+    from tiering_core.storage.quota import StorageQuotas
     from tiering_core.storage.remote import RemoteStorage
 
 
@@ -57,7 +58,7 @@ class TieringContext:
         self.metadata = metadata
         self.storage = storage
         caps = config.quota_config
-        self._quotas = None
+        self._quotas: StorageQuotas | None = None
         if caps.copy_bytes_per_second is not None or caps.fetch_bytes_per_second is not None:
             from tiering_core.metadata.quota_holders import open_quotas
             from tiering_core.metadata.values import NO_BROKER

@@ -1,4 +1,4 @@
-"""The ``brokers:`` section (a cluster: each broker's log dirs and Airflow queue), the single-broker
+"""The ``brokers:`` section (a cluster: each broker's log dirs, Airflow queue and own quotas), the single-broker
 form's implicit broker, and the ``cluster:`` section of the replica choice.
 
 A process reads only its own broker's disks, so no two brokers may share or nest a log dir."""
