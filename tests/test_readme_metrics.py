@@ -10,7 +10,8 @@ from pathlib import Path
 from tiering_core.metrics import names
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-#: The metrics Kafka itself has (KIP-405, named by KIP-930); the others are marked "(platform)".
+#: The metrics Kafka itself has (KIP-405, named by KIP-930; the quotas' throttle time by KIP-956);
+#: the others are marked "(platform)".
 KAFKAS = {
     "RemoteCopyBytes",
     "RemoteCopyRequests",
@@ -26,6 +27,10 @@ KAFKAS = {
     "RemoteDeleteLagSegments",
     "RemoteLogSizeBytes",
     "RemoteLogMetadataCount",
+    "remote-copy-throttle-time-avg",
+    "remote-copy-throttle-time-max",
+    "remote-fetch-throttle-time-avg",
+    "remote-fetch-throttle-time-max",
 }
 
 

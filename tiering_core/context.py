@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from tiering_core.live.partition import LivePartition
     from tiering_core.live.source import ClusterSource
     from tiering_core.metadata.store import RemoteLogMetadataStore
+    from tiering_core.storage.quota import StorageQuotas
     from tiering_core.storage.remote import RemoteStorage
 
 
@@ -39,7 +40,8 @@ class AwsCredentials:
 
 
 class TieringContext:
-    """The config plus the open metadata store and remote storage of one process.
+    """The config plus the open metadata store and remote storage of one process; the storage
+    takes from this process's broker's upload and fetch quotas, if capped (``storage.quota``).
 
     With a ``kafka:`` section the cluster is a source too (``tiering_core.live``): the partitions a
     command selects are asked about in one round of admin requests, on first need.
@@ -55,6 +57,14 @@ class TieringContext:
         self.config = config
         self.metadata = metadata
         self.storage = storage
+        caps = config.quota_config
+        self._quotas: StorageQuotas | None = None
+        if caps.copy_bytes_per_second is not None or caps.fetch_bytes_per_second is not None:
+            from tiering_core.metadata.quota_holders import open_quotas
+            from tiering_core.metadata.values import NO_BROKER
+
+            broker = NO_BROKER if config.broker_id is None else config.broker_id
+            self._quotas = storage.quotas = open_quotas(metadata, broker, caps)
         if cluster is None and config.kafka is not None:
             from tiering_core.live.source import ClusterSource
 
@@ -93,6 +103,11 @@ class TieringContext:
 
     def close(self) -> None:
         try:
+            if self._quotas is not None:
+                from tiering_core.metadata.quota_holders import close_quotas
+
+                quotas, self._quotas = self._quotas, None
+                close_quotas(quotas)
             if self.cluster is not None:
                 self.cluster.close()
         finally:

@@ -19,6 +19,7 @@ from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.metadata.migrations import current_revision, downgrade, head_revision, upgrade
 from tiering_core.metadata.models import DIALECT_INDEXES, Base
 from tiering_core.metadata.store import ExportCommit, RemoteLogMetadataStore
+from tiering_core.storage.quota import ThrottleStats
 
 TIP = tip("MMMMMMMMMMMMMMMMMMMMMM", "orders", 0)
 
@@ -191,6 +192,36 @@ def test_0007_adds_export_commits_and_keeps_the_export_leases_0006_held(metadata
         assert "tiering_export_commits" not in tiering_tables(engine)
         with engine.connect() as conn:
             assert conn.execute(text("SELECT fencing_counter FROM tiering_export_tables")).scalar() == 5
+        upgrade(metadata_url)
+        assert schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_0008_adds_quota_holders_and_keeps_the_export_commits_0007_held(metadata_url: str) -> None:
+    """A store at 0007 (an export commit recorded) gains the quota holders on open; a process then
+    draws on a broker's quota beside the commit kept; the way back drops only the holders."""
+    upgrade(metadata_url, "0007_export_commits")
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_export_commits (table_uuid, snapshot_id, catalog, table_name, "
+                    "sequence_number, timestamp_ms, exported, lease_token, recorded_ms) "
+                    "VALUES ('0b5d1c2e-8f43-4f0e-9a51-3f1d2f6c7a80', 11, 'tiering', 'kafka.orders', 3, 5, '{}', 4, 1)"
+                )
+            )
+        assert "tiering_quota_holders" not in tiering_tables(engine)
+        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+            assert current_revision(metadata_url) == head_revision()
+            assert "tiering_quota_holders" in tiering_tables(engine)
+            assert store.heartbeat_quota(1, "copy", "after-upgrade", ThrottleStats(5.0, 1, 5.0)) == 1
+            assert store.latest_export_commit("0b5d1c2e-8f43-4f0e-9a51-3f1d2f6c7a80") is not None
+        downgrade(metadata_url, "0007_export_commits")
+        assert "tiering_quota_holders" not in tiering_tables(engine)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT snapshot_id FROM tiering_export_commits")).scalar() == 11
         upgrade(metadata_url)
         assert schema_diffs(engine) == []
     finally:

@@ -8,11 +8,13 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tiering_core.metadata.quota_holders import ThrottleFigures
 from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 from tiering_core.metrics import names
 from tiering_core.metrics.names import COUNTER_FIELDS
 from tiering_core.monitoring.exposition import CONTENT_TYPE, escape_label_value, render
 from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics, ReplicaMetrics
+from tiering_core.storage.quota import ThrottleStats
 
 NOW_MS = 1_700_000_100_000
 EXPORTED = names.METRICS + names.PLATFORM_METRICS
@@ -71,7 +73,14 @@ def sample_snapshot() -> MetricsSnapshot:
         replicas=[replica(4, headroom=math.inf)],
         counters_by_broker={5: counters(5)},  # broker 5 holds no replica any more
     )
-    return MetricsSnapshot(db_now_ms=NOW_MS, partitions=[copied, never_observed, odd], silent_brokers=[3, 6])
+    throttles = [
+        ThrottleFigures(1, "copy", ThrottleStats(throttle_ms=900.0, throttles=4, throttle_ms_max=400.5)),
+        ThrottleFigures(2, "copy", ThrottleStats()),  # capped, never waited
+        ThrottleFigures(NO_BROKER, "fetch", ThrottleStats(throttle_ms=30.0, throttles=2, throttle_ms_max=20.0)),
+    ]
+    return MetricsSnapshot(
+        db_now_ms=NOW_MS, partitions=[copied, never_observed, odd], silent_brokers=[3, 6], throttles=throttles
+    )
 
 
 def parsed(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -125,6 +134,12 @@ def expected(snapshot: MetricsSnapshot) -> dict[str, dict[tuple[tuple[str, str],
                 want[names.LOCAL_RETENTION_HEADROOM_SECONDS.prometheus_name][labels] = r.headroom_seconds
     for b in seen | set(snapshot.silent_brokers):
         want[names.SILENT_BROKER.prometheus_name][(("broker", str(b)),)] = 1 if b in snapshot.silent_brokers else 0
+    for spec, (kind, average) in names.THROTTLE_METRICS.items():
+        for f in snapshot.throttles:
+            if f.kind == kind:
+                labels = () if f.broker_id == NO_BROKER else (("broker", str(f.broker_id)),)
+                value = f.stats.throttle_ms / f.stats.throttles if f.stats.throttles else 0.0
+                want[spec.prometheus_name][labels] = value if average else f.stats.throttle_ms_max
     return want
 
 
@@ -159,6 +174,15 @@ def test_unknown_gauges_are_left_out_and_stale_replicas_report_no_risk() -> None
     assert samples["tiering_SilentBroker"] == {
         (("broker", b),): v for b, v in [("1", 0), ("2", 0), ("3", 1), ("4", 0), ("6", 1)]
     }
+
+
+def test_the_quotas_throttle_time_is_per_broker_under_kafkas_names() -> None:
+    samples = parsed(render(sample_snapshot()))
+    assert samples["tiering_remote_copy_throttle_time_avg"] == {(("broker", "1"),): 225.0, (("broker", "2"),): 0.0}
+    assert samples["tiering_remote_copy_throttle_time_max"] == {(("broker", "1"),): 400.5, (("broker", "2"),): 0.0}
+    assert samples["tiering_remote_fetch_throttle_time_avg"] == {(): 15.0}  # a process of no broker
+    assert samples["tiering_remote_fetch_throttle_time_max"] == {(): 20.0}
+    assert names.REMOTE_COPY_THROTTLE_TIME_AVG.statsd_name == "tiering.remote-copy-throttle-time-avg"
 
 
 def test_format_details() -> None:
@@ -208,7 +232,12 @@ def large_snapshot(partitions: int = 10_000, brokers: int = 3) -> MetricsSnapsho
                 counters_by_broker=by_broker,
             )
         )
-    return MetricsSnapshot(db_now_ms=NOW_MS, partitions=parts, silent_brokers=[])
+    throttles = [
+        ThrottleFigures(b, kind, ThrottleStats(b * 100.0, b + 1, b * 50.0))
+        for b in range(brokers)
+        for kind in ("copy", "fetch")
+    ]
+    return MetricsSnapshot(db_now_ms=NOW_MS, partitions=parts, silent_brokers=[], throttles=throttles)
 
 
 def test_ten_thousand_partitions_on_three_brokers_render_right() -> None:

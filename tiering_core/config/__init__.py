@@ -45,6 +45,7 @@ from tiering_core.config.parsing import (
     shown,
     yaml_problem,
 )
+from tiering_core.config.quotas import parse_quotas
 from tiering_core.config.remote import parse_remote_config
 from tiering_core.config.topics import (
     TOPIC_KEYS,
@@ -56,6 +57,7 @@ from tiering_core.config.topics import (
 from tiering_core.errors import ConfigError, InvalidTopicError
 from tiering_core.kafka.topic import is_internal_topic, validate_topic_name
 from tiering_core.storage.config import RemoteConfig
+from tiering_core.storage.quota import QuotaConfig
 
 __all__ = [
     "BROKER_ID_ENV",
@@ -75,6 +77,7 @@ __all__ = [
     "MetadataConfig",
     "MetricsConfig",
     "PlatformConfig",
+    "QuotaConfig",
     "RemoteConfig",
     "TopicConfig",
     "broker_id_from_env",
@@ -117,6 +120,15 @@ class PlatformConfig:
     export: ExportConfig | None = None
     #: ``copy:``: lanes per broker, threads per lane and the lanes' time budgets.
     copy: CopyConfig = field(default_factory=CopyConfig)
+    #: ``quotas:``: every broker's upload and fetch caps (``BrokerConfig.quotas`` overrides them).
+    quotas: QuotaConfig = field(default_factory=QuotaConfig)
+
+    @property
+    def quota_config(self) -> QuotaConfig:
+        """This process's broker's caps: its own ``brokers.<id>.quotas``, else ``quotas:``."""
+        if self.broker is not None and self.broker.quotas is not None:
+            return self.broker.quotas
+        return self.quotas
 
     @property
     def broker_id(self) -> int | None:
@@ -258,6 +270,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             "metrics",
             "export",
             "copy",
+            "quotas",
         },
         "",
     )
@@ -321,6 +334,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         metrics=parse_metrics_config(doc.get("metrics"), resolve),
         export=parse_export_config(doc["export"]) if "export" in doc else None,
         copy=parse_copy_config(doc.get("copy")),
+        quotas=parse_quotas(doc.get("quotas"), "quotas"),
     )
 
 

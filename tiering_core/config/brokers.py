@@ -1,4 +1,4 @@
-"""The ``brokers:`` section (a cluster: each broker's log dirs and Airflow queue), the single-broker
+"""The ``brokers:`` section (a cluster: each broker's log dirs, Airflow queue and own quotas), the single-broker
 form's implicit broker, and the ``cluster:`` section of the replica choice.
 
 A process reads only its own broker's disks, so no two brokers may share or nest a log dir."""
@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from tiering_core.config.parsing import INTEGER, as_int, as_str, check_keys, require_mapping, shown
+from tiering_core.config.quotas import parse_quotas
 from tiering_core.errors import ConfigError
+from tiering_core.storage.quota import QuotaConfig
 
 #: The environment variable naming this process's broker, as ``--broker`` does.
 BROKER_ID_ENV = "TIERING_BROKER_ID"
@@ -37,13 +39,15 @@ class BrokerConfig:
     (top-level ``log_dirs:``), whose id is not configured; its ``queue`` is then None: the
     executor's default queue. ``metadata_log_dir`` is the broker's ``metadata.log.dir`` (where its
     KRaft metadata log, ``__cluster_metadata-0``, is) when it is none of ``log_dirs``; None: the
-    one of ``log_dirs`` that holds it.
+    one of ``log_dirs`` that holds it. ``quotas`` are the broker's own caps
+    (``brokers.<id>.quotas`` over the top-level ``quotas:``); None: the top-level ones.
     """
 
     broker_id: int | None
     log_dirs: tuple[Path, ...]
     queue: str | None = None
     metadata_log_dir: Path | None = None
+    quotas: QuotaConfig | None = None
 
 
 def parse_observation_staleness_ms(raw: Any) -> int:
@@ -100,7 +104,7 @@ def parse_brokers(
         if broker_id in brokers:
             raise ConfigError(f"{where}: the broker is given twice")
         body = require_mapping(value, where)
-        check_keys(body, {"log_dirs", "queue", "metadata_log_dir"}, where)
+        check_keys(body, {"log_dirs", "queue", "metadata_log_dir", "quotas"}, where)
         if "log_dirs" not in body:
             raise ConfigError(f"{where}.log_dirs: required key is missing")
         queue = as_str(body.get("queue", default_queue(broker_id)), f"{where}.queue")
@@ -111,7 +115,12 @@ def parse_brokers(
         queues[queue] = broker_id
         log_dirs = _log_dirs(body["log_dirs"], f"{where}.log_dirs", resolve)
         metadata_log_dir = _metadata_log_dir(body, f"{where}.metadata_log_dir", resolve)
-        brokers[broker_id] = BrokerConfig(broker_id, log_dirs, queue, metadata_log_dir)
+        quotas = (
+            parse_quotas(body["quotas"], f"{where}.quotas", parse_quotas(doc.get("quotas"), "quotas"))
+            if "quotas" in body
+            else None
+        )
+        brokers[broker_id] = BrokerConfig(broker_id, log_dirs, queue, metadata_log_dir, quotas)
     _check_disjoint_log_dirs(brokers)
     return brokers, None
 

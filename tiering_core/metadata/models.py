@@ -343,3 +343,20 @@ class PartitionCountersRow(Base):
     last_try_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_task_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     updated_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class QuotaHolderRow(Base):
+    """A process drawing on a broker's upload (``copy``) or fetch quota: each holder's rate is the
+    cap divided by the holders whose entry has not expired (``expires_ms``, pushed on by each
+    heartbeat). The throttle figures the holder last reported stay for the metrics after it left."""
+
+    __tablename__ = "tiering_quota_holders"
+
+    broker_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255), primary_key=True)
+    expires_ms: Mapped[int] = mapped_column(BigInteger)
+    heartbeat_ms: Mapped[int] = mapped_column(BigInteger)
+    throttle_ms: Mapped[float] = mapped_column(Float)
+    throttles: Mapped[int] = mapped_column(BigInteger)
+    throttle_ms_max: Mapped[float] = mapped_column(Float)

@@ -12,6 +12,7 @@
 - ``lineage``: the recorded lineage, applied DeleteRecords and tiering gaps;
 - ``observations``: what each broker saw of its replicas, and the best replica;
 - ``counters``: what runs did to each partition (copies, deletions, reads), for metrics;
+- ``quota_holders``: the processes sharing each broker's upload and fetch quotas;
 - ``totals``: set-wise figures over every partition at once (sizes, gaps, chart series).
 
 The state transition tables are ``states``. A SQLite store checkpoints its WAL from a background
@@ -41,6 +42,7 @@ from tiering_core.metadata.listing import DEFAULT_SEGMENT_MEMO, LISTED_PARTITION
 from tiering_core.metadata.observations import ObservationStore
 from tiering_core.metadata.partitions import METADATA_DROPPED, TOMBSTONE_LIFTED
 from tiering_core.metadata.queries import Statements
+from tiering_core.metadata.quota_holders import QuotaHolderStore
 from tiering_core.metadata.segments import SegmentStore, validate_segment_metadata
 from tiering_core.metadata.totals import TotalsStore
 from tiering_core.metadata.transactions import now_ms
@@ -78,10 +80,12 @@ __all__ = [
 ]
 
 
-class RemoteLogMetadataStore(SegmentStore, LeaseStore, ExportCommitStore, ObservationStore, CounterStore, TotalsStore):
+class RemoteLogMetadataStore(
+    SegmentStore, LeaseStore, ExportCommitStore, ObservationStore, CounterStore, TotalsStore, QuotaHolderStore
+):
     """Segment metadata, partition delete states, fenced leases (of partitions and export tables),
     the export commits each table's export landed, the section-10 state, replica observations and
-    the counters of what runs did.
+    the counters of what runs did, and the processes sharing each broker's quotas.
 
     ``url`` is any SQLAlchemy URL (``sqlite:///path`` embedded, ``postgresql+psycopg://`` in
     production); a missing or older schema is migrated on open. ``lease_ms`` is the default

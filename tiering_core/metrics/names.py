@@ -39,7 +39,9 @@ class MetricSpec:
 
     @property
     def prometheus_name(self) -> str:
-        return f"tiering_{self.name}"
+        """``tiering_<Name>``; a name in the hyphens of Kafka's own client metrics
+        (``remote-copy-throttle-time-avg``) with underscores, as Prometheus allows."""
+        return f"tiering_{self.name.replace('-', '_')}"
 
     @property
     def prometheus_samples(self) -> tuple[str, ...]:
@@ -128,8 +130,30 @@ SILENT_BROKER = _gauge(
     "SilentBroker", BROKER_LABELS, "1 when the broker reported no fresh observation of any partition"
 )
 
+#: The upload and fetch quotas' throttle time (KIP-956, Kafka's names): over the takes that waited
+#: of every process of the broker heard from within ``metadata.quota_holders.THROTTLE_WINDOW_MS``.
+REMOTE_COPY_THROTTLE_TIME_AVG = _gauge(
+    "remote-copy-throttle-time-avg", BROKER_LABELS, "Average milliseconds a copy waited for the broker's upload quota"
+)
+REMOTE_COPY_THROTTLE_TIME_MAX = _gauge(
+    "remote-copy-throttle-time-max", BROKER_LABELS, "Longest milliseconds a copy waited for the broker's upload quota"
+)
+REMOTE_FETCH_THROTTLE_TIME_AVG = _gauge(
+    "remote-fetch-throttle-time-avg", BROKER_LABELS, "Average milliseconds a read waited for the broker's fetch quota"
+)
+REMOTE_FETCH_THROTTLE_TIME_MAX = _gauge(
+    "remote-fetch-throttle-time-max", BROKER_LABELS, "Longest milliseconds a read waited for the broker's fetch quota"
+)
+#: Each throttle metric's quota kind and whether it is the average (else the maximum).
+THROTTLE_METRICS: dict[MetricSpec, tuple[str, bool]] = {
+    REMOTE_COPY_THROTTLE_TIME_AVG: ("copy", True),
+    REMOTE_COPY_THROTTLE_TIME_MAX: ("copy", False),
+    REMOTE_FETCH_THROTTLE_TIME_AVG: ("fetch", True),
+    REMOTE_FETCH_THROTTLE_TIME_MAX: ("fetch", False),
+}
+
 #: What only the Prometheus exposition reports (computed from the store, never emitted by a run).
-PLATFORM_METRICS: tuple[MetricSpec, ...] = (SILENT_BROKER,)
+PLATFORM_METRICS: tuple[MetricSpec, ...] = (SILENT_BROKER, *THROTTLE_METRICS)
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS + PLATFORM_METRICS}
 
 #: The field of ``PartitionCounters`` each counter metric is kept in.

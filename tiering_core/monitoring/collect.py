@@ -114,7 +114,8 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None, *, tasks: boo
         for key, row in last_task.items():
             partitions[key].last_task = task_of_row(*row[5 + n :])
         ordered = sorted(partitions.values(), key=_PARTITION_ORDER)
-    return MetricsSnapshot(now, ordered, sorted(silent_brokers(ctx.config.brokers, reporting)))
+    throttles = ctx.metadata.throttle_figures()
+    return MetricsSnapshot(now, ordered, sorted(silent_brokers(ctx.config.brokers, reporting)), throttles)
 
 
 _BROKER_OF_ROW = itemgetter(3)

@@ -6,7 +6,8 @@ a counter labelled by ``broker`` (copies run on one broker's replica) has one sa
 the partition has a replica or a count on; the others are summed over brokers. Gauges whose value
 the store does not know (a lag no fresh replica observed, a partition never copied) are left out
 rather than reported as 0; risk and headroom are reported for fresh replicas only (a stale
-replica's are not known now: ``SilentBroker`` and the page say so).
+replica's are not known now: ``SilentBroker`` and the page say so). The quotas' throttle time is
+per broker, over the processes heard from recently (``metadata.quota_holders``).
 
 Built with plain string operations, one template of sample lines per label set filled by C-level
 ``%`` and ``replace`` (no client library registry per request): 10,000 partitions on 3 brokers,
@@ -181,9 +182,23 @@ def render(snapshot: MetricsSnapshot) -> str:
             [1 if b in silent else 0 for b in brokers],
         )
     )
+    out.extend(_throttle_samples(snapshot))
     out.append("\n")
     out[0] = out[0].lstrip("\n")
     return "".join(out)
+
+
+def _throttle_samples(snapshot: MetricsSnapshot) -> list[str]:
+    """The quotas' throttle time per broker (a process of no broker: no ``broker`` label); a quota
+    whose holders never waited reports 0."""
+    out = []
+    for spec, (kind, average) in names.THROTTLE_METRICS.items():
+        out.append(_header(spec))
+        figures = [f for f in snapshot.throttles if f.kind == kind]
+        lines = ["\n %s" if f.broker_id == NO_BROKER else _line(f'broker="{f.broker_id}"') for f in figures]
+        values = [(f.stats.avg_ms or 0.0) if average else f.stats.throttle_ms_max for f in figures]
+        out.append(_samples(spec.prometheus_name, lines, _finite(list(values))))
+    return out
 
 
 def _gauge_values(spec: MetricSpec, snapshot: MetricsSnapshot) -> list[int | float | None]:

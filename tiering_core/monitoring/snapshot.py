@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tiering_core.metadata.quota_holders import ThrottleFigures
 from tiering_core.metadata.values import PartitionCounters, TaskAttempt
 
 
@@ -77,12 +78,14 @@ class PartitionMetrics:
 
 @dataclass(slots=True)
 class MetricsSnapshot:
-    """Every partition the store knows (or one topic's), with the database clock and the brokers
-    of the config that reported nothing fresh (stale everywhere)."""
+    """Every partition the store knows (or one topic's), with the database clock, the brokers
+    of the config that reported nothing fresh (stale everywhere) and the throttle figures of the
+    brokers' upload and fetch quotas."""
 
     db_now_ms: int
     partitions: list[PartitionMetrics]
     silent_brokers: list[int] = field(default_factory=list)
+    throttles: list[ThrottleFigures] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

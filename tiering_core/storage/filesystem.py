@@ -56,6 +56,8 @@ class FilesystemRemoteStorage(RemoteStorage):
         The directory entry is made durable by :meth:`_sync_segment`, once per directory."""
         path = self._path(key)
         tmp = _temp_name(path)
+        if self.quotas.copy is not None:  # taken before the bytes go out, in burst-sized steps
+            self.quotas.take_copy(len(source) if isinstance(source, bytes) else _size(source))
         try:
             out = _create(tmp)
             try:
@@ -345,6 +347,13 @@ class KernelCopy:
         if data:
             _write_all(self.dst, memoryview(data), position)
         return len(data)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # the copy itself reports the file's trouble
 
 
 def _pread_exactly(fd: int, length: int, position: int) -> bytes:

@@ -18,6 +18,7 @@ from typing import BinaryIO, Self
 from tiering_core.storage.layout import (
     validate_deployment_prefix,
 )
+from tiering_core.storage.quota import StorageQuotas
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int], None]
@@ -59,10 +60,12 @@ class IncompleteUpload:
 
 class ObjectStore(ABC):
     """A backend's object primitives under ``prefix``: put, get (ranged or streamed), size, delete,
-    list, and the incomplete uploads a killed process left."""
+    list, and the incomplete uploads a killed process left. A segment's objects take ``quotas.copy``
+    tokens as their bytes go out (``storage.quota``)."""
 
     def __init__(self, prefix: str = "") -> None:
         self.prefix = validate_deployment_prefix(prefix)
+        self.quotas = StorageQuotas()
 
     # --- backend primitives ------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from tiering_core.storage.layout import (
 )
 from tiering_core.storage.manifest import ObjectEntry, SegmentManifest
 from tiering_core.storage.objects import IncompleteUpload, ObjectStore, Progress, RemoteObject
+from tiering_core.storage.quota import throttled
 
 log = logging.getLogger(__name__)
 #: Upload order: the log first, the manifest (not listed here) always last.
@@ -88,18 +89,21 @@ class RemoteStorage(ObjectStore):
 
     def fetch(self, ref: RemoteSegmentRef, kind: ObjectKind, start: int = 0, end: int | None = None) -> bytes:
         """Bytes [start, end] (inclusive, like Kafka's fetchLogSegment) of one object; an ``end``
-        past the object reads to its end."""
+        past the object reads to its end. The bytes are taken from the fetch quota."""
         key = ref.key(kind, self.prefix)
         if start < 0 or (end is not None and end < start):
             raise InvalidRangeError(f"{self.describe(key)}: invalid range [{start}, {end}]")
-        return self.get_range(key, start, end)
+        data = self.get_range(key, start, end)
+        self.quotas.take_fetch(len(data))
+        return data
 
     def open_stream(self, ref: RemoteSegmentRef, kind: ObjectKind, start: int = 0) -> BinaryIO:
-        """A buffered stream over one object from ``start``, for reads too large to hold."""
+        """A buffered stream over one object from ``start``, for reads too large to hold; its
+        reads are taken from the fetch quota."""
         key = ref.key(kind, self.prefix)
         if start < 0:
             raise InvalidRangeError(f"{self.describe(key)}: invalid start {start}")
-        return self.open_object(key, start)
+        return throttled(self.open_object(key, start), self.quotas.fetch)
 
     def read_manifest(self, ref: RemoteSegmentRef) -> SegmentManifest | None:
         """The segment's manifest, None if it has none; one that describes another segment, or

@@ -165,11 +165,12 @@ class S3RemoteStorage(RemoteStorage):
     def put_object(self, key: str, source: Path | bytes, progress: Progress | None = None) -> tuple[int, int]:
         if isinstance(source, bytes):
             crc = crc32c(source)
-            self._call(
-                "PutObject",
-                key,
-                lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=source, ChecksumCRC32C=b64(crc)),
-            )
+
+            def put(data: bytes = source) -> Any:
+                self.quotas.take_copy(len(data))  # each attempt sends the bytes again
+                return self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ChecksumCRC32C=b64(crc))
+
+            self._call("PutObject", key, put)
             if progress:
                 progress(len(source))
             return len(source), crc
@@ -208,7 +209,8 @@ class S3RemoteStorage(RemoteStorage):
             raise RemoteStorageError(f"{self.describe(key)}: cannot read {path}: {exc}") from exc
         with f:
             crc = window_crc(f.fileno(), offset, length, path)
-            window = Window(f.fileno(), offset, length, progress, stop)
+            copy_quota = self.quotas.copy
+            window = Window(f.fileno(), offset, length, progress, stop, copy_quota.take if copy_quota else None)
             checksum = b64(crc)
 
             def send() -> Any:

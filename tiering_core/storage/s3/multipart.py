@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,11 +49,20 @@ def locked(progress: Progress | None) -> Progress | None:
 class Window:
     """A seekable, read-only view of ``length`` bytes of a file from ``offset``: the request
     body of one PutObject or UploadPart. Progress counts each byte the first time it is sent;
-    once ``stop`` is set, the next read raises, so an upload being abandoned ends mid-part."""
+    ``take`` (the upload quota) every byte each time it is sent, before it goes out (a retried part
+    is sent again); once ``stop`` is set, the next read raises, so an upload being abandoned ends
+    mid-part."""
 
     def __init__(
-        self, fd: int, offset: int, length: int, progress: Progress | None, stop: threading.Event | None
+        self,
+        fd: int,
+        offset: int,
+        length: int,
+        progress: Progress | None,
+        stop: threading.Event | None,
+        take: Callable[[int], object] | None = None,
     ) -> None:
+        self._take = take
         self._fd = fd
         self._offset = offset
         self._length = length
@@ -72,6 +82,10 @@ class Window:
             n = remaining
         if n <= 0:
             return b""
+        if self._take is not None:
+            self._take(n)
+            if self._stop is not None and self._stop.is_set():
+                raise Abandoned()
         data = os.pread(self._fd, n, self._offset + self._pos)
         if len(data) < n:
             raise RemoteStorageError(f"file shrank while uploading: wanted {n} bytes at {self._offset + self._pos}")
