@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.engine_support import TieringEnv, wait_until, write_segments
-from tiering_airflow.hooks.tiering import TieringHook
+from tiering_airflow.hooks.tiering import Eligibility, TieringHook
 from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
 
 
@@ -71,21 +71,21 @@ def test_trigger_polls_off_the_event_loop(tiering: TieringEnv, monkeypatch: pyte
     each check ends only once the loop has ticked meanwhile, which it could not if the check ran
     on the loop; with nothing eligible, the trigger polls again without an event."""
     only_active_segment(tiering)
-    check = TieringHook.eligible
+    check = TieringHook.eligibility
     threads: set[int] = set()
     ticks = 0
     checks_done = 0
 
-    def slow_check(self: TieringHook, topic: str) -> list[int] | list[str]:
+    def slow_check(self: TieringHook, topic: str, *args: Any, **kwargs: Any) -> Eligibility:
         nonlocal checks_done
         threads.add(threading.get_ident())
         started = ticks
         wait_until(lambda: ticks >= started + 5, what="the event loop to tick while a check runs")
-        found = check(self, topic)
+        found = check(self, topic, *args, **kwargs)
         checks_done += 1
         return found
 
-    monkeypatch.setattr(TieringHook, "eligible", slow_check)
+    monkeypatch.setattr(TieringHook, "eligibility", slow_check)
     trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.config_path), poll_interval=0.05)
 
     async def run() -> bool:
@@ -139,11 +139,11 @@ def test_a_poll_that_hangs_ends_the_wait_with_an_error_event(
     hold the trigger forever: the poll's time limit turns it into an error event."""
     released = threading.Event()
 
-    def hung_check(self: TieringHook, topic: str) -> list[int] | list[str]:
+    def hung_check(self: TieringHook, topic: str, *args: Any, **kwargs: Any) -> Eligibility:
         released.wait(30)
-        return []
+        return Eligibility([])
 
-    monkeypatch.setattr(TieringHook, "eligible", hung_check)
+    monkeypatch.setattr(TieringHook, "eligibility", hung_check)
     trigger = EligibleSegmentTrigger(
         topic="orders", config_path=str(tiering.config_path), poll_interval=0.05, poll_timeout=0.5
     )
