@@ -385,3 +385,35 @@ def test_delete_partition_needs_evidence_or_force_and_a_tombstone_can_be_lifted(
     assert code == 0 and f"(topic id {w.topic_id}): tombstone lifted" in out
     code, out, _ = run(capsys, "--config", cfg, "--json", "copy")
     assert code == 0 and '"segments_copied": 2' in out
+
+
+def test_status_and_copy_say_why_a_delayed_segment_waits(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``remote.copy.lag.ms`` 10 minutes and ``remote.copy.lag.bytes`` 64 MiB, segments written two
+    minutes ago: ``status`` (its table and its JSON ``copy_delay``) and ``copy`` say what waits and
+    why, and the copy uploads nothing."""
+    import time
+
+    written = int(time.time() * 1000) - 120_000
+    w = fs_env.writer(clock=lambda: written)
+    write_segments(w, 2)
+    w.append_records(1)
+    w.set_high_watermark()
+    fs_env.write_config(orders={"remote.copy.lag.ms": 600_000, "remote.copy.lag.bytes": 64 * 1024**2})
+    cfg = str(fs_env.config_path)
+    code, out, _ = run(capsys, "--config", cfg, "status")
+    assert code == 0
+    assert re.search(
+        r"orders-0 .*waiting: 2 segment\(s\) from 0 \([0-9.]+ (B|KiB)\): remote\.copy\.lag\.ms 600000, "
+        r"segment 0 is [2-9]m old; [0-9.]+ (B|KiB) after it of remote\.copy\.lag\.bytes 64\.0 MiB",
+        out,
+    ), out
+    code, out, _ = run(capsys, "--config", cfg, "--json", "status")
+    delay = json.loads(out)[0]["copy_delay"]
+    assert (delay["base_offset"], delay["waiting_segments"], delay["copy_lag_ms"]) == (0, 2, 600_000)
+    assert delay["copy_lag_bytes"] == 64 * 1024**2 and 120_000 <= delay["segment_age_ms"] < 600_000
+    code, out, err = run(capsys, "--config", cfg, "--json", "copy")
+    (result,) = json.loads(out)
+    assert code == 0 and result["segments_copied"] == 0 and result["copy_delay"]["waiting_segments"] == 2
+    assert "orders-0: waiting: 2 segment(s) from 0" in err

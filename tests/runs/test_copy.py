@@ -936,3 +936,41 @@ def test_a_run_tells_what_it_does_as_events_in_the_words_it_always_used(fs_env: 
         "audit-0: skipped (remote.storage.enable is false)",
         "orders-0: another copy run holds the partition; nothing done",
     ]
+
+
+def test_a_delayed_segment_is_copied_only_once_its_lag_passes(tiering_env: TieringEnv) -> None:
+    """``remote.copy.lag.ms`` from the YAML (KIP-1241): a run before the lag passes copies nothing
+    and says why, the dry run plans nothing; the run after it copies the segment, and a later
+    segment still short of the lag waits behind it. The clock is the runs' ``now_ms``."""
+    t0 = 1_750_000_000_000
+    clock = [t0]
+    w = tiering_env.writer(clock=lambda: clock[0])
+    write_segments(w, 1)  # [0..4] at t0
+    clock[0] = t0 + 30_000
+    write_segments(w, 1)  # [5..9] 30 s later
+    w.append_records(1)
+    w.set_high_watermark()
+    tiering_env.write_config(orders={"remote.copy.lag.ms": 60_000})
+    events: list[RunEvent] = []
+    with tiering_env.context() as ctx:
+        dry = run_copy(ctx, w.tp, dry_run=True, now_ms=t0 + 59_999)
+        early = run_copy(ctx, w.tp, now_ms=t0 + 59_999, events=events.append)
+    assert dry.planned == [] and dry.copy_delay is not None and dry.copy_delay["base_offset"] == 0
+    assert (early.segments_copied, early.highest_copied_offset) == (0, -1)
+    assert early.copy_delay is not None
+    assert (early.copy_delay["waiting_segments"], early.copy_delay["segment_age_ms"]) == (2, 59_999)
+    assert finished_ranges(tiering_env, w) == []
+    assert any(
+        event_line(e).startswith("orders-0: waiting: 2 segment(s) from 0 (")
+        and "remote.copy.lag.ms 60000, segment 0 is 59s old" in event_line(e)
+        for e in events
+    )
+    with tiering_env.context() as ctx:
+        due = run_copy(ctx, w.tp, now_ms=t0 + 60_000)
+    assert (due.segments_copied, due.highest_copied_offset) == (1, 4)
+    assert due.copy_delay is not None and due.copy_delay["base_offset"] == 5
+    assert finished_ranges(tiering_env, w) == [(0, 4)]
+    with tiering_env.context() as ctx:
+        rest = run_copy(ctx, w.tp, now_ms=t0 + 90_000)
+    assert (rest.segments_copied, rest.copy_delay) == (1, None)
+    assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]

@@ -19,6 +19,7 @@ from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.tier.view import (
+    CopyDelay,
     OffsetRange,
     TierView,
     finished_in_lineage,
@@ -208,6 +209,123 @@ def test_local_retention_risk_measures_the_oldest_uncopied_segment(fs_env: Tieri
     assert copy(fs_env, w) == 2
     tiered = view_of(fs_env, w).local_retention_risk(by_time, now_ms=written_ms + 10**9)
     assert (tiered.oldest_uncopied_base_offset, tiered.uncopied_bytes, tiered.at_risk) == (None, 0, False)
+
+
+def two_closed_segments(env: TieringEnv, first_ms: int, second_ms: int) -> tuple[TierView, dict[int, int]]:
+    """[0..4] written at ``first_ms``, [5..9] at ``second_ms``, the active segment [10]; all below the LSO."""
+    clock = [first_ms]
+    w = env.writer(clock=lambda: clock[0])
+    write_segments(w, 1)
+    clock[0] = second_ms
+    write_segments(w, 1)
+    w.append_records(1)
+    w.set_high_watermark()
+    return view_of(env, w), log_bytes(w)
+
+
+def eligible(view: TierView, topic: TopicConfig, now_ms: int) -> list[int]:
+    return [c.base_offset for c in view.upload_eligibility(topic, now_ms).candidates]
+
+
+def test_a_delayed_upload_by_time_waits_until_the_segment_s_largest_timestamp_is_old_enough(
+    fs_env: TieringEnv,
+) -> None:
+    """KIP-1241's time check: a segment goes once ``now - largest timestamp >= remote.copy.lag.ms``;
+    one millisecond short it waits, and every segment after it with it."""
+    t0 = 1_750_000_000_000
+    view, sizes = two_closed_segments(fs_env, t0, t0 + 100_000)
+    lag = TopicConfig(remote_copy_lag_ms=600_000)
+    assert eligible(view, TopicConfig(), t0) == [0, 5]  # Kafka's default: no delay
+    short = view.upload_eligibility(lag, now_ms=t0 + 599_999)
+    assert short.candidates == ()
+    assert short.delay == CopyDelay(
+        base_offset=0,
+        waiting_segments=2,
+        waiting_bytes=sizes[0] + sizes[5],
+        copy_lag_ms=600_000,
+        copy_lag_bytes=-1,  # Kafka's default -1: the local retention, unknown here: not applied
+        segment_age_ms=599_999,
+        newer_bytes=sizes[5] + sizes[10],
+    )
+    met = view.upload_eligibility(lag, now_ms=t0 + 600_000)
+    assert [c.base_offset for c in met.candidates] == [0] and met.delay is not None
+    assert (met.delay.base_offset, met.delay.waiting_segments, met.delay.segment_age_ms) == (5, 1, 500_000)
+    assert eligible(view, lag, t0 + 699_999) == [0]
+    assert eligible(view, lag, t0 + 700_000) == [0, 5]
+    assert view.upload_eligibility(lag, now_ms=t0 + 700_000).delay is None
+    # A largest timestamp in the future (a producer's clock ahead) counts as old enough, as in Kafka.
+    assert eligible(view, lag, t0 - 1) == [0, 5]
+
+
+def test_a_delayed_upload_by_size_waits_until_enough_of_the_local_log_follows_the_segment(
+    fs_env: TieringEnv,
+) -> None:
+    """KIP-1241's size check: a segment goes once the local log after it (later segments and the
+    active one) reaches ``remote.copy.lag.bytes``; one byte short it waits."""
+    t0 = 1_750_000_000_000
+    view, sizes = two_closed_segments(fs_env, t0, t0)
+    after_first, after_second = sizes[5] + sizes[10], sizes[10]
+
+    def by_size(lag_bytes: int) -> TopicConfig:  # the time check not applied: -1, no local retention known
+        return TopicConfig(remote_copy_lag_ms=-1, remote_copy_lag_bytes=lag_bytes)
+
+    assert eligible(view, by_size(after_second), t0) == [0, 5]
+    assert eligible(view, by_size(after_second + 1), t0) == [0]
+    assert eligible(view, by_size(after_first), t0) == [0]
+    short = view.upload_eligibility(by_size(after_first + 1), t0)
+    assert short.candidates == () and short.delay is not None
+    assert (short.delay.copy_lag_ms, short.delay.copy_lag_bytes) == (-1, after_first + 1)
+    assert (short.delay.newer_bytes, short.delay.waiting_segments) == (after_first, 2)
+    # The time lag's default 0 means no delay at all, whatever the size lag says.
+    assert eligible(view, TopicConfig(remote_copy_lag_bytes=10**9), t0) == [0, 5]
+
+
+def test_a_delayed_upload_goes_when_either_lag_passes(fs_env: TieringEnv) -> None:
+    """Both lags set: a segment is eligible when its time check or its size check passes (Kafka's
+    ``isEligibleForUpload``); each one short, it waits, and a lag of 0 lets everything go."""
+    t0 = 1_750_000_000_000
+    view, sizes = two_closed_segments(fs_env, t0, t0)
+    after_first = sizes[5] + sizes[10]
+
+    def both(lag_ms: int, lag_bytes: int) -> TopicConfig:
+        return TopicConfig(remote_copy_lag_ms=lag_ms, remote_copy_lag_bytes=lag_bytes)
+
+    assert eligible(view, both(60_000, after_first + 1), t0 + 59_999) == []  # both one short
+    assert eligible(view, both(60_000, after_first), t0 + 59_999) == [0]  # size met
+    assert eligible(view, both(60_000, after_first + 1), t0 + 60_000) == [0, 5]  # time met: both old enough
+    assert eligible(view, both(0, 10**12), t0) == [0, 5]
+    assert eligible(view, both(10**12, 0), t0) == [0, 5]
+
+
+def test_a_copy_lag_of_minus_one_is_the_effective_local_retention(fs_env: TieringEnv) -> None:
+    """-1 (Kafka's default for the size lag) is the effective local retention; when that is
+    unlimited (or unknown here) the check is not applied, and with neither check applied nothing
+    goes, as in Kafka."""
+    t0 = 1_750_000_000_000
+    view, sizes = two_closed_segments(fs_env, t0, t0)
+    by_local_time = TopicConfig(remote_copy_lag_ms=-1, local_retention_ms=60_000)
+    assert by_local_time.effective_remote_copy_lag_ms() == 60_000
+    assert eligible(view, by_local_time, t0 + 59_999) == [] and eligible(view, by_local_time, t0 + 60_000) == [0, 5]
+    same_as_total = TopicConfig(remote_copy_lag_ms=-1, local_retention_ms=-2, retention_ms=30_000)
+    assert same_as_total.effective_remote_copy_lag_ms() == 30_000
+    by_local_size = TopicConfig(remote_copy_lag_ms=-1, local_retention_bytes=sizes[10])
+    assert eligible(view, by_local_size, t0) == [0, 5]
+    never = view.upload_eligibility(TopicConfig(remote_copy_lag_ms=-1, retention_ms=-1, local_retention_ms=-2), t0)
+    assert never.candidates == () and never.delay is not None
+    assert (never.delay.copy_lag_ms, never.delay.copy_lag_bytes) == (-1, -1)
+
+
+def test_the_delay_never_lets_a_segment_at_or_above_the_lso_go(fs_env: TieringEnv) -> None:
+    """The delay only holds back the candidates of section 5 step 3: a segment straddling the LSO
+    waits whatever the lags say."""
+    t0 = 1_750_000_000_000
+    w = fs_env.writer(clock=lambda: t0)
+    write_segments(w, 2)  # [0..4], [5..9]
+    w.append_records(1)
+    w.set_high_watermark(7)
+    view = view_of(fs_env, w)
+    assert eligible(view, TopicConfig(remote_copy_lag_ms=1), t0 + 10**9) == [0]
+    assert view.upload_eligibility(TopicConfig(remote_copy_lag_ms=1), t0 + 10**9).delay is None
 
 
 def test_the_remote_tier_alone_is_viewed_from_the_store(fs_env: TieringEnv) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import (
     CopyDeferred,
+    CopyDelayed,
     CopyFinished,
     CopyNotPlanned,
     CopySkipped,
@@ -162,6 +163,8 @@ def format_status_table(rows: list[PartitionStatus], exported: list[int | None] 
             notes.append(f"remote only {start}..{end} (below the broker's log start, read from the tier)")
         if r.local_retention_risk and r.local_retention_risk.get("at_risk"):
             notes.append("AT RISK: " + str(r.local_retention_risk.get("reason")))
+        if r.copy_delay:
+            notes.append(copy_delay_words(r.copy_delay))
         if r.error:
             notes.append("error: " + r.error)
         if not r.on_broker:
@@ -431,6 +434,32 @@ def _copy_skipped(event: CopySkipped) -> str:
 @event_line.register
 def _copy_not_planned(event: CopyNotPlanned) -> str:
     return f"{event.topic_partition}: skipped: {event.reason}"
+
+
+def copy_delay_words(delay: Mapping[str, int]) -> str:
+    """Why closed segments wait for their delayed upload (KIP-1241), from a ``CopyDelay``'s
+    ``to_dict`` (the ``copy_delay`` of ``status --json`` and of a copy's result): ``waiting: 2
+    segment(s) from 40 (2.0 MiB): remote.copy.lag.ms 600000, segment 40 is 2m old; 3.0 MiB after it
+    of remote.copy.lag.bytes 64.0 MiB``."""
+    base, lag_ms, lag_bytes = delay["base_offset"], delay["copy_lag_ms"], delay["copy_lag_bytes"]
+    if lag_ms > 0:
+        by_time = f"remote.copy.lag.ms {lag_ms}, segment {base} is {fmt_age(max(0, delay['segment_age_ms']))} old"
+    else:
+        by_time = "remote.copy.lag.ms not applied (unlimited or unknown local retention)"
+    if lag_bytes > 0:
+        by_size = f"{fmt_bytes(delay['newer_bytes'])} after it of remote.copy.lag.bytes {fmt_bytes(lag_bytes)}"
+    else:
+        by_size = "remote.copy.lag.bytes not applied (unlimited or unknown local retention)"
+    return (
+        f"waiting: {delay['waiting_segments']} segment(s) from {base} ({fmt_bytes(delay['waiting_bytes'])}): "
+        f"{by_time}; {by_size}"
+    )
+
+
+@event_line.register
+def _copy_delayed(event: CopyDelayed) -> str:
+    fields_ = {f.name: getattr(event, f.name) for f in fields(event) if f.name != "topic_partition"}
+    return f"{event.topic_partition}: {copy_delay_words(fields_)}"
 
 
 @event_line.register

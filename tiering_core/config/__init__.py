@@ -50,6 +50,7 @@ from tiering_core.config.remote import parse_remote_config
 from tiering_core.config.topics import (
     TOPIC_KEYS,
     TopicConfig,
+    check_copy_lag,
     not_tiered_reason,
     parse_topic_config,
     without_remote_storage_if_compacted,
@@ -248,7 +249,7 @@ class PlatformConfig:
             config = replace(config, local_retention_ms=broker.retention_ms)
         if config.local_retention_bytes is None and broker.retention_bytes is not None:
             config = replace(config, local_retention_bytes=broker.retention_bytes)
-        return config
+        return check_copy_lag(config, f"topics.{topic}")
 
 
 def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = None) -> PlatformConfig:

@@ -21,6 +21,8 @@ BROKER_OWNED_TOPIC_KEYS = (
     "local.retention.bytes",
     "cleanup.policy",
     "remote.storage.enable",
+    "remote.copy.lag.ms",
+    "remote.copy.lag.bytes",
 )
 
 

@@ -16,7 +16,9 @@ class TopicConfig:
 
     ``retention_ms``/``retention_bytes`` are the total (remote) retention; ``-1`` means
     unlimited. ``local_retention_*`` mirror the broker's own local retention: ``-2`` means
-    "same as total", ``None`` means unknown (no local-retention alarm).
+    "same as total", ``None`` means unknown (no local-retention alarm). ``remote_copy_lag_*`` delay
+    the upload of a closed segment (KIP-1241, docs/kafka-rules.md section 5, "Delayed upload"):
+    ``0`` no delay, ``-1`` the effective local retention.
     """
 
     remote_storage_enable: bool = True
@@ -28,6 +30,8 @@ class TopicConfig:
     remote_log_delete_on_disable: bool = False
     index_interval_bytes: int = 4096
     cleanup_policy: tuple[str, ...] = ("delete",)
+    remote_copy_lag_ms: int = 0
+    remote_copy_lag_bytes: int = -1
 
     def effective_local_retention_ms(self) -> int | None:
         if self.local_retention_ms == -2:
@@ -38,6 +42,21 @@ class TopicConfig:
         if self.local_retention_bytes == -2:
             return self.retention_bytes
         return self.local_retention_bytes
+
+    def effective_remote_copy_lag_ms(self) -> int:
+        """Kafka's ``LogConfig.remoteCopyLagMs``: ``-1`` is the effective local retention time,
+        itself ``-1`` (the time check is not applied) when unlimited or unknown here."""
+        return _resolved_copy_lag(self.remote_copy_lag_ms, self.effective_local_retention_ms())
+
+    def effective_remote_copy_lag_bytes(self) -> int:
+        """Kafka's ``LogConfig.remoteCopyLagBytes``, as ``effective_remote_copy_lag_ms`` for size."""
+        return _resolved_copy_lag(self.remote_copy_lag_bytes, self.effective_local_retention_bytes())
+
+
+def _resolved_copy_lag(lag: int, local_retention: int | None) -> int:
+    if lag != -1:
+        return lag
+    return -1 if local_retention is None else local_retention
 
 
 # Kafka config name -> (dataclass field, kind)
@@ -51,6 +70,8 @@ TOPIC_KEYS: dict[str, tuple[str, str]] = {
     "remote.log.delete.on.disable": ("remote_log_delete_on_disable", "bool"),
     "index.interval.bytes": ("index_interval_bytes", "positive"),
     "cleanup.policy": ("cleanup_policy", "cleanup_policy"),
+    "remote.copy.lag.ms": ("remote_copy_lag_ms", "copy_lag"),
+    "remote.copy.lag.bytes": ("remote_copy_lag_bytes", "copy_lag"),
 }
 
 
@@ -72,14 +93,42 @@ def parse_topic_config(raw: Any, where: str, base: TopicConfig, *, check_compact
             if number < -1:
                 raise ConfigError(f"{name}: {number} is invalid (use -1 for unlimited)")
             values[attr] = number
+        elif kind == "copy_lag":
+            number = as_int(value, name)
+            if number < -1:
+                raise ConfigError(f"{name}: {number} is invalid (use 0 for no delay, -1 for the local retention)")
+            values[attr] = number
         else:
             number = as_int(value, name)
             if number < -2:
                 raise ConfigError(f"{name}: {number} is invalid (use -2 for 'same as total', -1 for unlimited)")
             values[attr] = number
     config = replace(base, **values)
+    check_copy_lag(config, where)
     if check_compact:  # refuse the contradiction written here; an inherited one is judged at lookup
         without_remote_storage_if_compacted(config, where, explicit="remote.storage.enable" in section)
+    return config
+
+
+def check_copy_lag(config: TopicConfig, where: str) -> TopicConfig:
+    """Kafka's bound on a delayed upload (``LogConfig.validateRemoteCopyLagTime``/``Size``): a
+    positive copy lag never exceeds the effective local retention unless that is unlimited (or,
+    here, unknown). A longer delay would leave the broker deleting segments not yet tiered."""
+    bounds = (
+        ("remote.copy.lag.ms", config.remote_copy_lag_ms, "local.retention.ms", config.effective_local_retention_ms()),
+        (
+            "remote.copy.lag.bytes",
+            config.remote_copy_lag_bytes,
+            "local.retention.bytes",
+            config.effective_local_retention_bytes(),
+        ),
+    )
+    for lag_key, lag, retention_key, retention in bounds:
+        if lag > 0 and retention is not None and retention >= 0 and lag > retention:
+            raise ConfigError(
+                f"{where}.{lag_key}: {lag} exceeds {retention_key} (effective value: {retention}); "
+                "Kafka refuses a copy lag longer than the local retention"
+            )
     return config
 
 

@@ -28,6 +28,23 @@ class CopyNotPlanned(RunEvent):
 
 
 @dataclass(frozen=True)
+class CopyDelayed(RunEvent):
+    """Closed segments below the LSO wait for their delayed upload (KIP-1241): from
+    ``base_offset`` on, ``waiting_segments`` of them. The effective ``remote.copy.lag.ms`` and
+    ``remote.copy.lag.bytes`` (-1: that check is not applied) against the first one's age and
+    the bytes of the local log after it."""
+
+    topic_partition: TopicPartition
+    base_offset: int
+    waiting_segments: int
+    waiting_bytes: int
+    copy_lag_ms: int
+    copy_lag_bytes: int
+    segment_age_ms: int
+    newer_bytes: int
+
+
+@dataclass(frozen=True)
 class PartitionHeld(RunEvent):
     """Another copy run holds the partition's lease: this run does nothing."""
 

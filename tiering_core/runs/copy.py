@@ -2,7 +2,8 @@
 
 Per partition (docs/kafka-rules.md sections 5 and 10): take the partition's lease, clean up what
 a killed earlier run left in COPY_SEGMENT_STARTED, find the highest copied offset along the
-lineage, and copy every closed segment whose next base offset is at or below the LSO:
+lineage, and copy every closed segment whose next base offset is at or below the LSO and whose
+delayed upload (``remote.copy.lag.ms``/``remote.copy.lag.bytes``, KIP-1241) has passed:
 new UUID, COPY_SEGMENT_STARTED, objects, manifest last, COPY_SEGMENT_FINISHED.
 
 The run is split into ``prepare_segment_upload`` (driver), ``upload_segment`` (anywhere,
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.copy import (
+    CopyDelayed,
     CopyFinished,
     CopyNotPlanned,
     CopySkipped,
@@ -97,6 +99,7 @@ class CopyResult:
     gaps: list[list[int]] = field(default_factory=list)
     planned: list[dict[str, int]] = field(default_factory=list)
     seconds: float = 0.0
+    copy_delay: dict[str, int] | None = None  # why closed segments below the LSO wait (KIP-1241)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, for ``--json`` and XCom."""
@@ -113,10 +116,12 @@ def begin_copy_run(
     hold: ExitStack,
     attempt: TaskAttempt | None = None,
     broker_id: int | None = None,
+    now_ms: int | None = None,
 ) -> tuple[HeldPartition, CopyPlan, int] | None:
     """Hold the partition (until ``hold`` closes; ``attempt``: see ``held_partition``), recovery
     and remote-log-start bookkeeping, then the run's plan from a view read under the lease
-    (``plan_under_lease``); also how many failed copies were cleaned up.
+    (``plan_under_lease``, its delayed upload judged at ``now_ms``); also how many failed copies
+    were cleaned up.
 
     Returns None when another run holds the partition's lease.
     """
@@ -132,7 +137,8 @@ def begin_copy_run(
         return None
     cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
     repair_remote_log_start(store, tip, held.lease)
-    return held, plan_under_lease(ctx, before, tier_view(ctx, partition_log), broker_id=broker_id), cleaned
+    plan = plan_under_lease(ctx, before, tier_view(ctx, partition_log), broker_id=broker_id, now_ms=now_ms)
+    return held, plan, cleaned
 
 
 def refuse_stale_directory(ctx: TieringContext, partition_log: PartitionLog) -> None:
@@ -183,6 +189,7 @@ class CopyRun:
         events: EventSink = discard,
         attempt: TaskAttempt | None = None,
         broker_id: int | None = None,
+        now_ms: int | None = None,
     ) -> CopyRun:
         """Skip check, lease, recovery, gap recording and the candidates: the run plans once
         (``runs.copy_plan``), and only the plan read under the lease decides what it uploads.
@@ -191,6 +198,7 @@ class CopyRun:
         (``run.result`` says which); such a run has nothing to upload or release. ``broker_id``:
         the broker the run copies from, whose observation of the partition ``finish`` records
         (None: not recorded); an id the store refuses fails the run before it holds anything.
+        ``now_ms``: the clock the delayed upload is judged by (None: now).
         """
         if broker_id is not None:
             check_broker_id(broker_id, ctx.config.broker_ids, tp)
@@ -206,7 +214,7 @@ class CopyRun:
                 events(CopyNotPlanned(tp, before.skipped_reason))
             return run
         try:
-            begun = begin_copy_run(ctx, before, run_id, run._hold, attempt, broker_id)
+            begun = begin_copy_run(ctx, before, run_id, run._hold, attempt, broker_id, now_ms)
             if begun is None:
                 run.result.fenced = True
                 events(PartitionHeld(tp))
@@ -218,6 +226,7 @@ class CopyRun:
             if plan.skipped_reason is not None:  # not the leader's log: nothing to copy from here
                 run.result.skipped_reason = plan.skipped_reason
                 events(CopySkipped(tp, plan.skipped_reason))
+            run._delayed(plan)
             run.gap = plan.gap
             if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
                 run._record_gap(run.gap)
@@ -237,6 +246,14 @@ class CopyRun:
     def active(self) -> bool:
         """Holds the partition's lease and may still write."""
         return self.held is not None and self.held.holds
+
+    def _delayed(self, plan: CopyPlan) -> None:
+        """What the delayed upload holds back, in the result and told as an event."""
+        delay = plan.delay
+        if delay is None or plan.skipped_reason is not None:
+            return
+        self.result.copy_delay = delay.to_dict()
+        self.events(CopyDelayed(self.tp, **delay.to_dict()))
 
     def _record_gap(self, gap: OffsetRange) -> None:
         lease, view = self._held()
@@ -452,6 +469,7 @@ def run_copy(
     uploader: Uploader | None = None,
     attempt: TaskAttempt | None = None,
     broker_id: int | None = None,
+    now_ms: int | None = None,
 ) -> CopyResult:
     """Copy every eligible segment of one partition; see the module docstring.
 
@@ -459,10 +477,13 @@ def run_copy(
     ``uploader`` puts a segment's objects (default ``upload_segment``; a test injects faults here).
     ``broker_id``: the broker whose log dirs the run reads; what it saw of the partition at the end
     is recorded (None: not recorded). ``events`` hears what the run does (default: nobody).
+    ``now_ms``: the clock the delayed upload is judged by (None: now).
     """
     if dry_run:
-        return _dry_run(ctx, tp, events, broker_id)
-    run = CopyRun.begin(ctx, tp, run_id=run_id or uuid.uuid4().hex, events=events, attempt=attempt, broker_id=broker_id)
+        return _dry_run(ctx, tp, events, broker_id, now_ms)
+    run = CopyRun.begin(
+        ctx, tp, run_id=run_id or uuid.uuid4().hex, events=events, attempt=attempt, broker_id=broker_id, now_ms=now_ms
+    )
     if not run.active:
         return run.result
     try:
@@ -491,9 +512,11 @@ def run_copy(
     return run.finish()
 
 
-def _dry_run(ctx: TieringContext, tp: TopicPartition, events: EventSink, broker_id: int | None) -> CopyResult:
+def _dry_run(
+    ctx: TieringContext, tp: TopicPartition, events: EventSink, broker_id: int | None, now_ms: int | None
+) -> CopyResult:
     result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
-    plan = plan_copy(ctx, tp, broker_id=broker_id)
+    plan = plan_copy(ctx, tp, broker_id=broker_id, now_ms=now_ms)
     result.skipped_reason = plan.skipped_reason
     result.highest_copied_offset = plan.highest_copied_offset
     result.last_stable_offset = plan.last_stable_offset
@@ -507,5 +530,8 @@ def _dry_run(ctx: TieringContext, tp: TopicPartition, events: EventSink, broker_
     result.gaps = [plan.gap.as_list()] if plan.gap else []
     for c in plan.planned:
         events(WouldCopy(tp, c.base_offset, c.end_offset, c.size_bytes))
+    if plan.delay is not None:
+        result.copy_delay = plan.delay.to_dict()
+        events(CopyDelayed(tp, **plan.delay.to_dict()))
     events(DryRunPlanned(tp, len(plan.planned)))
     return result

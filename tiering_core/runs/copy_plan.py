@@ -4,7 +4,9 @@ A partition is skipped when Kafka would not tier it (an internal topic, ``remote
 false, ``remote.log.copy.disable`` true), when its log is behind the recorded lineage or the
 cluster's offsets are unusable, or, on one broker of a cluster, when another broker holds the
 best fresh replica (``tier.replica``). Otherwise the plan lists the closed segments whose next
-base offset is at or below the LSO, and the tiering gap no fresh replica still holds. Planning
+base offset is at or below the LSO that the delayed upload lets go now (``TierView.upload_eligibility``:
+``remote.copy.lag.ms``/``remote.copy.lag.bytes``; ``delay`` says why the rest wait), and the
+tiering gap no fresh replica still holds. Planning
 writes nothing but, with a broker id, what that broker saw of each partition (``tier.observation``).
 
 One ``CopyPlan`` holds all of it (the tier view it was read from, the skip reason, the replica
@@ -31,7 +33,7 @@ from tiering_core.tier.view import tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
-    from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView
+    from tiering_core.tier.view import CopyCandidate, CopyDelay, OffsetRange, TierView
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class CopyPlan:
 
     ``view`` is None when the partition was skipped before its directory was read (Kafka would not
     tier the topic). ``replica`` is the choice among a cluster's replicas (None on a single broker).
+    ``delay``: why closed segments below the LSO wait (KIP-1241); None when none does.
     """
 
     topic_partition: TopicPartition
@@ -60,6 +63,7 @@ class CopyPlan:
     replica: ReplicaChoice | None = None
     gap: OffsetRange | None = None
     candidates: tuple[CopyCandidate, ...] = ()
+    delay: CopyDelay | None = None
 
     @property
     def highest_copied_offset(self) -> int:
@@ -84,31 +88,41 @@ def skip_reason(ctx: TieringContext, tp: TopicPartition) -> str | None:
     return not_tiered_reason(tp.topic, ctx.topic_config(tp.topic))
 
 
-def plan_copy(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None) -> CopyPlan:
+def plan_copy(
+    ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None, now_ms: int | None = None
+) -> CopyPlan:
     """The read-only plan of one partition (the dry run): a topic Kafka would not tier is skipped
     before its directory is read; otherwise as ``plan_copies``."""
     reason = skip_reason(ctx, tp)
     if reason is not None:
         return CopyPlan(tp, skipped_reason=reason)
-    return _plans(ctx, [tp], [None], broker_id)[0]
+    return _plans(ctx, [tp], [None], broker_id, now_ms)[0]
 
 
-def plan_copies(ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id: int | None = None) -> list[CopyPlan]:
+def plan_copies(
+    ctx: TieringContext, tps: Sequence[TopicPartition], *, broker_id: int | None = None, now_ms: int | None = None
+) -> list[CopyPlan]:
     """The read-only plans of many partitions, their observations recorded in one transaction
     (every partition's, a topic Kafka would not tier included). On one broker of a cluster, a
     partition whose best fresh replica is another broker's is skipped (``tier.replica``), and a
-    gap another replica still holds is none."""
-    return _plans(ctx, tps, [skip_reason(ctx, tp) for tp in tps], broker_id)
+    gap another replica still holds is none. ``now_ms``: the clock the delayed upload is judged
+    by (None: now)."""
+    return _plans(ctx, tps, [skip_reason(ctx, tp) for tp in tps], broker_id, now_ms)
 
 
 def _plans(
-    ctx: TieringContext, tps: Sequence[TopicPartition], not_tiered: Sequence[str | None], broker_id: int | None
+    ctx: TieringContext,
+    tps: Sequence[TopicPartition],
+    not_tiered: Sequence[str | None],
+    broker_id: int | None,
+    now_ms: int | None,
 ) -> list[CopyPlan]:
     views = _observed_views(ctx, tps, broker_id)
     plans: list[CopyPlan] = []
     for tp, view, reason in zip(tps, views, not_tiered, strict=True):
         skipped = reason or view.behind_lineage or view.live_problem
         replica = replica_choice(ctx, view, broker_id) if skipped is None else None
+        eligible = view.upload_eligibility(ctx.topic_config(tp.topic), now_ms)
         plans.append(
             CopyPlan(
                 topic_partition=tp,
@@ -116,7 +130,8 @@ def _plans(
                 skipped_reason=skipped or (replica.skipped_reason if replica is not None else None),
                 replica=replica,
                 gap=tiering_gap_on(ctx.config, ctx.metadata, view, broker_id),
-                candidates=tuple(view.copy_candidates()),
+                candidates=eligible.candidates,
+                delay=eligible.delay,
             )
         )
     return plans
@@ -144,18 +159,21 @@ def plan_before_lease(ctx: TieringContext, tp: TopicPartition, *, broker_id: int
 
 
 def plan_under_lease(
-    ctx: TieringContext, before: CopyPlan, view: TierView, *, broker_id: int | None = None
+    ctx: TieringContext, before: CopyPlan, view: TierView, *, broker_id: int | None = None, now_ms: int | None = None
 ) -> CopyPlan:
     """A run's one plan, from ``view`` read while it holds the partition's lease: what it uploads
-    (nothing when the broker's log is behind the recorded lineage: then it is skipped) and the
-    gap it records; ``before``'s replica choice is kept, not made again."""
+    (nothing when the broker's log is behind the recorded lineage: then it is skipped; what the
+    delayed upload holds back waits, ``delay`` saying why) and the gap it records; ``before``'s
+    replica choice is kept, not made again."""
+    eligible = view.upload_eligibility(ctx.topic_config(before.topic_partition.topic), now_ms)
     return CopyPlan(
         topic_partition=before.topic_partition,
         view=view,
         skipped_reason=view.behind_lineage,
         replica=before.replica,
         gap=tiering_gap_on(ctx.config, ctx.metadata, view, broker_id),
-        candidates=tuple(view.copy_candidates()),
+        candidates=eligible.candidates,
+        delay=eligible.delay,
     )
 
 

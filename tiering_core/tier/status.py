@@ -78,6 +78,7 @@ class PartitionStatus:
     offsets_source: str | None = None  # "broker" (the kafka: section) or "files"; None off the broker
     error: str | None = None
     not_tiered_reason: str | None = None  # why copy skips the topic (compacted, ...); None: it is tiered
+    copy_delay: dict[str, int] | None = None  # why closed segments below the LSO wait (KIP-1241)
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in STATUS_FIELDS}
@@ -91,16 +92,17 @@ class PartitionStatus:
             offsets_source=self.offsets_source,
             error=self.error,
             not_tiered_reason=self.not_tiered_reason,
+            copy_delay=self.copy_delay,
         )
         return out
 
 
 def partition_status(
-    ctx: TieringContext, partition_log: PartitionLog, *, broker_id: int | None = None
+    ctx: TieringContext, partition_log: PartitionLog, *, broker_id: int | None = None, now_ms: int | None = None
 ) -> PartitionStatus:
     """Status of one broker partition joined with the metadata store; with ``broker_id``, also
-    records what this broker saw of it (``tier.observation``)."""
-    row, seen = _partition_status(ctx, partition_log, broker_id)
+    records what this broker saw of it (``tier.observation``). ``now_ms``: the clock (None: now)."""
+    row, seen = _partition_status(ctx, partition_log, broker_id, now_ms)
     observed = [seen] if seen is not None else []
     record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids, figures=_figures(observed, [row]))
     return row
@@ -117,7 +119,7 @@ def _figures(observed: list[Observed], rows: list[PartitionStatus]) -> dict[Topi
 
 
 def _partition_status(
-    ctx: TieringContext, partition_log: PartitionLog, broker_id: int | None = None
+    ctx: TieringContext, partition_log: PartitionLog, broker_id: int | None = None, now_ms: int | None = None
 ) -> tuple[PartitionStatus, Observed | None]:
     """The status row (read-only), and the view it came from for the replica's observation. On one
     broker of a cluster (``broker_id``) a gap another fresh replica still holds is none."""
@@ -138,8 +140,11 @@ def _partition_status(
     if view.delete_records_offset is not None:
         log_start = max(log_start, view.delete_records_offset)
     topic_config = ctx.topic_config(tp.topic)
-    risk = view.local_retention_risk(topic_config)
-    delete_lag_segments, delete_lag_bytes = delete_lag(view, store, topic_config, int(time.time() * 1000))
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    risk = view.local_retention_risk(topic_config, now)
+    delete_lag_segments, delete_lag_bytes = delete_lag(view, store, topic_config, now)
+    not_tiered = not_tiered_reason(tp.topic, topic_config)
+    delay = None if not_tiered is not None else view.upload_eligibility(topic_config, now).delay
     remote_only = remote_only_offsets(remote_start, view.highest_copied_offset, view.local_log_start_offset)
     row = PartitionStatus(
         topic=tp.topic,
@@ -165,7 +170,8 @@ def _partition_status(
         remote_only_offsets=remote_only.as_list() if remote_only is not None else None,
         offsets_source=view.offsets_source,
         error=view.offsets_error,
-        not_tiered_reason=not_tiered_reason(tp.topic, topic_config),
+        not_tiered_reason=not_tiered,
+        copy_delay=delay.to_dict() if delay is not None else None,
     )
     return row, (view, topic_config, risk)
 
@@ -192,16 +198,23 @@ def remote_log_start(view: TierView, finished: list[RemoteLogSegmentMetadata]) -
 
 
 def collect_status(
-    ctx: TieringContext, topic: str | None = None, partition: int | None = None, *, broker_id: int | None = None
+    ctx: TieringContext,
+    topic: str | None = None,
+    partition: int | None = None,
+    *,
+    broker_id: int | None = None,
+    now_ms: int | None = None,
 ) -> list[PartitionStatus]:
     """Every selected broker partition, plus partitions known only to the metadata store
     (removed from the broker, remote data kept) when no selector excludes them. With
-    ``broker_id``, what this broker saw of its partitions is recorded, in one transaction."""
+    ``broker_id``, what this broker saw of its partitions is recorded, in one transaction.
+    ``now_ms``: the clock retention, the local-retention risk and the delayed upload are judged
+    by (None: now)."""
     logs = ctx.partitions(topic, partition)
     rows: list[PartitionStatus] = []
     observed: list[Observed] = []
     for log in logs:
-        row, view_seen = _partition_status(ctx, log, broker_id)
+        row, view_seen = _partition_status(ctx, log, broker_id, now_ms)
         rows.append(row)
         if view_seen is not None:
             observed.append(view_seen)

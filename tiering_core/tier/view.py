@@ -2,8 +2,9 @@
 
 Copy, retention, status and reads derive their offsets here and nowhere else:
 the lineage and global log start offset of docs/kafka-rules.md section 10, the highest copied
-offset of section 5 step 1, the copy candidates of step 3, copy lag, tiering gaps and
-local-retention risk.
+offset of section 5 step 1, the copy candidates of step 3 and which of them the delayed upload
+(KIP-1241, section 5 "Delayed upload") lets go now, copy lag, tiering gaps and local-retention
+risk.
 
 The broker's log start (its ``log-start-offset-checkpoint`` entry, or the cluster's log start) is
 only the *local* log start: the global log start moves by the platform's own retention and by
@@ -20,7 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from tiering_core.errors import TieringError
@@ -54,6 +55,46 @@ class CopyCandidate:
     @property
     def end_offset(self) -> int:
         return self.next_base_offset - 1
+
+
+@dataclass(frozen=True)
+class CopyDelay:
+    """Why the copy candidates from ``base_offset`` on wait: KIP-1241's delayed upload
+    (docs/kafka-rules.md section 5, "Delayed upload"). ``copy_lag_ms`` and ``copy_lag_bytes`` are
+    the effective ``remote.copy.lag.*`` (-1: that check is not applied); ``segment_age_ms`` (by
+    the segment's largest timestamp) and ``newer_bytes`` (the local log after the segment, the
+    active segment included) are what they measure. ``waiting_*``: the candidates held back."""
+
+    base_offset: int
+    waiting_segments: int
+    waiting_bytes: int
+    copy_lag_ms: int
+    copy_lag_bytes: int
+    segment_age_ms: int
+    newer_bytes: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class UploadEligibility:
+    """The copy candidates a copy may upload now, and why the rest wait (None: none waits)."""
+
+    candidates: tuple[CopyCandidate, ...]
+    delay: CopyDelay | None = None
+
+
+def segment_max_timestamp(segment: LogSegment) -> int:
+    """The largest record timestamp of a segment's batches (-1 when none has one)."""
+    return max((h.max_timestamp for h in iter_batch_headers(segment.log_path, strict=False)), default=-1)
+
+
+def segment_largest_timestamp(segment: LogSegment) -> int:
+    """Kafka's ``LogSegment.largestTimestamp``: the largest record timestamp, else the ``.log``'s
+    modification time (what a delayed upload measures a segment's age by)."""
+    largest = segment_max_timestamp(segment)
+    return largest if largest >= 0 else int(segment.last_modified * 1000)
 
 
 @dataclass(frozen=True)
@@ -222,6 +263,42 @@ class TierView:
             candidates.append(CopyCandidate(current, next_base))
         return candidates
 
+    def upload_eligibility(self, topic: TopicConfig, now_ms: int | None = None) -> UploadEligibility:
+        """The copy candidates a copy may upload now, by KIP-1241's delayed upload (Kafka's
+        ``RLMCopyTask.candidateLogSegments``): a candidate goes once its age (``now`` minus its
+        largest timestamp; a timestamp in the future counts as old enough) reaches
+        ``remote.copy.lag.ms`` or the local log after it reaches ``remote.copy.lag.bytes``; either
+        lag 0 lets every candidate go. The first candidate that waits holds back every later one:
+        segments are copied in offset order."""
+        candidates = self.copy_candidates()
+        lag_ms, lag_bytes = topic.effective_remote_copy_lag_ms(), topic.effective_remote_copy_lag_bytes()
+        if not candidates or lag_ms == 0 or lag_bytes == 0:
+            return UploadEligibility(tuple(candidates))
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        first = candidates[0].base_offset
+        total = sum(s.size_bytes for s in self.log.segments if s.base_offset >= first)
+        cumulative = 0
+        for i, candidate in enumerate(candidates):
+            cumulative += candidate.segment.size_bytes
+            newer = total - cumulative
+            if lag_bytes > 0 and newer >= lag_bytes:
+                continue
+            age = now - segment_largest_timestamp(candidate.segment)
+            if lag_ms > 0 and (age < 0 or age >= lag_ms):
+                continue
+            waiting = candidates[i:]
+            delay = CopyDelay(
+                base_offset=candidate.base_offset,
+                waiting_segments=len(waiting),
+                waiting_bytes=sum(c.segment.size_bytes for c in waiting),
+                copy_lag_ms=lag_ms,
+                copy_lag_bytes=lag_bytes,
+                segment_age_ms=age,
+                newer_bytes=newer,
+            )
+            return UploadEligibility(tuple(candidates[:i]), delay)
+        return UploadEligibility(tuple(candidates))
+
     # --- section 5 step 5 and section 10 items 3-4 ---------------------------------------------
 
     def uncopied_closed_segments(self) -> list[CopyCandidate]:
@@ -263,7 +340,7 @@ class TierView:
         if lagging:
             oldest = lagging[0].segment
             oldest_base = oldest.base_offset
-            max_ts = max((h.max_timestamp for h in iter_batch_headers(oldest.log_path, strict=False)), default=-1)
+            max_ts = segment_max_timestamp(oldest)
             if max_ts >= 0:
                 age = max(0, now - max_ts)
         reasons: list[str] = []

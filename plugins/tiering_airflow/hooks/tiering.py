@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
@@ -27,6 +28,16 @@ CONFIG_ENV = "TIERING_CONFIG"
 CONFIG_VARIABLE = "tiering_config"
 #: A connection whose password is the metadata DB's, so that the YAML file need not hold it.
 METADATA_CONN_ID = "tiering_metadata"
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """What a copy run would upload now: the partitions with an eligible segment (numbers, or
+    ``<topic>-<partition>`` labels for ``"*"``), and a line per partition whose closed segments
+    below the LSO wait for their delayed upload (KIP-1241), saying why."""
+
+    partitions: list[int] | list[str]
+    waiting: list[str] = field(default_factory=list)
 
 
 def resolve_config_path(explicit: str | None = None) -> str:
@@ -299,6 +310,12 @@ class TieringHook(BaseHook):
     def eligible(self, topic: str, config: PlatformConfig | None = None) -> list[int] | list[str]:
         """What a copy run would upload now (read-only): the partition numbers of ``topic``; for
         ``"*"``, the ``<topic>-<partition>`` labels of the partitions ``default_partitions`` covers."""
+        return self.eligibility(topic, config).partitions
+
+    def eligibility(self, topic: str, config: PlatformConfig | None = None, now_ms: int | None = None) -> Eligibility:
+        """``eligible``, with why the partitions whose segments wait for their delayed upload wait
+        (``now_ms``: the clock it is judged by; None: now)."""
+        from tiering_core.cli.output import copy_delay_words
         from tiering_core.config import DEFAULT_TOPIC
         from tiering_core.runs.copy_plan import plan_copies
 
@@ -310,6 +327,11 @@ class TieringHook(BaseHook):
                 for tp in (log.topic_partition for log in ctx.partitions())
                 if (tp.topic not in named if default else tp.topic == topic)
             ]
-            plans = plan_copies(ctx, selected, broker_id=observing_broker(ctx.config))
-            found = [plan.topic_partition for plan in plans if plan.eligible]
-        return [str(tp) for tp in found] if default else [tp.partition for tp in found]
+            plans = plan_copies(ctx, selected, broker_id=observing_broker(ctx.config), now_ms=now_ms)
+        found = [plan.topic_partition for plan in plans if plan.eligible]
+        waiting = [
+            f"{plan.topic_partition}: {copy_delay_words(plan.delay.to_dict())}"
+            for plan in plans
+            if plan.delay is not None and plan.skipped_reason is None
+        ]
+        return Eligibility([str(tp) for tp in found] if default else [tp.partition for tp in found], waiting)

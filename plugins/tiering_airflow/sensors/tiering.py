@@ -6,7 +6,9 @@ reschedule mode, releasing the worker slot between pokes (for deployments withou
 Either way it returns (and pushes to XCom) the eligible partition numbers, or for
 ``topic="*"`` (every topic the config does not name) their ``<topic>-<partition>`` labels. A topic
 the config says is not tiered (compacted, ``remote.storage.enable`` false, ...) is skipped at once,
-the reason in the task's log, and its copy tasks with it.
+the reason in the task's log, and its copy tasks with it. A partition whose closed segments wait
+for their delayed upload (``remote.copy.lag.ms``/``remote.copy.lag.bytes``, KIP-1241) is not
+eligible yet; each check says in the log why it waits.
 
 ``broker_id`` names the broker whose log dirs it plans on (the cluster form gives each broker's
 sensor its id and queue); its plans record that broker's observations. Its trigger carries the
@@ -68,7 +70,10 @@ class EligibleSegmentSensor(BaseSensorOperator):
             from airflow.sdk.exceptions import AirflowSkipException
 
             raise AirflowSkipException(f"{self.topic}: not tiered: {reason}")
-        found = hook.eligible(self.topic, config)
+        eligibility = hook.eligibility(self.topic, config)
+        found = eligibility.partitions
+        for line in eligibility.waiting:
+            self.log.info("%s", line)
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, found or "none")
         return PokeReturnValue(is_done=bool(found), xcom_value=found)
 

@@ -4,7 +4,8 @@ Each poll runs the copy plans (``plan_copies``: file reads and metadata queries)
 the triggerer's event loop never blocks and the waiting task holds no worker slot. A poll has a
 time limit: a log dir that hangs (an unresponsive network mount) or a metadata store that stops
 answering ends the wait with an error event, which fails the task to be retried, instead of
-holding the trigger forever.
+holding the trigger forever. A poll that finds segments waiting for their delayed upload
+(KIP-1241) logs why each partition waits.
 """
 
 from __future__ import annotations
@@ -60,8 +61,12 @@ class EligibleSegmentTrigger(BaseTrigger):
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     def eligible_partitions(self) -> list[int] | list[str]:
-        hook = TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id, broker_id=self.broker_id)
-        return hook.eligible(self.topic)
+        eligibility = TieringHook(
+            config_path=self.config_path, aws_conn_id=self.aws_conn_id, broker_id=self.broker_id
+        ).eligibility(self.topic)
+        for line in eligibility.waiting:
+            self.log.info("%s", line)
+        return eligibility.partitions
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

@@ -4,9 +4,11 @@ itself breaks."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from tests.engine_support import TieringEnv
+from tests.engine_support import TieringEnv, write_segments
 from tests.tiering_airflow.triggers.test_tiering import only_active_segment
 from tiering_airflow.sensors.tiering import EligibilityCheckError, EligibleSegmentSensor
 from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
@@ -49,5 +51,33 @@ def test_non_deferrable_sensor_pokes_in_reschedule_mode(tiering: TieringEnv) -> 
     assert sensor.poke({}).is_done is False
     w.roll()
     w.set_high_watermark()
+    poked = sensor.poke({})
+    assert poked.is_done and poked.xcom_value == [0]
+
+
+def test_the_sensor_says_why_a_delayed_segment_waits(
+    tiering: TieringEnv, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Segments closed two minutes ago under ``remote.copy.lag.ms`` 10 minutes (KIP-1241): not
+    eligible, and the check's log says why; with a lag of one minute they are."""
+    import logging
+    import time
+
+    written = int(time.time() * 1000) - 120_000
+    w = tiering.writer(clock=lambda: written)
+    write_segments(w, 1)
+    w.append_records(1)
+    w.set_high_watermark()
+    tiering.write_config(orders={"remote.copy.lag.ms": 600_000})
+    sensor = EligibleSegmentSensor(task_id="wait", topic="orders", deferrable=False, aws_conn_id=None)
+    with caplog.at_level(logging.INFO):
+        assert sensor.poke({}).is_done is False
+    logs = caplog.text + "".join(capfd.readouterr())
+    assert re.search(
+        r"orders-0: waiting: 1 segment\(s\) from 0 \(.*\): remote\.copy\.lag\.ms 600000, segment 0 is [2-9]m old; "
+        r"remote\.copy\.lag\.bytes not applied",
+        logs,
+    ), logs
+    tiering.write_config(orders={"remote.copy.lag.ms": 60_000})
     poked = sensor.poke({})
     assert poked.is_done and poked.xcom_value == [0]

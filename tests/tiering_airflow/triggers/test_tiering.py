@@ -5,14 +5,15 @@ check as an error event (the sensor that defers to it: sensors/test_tiering.py).
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from typing import Any
 
 import pytest
 
-from tests.engine_support import TieringEnv, wait_until
-from tiering_airflow.hooks.tiering import TieringHook
+from tests.engine_support import TieringEnv, wait_until, write_segments
+from tiering_airflow.hooks.tiering import Eligibility, TieringHook
 from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
 
 
@@ -70,21 +71,21 @@ def test_trigger_polls_off_the_event_loop(tiering: TieringEnv, monkeypatch: pyte
     each check ends only once the loop has ticked meanwhile, which it could not if the check ran
     on the loop; with nothing eligible, the trigger polls again without an event."""
     only_active_segment(tiering)
-    check = TieringHook.eligible
+    check = TieringHook.eligibility
     threads: set[int] = set()
     ticks = 0
     checks_done = 0
 
-    def slow_check(self: TieringHook, topic: str) -> list[int] | list[str]:
+    def slow_check(self: TieringHook, topic: str, *args: Any, **kwargs: Any) -> Eligibility:
         nonlocal checks_done
         threads.add(threading.get_ident())
         started = ticks
         wait_until(lambda: ticks >= started + 5, what="the event loop to tick while a check runs")
-        found = check(self, topic)
+        found = check(self, topic, *args, **kwargs)
         checks_done += 1
         return found
 
-    monkeypatch.setattr(TieringHook, "eligible", slow_check)
+    monkeypatch.setattr(TieringHook, "eligibility", slow_check)
     trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.config_path), poll_interval=0.05)
 
     async def run() -> bool:
@@ -138,11 +139,11 @@ def test_a_poll_that_hangs_ends_the_wait_with_an_error_event(
     hold the trigger forever: the poll's time limit turns it into an error event."""
     released = threading.Event()
 
-    def hung_check(self: TieringHook, topic: str) -> list[int] | list[str]:
+    def hung_check(self: TieringHook, topic: str, *args: Any, **kwargs: Any) -> Eligibility:
         released.wait(30)
-        return []
+        return Eligibility([])
 
-    monkeypatch.setattr(TieringHook, "eligible", hung_check)
+    monkeypatch.setattr(TieringHook, "eligibility", hung_check)
     trigger = EligibleSegmentTrigger(
         topic="orders", config_path=str(tiering.config_path), poll_interval=0.05, poll_timeout=0.5
     )
@@ -194,3 +195,27 @@ def test_cancelling_the_trigger_always_lands_even_as_a_poll_finishes(tiering: Ti
         return landed
 
     assert asyncio.run(cancel_many()) == 300
+
+
+def test_the_trigger_waits_for_a_delayed_upload_and_logs_why(
+    tiering: TieringEnv, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A closed segment below the LSO that ``remote.copy.lag.bytes`` holds back (KIP-1241) is not
+    eligible: the trigger keeps waiting, each poll logging why; the lag met, it fires."""
+    import logging
+
+    w = tiering.writer("orders", 0)
+    write_segments(w, 1)
+    w.append_records(1)
+    w.set_high_watermark()
+    active = sum(p.stat().st_size for p in w.path.glob("*.log")) - w.path.joinpath(f"{0:020d}.log").stat().st_size
+    tiering.write_config(orders={"remote.copy.lag.ms": -1, "remote.copy.lag.bytes": active + 1})
+    trigger = EligibleSegmentTrigger(topic="orders", config_path=str(tiering.config_path), poll_interval=0.1)
+    with caplog.at_level(logging.INFO), pytest.raises(asyncio.TimeoutError):
+        first_event(trigger, 1.0)
+    logs = caplog.text + "".join(capfd.readouterr())
+    assert re.search(r"orders-0: waiting: 1 segment\(s\) from 0 .*remote\.copy\.lag\.ms not applied", logs), logs
+    assert f"after it of remote.copy.lag.bytes {active + 1} B" in logs
+    tiering.write_config(orders={"remote.copy.lag.ms": -1, "remote.copy.lag.bytes": active})
+    event = first_event(trigger, 60.0)
+    assert event.payload == {"status": "eligible", "topic": "orders", "partitions": [0]}
