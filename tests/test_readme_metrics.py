@@ -26,6 +26,8 @@ KAFKAS = {
     "RemoteDeleteLagSegments",
     "RemoteLogSizeBytes",
     "RemoteLogMetadataCount",
+    "RetentionSizeInPercent",  # KIP-1257
+    "LocalRetentionSizeInPercent",
 }
 
 
