@@ -197,13 +197,16 @@ def test_copy_dag_metrics_reach_a_statsd_server_with_names_tags_and_values(
         assert totals["RemoteCopyBytes"][replica] == done.object_bytes == done.counters.copy_bytes
         assert replica not in totals.get("RemoteCopyErrors", {}) and done.counters.copy_errors == 0
         assert totals["LocalRetentionRisk"][replica] == 0
-        # The gauges the copy run left: nothing behind, the remote log as the store has it.
+        # The gauges the copy run left: nothing behind, the remote log as the store has it, and
+        # KIP-1257's retention percent (0: retention.bytes is unlimited; local.retention.bytes not
+        # known, so no local percent).
         at_end = {name: series[replica[:2]] for name, series in totals.items() if replica[:2] in series}
         assert at_end == {
             "RemoteCopyLagBytes": 0,
             "RemoteCopyLagSegments": 0,
             "RemoteLogSizeBytes": done.log_bytes,
             "RemoteLogMetadataCount": done.segments,
+            "RetentionSizeInPercent": 0,
         }
     # Only the replicas that copied: broker 2 never reported orders-0 or orders-2.
     assert sorted(totals["RemoteCopyRequests"]) == sorted(
