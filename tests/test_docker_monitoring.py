@@ -84,7 +84,8 @@ def test_every_metric_a_panel_uses_is_exported_under_its_name() -> None:
         assert metrics and metrics <= exported, (query, metrics - exported)
         assert labels <= LABELS, (query, labels - LABELS)
         used |= metrics
-    # What an operator watches: lag, bytes copied and deleted, errors, gaps, risk, remote size.
+    # What an operator watches: lag, bytes copied and deleted, errors, gaps, risk, remote size, and
+    # how full each topic's partitions are against their retention limits (KIP-1257).
     for spec in (
         names.REMOTE_COPY_LAG_BYTES,
         names.REMOTE_COPY_LAG_SEGMENTS,
@@ -98,8 +99,26 @@ def test_every_metric_a_panel_uses_is_exported_under_its_name() -> None:
         names.LOCAL_RETENTION_RISK,
         names.LOCAL_RETENTION_HEADROOM_SECONDS,
         names.REMOTE_LOG_SIZE_BYTES,
+        names.RETENTION_SIZE_IN_PERCENT,
+        names.LOCAL_RETENTION_SIZE_IN_PERCENT,
     ):
         assert spec.prometheus_samples[0] in used, spec.name
+
+
+def test_the_retention_percent_panels_show_each_topic_s_fullest_partition_in_percent() -> None:
+    """KIP-1257's gauges are per partition: a topic's panel line is its fullest partition (a sum of
+    percents means nothing), drawn in percent with the limit (100) marked."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    for spec in (names.RETENTION_SIZE_IN_PERCENT, names.LOCAL_RETENTION_SIZE_IN_PERCENT):
+        (panel,) = [
+            p for p in dashboard["panels"] if any(spec.prometheus_name in t["expr"] for t in p.get("targets", []))
+        ]
+        (target,) = panel["targets"]
+        assert target["expr"] == f'max by (topic) ({spec.prometheus_name}{{topic=~"$topic"}})'
+        assert target["legendFormat"] == "{{topic}}" and spec.name in panel["description"]
+        defaults = panel["fieldConfig"]["defaults"]
+        assert defaults["unit"] == "percent"
+        assert [step["value"] for step in defaults["thresholds"]["steps"]][-1] == 100
 
 
 def test_panels_use_the_provisioned_data_source_and_unique_ids() -> None:

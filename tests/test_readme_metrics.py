@@ -31,6 +31,8 @@ KAFKAS = {
     "remote-copy-throttle-time-max",
     "remote-fetch-throttle-time-avg",
     "remote-fetch-throttle-time-max",
+    "RetentionSizeInPercent",  # KIP-1257
+    "LocalRetentionSizeInPercent",
 }
 
 

@@ -212,3 +212,38 @@ def test_commands_that_read_log_dirs_still_need_the_broker_id(
     code, _, err = run(capsys, "--config", str(cluster), *argv)
     assert code == 1 and err.count("\n") == 1, err
     assert "brokers: 2 brokers are configured (1, 2); name this process's broker with --broker ID" in err
+
+
+def test_the_single_broker_form_records_under_its_log_dir_s_broker_and_refuses_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``log_dirs:`` without ``--broker``: the runs record under the ``node.id`` of the log dir's
+    ``meta.properties``; a ``--broker`` or ``TIERING_BROKER_ID`` naming another is refused."""
+    from tiering_core.config import load_config
+    from tiering_core.context import TieringContext
+
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    w = PartitionWriter(tmp_path / "kafka", TopicPartition("orders", 0), node_id=4)
+    write_segments(w, 2)
+    w.set_high_watermark()
+    doc = {
+        "log_dirs": ["kafka"],
+        "metadata": {"url": "sqlite:///m.db"},
+        "remote": {"backend": "filesystem", "root": "tier"},
+    }
+    path = tmp_path / "tiering.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg = str(path)
+    code, _, err = run(capsys, "--config", cfg, "--broker", "2", "copy")
+    assert code == 1 and "log_dirs: " in err and "belongs to broker 4 by its meta.properties, not to broker 2" in err
+    monkeypatch.setenv("TIERING_BROKER_ID", "2")
+    code, _, err = run(capsys, "--config", cfg, "copy")
+    assert code == 1 and "belongs to broker 4 by its meta.properties, not to broker 2" in err
+    monkeypatch.delenv("TIERING_BROKER_ID")
+    with TieringContext.open(load_config(path)) as ctx:
+        assert ctx.metadata.latest_observations().replicas == {}  # nothing was read, nothing recorded
+    code, out, err = run(capsys, "--config", cfg, "--json", "copy")
+    assert code == 0 and [r["segments_copied"] for r in json.loads(out)] == [2], err
+    with TieringContext.open(load_config(path)) as ctx:
+        (replicas,) = ctx.metadata.latest_observations().replicas.values()
+    assert list(replicas) == [4] and replicas[4].copy_lag_segments == 0

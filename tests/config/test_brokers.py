@@ -14,6 +14,7 @@ from tiering_core.config import (
     BROKER_ID_ENV,
     BrokerConfig,
     PlatformConfig,
+    implied_broker_id,
     parse_config,
     select_broker,
 )
@@ -184,12 +185,45 @@ def test_a_log_dir_of_another_broker_is_refused(tmp_path: Path) -> None:
 def test_the_single_broker_form_with_a_broker_id_is_held_to_its_meta_properties(tmp_path: Path) -> None:
     config = parse_config(base_doc(tmp_path))
     with_meta(tmp_path, config, {tmp_path / "kafka": 1})
-    assert select_broker(config, environ={}) is config  # no id: works as ever
     assert select_broker(config, environ={BROKER_ID_ENV: "1"}).broker == BrokerConfig(
         1, (tmp_path / "kafka",), "tiering-broker-1"
     )
     with pytest.raises(ConfigError, match=r"log_dirs: .* belongs to broker 1 by its meta.properties, not to broker 2"):
         select_broker(config, 2, environ={})
+    with pytest.raises(ConfigError, match=r"log_dirs: .* belongs to broker 1 by its meta.properties, not to broker 2"):
+        select_broker(config, environ={BROKER_ID_ENV: "2"})
+
+
+def test_the_single_broker_form_takes_its_id_from_its_log_dirs(tmp_path: Path) -> None:
+    """Without ``--broker`` or ``TIERING_BROKER_ID`` the implicit broker is the one every log dir's
+    ``meta.properties`` names; a log dir without one (a new disk) names none."""
+    doc = base_doc(tmp_path)
+    a, b = tmp_path / "kafka-a", tmp_path / "kafka-b"
+    doc["log_dirs"] = [str(a), str(b)]
+    config = parse_config(doc)
+    a.mkdir()
+    b.mkdir()
+    assert select_broker(config, environ={}, required=True) is config  # none names its broker: as ever
+    assert implied_broker_id(config) is None
+    write_meta_properties(a, 3)
+    chosen = select_broker(config, environ={}, required=True)
+    assert chosen.broker == BrokerConfig(3, (a, b), "tiering-broker-3") and chosen.broker_id == 3
+    assert chosen.log_dirs == (a, b) and chosen.brokers == {} and chosen.broker_ids is None
+    write_meta_properties(b, 3)
+    assert select_broker(config, environ={}).broker_id == 3  # both agree
+    assert select_broker(config, 3, environ={}).broker_id == 3
+    (b / "meta.properties").unlink()
+    write_meta_properties(b, 4)
+    with pytest.raises(ConfigError) as err:
+        select_broker(config, environ={})
+    message = str(err.value)
+    assert message.startswith("log_dirs: the log dirs belong to different brokers by their meta.properties")
+    assert f"{a / 'meta.properties'}: broker 3" in message and f"{b / 'meta.properties'}: broker 4" in message
+    with pytest.raises(ConfigError, match=r"belongs to broker 4 by its meta.properties, not to broker 3"):
+        select_broker(config, 3, environ={})  # named explicitly: held to every log dir as before
+    (b / "meta.properties").write_text("version=1\nnode.id=oops\n")
+    with pytest.raises(TieringError, match="names no broker"):
+        select_broker(config, environ={})
 
 
 def test_the_observation_staleness_and_the_process_s_broker_id(tmp_path: Path) -> None:

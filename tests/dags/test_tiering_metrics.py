@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
+from fastapi.testclient import TestClient
 
 from tests.airflow_support import ROOT, airflow_env, task_runs
 from tests.dags.test_tiering_dags import DAGS
@@ -195,13 +197,16 @@ def test_copy_dag_metrics_reach_a_statsd_server_with_names_tags_and_values(
         assert totals["RemoteCopyBytes"][replica] == done.object_bytes == done.counters.copy_bytes
         assert replica not in totals.get("RemoteCopyErrors", {}) and done.counters.copy_errors == 0
         assert totals["LocalRetentionRisk"][replica] == 0
-        # The gauges the copy run left: nothing behind, the remote log as the store has it.
+        # The gauges the copy run left: nothing behind, the remote log as the store has it, and
+        # KIP-1257's retention percent (0: retention.bytes is unlimited; local.retention.bytes not
+        # known, so no local percent).
         at_end = {name: series[replica[:2]] for name, series in totals.items() if replica[:2] in series}
         assert at_end == {
             "RemoteCopyLagBytes": 0,
             "RemoteCopyLagSegments": 0,
             "RemoteLogSizeBytes": done.log_bytes,
             "RemoteLogMetadataCount": done.segments,
+            "RetentionSizeInPercent": 0,
         }
     # Only the replicas that copied: broker 2 never reported orders-0 or orders-2.
     assert sorted(totals["RemoteCopyRequests"]) == sorted(
@@ -228,3 +233,79 @@ def test_copy_dag_metrics_reach_opentelemetry_with_their_attributes(
         assert points["airflow.tiering.remotelogsizebytes"][on_partition] == done.log_bytes
         assert points["airflow.tiering.remotecopylagsegments"][on_partition] == 0
     assert set(out["points"]) <= otlp_receiver.metric_names()  # the collector got them too, at the process's exit
+
+
+def test_the_readme_s_single_broker_form_scrapes_the_gauges_after_a_copy(
+    tiering: TieringEnv, s3_endpoint: S3Endpoint, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README, "Metrics": the single-broker form (``log_dirs:``, no ``--broker``, no
+    ``TIERING_BROKER_ID``) records under the ``node.id`` its log dir's ``meta.properties`` names, so
+    after ``tiering copy`` of one partition of three segments, and after the copy DAG's task of
+    another, ``/tiering/metrics`` holds each partition's copy lag, local-retention and retention
+    gauges and the broker's ``SilentBroker``; a ``status`` adds the delete lag."""
+    from tests.cli.test_commands import run
+    from tests.dags.test_tiering_dags import dagbag
+    from tests.engine_support import write_segments
+    from tests.tiering_airflow.ui.test_metrics import SCRAPE_ENV, TOKEN, bearer, scraped
+    from tiering_airflow.ui.app import create_app
+
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    monkeypatch.setenv(SCRAPE_ENV, TOKEN)
+    tiering.write_config(events={})
+    doc = yaml.safe_load(tiering.config_path.read_text())
+    doc["remote"]["endpoint_url"] = s3_endpoint.url  # the command's S3 (a task's comes from aws_default)
+    doc["metrics"] = {"bearer_token_env": SCRAPE_ENV}
+    tiering.config_path.write_text(yaml.safe_dump(doc))
+    cfg = str(tiering.config_path)
+    by_command, by_task = tiering.writer("events", 0), tiering.writer("events", 1)
+    for w in (by_command, by_task):
+        write_segments(w, 3)
+        w.append_records(2)  # the active segment
+        w.set_high_watermark()
+    assert (by_command.path.parent / "meta.properties").read_text().count("node.id=1") == 1
+
+    def scrape() -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        answer = TestClient(create_app(cfg), headers=bearer(TOKEN)).get("/metrics?topic=events")
+        assert answer.status_code == 200, answer.text
+        return scraped(answer.text)
+
+    def labels(w: PartitionWriter, broker: int | None = None) -> tuple[tuple[str, str], ...]:
+        found = [("partition", str(w.tp.partition)), ("topic", w.tp.topic)]
+        return tuple(sorted(found + ([("broker", str(broker))] if broker is not None else [])))
+
+    def remote_bytes(w: PartitionWriter) -> int:
+        with TieringContext.open(load_config(cfg)) as ctx:
+            return sum(s.size_bytes for s in ctx.metadata.list_segments(tip_of(w)))
+
+    def assert_gauges(samples: dict[str, dict[tuple[tuple[str, str], ...], float]], w: PartitionWriter) -> None:
+        assert samples["tiering_RemoteCopyLagBytes"][labels(w)] == 0
+        assert samples["tiering_RemoteCopyLagSegments"][labels(w)] == 0
+        assert samples["tiering_RemoteLogSizeBytes"][labels(w)] == remote_bytes(w) > 0
+        assert samples["tiering_LocalRetentionRisk"][labels(w, 1)] == 0
+        assert samples["tiering_RetentionSizeInPercent"][labels(w)] == 0  # retention.bytes -1: unlimited
+        assert labels(w) not in samples.get("tiering_LocalRetentionSizeInPercent", {})  # its limit is not known
+        assert samples["tiering_SilentBroker"] == {(("broker", "1"),): 0}
+
+    code, _, err = run(capsys, "--config", cfg, "copy", "--topic", "events", "--partition", "0")
+    assert code == 0, err
+    samples = scrape()
+    assert_gauges(samples, by_command)
+    assert labels(by_task) not in samples.get("tiering_RemoteCopyLagBytes", {})  # nothing has seen it yet
+    assert labels(by_command) not in samples.get("tiering_RemoteDeleteLagBytes", {})  # a copy computes none
+
+    # The copy DAG's task, on the worker's broker as the log dir names it.
+    dag = dagbag(DAGS / "tiering_dags.py").dags["tiering_copy__events"]
+    dag_run = dag.test()
+    assert dag_run.state == "success"
+    copies = task_runs(dag.dag_id, dag_run.run_id, "copy")
+    assert copies["events-1"].result["segments_copied"] == 3
+    samples = scrape()
+    for w in (by_command, by_task):
+        assert_gauges(samples, w)
+
+    code, _, err = run(capsys, "--config", cfg, "status")
+    assert code == 0, err
+    samples = scrape()
+    for w in (by_command, by_task):
+        assert samples["tiering_RemoteDeleteLagBytes"][labels(w)] == 0
+        assert samples["tiering_RemoteDeleteLagSegments"][labels(w)] == 0

@@ -228,6 +228,53 @@ def test_0008_adds_quota_holders_and_keeps_the_export_commits_0007_held(metadata
         engine.dispose()
 
 
+def test_0009_adds_the_retention_percents_and_keeps_the_observations_0008_held(metadata_url: str) -> None:
+    """A store at 0008 (a replica observed) gains KIP-1257's percents on open, empty for the row
+    written before; the way back drops only the two columns, the observation kept."""
+    upgrade(metadata_url, "0008_quota_holders")
+    engine = create_engine(metadata_url)
+    columns = (
+        "topic_id, partition, broker_id, topic, log_end_offset, local_log_start_offset, local_bytes, at_risk, "
+        "observed_ms"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    f"INSERT INTO tiering_replica_observations ({columns}) "
+                    "VALUES (:tid, 0, 1, 'orders', 42, 0, 4096, false, 5)"
+                ),
+                {"tid": TIP.topic_id},
+            )
+
+        def percents() -> set[str]:
+            return {c["name"] for c in inspect(engine).get_columns("tiering_replica_observations")} & {
+                "retention_size_percent",
+                "local_retention_size_percent",
+            }
+
+        assert percents() == set()
+        with RemoteLogMetadataStore(metadata_url):  # first use migrates to the head
+            assert current_revision(metadata_url) == head_revision()
+        assert percents() == {"retention_size_percent", "local_retention_size_percent"}
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT log_end_offset, retention_size_percent, local_retention_size_percent "
+                    "FROM tiering_replica_observations"
+                )
+            ).one()
+        assert tuple(row) == (42, None, None)
+        downgrade(metadata_url, "0008_quota_holders")
+        assert percents() == set()
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT log_end_offset FROM tiering_replica_observations")).scalar() == 42
+        upgrade(metadata_url)
+        assert schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
 def test_the_store_migrates_a_fresh_database_and_refuses_a_newer_schema(metadata_url: str) -> None:
     with RemoteLogMetadataStore(metadata_url) as store:
         store.register_partition(TIP)

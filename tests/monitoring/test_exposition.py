@@ -51,6 +51,8 @@ def sample_snapshot() -> MetricsSnapshot:
         copy_lag_segments=2,
         delete_lag_bytes=0,
         delete_lag_segments=0,
+        retention_size_percent=137,
+        local_retention_size_percent=42,
         gap_count=1,
         gap_offsets=5,
         last_copy_ms=NOW_MS - 61_500,
@@ -70,6 +72,7 @@ def sample_snapshot() -> MetricsSnapshot:
         topic_id="id-7",
         copy_lag_bytes=0,
         copy_lag_segments=0,
+        retention_size_percent=0,  # unlimited retention.bytes; local.retention.bytes not known
         replicas=[replica(4, headroom=math.inf)],
         counters_by_broker={5: counters(5)},  # broker 5 holds no replica any more
     )
@@ -107,6 +110,8 @@ def expected(snapshot: MetricsSnapshot) -> dict[str, dict[tuple[tuple[str, str],
         names.TIERING_GAPS: lambda p: p.gap_count,
         names.TIERING_GAP_OFFSETS: lambda p: p.gap_offsets,
         names.LAST_COPY_AGE_SECONDS: lambda p: None if p.last_copy_ms is None else (NOW_MS - p.last_copy_ms) / 1000,
+        names.RETENTION_SIZE_IN_PERCENT: lambda p: p.retention_size_percent,
+        names.LOCAL_RETENTION_SIZE_IN_PERCENT: lambda p: p.local_retention_size_percent,
     }
     seen: set[int] = set()
     for p in snapshot.partitions:
@@ -171,6 +176,13 @@ def test_unknown_gauges_are_left_out_and_stale_replicas_report_no_risk() -> None
     assert risk[(("broker", "2"), *part)] == 1 and risk[(("broker", "1"), *part)] == 0
     assert (("broker", "3"), *part) not in risk  # stale
     assert samples["tiering_LastCopyAgeSeconds"][part] == 61.5
+    # KIP-1257's percents: over 100 until retention catches up, 0 for unlimited, absent when not known
+    assert samples["tiering_RetentionSizeInPercent"][part] == 137
+    assert samples["tiering_LocalRetentionSizeInPercent"][part] == 42
+    odd = (("partition", "7"), ("topic", 'we"ird\\to%pic\nx'))
+    assert samples["tiering_RetentionSizeInPercent"][odd] == 0
+    assert odd not in samples["tiering_LocalRetentionSizeInPercent"]
+    assert never not in samples["tiering_RetentionSizeInPercent"]
     assert samples["tiering_SilentBroker"] == {
         (("broker", b),): v for b, v in [("1", 0), ("2", 0), ("3", 1), ("4", 0), ("6", 1)]
     }
@@ -225,6 +237,8 @@ def large_snapshot(partitions: int = 10_000, brokers: int = 3) -> MetricsSnapsho
                 copy_lag_segments=i % 5,
                 delete_lag_bytes=i * 2,
                 delete_lag_segments=i % 3,
+                retention_size_percent=i % 150,
+                local_retention_size_percent=None if i % 4 == 0 else i % 120,
                 gap_count=i % 2,
                 gap_offsets=i % 2 * 10,
                 last_copy_ms=NOW_MS - i * 17,

@@ -287,3 +287,49 @@ def test_the_sasl_password_is_read_when_the_source_connects_to_a_sasl_plain_brok
         platform.ok("copy", "--topic", topic)
         assert platform.status(topic)["highest_copied_offset"] > 0
     assert secret not in caplog.text
+
+
+def test_kip_1257_percents_take_the_cluster_s_topic_configs_and_the_yaml_entry_wins(
+    kafka: KafkaCluster, beside: Beside
+) -> None:
+    """``retention.bytes`` and ``local.retention.bytes`` set on a real topic are the limits of the
+    percents the platform's single-broker form (its broker id from node 1's ``meta.properties``)
+    records and serves; a topic's own YAML entry wins over the cluster's value."""
+    from tiering_core.monitoring.collect import collect_metrics
+    from tiering_core.monitoring.exposition import render
+
+    topic = "live-source-percents"
+    limits = {"retention.bytes": str(64 * SEGMENT), "local.retention.bytes": str(8 * SEGMENT)}
+    kafka.create_topic(topic, segment_bytes=SEGMENT, configs=limits)
+    produce(kafka, topic, 1500)
+    platform = beside(kafka, 1, live=True)
+    path = kafka.partition_dir(1, topic, 0)
+
+    def local_bytes() -> int:
+        return sum(s.size_bytes for s in PartitionLog.open(path).segments)
+
+    def recorded() -> tuple[int | None, int | None, str]:
+        with TieringContext.open(load_config(platform.config_path)) as ctx:
+            tip = tier_view(ctx, ctx.partitions(topic, 0)[0]).tip
+            replicas, _ = ctx.metadata.observations_of(tip)
+            text = render(collect_metrics(ctx, topic, tasks=False))
+        assert list(replicas) == [1]  # node 1's, by its meta.properties: no --broker given
+        seen = replicas[1]
+        return seen.retention_size_percent, seen.local_retention_size_percent, text
+
+    before = local_bytes()
+    platform.status(topic)
+    after = local_bytes()
+    assert before == after > 0  # nothing produced meanwhile: the status saw these bytes
+    retention, local, text = recorded()
+    assert retention == after * 100 // (64 * SEGMENT) and local == after * 100 // (8 * SEGMENT) > 0
+    assert f'tiering_RetentionSizeInPercent{{topic="{topic}",partition="0"}} {retention}\n' in text
+    assert f'tiering_LocalRetentionSizeInPercent{{topic="{topic}",partition="0"}} {local}\n' in text
+
+    platform.ok("copy", "--topic", topic)  # copied bytes count as remote: the total stays
+    assert recorded()[:2] == (retention, local)
+
+    platform.document["topics"][topic] = {"retention.bytes": -1, "local.retention.bytes": -2}
+    platform.write()
+    platform.status(topic)
+    assert recorded()[:2] == (0, 0)  # the YAML entry wins: unlimited, and the same as the total

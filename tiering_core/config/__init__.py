@@ -84,6 +84,7 @@ __all__ = [
     "broker_id_from_env",
     "check_broker_log_dirs",
     "default_queue",
+    "implied_broker_id",
     "load_config",
     "not_tiered_reason",
     "parse_config",
@@ -133,8 +134,9 @@ class PlatformConfig:
 
     @property
     def broker_id(self) -> int | None:
-        """This process's broker id (``--broker``, ``TIERING_BROKER_ID`` or the only broker of
-        ``brokers:``); None where it is unknown (the single-broker form without ``--broker``)."""
+        """This process's broker id (``--broker``, ``TIERING_BROKER_ID``, the only broker of
+        ``brokers:``, or the single-broker form's log dirs by their ``meta.properties``, once
+        ``select_broker`` chose it); None where it is unknown."""
         return self.broker.broker_id if self.broker is not None else None
 
     @property
@@ -378,16 +380,41 @@ def select_broker(
     """The config of this process's broker: ``broker_id`` (``--broker``), else
     ``TIERING_BROKER_ID``, else the only broker configured (``PlatformConfig.for_broker``).
 
+    The single-broker form without either takes the id its log dirs name
+    (``implied_broker_id``), so its runs record what they saw as a cluster's broker does.
+
     ``required``: the process reads log dirs, so with several brokers and none named it is an
     error naming ``--broker``. A chosen broker's log dirs must be its own by their
     ``meta.properties`` (``check_broker_log_dirs``)."""
     if broker_id is None:
         broker_id = broker_id_from_env(environ)
+    if broker_id is None and not config.brokers:
+        broker_id = implied_broker_id(config)
     selected = config.for_broker(broker_id)
     if required:
         selected.require_log_dirs()
     check_broker_log_dirs(selected)
     return selected
+
+
+def implied_broker_id(config: PlatformConfig) -> int | None:
+    """The single-broker form's broker id: the ``node.id`` (``broker.id``) the ``meta.properties`` of
+    its log dirs name (a KRaft broker writes one into each); None when no log dir has one yet (a new
+    or unmounted disk, or a host that does not mount them: the implicit broker stays without an id).
+    Log dirs naming different brokers are an error naming their files: one broker owns them all."""
+    from tiering_core.kafka.log_dirs import META_PROPERTIES, read_log_dir_identity
+
+    owners: dict[int, list[Path]] = {}
+    for log_dir in config.log_dirs:
+        if os.path.lexists(log_dir / META_PROPERTIES):
+            owners.setdefault(read_log_dir_identity(log_dir).node_id, []).append(log_dir / META_PROPERTIES)
+    if len(owners) > 1:
+        named = "; ".join(f"{', '.join(map(str, files))}: broker {node}" for node, files in sorted(owners.items()))
+        raise ConfigError(
+            f"log_dirs: the log dirs belong to different brokers by their {META_PROPERTIES} ({named}): "
+            "one broker's log.dirs all name it"
+        )
+    return next(iter(owners), None)
 
 
 def check_broker_log_dirs(config: PlatformConfig) -> None:

@@ -283,6 +283,9 @@ class _ObservedReplica:
     delete_lag_segments: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     remote_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     remote_segments: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # KIP-1257's percents of the retention limits (None: not computed, or no limit known).
+    retention_size_percent: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    local_retention_size_percent: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class ReplicaObservationRow(_ObservedReplica, Base):

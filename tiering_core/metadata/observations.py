@@ -47,7 +47,8 @@ assert isinstance(_latest, Table) and isinstance(_points, Table)
 LATEST: Table = _latest
 POINTS: Table = _points
 
-#: The lags and remote size a run computed (nullable), in ``ReplicaObservation``'s field order.
+#: The lags, remote size and retention percents a run computed (nullable), in
+#: ``ReplicaObservation``'s field order.
 LAG_COLUMNS = (
     "copy_lag_bytes",
     "copy_lag_segments",
@@ -55,6 +56,8 @@ LAG_COLUMNS = (
     "delete_lag_segments",
     "remote_bytes",
     "remote_segments",
+    "retention_size_percent",
+    "local_retention_size_percent",
 )
 #: The observed values, in the order of ``ReplicaObservation``'s fields after the partition.
 VALUE_COLUMNS = (

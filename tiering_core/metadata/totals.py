@@ -93,6 +93,8 @@ OBSERVATION_FIGURE_COLUMNS = (
     "copy_lag_segments",
     "delete_lag_bytes",
     "delete_lag_segments",
+    "retention_size_percent",
+    "local_retention_size_percent",
 )
 #: A row of ``FigureRows.counters``: a replica's counters row but the topic name (without the
 #: last task's columns, ``last_task_ms`` on, when the task is not asked for).

@@ -322,7 +322,8 @@ class ReplicaObservation:
     segment not yet tiered, None when nothing waits or no time limit applies. ``observed_ms`` is
     the database clock when the store recorded it (ignored when recording). The lags (Kafka's
     RemoteCopyLag and RemoteDeleteLag, bytes and segments) and the remote size are what the run
-    computed of the partition, None where it computed none.
+    computed of the partition, None where it computed none; so are KIP-1257's RetentionSizeInPercent
+    and LocalRetentionSizeInPercent (None: no limit known, or not computed).
     """
 
     broker_id: int
@@ -343,6 +344,8 @@ class ReplicaObservation:
     delete_lag_segments: int | None = None
     remote_bytes: int | None = None
     remote_segments: int | None = None
+    retention_size_percent: int | None = None
+    local_retention_size_percent: int | None = None
 
     @property
     def tip(self) -> TopicIdPartition:

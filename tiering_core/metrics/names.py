@@ -99,6 +99,18 @@ LOCAL_RETENTION_HEADROOM_SECONDS = _gauge(
     "LocalRetentionHeadroomSeconds", REPLICA_LABELS, "Seconds before the broker's retention reaches untiered data"
 )
 LAST_COPY_AGE_SECONDS = _gauge("LastCopyAgeSeconds", PARTITION_LABELS, "Seconds since the last successful copy")
+#: KIP-1257 (Kafka 4.3, ``kafka.log.remote:type=RemoteLogManager``), per partition, whole percents
+#: (truncated), 0 where the limit is unlimited; may pass 100 until retention catches up.
+RETENTION_SIZE_IN_PERCENT = _gauge(
+    "RetentionSizeInPercent",
+    PARTITION_LABELS,
+    "Local and remote size of the partition in percent of retention.bytes (0: unlimited)",
+)
+LOCAL_RETENTION_SIZE_IN_PERCENT = _gauge(
+    "LocalRetentionSizeInPercent",
+    PARTITION_LABELS,
+    "Local log size of the partition in percent of local.retention.bytes (0: unlimited)",
+)
 
 METRICS: tuple[MetricSpec, ...] = (
     REMOTE_COPY_BYTES,
@@ -122,6 +134,8 @@ METRICS: tuple[MetricSpec, ...] = (
     LOCAL_RETENTION_RISK,
     LOCAL_RETENTION_HEADROOM_SECONDS,
     LAST_COPY_AGE_SECONDS,
+    RETENTION_SIZE_IN_PERCENT,
+    LOCAL_RETENTION_SIZE_IN_PERCENT,
 )
 
 #: Brokers that reported nothing fresh: 1 for a configured broker whose worker sent no fresh

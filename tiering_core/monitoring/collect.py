@@ -4,9 +4,9 @@ The figures are the cluster view's (``tier.cluster``), by its rules: a partition
 store knows that is not removed, or that a broker observed; a replica is stale when its latest
 observation is older than ``cluster.observation_staleness_ms``, and a broker of the config that
 reported nothing fresh is silent; lags are those the best fresh replica (``best_replica_of``)
-observed; remote size and count are the COPY_SEGMENT_FINISHED segments', gaps the recorded ones
-merged, the offsets only the tier holds those below the best fresh replica's log start. Counters
-are the store's (``metadata.counters``).
+observed, and so are KIP-1257's retention percents; remote size and count are the
+COPY_SEGMENT_FINISHED segments', gaps the recorded ones merged, the offsets only the tier holds
+those below the best fresh replica's log start. Counters are the store's (``metadata.counters``).
 
 The snapshot costs a handful of set-wise queries (latest observations, segment totals grouped by
 partition, gaps, counters), never one per partition, so the exposition and the page stay fast
@@ -77,7 +77,7 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None, *, tasks: boo
         best: dict[tuple[str, int], tuple[tuple[int, int, int], tuple[Any, ...]]] = {}
         known_partition, best_so_far, fresh_at, rank_of = partitions.get, best.get, is_fresh, replica_rank
         for row in sorted(rows.observations, key=_BROKER_OF_ROW):
-            (topic_id, name, part, broker, hw, lso, leo, start, epoch, risk, room, at, _, _, _, _) = row
+            (topic_id, name, part, broker, hw, lso, leo, start, epoch, risk, room, at, *_) = row
             key = (topic_id, part)
             m = known_partition(key) or partitions.setdefault(key, PartitionMetrics(name, part, topic_id))
             fresh = fresh_at(at, now, staleness)
@@ -92,6 +92,7 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None, *, tasks: boo
             m = partitions[key]
             m.best_broker = row[3]
             m.copy_lag_bytes, m.copy_lag_segments, m.delete_lag_bytes, m.delete_lag_segments = row[12:16]
+            m.retention_size_percent, m.local_retention_size_percent = row[16:18]
             if key in last_finished:
                 only = remote_only_offsets(m.remote_log_start_offset, last_finished[key], row[7])
                 m.remote_only_offsets = None if only is None else only.as_list()

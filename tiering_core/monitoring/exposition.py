@@ -40,6 +40,8 @@ PARTITION_GAUGE_FIELDS: dict[MetricSpec, str] = {
     names.REMOTE_LOG_METADATA_COUNT: "metadata_count",
     names.TIERING_GAPS: "gap_count",
     names.TIERING_GAP_OFFSETS: "gap_offsets",
+    names.RETENTION_SIZE_IN_PERCENT: "retention_size_percent",
+    names.LOCAL_RETENTION_SIZE_IN_PERCENT: "local_retention_size_percent",
 }
 
 

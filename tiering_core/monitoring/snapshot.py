@@ -50,6 +50,9 @@ class PartitionMetrics:
     copy_lag_segments: int | None = None
     delete_lag_bytes: int | None = None
     delete_lag_segments: int | None = None
+    #: KIP-1257's percents of retention.bytes and local.retention.bytes, the best fresh replica's.
+    retention_size_percent: int | None = None
+    local_retention_size_percent: int | None = None
     gap_count: int = 0
     gap_offsets: int = 0
     last_copy_ms: int | None = None

@@ -8,10 +8,10 @@ broker id they run for; without one (None) nothing is recorded.
 The observation's leader epoch is the tip of the replica's own leader-epoch cache (the broker's
 file, not the lineage merged with the store's), the same as ``status`` shows. It also carries the
 partition's figures as the run saw them: the copy lag (``TierView.copy_lag``), the delete lag
-where the run computed it (``Figures``; None otherwise) and the remote size (the run's own, or
-for the whole batch from one aggregate query). Once recorded, they are reported as gauges
-(``metrics.sink.emit``): copy and delete lag, remote size and count, local-retention risk and
-headroom.
+where the run computed it (``Figures``; None otherwise), the remote size (the run's own, or
+for the whole batch from one aggregate query) and KIP-1257's percents of the retention limits
+(``tier.retention_plan``). Once recorded, they are reported as gauges (``metrics.sink.emit``):
+copy and delete lag, remote size and count, local-retention risk and headroom, the percents.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from tiering_core.metadata.values import NO_BROKER, ReplicaObservation
 from tiering_core.metrics import names
 from tiering_core.metrics.sink import NullSink, current_sink, emit
+from tiering_core.tier.retention_plan import retention_size_in_percent, size_in_percent
 
 if TYPE_CHECKING:
     from tiering_core.config import TopicConfig
@@ -60,14 +61,19 @@ def replica_observation(
     *,
     risk: LocalRetentionRisk | None = None,
     figures: Figures | None = None,
+    store: RemoteLogMetadataStore | None = None,
 ) -> ReplicaObservation:
     """The observation of ``view`` on ``broker_id`` (``risk``: the verdict already computed, if any;
-    ``figures``: the delete lag and remote size the run computed)."""
+    ``figures``: the delete lag and remote size the run computed). The retention percent needs the
+    remote size and, once over ``retention.bytes``, the ``store`` (None there: not computed)."""
     verdict = view.local_retention_risk(topic) if risk is None else risk
     tip = view.broker_cache.latest_entry
     lag_segments, lag_bytes = view.copy_lag()
     delete_lag = figures.delete_lag if figures is not None else None
     remote = figures.remote if figures is not None else None
+    retention_percent: int | None = None
+    if remote is not None and store is not None:
+        retention_percent = retention_size_in_percent(view, store, topic, remote[1])
     return ReplicaObservation(
         broker_id=broker_id,
         topic_id_partition=view.tip,
@@ -86,6 +92,8 @@ def replica_observation(
         delete_lag_segments=None if delete_lag is None else delete_lag[0],
         remote_bytes=None if remote is None else remote[1],
         remote_segments=None if remote is None else remote[0],
+        retention_size_percent=retention_percent,
+        local_retention_size_percent=size_in_percent(verdict.local_bytes, verdict.local_retention_bytes),
     )
 
 
@@ -114,7 +122,7 @@ def record_views(
             known[tip] = Figures(known.get(tip, Figures()).delete_lag, totals.get(tip, (0, 0)))
     observer = NO_BROKER if broker_id is None else broker_id  # not recorded when None
     observations = [
-        replica_observation(observer, view, topic, risk=risk, figures=known.get(view.tip))
+        replica_observation(observer, view, topic, risk=risk, figures=known.get(view.tip), store=store)
         for view, topic, risk in views
     ]
     if broker_id is not None:
@@ -140,6 +148,8 @@ def emit_gauges(o: ReplicaObservation, broker: int | None) -> None:
         (names.REMOTE_DELETE_LAG_SEGMENTS, o.delete_lag_segments),
         (names.REMOTE_LOG_SIZE_BYTES, o.remote_bytes),
         (names.LOCAL_RETENTION_HEADROOM_SECONDS, o.headroom_seconds),
+        (names.RETENTION_SIZE_IN_PERCENT, o.retention_size_percent),
+        (names.LOCAL_RETENTION_SIZE_IN_PERCENT, o.local_retention_size_percent),
     ):
         if value is not None:
             emit(spec, value, topic, partition, broker)

@@ -81,13 +81,44 @@ def retention_size_total(view: TierView, store: RemoteLogMetadataStore) -> int:
     """Section 6's size total: finished in-lineage remote bytes + local bytes of segments not
     wholly copied (the active one included). A segment being copied counts once, as local."""
     remote = sum(s.size_bytes for s in finished_in_lineage(view, store, custom_metadata=False))
+    return remote + local_bytes_not_copied(view)
+
+
+def local_bytes_not_copied(view: TierView) -> int:
+    """Local bytes of the segments not wholly copied, the active one included (Kafka's
+    ``onlyLocalLogSegmentsSize``): the local half of the size total."""
     segments = view.log.segments
     local = 0
     for i, segment in enumerate(segments):
         end = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else None
         if end is None or end > view.highest_copied_offset:
             local += segment.size_bytes
-    return remote + local
+    return local
+
+
+def size_in_percent(size: int, limit: int | None) -> int | None:
+    """KIP-1257's percent: ``size`` in whole percents of ``limit`` (truncated, as Kafka's integer
+    division; above 100 while retention has not caught up), 0 for no limit (``-1``, or ``0``),
+    None when the limit is not known."""
+    if limit is None:
+        return None
+    return size * 100 // limit if limit > 0 else 0
+
+
+def retention_size_in_percent(
+    view: TierView, store: RemoteLogMetadataStore, topic: TopicConfig, finished_bytes: int
+) -> int:
+    """KIP-1257's RetentionSizeInPercent: the size total in percents of ``retention.bytes``, as
+    Kafka's expiration task computes it: the local bytes not wholly copied plus ``finished_bytes``
+    (every COPY_SEGMENT_FINISHED segment's) while that stays within the limit, the exact total
+    (finished segments in the lineage only, ``retention_size_total``) once it is over."""
+    limit = topic.retention_bytes
+    if limit <= 0:
+        return 0
+    total = local_bytes_not_copied(view) + finished_bytes
+    if total > limit:
+        total = retention_size_total(view, store)
+    return total * 100 // limit
 
 
 def time_retention_limit(topic: TopicConfig, now_ms: int) -> int | None:

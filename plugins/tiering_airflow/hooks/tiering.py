@@ -218,8 +218,9 @@ def broker_config(hook: TieringHook) -> PlatformConfig:
 
 
 def observing_broker(config: PlatformConfig) -> int | None:
-    """The id under which a run on ``config`` records what it saw: its chosen broker's, None for
-    the single-broker form's implicit broker (no id configured: nothing recorded)."""
+    """The id under which a run on ``config`` records what it saw: its chosen broker's (in the
+    single-broker form the one its log dirs' ``meta.properties`` name); None when it has none (no
+    log dir names its broker yet: nothing recorded)."""
     return config.broker.broker_id if config.broker is not None else None
 
 
