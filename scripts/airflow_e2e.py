@@ -170,12 +170,20 @@ class Api:
         return json.loads(value) if isinstance(value, str) else value
 
     def mapped_results(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        """Each successful mapped task's XCom, by its label (a lane's: a list, one result per partition)."""
         listed = self.ok("GET", f"{self.run_path(dag_id, run_id)}/taskInstances/{task_id}/listMapped")
         return {
             ti["rendered_map_index"]: self.xcom(dag_id, run_id, task_id, ti["map_index"])
             for ti in listed["task_instances"]
             if ti["state"] == "success"
         }
+
+
+def one_partition_lanes(lanes: dict[str, Any]) -> dict[str, Any]:
+    """A run whose partitions fit the lane bound: each lane's one partition result, by its label."""
+    if not all(isinstance(lane, list) and len(lane) == 1 for lane in lanes.values()):
+        raise E2EError(f"expected one partition per lane: {lanes}")
+    return {label: lane[0] for label, lane in lanes.items()}
 
 
 def write_config(work: Path) -> Path:
@@ -526,8 +534,10 @@ def follow_task_log_link(browser: Browser, context: int) -> str:
         30,
         0.3,
     )
-    # Airflow's task instance page (no Tiering frame left) showing the copy task's log lines.
-    shown = "document.querySelector('iframe') === null && /copied \\d+ segment/.test(document.body.innerText)"
+    # Airflow's task instance page (no Tiering frame left) showing the copy lane's line per partition.
+    shown = (
+        "document.querySelector('iframe') === null && /\\d+ segment\\(s\\), [^;]* copied/.test(document.body.innerText)"
+    )
     browser.wait_true("Airflow's page of the task with its log", shown, timeout=60)
     return str(path)
 
@@ -684,7 +694,7 @@ def exercise(api: Api, work: Path, env: dict[str, str], artifacts: Path, timeout
     say(f"run {first} finished: {state}")
     if state != "success":
         raise E2EError(f"run {first} of {DAG_ID} ended {state}")
-    results = api.mapped_results(DAG_ID, first, "copy")
+    results = one_partition_lanes(api.mapped_results(DAG_ID, first, "copy"))
     say("copied per partition: " + json.dumps({k: v["segments_copied"] for k, v in sorted(results.items())}))
     if sorted(results) != ["orders-0", "orders-1", "orders-2"] or not all(
         r["segments_copied"] > 0 and f"{r['topic']}-{r['partition']}" == label for label, r in results.items()
@@ -699,7 +709,7 @@ def exercise(api: Api, work: Path, env: dict[str, str], artifacts: Path, timeout
     add_partition_with_a_closed_segment(work / "kafka-logs", "orders", 3)
     state = api.wait_run(DAG_ID, second, timeout)
     fired = api.xcom(DAG_ID, second, "wait_for_eligible_segment")
-    late = api.mapped_results(DAG_ID, second, "copy")
+    late = one_partition_lanes(api.mapped_results(DAG_ID, second, "copy"))
     say(f"deferred run {second} finished: {state}; trigger fired for partitions {fired}")
     if state != "success" or fired != [3] or late.get("orders-3", {}).get("segments_copied") != 1:
         raise E2EError(f"the deferred run did not copy the new segment: {state} {fired} {late}")

@@ -298,7 +298,7 @@ def test_the_readme_s_single_broker_form_scrapes_the_gauges_after_a_copy(
     dag_run = dag.test()
     assert dag_run.state == "success"
     copies = task_runs(dag.dag_id, dag_run.run_id, "copy")
-    assert copies["events-1"].result["segments_copied"] == 3
+    assert copies["events-1"].result[0]["segments_copied"] == 3
     samples = scrape()
     for w in (by_command, by_task):
         assert_gauges(samples, w)
