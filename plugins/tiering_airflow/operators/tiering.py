@@ -225,6 +225,15 @@ class TieringLaneOperator(BaseOperator):
         raise AirflowException(message)
 
 
+def results_of(report: Any) -> list[dict[str, Any]]:
+    """A lane report's XCom: each partition's result with its outcome and why."""
+    results = []
+    for result in report.results:
+        outcome = report.outcome(result)
+        results.append({**result.to_dict(), "outcome": outcome.outcome, "detail": outcome.detail})
+    return results
+
+
 class TieringCopyLaneOperator(TieringLaneOperator):
     """Copy a lane's partitions, most urgent first, on ``copy.concurrency`` threads within
     ``copy.budget_seconds`` (what the budget leaves is the next run's); a tiering gap fails the
@@ -246,10 +255,7 @@ class TieringCopyLaneOperator(TieringLaneOperator):
                 broker_id=observing_broker(config),
                 events=self.tell,
             )
-        results = []
-        for result in report.results:
-            outcome = report.outcome(result)
-            results.append({**result.to_dict(), "outcome": outcome.outcome, "detail": outcome.detail})
+        results = results_of(report)
         self.finish(context, results, len(report.gaps), report.failures)
         return results
 
@@ -274,10 +280,7 @@ class TieringRetentionLaneOperator(TieringLaneOperator):
                 broker_id=observing_broker(config),
                 events=self.tell,
             )
-        results = []
-        for result in report.results:
-            outcome = report.outcome(result)
-            results.append({**result.to_dict(), "outcome": outcome.outcome, "detail": outcome.detail})
+        results = results_of(report)
         self.finish(context, results, 0, list(report.failures.values()))
         return results
 
