@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.airflow_e2e import Api, airflow_env, free_port, stop, wait_for  # noqa: E402
+from scripts.airflow_e2e import Api, airflow_env, free_port, start_standalone, stop, wait_for  # noqa: E402
 
 BUCKET = "kafka-tiered-scale"
 TOPIC = "scale"
@@ -137,7 +137,6 @@ def scheduler_cpu_seconds(root_pid: int) -> float:
 def airflow_copy(
     work: Path, config: Path, endpoint: str, lanes: int, catch_all: bool, timeout: float
 ) -> dict[str, Any]:
-    airflow = str(Path(sys.executable).parent / "airflow")
     port = free_port()
     env = airflow_env(work, port, endpoint, config)
     env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(
@@ -149,18 +148,7 @@ def airflow_copy(
         }
     )
     dag_id = DEFAULT_COPY_DAG if catch_all else f"tiering_copy__{TOPIC}"
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
-    subprocess.run(
-        [airflow, "pools", "set", "tiering_uploads", str(lanes), "concurrent copy lanes"],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    with (work / "standalone.log").open("w") as log:
-        proc = subprocess.Popen(
-            [airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    proc = start_standalone(work, env, upload_slots=lanes)
     try:
         api = Api(f"http://127.0.0.1:{port}")
         wait_for("the API server", lambda: api.call("GET", "/api/v2/monitor/health")[0] == 200, 300)

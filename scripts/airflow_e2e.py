@@ -648,31 +648,37 @@ def airflow_env(work: Path, port: int, endpoint: str, config: Path) -> dict[str,
     }
 
 
+def start_standalone(work: Path, env: dict[str, str], upload_slots: int) -> subprocess.Popen[bytes]:
+    """Airflow's database migrated, the ``tiering_uploads`` pool sized, then ``airflow standalone``
+    in a process group of its own (``stop`` ends it as a whole, never the caller's group), its
+    output in ``<work>/standalone.log``."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [airflow, "pools", "set", "tiering_uploads", str(upload_slots), "concurrent uploads"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    with (work / "standalone.log").open("w") as log:
+        return subprocess.Popen(
+            [airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
 def run(work: Path, artifacts: Path, timeout: float) -> None:
     import boto3
 
     from tiering_core.cli.demo import local_s3_endpoint
 
-    airflow = str(Path(sys.executable).parent / "airflow")
     config = write_config(work)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with local_s3_endpoint() as endpoint:
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
         env = airflow_env(work, port, endpoint, config)
-        subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-        subprocess.run(
-            [airflow, "pools", "set", "tiering_uploads", "4", "concurrent uploads"],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        with (work / "standalone.log").open("w") as log:
-            # A process group of its own: stop() ends it as a whole, never this script's group.
-            proc = subprocess.Popen(
-                [airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        proc = start_standalone(work, env, upload_slots=4)
         say(f"airflow standalone (pid {proc.pid}, process group {proc.pid}) on {base}, log {work / 'standalone.log'}")
         try:
             exercise(Api(base), work, env, artifacts, timeout)
