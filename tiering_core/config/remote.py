@@ -18,8 +18,9 @@ from tiering_core.config.parsing import (
     shown,
 )
 from tiering_core.errors import ConfigError
-from tiering_core.storage.config import RemoteConfig
+from tiering_core.storage.config import COMPRESSION_MODES, DEFAULT_CHUNK_SIZE, EncryptionConfig, RemoteConfig
 from tiering_core.storage.layout import validate_deployment_prefix
+from tiering_core.storage.manifest import MAX_CHUNK_SIZE, MAX_KEY_ID, MIN_CHUNK_SIZE
 
 
 def _endpoint_url(section: Mapping[str, Any]) -> str | None:
@@ -27,6 +28,54 @@ def _endpoint_url(section: Mapping[str, Any]) -> str | None:
     if url is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
         raise ConfigError(f"remote.endpoint_url: {shown(url)} is not an http:// or https:// URL")
     return url
+
+
+def _key_id(value: Any, key: str) -> str:
+    key_id = as_str(value, key)
+    if not 0 < len(key_id) <= MAX_KEY_ID or not key_id.isprintable():
+        raise ConfigError(f"{key}: a key id is 1 to {MAX_KEY_ID} printable characters")
+    return key_id
+
+
+def _encryption(raw: Any, resolve: Callable[[str], Path]) -> EncryptionConfig | None:
+    """``remote.encryption``: an RSA key ring (``key_id``, ``public_key_file``,
+    ``private_key_files``) or an AWS KMS key (``kms_key_id``); the files are read when the
+    storage is built."""
+    if raw is None:
+        return None
+    where = "remote.encryption"
+    section = require_mapping(raw, where)
+    check_keys(
+        section,
+        {"key_id", "public_key_file", "private_key_files", "kms_key_id", "kms_endpoint_url", "kms_region"},
+        where,
+    )
+    private_raw = section.get("private_key_files") or {}
+    private = require_mapping(private_raw, f"{where}.private_key_files")
+    private_key_files = tuple(
+        (_key_id(key_id, f"{where}.private_key_files"), resolve(as_str(path, f"{where}.private_key_files.{key_id}")))
+        for key_id, path in sorted(private.items(), key=lambda item: str(item[0]))
+    )
+    kms_key_id = None if section.get("kms_key_id") is None else _key_id(section["kms_key_id"], f"{where}.kms_key_id")
+    key_id = None if section.get("key_id") is None else _key_id(section["key_id"], f"{where}.key_id")
+    public = section.get("public_key_file")
+    if kms_key_id is not None and (key_id is not None or public is not None):
+        raise ConfigError(f"{where}: kms_key_id or key_id with public_key_file encrypts new segments, not both")
+    if kms_key_id is None and (key_id is None) != (public is None):
+        raise ConfigError(f"{where}: key_id and public_key_file go together")
+    if kms_key_id is None and key_id is None and not private_key_files:
+        raise ConfigError(f"{where}: needs kms_key_id, or key_id with public_key_file, or private_key_files")
+    kms_url = optional_str(section, "kms_endpoint_url", f"{where}.kms_endpoint_url")
+    if kms_url is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", kms_url):
+        raise ConfigError(f"{where}.kms_endpoint_url: {shown(kms_url)} is not an http:// or https:// URL")
+    return EncryptionConfig(
+        key_id=key_id,
+        public_key_file=None if public is None else resolve(as_str(public, f"{where}.public_key_file")),
+        private_key_files=private_key_files,
+        kms_key_id=kms_key_id,
+        kms_endpoint_url=kms_url,
+        kms_region=optional_str(section, "kms_region", f"{where}.kms_region"),
+    )
 
 
 def parse_remote_config(raw: Any, resolve: Callable[[str], Path]) -> RemoteConfig:
@@ -47,6 +96,9 @@ def parse_remote_config(raw: Any, resolve: Callable[[str], Path]) -> RemoteConfi
             "max_attempts",
             "timeout_seconds",
             "deadline_seconds",
+            "chunk_size",
+            "compression",
+            "encryption",
         },
         "remote",
     )
@@ -97,5 +149,14 @@ def parse_remote_config(raw: Any, resolve: Callable[[str], Path]) -> RemoteConfi
         max_attempts=as_int(remote_raw.get("max_attempts", 5), "remote.max_attempts", 1),
         timeout_seconds=timeout,
         deadline_seconds=deadline,
+        chunk_size=as_int(remote_raw.get("chunk_size", DEFAULT_CHUNK_SIZE), "remote.chunk_size", MIN_CHUNK_SIZE),
+        compression=as_str(remote_raw.get("compression", "none"), "remote.compression"),
+        encryption=_encryption(remote_raw.get("encryption"), resolve),
     )
+    if remote.chunk_size > MAX_CHUNK_SIZE:
+        raise ConfigError(f"remote.chunk_size: {remote.chunk_size} is above {MAX_CHUNK_SIZE}")
+    if remote.compression not in COMPRESSION_MODES:
+        raise ConfigError(
+            f"remote.compression: {shown(remote.compression)} is not one of {', '.join(COMPRESSION_MODES)}"
+        )
     return remote

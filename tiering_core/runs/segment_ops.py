@@ -13,6 +13,7 @@ from tiering_core.metadata.errors import FencedError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.layout import RemoteSegmentRef
+from tiering_core.storage.manifest import CopyRecord
 
 if TYPE_CHECKING:
     from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, RemoteLogSegmentMetadata
@@ -22,8 +23,11 @@ log = logging.getLogger(__name__)
 
 
 def segment_ref(segment: RemoteLogSegmentMetadata) -> RemoteSegmentRef:
-    """The object-key identity of a segment: partition, base (start) offset, attempt UUID."""
-    return RemoteSegmentRef(segment.topic_id_partition, segment.start_offset, segment.segment_id)
+    """The object-key identity of a segment: partition, base (start) offset, attempt UUID; with the
+    manifest format its copy recorded, when the segment was listed with its custom metadata."""
+    meta = segment.custom_metadata
+    version = None if meta is None else CopyRecord.decode(meta).format_version
+    return RemoteSegmentRef(segment.topic_id_partition, segment.start_offset, segment.segment_id, version)
 
 
 def delete_remote_segment(

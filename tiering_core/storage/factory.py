@@ -5,15 +5,17 @@ Each backend is imported only when configured: the filesystem backend runs witho
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import ConfigError
-from tiering_core.storage.config import RemoteConfig
+from tiering_core.storage.config import EncryptionConfig, RemoteConfig
 
 if TYPE_CHECKING:
     import boto3
 
-    from tiering_core.storage.remote import RemoteStorage
+    from tiering_core.storage.remote import RemoteStorage, SegmentEncoding
 
 CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 
@@ -26,6 +28,47 @@ def create_remote_storage(
     unknown = sorted(set(credentials) - set(CREDENTIALS))
     if unknown:
         raise ConfigError(f"unknown remote storage credential(s): {', '.join(unknown)}")
+    storage = _backend(config, session, credentials)
+    storage.encoding = segment_encoding(config, session, credentials)
+    return storage
+
+
+def segment_encoding(
+    config: RemoteConfig, session: boto3.Session | None = None, credentials: Mapping[str, str] | None = None
+) -> SegmentEncoding:
+    """How new copies are stored, with the key ring that wraps and unwraps their data keys (its
+    key files are read here: a missing or bad one fails the build, naming its key)."""
+    from tiering_core.storage.keys import KeyRing
+    from tiering_core.storage.remote import SegmentEncoding
+
+    encryption = config.encryption
+    kms = None
+    if encryption is not None:
+        kms = partial(_kms_client, encryption, config.region, session, dict(credentials or {}))
+    return SegmentEncoding(config.chunk_size, config.compression, KeyRing.of(encryption, kms))
+
+
+def _kms_client(
+    encryption: EncryptionConfig, region: str | None, session: boto3.Session | None, credentials: Mapping[str, str]
+) -> Any:
+    import boto3.session
+    from botocore.config import Config
+
+    if session is None:
+        session = boto3.session.Session(
+            aws_access_key_id=credentials.get("aws_access_key_id") or None,
+            aws_secret_access_key=credentials.get("aws_secret_access_key") or None,
+            aws_session_token=credentials.get("aws_session_token") or None,
+        )
+    return session.client(
+        "kms",
+        region_name=encryption.kms_region or region,
+        endpoint_url=encryption.kms_endpoint_url,
+        config=Config(connect_timeout=10, read_timeout=30, retries={"total_max_attempts": 3, "mode": "standard"}),
+    )
+
+
+def _backend(config: RemoteConfig, session: boto3.Session | None, credentials: Mapping[str, str]) -> RemoteStorage:
     if config.backend == "filesystem":
         if config.root is None:
             raise ConfigError("remote.root: required for the filesystem backend")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from tiering_core.errors import ConfigError, InvalidTopicError
@@ -75,6 +75,9 @@ class RemoteSegmentRef:
     topic_id_partition: TopicIdPartition
     base_offset: int
     segment_id: uuid.UUID
+    #: The manifest format the segment's metadata recorded (no part of its identity): 1 reads its
+    #: objects byte for byte at once; None (unknown) or 2 reads the manifest first.
+    format_version: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         partition_prefix(self.topic_id_partition)  # hostile names fail here, before any I/O

@@ -1,11 +1,19 @@
-"""``manifest.json``: written last, it lists every object of a segment with size and CRC-32C."""
+"""``manifest.json``: written last, it lists every object of a segment with size and CRC-32C.
+
+Format 1 stores each object byte for byte. Format 2 (docs/segment-format.md) stores each object
+as chunks, each optionally zstd-compressed and AES-256-GCM-encrypted; its manifest adds the chunk
+size, each object's compression and chunk index, and the segment's wrapped data key. An entry's
+``size`` and ``crc32c`` are always those of the original bytes, which every reader gets back.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from tiering_core.errors import InvalidTopicError
@@ -14,14 +22,64 @@ from tiering_core.storage.errors import ManifestError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 
 FORMAT_VERSION = 1
+#: The chunked format (docs/segment-format.md).
+CHUNKED_FORMAT = 2
+FORMAT_VERSIONS = (FORMAT_VERSION, CHUNKED_FORMAT)
+MIN_CHUNK_SIZE = 1024
+MAX_CHUNK_SIZE = 64 * 1024 * 1024
+#: What a stored chunk may add to its original bytes: zstd's worst case, a nonce and a tag.
+CHUNK_OVERHEAD = 12 + 16 + 1024
+COMPRESSIONS = ("none", "zstd")
+#: How a segment's data key is wrapped: RSA-OAEP with SHA-256 under a key pair of the key ring,
+#: or by AWS KMS.
+KEY_WRAPS = ("RSA-OAEP-SHA256", "AWS-KMS")
+CIPHER = "AES-256-GCM"
+MAX_WRAPPED_KEY = 4096
+MAX_KEY_ID = 2048
+
+
+def max_stored_chunk(original: int) -> int:
+    """The largest stored chunk a manifest may claim for ``original`` bytes (reads stay bounded)."""
+    return original + original // 128 + CHUNK_OVERHEAD
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One stored chunk of a format-2 object: where its original bytes start, where its stored
+    bytes lie in the object, and the CRC-32C of those stored bytes."""
+
+    original_offset: int
+    stored_offset: int
+    stored_size: int
+    crc32c: str
+
+
+@dataclass(frozen=True)
+class WrappedKey:
+    """A segment's data key as the manifest holds it: wrapped, never in the clear, with the id of
+    the key that unwraps it."""
+
+    key_wrap: str
+    key_id: str
+    wrapped: bytes = field(repr=False)
 
 
 @dataclass(frozen=True)
 class ObjectEntry:
+    """One object: its key, and the size and CRC-32C of its original bytes. A format-2 object
+    adds its compression, its stored size and its chunk index."""
+
     kind: ObjectKind
     key: str
     size: int
     crc32c: str
+    compression: str | None = None
+    stored_size: int | None = None
+    chunks: tuple[Chunk, ...] | None = None
+
+    def chunk_length(self, index: int, chunk_size: int) -> int:
+        """The original length of chunk ``index``."""
+        return min(chunk_size, self.size - index * chunk_size)
 
 
 @dataclass(frozen=True)
@@ -34,11 +92,20 @@ class SegmentManifest:
     objects: dict[ObjectKind, ObjectEntry] = field(default_factory=dict)
     created_at_ms: int = 0
     format_version: int = FORMAT_VERSION
+    chunk_size: int | None = None
+    encryption: WrappedKey | None = None
 
     @classmethod
     def for_ref(
-        cls, ref: RemoteSegmentRef, objects: dict[ObjectKind, ObjectEntry], created_at_ms: int
+        cls,
+        ref: RemoteSegmentRef,
+        objects: dict[ObjectKind, ObjectEntry],
+        created_at_ms: int,
+        *,
+        chunk_size: int | None = None,
+        encryption: WrappedKey | None = None,
     ) -> SegmentManifest:
+        """Format 2 when a ``chunk_size`` is given (its objects then carry chunk indexes)."""
         tip = ref.topic_id_partition
         return cls(
             topic=tip.topic,
@@ -48,7 +115,14 @@ class SegmentManifest:
             segment_id=str(ref.segment_id),
             objects=objects,
             created_at_ms=created_at_ms,
+            format_version=FORMAT_VERSION if chunk_size is None else CHUNKED_FORMAT,
+            chunk_size=chunk_size,
+            encryption=encryption,
         )
+
+    @property
+    def chunked(self) -> bool:
+        return self.format_version == CHUNKED_FORMAT
 
     def ref(self) -> RemoteSegmentRef:
         """The segment this manifest describes (fields were validated when parsed)."""
@@ -64,10 +138,18 @@ class SegmentManifest:
             "base_offset": self.base_offset,
             "segment_id": self.segment_id,
             "created_at_ms": self.created_at_ms,
-            "objects": {
-                k.value: {"key": e.key, "size": e.size, "crc32c": e.crc32c} for k, e in sorted(self.objects.items())
-            },
+            "objects": {k.value: _entry_doc(e) for k, e in sorted(self.objects.items())},
         }
+        if self.chunked:
+            doc["chunk_size"] = self.chunk_size
+            doc["encryption"] = None
+            if self.encryption is not None:
+                doc["encryption"] = {
+                    "cipher": CIPHER,
+                    "key_wrap": self.encryption.key_wrap,
+                    "key_id": self.encryption.key_id,
+                    "wrapped_key": base64.b64encode(self.encryption.wrapped).decode(),
+                }
         return json.dumps(doc, indent=2, sort_keys=True).encode()
 
     @classmethod
@@ -80,8 +162,14 @@ class SegmentManifest:
         if not isinstance(doc, dict):
             raise ManifestError("segment manifest is not a JSON object")
         version = _field(doc, "format_version", int)
-        if version != FORMAT_VERSION:
+        if version not in FORMAT_VERSIONS:
             raise ManifestError(f"unsupported manifest format_version {version}")
+        chunk_size = encryption = None
+        if version == CHUNKED_FORMAT:
+            chunk_size = _field(doc, "chunk_size", int)
+            if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE:
+                raise ManifestError(f"manifest chunk_size {chunk_size} is outside [{MIN_CHUNK_SIZE}, {MAX_CHUNK_SIZE}]")
+            encryption = _encryption(doc.get("encryption"))
         raw_objects = _field(doc, "objects", dict)
         objects: dict[ObjectKind, ObjectEntry] = {}
         for name, raw in raw_objects.items():
@@ -97,6 +185,8 @@ class SegmentManifest:
             if size < 0 or not _CRC.fullmatch(crc) or not key.endswith(f".{kind.value}"):
                 raise ManifestError(f"manifest entry {name!r} is invalid: key {key!r}, size {size}, crc32c {crc!r}")
             objects[kind] = ObjectEntry(kind, key, size, crc)
+            if chunk_size is not None:
+                objects[kind] = _chunked_entry(objects[kind], raw, chunk_size, encrypted=encryption is not None)
         if ObjectKind.LOG not in objects:
             raise ManifestError("manifest lists no log object")
         partition = _field(doc, "partition", int)
@@ -112,6 +202,8 @@ class SegmentManifest:
             objects=objects,
             created_at_ms=_field(doc, "created_at_ms", int),
             format_version=version,
+            chunk_size=chunk_size,
+            encryption=encryption,
         )
         try:
             ref = manifest.ref()  # validates topic name, topic id, base offset
@@ -130,8 +222,80 @@ T = TypeVar("T")
 def _field(doc: dict[str, Any], name: str, kind: type[F]) -> F:
     value = doc.get(name)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ManifestError(f"manifest field {name!r} must be {kind.__name__}, got {value!r}")
+        raise ManifestError(f"manifest field {name!r} must be {kind.__name__}, got {value!r:.80}")
     return value
+
+
+def _entry_doc(entry: ObjectEntry) -> dict[str, Any]:
+    doc: dict[str, Any] = {"key": entry.key, "size": entry.size, "crc32c": entry.crc32c}
+    if entry.chunks is not None:
+        doc["compression"] = entry.compression
+        doc["stored_size"] = entry.stored_size
+        doc["chunks"] = [[c.original_offset, c.stored_offset, c.stored_size, c.crc32c] for c in entry.chunks]
+    return doc
+
+
+def _encryption(raw: object) -> WrappedKey | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ManifestError("manifest encryption must be an object or null")
+    if raw.get("cipher") != CIPHER:
+        raise ManifestError(f"manifest encryption cipher {raw.get('cipher')!r:.40} is not {CIPHER}")
+    key_wrap = _field(raw, "key_wrap", str)
+    key_id = _field(raw, "key_id", str)
+    if key_wrap not in KEY_WRAPS:
+        raise ManifestError(f"manifest key_wrap {key_wrap!r:.40} is not one of {', '.join(KEY_WRAPS)}")
+    if not 0 < len(key_id) <= MAX_KEY_ID or not key_id.isprintable():
+        raise ManifestError("manifest key_id is empty, too long or not printable")
+    encoded = _field(raw, "wrapped_key", str)
+    if len(encoded) > MAX_WRAPPED_KEY * 2:
+        raise ManifestError("manifest wrapped_key is too long")
+    try:
+        wrapped = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ManifestError("manifest wrapped_key is not base64") from None
+    if not 0 < len(wrapped) <= MAX_WRAPPED_KEY:
+        raise ManifestError(f"manifest wrapped_key has {len(wrapped)} bytes")
+    return WrappedKey(key_wrap, key_id, wrapped)
+
+
+def _chunked_entry(entry: ObjectEntry, raw: dict[str, Any], chunk_size: int, *, encrypted: bool) -> ObjectEntry:
+    """A format-2 entry whose chunk index tiles the original and the stored object exactly."""
+    name = entry.kind.value
+    compression = _field(raw, "compression", str)
+    if compression not in COMPRESSIONS:
+        raise ManifestError(f"manifest entry {name!r}: compression {compression!r:.40} is not none or zstd")
+    stored_size = _field(raw, "stored_size", int)
+    raw_chunks = _field(raw, "chunks", list)
+    count = -(-entry.size // chunk_size)
+    if len(raw_chunks) != count:
+        raise ManifestError(f"manifest entry {name!r}: {len(raw_chunks)} chunks for {entry.size} bytes, not {count}")
+    chunks = []
+    stored = 0
+    for index, item in enumerate(raw_chunks):
+        if (
+            not isinstance(item, list)
+            or len(item) != 4
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in item[:3])
+            or not isinstance(item[3], str)
+            or not _CRC.fullmatch(item[3])
+        ):
+            raise ManifestError(f"manifest entry {name!r}: chunk {index} is malformed")
+        chunk = Chunk(item[0], item[1], item[2], item[3])
+        length = entry.chunk_length(index, chunk_size)
+        smallest = 28 if encrypted else 1
+        if (
+            chunk.original_offset != index * chunk_size
+            or chunk.stored_offset != stored
+            or not smallest <= chunk.stored_size <= max_stored_chunk(length)
+        ):
+            raise ManifestError(f"manifest entry {name!r}: chunk {index} does not tile the object")
+        stored += chunk.stored_size
+        chunks.append(chunk)
+    if stored != stored_size:
+        raise ManifestError(f"manifest entry {name!r}: chunks hold {stored} bytes, stored_size says {stored_size}")
+    return replace(entry, compression=compression, stored_size=stored_size, chunks=tuple(chunks))
 
 
 @dataclass(frozen=True)
@@ -147,6 +311,9 @@ class CopyRecord:
     objects: dict[str, str] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
     crc32c: dict[str, str] = field(default_factory=dict)
+    #: The manifest's format (recorded for format 2 only), so readers of a format-1 segment
+    #: need not read its manifest first.
+    format_version: int = FORMAT_VERSION
 
     @classmethod
     def of_manifest(cls, manifest: SegmentManifest) -> CopyRecord:
@@ -155,6 +322,7 @@ class CopyRecord:
             objects={kind.value: entry.key for kind, entry in entries},
             sizes={kind.value: entry.size for kind, entry in entries},
             crc32c={kind.value: entry.crc32c for kind, entry in entries},
+            format_version=manifest.format_version,
         )
 
     @classmethod
@@ -167,7 +335,13 @@ class CopyRecord:
                 return {}
             return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, kind)}
 
-        return cls(objects=typed("objects", str), sizes=typed("sizes", int), crc32c=typed("crc32c", str))
+        version = meta.get("format_version", FORMAT_VERSION)
+        return cls(
+            objects=typed("objects", str),
+            sizes=typed("sizes", int),
+            crc32c=typed("crc32c", str),
+            format_version=version if isinstance(version, int) and not isinstance(version, bool) else FORMAT_VERSION,
+        )
 
     @classmethod
     def of_segment(cls, segment: Any) -> CopyRecord:
@@ -180,7 +354,10 @@ class CopyRecord:
         return cls.decode(custom_metadata)
 
     def to_custom_metadata(self) -> dict[str, Any]:
-        return {"objects": dict(self.objects), "sizes": dict(self.sizes), "crc32c": dict(self.crc32c)}
+        meta: dict[str, Any] = {"objects": dict(self.objects), "sizes": dict(self.sizes), "crc32c": dict(self.crc32c)}
+        if self.format_version != FORMAT_VERSION:
+            meta["format_version"] = self.format_version
+        return meta
 
     def size(self, kind: ObjectKind) -> int | None:
         return self.sizes.get(kind.value)

@@ -3,32 +3,45 @@
 Copying a segment (objects first, ``manifest.json`` last, cleanup on failure), ranged fetches,
 verification and idempotent deletes are implemented once here, over the object primitives of
 ``objects.ObjectStore`` that each backend provides.
+
+This is the one seam every reader goes through, so the chunked format 2 lives here too
+(docs/segment-format.md): ``copy_segment`` writes new copies in the configured encoding, and
+``fetch``, ``open_stream`` and ``verify_segment`` read either format, handing out the original
+bytes (a format-2 read fetches only the chunks it needs, by ranged GETs).
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Generic, TypeVar
 
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.storage.checksum import crc32c, crc_hex
+from tiering_core.storage.chunks import ChunkedObject, ChunkError, ChunkSealer, encode_object, log_is_compressed
+from tiering_core.storage.config import DEFAULT_CHUNK_SIZE
 from tiering_core.storage.errors import (
     InvalidRangeError,
     ManifestError,
     RemoteObjectNotFoundError,
     RemoteStorageError,
 )
+from tiering_core.storage.keys import DataKeyError, KeyRing
 from tiering_core.storage.layout import (
     ObjectKind,
     RemoteSegmentRef,
     parse_partition_prefix,
     partition_prefix,
 )
-from tiering_core.storage.manifest import ObjectEntry, SegmentManifest
+from tiering_core.storage.manifest import FORMAT_VERSION, ObjectEntry, SegmentManifest, WrappedKey
 from tiering_core.storage.objects import IncompleteUpload, ObjectStore, Progress, RemoteObject
 from tiering_core.storage.quota import throttled
 
@@ -36,10 +49,67 @@ log = logging.getLogger(__name__)
 #: Upload order: the log first, the manifest (not listed here) always last.
 UPLOAD_ORDER = [k for k in ObjectKind if k != ObjectKind.MANIFEST]
 VERIFY_CHUNK = 1 << 20
+#: Objects larger than this are encoded into a temporary file, not memory, before they go out.
+ENCODE_IN_MEMORY = 32 * 1024 * 1024
+#: Manifests and data keys of segments recently read, per storage.
+LAYOUT_CACHE = 1024
+#: A manifest larger than this is refused unread.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SegmentEncoding:
+    """How new copies are stored: format 1 byte for byte, or format 2's chunks when compression
+    or encryption is asked for (``remote.chunk_size``, ``remote.compression``, ``remote.encryption``)."""
+
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    compression: str = "none"
+    keys: KeyRing | None = None
+
+    @property
+    def chunked(self) -> bool:
+        return self.compression != "none" or (self.keys is not None and self.keys.encrypts)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Recent(Generic[K, V]):
+    """A small thread-safe LRU map (segments are immutable once their manifest is written)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[K, V] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self.lock:
+            value = self.items.get(key)
+            if value is not None:
+                self.items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+    def drop(self, key: K) -> None:
+        with self.lock:
+            self.items.pop(key, None)
 
 
 class RemoteStorage(ObjectStore):
     """Copy, fetch and delete segments' objects; idempotent and checksummed."""
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__(prefix)
+        self.encoding = SegmentEncoding()
+        self._manifests: _Recent[RemoteSegmentRef, SegmentManifest] = _Recent(LAYOUT_CACHE)
+        self._data_keys: _Recent[tuple[RemoteSegmentRef, WrappedKey], bytes] = _Recent(LAYOUT_CACHE)
 
     def copy_segment(
         self, ref: RemoteSegmentRef, files: Mapping[ObjectKind, Path | bytes], *, progress: Progress | None = None
@@ -59,20 +129,24 @@ class RemoteStorage(ObjectStore):
             if not isinstance(source, bytes) and not Path(source).is_file():
                 raise RemoteStorageError(f"{ref}: {kind.value} source {source} is not a readable file")
         manifest_key = ref.key(ObjectKind.MANIFEST, self.prefix)
+        self._manifests.drop(ref)
         if self.object_size(manifest_key) is not None:
             self.delete_keys([manifest_key])  # first, and alone: no manifest outlives its objects
             self.delete_keys([ref.key(kind, self.prefix) for kind in UPLOAD_ORDER if kind not in files])
         entries: dict[ObjectKind, ObjectEntry] = {}
         uploaded: list[str] = [manifest_key]
         try:
-            for kind in UPLOAD_ORDER:
-                if kind not in files:
-                    continue
-                key = ref.key(kind, self.prefix)
-                uploaded.append(key)
-                size, crc = self._put_segment_object(key, files[kind], progress)
-                entries[kind] = ObjectEntry(kind, key, size, crc_hex(crc))
-            manifest = SegmentManifest.for_ref(ref, entries, int(time.time() * 1000))
+            if self.encoding.chunked:
+                manifest = self._copy_chunked(ref, files, progress, uploaded)
+            else:
+                for kind in UPLOAD_ORDER:
+                    if kind not in files:
+                        continue
+                    key = ref.key(kind, self.prefix)
+                    uploaded.append(key)
+                    size, crc = self._put_segment_object(key, files[kind], progress)
+                    entries[kind] = ObjectEntry(kind, key, size, crc_hex(crc))
+                manifest = SegmentManifest.for_ref(ref, entries, int(time.time() * 1000))
             self._put_segment_object(manifest_key, manifest.to_json(), None)
             self._sync_segment(uploaded)
             return manifest
@@ -87,22 +161,133 @@ class RemoteStorage(ObjectStore):
                 raise RemoteStorageError(f"{ref}: upload failed: {type(exc).__name__}: {exc}") from exc
             raise
 
+    def _copy_chunked(
+        self,
+        ref: RemoteSegmentRef,
+        files: Mapping[ObjectKind, Path | bytes],
+        progress: Progress | None,
+        uploaded: list[str],
+    ) -> SegmentManifest:
+        """Every object of the segment as format-2 chunks under a fresh data key; the manifest."""
+        encoding = self.encoding
+        sealer = wrapped = None
+        if encoding.keys is not None and encoding.keys.encrypts:
+            data_key, wrapped = encoding.keys.new_data_key()
+            sealer = ChunkSealer(str(ref.segment_id), data_key)
+        compress = encoding.compression != "none"
+        compress_log = encoding.compression == "zstd" or (
+            encoding.compression == "auto" and not log_is_compressed(files[ObjectKind.LOG])
+        )
+        entries: dict[ObjectKind, ObjectEntry] = {}
+        with tempfile.TemporaryDirectory(prefix="tiering-encode-") as scratch:
+            for kind in UPLOAD_ORDER:
+                if kind not in files:
+                    continue
+                source = files[kind]
+                key = ref.key(kind, self.prefix)
+                uploaded.append(key)
+                size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
+                options = {
+                    "kind": kind,
+                    "key": key,
+                    "chunk_size": encoding.chunk_size,
+                    "compress": compress_log if kind is ObjectKind.LOG else compress,
+                    "sealer": sealer,
+                }
+                stored: Path | bytes
+                if size <= ENCODE_IN_MEMORY:
+                    buffer = io.BytesIO()
+                    entry = encode_object(source, buffer, **options)  # type: ignore[arg-type]
+                    stored = buffer.getvalue()
+                else:
+                    stored = Path(scratch) / kind.value
+                    with stored.open("wb") as out:
+                        entry = encode_object(source, out, **options)  # type: ignore[arg-type]
+                put_size, _ = self._put_segment_object(key, stored, progress)
+                if put_size != entry.stored_size:
+                    raise RemoteStorageError(f"{ref}: {kind.value} stored {put_size} bytes of {entry.stored_size}")
+                entries[kind] = entry
+        return SegmentManifest.for_ref(
+            ref, entries, int(time.time() * 1000), chunk_size=encoding.chunk_size, encryption=wrapped
+        )
+
+    def _chunked(self, ref: RemoteSegmentRef, kind: ObjectKind) -> ChunkedObject | None:
+        """The format-2 object of ``kind``, or None for a format-1 segment (read byte for byte).
+        A format-2 segment without that object reads as a missing object."""
+        if ref.format_version == FORMAT_VERSION:
+            return None
+        manifest = self._manifests.get(ref)
+        if manifest is None:
+            manifest = self.read_manifest(ref)
+            if manifest is None:
+                return None
+            self._manifests.put(ref, manifest)
+        if not manifest.chunked or manifest.chunk_size is None:
+            return None
+        entry = manifest.objects.get(kind)
+        if entry is None:
+            raise RemoteObjectNotFoundError(
+                f"{self.describe(ref.key(kind, self.prefix))}: the segment has no {kind.value}"
+            )
+        sealer = None
+        if manifest.encryption is not None:
+            sealer = ChunkSealer(str(ref.segment_id), self._data_key(ref, manifest.encryption))
+        return ChunkedObject(str(ref), entry, manifest.chunk_size, sealer)
+
+    def _data_key(self, ref: RemoteSegmentRef, wrapped: WrappedKey) -> bytes:
+        cached = self._data_keys.get((ref, wrapped))
+        if cached is not None:
+            return cached
+        keys = self.encoding.keys
+        if keys is None:
+            raise DataKeyError(
+                f"{ref}: encrypted under key id {wrapped.key_id!r}, and remote.encryption is not configured"
+            )
+        key = keys.unwrap(wrapped, str(ref))
+        self._data_keys.put((ref, wrapped), key)
+        return key
+
+    def _chunk_getter(self, obj: ChunkedObject, key: str) -> Callable[[int, int], bytes]:
+        """Ranged GETs of stored bytes, taken from the fetch quota; an object shorter than its
+        chunk index is a ChunkError naming the first chunk it cuts."""
+
+        def get(first: int, last: int) -> bytes:
+            try:
+                data = self.get_range(key, first, last)
+            except InvalidRangeError:
+                data = b""
+            self.quotas.take_fetch(len(data))
+            if len(data) != last - first + 1:
+                cut = next(i for i, c in enumerate(obj.chunks) if c.stored_offset + c.stored_size > first + len(data))
+                raise ChunkError(f"{obj.where(cut)}: the stored object is cut short (truncated)")
+            return data
+
+        return get
+
     def fetch(self, ref: RemoteSegmentRef, kind: ObjectKind, start: int = 0, end: int | None = None) -> bytes:
-        """Bytes [start, end] (inclusive, like Kafka's fetchLogSegment) of one object; an ``end``
-        past the object reads to its end. The bytes are taken from the fetch quota."""
+        """Bytes [start, end] (inclusive, like Kafka's fetchLogSegment) of one object's original
+        bytes; an ``end`` past the object reads to its end. The bytes are taken from the fetch
+        quota. A format-2 object is read by one ranged GET of the chunks holding the range."""
         key = ref.key(kind, self.prefix)
         if start < 0 or (end is not None and end < start):
             raise InvalidRangeError(f"{self.describe(key)}: invalid range [{start}, {end}]")
+        chunked = self._chunked(ref, kind)
+        if chunked is not None:
+            return chunked.read(self._chunk_getter(chunked, key), start, end)
         data = self.get_range(key, start, end)
         self.quotas.take_fetch(len(data))
         return data
 
     def open_stream(self, ref: RemoteSegmentRef, kind: ObjectKind, start: int = 0) -> BinaryIO:
-        """A buffered stream over one object from ``start``, for reads too large to hold; its
-        reads are taken from the fetch quota."""
+        """A buffered stream over one object's original bytes from ``start``, for reads too large
+        to hold; its reads are taken from the fetch quota. A format-2 object is fetched chunk by
+        chunk as the stream is read."""
         key = ref.key(kind, self.prefix)
         if start < 0:
             raise InvalidRangeError(f"{self.describe(key)}: invalid start {start}")
+        chunked = self._chunked(ref, kind)
+        if chunked is not None:
+            return chunked.stream(self._chunk_getter(chunked, key), start)
         return throttled(self.open_object(key, start), self.quotas.fetch)
 
     def read_manifest(self, ref: RemoteSegmentRef) -> SegmentManifest | None:
@@ -110,9 +295,11 @@ class RemoteStorage(ObjectStore):
         keys other than this segment's, is a ManifestError."""
         key = ref.key(ObjectKind.MANIFEST, self.prefix)
         try:
-            data = self.get_range(key, 0, None)
+            data = self.get_range(key, 0, MAX_MANIFEST_BYTES)
         except RemoteObjectNotFoundError:
             return None
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{self.describe(key)}: manifest is larger than {MAX_MANIFEST_BYTES} bytes")
         manifest = SegmentManifest.from_json(data)
         if manifest.ref() != ref:
             raise ManifestError(f"{self.describe(key)}: manifest describes {manifest.ref()}, not {ref}")
@@ -130,6 +317,8 @@ class RemoteStorage(ObjectStore):
             return [f"manifest: {exc}"]
         if manifest is None:
             return ["manifest.json is missing"]
+        if manifest.chunked:
+            return self._verify_chunked(ref, manifest)
         problems = []
         for kind in UPLOAD_ORDER:
             entry = manifest.objects.get(kind)
@@ -150,10 +339,57 @@ class RemoteStorage(ObjectStore):
                 problems.append(f"{kind.value}: crc32c {crc_hex(value)} != manifest {entry.crc32c}")
         return problems
 
+    def _verify_chunked(self, ref: RemoteSegmentRef, manifest: SegmentManifest) -> list[str]:
+        """Each format-2 object streamed once: every chunk's size, CRC-32C, GCM tag and
+        decompression, then the original bytes' size and CRC-32C."""
+        problems: list[str] = []
+        self._manifests.put(ref, manifest)
+        for kind in UPLOAD_ORDER:
+            if kind not in manifest.objects:
+                continue
+            try:
+                obj = self._chunked(ref, kind)
+            except DataKeyError as exc:
+                return [f"encryption: {exc}"]
+            if obj is None:
+                continue
+            entry = obj.entry
+            stored_size = self.object_size(entry.key)
+            if stored_size is None:
+                problems.append(f"{kind.value}: object {entry.key} is missing")
+                continue
+            if stored_size != entry.stored_size:
+                problems.append(f"{kind.value}: stored size {stored_size} != manifest {entry.stored_size}")
+            size = value = 0
+            try:
+                with self.open_object(entry.key) if stored_size else io.BytesIO() as stream:
+                    for index, chunk in enumerate(obj.chunks):
+                        stored = stream.read(chunk.stored_size)
+                        try:
+                            original = obj.decode(index, stored)
+                        except ChunkError as exc:
+                            problems.append(f"{kind.value}: {exc}")
+                            if len(stored) < chunk.stored_size:
+                                break
+                            continue
+                        value = crc32c(original, value)
+                        size += len(original)
+            except RemoteObjectNotFoundError:
+                problems.append(f"{kind.value}: object {entry.key} is missing")
+                continue
+            if any(p.startswith(f"{kind.value}:") for p in problems):
+                continue
+            if size != entry.size:
+                problems.append(f"{kind.value}: size {size} != manifest {entry.size}")
+            elif crc_hex(value) != entry.crc32c:
+                problems.append(f"{kind.value}: crc32c {crc_hex(value)} != manifest {entry.crc32c}")
+        return problems
+
     def delete_segment(self, ref: RemoteSegmentRef) -> None:
         """Delete every object a segment may have (idempotent). The manifest goes first, in a
         call of its own: a delete that fails part-way never leaves a manifest whose objects
         are gone, so a segment with a manifest is always whole."""
+        self._manifests.drop(ref)
         self.delete_keys([ref.key(ObjectKind.MANIFEST, self.prefix)])
         self.delete_keys([ref.key(kind, self.prefix) for kind in UPLOAD_ORDER])
 
