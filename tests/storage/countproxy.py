@@ -66,12 +66,14 @@ class Arrivals:
 
 class CountingProxy:
     """Forwards every request to ``upstream`` (host, port), counting ``uploaded`` bytes (PUT request
-    bodies: PutObject and UploadPart) and ``downloaded`` bytes (GET response bodies)."""
+    bodies: PutObject and UploadPart) and ``downloaded`` bytes (GET response bodies), the latter
+    also per request (``downloaded_by_key``: the request's path, without its query, and its bytes)."""
 
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
         self.upstream = (upstream_host, upstream_port)
         self.uploaded = Arrivals()
         self.downloaded = Arrivals()
+        self.downloaded_by_key: list[tuple[str, int]] = []
         self._server = socket.socket()
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._server.bind(("127.0.0.1", 0))
@@ -163,6 +165,8 @@ class CountingProxy:
                     lines.append(f"Content-Length: {len(data)}")
                 client.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
                 view = memoryview(data)
+                if method == "GET":
+                    self.downloaded_by_key.append((target.partition("?")[0], len(data)))
                 for start in range(0, len(data), CHUNK):
                     client.sendall(view[start : start + CHUNK])
                     if method == "GET":

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from tiering_core.kafka.crc import crc32c
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
+from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CopyRecord
@@ -97,6 +98,9 @@ class RemoteIndexCache:
         except RemoteObjectNotFoundError:
             if expected is not None:
                 log.warning("%s: stored %s of segment %s is missing", _tp(segment), kind.value, segment.segment_id)
+            return None
+        except ChunkError as exc:  # a damaged format-2 chunk: as a damaged index, a scan instead
+            log.warning("%s: %s; not used (tiering rebuild-indexes repairs it)", _tp(segment), exc)
             return None
         if expected is not None and crc_hex(crc32c(data)) != expected:
             log.warning(

@@ -208,9 +208,9 @@ class ChunkedObject:
 
 
 class _ChunkStream(io.RawIOBase):
-    """Reads chunk by chunk from a position: the first GET asks for one chunk, each next one for
-    twice as many, up to READ_AHEAD_BYTES, so a short read costs one or two chunks and a long one
-    few requests."""
+    """Reads chunk by chunk from a position: the first two GETs ask for one chunk each, each next
+    one for twice as many as the last, up to READ_AHEAD_BYTES, so a short read costs one or two
+    chunks (a batch may cross into the next) and a long one few requests."""
 
     def __init__(self, obj: ChunkedObject, get: Callable[[int, int], bytes], start: int) -> None:
         self.obj = obj
@@ -219,6 +219,7 @@ class _ChunkStream(io.RawIOBase):
         self.buffer = memoryview(b"")
         self.skip = start - self.next_chunk * obj.chunk_size
         self.batch = 1
+        self.gets = 0
 
     def readable(self) -> bool:
         return True
@@ -233,7 +234,9 @@ class _ChunkStream(io.RawIOBase):
             self.buffer = memoryview(self.obj._decoded(self.get, wanted))[self.skip :]
             self.skip = 0
             self.next_chunk = wanted.stop
-            self.batch *= 2
+            self.gets += 1
+            if self.gets >= 2:
+                self.batch *= 2
         n = min(len(target), len(self.buffer))
         target[:n] = self.buffer[:n]
         self.buffer = self.buffer[n:]
