@@ -57,13 +57,13 @@ def test_kms_round_trip_rotation_and_refusals(tmp_path: Path, s3_endpoint: S3End
     other = client.create_key(Description="other")["KeyMetadata"]["KeyId"]
     pair = write_key_pair(tmp_path / "keys", "rsa-1")
     with storage(tmp_path, s3_endpoint, rsa_encryption(pair)) as before:
-        old = RemoteSegmentRef(TIP, 0, uuid.uuid4())
+        old = RemoteSegmentRef(TIP, 0, uuid.uuid4(), None)
         before.copy_segment(old, {ObjectKind.LOG: LOG})
     moved = EncryptionConfig(
         kms_key_id=key_id, kms_endpoint_url=s3_endpoint.url, private_key_files=(("rsa-1", pair.private),)
     )
     with storage(tmp_path, s3_endpoint, moved) as tier:
-        new = RemoteSegmentRef(TIP, 100, uuid.uuid4())
+        new = RemoteSegmentRef(TIP, 100, uuid.uuid4(), None)
         manifest = tier.copy_segment(new, {ObjectKind.LOG: LOG})
         assert manifest.encryption is not None and manifest.encryption.key_wrap == "AWS-KMS"
         assert key_id in manifest.encryption.key_id
@@ -87,6 +87,6 @@ def test_kms_round_trip_rotation_and_refusals(tmp_path: Path, s3_endpoint: S3End
 
     missing = EncryptionConfig(kms_key_id="alias/not-made", kms_endpoint_url=s3_endpoint.url)
     with storage(tmp_path, s3_endpoint, missing) as unknown, pytest.raises(DataKeyError) as refused:
-        unknown.copy_segment(RemoteSegmentRef(TIP, 200, uuid.uuid4()), {ObjectKind.LOG: LOG})
+        unknown.copy_segment(RemoteSegmentRef(TIP, 200, uuid.uuid4(), None), {ObjectKind.LOG: LOG})
     assert "KMS key 'alias/not-made': GenerateDataKey failed" in str(refused.value)
     assert not [o.key for o in unknown.list_prefix("") if f"/{200:020d}-" in o.key]  # nothing left behind

@@ -86,7 +86,7 @@ def original(files: dict[ObjectKind, Path | bytes], kind: ObjectKind) -> bytes:
 
 
 def new_ref() -> RemoteSegmentRef:
-    return RemoteSegmentRef(TIP, 0, uuid.uuid4())
+    return RemoteSegmentRef(TIP, 0, uuid.uuid4(), None)
 
 
 COMBINATIONS = [

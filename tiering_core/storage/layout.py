@@ -76,8 +76,9 @@ class RemoteSegmentRef:
     base_offset: int
     segment_id: uuid.UUID
     #: The manifest format the segment's metadata recorded (no part of its identity): 1 reads its
-    #: objects byte for byte at once; None (unknown) or 2 reads the manifest first.
-    format_version: int | None = field(default=None, compare=False)
+    #: objects byte for byte at once; None (unknown) or 2 reads the manifest first. A ref made
+    #: from its parts alone reads format 1; ``segment_ref(segment)`` carries what copy recorded.
+    format_version: int | None = field(default=1, compare=False)
 
     def __post_init__(self) -> None:
         partition_prefix(self.topic_id_partition)  # hostile names fail here, before any I/O
