@@ -37,7 +37,9 @@ def _output(args: argparse.Namespace) -> Output:
 #: ``retention --orphans`` and ``delete-partition --lift-tombstone`` read none; nor do the other
 #: commands (segments, fetch, find-offset, verify, restore, export, db), which then work on the
 #: metadata store and the remote tier alone.
-LOG_DIR_COMMANDS = frozenset({"status", "copy", "retention", "delete-partition", "delete-records", "rebuild-indexes"})
+LOG_DIR_COMMANDS = frozenset(
+    {"status", "copy", "retention", "delete-partition", "delete-records", "rebuild-indexes", "rewrite"}
+)
 #: The flag of a log-dir command under which it reads none.
 NO_LOG_DIR_FLAGS = {
     "status": ("cluster",),
@@ -183,6 +185,24 @@ def cmd_retention(args: argparse.Namespace) -> int:
     )
     for failure in failures:
         print(f"tiering: retention failed: {failure}", file=sys.stderr)
+    return EXIT_FAILURE if failures else EXIT_OK
+
+
+def cmd_rewrite(args: argparse.Namespace) -> int:
+    from tiering_core.cli.output import format_rewrite
+    from tiering_core.runs.rewrite import run_rewrite
+
+    failures: list[str] = []
+    results = []
+    with _context(args) as ctx:
+        for partition_log in ctx.partitions(args.topic, args.partition):
+            try:
+                results.append(run_rewrite(ctx, partition_log.topic_partition))
+            except TieringError as exc:
+                failures.append(f"{partition_log.topic_partition}: {exc}")
+    _emit(args, [r.to_dict() for r in results], lambda: format_rewrite(results))
+    for failure in failures:
+        print(f"tiering: rewrite failed: {failure}", file=sys.stderr)
     return EXIT_FAILURE if failures else EXIT_OK
 
 

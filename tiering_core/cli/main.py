@@ -22,6 +22,7 @@ from tiering_core.cli.commands import (
     cmd_rebuild_indexes,
     cmd_restore,
     cmd_retention,
+    cmd_rewrite,
     cmd_segments,
     cmd_status,
     cmd_verify,
@@ -114,6 +115,12 @@ def add_partition_commands(sub: Subcommands) -> None:
     )
     p.add_argument("--grace-ms", type=int, default=3_600_000, help="orphans younger than this are kept")
     p.set_defaults(handler=cmd_retention)
+
+    p = sub.add_parser(
+        "rewrite", help="copy remote segments again in the current remote: format (rotate keys, compress)"
+    )
+    _add_selectors(p)
+    p.set_defaults(handler=cmd_rewrite)
 
     p = sub.add_parser("delete-partition", help="delete all remote data of a partition (needs --yes)")
     _add_selectors(p, required=True)

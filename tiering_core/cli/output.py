@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from tiering_core.runs.rebuild import IndexCheck, RebuildResult
     from tiering_core.runs.removal import RemovalResult
     from tiering_core.runs.retention import RetentionResult
+    from tiering_core.runs.rewrite import RewriteResult
     from tiering_core.tier.cluster import ClusterPartitionStatus
     from tiering_core.tier.status import PartitionStatus
 
@@ -102,6 +103,20 @@ def retention_line(r: RetentionResult) -> str:
     if r.fenced:
         line += " (held by another run)"
     return line
+
+
+def format_rewrite(results: list[RewriteResult]) -> str:
+    """One line per partition of ``tiering rewrite``."""
+    lines = []
+    for r in results:
+        line = f"{r.topic}-{r.partition}: rewrote {r.segments_rewritten} segment(s)"
+        if r.segments_rewritten:
+            line += f" ({fmt_bytes(r.stored_bytes_before)} stored -> {fmt_bytes(r.stored_bytes_after)})"
+        line += f", {r.segments_current} already in the current format"
+        if r.segments_cleaned_up:
+            line += f"; cleaned up {r.segments_cleaned_up} copy(ies) a killed run left"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def format_orphans(orphans: list[OrphanObject]) -> str:

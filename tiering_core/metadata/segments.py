@@ -160,6 +160,22 @@ class SegmentStore(SegmentListing, LineageStore, PartitionStore):
                 self._advance_remote_log_start(conn, prow, meta.first_epoch_offset)
         return meta
 
+    def supersede_segment(
+        self,
+        old_id: uuid.UUID,
+        new_id: uuid.UUID,
+        lease: Lease,
+        *,
+        custom_metadata: dict[str, Any],
+    ) -> RemoteLogSegmentMetadata:
+        """A copy of a finished segment takes its place: the new attempt COPY_SEGMENT_FINISHED and
+        the old one DELETE_SEGMENT_STARTED in one fenced transaction, so exactly one of them serves
+        the range at every instant (the old one's objects are deleted after, as any deletion)."""
+        with self._fenced_write(lease) as (conn, prow):
+            meta = self._transition(conn, prow, lease, new_id, FINISHED, None, custom_metadata)
+            self._transition(conn, prow, lease, old_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, None, None)
+        return meta
+
     def _transition(
         self,
         conn: Connection,

@@ -148,7 +148,7 @@ def served_chain(reader: RemoteLogReader) -> list[RemoteLogSegmentMetadata]:
     return chain
 
 
-def _download(storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: ObjectKind, target: Path) -> int:
+def download_object(storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: ObjectKind, target: Path) -> int:
     """Stream one object to ``target``, checking the CRC-32C recorded for it; its size, or -1 if absent."""
     expected = CopyRecord.of_segment(segment).crc(kind)
     value = size = 0
@@ -304,10 +304,10 @@ def _restore(
             before = result.bytes
             try:
                 for kind, suffix in SEGMENT_FILES.items():
-                    size = _download(ctx.storage, segment, kind, work / f"{stem}.{suffix}")
+                    size = download_object(ctx.storage, segment, kind, work / f"{stem}.{suffix}")
                     result.bytes += max(size, 0)
                 snapshot = work / f"{segment.end_offset + 1:020d}.snapshot"
-                result.bytes += max(_download(ctx.storage, segment, ObjectKind.PRODUCER_SNAPSHOT, snapshot), 0)
+                result.bytes += max(download_object(ctx.storage, segment, ObjectKind.PRODUCER_SNAPSHOT, snapshot), 0)
             except Exception:
                 tally.count(names.REMOTE_FETCH_ERRORS)
                 raise

@@ -99,6 +99,16 @@ class KeyRing:
         """Whether new segments are encrypted (a ring holding only old private keys reads)."""
         return self.config.kms_key_id is not None or self._public is not None
 
+    def wraps_new_keys_like(self, wrapped: WrappedKey) -> bool:
+        """Whether ``wrapped`` is wrapped the way new data keys are (the same RSA key id, or the
+        same KMS key named by id or ARN; an alias never matches)."""
+        kms_key_id = self.config.kms_key_id
+        if kms_key_id is not None:
+            return wrapped.key_wrap == AWS_KMS and (
+                wrapped.key_id == kms_key_id or wrapped.key_id.endswith(f"/{kms_key_id}")
+            )
+        return wrapped.key_wrap == RSA_OAEP and wrapped.key_id == self.config.key_id
+
     def new_data_key(self) -> tuple[bytes, WrappedKey]:
         """A fresh data key and its wrapped form for the manifest."""
         if self.config.kms_key_id is not None:

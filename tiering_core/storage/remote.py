@@ -70,6 +70,27 @@ class SegmentEncoding:
     def chunked(self) -> bool:
         return self.compression != "none" or (self.keys is not None and self.keys.encrypts)
 
+    def stores_like(self, manifest: SegmentManifest) -> bool:
+        """Whether a copy made now would store the segment as ``manifest`` says it is stored (its
+        format, chunk size, compression and wrapping key): a rewrite leaves such a segment be.
+        Under ``auto`` any compression of the log is current, as the batches decided it."""
+        if not self.chunked or not manifest.chunked:
+            return self.chunked == manifest.chunked
+        encrypts = self.keys is not None and self.keys.encrypts
+        if manifest.chunk_size != self.chunk_size or encrypts != (manifest.encryption is not None):
+            return False
+        if (
+            self.keys is not None
+            and manifest.encryption is not None
+            and not self.keys.wraps_new_keys_like(manifest.encryption)
+        ):
+            return False
+        wanted = "zstd" if self.compression == "auto" else self.compression
+        return all(
+            entry.compression == wanted or (self.compression == "auto" and kind is ObjectKind.LOG)
+            for kind, entry in manifest.objects.items()
+        )
+
 
 K = TypeVar("K")
 V = TypeVar("V")

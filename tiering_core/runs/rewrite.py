@@ -1,0 +1,123 @@
+"""Re-encode a partition's remote segments in place (``tiering rewrite``, docs/segment-format.md):
+a key rotation, or a compression or encryption backfill, for segments copied before the
+``remote:`` settings changed.
+
+Under the partition's lease, like every writer: first what killed runs left is finished (a
+started copy deleted, a started deletion done again, as a copy run's recovery does); then each
+finished segment whose manifest is not stored as a copy made now would be is copied again under
+a fresh segment id (COPY_SEGMENT_STARTED first, the original bytes streamed out through the
+storage's reader and checked against the checksums recorded at copy time, then uploaded in the
+current format, manifest last). The new copy's COPY_SEGMENT_FINISHED and the old one's
+DELETE_SEGMENT_STARTED land in one fenced transaction, so the range is served by exactly one
+of them at every instant; the old objects are deleted after. A run killed anywhere leaves a
+STARTED copy or a started deletion, which the next run (of rewrite, copy, retention or
+rebuild-indexes) finishes; the segment is then rewritten again or already is.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tiering_core.errors import TieringError
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.read.restore import download_object
+from tiering_core.runs.lease import held_partition
+from tiering_core.runs.rebuild.run import start_index_repair
+from tiering_core.runs.segment_copy import recover_failed_copies
+from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_ref
+from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.manifest import CopyRecord
+
+if TYPE_CHECKING:
+    from tiering_core.context import TieringContext
+    from tiering_core.metadata.store import RemoteLogSegmentMetadata, TaskAttempt
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RewriteResult:
+    """One partition's rewrite: segments copied again, left as they were (already current), and
+    cleaned up after a killed run; stored bytes before and after the rewritten ones."""
+
+    topic: str
+    partition: int
+    segments_rewritten: int = 0
+    segments_current: int = 0
+    segments_cleaned_up: int = 0
+    stored_bytes_before: int = 0
+    stored_bytes_after: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, for ``--json`` and XCom."""
+        return {**asdict(self), "seconds": round(self.seconds, 3)}
+
+
+def run_rewrite(
+    ctx: TieringContext, tp: TopicPartition, *, run_id: str | None = None, attempt: TaskAttempt | None = None
+) -> RewriteResult:
+    """Re-encode ``tp``'s finished remote segments not stored in the current format."""
+    started = time.monotonic()
+    result = RewriteResult(tp.topic, tp.partition)
+    tip = TopicIdPartition(ctx.partition_log(tp).topic_id, tp)
+    run = run_id or uuid.uuid4().hex
+    ctx.metadata.register_partition(tip)
+    with held_partition(ctx.metadata, tip, holder=f"rewrite:{run}", run_id=run, attempt=attempt) as held:
+        result.segments_cleaned_up = recover_failed_copies(ctx.metadata, ctx.storage, tip, held.require())
+        finished = [
+            s for s in ctx.metadata.list_segments(tip) if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        ]
+        for segment in sorted(finished, key=lambda s: (s.start_offset, s.event_time)):
+            manifest = ctx.storage.read_manifest(segment_ref(segment))
+            if manifest is None:
+                raise TieringError(f"{tp}: segment {segment.segment_id} has no manifest (run tiering verify)")
+            if ctx.storage.encoding.stores_like(manifest):
+                result.segments_current += 1
+                continue
+            result.stored_bytes_before += sum(e.stored_size or e.size for e in manifest.objects.values())
+            rewritten = _rewrite_segment(ctx, segment, [k for k in ObjectKind if k in manifest.objects], held)
+            result.stored_bytes_after += rewritten
+            result.segments_rewritten += 1
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _rewrite_segment(ctx: TieringContext, segment: RemoteLogSegmentMetadata, kinds: list[ObjectKind], held: Any) -> int:
+    """Copy one segment again in the current format and put the copy in its place; the copy's
+    stored bytes."""
+    store, storage = ctx.metadata, ctx.storage
+    copy = start_index_repair(store, segment, held.require())  # COPY_SEGMENT_STARTED, a fresh id
+    try:
+        with tempfile.TemporaryDirectory(prefix="tiering-rewrite-") as work:
+            files = {kind: Path(work) / kind.value for kind in kinds}
+            for kind, target in files.items():
+                download_object(storage, segment, kind, target)  # checked against the record
+            manifest = storage.copy_segment(segment_ref(copy), dict(files))
+        held.renew()
+        store.supersede_segment(
+            segment.segment_id,
+            copy.segment_id,
+            held.require(),
+            custom_metadata=CopyRecord.of_manifest(manifest).to_custom_metadata(),
+        )
+    except Exception:
+        abandon_attempt(store, storage, copy, held.lease if held.holds else None, "rewrite")
+        raise
+    log.info(
+        "%s: segment %s [%d..%d] rewritten as %s",
+        segment.topic_id_partition.topic_partition,
+        segment.segment_id,
+        segment.start_offset,
+        segment.end_offset,
+        copy.segment_id,
+    )
+    delete_remote_segment(store, storage, segment, held.require())
+    return sum(e.stored_size or e.size for e in manifest.objects.values())
