@@ -1,5 +1,5 @@
-"""What the manual DAGs share (``tiering_delete_partition``, ``tiering_delete_records``): their DAG's
-settings and their Params."""
+"""What the manual DAGs share (``tiering_delete_partition``, ``tiering_delete_records``,
+``tiering_rewrite``): their DAG's settings and their Params."""
 
 from __future__ import annotations
 

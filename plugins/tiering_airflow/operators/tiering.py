@@ -368,3 +368,46 @@ class TieringDeleteRecordsOperator(TieringPartitionOperator):
             " (dry run: nothing applied)" if result.dry_run else "",
         )
         return result.to_dict()
+
+
+class TieringRewriteOperator(BaseOperator):
+    """Re-encode a topic's remote segments (or one partition's) in the current ``remote:`` format
+    (``runs.rewrite``): a key rotation or a compression backfill. ``partition`` None (or rendered
+    "None") covers every partition of the topic in this broker's log dirs. A partition held by
+    another run, or a passing fault, fails the task, and its retry resumes where it stopped."""
+
+    template_fields: Sequence[str] = ("topic", "partition", "config_path", "aws_conn_id", "broker_id")
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        partition: int | str | None = None,
+        config_path: str | None = None,
+        aws_conn_id: str | None = TieringHook.default_conn_name,
+        broker_id: int | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.topic = topic
+        self.partition = partition
+        self.config_path = config_path
+        self.aws_conn_id = aws_conn_id
+        self.broker_id = broker_id
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from tiering_core.cli.output import format_rewrite
+        from tiering_core.runs.rewrite import run_rewrite
+
+        partition = None if self.partition in (None, "", "None") else int(str(self.partition))
+        hook = broker_hook(self.broker_id, config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+        results = []
+        with hook.get_conn(broker_config(hook)) as ctx:
+            for partition_log in ctx.partitions(self.topic, partition):
+                result = run_rewrite(
+                    ctx, partition_log.topic_partition, run_id=context["run_id"], attempt=task_attempt(context)
+                )
+                self.log.info("%s", format_rewrite([result]))
+                results.append(result.to_dict())
+        return results
