@@ -327,6 +327,7 @@ class RemoteStorage(ObjectStore):
         for kind, entry in manifest.objects.items():
             if entry.key != ref.key(kind, self.prefix):
                 raise ManifestError(f"{self.describe(key)}: manifest lists {entry.key!r} for {kind.value}")
+        self._manifests.put(ref, manifest)  # the reads that follow need not fetch it again
         return manifest
 
     def verify_segment(self, ref: RemoteSegmentRef) -> list[str]:
@@ -364,7 +365,6 @@ class RemoteStorage(ObjectStore):
         """Each format-2 object streamed once: every chunk's size, CRC-32C, GCM tag and
         decompression, then the original bytes' size and CRC-32C."""
         problems: list[str] = []
-        self._manifests.put(ref, manifest)
         for kind in UPLOAD_ORDER:
             if kind not in manifest.objects:
                 continue
