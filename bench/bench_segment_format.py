@@ -72,7 +72,7 @@ def write_segment(path: Path, size_mb: int, codec: int) -> list[int]:
     for b in range(CYCLE):
         records = [RecordSpec(f"key-{b}-{i}".encode(), json_value(rng, i), 1_700_000_000_000 + i) for i in range(200)]
         batches.append(bytearray(encode_batch(records, base_offset=0, partition_leader_epoch=0, codec=codec)))
-    positions = []
+    positions: list[int] = []
     offset = position = 0
     with path.open("wb") as out:
         while position < size_mb * MiB:
@@ -155,8 +155,8 @@ def main() -> None:
             big.unlink()
             reader = storage(SegmentEncoding(CHUNK, "zstd", keys))
             manifest = reader.read_manifest(ref)  # a reader has it (and the offset index) before the fetch
-            assert manifest is not None and manifest.objects[ObjectKind.LOG].chunks is not None
-            chunks = manifest.objects[ObjectKind.LOG].chunks
+            assert manifest is not None
+            chunks = manifest.objects[ObjectKind.LOG].chunks or ()
             position = positions[len(positions) // 2]
             proxy.downloaded_by_key.clear()
             with reader.open_stream(ref, ObjectKind.LOG, position) as stream:
