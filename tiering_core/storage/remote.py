@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Generic, TypeVar
 
@@ -208,22 +209,23 @@ class RemoteStorage(ObjectStore):
                 key = ref.key(kind, self.prefix)
                 uploaded.append(key)
                 size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
-                options = {
-                    "kind": kind,
-                    "key": key,
-                    "chunk_size": encoding.chunk_size,
-                    "compress": compress_log if kind is ObjectKind.LOG else compress,
-                    "sealer": sealer,
-                }
+                encode = partial(
+                    encode_object,
+                    kind=kind,
+                    key=key,
+                    chunk_size=encoding.chunk_size,
+                    compress=compress_log if kind is ObjectKind.LOG else compress,
+                    sealer=sealer,
+                )
                 stored: Path | bytes
                 if size <= ENCODE_IN_MEMORY:
                     buffer = io.BytesIO()
-                    entry = encode_object(source, buffer, **options)  # type: ignore[arg-type]
+                    entry = encode(source, buffer)
                     stored = buffer.getvalue()
                 else:
                     stored = Path(scratch) / kind.value
                     with stored.open("wb") as out:
-                        entry = encode_object(source, out, **options)  # type: ignore[arg-type]
+                        entry = encode(source, out)
                 put_size, _ = self._put_segment_object(key, stored, progress)
                 if put_size != entry.stored_size:
                     raise RemoteStorageError(f"{ref}: {kind.value} stored {put_size} bytes of {entry.stored_size}")
