@@ -375,6 +375,55 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _replay_cluster(args: argparse.Namespace, config: Any) -> Any:
+    """The cluster a replay writes to: ``--bootstrap-servers`` (with the ``kafka:`` section's
+    security settings, if any), else the ``kafka:`` section."""
+    import dataclasses
+
+    from tiering_core.config import parse_kafka_config
+
+    if args.bootstrap_servers is None:
+        if config.kafka is None:
+            raise TieringError(
+                "replay needs a cluster to write to: a kafka: section in the config or --bootstrap-servers"
+            )
+        return config.kafka
+    try:
+        servers = parse_kafka_config({"bootstrap_servers": args.bootstrap_servers}, Path).bootstrap_servers
+    except TieringError as exc:
+        raise TieringError(f"--bootstrap-servers: {one_line(exc).removeprefix('kafka.bootstrap_servers: ')}") from None
+    if config.kafka is None:
+        return parse_kafka_config({"bootstrap_servers": list(servers)}, Path)
+    return dataclasses.replace(config.kafka, bootstrap_servers=servers)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from tiering_core.cli.output import format_replay_summary
+    from tiering_core.kafka.isolation import IsolationLevel
+    from tiering_core.replay import Partitioning, RangeRequest, ReplayRequest, replay
+
+    request = ReplayRequest(
+        topic=args.topic,
+        target_topic=args.target_topic,
+        range=RangeRequest(args.from_offset, args.from_timestamp, args.to_offset, args.to_timestamp),
+        partitions=tuple(args.partitions or ()),
+        topic_id=args.topic_id,
+        isolation=IsolationLevel(args.isolation),
+        partitioning=Partitioning(args.partitioning),
+        concurrency=args.concurrency,
+        max_request_size=args.max_request_size,
+    )
+    with _context(args) as ctx:
+        result = replay(ctx, request, _replay_cluster(args, ctx.config), events=_events(args))
+    _emit(args, result.to_dict(), lambda: format_replay_summary(result))
+    for failed in result.failed:
+        tp = f"{failed.topic}-{failed.partition}"
+        print(f"tiering: replay of {tp} {failed.outcome}: {failed.detail}", file=sys.stderr)
+    if result.failed:
+        return EXIT_FAILURE
+    return EXIT_GAP if result.has_gaps else EXIT_OK
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     from tiering_core.metadata.migrations import current_revision, downgrade, upgrade
 
