@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _produce(cluster: KafkaCluster, topic: str, count: int, *, txn_id: str) -> None:
     """Per partition: plain records (headers, a null key, a null value, old timestamps), then
-    committed and aborted transactions, then plain records again, so every segment is closed."""
+    committed and aborted transactions, then plain records again (incompressible: the segment of
+    the last marker rolls, so the tier alone decides every transaction)."""
     now = int(time.time() * 1000)
     plain = cluster.producer(linger_ms=5, batch_size=4096, compression_type="lz4")
     txn = cluster.producer(transactional_id=txn_id, linger_ms=5, batch_size=4096)
@@ -51,7 +52,9 @@ def _produce(cluster: KafkaCluster, topic: str, count: int, *, txn_id: str) -> N
                 txn.flush()
                 txn.abort_transaction()
         for i in range(count // 2):
-            plain.send(topic, key=f"tail-{p}-{i}".encode(), value=b"after the transactions" * 4, partition=p)
+            plain.send(
+                topic, key=f"tail-{p}-{i}".encode(), value=b"after the transactions " + os.urandom(100), partition=p
+            )
         plain.flush()
     plain.close()
     txn.close()
@@ -192,10 +195,9 @@ def write(self, records):
             self.producer.flush()
             stop_here()
         self.producer.commit_transaction = hang
-    size = real_write(self, records)
+    real_write(self, records)
     if point == "after-commit" and n == 4:  # committed, the next not begun
         stop_here()
-    return size
 target.PartitionWriter.write = write
 
 real_last = target.PartitionWriter.last_replayed

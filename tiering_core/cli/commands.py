@@ -375,32 +375,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _replay_cluster(args: argparse.Namespace, config: Any) -> Any:
-    """The cluster a replay writes to: ``--bootstrap-servers`` (with the ``kafka:`` section's
-    security settings, if any), else the ``kafka:`` section."""
-    import dataclasses
-
-    from tiering_core.config import parse_kafka_config
-
-    if args.bootstrap_servers is None:
-        if config.kafka is None:
-            raise TieringError(
-                "replay needs a cluster to write to: a kafka: section in the config or --bootstrap-servers"
-            )
-        return config.kafka
-    try:
-        servers = parse_kafka_config({"bootstrap_servers": args.bootstrap_servers}, Path).bootstrap_servers
-    except TieringError as exc:
-        raise TieringError(f"--bootstrap-servers: {one_line(exc).removeprefix('kafka.bootstrap_servers: ')}") from None
-    if config.kafka is None:
-        return parse_kafka_config({"bootstrap_servers": list(servers)}, Path)
-    return dataclasses.replace(config.kafka, bootstrap_servers=servers)
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
     from tiering_core.cli.output import format_replay_summary
     from tiering_core.kafka.isolation import IsolationLevel
     from tiering_core.replay import Partitioning, RangeRequest, ReplayRequest, replay
+    from tiering_core.replay.target import replay_cluster
 
     request = ReplayRequest(
         topic=args.topic,
@@ -414,7 +393,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         max_request_size=args.max_request_size,
     )
     with _context(args) as ctx:
-        result = replay(ctx, request, _replay_cluster(args, ctx.config), events=_events(args))
+        kafka = replay_cluster(ctx.config.kafka, args.bootstrap_servers)
+        result = replay(ctx, request, kafka, events=_events(args))
     _emit(args, result.to_dict(), lambda: format_replay_summary(result))
     for failed in result.failed:
         tp = f"{failed.topic}-{failed.partition}"

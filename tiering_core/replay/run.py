@@ -12,13 +12,15 @@ committed before the next is read. A failure or a fence stops only its partition
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 from tiering_core.events import EventSink, discard
 from tiering_core.events.replay import ReplayCommitted, ReplayFinished, ReplayGap, ReplayStarted
+from tiering_core.export.write import read_ahead
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.replay.source import (
     RangeRequest,
@@ -35,6 +37,7 @@ from tiering_core.replay.target import (
     ReplayFencedError,
     ReplayTarget,
     TargetTopic,
+    record_bytes,
 )
 from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.tier.view import OffsetRange
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from tiering_core.config import KafkaConfig
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicIdPartition
+    from tiering_core.read.reader import FetchedRecord, RemoteLogReader
     from tiering_core.storage.remote import RemoteStorage
 
 #: A transaction holds at most this many records and about this many bytes (a record larger than
@@ -78,6 +82,62 @@ class ReplayRequest:
             raise TieringError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.max_request_size < 1024:
             raise TieringError(f"max request size must be at least 1024 bytes, got {self.max_request_size}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: what a DAG's planning task hands its replay tasks (``from_dict`` reads it)."""
+        return {
+            "topic": self.topic,
+            "target_topic": self.target_topic,
+            "from_offset": self.range.from_offset,
+            "from_timestamp": self.range.from_timestamp,
+            "to_offset": self.range.to_offset,
+            "to_timestamp": self.range.to_timestamp,
+            "partitions": list(self.partitions),
+            "topic_id": self.topic_id,
+            "isolation": self.isolation.value,
+            "partitioning": self.partitioning.value,
+            "concurrency": self.concurrency,
+            "max_request_size": self.max_request_size,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ReplayRequest:
+        """A request from ``to_dict``'s fields (or a DAG's Params); a TieringError names a bad one."""
+
+        def integer(name: str) -> int | None:
+            value = raw.get(name)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TieringError(f"{name}: expected an integer, got {value!r}")
+            return value
+
+        try:
+            isolation = IsolationLevel(raw.get("isolation", IsolationLevel.READ_COMMITTED.value))
+            partitioning = Partitioning(raw.get("partitioning", Partitioning.SAME.value))
+        except ValueError as exc:
+            raise TieringError(str(exc)) from None
+        partitions = raw.get("partitions") or []
+        if not isinstance(partitions, (list, tuple)) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions
+        ):
+            raise TieringError(f"partitions: expected a list of partition numbers, got {partitions!r}")
+        for name in ("topic", "target_topic"):
+            if not isinstance(raw.get(name), str) or not raw[name]:
+                raise TieringError(f"{name}: expected a topic name, got {raw.get(name)!r}")
+        return cls(
+            topic=raw["topic"],
+            target_topic=raw["target_topic"],
+            range=RangeRequest(
+                integer("from_offset"), integer("from_timestamp"), integer("to_offset"), integer("to_timestamp")
+            ),
+            partitions=tuple(partitions),
+            topic_id=raw.get("topic_id"),
+            isolation=isolation,
+            partitioning=partitioning,
+            concurrency=integer("concurrency") or 4,
+            max_request_size=integer("max_request_size") or DEFAULT_MAX_REQUEST_SIZE,
+        )
 
 
 @dataclass
@@ -243,7 +303,7 @@ def _replay(
     tp = tip.topic_partition
     reader = open_source(ctx, tip)
     gaps = [OffsetRange(g.start, g.end) for g in ctx.metadata.list_gaps(tip)]
-    span: SourceRange = resolve_range(reader, request.range, gaps)
+    span: SourceRange = resolve_range(reader, request.range, gaps, request.isolation)
     result.first_offset, result.last_offset = span.first, span.last
     result.gaps = list(span.gaps)
     for gap, why in span.gaps:
@@ -258,22 +318,36 @@ def _replay(
             result.outcome = OUTCOME_UP_TO_DATE
             return
         events(ReplayStarted(tp, request.target_topic, span.first, span.last, result.resumed_after))
-        wanted, shown = min(1000, TRANSACTION_RECORDS), clock()
-        while next_offset <= span.last:
-            records = [r for r in reader.read(next_offset, wanted, request.isolation) if r.offset <= span.last]
-            if not records:
-                break
-            size = writer.write(records)
-            result.bytes += size
-            result.records += len(records)
-            result.transactions += 1
-            next_offset = records[-1].offset + 1
-            average = max(1, size // len(records))
-            wanted = max(1, min(TRANSACTION_RECORDS, TRANSACTION_BYTES // average))
-            if clock() - shown >= PROGRESS_SECONDS or next_offset > span.last:
-                shown = clock()
-                events(ReplayCommitted(tp, records[-1].offset, result.records, result.bytes, shown - started))
+        shown = clock()
+        with closing(read_ahead(lambda: _transactions(reader, next_offset, span.last, request.isolation), 1)) as ahead:
+            for records, size in ahead:
+                writer.write(records)
+                result.bytes += size
+                result.records += len(records)
+                result.transactions += 1
+                if clock() - shown >= PROGRESS_SECONDS or records[-1].offset >= span.last:
+                    shown = clock()
+                    events(ReplayCommitted(tp, records[-1].offset, result.records, result.bytes, shown - started))
         if result.records == 0:
             result.outcome = OUTCOME_UP_TO_DATE
     finally:
         writer.close()
+
+
+def _transactions(
+    reader: RemoteLogReader, first: int, last: int, isolation: IsolationLevel
+) -> Iterator[tuple[list[FetchedRecord], int]]:
+    """The records of ``first``..``last`` and their bytes, a transaction's worth at a time: at
+    most ``TRANSACTION_RECORDS``, and as many as ``TRANSACTION_BYTES`` holds at the size seen so
+    far (counted here, on the reading thread, not on the one that sends)."""
+    wanted, next_offset = min(1000, TRANSACTION_RECORDS), first
+    while next_offset <= last:
+        records = reader.read(next_offset, wanted, isolation)
+        if records and records[-1].offset > last:
+            records = [r for r in records if r.offset <= last]
+        if not records:
+            return
+        size = sum(map(record_bytes, records))
+        yield records, size
+        next_offset = records[-1].offset + 1
+        wanted = max(1, min(TRANSACTION_RECORDS, TRANSACTION_BYTES // max(1, size // len(records))))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tiering_core.errors import TieringError
+from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.read.reader import RemoteLogReader, open_reader, open_remote_reader
 from tiering_core.tier.view import OffsetRange, merge_offset_ranges
@@ -62,6 +63,10 @@ class SourceRange:
 #: Why a part of the range is not replayed.
 GAP_TIERING = "tiering gap: the broker deleted these offsets before they were tiered"
 GAP_BELOW_START = "below the remote log start: retention or a DeleteRecords removed them"
+GAP_UNDECIDED = (
+    "a transaction open at the end of the tier: its marker was never tiered and the broker's log is gone, "
+    "so read_committed cannot tell its records from committed ones"
+)
 
 
 def source_topic_id(ctx: TieringContext, topic: str, topic_id: str | None = None) -> str:
@@ -115,9 +120,15 @@ def open_source(ctx: TieringContext, tip: TopicIdPartition) -> RemoteLogReader:
     return open_remote_reader(ctx, tip)
 
 
-def resolve_range(reader: RemoteLogReader, request: RangeRequest, recorded_gaps: Sequence[OffsetRange]) -> SourceRange:
+def resolve_range(
+    reader: RemoteLogReader,
+    request: RangeRequest,
+    recorded_gaps: Sequence[OffsetRange],
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+) -> SourceRange:
     """The offsets of ``request`` the remote tier serves, and the parts of it that it cannot
-    replay: below its log start, or in a recorded tiering gap."""
+    replay: below its log start, in a recorded tiering gap, or (read_committed, the tier read
+    alone) from a transaction whose outcome the tier cannot tell on."""
     start = reader.log_start_offset
     if start is None:
         raise TieringError(f"{reader.tp}: the remote tier holds no data to replay")
@@ -140,6 +151,10 @@ def resolve_range(reader: RemoteLogReader, request: RangeRequest, recorded_gaps:
     if asked_first < start:
         below_end = start - 1 if request.to_offset is None else min(start - 1, request.to_offset)
         gaps.append((OffsetRange(asked_first, below_end), GAP_BELOW_START))
+    undecided = reader.first_undecided_offset() if isolation is IsolationLevel.READ_COMMITTED else None
+    if undecided is not None and max(undecided, first) <= last:
+        gaps.append((OffsetRange(max(undecided, first), last), GAP_UNDECIDED))
+        last = max(undecided, first) - 1
     for gap in merge_offset_ranges((g.start, g.end) for g in recorded_gaps):
         lo, hi = max(gap.start, first), min(gap.end, last)
         if lo <= hi:

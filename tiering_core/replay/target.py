@@ -14,10 +14,12 @@ seen (docs/replay.md).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
@@ -38,6 +40,26 @@ SCAN_WINDOW = 1000
 _POLL_MS = 200
 #: Kafka's error code for a topic the cluster does not have (UnknownTopicOrPartitionException).
 _UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def replay_cluster(kafka: KafkaConfig | None, bootstrap_servers: str | None = None) -> KafkaConfig:
+    """The cluster a replay writes to: ``bootstrap_servers`` (``host:port[,...]``, with the
+    ``kafka:`` section's security settings if there is one), else the ``kafka:`` section."""
+    from tiering_core.config import parse_kafka_config
+
+    if bootstrap_servers is None:
+        if kafka is None:
+            raise TieringError(
+                "a replay needs a cluster to write to: a kafka: section in the config or bootstrap servers"
+            )
+        return kafka
+    try:
+        servers = parse_kafka_config({"bootstrap_servers": bootstrap_servers}, Path).bootstrap_servers
+    except TieringError as exc:
+        raise TieringError(f"bootstrap servers: {one_line(exc).removeprefix('kafka.bootstrap_servers: ')}") from None
+    if kafka is None:
+        return parse_kafka_config({"bootstrap_servers": list(servers)}, Path)
+    return dataclasses.replace(kafka, bootstrap_servers=servers)
 
 
 class Partitioning(enum.Enum):
@@ -303,20 +325,20 @@ class PartitionWriter:
                         found = mark.offset if found is None else max(found, mark.offset)
         return found
 
-    def write(self, records: Sequence[FetchedRecord]) -> int:
-        """``records`` in one transaction, each with its mark; returns their bytes. A fence is
-        ReplayFencedError; any other failure aborts the transaction and names the offsets."""
+    def write(self, records: Sequence[FetchedRecord]) -> None:
+        """``records`` in one transaction, each with its mark. A fence is ReplayFencedError; any
+        other failure aborts the transaction and names the offsets."""
         from kafka.errors import KafkaError, ProducerFencedError
 
         topic, partition = self.target.topic, self.partition
-        size = 0
+        prefix = f"{self.tip.topic_id}:{self.tip.partition}:".encode("ascii")  # SourceMark.encode, made once
+        send = self.producer.send
         self.producer.begin_transaction()
         try:
             for record in records:
-                mark = SourceMark(self.tip.topic_id, self.tip.partition, record.offset).encode()
-                headers = [*record.headers, (SOURCE_HEADER, mark)]
+                headers = [*record.headers, (SOURCE_HEADER, prefix + str(record.offset).encode("ascii"))]
                 try:
-                    self.producer.send(
+                    send(
                         topic,
                         value=record.value,
                         key=record.key,
@@ -329,7 +351,6 @@ class PartitionWriter:
                         f"{self.tip}: offset {record.offset} cannot be sent to {topic}: {type(exc).__name__}: "
                         f"{one_line(exc)}"
                     ) from None
-                size += record_bytes(record)
             self.producer.commit_transaction()
         except ProducerFencedError:
             raise ReplayFencedError(
@@ -343,7 +364,6 @@ class PartitionWriter:
                 f"{self.tip}: offsets {records[0].offset}..{records[-1].offset} not committed to {topic}: "
                 f"{type(exc).__name__}: {one_line(exc)}"
             ) from None
-        return size
 
     def _abort(self) -> None:
         from kafka.errors import KafkaError
