@@ -5,11 +5,15 @@ import os
 import re
 
 from tests.bench.support import ROOT, run_bench
+from tests.real_kafka import conftest as real_kafka
 from tests.real_kafka.cluster import KafkaCluster
-from tests.real_kafka.conftest import kafka, kafka_dist  # noqa: F401  (the real-Kafka fixtures, here too)
+
+# The real-Kafka fixtures, for this module too.
+kafka_dist = real_kafka.kafka_dist
+kafka = real_kafka.kafka
 
 
-def test_bench_replay_quick_prints_the_ratio_against_the_producer(kafka: KafkaCluster) -> None:  # noqa: F811
+def test_bench_replay_quick_prints_the_ratio_against_the_producer(kafka: KafkaCluster) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = run_bench("bench_replay.py", "--quick", "--bootstrap-servers", kafka.bootstrap_servers, env=env)
     assert re.search(r"^tier: 2 partition\(s\) x 5,000 records of 200 B values", out, re.M), out

@@ -394,7 +394,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     )
     with _context(args) as ctx:
         kafka = replay_cluster(ctx.config.kafka, args.bootstrap_servers)
-        result = replay(ctx, request, kafka, events=_events(args))
+        result = replay(ctx, request, kafka, events=_events(args), run="tiering replay")
     _emit(args, result.to_dict(), lambda: format_replay_summary(result))
     for failed in result.failed:
         tp = f"{failed.topic}-{failed.partition}"

@@ -22,6 +22,7 @@ from tiering_core.events import EventSink, discard
 from tiering_core.events.replay import ReplayCommitted, ReplayFinished, ReplayGap, ReplayStarted
 from tiering_core.export.write import read_ahead
 from tiering_core.kafka.isolation import IsolationLevel
+from tiering_core.metadata.values import ReplayRecord
 from tiering_core.replay.source import (
     RangeRequest,
     SourceRange,
@@ -163,6 +164,26 @@ class PartitionReplayResult:
     def ok(self) -> bool:
         return self.outcome in (OUTCOME_REPLAYED, OUTCOME_UP_TO_DATE)
 
+    def record(self, started_ms: int, finished_ms: int, run: str | None) -> ReplayRecord:
+        """What the metadata store keeps of it."""
+        return ReplayRecord(
+            self.topic,
+            self.topic_id,
+            self.partition,
+            self.target_topic,
+            self.first_offset,
+            self.last_offset,
+            self.resumed_after,
+            self.records,
+            self.bytes,
+            self.outcome,
+            self.detail,
+            tuple((g.start, g.end, why) for g, why in self.gaps),
+            started_ms,
+            finished_ms,
+            run,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
@@ -239,8 +260,10 @@ def replay(
     *,
     events: EventSink = discard,
     clock: Callable[[], float] = time.monotonic,
+    run: str | None = None,
 ) -> ReplayResult:
-    """Replay ``request`` into the cluster of ``kafka``; a partition's failure is its result."""
+    """Replay ``request`` into the cluster of ``kafka``; a partition's failure is its result. Each
+    partition's replay is recorded in the metadata store as it ends, under ``run`` (who ran it)."""
     topic_id = source_topic_id(ctx, request.topic, request.topic_id)
     tips = source_partitions(ctx, request.topic, topic_id, request.partitions)
     target = ReplayTarget(kafka, request.target_topic)
@@ -250,7 +273,10 @@ def replay(
         executor = InProcessExecutor(ctx.storage, threads=min(request.concurrency, len(tips)))
 
         def task(_storage: RemoteStorage, tip: TopicIdPartition) -> PartitionReplayResult:
-            return replay_partition(ctx, tip, request, target, described.partitions, events=events, clock=clock)
+            started_ms = int(time.time() * 1000)
+            result = replay_partition(ctx, tip, request, target, described.partitions, events=events, clock=clock)
+            ctx.metadata.record_replay(result.record(started_ms, int(time.time() * 1000), run))
+            return result
 
         results: dict[int, PartitionReplayResult] = {}
         for outcome in executor.run(tips, task, describe=str):
