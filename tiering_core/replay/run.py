@@ -38,6 +38,7 @@ from tiering_core.replay.target import (
     ReplayFencedError,
     ReplayTarget,
     TargetTopic,
+    is_client_error,
     record_bytes,
 )
 from tiering_core.runs.executor import InProcessExecutor
@@ -310,6 +311,10 @@ def replay_partition(
         result.outcome, result.detail = OUTCOME_FENCED, str(exc)
     except (TieringError, OSError) as exc:
         result.outcome, result.detail = OUTCOME_FAILED, one_line(exc)
+    except Exception as exc:  # kafka-python's own errors (a broker refusing, a timeout) fail the partition
+        if not is_client_error(exc):
+            raise
+        result.outcome, result.detail = OUTCOME_FAILED, f"{type(exc).__name__}: {one_line(exc)}"
     result.seconds = clock() - started
     events(ReplayFinished(tp, result.outcome, result.records, result.bytes, result.seconds, result.detail))
     return result

@@ -109,6 +109,13 @@ class SourceMark:
         return None
 
 
+def is_client_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of kafka-python's errors (a partition's failure, not a bug)."""
+    from kafka.errors import KafkaError
+
+    return isinstance(exc, KafkaError)
+
+
 def transactional_id(target_topic: str, tip: TopicIdPartition) -> str:
     """One per source partition and target topic: a rerun of the same replay fences the last."""
     return f"tiering-replay-{tip.topic_id}-{tip.partition}-{target_topic}"
