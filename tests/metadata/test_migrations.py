@@ -19,6 +19,7 @@ from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.metadata.migrations import current_revision, downgrade, head_revision, upgrade
 from tiering_core.metadata.models import DIALECT_INDEXES, Base
 from tiering_core.metadata.store import ExportCommit, RemoteLogMetadataStore
+from tiering_core.metadata.values import ReplayRecord
 from tiering_core.storage.quota import ThrottleStats
 
 TIP = tip("MMMMMMMMMMMMMMMMMMMMMM", "orders", 0)
@@ -273,6 +274,55 @@ def test_0009_adds_the_retention_percents_and_keeps_the_observations_0008_held(m
         assert schema_diffs(engine) == []
     finally:
         engine.dispose()
+
+
+def test_0010_adds_the_replays_and_keeps_the_observations_0009_held(metadata_url: str) -> None:
+    """A store at 0009 (a replica observed) gains the replays on open; a replay is recorded and
+    read back beside the observation kept; the way back drops only the replays."""
+    upgrade(metadata_url, "0009_retention_percent")
+    engine = create_engine(metadata_url)
+    columns = (
+        "topic_id, partition, broker_id, topic, log_end_offset, local_log_start_offset, local_bytes, at_risk, "
+        "observed_ms"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    f"INSERT INTO tiering_replica_observations ({columns}) "
+                    "VALUES (:tid, 0, 1, 'orders', 42, 0, 1, false, 5)"
+                ),
+                {"tid": TIP.topic_id},
+            )
+        assert "tiering_replays" not in tiering_tables(engine)
+        record = ReplayRecord(
+            "orders", TIP.topic_id, 0, "orders-again", 0, 99, 49, 50, 5000, "replayed", None, ((10, 12, "gap"),), 1, 2
+        )
+        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+            assert current_revision(metadata_url) == head_revision()
+            store.record_replay(record)
+            assert store.recent_replays() == [record]
+        downgrade(metadata_url, "0009_retention_percent")
+        assert "tiering_replays" not in tiering_tables(engine)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT log_end_offset FROM tiering_replica_observations")).scalar() == 42
+        upgrade(metadata_url)
+        assert schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_only_the_newest_replays_are_kept(metadata_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tiering_core.metadata.replays as replays
+
+    monkeypatch.setattr(replays, "KEPT_REPLAYS", 3)
+    with RemoteLogMetadataStore(metadata_url) as store:
+        for n in range(5):
+            store.record_replay(
+                ReplayRecord("orders", TIP.topic_id, n, "t", None, None, None, n, 0, "up to date", None, (), n, n)
+            )
+        assert store.replay_count() == 3
+        assert [r.partition for r in store.recent_replays(10)] == [4, 3, 2]
 
 
 def test_the_store_migrates_a_fresh_database_and_refuses_a_newer_schema(metadata_url: str) -> None:

@@ -395,6 +395,35 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from tiering_core.cli.output import format_replay_summary
+    from tiering_core.kafka.isolation import IsolationLevel
+    from tiering_core.replay import Partitioning, RangeRequest, ReplayRequest, replay
+    from tiering_core.replay.target import replay_cluster
+
+    request = ReplayRequest(
+        topic=args.topic,
+        target_topic=args.target_topic,
+        range=RangeRequest(args.from_offset, args.from_timestamp, args.to_offset, args.to_timestamp),
+        partitions=tuple(args.partitions or ()),
+        topic_id=args.topic_id,
+        isolation=IsolationLevel(args.isolation),
+        partitioning=Partitioning(args.partitioning),
+        concurrency=args.concurrency,
+        max_request_size=args.max_request_size,
+    )
+    with _context(args) as ctx:
+        kafka = replay_cluster(ctx.config.kafka, args.bootstrap_servers)
+        result = replay(ctx, request, kafka, events=_events(args), run="tiering replay")
+    _emit(args, result.to_dict(), lambda: format_replay_summary(result))
+    for failed in result.failed:
+        tp = f"{failed.topic}-{failed.partition}"
+        print(f"tiering: replay of {tp} {failed.outcome}: {failed.detail}", file=sys.stderr)
+    if result.failed:
+        return EXIT_FAILURE
+    return EXIT_GAP if result.has_gaps else EXIT_OK
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     from tiering_core.metadata.migrations import current_revision, downgrade, upgrade
 

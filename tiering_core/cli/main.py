@@ -20,6 +20,7 @@ from tiering_core.cli.commands import (
     cmd_fetch,
     cmd_find_offset,
     cmd_rebuild_indexes,
+    cmd_replay,
     cmd_restore,
     cmd_retention,
     cmd_rewrite,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_partition_commands(sub)
     add_remote_tier_commands(sub)
+    add_replay_command(sub)
     add_setup_commands(sub)
 
     return parser
@@ -211,6 +213,64 @@ def add_remote_tier_commands(sub: Subcommands) -> None:
         "--force", action="store_true", help="write into a target holding meta.properties or checkpoint files"
     )
     p.set_defaults(handler=cmd_restore)
+
+
+def _non_negative(text: str) -> int:
+    if not text.strip().isascii() or not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return int(text)
+
+
+def add_replay_command(sub: Subcommands) -> None:
+    """``replay``: a range of the remote tier back into a Kafka topic, exactly once (docs/replay.md)."""
+    p = sub.add_parser(
+        "replay", help="put a range of the remote tier back into a Kafka topic through the producer, exactly once"
+    )
+    p.add_argument("--topic", required=True, help="the source topic")
+    p.add_argument(
+        "--partition",
+        type=_non_negative,
+        action="append",
+        dest="partitions",
+        default=None,
+        help="a source partition (repeat for several; default: every partition the tier holds)",
+    )
+    p.add_argument("--topic-id", default=None, help="the source topic id (default: the newest the tier holds)")
+    start = p.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from-offset", type=_non_negative, default=None, help="first source offset")
+    start.add_argument(
+        "--from-timestamp", type=_non_negative, default=None, metavar="MS", help="first record at or after this time"
+    )
+    end = p.add_mutually_exclusive_group()
+    end.add_argument("--to-offset", type=_non_negative, default=None, help="last source offset (inclusive)")
+    end.add_argument(
+        "--to-timestamp", type=_non_negative, default=None, metavar="MS", help="records before the first one after this"
+    )
+    p.add_argument("--target-topic", required=True, help="the topic written (it must exist)")
+    p.add_argument(
+        "--isolation",
+        choices=("read_committed", "read_uncommitted"),
+        default="read_committed",
+        help="read_committed (default) never replays aborted transactions; control records are never replayed",
+    )
+    p.add_argument(
+        "--partitions",
+        choices=("same", "key"),
+        default="same",
+        dest="partitioning",
+        help="same (default): the source's partition number; key: where the producer's partitioner puts the key",
+    )
+    p.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        metavar="HOST:PORT[,...]",
+        help="the cluster written (default: the config's kafka: section)",
+    )
+    p.add_argument("--concurrency", type=int, default=4, help="source partitions in flight at once (default 4)")
+    p.add_argument(
+        "--max-request-size", type=int, default=1024 * 1024, help="the producer's max.request.size (default 1 MiB)"
+    )
+    p.set_defaults(handler=cmd_replay)
 
 
 def add_setup_commands(sub: Subcommands) -> None:

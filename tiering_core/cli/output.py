@@ -56,6 +56,7 @@ from tiering_core.events.read import (
     VerifyPlanned,
 )
 from tiering_core.events.rebuild import IndexChecked, IndexStatus, PartitionBusy, RebuildPlanned
+from tiering_core.events.replay import ReplayCommitted, ReplayFinished, ReplayGap, ReplayStarted
 from tiering_core.events.retention import PartitionRetentionOutcome
 from tiering_core.humanize import fmt_age, fmt_bytes
 
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from tiering_core.export import ExportResult
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.verify import SegmentVerification
+    from tiering_core.replay import ReplayResult
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.delete_records import DeleteRecordsResult
     from tiering_core.runs.orphans import OrphanObject
@@ -682,3 +684,62 @@ def _export_committed(event: ExportCommitted) -> str:
 @event_line.register
 def _export_cleaned_up(event: ExportCleanedUp) -> str:
     return f"removed {event.files} data file(s) of an export attempt that never committed"
+
+
+# --- replay ------------------------------------------------------------------------------------
+
+
+def _rates(records: int, size: int, seconds: float) -> str:
+    if seconds <= 0:
+        return ""
+    return f", {records / seconds:,.0f} records/s, {fmt_bytes(size / seconds)}/s"
+
+
+@event_line.register
+def _replay_started(event: ReplayStarted) -> str:
+    resumed = "" if event.resumed_after is None else f", resuming after offset {event.resumed_after}"
+    return (
+        f"replay {event.topic_partition} -> {event.target_topic}: offsets {event.first_offset}-{event.last_offset}"
+        f"{resumed}"
+    )
+
+
+@event_line.register
+def _replay_gap(event: ReplayGap) -> str:
+    return f"{event.topic_partition}: offsets {event.start_offset}-{event.end_offset} NOT replayed: {event.reason}"
+
+
+@event_line.register
+def _replay_committed(event: ReplayCommitted) -> str:
+    return (
+        f"{event.topic_partition}: committed up to offset {event.up_to}: {event.records:,} record(s), "
+        f"{fmt_bytes(event.bytes)}{_rates(event.records, event.bytes, event.seconds)}"
+    )
+
+
+@event_line.register
+def _replay_finished(event: ReplayFinished) -> str:
+    why = f": {event.detail}" if event.detail else ""
+    return (
+        f"{event.topic_partition}: {event.outcome}, {event.records:,} record(s), {fmt_bytes(event.bytes)} in "
+        f"{event.seconds:.1f} s{_rates(event.records, event.bytes, event.seconds)}{why}"
+    )
+
+
+def format_replay_summary(result: ReplayResult) -> str:
+    seconds = max((p.seconds for p in result.partitions), default=0.0)
+    lines = [
+        f"replay {result.topic} (topic id {result.topic_id}) -> {result.target_topic}: "
+        f"{result.records:,} record(s), {fmt_bytes(result.bytes)} from {len(result.partitions)} partition(s)"
+        f"{_rates(result.records, result.bytes, seconds)}"
+    ]
+    for p in result.partitions:
+        span = (
+            "nothing in range"
+            if p.first_offset is None or p.last_offset is None
+            else (f"offsets {p.first_offset}-{p.last_offset}")
+        )
+        gaps = "".join(f"; offsets {g.start}-{g.end} NOT replayed ({why})" for g, why in p.gaps)
+        why = f": {p.detail}" if p.detail else ""
+        lines.append(f"  {p.topic}-{p.partition}: {p.outcome}, {span}, {p.records:,} record(s){gaps}{why}")
+    return "\n".join(lines)

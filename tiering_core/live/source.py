@@ -178,29 +178,10 @@ class ClusterSource:
         return self._admin
 
     def _client_settings(self) -> dict[str, Any]:
-        c = self.config
-        settings: dict[str, Any] = {
-            "bootstrap_servers": list(c.bootstrap_servers),
-            "client_id": c.client_id,
-            "request_timeout_ms": c.request_timeout_ms,
-            "bootstrap_timeout_ms": c.request_timeout_ms,
-            "security_protocol": c.security_protocol,
-        }
-        if c.sasl_mechanism is not None:
-            settings["sasl_mechanism"] = c.sasl_mechanism
-            settings["sasl_plain_username"] = c.sasl_plain_username
-        if c.sasl_password_env is not None:
-            password = os.environ.get(c.sasl_password_env)
-            if not password:
-                raise self._fail(
-                    f"kafka.sasl_password_env: the environment variable {c.sasl_password_env} is not set, "
-                    f"so the cluster at {self.servers} cannot be asked"
-                )
-            _MASK.add(password)
-            settings["sasl_plain_password"] = password
-        if c.ssl_cafile is not None:
-            settings["ssl_cafile"] = str(c.ssl_cafile)
-        return settings
+        try:
+            return client_settings(self.config)
+        except ClusterUnreachableError as exc:
+            raise self._fail(str(exc)) from None
 
     def _round(self, tps: set[TopicPartition], topics: set[str] | None = None) -> None:
         """Ask for ``tps``, every wanted partition not yet answered, and their topics' configs."""
@@ -340,3 +321,38 @@ def _leader(described: Mapping[str, Any] | None, partition: int) -> int | None:
         if p["partition_index"] == partition:
             return int(p["leader_id"])
     return None
+
+
+def client_settings(config: KafkaConfig) -> dict[str, Any]:
+    """kafka-python's connection settings for the cluster of ``config`` (any of its clients takes
+    them). The SASL password is read from its environment variable only now and masked in
+    kafka-python's log records from now on; an unset variable is a ClusterUnreachableError."""
+    servers = ",".join(config.bootstrap_servers)
+    settings: dict[str, Any] = {
+        "bootstrap_servers": list(config.bootstrap_servers),
+        "client_id": config.client_id,
+        "request_timeout_ms": config.request_timeout_ms,
+        "bootstrap_timeout_ms": config.request_timeout_ms,
+        "security_protocol": config.security_protocol,
+    }
+    if config.sasl_mechanism is not None:
+        settings["sasl_mechanism"] = config.sasl_mechanism
+        settings["sasl_plain_username"] = config.sasl_plain_username
+    if config.sasl_password_env is not None:
+        password = os.environ.get(config.sasl_password_env)
+        if not password:
+            raise ClusterUnreachableError(
+                f"kafka.sasl_password_env: the environment variable {config.sasl_password_env} is not set, "
+                f"so the cluster at {servers} cannot be asked"
+            )
+        _MASK.add(password)
+        settings["sasl_plain_password"] = password
+    if config.ssl_cafile is not None:
+        settings["ssl_cafile"] = str(config.ssl_cafile)
+    return settings
+
+
+def mask_client_logs() -> None:
+    """Mask the SASL password in kafka-python's log records: call once kafka-python is imported and
+    before a client connects (its handshake is logged as it is sent)."""
+    _MASK.attach()

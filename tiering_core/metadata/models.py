@@ -102,6 +102,33 @@ class ExportCommitRow(Base):
     recorded_ms: Mapped[int] = mapped_column(BigInteger)
 
 
+class ReplayRow(Base):
+    """One source partition's replay into a Kafka topic, as it ended (``replay.run``): its range,
+    where it resumed, what it committed, its outcome and the offsets it could not replay
+    (``gaps``: JSON ``[[start, end, reason], ...]``). Only the newest rows are kept
+    (``replays.KEPT_REPLAYS``): the Tiering page shows the last replays."""
+
+    __tablename__ = "tiering_replays"
+    __table_args__ = (Index("ix_replays_finished", "finished_ms"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    topic: Mapped[str] = mapped_column(String(249))
+    topic_id: Mapped[str] = mapped_column(String(22))
+    partition: Mapped[int] = mapped_column(Integer)
+    target_topic: Mapped[str] = mapped_column(String(249))
+    first_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    resumed_after: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    records: Mapped[int] = mapped_column(BigInteger)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    outcome: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    gaps: Mapped[str] = mapped_column(Text)
+    run: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    started_ms: Mapped[int] = mapped_column(BigInteger)
+    finished_ms: Mapped[int] = mapped_column(BigInteger)
+
+
 def registered_partition(tip: TopicIdPartition, now_ms: int) -> dict[str, Any]:
     """A ``PartitionRow``'s values as the store first registers the partition: no lease taken, no
     deletion, nothing copied (loaders of prepared stores override what they need)."""

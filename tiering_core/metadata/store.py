@@ -43,6 +43,7 @@ from tiering_core.metadata.observations import ObservationStore
 from tiering_core.metadata.partitions import METADATA_DROPPED, TOMBSTONE_LIFTED
 from tiering_core.metadata.queries import Statements
 from tiering_core.metadata.quota_holders import QuotaHolderStore
+from tiering_core.metadata.replays import ReplayStore
 from tiering_core.metadata.segments import SegmentStore, validate_segment_metadata
 from tiering_core.metadata.totals import TotalsStore
 from tiering_core.metadata.transactions import now_ms
@@ -81,11 +82,18 @@ __all__ = [
 
 
 class RemoteLogMetadataStore(
-    SegmentStore, LeaseStore, ExportCommitStore, ObservationStore, CounterStore, TotalsStore, QuotaHolderStore
+    SegmentStore,
+    LeaseStore,
+    ExportCommitStore,
+    ObservationStore,
+    CounterStore,
+    TotalsStore,
+    QuotaHolderStore,
+    ReplayStore,
 ):
     """Segment metadata, partition delete states, fenced leases (of partitions and export tables),
     the export commits each table's export landed, the section-10 state, replica observations and
-    the counters of what runs did, and the processes sharing each broker's quotas.
+    the counters of what runs did, the processes sharing each broker's quotas, and the last replays.
 
     ``url`` is any SQLAlchemy URL (``sqlite:///path`` embedded, ``postgresql+psycopg://`` in
     production); a missing or older schema is migrated on open. ``lease_ms`` is the default

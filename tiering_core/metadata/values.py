@@ -386,3 +386,25 @@ class PartitionCounters:
     def add(self, other: PartitionCounters) -> None:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRecord:
+    """One source partition's replay as the store keeps it (``tiering_replays``); ``gaps``:
+    ``(start, end, reason)`` of the offsets it could not replay."""
+
+    topic: str
+    topic_id: str
+    partition: int
+    target_topic: str
+    first_offset: int | None
+    last_offset: int | None
+    resumed_after: int | None
+    records: int
+    bytes: int
+    outcome: str
+    detail: str | None
+    gaps: tuple[tuple[int, int, str], ...]
+    started_ms: int
+    finished_ms: int
+    run: str | None = None

@@ -46,6 +46,8 @@ import pyarrow as pa
 from tiering_core.errors import NoRemoteDataError, TieringError
 from tiering_core.kafka import arrow
 from tiering_core.kafka.batch import RecordBatchHeader
+from tiering_core.kafka.crc import crc32c
+from tiering_core.kafka.files import SNAPSHOT_READ_LIMIT
 from tiering_core.kafka.index import (
     AbortedTxn,
     collect_aborted_txns,
@@ -56,11 +58,13 @@ from tiering_core.kafka.index import (
     parse_txn_index,
 )
 from tiering_core.kafka.isolation import IsolationLevel, local_aborted_txns
+from tiering_core.kafka.producer_snapshot import parse_producer_snapshot
 from tiering_core.kafka.records import Record, decode_batch, read_batch_data
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
 from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CopyRecord
@@ -107,14 +111,14 @@ class FetchedRecord:
     def rows(cls, batch: pa.RecordBatch) -> list[FetchedRecord]:
         """The records of an Arrow batch in ``tiering_core.kafka.arrow.SCHEMA``."""
         return [
-            cls(offset, timestamp, epoch, key, value, tuple((h["key"], h["value"]) for h in headers))
+            cls(offset, timestamp, epoch, key, value, headers)
             for offset, timestamp, epoch, key, value, headers in zip(
                 batch.column("offset").to_pylist(),
                 batch.column("timestamp").cast(pa.int64()).to_pylist(),
                 batch.column("leader_epoch").to_pylist(),
                 batch.column("key").to_pylist(),
                 batch.column("value").to_pylist(),
-                batch.column("headers").to_pylist(),
+                _header_tuples(batch.column("headers")),
                 strict=True,
             )
         ]
@@ -140,6 +144,17 @@ class TimestampAndOffset:
 
     def to_dict(self) -> dict[str, int]:
         return {"offset": self.offset, "timestamp": self.timestamp, "leader_epoch": self.leader_epoch}
+
+
+def _header_tuples(column: pa.ListArray) -> list[tuple[tuple[str, bytes | None], ...]]:
+    """Each record's headers as ``(key, value)`` pairs, from the list column's offsets into its
+    values (one conversion of all the keys and values, not a dict per header)."""
+    offsets = column.offsets.to_numpy()
+    if offsets[-1] == offsets[0]:
+        return [()] * len(column)
+    values = column.values
+    pairs = list(zip(values.field("key").to_pylist(), values.field("value").to_pylist(), strict=True))
+    return [tuple(pairs[start:end]) for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -348,6 +363,29 @@ class RemoteLogReader:
             if result.is_complete:
                 return found
         return found | local_aborted_txns(self._local_txn_indexes(fetch_offset), fetch_offset, upper_offset)
+
+    def first_undecided_offset(self) -> int | None:
+        """Without the broker's log (a deleted topic, the tier read alone): the first offset of a
+        transaction still open at the end of the tiered data, whose marker was never tiered, so
+        read_committed cannot tell its records from committed ones (from the last served
+        segment's producer snapshot). None when every transaction is decided, or the broker's
+        log is there to decide it."""
+        if self.view.local_log is not None or not self._served:
+            return None
+        last = max(self._served, key=lambda s: (s.end_offset, s.event_time))
+        try:
+            data = self.storage.fetch(segment_ref(last), ObjectKind.PRODUCER_SNAPSHOT, 0, SNAPSHOT_READ_LIMIT)
+        except RemoteObjectNotFoundError:
+            data = None
+        expected = CopyRecord.of_segment(last).crc(ObjectKind.PRODUCER_SNAPSHOT)
+        if data is None or len(data) > SNAPSHOT_READ_LIMIT or (expected and crc_hex(crc32c(data)) != expected):
+            raise TieringError(
+                f"{self.tp}: the producer snapshot of segment {last.segment_id} is missing or damaged, so "
+                "transactions still open at the end of the tier cannot be told apart"
+            )
+        entries = parse_producer_snapshot(data, Path(f"<{last.segment_id}.snapshot>"))
+        opened = [e.current_txn_first_offset for e in entries if e.has_open_transaction]
+        return min(opened) if opened else None
 
     def _local_txn_indexes(self, fetch_offset: int) -> list[Path]:
         """The broker's ``.txnindex`` files of segments that may hold markers at or after

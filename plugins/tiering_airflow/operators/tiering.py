@@ -411,3 +411,73 @@ class TieringRewriteOperator(BaseOperator):
                 self.log.info("%s", format_rewrite([result]))
                 results.append(result.to_dict())
         return results
+
+
+class TieringReplayOperator(BaseOperator):
+    """Replay a lane's source partitions into a Kafka topic (``tiering_core.replay``): ``request``
+    is the planning task's validated request (its fields as ``ReplayRequest.to_dict`` gives them),
+    ``partitions`` the lane's ``[topic, partition]`` pairs. The XCom is one result per partition.
+    A partition that failed fails the task after the others ran, with retries (a retry resumes
+    where the target says it stopped: exactly once); offsets the tier cannot replay fail it
+    without retries, after the rest was replayed."""
+
+    template_fields: Sequence[str] = ("config_path", "aws_conn_id")
+    ui_color = "#eef7e8"
+
+    def __init__(
+        self,
+        *,
+        partitions: Sequence[Sequence[Any]],
+        lane: str,
+        request: dict[str, Any],
+        config_path: str | None = None,
+        aws_conn_id: str | None = TieringHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.partitions = partitions
+        self.lane = lane
+        self.request = request
+        self.config_path = config_path
+        self.aws_conn_id = aws_conn_id
+
+    def tell(self, event: RunEvent) -> None:
+        from tiering_core.cli.output import event_line
+
+        self.log.info("%s", event_line(event))
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from tiering_core.errors import TieringError
+        from tiering_core.replay import ReplayRequest, replay
+        from tiering_core.replay.target import replay_cluster
+        from tiering_core.runs.lanes import lane_partitions
+
+        try:
+            tps = lane_partitions(self.partitions)
+            request = ReplayRequest.from_dict({**self.request, "partitions": [tp.partition for tp in tps]})
+        except (ValueError, TypeError, TieringError) as exc:
+            raise AirflowFailException(f"lane {self.lane}: {exc}") from exc
+        hook = TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+        attempt = task_attempt(context)
+        with hook.get_conn() as ctx:
+            kafka = replay_cluster(ctx.config.kafka, self.request.get("bootstrap_servers"))
+            run = None if attempt is None else attempt.holder("replay")
+            result = replay(ctx, request, kafka, events=self.tell, run=run)
+        results = [p.to_dict() for p in result.partitions]
+        problems = [p for p in result.partitions if not p.ok]
+        if problems:
+            context["ti"].xcom_push(key="return_value", value=results)
+            summary = "; ".join(f"{p.topic}-{p.partition} {p.outcome}: {p.detail}" for p in problems[:5])
+            failed = f"{len(problems)} of {len(results)} partition(s) failed"
+            raise AirflowException(f"lane {self.lane}: {failed}: {summary}")
+        if result.has_gaps:
+            context["ti"].xcom_push(key="return_value", value=results)
+            gaps = "; ".join(
+                f"{p.topic}-{p.partition} offsets {g.start}-{g.end} ({why})"
+                for p in result.partitions
+                for g, why in p.gaps
+            )
+            raise AirflowFailException(f"lane {self.lane}: replayed what the tier holds; not replayed: {gaps}")
+        return results

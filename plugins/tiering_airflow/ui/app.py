@@ -30,6 +30,7 @@ from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, rea
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.metadata.values import ReplayRecord
     from tiering_core.monitoring.overview import Overview
     from tiering_core.monitoring.snapshot import MetricsSnapshot, SeriesPoint
 
@@ -58,6 +59,11 @@ def read_snapshot(
         return collect.collect_metrics(ctx, topic=topic), named_topics(ctx.config)
 
     return read_store(config_path, read, timeout)
+
+
+def read_replays(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> list[ReplayRecord]:
+    """The last replays into Kafka topics, newest first (``view.LAST_REPLAYS`` of them)."""
+    return read_store(config_path, lambda ctx: ctx.metadata.recent_replays(view.LAST_REPLAYS), timeout)
 
 
 def read_overview(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> tuple[Overview, dict[str, str]]:
@@ -173,8 +179,9 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
     def page() -> HTMLResponse:
         try:
             overview, not_tiered = read_overview(config_path, status_timeout)
+            replays = read_replays(config_path, status_timeout)
         except StoreUnavailable as exc:
             return HTMLResponse(view.render_error(str(exc)), status_code=503)
-        return HTMLResponse(view.render_page(overview, not_tiered))
+        return HTMLResponse(view.render_page(overview, not_tiered, replays))
 
     return app

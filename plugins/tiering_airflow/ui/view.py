@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 from tiering_airflow.dag_ids import dag_ids_of
 from tiering_core.humanize import fmt_age, fmt_bytes
-from tiering_core.metadata.values import TaskAttempt
+from tiering_core.metadata.values import ReplayRecord, TaskAttempt
 from tiering_core.monitoring.overview import Overview, TopicSummary, overview_of
 from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics, SeriesPoint
 
@@ -344,10 +344,62 @@ def _show(topic: str) -> str:
     return f' <a href="?topic={_e(urllib.parse.quote(topic, safe=""))}">Show {_e(topic)}</a>'
 
 
-def render_page(source: MetricsSnapshot | Overview, not_tiered: Mapping[str, str] = EMPTY_REASONS) -> str:
+#: The replays the page lists, newest first.
+LAST_REPLAYS = 10
+BAD = ' class="bad"'
+REPLAY_COLUMNS = ("Source", "Target", "Offsets", "Records", "Size", "Outcome", "Not replayed", "Finished")
+
+
+def replays_html(replays: Iterable[ReplayRecord], now_ms: int) -> str:
+    """The last replays into Kafka topics: each source partition's range, what it committed, its
+    outcome and the offsets it could not replay."""
+    rows = []
+    for r in replays:
+        offsets = (
+            "none in range"
+            if r.first_offset is None or r.last_offset is None
+            else (f"{r.first_offset:,}-{r.last_offset:,}")
+        )
+        if r.resumed_after is not None:
+            offsets += f" (resumed after {r.resumed_after:,})"
+        outcome = r.outcome + (f": {r.detail}" if r.detail else "")
+        missing = "; ".join(f"{start:,}-{end:,} ({why})" for start, end, why in r.gaps) or "none"
+        values = (
+            (f"{r.topic}-{r.partition}", False),
+            (r.target_topic, False),
+            (offsets, False),
+            (f"{r.records:,}", False),
+            (_size(r.bytes), False),
+            (outcome, r.outcome not in ("replayed", "up to date")),
+            (missing, bool(r.gaps)),
+            (_ago(now_ms, r.finished_ms), False),
+        )
+        rows.append(
+            "<tr>"
+            + "".join(
+                f'<td{BAD if bad else ""} data-label="{_e(title)}">{_e(value)}</td>'
+                for title, (value, bad) in zip(REPLAY_COLUMNS, values, strict=True)
+            )
+            + "</tr>"
+        )
+    if not rows:
+        return ""
+    head = "".join(f"<th>{_e(t)}</th>" for t in REPLAY_COLUMNS)
+    return (
+        "<section class='replays' aria-label='Last replays'><h2>Last replays</h2>"
+        f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+        "</section>"
+    )
+
+
+def render_page(
+    source: MetricsSnapshot | Overview,
+    not_tiered: Mapping[str, str] = EMPTY_REASONS,
+    replays: Iterable[ReplayRecord] = (),
+) -> str:
     """The whole page: alerts, the topics not tiered and why, totals, one summary row per topic
     (see the module docstring), from the store's overview or a snapshot's; ``not_tiered``: topic ->
-    why the config says it is not tiered."""
+    why the config says it is not tiered; then the last replays, if any."""
     overview = source if isinstance(source, Overview) else overview_of(source)
     summaries = overview.topics
     found = alerts(overview)
@@ -387,6 +439,7 @@ def render_page(source: MetricsSnapshot | Overview, not_tiered: Mapping[str, str
         f"<p class='totals'>{len(summaries)} topic(s), {partitions:,} partition(s); {_e(fmt_bytes(remote))} in the "
         f"remote tier; {_e(fmt_bytes(lag))} waiting for copy. JSON: <a href='api/partitions'>api/partitions</a></p>"
         f"<div class='topics'><div class='row head' aria-hidden='true'>{head}</div>{topics}</div>"
+        f"{replays_html(replays, overview.db_now_ms)}"
         f"<script id='tiering-data' type='application/json'>{_script_json({'windows': list(WINDOWS)})}</script>"
         "<script src='static/uPlot.iife.min.js'></script><script src='static/tiering.js'></script>"
         "</body></html>"

@@ -315,3 +315,56 @@ def test_a_black_holed_database_does_not_pin_the_page_s_readers(
         # queued behind them runs (five attempts, one at a time under the open-context lock).
         assert reads.within(60, lambda: "free") == "free"
         assert time.monotonic() - started < 45
+
+
+def test_the_page_lists_the_last_replays_newest_first_escaped(tiering: TieringEnv, client: TestClient) -> None:
+    from tiering_core.metadata.values import ReplayRecord
+
+    tiering.writer("orders", 0).append_records(1)
+    observe(tiering, TopicPartition("orders", 0))
+    assert "Last replays" not in client.get("/").text  # none yet: no section
+    with tiering.context() as ctx:
+        now = ctx.metadata.database_now_ms()
+        ctx.metadata.record_replay(
+            ReplayRecord(
+                "orders",
+                "AAAAAAAAAAAAAAAAAAAAAA",
+                0,
+                "orders-again",
+                0,
+                99,
+                None,
+                100,
+                2048,
+                "replayed",
+                None,
+                (),
+                now - 120_000,
+                now - 60_000,
+            )
+        )
+        ctx.metadata.record_replay(
+            ReplayRecord(
+                "orders",
+                "AAAAAAAAAAAAAAAAAAAAAA",
+                1,
+                "orders-again",
+                5,
+                40,
+                19,
+                21,
+                512,
+                "failed",
+                "<b>no</b> leader",
+                ((41, 50, "tiering gap"),),
+                now - 30_000,
+                now - 10_000,
+            )
+        )
+    page = client.get("/").text
+    section = page[page.index("Last replays") :]
+    assert section.index("orders-1") < section.index("orders-0")  # newest first
+    assert "5-40 (resumed after 19)" in section and "0-99" in section
+    assert "failed: &lt;b&gt;no&lt;/b&gt; leader" in section and "<b>no</b>" not in section
+    assert '<td class="bad" data-label="Not replayed">41-50 (tiering gap)</td>' in section
+    assert ">100<" in section and "2.0 KiB" in section
