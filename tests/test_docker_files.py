@@ -381,6 +381,69 @@ def test_docker_compose_reads_the_stack_and_the_debian_override(tmp_path: Path) 
     assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim-bookworm$", (DOCKER / "Dockerfile").read_text(), re.MULTILINE)
 
 
+# --- README "Docker" says how to start it -------------------------------------------------------
+
+#: The compose files' command prefix in README's recipes.
+COMPOSE_COMMAND = "docker-compose --env-file docker/tiering.env -f docker/docker-compose.yml"
+
+
+def readme_docker() -> str:
+    return (ROOT / "README.md").read_text().split("\n## Docker\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_env_file_recipe_sets_every_variable_the_stack_requires() -> None:
+    """The env file of README's recipe is the one the deployment test writes, and sets exactly the
+    variables docker-compose stops without; the Fernet key in the URL-safe base64 Airflow reads."""
+    from tests.deploy.stack import ENV_KEYS
+
+    section = readme_docker()
+    recipe = section.split("cat > docker/tiering.env <<EOF\n", 1)[1].split("\nEOF\n", 1)[0]
+    lines = dict(line.split("=", 1) for line in recipe.splitlines())
+    required = set(REQUIRED.findall((DOCKER / "docker-compose.yml").read_text()))
+    assert set(lines) == required == set(ENV_KEYS)
+    assert lines["AIRFLOW_FERNET_KEY"] == "$(openssl rand -base64 32 | tr '+/' '-_')"
+    assert "openssl rand -hex 32 > docker/metrics-token\n" in section
+    assert "chgrp 50000 docker/metrics-token && chmod 0440 docker/metrics-token\n" in section
+
+
+def test_the_readme_start_commands_are_the_compose_files_and_name_every_service_but_grafana() -> None:
+    section = readme_docker()
+    debian = f"{COMPOSE_COMMAND} -f docker/debian/docker-compose.yml"
+    for command in (f"{COMPOSE_COMMAND} build", f"{COMPOSE_COMMAND} up -d\n", f"{debian} build\n"):
+        assert command in section, command
+    assert f"{COMPOSE_COMMAND} exec airflow-api-server cat /opt/airflow/simple_auth_manager_passwords" in section
+    assert "tar -C DIR -c . | docker import - tiering-debian:bookworm" in section
+    (started,) = re.findall(re.escape(f"{debian} up -d ") + r"(.*)", section)
+    assert sorted(started.split()) == sorted(set(compose()["services"]) - {"grafana"})
+    assert "The test `tests/deploy/test_stack.py` starts this\nstack on a real Docker engine" in section
+
+
+def test_the_readme_table_of_secrets_is_the_compose_file_s() -> None:
+    """Each secret of the env file (and the token file) reaches exactly the services README's table
+    names for it."""
+    from tests.deploy.stack import ENV_KEYS
+
+    services = compose()["services"]
+    groups = {"every Airflow service": airflow_services(services), "every Celery worker": set(celery_workers(services))}
+    (token,) = [m.source for m in mounts(services["prometheus"]) if "token" in m.target]
+    actual: dict[str, set[str]] = {"docker/metrics-token": set()}
+    for name, service in services.items():
+        for variable in variables_of(service) & set(ENV_KEYS):
+            actual.setdefault(variable, set()).add(name)
+        if token in {m.source for m in mounts(service)}:
+            actual["docker/metrics-token"].add(name)
+    table = readme_docker().split("| Secret | Services that get it |\n| --- | --- |\n", 1)[1].split("\n\n", 1)[0]
+    documented: dict[str, set[str]] = {}
+    for row in table.splitlines():
+        secrets, holders = row.strip("|").split("|")
+        named = set(re.findall(r"`([\w-]+)`", re.sub(r"\(.*?\)", "", holders)))
+        named |= {service for group, members in groups.items() if group in holders for service in members}
+        for secret in re.findall(r"`([\w/.-]+)`", secrets):
+            documented[secret] = named
+    assert documented == actual
+    assert set(documented) == {*ENV_KEYS, "docker/metrics-token"}
+
+
 # --- the image has what the config can enable ----------------------------------------------------
 
 #: The packages the image ships (the project's own, found by their imports of each other).
