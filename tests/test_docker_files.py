@@ -297,7 +297,9 @@ def test_the_scrapers_token_reaches_only_the_api_server_and_prometheus_which_rea
     assert set(holders) == {"airflow-api-server", "prometheus"}
     assert all(m.mode == "ro" for m in holders.values())
     assert "50000" in [str(group) for group in services["prometheus"].get("group_add", [])]
-    assert re.search(r"^RUN useradd .*--uid 50000 .*--user-group", (DOCKER / "Dockerfile").read_text(), re.MULTILINE)
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert re.search(r"groupadd .*--gid 50000 tiering", dockerfile)
+    assert re.search(r"useradd .*--uid 50000 --gid 50000 tiering", dockerfile)
 
 
 def test_only_services_with_their_own_login_are_published() -> None:

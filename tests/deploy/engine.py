@@ -23,6 +23,7 @@ every layer built. Every failure is a ``ServiceUnavailable`` whose message says 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -64,6 +65,8 @@ BASE_PACKAGES = (
 HOST_PACKAGES = {"dockerd": "docker.io", "docker-compose": "docker-compose", "debootstrap": "debootstrap"}
 #: How long dockerd may take to answer, and to stop.
 ENGINE_TIMEOUT = 60.0
+#: How long a test waits for the images the test command builds in the background.
+LOCK_TIMEOUT = 1800.0
 #: The base image's Python modules that prove every runtime library is there.
 PYTHON_CHECK = "import ssl, sqlite3, ctypes, bz2, lzma, uuid, zlib, readline, venv, ensurepip"
 
@@ -82,7 +85,10 @@ def install_engine() -> None:
     if shutil.which("apt-get") is None:
         raise ServiceUnavailable(f"no Docker engine: {', '.join(missing)} missing and there is no apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for args in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing]):
+    for args in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+    ):
         proc = subprocess.run(args, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise ServiceUnavailable(f"{' '.join(args[:2])} failed: {last_line(proc.stderr or proc.stdout)}")
@@ -95,7 +101,11 @@ def _python_home() -> Path:
 def base_key() -> str:
     """What the base image is made of: the packages, the mirror, this Python's build and version."""
     parts = [*BASE_PACKAGES, DEBIAN_MIRROR, sys.version, str(sysconfig.get_config_var("CONFIG_ARGS"))]
-    parts.append(Path("/etc/ssl/certs/ca-certificates.crt").read_text() if Path("/etc/ssl/certs/ca-certificates.crt").exists() else "")
+    parts.append(
+        Path("/etc/ssl/certs/ca-certificates.crt").read_text()
+        if Path("/etc/ssl/certs/ca-certificates.crt").exists()
+        else ""
+    )
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -141,7 +151,14 @@ def base_tarball(cache: Path) -> Path:
         rootfs = work / "rootfs"
         print(f"deploy: debootstrap bookworm into {rootfs}", file=sys.stderr, flush=True)
         _run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", "bookworm", str(rootfs), DEBIAN_MIRROR],
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                "bookworm",
+                str(rootfs),
+                DEBIAN_MIRROR,
+            ],
             "debootstrap",
         )
         _copy_python(rootfs)
@@ -190,6 +207,45 @@ def docker_engine(data_root: Path) -> Iterator[Engine]:
     if os.geteuid() != 0:
         raise ServiceUnavailable("no Docker engine: dockerd runs as root and the tests do not")
     data_root.mkdir(parents=True, exist_ok=True)
+    with _dockerd(data_root) as engine:
+        yield engine
+
+
+@contextmanager
+def exclusive(cache: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+    """One user of the cache at a time (the base tarball, one dockerd on its data root): a test
+    waits for the test command's ``prepare``, started in the background before the suite, to
+    finish its builds and stop its engine."""
+    cache.mkdir(parents=True, exist_ok=True)
+    data_root = cache / "data-root"
+    with open(cache / "engine.lock", "w") as lock:
+        deadline = time.monotonic() + timeout
+        said = False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailable(
+                        f"the Docker data root {data_root} stayed busy for {timeout:.0f} s"
+                    ) from None
+                if not said:
+                    print(
+                        f"deploy: waiting for the image builds ({data_root.parent / 'prepare.log'})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
+                time.sleep(1)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _dockerd(data_root: Path) -> Iterator[Engine]:
     run_dir = Path(tempfile.mkdtemp(prefix="tdk-"))  # short: the exec root holds unix sockets
     socket = run_dir / "docker.sock"
     args = [
@@ -214,7 +270,7 @@ def import_base(engine: Engine, tarball: Path) -> None:
     """The base tarball as ``BASE_IMAGE`` unless the engine has this very one already."""
     key = tarball.stem.removeprefix("base-")
     proc = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{ index .Config.Labels \"tiering.base\" }}", BASE_IMAGE],
+        ["docker", "image", "inspect", "--format", '{{ index .Config.Labels "tiering.base" }}', BASE_IMAGE],
         capture_output=True,
         text=True,
         env=engine.env,
@@ -228,7 +284,13 @@ def import_base(engine: Engine, tarball: Path) -> None:
         "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt",
         'CMD ["python3"]',
     ]
-    args = ["docker", "import", *(part for change in changes for part in ("--change", change)), str(tarball), BASE_IMAGE]
+    args = [
+        "docker",
+        "import",
+        *(part for change in changes for part in ("--change", change)),
+        str(tarball),
+        BASE_IMAGE,
+    ]
     _run(args, "docker import of the base", env=engine.env)
 
 
@@ -239,10 +301,11 @@ def prepare(*, environ: Mapping[str, str] | None = None) -> None:
 
     cache = docker_cache(environ)
     started = time.monotonic()
-    tarball = base_tarball(cache)
-    with docker_engine(cache / "data-root") as engine:
-        import_base(engine, tarball)
-        build_images(engine)
+    with exclusive(cache):
+        tarball = base_tarball(cache)
+        with docker_engine(cache / "data-root") as engine:
+            import_base(engine, tarball)
+            build_images(engine)
     print(f"deploy: images ready in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
 
 

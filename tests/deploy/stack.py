@@ -61,11 +61,17 @@ class Compose:
         files = [part for path in self.files for part in ("-f", str(path))]
         return ["docker-compose", "--project-name", self.project, "--env-file", str(self.env_file), *files, *args]
 
-    def run(self, *args: str, timeout: float = 1800, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, timeout: float = 1800, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         env = {**self.engine.env, **self.variables}
-        proc = subprocess.run(self.command(*args), capture_output=True, text=True, env=env, timeout=timeout, input=stdin)
+        proc = subprocess.run(
+            self.command(*args), capture_output=True, text=True, env=env, timeout=timeout, input=stdin
+        )
         if check and proc.returncode != 0:
-            raise ServiceUnavailable(f"docker-compose {args[0]} failed (exit {proc.returncode}): {last_line(proc.stderr or proc.stdout)}")
+            raise ServiceUnavailable(
+                f"docker-compose {args[0]} failed (exit {proc.returncode}): {last_line(proc.stderr or proc.stdout)}"
+            )
         return proc
 
 
@@ -78,11 +84,13 @@ def build_images(engine: Engine) -> None:
         fresh_env_file(env_file)  # the build reads no value, but every variable must be set
         compose = Compose(engine, "tiering-build", env_file)
         print("deploy: docker-compose build", file=sys.stderr, flush=True)
-        proc = compose.run("build", timeout=3600, check=False)
+        proc = compose.run("build", "--parallel", timeout=3600, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-25:])
             print(tail, file=sys.stderr)
-            raise ServiceUnavailable(f"docker-compose build failed (exit {proc.returncode}): {last_line(proc.stderr or proc.stdout)}")
+            raise ServiceUnavailable(
+                f"docker-compose build failed (exit {proc.returncode}): {last_line(proc.stderr or proc.stdout)}"
+            )
 
 
 def platform_image() -> str:
