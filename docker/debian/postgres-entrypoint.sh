@@ -1,6 +1,7 @@
 #!/bin/sh
 # The official image's first start, in short: initdb with the password from the environment,
-# scram-sha-256 for every TCP client, the database created; then postgres in the foreground.
+# scram-sha-256 for every TCP client, the database created, the SQL files of
+# /docker-entrypoint-initdb.d run; then postgres in the foreground.
 set -eu
 : "${POSTGRES_PASSWORD:?POSTGRES_PASSWORD is not set}"
 user=${POSTGRES_USER:-postgres}
@@ -16,5 +17,10 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 CREATE DATABASE "$db" OWNER "$user";
 SQL
     fi
+    # As the official image: the SQL files of /docker-entrypoint-initdb.d, in order, once.
+    for script in /docker-entrypoint-initdb.d/*.sql; do
+        [ -e "$script" ] || continue
+        postgres --single -D "$PGDATA" -c listen_addresses= postgres < "$script" >/dev/null
+    done
 fi
 exec postgres -D "$PGDATA" -c listen_addresses='*'

@@ -69,10 +69,14 @@ class Compose:
             self.command(*args), capture_output=True, text=True, env=env, timeout=timeout, input=stdin
         )
         if check and proc.returncode != 0:
-            raise ServiceUnavailable(
-                f"docker-compose {args[0]} failed (exit {proc.returncode}): {last_line(proc.stderr or proc.stdout)}"
-            )
+            raise ServiceUnavailable(f"docker-compose {args[0]} failed (exit {proc.returncode}): {why(proc)}")
         return proc
+
+
+def why(proc: subprocess.CompletedProcess[str]) -> str:
+    """docker-compose's own errors (it prints them among its progress lines), else its last line."""
+    errors = [line.strip() for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+    return "; ".join(errors) if errors else last_line(proc.stderr or proc.stdout)
 
 
 def build_images(engine: Engine) -> None:

@@ -113,6 +113,15 @@ def broker_properties(node_id: int) -> str:
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
+def cluster_id() -> str:
+    """A KRaft cluster id as Kafka makes them: 16 random bytes in URL-safe base64, never starting
+    with '-' (it would read as an option)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
+
+
 def platform_config() -> dict[str, Any]:
     """docker/tiering.yaml as shipped, with the test cluster's ``kafka:`` section, the topic and
     a small upload quota."""
@@ -214,6 +223,25 @@ class Deployment:
             self.api.ok("GET", f"{self.api.run_path(dag_id, run_id)}/taskInstances?limit=500")["task_instances"]
         )
 
+    def run(self, dag_id: str, conf: dict[str, Any] | None = None, *, expect: str = "success") -> str:
+        """Trigger ``dag_id`` and wait for its run to end in ``expect``; otherwise the failure shows
+        each failed task's log, as the API serves it."""
+        run_id = self.api.trigger(dag_id, conf)
+        self.finished(dag_id, run_id, expect)
+        return run_id
+
+    def finished(self, dag_id: str, run_id: str, expect: str = "success", timeout: float = 900) -> None:
+        state = self.api.wait_run(dag_id, run_id, timeout)
+        if state == expect:
+            return
+        logs = []
+        for ti in self.task_instances(dag_id, run_id):
+            if ti["state"] == "failed":
+                task, attempt, index = ti["task_id"], ti["try_number"], ti["map_index"]
+                path = f"{self.api.run_path(dag_id, run_id)}/taskInstances/{task}/logs/{attempt}?map_index={index}"
+                logs.append(f"{task}: {str(self.api.call('GET', path)[1])[-3000:]}")
+        raise AssertionError(f"{dag_id} {run_id} ended {state}, not {expect}:\n" + "\n".join(logs))
+
     def container_hostname(self, service: str) -> str:
         return self.compose.run("exec", "-T", service, "hostname").stdout.strip()
 
@@ -234,6 +262,7 @@ def deployment() -> Iterator[Deployment]:
         work.chmod(0o755)
         started = time.monotonic()
         try:
+            forget_earlier_stacks(engine)
             import_base(engine, tarball)
             build_images(engine)  # README's build: every layer cached by the test command's prepare
         except ServiceUnavailable as exc:
@@ -260,6 +289,16 @@ def deployment() -> Iterator[Deployment]:
             print(compose.run("logs", "--tail", "40", check=False).stdout[-30000:], file=sys.stderr)
             raise AssertionError(str(exc)) from exc
         yield Deployment(compose, api, work)
+
+
+def forget_earlier_stacks(engine: Engine) -> None:
+    """Containers, networks and volumes an earlier run left on this private engine when it was
+    killed before its own clean-up (images stay: they are the cache)."""
+    leftovers = engine.docker("ps", "--all", "--quiet", "--filter", "label=com.docker.compose.project").split()
+    if leftovers:
+        engine.docker("rm", "--force", "--volumes", *leftovers)
+    engine.docker("network", "prune", "--force")
+    engine.docker("volume", "prune", "--force")
 
 
 def stack_of(engine: Engine, work: Path, *, kafka_libs: Path) -> Compose:
@@ -290,7 +329,7 @@ def stack_of(engine: Engine, work: Path, *, kafka_libs: Path) -> Compose:
             "KAFKA_BROKER_1_LOG_DIR": "kafka-1-logs",
             "KAFKA_BROKER_2_LOG_DIR": "kafka-2-logs",
             "KAFKA_LIBS": str(kafka_libs),
-            "KAFKA_CLUSTER_ID": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
+            "KAFKA_CLUSTER_ID": cluster_id(),
             "KAFKA_1_PROPERTIES": str(work / "kafka-1.properties"),
             "KAFKA_2_PROPERTIES": str(work / "kafka-2.properties"),
         },
@@ -310,23 +349,24 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
     closed = {0: deployment.closed_segments(1, 0), 1: deployment.closed_segments(2, 1)}
     assert all(len(bases) >= 10 for bases in closed.values()), closed
 
-    # The copy DAG, killed mid-copy on broker 1's worker, converges after the retry.
+    # The copy DAG, killed mid-copy on broker 1's worker, converges after the retry. Unpausing it
+    # starts a scheduled run besides the triggered one: whichever copies is the one killed.
     unpause(api, COPY_DAG)
-    run_id = api.trigger(COPY_DAG)
+    api.trigger(COPY_DAG)
 
-    def broker_1_copying() -> bool:
-        running = [
-            ti
-            for ti in deployment.task_instances(COPY_DAG, run_id)
-            if ti["task_id"] == "broker_1.copy" and ti["state"] == "running"
-        ]
-        return bool(running) and any(PARTITION_0_KEY.match(key) for key in deployment.s3_keys())
+    def broker_1_copying() -> dict[str, Any] | None:
+        running = [ti for ti in deployment.task_instances(COPY_DAG, "~") if ti["task_id"] == "broker_1.copy"]
+        running = [ti for ti in running if ti["state"] == "running"]
+        if running and any(PARTITION_0_KEY.match(key) for key in deployment.s3_keys()):
+            return running[0]
+        return None
 
-    wait_for("broker 1's copy to upload its first segment", broker_1_copying, 600, 0.5)
+    killed = wait_for("broker 1's copy to upload its first segment", broker_1_copying, 600, 0.5)
     compose.run("kill", "-s", "SIGKILL", "airflow-worker-broker-1")
-    say("killed airflow-worker-broker-1 in the middle of its copy")
+    say(f"killed airflow-worker-broker-1 in the middle of {killed['dag_run_id']}'s copy")
     compose.run("start", "airflow-worker-broker-1")
-    assert api.wait_run(COPY_DAG, run_id, 900) == "success"
+    run_id = killed["dag_run_id"]
+    deployment.finished(COPY_DAG, run_id)
     instances = deployment.task_instances(COPY_DAG, run_id)
     copy_1 = [ti for ti in instances if ti["task_id"] == "broker_1.copy"]
     copy_2 = [ti for ti in instances if ti["task_id"] == "broker_2.copy"]
@@ -340,12 +380,12 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
 
     # Retention runs (nothing breaches seven days: nothing is deleted).
     unpause(api, RETENTION_DAG)
-    assert api.wait_run(RETENTION_DAG, api.trigger(RETENTION_DAG), 600) == "success"
+    deployment.run(RETENTION_DAG)
     assert [s["start_offset"] for s in deployment.remote_segments(0)] == closed[0]
 
     # The Spark verify DAG, on the standalone master and worker containers.
     unpause(api, VERIFY_DAG)
-    assert api.wait_run(VERIFY_DAG, api.trigger(VERIFY_DAG, {"topic": TOPIC}), 900) == "success"
+    deployment.run(VERIFY_DAG, {"topic": TOPIC})
     master = deployment.python("airflow-api-server", http_get("http://spark-master:8080/json/"))
     status, body = master.split("\n", 1)
     assert status == "200", master
@@ -355,10 +395,10 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
     # The removal DAG refuses a live topic, then removes the deleted one.
     unpause(api, REMOVAL_DAG)
     conf = {"topic": TOPIC, "partitions": [0, 1], "confirm": TOPIC, "dry_run": False}
-    assert api.wait_run(REMOVAL_DAG, api.trigger(REMOVAL_DAG, conf), 600) == "failed"
+    deployment.run(REMOVAL_DAG, conf, expect="failed")
     assert deployment.remote_segments(0)
     deployment.python("kafka-1", DELETE_TOPIC)
-    assert api.wait_run(REMOVAL_DAG, api.trigger(REMOVAL_DAG, conf), 600) == "success"
+    deployment.run(REMOVAL_DAG, conf)
     assert not [key for key in deployment.s3_keys() if TOPIC in key]
 
     # Prometheus scrapes /tiering/metrics with the token; the Tiering page answers.
