@@ -147,7 +147,7 @@ import time
 deadline = time.monotonic() + 60
 while True:  # each partition led by its first replica: 0 by broker 1, 1 by broker 2
     described = admin.describe_topics([{TOPIC!r}])[0]
-    leaders = {{p["partition"]: p["leader"] for p in described["partitions"]}}
+    leaders = {{p["partition_index"]: p["leader_id"] for p in described["partitions"]}}
     if leaders == {{0: 1, 1: 2}}:
         break
     assert time.monotonic() < deadline, leaders
