@@ -6,6 +6,13 @@ bash scripts/bootstrap.sh
 VENV=${TIERING_VENV:-$(pwd)/.venv}
 export PATH="$VENV/bin:$PATH"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
+# The deployment test (tests/deploy) starts docker/'s stack on a Docker engine of its own: Debian's
+# docker.io, a Debian base image and every image of the stack are made now, while the network is
+# there, in the background beside the checks and the suite; the test waits for them.
+docker_log=${TIERING_TEST_CACHE:-$HOME/.cache/tiering-test}/docker/prepare.log
+mkdir -p "$(dirname "$docker_log")"
+echo "== docker images (in the background: $docker_log)"
+python -m tests.deploy.engine prepare > "$docker_log" 2>&1 &
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mypy
 # The real-Kafka tests run Apache Kafka from jars fetched once with Maven (or KAFKA_HOME's): fetch

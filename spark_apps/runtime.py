@@ -282,13 +282,18 @@ def run_app(
     spark: SparkSession | None,
     build_parser: Callable[[], argparse.ArgumentParser],
     body: Callable[[AppRun], int],
+    *,
+    remote_only: bool = False,
 ) -> int:
     """What every app's ``main`` does: parse ``argv`` with ``build_parser()`` (which adds
     ``add_common_arguments``), log to stderr, read the selection and the config, open the run's
     context, resolve the selected partitions (a bad selector fails before Spark starts), then run
     ``body`` and return its exit code. ``spark``: the session to use (a test's); without it the
     app starts its own (``tiering-<app>``) when the body first needs it, and stops it at the end.
-    An error that ends the run is one line on stderr and its exit code (``report_failure``)."""
+    An error that ends the run is one line on stderr and its exit code (``report_failure``).
+    ``remote_only``: the app reads only the remote tier and the metadata store, so where the
+    process serves no broker (a cluster's worker without a broker disk) nothing is resolved in
+    log dirs: the body selects from the metadata store (``AppRun.partitions`` is empty)."""
     args = build_parser().parse_args(argv)
     configure_logging(args)
     run: AppRun | None = None
@@ -296,7 +301,8 @@ def run_app(
         selection = parse_selection(args)
         config = load_config(config_path(args))
         with TieringContext.open(config) as ctx:
-            run = AppRun(app, args, ctx, selection, selection.resolve(ctx), spark)
+            partitions = [] if remote_only and ctx.config.serves_no_broker else selection.resolve(ctx)
+            run = AppRun(app, args, ctx, selection, partitions, spark)
             return body(run)
     except (Exception, KeyboardInterrupt) as exc:
         return report_failure(app, exc)

@@ -1,23 +1,112 @@
 """The docker/ stack files are well-formed and agree with the config contract; the image runs as an
-unprivileged user with runtime dependencies only, and no credential is written in any file."""
+unprivileged user with runtime dependencies only, and no credential is written in any file. The
+stack can run: the workers reach the API server's Task Execution API and share its JWT secret, a
+worker consumes every queue a DAG uses, each secret reaches only the services that use it, and
+docker-compose reads the files (with the override that builds every image from Debian's packages).
+``tests/deploy/test_stack.py`` starts the stack itself."""
 
 from __future__ import annotations
 
 import configparser
+import fnmatch
 import json
+import os
 import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
+from tests.conftest import unavailable
 from tiering_core.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
+DEBIAN_OVERRIDE = DOCKER / "debian" / "docker-compose.yml"
 DEV_TOOLS = ("moto", "pytest", "ruff", "mypy", "types-", "boto3-stubs")
-INTERPOLATED = re.compile(r"\$\{[A-Z_]+(:\?[^}]*)?\}")
+INTERPOLATED = re.compile(r"\$\{[A-Z][A-Z0-9_]*(:\?[^}]*)?\}")
+#: A variable the env file must set: no default, docker-compose stops with the message when unset.
+REQUIRED = re.compile(r"\$\{([A-Z][A-Z0-9_]*):\?[^}]*\}")
+VARIABLE = re.compile(r"\$\{([A-Z][A-Z0-9_]*)")
+#: A volume: its source (a path, a named volume or an interpolation with a default), target, mode.
+VOLUME = re.compile(r"(\$\{[^}]*\}|[^:]+):([^:]+)(?::([a-z,]+))?")
+
+
+def compose(path: Path = DOCKER / "docker-compose.yml") -> dict[str, Any]:
+    return dict(yaml.safe_load(path.read_text()))
+
+
+def command_of(service: dict[str, Any]) -> str:
+    command = service.get("command", "")
+    return " ".join(command) if isinstance(command, list) else str(command)
+
+
+def airflow_services(services: dict[str, Any]) -> set[str]:
+    """The services that run an Airflow component (the init job among them)."""
+    return {name for name, s in services.items() if re.search(r"(^|[\s;&])airflow ", command_of(s))}
+
+
+def celery_workers(services: dict[str, Any]) -> dict[str, Any]:
+    return {name: s for name, s in services.items() if command_of(s).startswith("airflow celery worker")}
+
+
+def queues_of(worker: dict[str, Any]) -> set[str]:
+    """The queues a Celery worker consumes (``--queues a,b``)."""
+    (queues,) = re.findall(r"--queues[ =](\S+)", command_of(worker))
+    return set(queues.split(","))
+
+
+def variables_of(service: dict[str, Any]) -> set[str]:
+    """The variables a service's environment interpolates."""
+    return {v for value in (service.get("environment") or {}).values() for v in VARIABLE.findall(str(value))}
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    mode: str
+
+
+def mounts(service: dict[str, Any]) -> list[Mount]:
+    """A service's volumes (``source:target[:mode]``; a source may be ``${VAR:-default}``)."""
+    found = []
+    for volume in service.get("volumes", []):
+        match = VOLUME.fullmatch(volume)
+        assert match, volume
+        found.append(Mount(match.group(1), match.group(2), match.group(3) or "rw"))
+    return found
+
+
+def dockerignored(path: str, ignore: Path = ROOT / ".dockerignore") -> bool:
+    """Whether the image build's context leaves ``path`` out: Docker's rules, the last matching
+    pattern wins, ``!`` takes a path back in, a pattern that matches a directory matches all in it."""
+
+    def matches(pattern: list[str], parts: list[str]) -> bool:
+        if not pattern:
+            return not parts
+        if pattern[0] == "**":
+            return any(matches(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
+        return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and matches(pattern[1:], parts[1:])
+
+    parts = path.split("/")
+    ignored = False
+    for line in ignore.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        pattern = line.lstrip("!").strip("/").split("/")
+        if any(matches(pattern, parts[:i]) for i in range(1, len(parts) + 1)):
+            ignored = not negated
+    return ignored
 
 
 def test_compose_and_config_parse(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,7 +140,7 @@ def test_the_image_installs_runtime_dependencies_only() -> None:
 
 def _secrets(key: str, value: str) -> list[str]:
     """The credentials an environment entry of the compose file carries."""
-    if re.search(r"PASSWORD|SECRET|_USER$", key) and key != "POSTGRES_USER":
+    if re.search(r"PASSWORD|SECRET|TOKEN|_KEY$|_USER$", key) and key != "POSTGRES_USER":
         return [value]
     found = []
     if value.startswith("{"):
@@ -74,11 +163,11 @@ def test_no_credential_is_written_in_the_files_they_come_from_the_env_file() -> 
                 assert INTERPOLATED.fullmatch(secret), (key, secret)
                 checked += 1
     assert checked >= 6  # postgres, minio, and the Airflow services' database and aws connection
-    assert "--env-file docker/tiering.env" in compose_text
+    assert "write docker/tiering.env" in compose_text  # what docker-compose says of a missing value
     assert make_url(yaml.safe_load((DOCKER / "tiering.yaml").read_text())["metadata"]["url"]).password is None
-    for ignore in (".gitignore", ".dockerignore"):
-        assert "docker/tiering.env" in (ROOT / ignore).read_text().splitlines()
-    assert "docker/tiering.env" in (ROOT / "README.md").read_text()
+    assert "docker/tiering.env" in (ROOT / ".gitignore").read_text().splitlines()
+    assert dockerignored("docker/tiering.env") and not dockerignored("tiering_core/config.py")
+    assert "--env-file docker/tiering.env" in (ROOT / "README.md").read_text()
 
 
 def test_one_celery_worker_per_broker_reads_only_its_broker_s_log_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,47 +175,39 @@ def test_one_celery_worker_per_broker_reads_only_its_broker_s_log_dirs(monkeypat
     sample config one worker that consumes only that broker's queue, names the broker and mounts
     only its log dirs, read-only; no other service mounts a broker's disk."""
     monkeypatch.setenv("TIERING_METADATA_PASSWORD", "from-the-env-file")
-    compose = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
     config = parse_config(yaml.safe_load((DOCKER / "tiering.yaml").read_text()))
     assert config.brokers and len(config.brokers) >= 2
-    services = compose["services"]
+    services = compose()["services"]
     assert "redis" in services
     assert "requirepass" in " ".join(services["redis"]["command"])  # Celery's queue is not open to all
-    for name in ("airflow-api-server", "airflow-scheduler"):
-        env = services[name]["environment"]
-        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
-        assert (
-            env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
-            and "@redis:6379/" in env["AIRFLOW__CELERY__BROKER_URL"]
-        )
+    workers = celery_workers(services)
+    for name in airflow_services(services):
+        assert services[name]["environment"]["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
+    for name in {"airflow-scheduler", *workers}:  # who puts tasks on Celery's queues and who takes them
+        broker_url = services[name]["environment"]["AIRFLOW__CELERY__BROKER_URL"]
+        assert broker_url.startswith("redis://") and "@redis:6379/" in broker_url, name
     all_broker_dirs = {str(d) for b in config.brokers.values() for d in b.log_dirs}
+    all_broker_queues = {b.queue for b in config.brokers.values()}
 
-    def mounts(service: dict) -> dict[str, str]:
-        """Container path -> mode of each volume."""
-        found = {}
-        for volume in service.get("volumes", []):
-            _source, target, *mode = re.sub(r"\$\{[^}]*\}", "source", volume).split(":")
-            found[target] = mode[0] if mode else "rw"
-        return found
-
-    workers = {name: s for name, s in services.items() if str(s.get("command", "")).startswith("airflow celery worker")}
-    assert len(workers) == len(config.brokers)
+    broker_workers = {name: s for name, s in workers.items() if "TIERING_BROKER_ID" in s["environment"]}
+    assert len(broker_workers) == len(config.brokers)
     served = set()
-    for name, service in workers.items():
+    for name, service in broker_workers.items():
         broker_id = int(service["environment"]["TIERING_BROKER_ID"])
         broker = config.brokers[broker_id]
-        queues = re.search(r"--queues (\S+)", service["command"]).group(1)  # type: ignore[union-attr]
-        assert queues == broker.queue, name  # its broker's queue only
-        assert service["environment"]["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
-        mounted = mounts(service)
+        assert queues_of(service) == {broker.queue}, name  # its broker's queue only
+        mounted = {m.target: m.mode for m in mounts(service)}
         assert {str(d) for d in broker.log_dirs} <= set(mounted), name
         assert all(mounted[str(d)] == "ro" for d in broker.log_dirs), name
         assert not (set(mounted) & all_broker_dirs) - {str(d) for d in broker.log_dirs}, name  # no other broker's
         served.add(broker_id)
     assert served == set(config.brokers)
+    for name, worker in workers.items():
+        if name not in broker_workers:  # the default queue's worker: no broker's queue
+            assert not queues_of(worker) & all_broker_queues, name
     for name, service in services.items():
-        if name not in workers:
-            assert not set(mounts(service)) & all_broker_dirs, name  # scheduler, API server, Spark: no broker disk
+        if name not in broker_workers:  # scheduler, API server, the default queue's worker, Spark: no broker disk
+            assert not {m.target for m in mounts(service)} & all_broker_dirs, name
 
 
 def test_no_secret_is_on_a_command_line() -> None:
@@ -138,6 +219,232 @@ def test_no_secret_is_on_a_command_line() -> None:
         command = " ".join(command) if isinstance(command, list) else str(command)
         assert not re.search(r"\$\{?[A-Z_]*(PASSWORD|SECRET|TOKEN)", command.replace("$$", "")), name
     assert "REDIS_PASSWORD" in compose["services"]["redis"]["environment"]
+
+
+# --- the stack runs: what Airflow 3's own compose file has --------------------------------------
+
+#: The Airflow settings every component must share: the JWT secret task tokens are signed and
+#: checked with (each component would otherwise make its own and the API server reject the workers'
+#: tokens), the API's session key, and the Fernet key of the connections stored in the database.
+SHARED_SECRETS = ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY", "AIRFLOW__CORE__FERNET_KEY")
+
+
+def test_every_airflow_service_reaches_the_execution_api_on_the_api_server() -> None:
+    """A Celery worker runs each task through the Task Execution API; left unset, the URL is
+    ``http://localhost:8080/execution/``: the worker's own container."""
+    services = compose()["services"]
+    (api_server,) = [name for name, s in services.items() if command_of(s) == "airflow api-server"]
+    (port,) = [str(p).rsplit(":", 1)[-1] for p in services[api_server]["ports"]]
+    for name in airflow_services(services):
+        url = urlsplit(services[name]["environment"].get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", ""))
+        assert (url.scheme, url.hostname, url.port, url.path) == ("http", api_server, int(port), "/execution/"), name
+
+
+def test_every_airflow_service_gets_the_same_jwt_secret_from_the_env_file() -> None:
+    services = compose()["services"]
+    names = airflow_services(services)
+    assert {"airflow-init", "airflow-api-server", "airflow-scheduler", *celery_workers(services)} <= names
+    for key in SHARED_SECRETS:
+        values = {services[name]["environment"].get(key) for name in names}
+        assert len(values) == 1, (key, values)
+        (value,) = values
+        assert value is not None and REQUIRED.fullmatch(value), (key, value)  # no default, no value in the file
+
+
+@pytest.fixture(scope="session")
+def airflow_for_parsing() -> Iterator[None]:
+    """Airflow configured to parse DAGs (no metadata database); its temporary home goes at the end."""
+    from tests.airflow_support import configure_airflow, remove_airflow_home
+
+    configure_airflow()
+    yield
+    remove_airflow_home()
+
+
+@pytest.mark.usefixtures("airflow_for_parsing")
+def test_every_queue_a_dag_puts_a_task_on_is_consumed_by_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DAGs of dags/, parsed with the stack's own config (two brokers): each broker's tasks go to
+    its queue, the removal, delete-records, export and Spark DAGs' to the default queue; a task on a
+    queue no worker consumes stays queued for ever."""
+    from tests.dags.test_tiering_dags import dagbag
+
+    monkeypatch.setenv("TIERING_CONFIG", str(DOCKER / "tiering.yaml"))
+    monkeypatch.setenv("TIERING_METADATA_PASSWORD", "from-the-env-file")
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    monkeypatch.delenv("TIERING_SENSOR_DEFERRABLE", raising=False)
+    bag = dagbag()
+    assert bag.import_errors == {}
+    queues: dict[str, list[str]] = {}
+    for dag_id, dag in bag.dags.items():
+        for task in dag.tasks:
+            queues.setdefault(task.queue, []).append(f"{dag_id}.{task.task_id}")
+    assert {"default", "tiering-broker-1", "tiering-broker-2"} <= set(queues)  # the walk sees both kinds
+    consumed = {queue for worker in celery_workers(compose()["services"]).values() for queue in queues_of(worker)}
+    assert {queue: tasks for queue, tasks in queues.items() if queue not in consumed} == {}
+
+
+def test_the_scrapers_token_reaches_only_the_api_server_and_prometheus_which_reads_it_as_group_50000(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The token file is owned by group 50000 and readable by that group only (README "Docker"): the
+    platform's user (uid 50000, its own group) and Prometheus, which joins that group; no other
+    service mounts it."""
+    monkeypatch.setenv("TIERING_METADATA_PASSWORD", "from-the-env-file")
+    services = compose()["services"]
+    config = parse_config(yaml.safe_load((DOCKER / "tiering.yaml").read_text()))
+    (token,) = [m for m in mounts(services["airflow-api-server"]) if m.target == str(config.metrics.bearer_token_file)]
+    holders = {name: m for name, s in services.items() for m in mounts(s) if m.source == token.source}
+    assert set(holders) == {"airflow-api-server", "prometheus"}
+    assert all(m.mode == "ro" for m in holders.values())
+    assert "50000" in [str(group) for group in services["prometheus"].get("group_add", [])]
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert re.search(r"groupadd .*--gid 50000 tiering", dockerfile)
+    assert re.search(r"useradd .*--uid 50000 --gid 50000 tiering", dockerfile)
+
+
+def test_only_services_with_their_own_login_are_published() -> None:
+    """Prometheus has no authentication: it is reached through Grafana or ``docker-compose exec``.
+    Neither is the S3 endpoint published: the workers reach it on the stack's network."""
+    services = compose()["services"]
+    published = {name for name, s in services.items() if s.get("ports") or s.get("network_mode") == "host"}
+    assert published == {"airflow-api-server", "grafana"}
+
+
+def test_minio_s_root_credentials_stay_in_the_minio_service() -> None:
+    services = compose()["services"]
+    for name, service in services.items():
+        if name != "minio":
+            assert "MINIO_ROOT_" not in json.dumps(service), name
+
+
+def test_the_platform_s3_credentials_are_its_own_and_only_the_workers_hold_them() -> None:
+    """The aws connection's login and password are variables of their own (a user made in MinIO for
+    the platform, README "Docker"), never MinIO's root credentials; only the workers, which run the
+    tasks that read and write the bucket, get them."""
+    services = compose()["services"]
+    holders = {name for name, s in services.items() if "AIRFLOW_CONN_AWS_DEFAULT" in (s.get("environment") or {})}
+    assert holders == set(celery_workers(services))
+    (connection,) = {services[name]["environment"]["AIRFLOW_CONN_AWS_DEFAULT"] for name in holders}
+    conn = json.loads(connection)
+    login, password = (REQUIRED.fullmatch(conn[field]) for field in ("login", "password"))
+    assert login and password and login.group(1) != password.group(1), conn
+    assert {login.group(1), password.group(1)}.isdisjoint(variables_of(services["minio"]))
+
+
+def test_the_spark_services_get_no_secret() -> None:
+    """The Spark master and worker run the platform's image but none of its secrets: the driver (on
+    the default queue's worker) holds them."""
+    services = compose()["services"]
+    spark = {name: s for name, s in services.items() if "spark-class" in command_of(s)}
+    assert set(spark) == {"spark-master", "spark-worker"}
+    for name, service in spark.items():
+        assert variables_of(service) == set(), name
+        assert not [m for m in mounts(service) if "metrics-token" in m.source], name
+
+
+def test_docker_compose_reads_the_stack_and_the_debian_override(tmp_path: Path) -> None:
+    """``docker-compose config`` (Debian's 1.29, the oldest the README names) reads the stack alone
+    and with docker/debian/'s override, which builds every image production pulls (Grafana aside)
+    from a Debian base instead."""
+    from tests.deploy.stack import fresh_env_file
+
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        unavailable("docker-compose", "not installed (Debian's docker-compose package)")
+    env_file = tmp_path / "tiering.env"
+    values = fresh_env_file(env_file)
+
+    def config(*files: Path) -> dict[str, Any]:
+        paths = [part for path in files for part in ("-f", str(path))]
+        proc = subprocess.run(
+            [binary, "--env-file", str(env_file), *paths, "config"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)},  # no secret of ours
+        )
+        assert proc.returncode == 0, proc.stderr
+        return dict(yaml.safe_load(proc.stdout))
+
+    main = config(DOCKER / "docker-compose.yml")["services"]
+    debian = config(DOCKER / "docker-compose.yml", DEBIAN_OVERRIDE)["services"]
+    assert set(debian) == set(main)
+    assert main["minio"]["environment"]["MINIO_ROOT_PASSWORD"] == values["MINIO_ROOT_PASSWORD"]  # the env file's
+    platform = main["airflow-init"]["image"]
+    pulled = {name for name, s in main.items() if "build" not in s and s["image"] != platform}
+    assert pulled == {"postgres", "redis", "minio", "prometheus", "grafana"}
+    built = {name: s["build"] for name, s in debian.items() if "build" in s}
+    assert set(built) == {"airflow-init"} | pulled - {"grafana"}
+    for name, build in built.items():
+        assert Path(build["context"]) == ROOT and (ROOT / build["dockerfile"]).is_file(), name
+        assert build["args"]["BASE_IMAGE"] == "tiering-debian:bookworm", name
+        if name in pulled:
+            assert debian[name]["image"] != main[name]["image"], name  # never shadows the official image
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim-bookworm$", (DOCKER / "Dockerfile").read_text(), re.MULTILINE)
+
+
+# --- README "Docker" says how to start it -------------------------------------------------------
+
+#: The compose files' command prefix in README's recipes.
+COMPOSE_COMMAND = "docker-compose --env-file docker/tiering.env -f docker/docker-compose.yml"
+
+
+def readme_docker() -> str:
+    return (ROOT / "README.md").read_text().split("\n## Docker\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_env_file_recipe_sets_every_variable_the_stack_requires() -> None:
+    """The env file of README's recipe is the one the deployment test writes, and sets exactly the
+    variables docker-compose stops without; the Fernet key in the URL-safe base64 Airflow reads."""
+    from tests.deploy.stack import ENV_KEYS
+
+    section = readme_docker()
+    recipe = section.split("cat > docker/tiering.env <<EOF\n", 1)[1].split("\nEOF\n", 1)[0]
+    lines = dict(line.split("=", 1) for line in recipe.splitlines())
+    required = set(REQUIRED.findall((DOCKER / "docker-compose.yml").read_text()))
+    assert set(lines) == required == set(ENV_KEYS)
+    assert lines["AIRFLOW_FERNET_KEY"] == "$(openssl rand -base64 32 | tr '+/' '-_')"
+    assert "openssl rand -hex 32 > docker/metrics-token\n" in section
+    assert "chgrp 50000 docker/metrics-token && chmod 0440 docker/metrics-token\n" in section
+
+
+def test_the_readme_start_commands_are_the_compose_files_and_name_every_service_but_grafana() -> None:
+    section = readme_docker()
+    debian = f"{COMPOSE_COMMAND} -f docker/debian/docker-compose.yml"
+    for command in (f"{COMPOSE_COMMAND} build", f"{COMPOSE_COMMAND} up -d\n", f"{debian} build\n"):
+        assert command in section, command
+    assert f"{COMPOSE_COMMAND} exec airflow-api-server cat /opt/airflow/simple_auth_manager_passwords" in section
+    assert "tar -C DIR -c . | docker import - tiering-debian:bookworm" in section
+    (started,) = re.findall(re.escape(f"{debian} up -d ") + r"(.*)", section)
+    assert sorted(started.split()) == sorted(set(compose()["services"]) - {"grafana"})
+    assert "The test `tests/deploy/test_stack.py` starts this\nstack on a real Docker engine" in section
+
+
+def test_the_readme_table_of_secrets_is_the_compose_file_s() -> None:
+    """Each secret of the env file (and the token file) reaches exactly the services README's table
+    names for it."""
+    from tests.deploy.stack import ENV_KEYS
+
+    services = compose()["services"]
+    groups = {"every Airflow service": airflow_services(services), "every Celery worker": set(celery_workers(services))}
+    (token,) = [m.source for m in mounts(services["prometheus"]) if "token" in m.target]
+    actual: dict[str, set[str]] = {"docker/metrics-token": set()}
+    for name, service in services.items():
+        for variable in variables_of(service) & set(ENV_KEYS):
+            actual.setdefault(variable, set()).add(name)
+        if token in {m.source for m in mounts(service)}:
+            actual["docker/metrics-token"].add(name)
+    table = readme_docker().split("| Secret | Services that get it |\n| --- | --- |\n", 1)[1].split("\n\n", 1)[0]
+    documented: dict[str, set[str]] = {}
+    for row in table.splitlines():
+        secrets, holders = row.strip("|").split("|")
+        named = set(re.findall(r"`([\w-]+)`", re.sub(r"\(.*?\)", "", holders)))
+        named |= {service for group, members in groups.items() if group in holders for service in members}
+        for secret in re.findall(r"`([\w/.-]+)`", secrets):
+            documented[secret] = named
+    assert documented == actual
+    assert set(documented) == {*ENV_KEYS, "docker/metrics-token"}
 
 
 # --- the image has what the config can enable ----------------------------------------------------

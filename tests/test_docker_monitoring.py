@@ -13,6 +13,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.monitoring.test_exposition import sample_snapshot
+from tests.test_docker_files import dockerignored, mounts
 from tiering_core.config import parse_config
 from tiering_core.metrics import names
 from tiering_core.monitoring.exposition import render
@@ -149,8 +150,8 @@ def test_prometheus_scrapes_the_metrics_route_with_the_token_the_api_server_chec
     token_in_api_server = str(config.metrics.bearer_token_file)
 
     def host_file(service: str, container_path: str) -> str:
-        (mount,) = [v for v in services[service]["volumes"] if v.split(":")[1] == container_path]
-        return mount.split(":")[0]
+        (mount,) = [m for m in mounts(services[service]) if m.target == container_path]
+        return mount.source
 
     # One host file, seen by the API server as its bearer_token_file and by Prometheus as its credentials.
     assert host_file("airflow-api-server", token_in_api_server) == host_file(
@@ -163,5 +164,5 @@ def test_prometheus_scrapes_the_metrics_route_with_the_token_the_api_server_chec
     (provider,) = providers["providers"]
     assert host_file("grafana", provider["options"]["path"]) == "./grafana/dashboards"
     assert host_file("grafana", "/etc/grafana/provisioning") == "./grafana/provisioning"
-    for ignore in (".gitignore", ".dockerignore"):
-        assert "docker/metrics-token" in (ROOT / ignore).read_text().splitlines()
+    assert "docker/metrics-token" in (ROOT / ".gitignore").read_text().splitlines()
+    assert dockerignored("docker/metrics-token")

@@ -177,3 +177,18 @@ def test_log_dirs_of_two_brokers_are_no_evidence(fs_env: TieringEnv) -> None:
     PartitionWriter(other, TopicPartition("payments", 0), node_id=2)
     use_log_dirs(fs_env, fs_env.log_dir, other)
     refused_without_evidence(fs_env, w, "belong to more than one broker")
+
+
+def test_a_process_serving_no_broker_asks_the_controller_not_for_a_broker(
+    fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's worker without a broker disk (the removal DAG's default queue) reads no log dir:
+    it refuses for want of the controller's word (no kafka: section, no metadata image of its own),
+    not for want of ``--broker``, and ``force`` removes it as on a broker."""
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    w = tiered_partition(fs_env)
+    kafka_deletes_topic(w)
+    doc = yaml.safe_load(fs_env.config_path.read_text())
+    doc["brokers"] = {1: {"log_dirs": doc.pop("log_dirs")}, 2: {"log_dirs": [str(fs_env.root / "broker-2")]}}
+    fs_env.config_path.write_text(yaml.safe_dump(doc))
+    refused_without_evidence(fs_env, w, "no word from the controller")

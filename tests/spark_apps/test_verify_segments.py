@@ -47,3 +47,30 @@ def test_verify_job_finds_damage_and_changes_nothing(tmp_path: Path, spark, s3_e
         assert sorted(o.key for w in writers for o in ctx.storage.list_objects(tip_of(w))) == before
         assert [s.state for w in writers for s in ctx.metadata.list_segments(tip_of(w))] == states
     assert main(["--config", str(env.config_path), "--partitions", "orders-0"], spark=spark) == 0
+
+
+def test_a_worker_serving_no_broker_verifies_what_the_metadata_store_holds(tmp_path: Path, spark, s3_endpoint) -> None:
+    """A cluster's default-queue worker has no broker disk and no broker id: the app verifies the
+    selected partitions the metadata store holds remote data of, as ``tiering verify`` does there,
+    instead of refusing for want of ``--broker``."""
+    import yaml
+
+    from spark_apps.verify_segments import main
+
+    env = s3_env(tmp_path, s3_endpoint)
+    writers = []
+    for p in range(2):
+        w = env.writer("orders", p)
+        write_segments(w, 3)
+        w.set_high_watermark()
+        writers.append(w)
+    with env.context() as ctx:
+        for w in writers:
+            run_copy(ctx, w.tp)
+    doc = yaml.safe_load(env.config_path.read_text())
+    doc["brokers"] = {1: {"log_dirs": doc.pop("log_dirs")}, 2: {"log_dirs": [str(tmp_path / "broker-2")]}}
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(doc))
+    assert main(["--config", str(cluster), "--topic", "orders"], spark=spark) == 0
+    assert main(["--config", str(cluster), "--partitions", "orders-1"], spark=spark) == 0
+    assert main(["--config", str(cluster), "--topic", "payments"], spark=spark) == 1  # nothing tiered: named

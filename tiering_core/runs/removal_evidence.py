@@ -39,8 +39,13 @@ def broker_topic_ids(ctx: TieringContext, tp: TopicPartition) -> dict[str, str]:
     also while the broker moves it between its log dirs (``-future``).
 
     A directory whose topic id cannot be read refuses the removal: the remote data may be its.
+    A process that serves no broker of a cluster (a worker without a broker disk) has no log dir
+    to read: every broker's evidence is then its fresh observations (``reported_topic_ids``), and
+    the controller's word is asked all the same.
     """
     found: dict[str, str] = {}
+    if ctx.config.serves_no_broker:
+        return found
     try:
         logs = ctx.partitions()
     except TieringError as exc:

@@ -1,0 +1,441 @@
+"""The compose stack of ``docker/`` started on a real Docker engine, driven through Airflow's REST API.
+
+Two Kafka 4.4.0 brokers in containers hold a replicated topic, each partition led by another
+broker; each broker's log dir is a volume mounted read-only into its own Celery worker only.
+Through the REST API only: the copy DAG tiers every closed segment from the leader's worker, also
+when that worker is killed mid-copy (its retry, on the restarted container, converges with
+nothing lost); retention runs; the Spark verify DAG runs on the standalone master and worker
+containers; the removal DAG refuses a live topic and removes a deleted one. Prometheus scrapes
+``/tiering/metrics`` with the token; the Tiering page answers. Everything is removed at the end:
+containers, networks, volumes, the engine the test started (also on failure).
+
+The containers talk only to each other on the project's network; the test reaches the API server
+on a published port of 127.0.0.1 and everything else through ``docker-compose exec``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from scripts.airflow_e2e import Api
+from tests.conftest import unavailable
+from tests.deploy.engine import DOCKER_DIR, Engine, base_tarball, docker_cache, docker_engine, exclusive, import_base
+from tests.deploy.stack import COMPOSE_FILES, Compose, build_images, fresh_env_file
+from tests.real_kafka.cluster import BROKER_SETTINGS, fetch_jars
+from tests.services import ServiceUnavailable, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
+
+T = TypeVar("T")
+TOPIC = "orders"
+E2E_FILE = Path(__file__).with_name("docker-compose.e2e.yml")
+#: Every service but Grafana (no Debian package; its dashboard is checked by the file tests).
+SERVICES = (
+    "postgres",
+    "redis",
+    "minio",
+    "airflow-init",
+    "airflow-api-server",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "airflow-worker-broker-1",
+    "airflow-worker-broker-2",
+    "airflow-worker",
+    "spark-master",
+    "spark-worker",
+    "prometheus",
+    "kafka-1",
+    "kafka-2",
+)
+#: 64 KiB segments, 1 MiB per partition: 15 closed segments each; the upload quota of 64 KiB/s
+#: makes a broker's copy last about 15 s, long enough to kill its worker in the middle of it.
+SEGMENT_BYTES = 64 * 1024
+RECORDS = 2048
+VALUE_BYTES = 480
+COPY_QUOTA = 64 * 1024
+COPY_DAG = f"tiering_copy__{TOPIC}"
+RETENTION_DAG = f"tiering_retention__{TOPIC}"
+VERIFY_DAG = "tiering_spark_verify"
+REMOVAL_DAG = "tiering_delete_partition"
+BUCKET = "kafka-tiered"
+#: The objects of orders-0 (docs/: ``<topic>-<topicId>/<partition>/<base>-<uuid>.<kind>``).
+PARTITION_0_KEY = re.compile(rf"{TOPIC}-[A-Za-z0-9_-]{{22}}/0/")
+
+
+def say(message: str) -> None:
+    print(f"deploy: {message}", file=sys.stderr, flush=True)
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 1.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def broker_properties(node_id: int) -> str:
+    settings = {
+        **BROKER_SETTINGS,
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        "controller.quorum.voters": "1@kafka-1:9093,2@kafka-2:9093",
+        "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+        "advertised.listeners": f"PLAINTEXT://kafka-{node_id}:9092",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": "/var/lib/kafka/data",
+        "offsets.topic.replication.factor": "2",
+        "transaction.state.log.replication.factor": "2",
+        "default.replication.factor": "2",
+        # A busy machine runs a whole stack beside them: no broker fenced for a slow heartbeat.
+        "broker.session.timeout.ms": "30000",
+        "broker.heartbeat.interval.ms": "2000",
+        "replica.lag.time.max.ms": "30000",
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def cluster_id() -> str:
+    """A KRaft cluster id as Kafka makes them: 16 random bytes in URL-safe base64, never starting
+    with '-' (it would read as an option)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
+
+
+def platform_config() -> dict[str, Any]:
+    """docker/tiering.yaml as shipped, with the test cluster's ``kafka:`` section, the topic and
+    a small upload quota."""
+    config = yaml.safe_load((DOCKER_DIR / "tiering.yaml").read_text())
+    config["kafka"] = {"bootstrap_servers": ["kafka-1:9092", "kafka-2:9092"]}
+    config["quotas"] = {"remote.log.manager.copy.max.bytes.per.second": COPY_QUOTA}
+    config["topics"][TOPIC] = {"remote.storage.enable": True}
+    return dict(config)
+
+
+PRODUCE = f"""
+import json
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+admin = KafkaAdminClient(bootstrap_servers="kafka-1:9092")
+configs = {{"internal.segment.bytes": "{SEGMENT_BYTES}", "min.insync.replicas": "2"}}
+admin.create_topics([NewTopic({TOPIC!r}, replica_assignments={{0: [1, 2], 1: [2, 1]}}, topic_configs=configs)])
+import time
+deadline = time.monotonic() + 60
+while True:  # each partition led by its first replica: 0 by broker 1, 1 by broker 2
+    described = admin.describe_topics([{TOPIC!r}])[0]
+    leaders = {{p["partition_index"]: p["leader_id"] for p in described["partitions"]}}
+    if leaders == {{0: 1, 1: 2}}:
+        break
+    assert time.monotonic() < deadline, leaders
+    time.sleep(0.5)
+producer = KafkaProducer(bootstrap_servers="kafka-1:9092", acks="all", linger_ms=5)
+for partition in (0, 1):
+    for i in range({RECORDS}):
+        value = json.dumps({{"order": i, "partition": partition, "note": "x" * {VALUE_BYTES}}}).encode()
+        producer.send({TOPIC!r}, key=str(i).encode(), value=value, partition=partition)
+producer.flush()
+producer.close()
+print(json.dumps({{"topic_id": str(admin.describe_topics([{TOPIC!r}])[0].get("topic_id", ""))}}))
+"""
+
+DELETE_TOPIC = f"""
+from kafka.admin import KafkaAdminClient
+KafkaAdminClient(bootstrap_servers="kafka-1:9092").delete_topics([{TOPIC!r}])
+"""
+
+S3_KEYS = f"""
+import boto3, json
+s3 = boto3.client("s3", endpoint_url="http://localhost:9000", region_name="us-east-1",
+                  aws_access_key_id="probe", aws_secret_access_key="probe")
+try:
+    s3.head_bucket(Bucket={BUCKET!r})
+except Exception:
+    s3.create_bucket(Bucket={BUCKET!r})
+pages = s3.get_paginator("list_objects_v2").paginate(Bucket={BUCKET!r})
+keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+print(json.dumps(keys))
+"""
+
+
+def http_get(url: str, headers: dict[str, str] | None = None) -> str:
+    return f"""
+import urllib.request, urllib.error
+req = urllib.request.Request({url!r}, headers={headers or {}!r})
+try:
+    with urllib.request.urlopen(req, timeout=20) as resp:
+        print(resp.status); print(resp.read().decode())
+except urllib.error.HTTPError as exc:
+    print(exc.code); print(exc.read().decode())
+"""
+
+
+@dataclass
+class Deployment:
+    compose: Compose
+    api: Api
+    work: Path
+
+    def python(self, service: str, script: str, *, python: str = "/opt/venv/bin/python") -> str:
+        """A script run by ``service``'s own Python inside its container (on the stack's network)."""
+        return self.compose.run("exec", "-T", service, python, "-", stdin=script, timeout=300).stdout
+
+    def s3_keys(self) -> list[str]:
+        return list(json.loads(self.python("minio", S3_KEYS, python="/opt/s3/bin/python").strip().splitlines()[-1]))
+
+    def closed_segments(self, broker: int, partition: int) -> list[int]:
+        """Base offsets of the closed segments of ``orders-<partition>`` in broker ``broker``'s log
+        dir: every ``.log`` but the active (last) one, as its worker reads them."""
+        out = self.compose.run(
+            "exec", "-T", f"airflow-worker-broker-{broker}", "ls", f"/var/lib/kafka/broker-{broker}/{TOPIC}-{partition}"
+        ).stdout
+        bases = sorted(int(name[: -len(".log")]) for name in out.split() if name.endswith(".log"))
+        return bases[:-1]
+
+    def remote_segments(self, partition: int) -> list[dict[str, Any]]:
+        out = self.compose.run(
+            "exec",
+            "-T",
+            "airflow-worker",
+            "tiering",
+            "--json",
+            "segments",
+            "--topic",
+            TOPIC,
+            "--partition",
+            str(partition),
+        ).stdout
+        listed = json.loads(out)
+        return list(listed["segments"] if isinstance(listed, dict) else listed)
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return list(
+            self.api.ok("GET", f"{self.api.run_path(dag_id, run_id)}/taskInstances?limit=500")["task_instances"]
+        )
+
+    def run(self, dag_id: str, conf: dict[str, Any] | None = None, *, expect: str = "success") -> str:
+        """Trigger ``dag_id`` and wait for its run to end in ``expect``; otherwise the failure shows
+        each failed task's log, as the API serves it."""
+        run_id = self.api.trigger(dag_id, conf)
+        self.finished(dag_id, run_id, expect)
+        return run_id
+
+    def finished(self, dag_id: str, run_id: str, expect: str = "success", timeout: float = 900) -> None:
+        state = self.api.wait_run(dag_id, run_id, timeout)
+        if state == expect:
+            return
+        logs = []
+        for ti in self.task_instances(dag_id, run_id):
+            if ti["state"] == "failed":
+                task, attempt, index = ti["task_id"], ti["try_number"], ti["map_index"]
+                path = f"{self.api.run_path(dag_id, run_id)}/taskInstances/{task}/logs/{attempt}?map_index={index}"
+                logs.append(f"{task}: {str(self.api.call('GET', path)[1])[-3000:]}")
+        raise AssertionError(f"{dag_id} {run_id} ended {state}, not {expect}:\n" + "\n".join(logs))
+
+    def container_hostname(self, service: str) -> str:
+        return self.compose.run("exec", "-T", service, "hostname").stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[Deployment]:
+    with ExitStack() as stack:
+        cache = docker_cache()
+        try:
+            jars = fetch_jars()
+            stack.enter_context(exclusive(cache))
+            tarball = base_tarball(cache)
+            engine = stack.enter_context(docker_engine(cache / "data-root"))
+        except ServiceUnavailable as exc:
+            unavailable("Docker engine", exc)
+        work = Path(tempfile.mkdtemp(prefix="tiering-deploy-"))
+        stack.callback(shutil.rmtree, work, ignore_errors=True)
+        work.chmod(0o755)
+        started = time.monotonic()
+        try:
+            forget_earlier_stacks(engine)
+            import_base(engine, tarball)
+            build_images(engine)  # README's build: every layer cached by the test command's prepare
+        except ServiceUnavailable as exc:
+            raise AssertionError(f"{exc} (the test command's build: {cache / 'prepare.log'})") from exc
+        say(f"images ready in {time.monotonic() - started:.0f} s")
+        compose = stack_of(engine, work, kafka_libs=jars.libs)
+        stack.callback(compose.run, "down", "--volumes", "--remove-orphans", "--timeout", "5", check=False, timeout=600)
+        try:
+            compose.run("up", "-d", *SERVICES, timeout=900)
+            say(f"stack up in {time.monotonic() - started:.0f} s")
+            api = Api(f"http://127.0.0.1:{compose.variables['AIRFLOW_API_PORT']}")
+
+            def answers() -> bool:
+                try:
+                    return api.call("GET", "/api/v2/monitor/health")[0] == 200
+                except OSError:
+                    return False
+
+            wait_for("the API server", answers, 300, 2)
+            generated = "/opt/airflow/simple_auth_manager_passwords.json.generated"
+            password = json.loads(compose.run("exec", "-T", "airflow-api-server", "cat", generated).stdout)["admin"]
+            api.login(password)
+        except (ServiceUnavailable, AssertionError) as exc:
+            print(compose.run("logs", "--tail", "40", check=False).stdout[-30000:], file=sys.stderr)
+            raise AssertionError(str(exc)) from exc
+        yield Deployment(compose, api, work)
+
+
+def forget_earlier_stacks(engine: Engine) -> None:
+    """Containers, networks and volumes an earlier run left on this private engine when it was
+    killed before its own clean-up (images stay: they are the cache)."""
+    leftovers = engine.docker("ps", "--all", "--quiet", "--filter", "label=com.docker.compose.project").split()
+    if leftovers:
+        engine.docker("rm", "--force", "--volumes", *leftovers)
+    engine.docker("network", "prune", "--force")
+    engine.docker("volume", "prune", "--force")
+
+
+def stack_of(engine: Engine, work: Path, *, kafka_libs: Path) -> Compose:
+    """The test's env file, token, config and brokers' properties in ``work``, and the compose
+    project that uses them (README's files plus the brokers of docker-compose.e2e.yml)."""
+    env_file = work / "tiering.env"
+    fresh_env_file(env_file)
+    token = work / "metrics-token"
+    token.write_text(os.urandom(32).hex() + "\n")
+    os.chown(token, 0, 50000)  # README's recipe: group 50000 (the containers' users) may read it
+    token.chmod(0o440)
+    config = work / "tiering.yaml"
+    config.write_text(yaml.safe_dump(platform_config()))
+    config.chmod(0o444)
+    for node in (1, 2):
+        props = work / f"kafka-{node}.properties"
+        props.write_text(broker_properties(node))
+        props.chmod(0o444)
+    return Compose(
+        engine,
+        f"tiering-e2e-{os.getpid()}",
+        env_file,
+        files=(*COMPOSE_FILES, E2E_FILE),
+        variables={
+            "TIERING_CONFIG_FILE": str(config),
+            "TIERING_METRICS_TOKEN_FILE": str(token),
+            "AIRFLOW_API_PORT": str(free_port()),
+            "KAFKA_BROKER_1_LOG_DIR": "kafka-1-logs",
+            "KAFKA_BROKER_2_LOG_DIR": "kafka-2-logs",
+            "KAFKA_LIBS": str(kafka_libs),
+            "KAFKA_CLUSTER_ID": cluster_id(),
+            "KAFKA_1_PROPERTIES": str(work / "kafka-1.properties"),
+            "KAFKA_2_PROPERTIES": str(work / "kafka-2.properties"),
+        },
+    )
+
+
+def unpause(api: Api, dag_id: str) -> None:
+    wait_for(f"{dag_id} parsed", lambda: api.has_dag(dag_id), 300, 2)
+    api.ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+
+def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -> None:
+    api, compose = deployment.api, deployment.compose
+    deployment.s3_keys()  # the bucket, as the operator makes it once
+    out = deployment.python("kafka-1", PRODUCE)
+    say(f"produced {RECORDS} records to each of {TOPIC}-0 (leader 1) and {TOPIC}-1 (leader 2): {out.strip()}")
+    closed = {0: deployment.closed_segments(1, 0), 1: deployment.closed_segments(2, 1)}
+    assert all(len(bases) >= 10 for bases in closed.values()), closed
+
+    # The copy DAG, killed mid-copy on broker 1's worker, converges after the retry. Unpausing it
+    # starts a scheduled run besides the triggered one: whichever copies is the one killed. Each
+    # broker's tasks run on its own worker (its queue); each partition is copied by its leader's.
+    unpause(api, COPY_DAG)
+    api.trigger(COPY_DAG)
+
+    def broker_1_copying() -> dict[str, Any] | None:
+        running = [ti for ti in deployment.task_instances(COPY_DAG, "~") if ti["task_id"] == "broker_1.copy"]
+        running = [ti for ti in running if ti["state"] == "running"]
+        if running and any(PARTITION_0_KEY.match(key) for key in deployment.s3_keys()):
+            return running[0]
+        return None
+
+    killed = wait_for("broker 1's copy to upload its first segment", broker_1_copying, 600, 0.5)
+    compose.run("kill", "-s", "SIGKILL", "airflow-worker-broker-1")
+    say(f"killed airflow-worker-broker-1 in the middle of {killed['dag_run_id']}'s copy")
+    compose.run("start", "airflow-worker-broker-1")
+
+    def retried() -> dict[str, Any] | None:
+        for ti in deployment.task_instances(COPY_DAG, killed["dag_run_id"]):
+            same = (ti["task_id"], ti["map_index"]) == (killed["task_id"], killed["map_index"])
+            if same and ti["state"] == "success":
+                return ti
+        return None
+
+    retry = wait_for("the killed copy's retry", retried, 900, 2)
+    assert retry["try_number"] >= 2, retry  # the killed try, then the retry on the restarted worker
+    remote: dict[int, list[int]] = {}
+
+    def all_tiered() -> bool:
+        remote.update({p: [s["start_offset"] for s in deployment.remote_segments(p)] for p in closed})
+        return remote == closed
+
+    wait_for(
+        f"every closed segment of {TOPIC} in the remote tier (closed: {closed}, remote: {remote})", all_tiered, 600, 3
+    )
+    hosts = {n: deployment.container_hostname(f"airflow-worker-broker-{n}") for n in (1, 2)}
+    for ti in deployment.task_instances(COPY_DAG, "~"):
+        group = ti["task_id"].split(".")[0]
+        if group.startswith("broker_") and ti["hostname"]:
+            assert ti["hostname"] == hosts[int(group.removeprefix("broker_"))], ti
+
+    # Retention runs (nothing breaches seven days: nothing is deleted).
+    unpause(api, RETENTION_DAG)
+    deployment.run(RETENTION_DAG)
+    assert [s["start_offset"] for s in deployment.remote_segments(0)] == closed[0]
+
+    # The Spark verify DAG, on the standalone master and worker containers.
+    unpause(api, VERIFY_DAG)
+    deployment.run(VERIFY_DAG, {"topic": TOPIC})
+    master = deployment.python("airflow-api-server", http_get("http://spark-master:8080/json/"))
+    status, body = master.split("\n", 1)
+    assert status == "200", master
+    apps = json.loads(body)["completedapps"]
+    assert apps and all(app["state"] == "FINISHED" for app in apps), apps
+
+    # The removal DAG refuses a live topic, then removes the deleted one.
+    unpause(api, REMOVAL_DAG)
+    conf = {"topic": TOPIC, "partitions": [0, 1], "confirm": TOPIC, "dry_run": False}
+    deployment.run(REMOVAL_DAG, conf, expect="failed")
+    assert deployment.remote_segments(0)
+    deployment.python("kafka-1", DELETE_TOPIC)
+    deployment.run(REMOVAL_DAG, conf)
+    assert not [key for key in deployment.s3_keys() if TOPIC in key]
+
+    # Prometheus scrapes /tiering/metrics with the token; the Tiering page answers.
+    def scraped() -> dict[str, Any] | None:
+        out = deployment.python("airflow-api-server", http_get("http://prometheus:9090/api/v1/targets"))
+        targets = json.loads(out.split("\n", 1)[1])["data"]["activeTargets"]
+        up = [t for t in targets if t["labels"].get("job") == "kafka-tiering" and t["health"] == "up"]
+        return up[0] if up else None
+
+    assert wait_for("Prometheus' scrape of /tiering/metrics", scraped, 180, 3)
+    anonymous = deployment.python("airflow-api-server", http_get("http://localhost:8080/tiering/metrics"))
+    assert anonymous.split("\n", 1)[0] in ("401", "403"), anonymous[:200]
+    code, page = api.call("GET", "/tiering/")
+    assert code == 200 and "Tiering" in str(page), str(page)[:300]
