@@ -75,6 +75,7 @@ RETENTION_DAG = f"tiering_retention__{TOPIC}"
 VERIFY_DAG = "tiering_spark_verify"
 REMOVAL_DAG = "tiering_delete_partition"
 BUCKET = "kafka-tiered"
+STALENESS_MS = 30_000
 #: The objects of orders-0 (docs/: ``<topic>-<topicId>/<partition>/<base>-<uuid>.<kind>``).
 PARTITION_0_KEY = re.compile(rf"{TOPIC}-[A-Za-z0-9_-]{{22}}/0/")
 
@@ -133,6 +134,9 @@ def platform_config() -> dict[str, Any]:
     config["kafka"] = {"bootstrap_servers": ["kafka-1:9092", "kafka-2:9092"]}
     config["quotas"] = {"remote.log.manager.copy.max.bytes.per.second": COPY_QUOTA}
     config["topics"][TOPIC] = {"remote.storage.enable": True}
+    # A broker's observation of its replicas counts as the cluster's word that a topic id is live
+    # for this long (default 30 min): short, so the removal after the deletion need not wait long.
+    config["cluster"] = {"observation_staleness_ms": STALENESS_MS}
     return dict(config)
 
 
@@ -424,6 +428,15 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
     deployment.run(REMOVAL_DAG, conf, expect="failed")
     assert deployment.remote_segments(0)
     deployment.python("kafka-1", DELETE_TOPIC)
+    # The brokers' last observations still report the topic id until they are stale: the rule
+    # (docs/kafka-rules.md section 7) is refused meanwhile; then the controller's word decides.
+    deleted = time.monotonic()
+    wait_for(
+        "the brokers' observations of the topic to go stale",
+        lambda: time.monotonic() - deleted > STALENESS_MS / 1000 + 2,
+        60,
+        1,
+    )
     deployment.run(REMOVAL_DAG, conf)
     assert not [key for key in deployment.s3_keys() if TOPIC in key]
 
