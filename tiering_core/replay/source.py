@@ -110,14 +110,15 @@ def open_source(ctx: TieringContext, tip: TopicIdPartition) -> RemoteLogReader:
     """A reader of ``tip``'s remote tier: joined with the broker's replica while this process
     serves a broker that holds that very partition (same topic id), else the remote tier alone
     (a deleted topic, a process serving no broker)."""
-    if not ctx.config.serves_no_broker:
-        try:
-            log = ctx.partition_log(tip.topic_partition)
-            if log.topic_id == tip.topic_id:
-                return open_reader(ctx, tip.topic_partition)
-        except TieringError:
-            pass  # no directory (a deleted topic), or an unreadable one: the tier alone serves it
-    return open_remote_reader(ctx, tip)
+    if ctx.config.serves_no_broker:
+        return open_remote_reader(ctx, tip)
+    try:
+        log = ctx.partition_log(tip.topic_partition)
+    except TieringError:  # no directory (a deleted topic), or an unreadable one: the tier alone serves it
+        return open_remote_reader(ctx, tip)
+    if log.topic_id != tip.topic_id:  # a recreated topic's replica: not this topic id's data
+        return open_remote_reader(ctx, tip)
+    return open_reader(ctx, tip.topic_partition)
 
 
 def resolve_range(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 from tiering_core.live.source import client_settings, mask_client_logs
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from tiering_core.config import KafkaConfig
@@ -377,5 +380,7 @@ class PartitionWriter:
 
         try:
             self.producer.abort_transaction()
-        except KafkaError:
-            pass  # the next replay's initialisation aborts it
+        except KafkaError as exc:  # the next replay's initialisation aborts it (fencing this producer)
+            log.warning(
+                "%s: abort of the open transaction failed (%s); the next replay aborts it", self.tip, one_line(exc)
+            )
