@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.engine_support import tip_of, write_segments
+from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.services import S3Endpoint
 from tests.spark_apps.test_rebuild_indexes import s3_env
+from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.segment_ops import segment_ref
@@ -14,11 +16,8 @@ from tiering_core.storage.layout import ObjectKind
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 
-def test_verify_job_finds_damage_and_changes_nothing(tmp_path: Path, spark, s3_endpoint, capsys) -> None:
-    from spark_apps.runtime import SparkExecutor
-    from spark_apps.verify_segments import main
-    from tiering_core.read.verify import run_verify
-
+def tiered_orders(tmp_path: Path, s3_endpoint: S3Endpoint) -> tuple[TieringEnv, list[PartitionWriter]]:
+    """orders-0 and orders-1, three closed segments each, copied to S3."""
     env = s3_env(tmp_path, s3_endpoint)
     writers = []
     for p in range(2):
@@ -29,6 +28,16 @@ def test_verify_job_finds_damage_and_changes_nothing(tmp_path: Path, spark, s3_e
     with env.context() as ctx:
         for w in writers:
             run_copy(ctx, w.tp)
+    return env, writers
+
+
+def test_verify_job_finds_damage_and_changes_nothing(tmp_path: Path, spark, s3_endpoint, capsys) -> None:
+    from spark_apps.runtime import SparkExecutor
+    from spark_apps.verify_segments import main
+    from tiering_core.read.verify import run_verify
+
+    env, writers = tiered_orders(tmp_path, s3_endpoint)
+    with env.context() as ctx:
         intact = run_verify(ctx, [w.tp for w in writers], SparkExecutor(spark.sparkContext, ctx.config.remote))
         assert (len(intact.results), intact.damaged) == (6, [])
 
@@ -57,16 +66,7 @@ def test_a_worker_serving_no_broker_verifies_what_the_metadata_store_holds(tmp_p
 
     from spark_apps.verify_segments import main
 
-    env = s3_env(tmp_path, s3_endpoint)
-    writers = []
-    for p in range(2):
-        w = env.writer("orders", p)
-        write_segments(w, 3)
-        w.set_high_watermark()
-        writers.append(w)
-    with env.context() as ctx:
-        for w in writers:
-            run_copy(ctx, w.tp)
+    env, _ = tiered_orders(tmp_path, s3_endpoint)
     doc = yaml.safe_load(env.config_path.read_text())
     doc["brokers"] = {1: {"log_dirs": doc.pop("log_dirs")}, 2: {"log_dirs": [str(tmp_path / "broker-2")]}}
     cluster = tmp_path / "cluster.yaml"
