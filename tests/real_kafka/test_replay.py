@@ -61,10 +61,16 @@ def _produce(cluster: KafkaCluster, topic: str, count: int, *, txn_id: str) -> N
 
 
 def _tiered(cluster: KafkaCluster, platform: BesideKafka, topic: str) -> dict[int, int]:
-    """Copy the topic; each partition's highest copied offset."""
-    platform.ok("copy", "--topic", topic)
-    copied = {p: platform.status(topic, p)["highest_copied_offset"] for p in range(PARTITIONS)}
-    assert all(h > 200 for h in copied.values()), copied
+    """Copy the topic; each partition's highest copied offset. A copy runs again until the brokers
+    have checkpointed their high watermarks (once a second): before that nothing is below the LSO."""
+    copied: dict[int, int] = {}
+
+    def all_copied() -> bool:
+        platform.ok("copy", "--topic", topic)
+        copied.update({p: platform.status(topic, p)["highest_copied_offset"] for p in range(PARTITIONS)})
+        return all(h > 200 for h in copied.values())
+
+    cluster.wait_until(f"every partition of {topic} copied", all_copied, timeout=60)
     return copied
 
 
