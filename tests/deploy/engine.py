@@ -62,7 +62,12 @@ BASE_PACKAGES = (
     "libexpat1",
 )
 #: The commands the test needs, and the Debian package of each.
-HOST_PACKAGES = {"dockerd": "docker.io", "docker-compose": "docker-compose", "debootstrap": "debootstrap"}
+HOST_PACKAGES = {
+    "dockerd": "docker.io",
+    "docker": "docker.io",
+    "docker-compose": "docker-compose",
+    "debootstrap": "debootstrap",
+}
 #: How long dockerd may take to answer, and to stop.
 ENGINE_TIMEOUT = 60.0
 #: How long a test waits for the images the test command builds in the background.
@@ -75,23 +80,35 @@ def docker_cache(environ: Mapping[str, str] | None = None) -> Path:
     return cache_root(environ) / "docker"
 
 
-def install_engine() -> None:
-    """Debian's packages for every command the test needs that is missing (root only)."""
-    missing = [pkg for cmd, pkg in HOST_PACKAGES.items() if shutil.which(cmd) is None]
+def install_engine(path: str | None = None) -> None:
+    """Debian's packages for every command the test needs that is missing (root only), before any
+    of them is used: ``base_tarball`` and ``docker_engine`` both start here. ``path``: where the
+    commands are looked up (None: ``PATH``). A command still missing after the install is one line
+    naming it."""
+    missing = sorted({pkg for cmd, pkg in HOST_PACKAGES.items() if shutil.which(cmd, path=path) is None})
     if not missing:
         return
+    names = ", ".join(missing)
     if os.geteuid() != 0:
-        raise ServiceUnavailable(f"no Docker engine: {', '.join(missing)} missing and installing needs root")
-    if shutil.which("apt-get") is None:
-        raise ServiceUnavailable(f"no Docker engine: {', '.join(missing)} missing and there is no apt-get")
+        raise ServiceUnavailable(f"no Docker engine: {names} missing and installing needs root")
+    if shutil.which("apt-get", path=path) is None:
+        raise ServiceUnavailable(f"no Docker engine: {names} missing and there is no apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    if path is not None:
+        env["PATH"] = path
     for args in (
         ["apt-get", "update", "-qq"],
         ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
     ):
-        proc = subprocess.run(args, capture_output=True, text=True, env=env)
+        try:
+            proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1800)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ServiceUnavailable(f"{' '.join(args[:2])} of {names} failed: {exc}") from exc
         if proc.returncode != 0:
-            raise ServiceUnavailable(f"{' '.join(args[:2])} failed: {last_line(proc.stderr or proc.stdout)}")
+            raise ServiceUnavailable(f"{' '.join(args[:2])} of {names} failed: {last_line(proc.stderr or proc.stdout)}")
+    still = [cmd for cmd in HOST_PACKAGES if shutil.which(cmd, path=path) is None]
+    if still:
+        raise ServiceUnavailable(f"no Docker engine: {', '.join(still)} still missing after apt-get install {names}")
 
 
 def _python_home() -> Path:
@@ -110,7 +127,14 @@ def base_key() -> str:
 
 
 def _run(args: Sequence[str], what: str, *, env: Mapping[str, str] | None = None, timeout: float = 1800) -> str:
-    proc = subprocess.run(list(args), capture_output=True, text=True, env=dict(env) if env else None, timeout=timeout)
+    try:
+        proc = subprocess.run(
+            list(args), capture_output=True, text=True, env=dict(env) if env else None, timeout=timeout
+        )
+    except FileNotFoundError as exc:  # install_engine ran first: a command it does not know of
+        raise ServiceUnavailable(f"{what} failed: {args[0]} is not installed") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ServiceUnavailable(f"{what} failed: no answer in {timeout:.0f} s") from exc
     if proc.returncode != 0:
         raise ServiceUnavailable(f"{what} failed (exit {proc.returncode}): {last_line(proc.stderr or proc.stdout)}")
     return proc.stdout
@@ -145,6 +169,7 @@ def base_tarball(cache: Path) -> Path:
     tarball = cache / f"base-{base_key()}.tar"
     if tarball.exists():
         return tarball
+    install_engine()
     cache.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="base-", dir=cache))
     try:
