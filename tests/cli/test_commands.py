@@ -417,3 +417,34 @@ def test_status_and_copy_say_why_a_delayed_segment_waits(
     (result,) = json.loads(out)
     assert code == 0 and result["segments_copied"] == 0 and result["copy_delay"]["waiting_segments"] == 2
     assert "orders-0: waiting: 2 segment(s) from 0" in err
+
+
+def test_a_partition_whose_high_watermark_is_not_checkpointed_yet_waits_for_the_next_copy(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A topic created within the broker's checkpoint interval: ``replication-offset-checkpoint`` has
+    no entry for it yet. ``copy`` skips it with that reason (exit 0, nothing copied) while the other
+    partition is copied; ``status`` says so instead of reporting an error; once the broker has
+    checkpointed it, the next copy copies it."""
+    ready, new = fs_env.writer("orders", 0), fs_env.writer("orders", 1)
+    write_segments(ready, 2)
+    ready.set_high_watermark()
+    write_segments(new, 2)  # no high watermark checkpointed for orders-1 yet
+    cfg = str(fs_env.config_path)
+    code, out, err = run(capsys, "--config", cfg, "--json", "copy")
+    results = {r["partition"]: r for r in json.loads(out)}
+    assert code == 0, err
+    assert results[0]["segments_copied"] == 2
+    assert results[1]["segments_copied"] == 0
+    assert "has not checkpointed" in results[1]["skipped_reason"], results[1]
+    assert re.search(r"orders-1: skipped \(waiting for the broker's first high watermark checkpoint", err), err
+    code, out, _ = run(capsys, "--config", cfg, "--json", "status")
+    rows = {r["partition"]: r for r in json.loads(out)}
+    assert code == 0 and rows[1]["error"] is None and rows[1]["last_stable_offset"] is None
+    assert "has not checkpointed" in rows[1]["copy_skipped_reason"] and rows[0]["copy_skipped_reason"] is None
+    code, out, _ = run(capsys, "--config", cfg, "status")
+    assert code == 0 and "copy skipped: waiting for the broker's first high watermark checkpoint" in out
+    new.set_high_watermark()
+    code, out, err = run(capsys, "--config", cfg, "--json", "copy")
+    results = {r["partition"]: r for r in json.loads(out)}
+    assert code == 0 and results[1]["segments_copied"] == 2 and results[1]["skipped_reason"] is None, err

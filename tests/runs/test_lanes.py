@@ -15,6 +15,11 @@ from tiering_core.context import TieringContext
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import CopyDeferred, PartitionCopyOutcome, SegmentCopied
 from tiering_core.events.retention import PartitionRetentionOutcome
+from tiering_core.kafka.checkpoints import (
+    REPLICATION_OFFSET_CHECKPOINT,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import TaskAttempt
@@ -215,6 +220,31 @@ def test_a_copy_lane_tells_one_outcome_per_partition(tmp_path: Path) -> None:
     ]
     assert outcomes[1].detail is not None and outcomes[1].detail.startswith("orders-1:")
     assert [r.segments_copied for r in report.results] == [2, 0, 4, 3]
+
+
+def test_a_partition_not_checkpointed_yet_is_skipped_in_the_lane_not_failed(tmp_path: Path) -> None:
+    """A partition the broker has not checkpointed a high watermark for yet (created seconds ago):
+    the lane tells it skipped with that reason; the others are copied, and so is it by the next
+    run once the broker has written its checkpoint."""
+    log_dir = make_log_dir(tmp_path, partitions=3)
+    config = make_config(tmp_path, log_dir, "pending")
+    checkpoint = log_dir / REPLICATION_OFFSET_CHECKPOINT
+    entries = read_offset_checkpoint(checkpoint)
+    write_offset_checkpoint(checkpoint, {tp: hw for tp, hw in entries.items() if tp != TopicPartition("orders", 1)})
+    events: list[RunEvent] = []
+    with TieringContext.open(load_config(config)) as ctx:
+        report = copy_lane(ctx, orders(0, 1, 2), run_id="r1", budget_seconds=60, events=events.append, clock=Clock())
+        outcomes = [e for e in events if isinstance(e, PartitionCopyOutcome)]
+        assert [(str(e.topic_partition), e.outcome) for e in outcomes] == [
+            ("orders-0", "copied"),
+            ("orders-1", "skipped"),
+            ("orders-2", "copied"),
+        ]
+        assert outcomes[1].detail is not None and "has not checkpointed" in outcomes[1].detail
+        assert [r.segments_copied for r in report.results] == [2, 0, 4]
+        write_offset_checkpoint(checkpoint, entries)
+        report = copy_lane(ctx, orders(1), run_id="r2", budget_seconds=60, clock=Clock())
+    assert [r.segments_copied for r in report.results] == [3]
 
 
 def test_a_retention_lane_stops_starting_partitions_at_its_deadline(tmp_path: Path) -> None:

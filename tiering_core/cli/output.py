@@ -182,6 +182,8 @@ def format_status_table(rows: list[PartitionStatus], exported: list[int | None] 
             notes.append("AT RISK: " + str(r.local_retention_risk.get("reason")))
         if r.copy_delay:
             notes.append(copy_delay_words(r.copy_delay))
+        if r.copy_skipped_reason:
+            notes.append("copy skipped: " + r.copy_skipped_reason)
         if r.error:
             notes.append("error: " + r.error)
         if not r.on_broker:

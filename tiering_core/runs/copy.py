@@ -223,14 +223,15 @@ class CopyRun:
             run.plan = plan
             view = run._held()[1]
             run.tally = Tally(view.tip, broker_id, attempt)
-            if plan.skipped_reason is not None:  # not the leader's log: nothing to copy from here
+            if plan.skipped_reason is not None:  # not the leader's log, or no LSO yet: nothing to copy now
                 run.result.skipped_reason = plan.skipped_reason
                 events(CopySkipped(tp, plan.skipped_reason))
             run._delayed(plan)
             run.gap = plan.gap
             if run.gap is not None:  # recorded even when the LSO is unknown: a gap must never hide
                 run._record_gap(run.gap)
-            view.require_lso()
+            if plan.skipped_reason is None:
+                view.require_lso()
         except BaseException:
             run.release()
             raise

@@ -2,7 +2,8 @@
 
 A partition is skipped when Kafka would not tier it (an internal topic, ``remote.storage.enable``
 false, ``remote.log.copy.disable`` true), when its log is behind the recorded lineage or the
-cluster's offsets are unusable, or, on one broker of a cluster, when another broker holds the
+cluster's offsets are unusable, when the broker has not checkpointed its high watermark yet (a new
+partition's first seconds: a later run copies it), or, on one broker of a cluster, when another broker holds the
 best fresh replica (``tier.replica``). Otherwise the plan lists the closed segments whose next
 base offset is at or below the LSO that the delayed upload lets go now (``TierView.upload_eligibility``:
 ``remote.copy.lag.ms``/``remote.copy.lag.bytes``; ``delay`` says why the rest wait), and the
@@ -120,7 +121,7 @@ def _plans(
     views = _observed_views(ctx, tps, broker_id)
     plans: list[CopyPlan] = []
     for tp, view, reason in zip(tps, views, not_tiered, strict=True):
-        skipped = reason or view.behind_lineage or view.live_problem
+        skipped = reason or view.behind_lineage or view.live_problem or view.offsets_pending
         replica = replica_choice(ctx, view, broker_id) if skipped is None else None
         eligible = view.upload_eligibility(ctx.topic_config(tp.topic), now_ms)
         plans.append(
@@ -169,7 +170,7 @@ def plan_under_lease(
     return CopyPlan(
         topic_partition=before.topic_partition,
         view=view,
-        skipped_reason=view.behind_lineage,
+        skipped_reason=view.behind_lineage or view.offsets_pending,
         replica=before.replica,
         gap=tiering_gap_on(ctx.config, ctx.metadata, view, broker_id),
         candidates=eligible.candidates,

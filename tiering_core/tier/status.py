@@ -79,6 +79,8 @@ class PartitionStatus:
     error: str | None = None
     not_tiered_reason: str | None = None  # why copy skips the topic (compacted, ...); None: it is tiered
     copy_delay: dict[str, int] | None = None  # why closed segments below the LSO wait (KIP-1241)
+    # why a copy skips the partition for now (the broker has not checkpointed its high watermark yet)
+    copy_skipped_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in STATUS_FIELDS}
@@ -93,6 +95,7 @@ class PartitionStatus:
             error=self.error,
             not_tiered_reason=self.not_tiered_reason,
             copy_delay=self.copy_delay,
+            copy_skipped_reason=self.copy_skipped_reason,
         )
         return out
 
@@ -169,8 +172,9 @@ def _partition_status(
         local_retention_risk=risk.to_dict(),
         remote_only_offsets=remote_only.as_list() if remote_only is not None else None,
         offsets_source=view.offsets_source,
-        error=view.offsets_error,
+        error=None if view.offsets_pending else view.offsets_error,
         not_tiered_reason=not_tiered,
+        copy_skipped_reason=view.offsets_pending,
         copy_delay=delay.to_dict() if delay is not None else None,
     )
     return row, (view, topic_config, risk)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from tiering_core.errors import TieringError
 from tiering_core.kafka.batch import iter_batch_headers
 from tiering_core.kafka.epoch import LeaderEpochCache, current_lineage, is_cache_behind, is_segment_in_lineage
-from tiering_core.kafka.partition_log import LogSegment, PartitionLog
+from tiering_core.kafka.partition_log import HighWatermarkUnavailableError, LogSegment, PartitionLog
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 
@@ -199,6 +199,10 @@ class TierView:
     offsets_source: str = "files"  # "broker": HW, LSO and log start from the cluster's admin API
     live_problem: str | None = None  # why the cluster's view does not apply to this directory
     live_log_start_offset: int | None = None  # the cluster's log start, when it applies to this directory
+    #: Why the offsets are not known *yet*: the broker has not checkpointed the partition's high
+    #: watermark since it was created (a few seconds). Not a failure: a copy skips the partition
+    #: and a later run copies it. ``offsets_error`` says the same.
+    offsets_pending: str | None = None
 
     @property
     def log(self) -> PartitionLog:
@@ -409,6 +413,7 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
     lso: int | None
     live_problem: str | None = None
     live_start: int | None = None
+    pending: str | None = None
     if live is not None:
         from tiering_core.live.partition import bounded_offsets
 
@@ -423,6 +428,10 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
         try:
             hw = log.high_watermark
             lso = log.last_stable_offset
+        except HighWatermarkUnavailableError as exc:
+            hw = lso = None
+            offsets_error = str(exc)
+            pending = f"waiting for the broker's first high watermark checkpoint of {log.topic_partition}: {exc}"
         except TieringError as exc:
             hw = lso = None
             offsets_error = str(exc)
@@ -448,6 +457,7 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
         offsets_source="files" if live is None else "broker",
         live_problem=live_problem,
         live_log_start_offset=live_start,
+        offsets_pending=pending,
     )
 
 
