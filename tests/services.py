@@ -162,6 +162,20 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+def java_failure(text: str) -> str:
+    """What a JVM tool's output says went wrong: its first exception line and the last ``Caused by``
+    (a stack trace ends in "... 8 more", which names nothing), else its last line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    thrown = [
+        line for line in lines if not line.startswith(("at ", "...")) and ("Exception" in line or "Error" in line)
+    ]
+    if not thrown:
+        return last_line(text)
+    causes = [line for line in thrown if line.startswith("Caused by:")]
+    parts = [thrown[0]] + ([causes[-1]] if causes and causes[-1] != thrown[0] else [])
+    return " / ".join(parts)
+
+
 def _log_tail(log: Path, lines: int = 3) -> str:
     try:
         tail = log.read_text(errors="replace").strip().splitlines()[-lines:]

@@ -30,6 +30,7 @@ from tests.services import (
     RedisServer,
     ServiceUnavailable,
     SparkStandalone,
+    java_failure,
     machine_pg_bindir,
     pg_binaries,
     postgres_server,
@@ -340,3 +341,18 @@ def test_a_missing_server_fails_under_ci_and_is_skipped_elsewhere(tmp_path: Path
     assert in_ci.returncode == 1 and "1 error" in in_ci.stdout, in_ci.stdout
     assert "Redis: TIERING_TEST_REDIS_URL must look like redis://HOST:PORT" in in_ci.stdout
     assert "Traceback" not in in_ci.stdout
+
+
+def test_a_java_tool_s_failure_names_its_exception_not_the_end_of_its_stack_trace() -> None:
+    out = (
+        "Exception in thread \"main\" java.lang.RuntimeException: formatting failed\n"
+        "\tat kafka.tools.StorageTool.main(StorageTool.scala:52)\n"
+        "Caused by: java.nio.file.AccessDeniedException: /tmp/x/meta.properties\n"
+        "\tat java.base/sun.nio.fs.UnixException.translateToIOException(UnixException.java:90)\n"
+        "\t... 8 more\n"
+    )
+    assert java_failure(out) == (
+        'Exception in thread "main" java.lang.RuntimeException: formatting failed / '
+        "Caused by: java.nio.file.AccessDeniedException: /tmp/x/meta.properties"
+    )
+    assert java_failure("Formatting /tmp/x with metadata.version 4.4-IV0.\nno such option -x\n") == "no such option -x"

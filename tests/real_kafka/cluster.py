@@ -42,6 +42,7 @@ from tests.services import (
     StartedService,
     current_account,
     free_port,
+    java_failure,
     last_line,
     port_answers,
     stop_group,
@@ -494,7 +495,7 @@ def _random_cluster_id(dist: KafkaDistribution, work: Path) -> str:
         dist.java("kafka.tools.StorageTool", "random-uuid"), capture_output=True, text=True, cwd=work, timeout=120
     )
     if proc.returncode != 0:
-        raise ServiceUnavailable(f"kafka-storage random-uuid failed: {last_line(proc.stdout + proc.stderr)}")
+        raise ServiceUnavailable(f"kafka-storage random-uuid failed: {java_failure(proc.stdout + proc.stderr)}")
     return last_line(proc.stdout)
 
 
@@ -507,7 +508,8 @@ def _format_storage(dist: KafkaDistribution, cluster_id: str, properties: Path, 
     )
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        raise ServiceUnavailable(f"kafka-storage format failed: {last_line(proc.stdout + proc.stderr)}")
+        why = java_failure(proc.stdout + proc.stderr)
+        raise ServiceUnavailable(f"kafka-storage format -t {cluster_id} failed (exit {proc.returncode}): {why}")
 
 
 LOCAL_TOPIC = "events"
