@@ -33,7 +33,8 @@ The sensor is deferrable (it waits in the triggerer, holding no worker slot); wi
 no triggerer. In the cluster form it pokes in reschedule mode on its broker's queue unless
 ``TIERING_SENSOR_DEFERRABLE=true`` says that a triggerer on each broker host serves its queue
 (``[triggerer] queues_enabled``): a triggerer elsewhere cannot read that broker's log dirs.
-``TIERING_SENSOR_POKE_SECONDS`` sets how often either re-plans.
+``TIERING_SENSOR_POKE_SECONDS`` sets how often either re-plans; ``TIERING_RETRY_DELAY_SECONDS`` how
+long a failed task waits before its first retry (default 60).
 
 A named topic the config says is not tiered (a compacted one inheriting ``remote.storage.enable``
 from ``"*"``, ...) keeps its DAGs, their description saying why: its copy sensor skips at once
@@ -62,6 +63,7 @@ from tiering_airflow.dag_ids import (
 )
 from tiering_airflow.hooks.tiering import load_brokers, load_lane_config, load_topics, not_tiered_topics
 from tiering_airflow.operators.tiering import TieringCopyLaneOperator, TieringRetentionLaneOperator, as_bool
+from tiering_airflow.params import RETRY_DELAY
 from tiering_airflow.sensors.tiering import EligibleSegmentSensor
 from tiering_core.config import DEFAULT_TOPIC, BrokerConfig
 
@@ -83,7 +85,7 @@ LANE_LABEL = "{{ task.lane }}"
 DEFAULT_ARGS = {
     "owner": "tiering",
     "retries": 3,
-    "retry_delay": timedelta(minutes=1),
+    "retry_delay": RETRY_DELAY,
     "retry_exponential_backoff": 2.0,
     "max_retry_delay": timedelta(minutes=30),
 }

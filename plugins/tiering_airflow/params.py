@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param
 
 from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH
+
+#: How long a failed task waits before its first retry (doubling with each retry, as Airflow's
+#: exponential backoff does): ``TIERING_RETRY_DELAY_SECONDS``, default a minute.
+RETRY_DELAY = timedelta(seconds=float(os.environ.get("TIERING_RETRY_DELAY_SECONDS", "60")))
 
 # Kafka's legal topic names as a JSON-schema pattern (the runtime check is the core's
 # validate_topic_name; a test keeps the two in step). JSON schema searches, so both ends are
@@ -43,7 +48,7 @@ def manual_dag(dag_id: str, description: str, params: dict[str, Any], *tags: str
         default_args={
             "owner": "tiering",
             "retries": 3,
-            "retry_delay": timedelta(minutes=1),
+            "retry_delay": RETRY_DELAY,
             "retry_exponential_backoff": 2.0,
         },
         params=params,

@@ -80,8 +80,12 @@ STALENESS_MS = 30_000
 PARTITION_0_KEY = re.compile(rf"{TOPIC}-[A-Za-z0-9_-]{{22}}/0/")
 
 
+STARTED = time.monotonic()
+
+
 def say(message: str) -> None:
-    print(f"deploy: {message}", file=sys.stderr, flush=True)
+    """A line of progress, with the seconds since the test module was loaded."""
+    print(f"deploy: [{time.monotonic() - STARTED:4.0f} s] {message}", file=sys.stderr, flush=True)
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 1.0) -> T:
@@ -392,6 +396,7 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
         return None
 
     retry = wait_for("the killed copy's retry", retried, 900, 2)
+    say(f"the killed copy's retry (try {retry['try_number']}) succeeded")
     assert retry["try_number"] >= 2, retry  # the killed try, then the retry on the restarted worker
     remote: dict[int, list[int]] = {}
 
@@ -408,39 +413,16 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
         if group.startswith("broker_") and ti["hostname"]:
             assert ti["hostname"] == hosts[int(group.removeprefix("broker_"))], ti
 
+    say("every closed segment tiered, each broker's tasks on its own worker")
+
     # Retention runs (nothing breaches seven days: nothing is deleted).
     unpause(api, RETENTION_DAG)
     deployment.run(RETENTION_DAG)
     assert [s["start_offset"] for s in deployment.remote_segments(0)] == closed[0]
+    say("retention ran and kept every segment")
 
-    # The Spark verify DAG, on the standalone master and worker containers.
-    unpause(api, VERIFY_DAG)
-    deployment.run(VERIFY_DAG, {"topic": TOPIC})
-    master = deployment.python("airflow-api-server", http_get("http://spark-master:8080/json/"))
-    status, body = master.split("\n", 1)
-    assert status == "200", master
-    apps = json.loads(body)["completedapps"]
-    assert apps and all(app["state"] == "FINISHED" for app in apps), apps
-
-    # The removal DAG refuses a live topic, then removes the deleted one.
-    unpause(api, REMOVAL_DAG)
-    conf = {"topic": TOPIC, "partitions": [0, 1], "confirm": TOPIC, "dry_run": False}
-    deployment.run(REMOVAL_DAG, conf, expect="failed")
-    assert deployment.remote_segments(0)
-    deployment.python("kafka-1", DELETE_TOPIC)
-    # The brokers' last observations still report the topic id until they are stale: the rule
-    # (docs/kafka-rules.md section 7) is refused meanwhile; then the controller's word decides.
-    deleted = time.monotonic()
-    wait_for(
-        "the brokers' observations of the topic to go stale",
-        lambda: time.monotonic() - deleted > STALENESS_MS / 1000 + 2,
-        60,
-        1,
-    )
-    deployment.run(REMOVAL_DAG, conf)
-    assert not [key for key in deployment.s3_keys() if TOPIC in key]
-
-    # Prometheus scrapes /tiering/metrics with the token; the Tiering page answers.
+    # Prometheus scrapes /tiering/metrics with the token (every minute: the stack has been up that
+    # long by now); the Tiering page answers.
     def scraped() -> dict[str, Any] | None:
         out = deployment.python("airflow-api-server", http_get("http://prometheus:9090/api/v1/targets"))
         targets = json.loads(out.split("\n", 1)[1])["data"]["activeTargets"]
@@ -452,3 +434,36 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
     assert anonymous.split("\n", 1)[0] in ("401", "403"), anonymous[:200]
     code, page = api.call("GET", "/tiering/")
     assert code == 200 and "Tiering" in str(page), str(page)[:300]
+    say("Prometheus scraped the metrics; the Tiering page answers")
+
+    # The removal DAG refuses a live topic.
+    unpause(api, REMOVAL_DAG)
+    conf = {"topic": TOPIC, "partitions": [0, 1], "confirm": TOPIC, "dry_run": False}
+    deployment.run(REMOVAL_DAG, conf, expect="failed")
+    assert deployment.remote_segments(0)
+    say("the removal DAG refused the live topic")
+    deployment.python("kafka-1", DELETE_TOPIC)
+    # The brokers' last observations still report the topic id until they are stale: the rule
+    # (docs/kafka-rules.md section 7) is refused meanwhile; then the controller's word decides.
+    deleted = time.monotonic()
+
+    # Meanwhile the Spark verify DAG, on the standalone master and worker containers: it verifies
+    # what the metadata store holds, the deleted topic's tier included.
+    unpause(api, VERIFY_DAG)
+    deployment.run(VERIFY_DAG, {"topic": TOPIC})
+    master = deployment.python("airflow-api-server", http_get("http://spark-master:8080/json/"))
+    status, body = master.split("\n", 1)
+    assert status == "200", master
+    apps = json.loads(body)["completedapps"]
+    assert apps and all(app["state"] == "FINISHED" for app in apps), apps
+    say("the Spark verify DAG ran on the standalone cluster")
+
+    wait_for(
+        "the brokers' observations of the topic to go stale",
+        lambda: time.monotonic() - deleted > STALENESS_MS / 1000 + 2,
+        60,
+        1,
+    )
+    deployment.run(REMOVAL_DAG, conf)
+    assert not [key for key in deployment.s3_keys() if TOPIC in key]
+    say("the removal DAG removed the deleted topic's tier")

@@ -205,7 +205,8 @@ def test_unclean_election_divergent_segments_are_never_served(
         produce(cluster, topic, 0, 1000, "shared")
         wait_checkpointed(platform[lagging], topic, 1000)
         cluster.stop_node(lagging)  # out of sync from now on: the leader goes on alone
-        assert partition_state(cluster, topic)["isr_nodes"] == [old_leader]
+        # The controller's shrink of the ISR reaches the brokers' metadata a moment after the stop.
+        wait_for_leader(cluster, topic, lambda s: s["isr_nodes"] == [old_leader] and s["leader_id"] == old_leader)
         divergent_from_ms = int(time.time() * 1000)
         time.sleep(0.05)
         produce(cluster, topic, 1000, 1000, "divergent")
