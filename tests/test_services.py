@@ -345,7 +345,7 @@ def test_a_missing_server_fails_under_ci_and_is_skipped_elsewhere(tmp_path: Path
 
 def test_a_java_tool_s_failure_names_its_exception_not_the_end_of_its_stack_trace() -> None:
     out = (
-        "Exception in thread \"main\" java.lang.RuntimeException: formatting failed\n"
+        'Exception in thread "main" java.lang.RuntimeException: formatting failed\n'
         "\tat kafka.tools.StorageTool.main(StorageTool.scala:52)\n"
         "Caused by: java.nio.file.AccessDeniedException: /tmp/x/meta.properties\n"
         "\tat java.base/sun.nio.fs.UnixException.translateToIOException(UnixException.java:90)\n"
