@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Generic, TypeVar
 
+from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.storage.checksum import crc32c, crc_hex
 from tiering_core.storage.chunks import ChunkedObject, ChunkError, ChunkSealer, encode_object, log_is_compressed
@@ -42,7 +43,13 @@ from tiering_core.storage.layout import (
     parse_partition_prefix,
     partition_prefix,
 )
-from tiering_core.storage.manifest import FORMAT_VERSION, ObjectEntry, SegmentManifest, WrappedKey
+from tiering_core.storage.manifest import (
+    FORMAT_VERSION,
+    MAX_MANIFEST_BYTES,
+    ObjectEntry,
+    SegmentManifest,
+    WrappedKey,
+)
 from tiering_core.storage.objects import IncompleteUpload, ObjectStore, Progress, RemoteObject
 from tiering_core.storage.quota import throttled
 
@@ -54,8 +61,6 @@ VERIFY_CHUNK = 1 << 20
 ENCODE_IN_MEMORY = 32 * 1024 * 1024
 #: Manifests and data keys of segments recently read, per storage.
 LAYOUT_CACHE = 1024
-#: A manifest larger than this is refused unread.
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,14 @@ class RemoteStorage(ObjectStore):
                     size, crc = self._put_segment_object(key, files[kind], progress)
                     entries[kind] = ObjectEntry(kind, key, size, crc_hex(crc))
                 manifest = SegmentManifest.for_ref(ref, entries, int(time.time() * 1000))
-            self._put_segment_object(manifest_key, manifest.to_json(), None)
+            document = manifest.to_json()
+            if len(document) > MAX_MANIFEST_BYTES:  # a finished segment nobody could read
+                raise RemoteStorageError(
+                    f"{ref}: its manifest would be {len(document)} bytes, above the "
+                    f"{fmt_bytes(MAX_MANIFEST_BYTES)} readers accept: raise remote.chunk_size "
+                    f"(now {self.encoding.chunk_size})"
+                )
+            self._put_segment_object(manifest_key, document, None)
             self._sync_segment(uploaded)
             return manifest
         except BaseException as exc:
