@@ -63,6 +63,9 @@ def mutate(path: list[str], value: Any) -> bytes:
         b"",
         b"{not json",
         b"\xff\xfe",
+        b'{"topic": "\xff"}',
+        b"[" * 400_000,
+        b'{"a": ' * 100_000,
         b"[]",
         b"null",
         mutate(["format_version"], 2),
@@ -90,6 +93,11 @@ def test_malformed_manifests_rejected(data: bytes) -> None:
     with pytest.raises(ManifestError):
         SegmentManifest.from_json(data)
     assert issubclass(ManifestError, RemoteStorageError)
+
+
+def test_only_utf_8_is_read() -> None:
+    with pytest.raises(ManifestError, match="segment manifest is not UTF-8: invalid start byte at byte 0"):
+        SegmentManifest.from_json(manifest().to_json().decode().encode("utf-16"))
 
 
 def test_a_crc_with_a_trailing_newline_is_refused() -> None:

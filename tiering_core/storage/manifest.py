@@ -176,11 +176,19 @@ class SegmentManifest:
 
     @classmethod
     def from_json(cls, data: bytes) -> SegmentManifest:
-        """Parse and validate; anything malformed is a ManifestError, never a KeyError."""
+        """Parse and validate; anything malformed is a ManifestError, never a KeyError nor a
+        RecursionError: a manifest nests five deep, and brackets nested past what the decoder
+        takes are refused as it meets them."""
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"segment manifest is not valid JSON: {exc}") from exc
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ManifestError(f"segment manifest is not UTF-8: {exc.reason} at byte {exc.start}") from None
+        try:
+            doc = json.loads(text)
+        except RecursionError:
+            raise ManifestError("segment manifest is not valid JSON: nested too deep") from None
+        except ValueError as exc:
+            raise ManifestError(f"segment manifest is not valid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise ManifestError("segment manifest is not a JSON object")
         version = _field(doc, "format_version", int)

@@ -345,8 +345,9 @@ class RemoteStorage(ObjectStore):
         return throttled(self.open_object(key, start), self.quotas.fetch)
 
     def read_manifest(self, ref: RemoteSegmentRef) -> SegmentManifest | None:
-        """The segment's manifest, None if it has none; one that describes another segment, or
-        keys other than this segment's, is a ManifestError."""
+        """The segment's manifest, None if it has none; one too large, undecodable, or that
+        describes another segment or keys other than this segment's, is a ManifestError naming
+        the manifest's key (its segment's base offset and id)."""
         key = ref.key(ObjectKind.MANIFEST, self.prefix)
         try:
             data = self.get_range(key, 0, MAX_MANIFEST_BYTES)
@@ -354,7 +355,10 @@ class RemoteStorage(ObjectStore):
             return None
         if len(data) > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{self.describe(key)}: manifest is larger than {MAX_MANIFEST_BYTES} bytes")
-        manifest = SegmentManifest.from_json(data)
+        try:
+            manifest = SegmentManifest.from_json(data)
+        except ManifestError as exc:
+            raise ManifestError(f"{self.describe(key)}: {exc}") from None
         if manifest.ref() != ref:
             raise ManifestError(f"{self.describe(key)}: manifest describes {manifest.ref()}, not {ref}")
         for kind, entry in manifest.objects.items():
