@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 
 from tests.services import moto_s3  # noqa: E402
 from tests.storage.countproxy import CountingProxy  # noqa: E402
+from tests.storage.keys_support import write_private_key  # noqa: E402
 from tiering_core.kafka.batch import CODEC_LZ4, CODEC_NONE  # noqa: E402
 from tiering_core.kafka.records import RecordSpec, encode_batch, read_batch_data  # noqa: E402
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition  # noqa: E402
@@ -87,9 +88,7 @@ def write_segment(path: Path, size_mb: int, codec: int) -> list[int]:
 
 def key_ring(root: Path) -> KeyRing:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    (root / "k.pem").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    write_private_key(root / "k.pem", key)
     (root / "k.pub").write_bytes(
         key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )

@@ -133,6 +133,44 @@ def test_fetch_find_offset_and_verify_contracts(fs_env: TieringEnv, capsys: pyte
     assert f"segment {segment.start_offset}..{segment.end_offset}" in err and "log: object" in err
 
 
+def test_an_undecodable_manifest_is_its_segments_error_and_verify_goes_on(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.engine_support import tip_of
+    from tiering_core.runs.segment_ops import segment_ref
+    from tiering_core.storage.layout import ObjectKind
+
+    fs_env.remote.update(compression="zstd", chunk_size=4096)  # format 2: fetch reads the manifest too
+    fs_env.write_config()
+    w = fs_env.writer()
+    write_segments(w, 3)
+    w.append_records(2)
+    w.set_high_watermark()
+    cfg = str(fs_env.config_path)
+    assert run(capsys, "--config", cfg, "copy")[0] == 0
+    with fs_env.context() as ctx:
+        bad, *good = ctx.metadata.list_segments(tip_of(w))
+        key = segment_ref(bad).key(ObjectKind.MANIFEST, ctx.storage.prefix)
+        ctx.storage.put_object(key, b"[" * 400_000)
+        why = f"{ctx.storage.describe(key)}: segment manifest is not valid JSON: nested too deep"
+    assert f"{bad.start_offset:020d}-{bad.segment_id}.manifest.json" in why
+
+    code, out, err = run(capsys, "--config", cfg, "--json", "verify")
+    results = json.loads(out)
+    assert code == 1 and [(r["segment_id"], r["ok"]) for r in results] == [
+        (str(bad.segment_id), False),
+        *((str(s.segment_id), True) for s in good),
+    ]
+    assert len(good) == 2 and results[0]["problems"] == [f"manifest: {why}"]
+    assert f"segment {bad.start_offset}..{bad.end_offset} ({bad.segment_id}): manifest: " in err and why in err
+
+    select = ("--topic", "orders", "--partition", "0")
+    code, out, err = run(capsys, "--config", cfg, "fetch", *select, "--offset", str(bad.start_offset))
+    assert code == 1 and out == "" and err.count("\n") == 1 and why in err and "Traceback" not in err
+    code, out, _ = run(capsys, "--config", cfg, "--json", "fetch", *select, "--offset", str(good[0].start_offset))
+    assert code == 0 and json.loads(out)[0]["offset"] == good[0].start_offset
+
+
 @pytest.mark.parametrize("backend", ["filesystem", "s3"])
 def test_demo_runs_end_to_end(tmp_path: Path, backend: str) -> None:
     spark = backend == "s3"  # once with the Spark step (spark-submit on local[2]), once without

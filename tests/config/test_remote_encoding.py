@@ -44,12 +44,23 @@ def test_an_rsa_key_ring_and_kms_are_read(tmp_path: Path) -> None:
     assert kms.encryption is not None and kms.encryption.kms_key_id == "alias/tier"
 
 
+def test_the_smallest_chunk_size_named_is_accepted(tmp_path: Path) -> None:
+    assert parse(tmp_path, chunk_size=3265).chunk_size == 3265
+    with pytest.raises(ConfigError, match="use at least 3265"):
+        parse(tmp_path, chunk_size=3264)
+
+
 @pytest.mark.parametrize(
     ("remote", "message"),
     [
         ({"compression": "lz4"}, "remote.compression: 'lz4' is not one of none, zstd, auto"),
         ({"chunk_size": 100}, "remote.chunk_size: 100 is below the minimum 1024"),
         ({"chunk_size": 1 << 30}, "remote.chunk_size: 1073741824 is above"),
+        (
+            {"chunk_size": 1024},
+            r"remote.chunk_size: 1024 is too small: a segment of Kafka's largest segment.bytes \(2147483647\) "
+            r"could need a manifest above the 64.0 MiB readers accept; use at least 3265",
+        ),
         ({"encryption": {"key_id": "k"}}, "remote.encryption: key_id and public_key_file go together"),
         ({"encryption": {}}, "remote.encryption: needs kms_key_id"),
         ({"encryption": {"kms_key_id": "a", "key_id": "k", "public_key_file": "p"}}, "not both"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -691,6 +692,32 @@ def test_storage_down_during_cleanup_keeps_the_upload_error(
     result = copy(tiering_env, w)  # the next run finishes the deletion, then copies
     assert (result.segments_cleaned_up, result.segments_copied) == (1, 2)
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
+
+
+def test_a_manifest_its_readers_would_refuse_is_never_written(
+    tiering_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readers' bound lowered for the test (as a 2 GiB log at 1 KiB chunks would meet it):
+    the copy fails naming remote.chunk_size, and neither a finished segment nor an object stays."""
+    import tiering_core.storage.remote as remote_storage
+    from tiering_core.runs.errors import CopyFailedError
+
+    tiering_env.remote.update(compression="zstd", chunk_size=4096)
+    tiering_env.write_config()
+    w = tiering_env.writer()
+    write_segments(w, 2, records=200)
+    w.set_high_watermark()
+    monkeypatch.setattr(remote_storage, "MAX_MANIFEST_BYTES", 1000)
+    with tiering_env.context() as ctx:
+        with pytest.raises(CopyFailedError, match=r"copying segment 0 failed") as failed:
+            run_copy(ctx, w.tp)
+        assert re.search(
+            r"segment 0 \(.*\): its manifest would be \d+ bytes, above the 1000 B readers accept: "
+            r"raise remote.chunk_size \(now 4096\)",
+            str(failed.value),
+        )
+        assert ctx.metadata.list_segments(tip_of(w)) == []  # abandoned: none listed, none finished
+        assert ctx.storage.list_objects(tip_of(w)) == []
 
 
 def test_broker_deleting_a_segment_while_it_is_copied_records_the_gap(

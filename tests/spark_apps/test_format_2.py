@@ -29,14 +29,14 @@ def test_parallel_upload_and_verify_on_format_2(tmp_path: Path, spark, s3_endpoi
     key = write_key_pair(tmp_path / "keys", "k1")
     env.remote.update(
         compression="zstd",
-        chunk_size=1024,
+        chunk_size=4096,
         encryption={"key_id": "k1", "public_key_file": str(key.public), "private_key_files": {"k1": str(key.private)}},
     )
     env.write_config()
     writers = []
     for p in range(2):
         w = env.writer("orders", p)
-        write_segments(w, 3, records=40)
+        write_segments(w, 3, records=120)  # logs of 8 KiB: three chunks each
         w.set_high_watermark()
         writers.append(w)
     with env.context() as ctx:
@@ -46,7 +46,7 @@ def test_parallel_upload_and_verify_on_format_2(tmp_path: Path, spark, s3_endpoi
         assert sum(r.segments_copied for r in report.results) == 6
         segments = [s for w in writers for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
         assert {CopyRecord.of_segment(s).format_version for s in segments} == {CHUNKED_FORMAT}
-        assert len(open_reader(ctx, writers[1].tp).read(0, 1000)) == 120
+        assert len(open_reader(ctx, writers[1].tp).read(0, 1000)) == 360
         victim = segments[4]
         object_key = segment_ref(victim).key(ObjectKind.LOG, ctx.storage.prefix)
         manifest = ctx.storage.read_manifest(segment_ref(victim))

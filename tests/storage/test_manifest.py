@@ -12,7 +12,13 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import ManifestError, RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
-from tiering_core.storage.manifest import ObjectEntry, SegmentManifest
+from tiering_core.storage.manifest import (
+    Chunk,
+    ObjectEntry,
+    SegmentManifest,
+    max_chunk_index_bytes,
+    max_stored_chunk,
+)
 
 
 def manifest() -> SegmentManifest:
@@ -57,6 +63,9 @@ def mutate(path: list[str], value: Any) -> bytes:
         b"",
         b"{not json",
         b"\xff\xfe",
+        b'{"topic": "\xff"}',
+        b"[" * 400_000,
+        b'{"a": ' * 100_000,
         b"[]",
         b"null",
         mutate(["format_version"], 2),
@@ -86,9 +95,32 @@ def test_malformed_manifests_rejected(data: bytes) -> None:
     assert issubclass(ManifestError, RemoteStorageError)
 
 
+def test_only_utf_8_is_read() -> None:
+    with pytest.raises(ManifestError, match="segment manifest is not UTF-8: invalid start byte at byte 0"):
+        SegmentManifest.from_json(manifest().to_json().decode().encode("utf-16"))
+
+
 def test_a_crc_with_a_trailing_newline_is_refused() -> None:
     ref = RemoteSegmentRef(TopicIdPartition("MMMMMMMMMMMMMMMMMMMMMM", TopicPartition("m", 0)), 0, uuid.uuid4())
     entry = ObjectEntry(ObjectKind.LOG, ref.key(ObjectKind.LOG), 1, "deadbeef\n")
     data = SegmentManifest.for_ref(ref, {ObjectKind.LOG: entry}, 0).to_json()
     with pytest.raises(ManifestError, match="crc32c 'deadbeef\\\\n'"):
         SegmentManifest.from_json(data)
+
+
+@pytest.mark.parametrize(("size", "chunk_size"), [(1, 1024), (10_000, 1024), (5 * 4096 + 1, 4096), (99_999, 7000)])
+def test_the_chunk_index_bound_holds_for_the_widest_values(size: int, chunk_size: int) -> None:
+    """Each chunk's values given the most digits they can have: the encoded index stays within
+    the bound that judges a configured chunk size."""
+    ref = RemoteSegmentRef(TopicIdPartition("MMMMMMMMMMMMMMMMMMMMMM", TopicPartition("m", 0)), 0, uuid.uuid4())
+    count = -(-size // chunk_size)
+    largest = max_stored_chunk(chunk_size)
+    widest = Chunk((count - 1) * chunk_size, (count - 1) * largest, largest, "ffffffff")
+
+    def encoded(chunks: tuple[Chunk, ...]) -> int:
+        entry = ObjectEntry(ObjectKind.LOG, ref.key(ObjectKind.LOG), size, "00000000", "zstd", 0, chunks)
+        return len(SegmentManifest.for_ref(ref, {ObjectKind.LOG: entry}, 0, chunk_size=chunk_size).to_json())
+
+    spent = encoded((widest,) * count) - encoded(())
+    assert spent <= max_chunk_index_bytes(size, chunk_size) <= spent + 1  # a comma: the last chunk has none
+    assert max_chunk_index_bytes(0, chunk_size) == 0

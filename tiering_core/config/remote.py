@@ -18,9 +18,17 @@ from tiering_core.config.parsing import (
     shown,
 )
 from tiering_core.errors import ConfigError
+from tiering_core.humanize import fmt_bytes
 from tiering_core.storage.config import COMPRESSION_MODES, DEFAULT_CHUNK_SIZE, EncryptionConfig, RemoteConfig
 from tiering_core.storage.layout import validate_deployment_prefix
-from tiering_core.storage.manifest import MAX_CHUNK_SIZE, MAX_KEY_ID, MIN_CHUNK_SIZE
+from tiering_core.storage.manifest import (
+    MAX_CHUNK_SIZE,
+    MAX_KEY_ID,
+    MAX_MANIFEST_BYTES,
+    MAX_SEGMENT_BYTES,
+    MIN_CHUNK_SIZE,
+    max_chunk_index_bytes,
+)
 
 
 def _endpoint_url(section: Mapping[str, Any]) -> str | None:
@@ -35,6 +43,25 @@ def _key_id(value: Any, key: str) -> str:
     if not 0 < len(key_id) <= MAX_KEY_ID or not key_id.isprintable():
         raise ConfigError(f"{key}: a key id is 1 to {MAX_KEY_ID} printable characters")
     return key_id
+
+
+def _check_chunk_size(chunk_size: int) -> None:
+    """A chunk size at which the largest log Kafka writes could need a manifest its readers
+    refuse is refused here, naming the smallest that cannot (the copy refuses any such manifest)."""
+    if chunk_size > MAX_CHUNK_SIZE:
+        raise ConfigError(f"remote.chunk_size: {chunk_size} is above {MAX_CHUNK_SIZE}")
+    if max_chunk_index_bytes(MAX_SEGMENT_BYTES, chunk_size) <= MAX_MANIFEST_BYTES:
+        return
+    smallest = next(
+        size
+        for size in range(chunk_size + 1, MAX_CHUNK_SIZE + 1)
+        if max_chunk_index_bytes(MAX_SEGMENT_BYTES, size) <= MAX_MANIFEST_BYTES
+    )
+    raise ConfigError(
+        f"remote.chunk_size: {chunk_size} is too small: a segment of Kafka's largest segment.bytes "
+        f"({MAX_SEGMENT_BYTES}) could need a manifest above the {fmt_bytes(MAX_MANIFEST_BYTES)} readers "
+        f"accept; use at least {smallest}"
+    )
 
 
 def _encryption(raw: Any, resolve: Callable[[str], Path]) -> EncryptionConfig | None:
@@ -153,8 +180,7 @@ def parse_remote_config(raw: Any, resolve: Callable[[str], Path]) -> RemoteConfi
         compression=as_str(remote_raw.get("compression", "none"), "remote.compression"),
         encryption=_encryption(remote_raw.get("encryption"), resolve),
     )
-    if remote.chunk_size > MAX_CHUNK_SIZE:
-        raise ConfigError(f"remote.chunk_size: {remote.chunk_size} is above {MAX_CHUNK_SIZE}")
+    _check_chunk_size(remote.chunk_size)
     if remote.compression not in COMPRESSION_MODES:
         raise ConfigError(
             f"remote.compression: {shown(remote.compression)} is not one of {', '.join(COMPRESSION_MODES)}"

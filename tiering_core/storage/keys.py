@@ -9,6 +9,7 @@ No key, wrapped or not, ever appears in a message or a log line; messages name t
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,11 +36,18 @@ class DataKeyError(RemoteStorageError):
     """A data key cannot be wrapped or unwrapped: the key id is unknown, wrong, or its service failed."""
 
 
-def _read_pem(path: Path, what: str) -> bytes:
+def _read_pem(path: Path, what: str, *, private: bool = False) -> bytes:
+    """A key file's bytes. A private key file open to its group or others (any of mode 0o077) is
+    refused, as ssh refuses one: whoever else can read it can read every segment."""
     try:
         if not path.is_file():
             raise ConfigError(f"{what}: {path} is not a regular file")
-        if path.stat().st_size > MAX_KEY_FILE:
+        status = path.stat()
+        if private and status.st_mode & 0o077:
+            raise ConfigError(
+                f"{what}: {path} is open to its group or others (mode {stat.S_IMODE(status.st_mode):04o}): chmod 600 it"
+            )
+        if status.st_size > MAX_KEY_FILE:
             raise ConfigError(f"{what}: {path} is larger than a key file")
         return path.read_bytes()
     except OSError as exc:
@@ -58,7 +66,7 @@ def load_public_key(path: Path, what: str) -> rsa.RSAPublicKey:
 
 def load_private_key(path: Path, what: str) -> rsa.RSAPrivateKey:
     try:
-        key = serialization.load_pem_private_key(_read_pem(path, what), password=None)
+        key = serialization.load_pem_private_key(_read_pem(path, what, private=True), password=None)
     except (ValueError, TypeError):
         raise ConfigError(f"{what}: {path} is not an unencrypted PEM private key") from None
     if not isinstance(key, rsa.RSAPrivateKey) or key.key_size < MIN_RSA_BITS:

@@ -36,11 +36,33 @@ KEY_WRAPS = ("RSA-OAEP-SHA256", "AWS-KMS")
 CIPHER = "AES-256-GCM"
 MAX_WRAPPED_KEY = 4096
 MAX_KEY_ID = 2048
+#: A manifest larger than this is refused unread, so no copy may write one.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+#: Kafka's largest ``segment.bytes`` (Integer.MAX_VALUE): no segment's log is larger.
+MAX_SEGMENT_BYTES = 2**31 - 1
+#: What ``to_json`` lays around one chunk's values: the chunk's brackets and each value on
+#: indented lines of their own, the commas between.
+_CHUNK_LAYOUT = 68
+#: The closing line of a non-empty chunk list.
+_CHUNKS_CLOSE = 7
 
 
 def max_stored_chunk(original: int) -> int:
     """The largest stored chunk a manifest may claim for ``original`` bytes (reads stay bounded)."""
     return original + original // 128 + CHUNK_OVERHEAD
+
+
+def max_chunk_index_bytes(size: int, chunk_size: int) -> int:
+    """At most how many bytes ``to_json`` spends on the chunk index of an object of ``size``
+    original bytes, each chunk's values taken with the most digits they can have; what a
+    configured chunk size is judged by before any copy (the manifest must stay readable)."""
+    count = -(-size // chunk_size)
+    if count == 0:
+        return 0
+    largest = max_stored_chunk(chunk_size)
+    last = count - 1  # the offsets grow chunk by chunk: the last chunk's are the widest
+    digits = len(str(last * chunk_size)) + len(str(last * largest)) + len(str(largest)) + len('"00000000"')
+    return count * (_CHUNK_LAYOUT + digits) + _CHUNKS_CLOSE
 
 
 @dataclass(frozen=True)
@@ -154,11 +176,19 @@ class SegmentManifest:
 
     @classmethod
     def from_json(cls, data: bytes) -> SegmentManifest:
-        """Parse and validate; anything malformed is a ManifestError, never a KeyError."""
+        """Parse and validate; anything malformed is a ManifestError, never a KeyError nor a
+        RecursionError: a manifest nests five deep, and brackets nested past what the decoder
+        takes are refused as it meets them."""
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"segment manifest is not valid JSON: {exc}") from exc
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ManifestError(f"segment manifest is not UTF-8: {exc.reason} at byte {exc.start}") from None
+        try:
+            doc = json.loads(text)
+        except RecursionError:
+            raise ManifestError("segment manifest is not valid JSON: nested too deep") from None
+        except ValueError as exc:
+            raise ManifestError(f"segment manifest is not valid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise ManifestError("segment manifest is not a JSON object")
         version = _field(doc, "format_version", int)

@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Generic, TypeVar
 
+from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.storage.checksum import crc32c, crc_hex
 from tiering_core.storage.chunks import ChunkedObject, ChunkError, ChunkSealer, encode_object, log_is_compressed
@@ -42,7 +43,13 @@ from tiering_core.storage.layout import (
     parse_partition_prefix,
     partition_prefix,
 )
-from tiering_core.storage.manifest import FORMAT_VERSION, ObjectEntry, SegmentManifest, WrappedKey
+from tiering_core.storage.manifest import (
+    FORMAT_VERSION,
+    MAX_MANIFEST_BYTES,
+    ObjectEntry,
+    SegmentManifest,
+    WrappedKey,
+)
 from tiering_core.storage.objects import IncompleteUpload, ObjectStore, Progress, RemoteObject
 from tiering_core.storage.quota import throttled
 
@@ -54,8 +61,9 @@ VERIFY_CHUNK = 1 << 20
 ENCODE_IN_MEMORY = 32 * 1024 * 1024
 #: Manifests and data keys of segments recently read, per storage.
 LAYOUT_CACHE = 1024
-#: A manifest larger than this is refused unread.
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+#: The bytes of manifest JSON the cache holds at most, per storage: a format-2 manifest grows
+#: with its segment (up to MAX_MANIFEST_BYTES), so a count alone does not bound the memory.
+MANIFEST_CACHE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -97,31 +105,46 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class _Recent(Generic[K, V]):
-    """A small thread-safe LRU map (segments are immutable once their manifest is written)."""
+class RecentCache(Generic[K, V]):
+    """A thread-safe LRU map bounded by count and, given a ``budget``, by the bytes its values
+    weigh (segments are immutable once their manifest is written). A value heavier than the whole
+    budget is not kept: it would evict everything else for one entry."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, budget: int | None = None) -> None:
         self.size = size
-        self.items: OrderedDict[K, V] = OrderedDict()
+        self.budget = budget
+        self.weight = 0
+        self.items: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self.lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
         with self.lock:
-            value = self.items.get(key)
-            if value is not None:
-                self.items.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        with self.lock:
-            self.items[key] = value
+            held = self.items.get(key)
+            if held is None:
+                return None
             self.items.move_to_end(key)
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
+            return held[0]
+
+    def put(self, key: K, value: V, weight: int = 0) -> None:
+        """Keep ``value`` as weighing ``weight`` bytes, evicting the least recently used."""
+        with self.lock:
+            self._remove(key)
+            if self.budget is not None and weight > self.budget:
+                return
+            self.items[key] = (value, weight)
+            self.weight += weight
+            while len(self.items) > self.size or (self.budget is not None and self.weight > self.budget):
+                _, (_, evicted) = self.items.popitem(last=False)
+                self.weight -= evicted
 
     def drop(self, key: K) -> None:
         with self.lock:
-            self.items.pop(key, None)
+            self._remove(key)
+
+    def _remove(self, key: K) -> None:
+        held = self.items.pop(key, None)
+        if held is not None:
+            self.weight -= held[1]
 
 
 class RemoteStorage(ObjectStore):
@@ -130,8 +153,10 @@ class RemoteStorage(ObjectStore):
     def __init__(self, prefix: str = "") -> None:
         super().__init__(prefix)
         self.encoding = SegmentEncoding()
-        self._manifests: _Recent[RemoteSegmentRef, SegmentManifest] = _Recent(LAYOUT_CACHE)
-        self._data_keys: _Recent[tuple[RemoteSegmentRef, WrappedKey], bytes] = _Recent(LAYOUT_CACHE)
+        self._manifests: RecentCache[RemoteSegmentRef, SegmentManifest] = RecentCache(
+            LAYOUT_CACHE, MANIFEST_CACHE_BYTES
+        )
+        self._data_keys: RecentCache[tuple[RemoteSegmentRef, WrappedKey], bytes] = RecentCache(LAYOUT_CACHE)
 
     def copy_segment(
         self, ref: RemoteSegmentRef, files: Mapping[ObjectKind, Path | bytes], *, progress: Progress | None = None
@@ -169,7 +194,14 @@ class RemoteStorage(ObjectStore):
                     size, crc = self._put_segment_object(key, files[kind], progress)
                     entries[kind] = ObjectEntry(kind, key, size, crc_hex(crc))
                 manifest = SegmentManifest.for_ref(ref, entries, int(time.time() * 1000))
-            self._put_segment_object(manifest_key, manifest.to_json(), None)
+            document = manifest.to_json()
+            if len(document) > MAX_MANIFEST_BYTES:  # a finished segment nobody could read
+                raise RemoteStorageError(
+                    f"{ref}: its manifest would be {len(document)} bytes, above the "
+                    f"{fmt_bytes(MAX_MANIFEST_BYTES)} readers accept: raise remote.chunk_size "
+                    f"(now {self.encoding.chunk_size})"
+                )
+            self._put_segment_object(manifest_key, document, None)
             self._sync_segment(uploaded)
             return manifest
         except BaseException as exc:
@@ -241,10 +273,9 @@ class RemoteStorage(ObjectStore):
             return None
         manifest = self._manifests.get(ref)
         if manifest is None:
-            manifest = self.read_manifest(ref)
+            manifest = self.read_manifest(ref)  # which caches it
             if manifest is None:
                 return None
-            self._manifests.put(ref, manifest)
         if not manifest.chunked or manifest.chunk_size is None:
             return None
         entry = manifest.objects.get(kind)
@@ -314,8 +345,9 @@ class RemoteStorage(ObjectStore):
         return throttled(self.open_object(key, start), self.quotas.fetch)
 
     def read_manifest(self, ref: RemoteSegmentRef) -> SegmentManifest | None:
-        """The segment's manifest, None if it has none; one that describes another segment, or
-        keys other than this segment's, is a ManifestError."""
+        """The segment's manifest, None if it has none; one too large, undecodable, or that
+        describes another segment or keys other than this segment's, is a ManifestError naming
+        the manifest's key (its segment's base offset and id)."""
         key = ref.key(ObjectKind.MANIFEST, self.prefix)
         try:
             data = self.get_range(key, 0, MAX_MANIFEST_BYTES)
@@ -323,13 +355,16 @@ class RemoteStorage(ObjectStore):
             return None
         if len(data) > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{self.describe(key)}: manifest is larger than {MAX_MANIFEST_BYTES} bytes")
-        manifest = SegmentManifest.from_json(data)
+        try:
+            manifest = SegmentManifest.from_json(data)
+        except ManifestError as exc:
+            raise ManifestError(f"{self.describe(key)}: {exc}") from None
         if manifest.ref() != ref:
             raise ManifestError(f"{self.describe(key)}: manifest describes {manifest.ref()}, not {ref}")
         for kind, entry in manifest.objects.items():
             if entry.key != ref.key(kind, self.prefix):
                 raise ManifestError(f"{self.describe(key)}: manifest lists {entry.key!r} for {kind.value}")
-        self._manifests.put(ref, manifest)  # the reads that follow need not fetch it again
+        self._manifests.put(ref, manifest, len(data))  # the reads that follow need not fetch it again
         return manifest
 
     def verify_segment(self, ref: RemoteSegmentRef) -> list[str]:
