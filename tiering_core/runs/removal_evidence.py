@@ -23,7 +23,7 @@ from tiering_core.kafka.cluster_metadata import (
     find_metadata_log_dir,
     read_cluster_metadata,
 )
-from tiering_core.kafka.log_dirs import LogDirError, future_topic_ids, read_log_dir_identity
+from tiering_core.kafka.log_dirs import common_identity, future_topic_ids
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.runs.errors import RemovalRefusedError
 
@@ -120,10 +120,7 @@ def broker_metadata_image(config: PlatformConfig) -> ClusterMetadataImage:
     dir are live Kafka log dirs of one node of one cluster (their ``meta.properties``)."""
     log_dirs = config.require_log_dirs()
     where = find_metadata_log_dir(log_dirs, config.metadata_log_dir, config.metadata_log_dir_key)
-    identities = [read_log_dir_identity(d) for d in dict.fromkeys([*log_dirs, where])]
-    if len({(i.node_id, i.cluster_id or "") for i in identities}) > 1:
-        which = ", ".join(f"{i.path} (node {i.node_id}, cluster {i.cluster_id})" for i in identities)
-        raise LogDirError(f"the log dirs and the metadata log dir belong to more than one broker or cluster ({which})")
+    common_identity([*log_dirs, where], "the log dirs and the metadata log dir")
     return read_cluster_metadata(where)
 
 
