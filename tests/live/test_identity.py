@@ -117,3 +117,49 @@ def test_a_process_serving_no_broker_has_no_cluster_id_to_compare(
     reason = foreign_cluster(config, cluster)
     assert reason is not None and "this process serves no broker (brokers 1, 2 are configured" in reason
     assert "--broker ID or TIERING_BROKER_ID" in reason and cluster.asked == 0
+
+
+def test_kafka_cluster_id_is_the_operator_s_word_where_no_log_dir_says_it(
+    fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``kafka.cluster_id`` names the cluster: on a process serving no broker the cluster's word counts
+    when it answers with that id, never when it answers with another; where log dirs are read, a
+    configured id they do not hold is refused before the cluster is asked."""
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    fs_env.writer()
+    with_kafka(fs_env, sasl=False)
+    doc = yaml.safe_load(fs_env.config_path.read_text())
+    doc["kafka"]["cluster_id"] = DEMO_CLUSTER_ID
+    log_dirs = doc.pop("log_dirs")
+    doc["brokers"] = {1: {"log_dirs": log_dirs}, 2: {"log_dirs": [str(fs_env.root / "broker-2")]}}
+    fs_env.config_path.write_text(yaml.safe_dump(doc))
+    config = load_config(fs_env.config_path)
+    assert config.serves_no_broker and config.kafka is not None
+    assert foreign_cluster(config, ClusterAt(config.kafka, DEMO_CLUSTER_ID)) is None
+    servers = ",".join(config.kafka.bootstrap_servers)
+    assert foreign_cluster(config, ClusterAt(config.kafka, OTHER_CLUSTER_ID)) == (
+        f"the cluster at {servers} has cluster id {OTHER_CLUSTER_ID}, but kafka.cluster_id is {DEMO_CLUSTER_ID}: "
+        "its word is not this cluster's"
+    )
+    doc["kafka"]["cluster_id"] = OTHER_CLUSTER_ID
+    doc["log_dirs"] = log_dirs
+    del doc["brokers"]
+    fs_env.config_path.write_text(yaml.safe_dump(doc))
+    config = load_config(fs_env.config_path)
+    assert config.kafka is not None
+    cluster = ClusterAt(config.kafka, OTHER_CLUSTER_ID)
+    assert foreign_cluster(config, cluster) == (
+        f"kafka.cluster_id is {OTHER_CLUSTER_ID}, but the log dirs belong to cluster {DEMO_CLUSTER_ID}"
+    )
+    assert cluster.asked == 0
+
+
+def test_kafka_cluster_id_must_look_like_one(fs_env: TieringEnv) -> None:
+    from tiering_core.errors import ConfigError
+
+    with_kafka(fs_env, sasl=False)
+    doc = yaml.safe_load(fs_env.config_path.read_text())
+    doc["kafka"]["cluster_id"] = "not-an-id"
+    fs_env.config_path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"^kafka\.cluster_id: 'not-an-id' is not a Kafka cluster id"):
+        load_config(fs_env.config_path)
