@@ -131,11 +131,12 @@ def cluster_id() -> str:
             return found
 
 
-def platform_config() -> dict[str, Any]:
-    """docker/tiering.yaml as shipped, with the test cluster's ``kafka:`` section, the topic and
-    a small upload quota."""
+def platform_config(kafka_cluster_id: str) -> dict[str, Any]:
+    """docker/tiering.yaml as shipped, with the test cluster's ``kafka:`` section (its cluster id:
+    the removal DAG's default-queue worker reads no log dir to learn it from), the topic and a
+    small upload quota."""
     config = yaml.safe_load((DOCKER_DIR / "tiering.yaml").read_text())
-    config["kafka"] = {"bootstrap_servers": ["kafka-1:9092", "kafka-2:9092"]}
+    config["kafka"] = {"bootstrap_servers": ["kafka-1:9092", "kafka-2:9092"], "cluster_id": kafka_cluster_id}
     config["quotas"] = {"remote.log.manager.copy.max.bytes.per.second": COPY_QUOTA}
     config["topics"][TOPIC] = {"remote.storage.enable": True}
     # A broker's observation of its replicas counts as the cluster's word that a topic id is live
@@ -331,8 +332,9 @@ def stack_of(engine: Engine, work: Path, *, kafka_libs: Path) -> Compose:
     token.write_text(os.urandom(32).hex() + "\n")
     os.chown(token, 0, 50000)  # README's recipe: group 50000 (the containers' users) may read it
     token.chmod(0o440)
+    kafka_cluster_id = cluster_id()
     config = work / "tiering.yaml"
-    config.write_text(yaml.safe_dump(platform_config()))
+    config.write_text(yaml.safe_dump(platform_config(kafka_cluster_id)))
     config.chmod(0o444)
     for node in (1, 2):
         props = work / f"kafka-{node}.properties"
@@ -350,7 +352,7 @@ def stack_of(engine: Engine, work: Path, *, kafka_libs: Path) -> Compose:
             "KAFKA_BROKER_1_LOG_DIR": "kafka-1-logs",
             "KAFKA_BROKER_2_LOG_DIR": "kafka-2-logs",
             "KAFKA_LIBS": str(kafka_libs),
-            "KAFKA_CLUSTER_ID": cluster_id(),
+            "KAFKA_CLUSTER_ID": kafka_cluster_id,
             "KAFKA_1_PROPERTIES": str(work / "kafka-1.properties"),
             "KAFKA_2_PROPERTIES": str(work / "kafka-2.properties"),
         },

@@ -4,7 +4,8 @@ section 7, DESIGN invariant 7): the controller's word, never the broker's direct
 While the topic lives, ``delete-partition`` refuses. Once the admin client deleted the topic and the
 broker's KRaft metadata image holds the committed RemoveTopicRecord, removal deletes that topic id's
 remote data, without ``--force``, and nothing of any other topic; with a ``kafka:`` section the
-cluster's Metadata is the word, also once the broker removed the ``-delete`` directory.
+cluster's Metadata is the word, also once the broker removed the ``-delete`` directory; but only
+the Metadata of the cluster the log dirs belong to (by its cluster id): another cluster's is not.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from kafka import TopicPartition as KafkaTP
 
 from tests.real_kafka.cluster import KafkaCluster
 from tests.real_kafka.conftest import PrivateKafka
@@ -162,3 +164,54 @@ def test_a_metadata_answer_that_is_not_unknown_topic_is_not_the_controllers_word
         assert secret not in refused.stderr + refused.stdout
         assert _keys(platform) == keys_before
         assert platform.ok("segments", "--topic", "guarded", "--partition", "0", "--json").json() == segments
+
+
+def test_the_word_of_another_cluster_is_not_the_controllers(
+    kafka: KafkaCluster, private_kafka: PrivateKafka, beside: Callable[..., BesideKafka]
+) -> None:
+    """The platform beside one cluster with ``kafka.bootstrap_servers`` at another (formatted with
+    its own cluster id): that cluster does not know the topic, which used to read as the
+    controller's word that it was deleted, and removal deleted a live topic's remote data. Removal
+    and DeleteRecords now refuse, naming both cluster ids, also once the other cluster has a topic of
+    that name: nothing remote is deleted, nothing is applied on either cluster."""
+    topic = f"elsewhere-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, segment_bytes=16 * 1024)
+    platform = beside(kafka)
+    _produce(kafka, topic, 800)
+    kafka.wait_until(f"{topic}'s HW", lambda: platform.status(topic)["high_watermark"] == 800)
+    platform.ok("copy", "--topic", topic)
+    topic_id = platform.status(topic)["topic_id"]
+    select = ("--topic", topic, "--partition", "0")
+    segments = platform.ok("segments", *select, "--json").json()
+    assert len(segments) > 2
+    keys_before = _keys(platform)
+
+    with private_kafka() as other:
+        assert other.cluster_id != kafka.cluster_id
+        platform.document["kafka"] = {"bootstrap_servers": other.bootstrap_servers}
+        platform.write()
+        reason = (
+            f"the cluster at {other.bootstrap_servers} has cluster id {other.cluster_id}, but the log dirs "
+            f"belong to cluster {kafka.cluster_id}: its word is not this cluster's"
+        )
+        removal = ("delete-partition", *select, "--topic-id", topic_id, "--yes")
+        refused = platform.run(*removal)
+        assert refused.code == 1 and reason in refused.stderr, refused
+        assert "nothing deleted" in refused.stderr
+
+        other.create_topic(topic)  # its own topic of that name, under another topic id
+        _produce(other, topic, 10)
+        for argv in (removal, ("delete-records", *select, "--before-offset", "5", "--yes")):
+            refused = platform.run(*argv)
+            assert refused.code == 1 and reason in refused.stderr, refused
+        consumer = other.consumer()
+        try:
+            assert consumer.beginning_offsets([KafkaTP(topic, 0)]) == {KafkaTP(topic, 0): 0}
+        finally:
+            consumer.close()
+
+    assert _keys(platform) == keys_before
+    del platform.document["kafka"]
+    platform.write()
+    assert platform.ok("segments", *select, "--json").json() == segments
+    assert platform.status(topic)["log_start_offset"] == 0

@@ -8,8 +8,11 @@ from __future__ import annotations
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.live.test_identity import OTHER_CLUSTER_ID, ClusterAt
+from tests.live.test_source import with_kafka
 from tests.runs.test_retention import remote_ranges, snapshot_state
 from tiering_core.errors import TieringError
+from tiering_core.kafka.log_writer import DEMO_CLUSTER_ID
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import LeaseHeldError
 from tiering_core.runs.copy import run_copy
@@ -121,3 +124,26 @@ def test_while_another_run_holds_the_partition_nothing_is_applied(fs_env: Tierin
         assert ctx.metadata.get_delete_records_offset(tip_of(w)) is None
         ctx.metadata.release_lease(other)
         assert apply_delete_records(ctx, w.tp, 3).log_start_offset == 3  # run again: applied
+
+
+def test_another_cluster_s_high_watermark_is_no_bound(fs_env: TieringEnv) -> None:
+    """A ``kafka:`` section at a wrong address: its cluster is not the log dirs' one, so neither its
+    high watermark nor its DeleteRecords counts; refused naming both cluster ids, nothing applied."""
+    w = fs_env.writer()
+    write_segments(w, 3)
+    w.set_high_watermark()
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    with_kafka(fs_env, sasl=False)
+    before = snapshot_state(fs_env, tip_of(w))
+    with fs_env.context() as ctx:
+        assert ctx.config.kafka is not None
+        ctx.cluster = ClusterAt(ctx.config.kafka, OTHER_CLUSTER_ID)
+        for dry_run in (True, False):
+            with pytest.raises(DeleteRecordsRefusedError) as refusal:
+                apply_delete_records(ctx, w.tp, 7, dry_run=dry_run)
+            assert str(refusal.value) == (
+                f"orders-0: the cluster at {ctx.cluster.servers} has cluster id {OTHER_CLUSTER_ID}, but the log "
+                f"dirs belong to cluster {DEMO_CLUSTER_ID}: its word is not this cluster's; nothing applied"
+            )
+    assert snapshot_state(fs_env, tip_of(w)) == before

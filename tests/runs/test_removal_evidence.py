@@ -13,9 +13,11 @@ import pytest
 import yaml
 
 from tests.engine_support import TieringEnv, kafka_creates_topic, kafka_deletes_topic, tip_of
+from tests.live.test_identity import OTHER_CLUSTER_ID, ClusterAt
+from tests.live.test_source import with_kafka
 from tests.runs.test_removal import FINISHED, tiered_partition
 from tests.runs.test_retention import snapshot_state
-from tiering_core.kafka.log_writer import PartitionWriter, write_meta_properties
+from tiering_core.kafka.log_writer import DEMO_CLUSTER_ID, PartitionWriter, write_meta_properties
 from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.errors import DeletionUnprovenError, RemovalRefusedError
@@ -192,3 +194,54 @@ def test_a_process_serving_no_broker_asks_the_controller_not_for_a_broker(
     doc["brokers"] = {1: {"log_dirs": doc.pop("log_dirs")}, 2: {"log_dirs": [str(fs_env.root / "broker-2")]}}
     fs_env.config_path.write_text(yaml.safe_dump(doc))
     refused_without_evidence(fs_env, w, "no word from the controller")
+
+
+def test_the_word_of_another_cluster_is_not_the_controllers(fs_env: TieringEnv) -> None:
+    """A ``kafka:`` section at a wrong address reaches a cluster that knows none of this cluster's
+    topics: its "unknown topic" is refused, naming both cluster ids, even for a named topic id;
+    the cluster of the log dirs saying the same is the controller's word."""
+    w = tiered_partition(fs_env)
+    w.delete()  # a reassignment away from this broker renames it so, as a deletion does
+    with_kafka(fs_env, sasl=False)
+    before = snapshot_state(fs_env, tip_of(w))
+    with fs_env.context() as ctx:
+        assert ctx.config.kafka is not None
+        ctx.cluster = ClusterAt(ctx.config.kafka, OTHER_CLUSTER_ID)
+        reason = (
+            f"has cluster id {OTHER_CLUSTER_ID}, but the log dirs belong to cluster {DEMO_CLUSTER_ID}: "
+            "its word is not this cluster's"
+        )
+        for named in (None, w.topic_id):
+            with pytest.raises(DeletionUnprovenError, match=reason) as refusal:
+                delete_partition(ctx, w.tp, topic_id=named)
+            assert "nothing deleted" in str(refusal.value) and "\n" not in str(refusal.value)
+    assert snapshot_state(fs_env, tip_of(w)) == before
+    with fs_env.context() as ctx:
+        assert ctx.config.kafka is not None
+        ctx.cluster = ClusterAt(ctx.config.kafka, DEMO_CLUSTER_ID)
+        result = delete_partition(ctx, w.tp)
+    assert (result.state, result.topic_ids) == (FINISHED, [w.topic_id])
+
+
+def test_a_process_serving_no_broker_takes_no_cluster_s_word(
+    fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a ``kafka:`` section too, a worker without a broker disk has no log dir whose cluster id
+    the cluster's could be compared with (the metadata store records none): refused, naming
+    ``--broker``; ``force`` removes it as on a broker."""
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    w = tiered_partition(fs_env)
+    w.delete()
+    doc = yaml.safe_load(fs_env.config_path.read_text())
+    doc["brokers"] = {1: {"log_dirs": doc.pop("log_dirs")}, 2: {"log_dirs": [str(fs_env.root / "broker-2")]}}
+    fs_env.config_path.write_text(yaml.safe_dump(doc))
+    with_kafka(fs_env, sasl=False)
+    before = snapshot_state(fs_env, tip_of(w))
+    with fs_env.context() as ctx:
+        assert ctx.config.kafka is not None
+        ctx.cluster = ClusterAt(ctx.config.kafka, DEMO_CLUSTER_ID)
+        with pytest.raises(DeletionUnprovenError, match=r"this process serves no broker .*--broker ID"):
+            delete_partition(ctx, w.tp, topic_id=w.topic_id)
+        assert snapshot_state(fs_env, tip_of(w)) == before
+        forced = delete_partition(ctx, w.tp, topic_id=w.topic_id, force=True)
+    assert (forced.state, forced.segments_deleted) == (FINISHED, 3)

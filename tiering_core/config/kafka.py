@@ -59,6 +59,10 @@ class KafkaConfig:
     sasl_plain_username: str | None = None
     sasl_password_env: str | None = None
     ssl_cafile: Path | None = None
+    #: The cluster's id (``kafka-storage format -t``): with it the platform takes the word only of
+    #: the cluster that answers with this id; a process that serves no broker has no log dir's
+    #: ``meta.properties`` to learn it from and needs it for removal (``live.identity``).
+    cluster_id: str | None = None
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -79,6 +83,7 @@ def parse_kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
             "sasl_plain_username",
             "sasl_password_env",
             "ssl_cafile",
+            "cluster_id",
         },
         "kafka",
     )
@@ -112,6 +117,11 @@ def parse_kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
         missing = "kafka.sasl_plain_username" if username is None else "kafka.sasl_password_env"
         raise ConfigError(f"{missing}: required with security_protocol {protocol}")
     cafile = optional_str(section, "ssl_cafile", "kafka.ssl_cafile")
+    cluster_id = optional_str(section, "cluster_id", "kafka.cluster_id")
+    if cluster_id is not None and not re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id):
+        raise ConfigError(
+            f"kafka.cluster_id: {shown(cluster_id)} is not a Kafka cluster id (22 URL-safe base64 characters)"
+        )
     return KafkaConfig(
         bootstrap_servers=servers,
         request_timeout_ms=as_int(section.get("request_timeout_ms", 30_000), "kafka.request_timeout_ms", 1),
@@ -121,4 +131,5 @@ def parse_kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
         sasl_plain_username=username,
         sasl_password_env=password_env,
         ssl_cafile=resolve(cafile) if cafile is not None else None,
+        cluster_id=cluster_id,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,19 @@ def read_log_dir_identity(log_dir: Path) -> LogDirIdentity:
     if not re.fullmatch(r"[0-9]+", node, re.ASCII):
         raise LogDirError(f"log dir {log_dir}: {META_PROPERTIES} names no broker ({key} is {node or 'missing'})")
     return LogDirIdentity(Path(log_dir), int(node), props.get("cluster.id"), props.get("directory.id"))
+
+
+def common_identity(log_dirs: Sequence[Path], what: str = "the log dirs") -> LogDirIdentity:
+    """The one node of one cluster that ``log_dirs`` belong to (each one's ``meta.properties``):
+    a LogDirError naming each when they belong to more than one (``what`` names them), or when
+    one is not a live log dir."""
+    identities = [read_log_dir_identity(d) for d in dict.fromkeys(log_dirs)]
+    if not identities:
+        raise LogDirError(f"{what}: no log dir configured")
+    if len({(i.node_id, i.cluster_id or "") for i in identities}) > 1:
+        which = ", ".join(f"{i.path} (node {i.node_id}, cluster {i.cluster_id})" for i in identities)
+        raise LogDirError(f"{what} belong to more than one broker or cluster ({which})")
+    return identities[0]
 
 
 def encode_meta_properties(node_id: int, cluster_id: str, directory_id: str) -> bytes:

@@ -91,6 +91,7 @@ class ClusterSource:
         self._partitions: dict[TopicPartition, LivePartition] = {}
         self._topics: dict[str, BrokerTopicConfig] = {}
         self._failure: ClusterUnreachableError | None = None
+        self._cluster_id: str | None = None
 
     @property
     def servers(self) -> str:
@@ -108,6 +109,27 @@ class ClusterSource:
         if topic not in self._topics:
             self._round({tp for tp in self._wanted if tp.topic == topic}, topics={topic})
         return self._topics[topic]
+
+    def cluster_id(self) -> str:
+        """The cluster id of the cluster that answers (DescribeCluster), asked once per context: the
+        word of a cluster counts only when this is the log dirs' ``cluster.id`` (``live.identity``).
+        Not answering is ClusterUnreachableError; refusing, or answering no cluster id, a TieringError."""
+        if self._cluster_id is None:
+            admin = self._client()
+            from kafka.errors import BrokerResponseError, KafkaError
+
+            try:
+                described = admin.describe_cluster()
+            except BrokerResponseError as exc:
+                why = one_line(exc)
+                raise TieringError(f"kafka: the cluster at {self.servers} refused DescribeCluster: {why}") from None
+            except (KafkaError, OSError) as exc:
+                raise self._unreachable(exc) from None
+            cluster_id = described.get("cluster_id")
+            if not cluster_id:
+                raise TieringError(f"kafka: the cluster at {self.servers} answered DescribeCluster with no cluster id")
+            self._cluster_id = str(cluster_id)
+        return self._cluster_id
 
     def close(self) -> None:
         admin, self._admin = self._admin, None

@@ -5,7 +5,8 @@ This is the only way the global log start offset moves but by the platform's own
 replica's log start (its ``log-start-offset-checkpoint`` entry, the cluster's log start) is only
 the broker's local log start. The request is checked first: the partition must be tiered and not
 removed, and the offset may not pass the high watermark, as Kafka bounds it (the cluster's live
-high watermark with a ``kafka:`` section, which the cluster checks again; else the broker's
+high watermark with a ``kafka:`` section, which the cluster checks again, taken only from a
+cluster whose cluster id is the log dirs' (``live.identity``); else the broker's
 ``replication-offset-checkpoint``, a lower bound; else the log end offset). Then, holding the
 partition's lease so that no copy run takes the cluster's new log start for a tiering gap in
 between, it is sent to the cluster through the admin API when there is a ``kafka:`` section, and
@@ -65,8 +66,15 @@ class DeleteRecordsResult:
 
 
 def _bound(ctx: TieringContext, view: TierView) -> tuple[int, str, str]:
-    """The offset a DeleteRecords may not pass, what it is, and a note on why that one."""
+    """The offset a DeleteRecords may not pass, what it is, and a note on why that one. The
+    cluster's high watermark counts only from the cluster the log dirs belong to (``live.identity``),
+    which is also the one the DeleteRecords is then sent to."""
     if ctx.cluster is not None:
+        from tiering_core.live.identity import foreign_cluster
+
+        foreign = foreign_cluster(ctx.config, ctx.cluster)
+        if foreign is not None:
+            raise DeleteRecordsRefusedError(f"{view.tip.topic_partition}: {foreign}; nothing applied")
         live = ctx.cluster.partition(view.log.topic_partition).for_directory(view.tip.topic_id)
         if live.offsets is None:
             raise DeleteRecordsRefusedError(live.problem or f"{view.tip.topic_partition}: no offsets from the cluster")

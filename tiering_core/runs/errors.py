@@ -45,5 +45,5 @@ class RemovalRequestRefusedError(TieringError):
 
 class DeleteRecordsRefusedError(TieringError):
     """A DeleteRecords refused before anything was applied (a negative offset or one beyond the high
-    watermark, a partition not tiered or removed, a directory the cluster does not know, the cluster
-    refusing it); retrying does not help."""
+    watermark, a partition not tiered or removed, a directory the cluster does not know, a cluster
+    other than the log dirs', the cluster refusing it); retrying does not help."""

@@ -3,12 +3,14 @@
 
 Kafka deletes a partition only on the controller's word, and so does removal: the topic id must be
 absent from the cluster's metadata. With a ``kafka:`` section the cluster itself is asked
-(Metadata); without one, the KRaft metadata image on the broker's disk (``__cluster_metadata-0``)
-must hold a committed RemoveTopicRecord of it, and belong to the cluster and node of the
-configured log dirs. Nothing on a replica's disk is that word: an empty or unmounted log dir, a
-missing directory, a ``<topic>-<partition>.<uuid>-delete`` directory (Kafka renames so on a
-reassignment and at the end of a log-dir move too) all look like a deletion and are not one. On a
-cluster (``brokers:``) a topic id another broker's fresh observation reports is on the cluster too.
+(Metadata), and its word counts only when its cluster id is the log dirs' (``live.identity``: a
+cluster at a wrong address knows none of the topics); without one, the KRaft metadata image on
+the broker's disk (``__cluster_metadata-0``) must hold a committed RemoveTopicRecord of it, and
+belong to the cluster and node of the configured log dirs. Nothing on a replica's disk is that
+word: an empty or unmounted log dir, a missing directory, a ``<topic>-<partition>.<uuid>-delete``
+directory (Kafka renames so on a reassignment and at the end of a log-dir move too) all look like
+a deletion and are not one. On a cluster (``brokers:``) a topic id another broker's fresh
+observation reports is on the cluster too.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tiering_core.kafka.cluster_metadata import (
     find_metadata_log_dir,
     read_cluster_metadata,
 )
-from tiering_core.kafka.log_dirs import LogDirError, future_topic_ids, read_log_dir_identity
+from tiering_core.kafka.log_dirs import common_identity, future_topic_ids
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.runs.errors import RemovalRefusedError
 
@@ -41,7 +43,8 @@ def broker_topic_ids(ctx: TieringContext, tp: TopicPartition) -> dict[str, str]:
     A directory whose topic id cannot be read refuses the removal: the remote data may be its.
     A process that serves no broker of a cluster (a worker without a broker disk) has no log dir
     to read: every broker's evidence is then its fresh observations (``reported_topic_ids``), and
-    the controller's word is asked all the same.
+    the controller's word is asked all the same (and is none: without a log dir, neither the
+    metadata image nor the cluster's id can be checked, ``live.identity``).
     """
     found: dict[str, str] = {}
     if ctx.config.serves_no_broker:
@@ -120,10 +123,7 @@ def broker_metadata_image(config: PlatformConfig) -> ClusterMetadataImage:
     dir are live Kafka log dirs of one node of one cluster (their ``meta.properties``)."""
     log_dirs = config.require_log_dirs()
     where = find_metadata_log_dir(log_dirs, config.metadata_log_dir, config.metadata_log_dir_key)
-    identities = [read_log_dir_identity(d) for d in dict.fromkeys([*log_dirs, where])]
-    if len({(i.node_id, i.cluster_id or "") for i in identities}) > 1:
-        which = ", ".join(f"{i.path} (node {i.node_id}, cluster {i.cluster_id})" for i in identities)
-        raise LogDirError(f"the log dirs and the metadata log dir belong to more than one broker or cluster ({which})")
+    common_identity([*log_dirs, where], "the log dirs and the metadata log dir")
     return read_cluster_metadata(where)
 
 
@@ -153,9 +153,16 @@ def _image_unproven(image: ClusterMetadataImage, tp: TopicPartition, topic_id: s
 
 
 def _cluster_still_reports(ctx: TieringContext, tp: TopicPartition, topic_ids: Sequence[str]) -> str | None:
-    """With a ``kafka:`` section, the cluster itself must no longer report the topic id."""
+    """With a ``kafka:`` section, the cluster itself must no longer report the topic id; and it
+    must be the cluster the log dirs belong to (``live.identity``): any other cluster does not know
+    the topic either. A process that serves no broker has no log dir to compare with: refused."""
+    from tiering_core.live.identity import foreign_cluster
+
     assert ctx.cluster is not None
     try:
+        foreign = foreign_cluster(ctx.config, ctx.cluster)
+        if foreign is not None:
+            return f"{tp}: no word from the controller that topic id {', '.join(topic_ids)} was deleted: {foreign}"
         live = ctx.cluster.partition(tp)
     except ClusterUnreachableError as exc:
         return f"{tp}: cannot ask the cluster whether it still holds topic id {', '.join(topic_ids)} ({exc})"
