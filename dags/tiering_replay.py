@@ -8,15 +8,17 @@ Trigger it with a config (the UI's "Trigger" form, the REST API or the CLI)::
 Every record of the finished, in-lineage remote segments in the range goes into the target topic
 (which must exist) through transactional producers, exactly once across kills and retries: each
 record carries its source in the ``tiering.source`` header and a rerun resumes after the last one
-the target holds (docs/replay.md). The cluster is the config's ``kafka:`` section, or
-``bootstrap_servers``.
+the target holds (docs/replay.md). The cluster is the config's ``kafka:`` section, or the
+``target`` Param's cluster of ``replay.targets``: a name, never an address, so a cluster's
+credentials go only to its own servers.
 
 Airflow validates the Params before a run is created (a bad topic name, a negative offset, an
-unknown isolation level are refused there). What one Param's JSON schema cannot say (exactly one
-first offset or timestamp, ``confirm`` repeating the target topic, the source partitions the tier
-holds) the first task checks before anything is written; it then splits the source partitions into
-lanes as the copy DAGs do (one task per partition up to ``copy.lanes`` and Airflow's
-``[core] max_map_length``, balanced shares beyond). Each lane's XCom is one result per partition.
+unknown isolation level, a target that is not a name are refused there). What one Param's JSON
+schema cannot say (exactly one first offset or timestamp, ``confirm`` repeating the target topic,
+the target among the config's, the source partitions the tier holds) the first task checks
+before anything is written; it then splits the source partitions into lanes as the copy DAGs do
+(one task per partition up to ``copy.lanes`` and Airflow's ``[core] max_map_length``, balanced
+shares beyond). Each lane's XCom is one result per partition.
 The config does not matter to parsing, so this DAG loads even when the config is broken.
 """
 
@@ -28,7 +30,7 @@ from typing import Any
 from airflow.sdk import Param, task
 
 from tiering_airflow.operators.tiering import TieringReplayOperator
-from tiering_airflow.params import TOPIC_PATTERN, manual_dag, topic_param
+from tiering_airflow.params import TARGET_PATTERN, TOPIC_PATTERN, manual_dag, topic_param
 
 
 def offset_param(title: str, description: str) -> Param:
@@ -46,8 +48,14 @@ def plan_replay(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     from tiering_core.errors import TieringError
     from tiering_core.replay import ReplayRequest
     from tiering_core.replay.source import source_partitions, source_topic_id
+    from tiering_core.replay.target import replay_cluster
 
     assert params is not None
+    if params.get("bootstrap_servers") is not None:
+        raise AirflowFailException(
+            "bootstrap_servers: not taken (a cluster's credentials go only to its own servers): name a target of the "
+            "config's replay.targets in target; nothing replayed"
+        )
     if params.get("confirm") != params.get("target_topic"):
         raise AirflowFailException(
             f"confirm must repeat the target topic {params.get('target_topic')!r} (got {params.get('confirm')!r}); "
@@ -57,12 +65,13 @@ def plan_replay(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     try:
         request = ReplayRequest.from_dict(params)
         config = hook.get_config()
+        replay_cluster(config, params.get("target"))
         with hook.get_conn(config) as ctx:
             topic_id = source_topic_id(ctx, request.topic, request.topic_id)
             tips = source_partitions(ctx, request.topic, topic_id, request.partitions)
     except TieringError as exc:
         raise AirflowFailException(str(exc)) from exc
-    fixed = {**request.to_dict(), "topic_id": topic_id, "bootstrap_servers": params.get("bootstrap_servers")}
+    fixed = {**request.to_dict(), "topic_id": topic_id, "target": params.get("target")}
     lanes = hook.lanes([tip.topic_partition for tip in tips], config)
     return [{**lane, "request": fixed} for lane in lanes]
 
@@ -99,12 +108,12 @@ with manual_dag(
             title="Partitions of the target",
             description="same: the source's partition number; key: where the producer's partitioner puts the key.",
         ),
-        "bootstrap_servers": Param(
+        "target": Param(
             None,
             type=["string", "null"],
-            pattern=r"^[A-Za-z0-9_.:\[\],-]+$",
-            title="Bootstrap servers",
-            description="The cluster written, host:port[,...] (default: the config's kafka: section).",
+            pattern=TARGET_PATTERN,
+            title="Target cluster",
+            description="The cluster written: a name of the config's replay.targets (default: its kafka: section).",
         ),
         "confirm": Param(
             type="string",

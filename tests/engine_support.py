@@ -33,6 +33,8 @@ class TieringEnv:
     remote: dict[str, Any]
     metadata_url: str
     topics: dict[str, Any] = field(default_factory=dict)
+    #: Further top-level sections of the config (``kafka``, ``replay``, ...).
+    sections: dict[str, Any] = field(default_factory=dict)
 
     def write_config(self, **topics: Any) -> PlatformConfig:
         self.topics.update(topics)
@@ -41,6 +43,7 @@ class TieringEnv:
             "metadata": {"url": self.metadata_url, "lease_ms": 30_000},
             "remote": self.remote,
             "topics": {"*": {"retention.ms": -1, "retention.bytes": -1}, **self.topics},
+            **self.sections,
         }
         self.config_path.write_text(yaml.safe_dump(doc))
         return load_config(self.config_path)

@@ -1,5 +1,5 @@
 """What the manual DAGs share (``tiering_delete_partition``, ``tiering_delete_records``,
-``tiering_rewrite``): their DAG's settings and their Params."""
+``tiering_rewrite``, ``tiering_replay``): their DAG's settings and their Params."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
+from tiering_core.config.replay import TARGET_NAME
 from tiering_core.kafka.topic import MAX_TOPIC_NAME_LENGTH
 
 #: How long a failed task waits before its first retry (doubling with each retry, as Airflow's
@@ -20,6 +21,11 @@ RETRY_DELAY = timedelta(seconds=float(os.environ.get("TIERING_RETRY_DELAY_SECOND
 # anchored; Python's jsonschema uses re, whose $ also matches before a final newline, which
 # (?!\n) rules out (a no-op in the UI's JavaScript).
 TOPIC_PATTERN = rf"^(?!\.{{1,2}}$)[a-zA-Z0-9._-]{{1,{MAX_TOPIC_NAME_LENGTH}}}$(?!\n)"
+
+
+# A replay target's name (``replay.targets``) as a JSON-schema pattern, anchored as the topic's is:
+# a name, never an address (the planning task then holds it to the config's names).
+TARGET_PATTERN = rf"^{TARGET_NAME}$(?!\n)"
 
 
 def topic_param(description: str) -> Param:

@@ -1,7 +1,8 @@
-"""The manual replay DAG: Params refused before a run exists, the confirmation and the source
-checked before anything is written, one mapped task per source partition replaying the tier
-(moto's S3 server, SQLite) into a real Kafka topic, its results in XCom and in the metadata store
-for the Tiering page, and a rerun that finds everything there."""
+"""The manual replay DAG: Params refused before a run exists (a target that is not a name), the
+confirmation, the target among the config's and the source checked before anything is written,
+one mapped task per source partition replaying the tier (moto's S3 server, SQLite) into a real
+Kafka topic named as a replay target, its results in XCom and in the metadata store for the
+Tiering page, and a rerun that finds everything there."""
 
 from __future__ import annotations
 
@@ -27,9 +28,12 @@ kafka = real_kafka.kafka
 
 
 @pytest.fixture()
-def replay_dag(tiering: TieringEnv):
+def replay_dag(tiering: TieringEnv, kafka: KafkaCluster):
+    """The DAG, its config naming the test cluster as the replay target ``cluster``."""
     from airflow.dag_processing.dagbag import DagBag
 
+    tiering.sections = {"replay": {"targets": {"cluster": {"bootstrap_servers": kafka.bootstrap_servers}}}}
+    tiering.write_config()
     bag = DagBag(dag_folder=str(DAG_FILE))
     assert bag.import_errors == {}
     return bag.dags["tiering_replay"]
@@ -55,13 +59,13 @@ def tiered(tiering: TieringEnv, s3_endpoint) -> str:
     return topic_id
 
 
-def conf(kafka: KafkaCluster, target: str, **extra: object) -> dict[str, object]:
+def conf(target: str, **extra: object) -> dict[str, object]:
     return {
         "topic": "orders",
         "from_offset": 0,
         "target_topic": target,
         "confirm": target,
-        "bootstrap_servers": kafka.bootstrap_servers,
+        "target": "cluster",
         **extra,
     }
 
@@ -74,7 +78,7 @@ def test_a_replay_maps_a_task_per_partition_and_a_rerun_finds_it_done(
 ) -> None:
     target = f"replayed-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(target, partitions=PARTITIONS, configs={"retention.ms": "-1"})
-    run = replay_dag.test(run_conf=conf(kafka, target))
+    run = replay_dag.test(run_conf=conf(target))
     assert run.state == "success"
     tasks = task_runs(replay_dag.dag_id, run.run_id, "replay")
     assert sorted(tasks) == ["orders-0", "orders-1"]
@@ -89,7 +93,7 @@ def test_a_replay_maps_a_task_per_partition_and_a_rerun_finds_it_done(
         ]
         assert [SourceMark.of(r.headers) for r in got] == [SourceMark(tiered, p, o) for o in range(15)]
 
-    again = replay_dag.test(run_conf=conf(kafka, target))
+    again = replay_dag.test(run_conf=conf(target))
     assert again.state == "success"
     for task in task_runs(replay_dag.dag_id, again.run_id, "replay").values():
         (result,) = task.result
@@ -112,6 +116,9 @@ def test_a_replay_maps_a_task_per_partition_and_a_rerun_finds_it_done(
         ({"from_offset": None}, "exactly one of a first offset and a first timestamp"),
         ({"partitions": [7]}, "has no remote data of partition(s) 7"),
         ({"topic": "payments"}, "topic payments has no remote data"),
+        ({"target": "elsewhere"}, "replay target 'elsewhere': not a name of the config's replay.targets"),
+        ({"target": None}, "a replay needs a cluster to write to"),  # no kafka: section either
+        ({"bootstrap_servers": "127.0.0.1:9092"}, "bootstrap_servers: not taken"),
     ],
 )
 def test_refused_requests_fail_at_once_and_write_nothing(
@@ -125,7 +132,7 @@ def test_refused_requests_fail_at_once_and_write_nothing(
 ) -> None:
     target = f"refused-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(target, partitions=PARTITIONS)
-    run = replay_dag.test(run_conf={**conf(kafka, target), **extra})
+    run = replay_dag.test(run_conf={**conf(target), **extra})
     assert run.state == "failed"
     (plan,) = task_runs(replay_dag.dag_id, run.run_id, "plan_replay").values()
     assert (plan.state, plan.try_number) == ("failed", 1)  # a refusal is not retried
@@ -135,10 +142,18 @@ def test_refused_requests_fail_at_once_and_write_nothing(
 
 @pytest.mark.parametrize(
     "extra",
-    [{"from_offset": -1}, {"target_topic": "bad topic"}, {"isolation": "serializable"}, {"partitioning": "round"}],
+    [
+        {"from_offset": -1},
+        {"target_topic": "bad topic"},
+        {"isolation": "serializable"},
+        {"partitioning": "round"},
+        {"target": "127.0.0.1:9092"},
+        {"target": "kafka.example.com"},
+        {"target": "cluster\n"},
+    ],
 )
 def test_invalid_params_are_rejected_before_a_run_exists(replay_dag, kafka: KafkaCluster, extra: dict) -> None:
     from airflow.exceptions import ParamValidationError
 
     with pytest.raises(ParamValidationError):
-        replay_dag.test(run_conf={**conf(kafka, "t"), **extra})
+        replay_dag.test(run_conf={**conf("t"), **extra})

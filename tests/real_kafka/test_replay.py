@@ -25,6 +25,9 @@ from tiering_core.replay import SOURCE_HEADER, SourceMark
 SEGMENT_BYTES = 8 * 1024
 PARTITIONS = 2
 ROOT = Path(__file__).resolve().parents[2]
+#: The test cluster as the config's replay target (the config has no kafka: section); the
+#: refusals and the killed replays name it by its exact servers instead (--bootstrap-servers).
+TARGET = "cluster"
 
 
 def _produce(cluster: KafkaCluster, topic: str, count: int, *, txn_id: str) -> None:
@@ -75,8 +78,7 @@ def _tiered(cluster: KafkaCluster, platform: BesideKafka, topic: str) -> dict[in
 
 
 def _replay(platform: BesideKafka, *args: str) -> dict:  # type: ignore[type-arg]
-    servers = platform.cluster.bootstrap_servers
-    result = platform.run("replay", "--bootstrap-servers", servers, "--json", *args)
+    result = platform.run("replay", "--target", TARGET, "--json", *args)
     assert result.code == 0, result
     return result.json()  # type: ignore[no-any-return]
 
@@ -104,6 +106,8 @@ def source(kafka: KafkaCluster, beside: Callable[..., BesideKafka], request: pyt
     )
     _produce(kafka, topic, 400, txn_id=f"{topic}-txn")
     platform = beside(kafka)
+    platform.document["replay"] = {"targets": {TARGET: {"bootstrap_servers": kafka.bootstrap_servers}}}
+    platform.write()
     copied = _tiered(kafka, platform, topic)
     return topic, topic_id, platform, copied
 

@@ -77,8 +77,10 @@ def test_a_deleted_topics_undecided_transaction_is_reported_and_the_command_exit
     shutil.rmtree(w.path)  # the topic deleted
     target = f"replay-undecided-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(target, configs={"retention.ms": "-1"})
+    tiering_env.sections = {"replay": {"targets": {"local": {"bootstrap_servers": kafka.bootstrap_servers}}}}
+    tiering_env.write_config()
     argv = ["replay", "--config", str(tiering_env.config_path), "--topic", "orders", "--from-offset", "0"]
-    argv += ["--target-topic", target, "--bootstrap-servers", kafka.bootstrap_servers, "--json"]
+    argv += ["--target-topic", target, "--target", "local", "--json"]
     assert main(argv) == 3
     out, err = capsys.readouterr()
     (partition,) = json.loads(out)["partitions"]

@@ -397,6 +397,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from tiering_core.cli.output import format_replay_summary
+    from tiering_core.context import TieringContext
     from tiering_core.kafka.isolation import IsolationLevel
     from tiering_core.replay import Partitioning, RangeRequest, ReplayRequest, replay
     from tiering_core.replay.target import replay_cluster
@@ -412,8 +413,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         max_request_size=args.max_request_size,
     )
-    with _context(args) as ctx:
-        kafka = replay_cluster(ctx.config.kafka, args.bootstrap_servers)
+    config = _config(args)
+    kafka = replay_cluster(config, args.target, args.bootstrap_servers)  # refused before anything connects
+    with TieringContext.open(config) as ctx:
         result = replay(ctx, request, kafka, events=_events(args), run="tiering replay")
     _emit(args, result.to_dict(), lambda: format_replay_summary(result))
     for failed in result.failed:

@@ -260,11 +260,19 @@ def add_replay_command(sub: Subcommands) -> None:
         dest="partitioning",
         help="same (default): the source's partition number; key: where the producer's partitioner puts the key",
     )
-    p.add_argument(
+    cluster = p.add_mutually_exclusive_group()
+    cluster.add_argument(
+        "--target",
+        default=None,
+        metavar="NAME",
+        help="the cluster written: a target of the config's replay.targets (default: the config's kafka: section)",
+    )
+    cluster.add_argument(
         "--bootstrap-servers",
         default=None,
         metavar="HOST:PORT[,...]",
-        help="the cluster written (default: the config's kafka: section)",
+        help="the cluster written, by the exact servers of the kafka: section or of a replay target "
+        "(any other address is refused: its credentials go only to its own servers)",
     )
     p.add_argument("--concurrency", type=int, default=4, help="source partitions in flight at once (default 4)")
     p.add_argument(

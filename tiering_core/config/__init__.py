@@ -47,6 +47,7 @@ from tiering_core.config.parsing import (
 )
 from tiering_core.config.quotas import parse_quotas
 from tiering_core.config.remote import parse_remote_config
+from tiering_core.config.replay import ReplayConfig, parse_replay_config
 from tiering_core.config.topics import (
     TOPIC_KEYS,
     TopicConfig,
@@ -80,6 +81,7 @@ __all__ = [
     "PlatformConfig",
     "QuotaConfig",
     "RemoteConfig",
+    "ReplayConfig",
     "TopicConfig",
     "broker_id_from_env",
     "check_broker_log_dirs",
@@ -124,6 +126,8 @@ class PlatformConfig:
     copy: CopyConfig = field(default_factory=CopyConfig)
     #: ``quotas:``: every broker's upload and fetch caps (``BrokerConfig.quotas`` overrides them).
     quotas: QuotaConfig = field(default_factory=QuotaConfig)
+    #: ``replay:``: the clusters a replay may write to by name, besides ``kafka:``.
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
 
     @property
     def quota_config(self) -> QuotaConfig:
@@ -274,6 +278,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             "export",
             "copy",
             "quotas",
+            "replay",
         },
         "",
     )
@@ -338,6 +343,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         export=parse_export_config(doc["export"]) if "export" in doc else None,
         copy=parse_copy_config(doc.get("copy")),
         quotas=parse_quotas(doc.get("quotas"), "quotas"),
+        replay=parse_replay_config(doc.get("replay"), resolve),
     )
 
 

@@ -63,15 +63,18 @@ class KafkaConfig:
     #: the cluster that answers with this id; a process that serves no broker has no log dir's
     #: ``meta.properties`` to learn it from and needs it for removal (``live.identity``).
     cluster_id: str | None = None
+    #: The config key of this cluster's section (``kafka`` or ``replay.targets.NAME``), for messages.
+    section: str = "kafka"
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-def parse_kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
-    """The ``kafka:`` section; the SASL password only by the name of its environment variable."""
-    section = require_mapping(raw, "kafka")
+def parse_kafka_config(raw: Any, resolve: Any, where: str = "kafka") -> KafkaConfig:
+    """The ``kafka:`` section, or another cluster's section of the same keys at ``where`` (a
+    replay target); the SASL password only by the name of its environment variable."""
+    section = require_mapping(raw, where)
     check_keys(
         section,
         {
@@ -85,51 +88,52 @@ def parse_kafka_config(raw: Any, resolve: Any) -> KafkaConfig:
             "ssl_cafile",
             "cluster_id",
         },
-        "kafka",
+        where,
     )
     if "bootstrap_servers" not in section:
-        raise ConfigError("kafka.bootstrap_servers: required key is missing")
+        raise ConfigError(f"{where}.bootstrap_servers: required key is missing")
     servers_raw = section["bootstrap_servers"]
     if isinstance(servers_raw, str):
         servers_raw = [s.strip() for s in servers_raw.split(",") if s.strip()]
     if not isinstance(servers_raw, list) or not servers_raw:
-        raise ConfigError(f"kafka.bootstrap_servers: expected host:port or a list of them, got {shown(servers_raw)}")
-    servers = tuple(as_str(s, "kafka.bootstrap_servers[]") for s in servers_raw)
+        raise ConfigError(f"{where}.bootstrap_servers: expected host:port or a list of them, got {shown(servers_raw)}")
+    servers = tuple(as_str(s, f"{where}.bootstrap_servers[]") for s in servers_raw)
     for server in servers:
         if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}", server):
-            raise ConfigError(f"kafka.bootstrap_servers: {shown(server)} is not host:port")
-    protocol = as_str(section.get("security_protocol", "PLAINTEXT"), "kafka.security_protocol").upper()
+            raise ConfigError(f"{where}.bootstrap_servers: {shown(server)} is not host:port")
+    protocol = as_str(section.get("security_protocol", "PLAINTEXT"), f"{where}.security_protocol").upper()
     if protocol not in SECURITY_PROTOCOLS:
-        raise ConfigError(f"kafka.security_protocol: {shown(protocol)} is not one of {', '.join(SECURITY_PROTOCOLS)}")
-    mechanism = optional_str(section, "sasl_mechanism", "kafka.sasl_mechanism")
+        raise ConfigError(f"{where}.security_protocol: {shown(protocol)} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+    mechanism = optional_str(section, "sasl_mechanism", f"{where}.sasl_mechanism")
     if mechanism is not None:
         mechanism = mechanism.upper()
         if mechanism not in SASL_MECHANISMS:
-            raise ConfigError(f"kafka.sasl_mechanism: {shown(mechanism)} is not one of {', '.join(SASL_MECHANISMS)}")
+            raise ConfigError(f"{where}.sasl_mechanism: {shown(mechanism)} is not one of {', '.join(SASL_MECHANISMS)}")
     sasl = protocol.startswith("SASL_")
     if sasl and mechanism is None:
-        raise ConfigError(f"kafka.sasl_mechanism: required with security_protocol {protocol}")
+        raise ConfigError(f"{where}.sasl_mechanism: required with security_protocol {protocol}")
     if not sasl and mechanism is not None:
-        raise ConfigError(f"kafka.sasl_mechanism: set, but security_protocol {protocol} uses no SASL")
-    username = optional_str(section, "sasl_plain_username", "kafka.sasl_plain_username")
-    password_env = optional_str(section, "sasl_password_env", "kafka.sasl_password_env")
+        raise ConfigError(f"{where}.sasl_mechanism: set, but security_protocol {protocol} uses no SASL")
+    username = optional_str(section, "sasl_plain_username", f"{where}.sasl_plain_username")
+    password_env = optional_str(section, "sasl_password_env", f"{where}.sasl_password_env")
     if sasl and (username is None or password_env is None):
-        missing = "kafka.sasl_plain_username" if username is None else "kafka.sasl_password_env"
+        missing = f"{where}.sasl_plain_username" if username is None else f"{where}.sasl_password_env"
         raise ConfigError(f"{missing}: required with security_protocol {protocol}")
-    cafile = optional_str(section, "ssl_cafile", "kafka.ssl_cafile")
-    cluster_id = optional_str(section, "cluster_id", "kafka.cluster_id")
+    cafile = optional_str(section, "ssl_cafile", f"{where}.ssl_cafile")
+    cluster_id = optional_str(section, "cluster_id", f"{where}.cluster_id")
     if cluster_id is not None and not re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id):
         raise ConfigError(
-            f"kafka.cluster_id: {shown(cluster_id)} is not a Kafka cluster id (22 URL-safe base64 characters)"
+            f"{where}.cluster_id: {shown(cluster_id)} is not a Kafka cluster id (22 URL-safe base64 characters)"
         )
     return KafkaConfig(
         bootstrap_servers=servers,
-        request_timeout_ms=as_int(section.get("request_timeout_ms", 30_000), "kafka.request_timeout_ms", 1),
-        client_id=as_str(section.get("client_id", "tiering"), "kafka.client_id"),
+        request_timeout_ms=as_int(section.get("request_timeout_ms", 30_000), f"{where}.request_timeout_ms", 1),
+        client_id=as_str(section.get("client_id", "tiering"), f"{where}.client_id"),
         security_protocol=protocol,
         sasl_mechanism=mechanism,
         sasl_plain_username=username,
         sasl_password_env=password_env,
         ssl_cafile=resolve(cafile) if cafile is not None else None,
         cluster_id=cluster_id,
+        section=where,
     )

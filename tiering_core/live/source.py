@@ -364,7 +364,7 @@ def client_settings(config: KafkaConfig) -> dict[str, Any]:
         password = os.environ.get(config.sasl_password_env)
         if not password:
             raise ClusterUnreachableError(
-                f"kafka.sasl_password_env: the environment variable {config.sasl_password_env} is not set, "
+                f"{config.section}.sasl_password_env: the environment variable {config.sasl_password_env} is not set, "
                 f"so the cluster at {servers} cannot be asked"
             )
         _MASK.add(password)

@@ -14,11 +14,10 @@ seen (docs/replay.md).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,7 @@ from tiering_core.live.source import client_settings, mask_client_logs
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from tiering_core.config import KafkaConfig
+    from tiering_core.config import KafkaConfig, PlatformConfig
     from tiering_core.kafka.topic import TopicIdPartition
     from tiering_core.read.reader import FetchedRecord
 
@@ -45,24 +44,60 @@ _POLL_MS = 200
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
-def replay_cluster(kafka: KafkaConfig | None, bootstrap_servers: str | None = None) -> KafkaConfig:
-    """The cluster a replay writes to: ``bootstrap_servers`` (``host:port[,...]``, with the
-    ``kafka:`` section's security settings if there is one), else the ``kafka:`` section."""
+def replay_cluster(
+    config: PlatformConfig, target: str | None = None, bootstrap_servers: str | None = None
+) -> KafkaConfig:
+    """The cluster a replay writes to, with that cluster's own security settings only: the target
+    named (``--target``, a name of ``replay.targets``), else the ``kafka:`` section.
+
+    ``bootstrap_servers`` (``--bootstrap-servers``, ``host:port[,...]``) must be exactly the servers
+    of one of those and means that cluster: a section's SASL credentials are sent to the servers
+    they were configured for, never to an address given at run time."""
+    from tiering_core.config.parsing import shown
+
+    kafka, targets = config.kafka, config.replay.targets
+    if target is not None and bootstrap_servers is not None:
+        raise TieringError("--target and --bootstrap-servers: give one of them (a target names its servers)")
+    if target is not None:
+        if target not in targets:
+            configured = ", ".join(sorted(targets)) or "none"
+            raise TieringError(
+                f"replay target {shown(target)}: not a name of the config's replay.targets (configured: {configured})"
+            )
+        return targets[target]
+    if bootstrap_servers is not None:
+        return _cluster_at(kafka, targets, bootstrap_servers)
+    if kafka is None:
+        raise TieringError(
+            "a replay needs a cluster to write to: a kafka: section in the config, or a target of replay.targets "
+            "named with --target"
+        )
+    return kafka
+
+
+def _cluster_at(kafka: KafkaConfig | None, targets: Mapping[str, KafkaConfig], bootstrap_servers: str) -> KafkaConfig:
+    """The configured cluster whose servers are exactly ``bootstrap_servers``."""
     from tiering_core.config import parse_kafka_config
 
-    if bootstrap_servers is None:
-        if kafka is None:
-            raise TieringError(
-                "a replay needs a cluster to write to: a kafka: section in the config or bootstrap servers"
-            )
-        return kafka
     try:
         servers = parse_kafka_config({"bootstrap_servers": bootstrap_servers}, Path).bootstrap_servers
     except TieringError as exc:
-        raise TieringError(f"bootstrap servers: {one_line(exc).removeprefix('kafka.bootstrap_servers: ')}") from None
-    if kafka is None:
-        return parse_kafka_config({"bootstrap_servers": list(servers)}, Path)
-    return dataclasses.replace(kafka, bootstrap_servers=servers)
+        reason = one_line(exc).removeprefix("kafka.bootstrap_servers: ")
+        raise TieringError(f"--bootstrap-servers: {reason}") from None
+    clusters = ([kafka] if kafka is not None else []) + list(targets.values())
+    matching = [cluster for cluster in clusters if cluster.bootstrap_servers == servers]
+    if len(matching) == 1:
+        return matching[0]
+    if not matching:
+        raise TieringError(
+            f"--bootstrap-servers: {','.join(servers)} are not the servers of the kafka: section or of a replay "
+            "target, and a cluster's credentials go only to its own servers: name that cluster in replay.targets "
+            "(with its own security settings) and pick it with --target"
+        )
+    raise TieringError(
+        f"--bootstrap-servers: {','.join(servers)} are the servers of {' and '.join(c.section for c in matching)}: "
+        "pick the target with --target, or give neither for the kafka: section"
+    )
 
 
 class Partitioning(enum.Enum):

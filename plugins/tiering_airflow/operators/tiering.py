@@ -455,6 +455,8 @@ class TieringReplayOperator(BaseOperator):
         from tiering_core.runs.lanes import lane_partitions
 
         try:
+            if self.request.get("bootstrap_servers") is not None:  # planned before targets were named
+                raise TieringError("bootstrap_servers: not taken; name a target of the config's replay.targets")
             tps = lane_partitions(self.partitions)
             request = ReplayRequest.from_dict({**self.request, "partitions": [tp.partition for tp in tps]})
         except (ValueError, TypeError, TieringError) as exc:
@@ -462,7 +464,7 @@ class TieringReplayOperator(BaseOperator):
         hook = TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id)
         attempt = task_attempt(context)
         with hook.get_conn() as ctx:
-            kafka = replay_cluster(ctx.config.kafka, self.request.get("bootstrap_servers"))
+            kafka = replay_cluster(ctx.config, self.request.get("target"))
             run = None if attempt is None else attempt.holder("replay")
             result = replay(ctx, request, kafka, events=self.tell, run=run)
         results = [p.to_dict() for p in result.partitions]
