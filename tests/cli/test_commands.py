@@ -140,7 +140,7 @@ def test_an_undecodable_manifest_is_its_segments_error_and_verify_goes_on(
     from tiering_core.runs.segment_ops import segment_ref
     from tiering_core.storage.layout import ObjectKind
 
-    fs_env.remote.update(compression="zstd", chunk_size=4096)  # format 2: fetch reads the manifest too
+    fs_env.remote.update(compression="zstd", chunk_size=8192)  # format 2: fetch reads the manifest too
     fs_env.write_config()
     w = fs_env.writer()
     write_segments(w, 3)

@@ -20,11 +20,11 @@ def parse(tmp_path: Path, **remote: Any) -> Any:
     return parse_remote_config({"backend": "filesystem", "root": "tier", **remote}, lambda p: tmp_path / p)
 
 
-def test_defaults_keep_format_1(tmp_path: Path) -> None:
+def test_defaults_store_plain_chunks(tmp_path: Path) -> None:
     config = parse(tmp_path)
     assert (config.chunk_size, config.compression, config.encryption) == (4 * 1024 * 1024, "none", None)
     storage = create_remote_storage(config)
-    assert not storage.encoding.chunked
+    assert storage.encoding.compression == "none" and not storage.encoding.encrypts
 
 
 def test_an_rsa_key_ring_and_kms_are_read(tmp_path: Path) -> None:
@@ -45,9 +45,9 @@ def test_an_rsa_key_ring_and_kms_are_read(tmp_path: Path) -> None:
 
 
 def test_the_smallest_chunk_size_named_is_accepted(tmp_path: Path) -> None:
-    assert parse(tmp_path, chunk_size=3265).chunk_size == 3265
-    with pytest.raises(ConfigError, match="use at least 3265"):
-        parse(tmp_path, chunk_size=3264)
+    assert parse(tmp_path, chunk_size=5761).chunk_size == 5761
+    with pytest.raises(ConfigError, match="use at least 5761"):
+        parse(tmp_path, chunk_size=5760)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_the_smallest_chunk_size_named_is_accepted(tmp_path: Path) -> None:
         (
             {"chunk_size": 1024},
             r"remote.chunk_size: 1024 is too small: a segment of Kafka's largest segment.bytes \(2147483647\) "
-            r"could need a manifest above the 64.0 MiB readers accept; use at least 3265",
+            r"could need a manifest above the 64.0 MiB readers accept; use at least 5761",
         ),
         ({"encryption": {"key_id": "k"}}, "remote.encryption: key_id and public_key_file go together"),
         ({"encryption": {}}, "remote.encryption: needs kms_key_id"),
@@ -95,4 +95,4 @@ def test_key_files_are_read_when_the_storage_is_built(tmp_path: Path) -> None:
     good = create_remote_storage(
         parse(tmp_path, compression="zstd", encryption={"key_id": "k1", "public_key_file": k1.public.name})
     )
-    assert good.encoding.chunked and good.encoding.keys is not None and good.encoding.keys.encrypts
+    assert good.encoding.encrypts and good.encoding.keys is not None and good.encoding.keys.encrypts

@@ -33,7 +33,7 @@ def test_a_run_rewrites_every_partition_of_the_topic_then_nothing(rewrite_dag, t
     with TieringHook().get_conn() as ctx:
         for w in writers:
             assert run_copy(ctx, w.tp).segments_copied == 2
-    tiering.remote.update(compression="zstd", chunk_size=4096)
+    tiering.remote.update(compression="zstd", chunk_size=8192)
     tiering.write_config()
 
     run = rewrite_dag.test(run_conf={"topic": "orders"})

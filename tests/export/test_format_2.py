@@ -28,7 +28,7 @@ def test_a_rewritten_topic_exports_the_same_rows(fs_env: TieringEnv, tmp_path: P
     key = write_key_pair(tmp_path / "keys", "k1")
     fs_env.remote.update(
         compression="zstd",
-        chunk_size=4096,
+        chunk_size=8192,
         encryption={"key_id": "k1", "public_key_file": str(key.public), "private_key_files": {"k1": str(key.private)}},
     )
     fs_env.write_config()

@@ -18,6 +18,7 @@ from tests.conftest import S3Endpoint
 from tests.engine_support import TieringEnv, tip_of
 from tests.storage.countproxy import CountingProxy
 from tests.storage.keys_support import KeyPair, write_key_pair
+from tests.storage.legacy_support import make_legacy
 from tiering_core.cli import main
 from tiering_core.errors import TieringError
 from tiering_core.kafka.log_writer import PartitionWriter
@@ -31,7 +32,7 @@ from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CHUNKED_FORMAT, CopyRecord
 
-CHUNK = 4096
+CHUNK = 8192
 SUFFIXES = ("log", "index", "timeindex", "txnindex")
 
 
@@ -77,7 +78,8 @@ def chunked(env: TieringEnv, key: KeyPair) -> None:
 
 
 def build_mixed(env: TieringEnv, key: KeyPair) -> PartitionWriter:
-    """Two segments copied in format 1, then three in format 2 (one with an aborted transaction)."""
+    """Two segments copied in format 1 (by a release before digests), then three in format 2
+    (one with an aborted transaction)."""
     w = env.writer("orders", 0, index_interval_bytes=512)
     for _ in range(2):
         w.append_records(60, value_size=200)
@@ -85,6 +87,8 @@ def build_mixed(env: TieringEnv, key: KeyPair) -> PartitionWriter:
     w.set_high_watermark()
     with env.context() as ctx:
         run_copy(ctx, w.tp)
+        for segment in ctx.metadata.list_segments(tip_of(w)):
+            make_legacy(ctx, segment)
     chunked(env, key)
     w.append_records(200, value_size=200)
     w.append([(b"t", b"x")], producer_id=7, transactional=True)
@@ -93,7 +97,7 @@ def build_mixed(env: TieringEnv, key: KeyPair) -> PartitionWriter:
     w.append_records(150, value_size=200)
     w.abort(7)
     w.roll()
-    w.append_records(300, value_size=200)
+    w.append_records(400, value_size=200)
     w.roll()
     w.append_records(4)  # active
     w.set_high_watermark()

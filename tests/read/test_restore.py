@@ -137,7 +137,7 @@ def test_a_damaged_object_fails_the_restore_and_leaves_nothing(fs_env: TieringEn
         data = bytearray(ctx.storage.fetch(segment_ref(segment), ObjectKind.TIME_INDEX))
         data[0] ^= 0x01
         ctx.storage.put_object(key, bytes(data))
-        with pytest.raises(TieringError, match=f"segment {segment.segment_id}: timeindex crc32c"):
+        with pytest.raises(TieringError, match=rf"\({segment.segment_id}\): timeindex chunk 0: crc32c"):
             restore_partition(ctx, w.tp, tmp_path / "r")
     assert list((tmp_path / "r").iterdir()) == []
 

@@ -100,7 +100,10 @@ def remote_state(config: Path) -> dict[str, dict[str, Any]]:
                         s.state,
                         crc,
                         bodies,
-                        normalised_manifest(ctx.storage.fetch(ref, ObjectKind.MANIFEST), str(s.segment_id)),
+                        normalised_manifest(
+                            ctx.storage.get_range(ref.key(ObjectKind.MANIFEST, ctx.storage.prefix), 0, None),
+                            str(s.segment_id),
+                        ),
                     )
                 )
             assert len(ctx.storage.list_objects(tip)) == objects  # nothing but finished segments' objects

@@ -702,7 +702,7 @@ def test_a_manifest_its_readers_would_refuse_is_never_written(
     import tiering_core.storage.remote as remote_storage
     from tiering_core.runs.errors import CopyFailedError
 
-    tiering_env.remote.update(compression="zstd", chunk_size=4096)
+    tiering_env.remote.update(compression="zstd", chunk_size=8192)
     tiering_env.write_config()
     w = tiering_env.writer()
     write_segments(w, 2, records=200)
@@ -713,7 +713,7 @@ def test_a_manifest_its_readers_would_refuse_is_never_written(
             run_copy(ctx, w.tp)
         assert re.search(
             r"segment 0 \(.*\): its manifest would be \d+ bytes, above the 1000 B readers accept: "
-            r"raise remote.chunk_size \(now 4096\)",
+            r"raise remote.chunk_size \(now 8192\)",
             str(failed.value),
         )
         assert ctx.metadata.list_segments(tip_of(w)) == []  # abandoned: none listed, none finished

@@ -42,7 +42,9 @@ def test_a_copy_takes_a_token_for_every_byte_the_endpoint_receives(tmp_path: Pat
 
 
 def test_a_copy_to_the_filesystem_takes_tokens_too(fs_env: TieringEnv) -> None:
-    set_quotas(fs_env, {COPY_KEY: 4 * MiB})
+    # Each segment's objects outweigh the one-second burst: the copy waits however long the
+    # bucket filled before it started (on a busy machine, a while).
+    set_quotas(fs_env, {COPY_KEY: 1 * MiB})
     w = write_partition(fs_env, 3, segment_mb=1)
     with fs_env.context() as ctx:
         bucket = ctx.storage.quotas.copy

@@ -278,7 +278,8 @@ def test_a_flipped_header_bit_in_the_remote_log_is_a_damaged_log_and_nothing_is_
         flip_remote_byte(ctx, seg1, ObjectKind.LOG, MAX_TIMESTAMP_MSB)
         # The damaged header really makes the (correct) stored time index look wrong.
         log_path = fs_env.root / "flipped.log"
-        log_path.write_bytes(ctx.storage.fetch(segment_ref(seg1), ObjectKind.LOG))
+        log_key = segment_ref(seg1).key(ObjectKind.LOG, ctx.storage.prefix)
+        log_path.write_bytes(ctx.storage.get_range(log_key, 0, None))  # stored byte for byte
         from tiering_core.kafka.index_rebuild import rebuild_indexes
 
         assert rebuild_indexes(log_path, seg1.start_offset, index_interval_bytes=INTERVAL).time_index != broker_file(

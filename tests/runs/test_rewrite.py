@@ -37,7 +37,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, KeyPair]:
 
 def encrypt_with(env: TieringEnv, current: KeyPair, *held: KeyPair) -> None:
     env.remote.update(
-        chunk_size=4096,
+        chunk_size=8192,
         compression="zstd",
         encryption={
             "key_id": current.key_id,

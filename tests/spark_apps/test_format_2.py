@@ -29,7 +29,7 @@ def test_parallel_upload_and_verify_on_format_2(tmp_path: Path, spark, s3_endpoi
     key = write_key_pair(tmp_path / "keys", "k1")
     env.remote.update(
         compression="zstd",
-        chunk_size=4096,
+        chunk_size=8192,
         encryption={"key_id": "k1", "public_key_file": str(key.public), "private_key_files": {"k1": str(key.private)}},
     )
     env.write_config()

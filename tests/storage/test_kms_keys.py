@@ -35,7 +35,7 @@ def storage(tmp_path: Path, endpoint: S3Endpoint, encryption: EncryptionConfig) 
         bucket="kms-tier",
         endpoint_url=endpoint.url,
         region="us-east-1",
-        chunk_size=4096,
+        chunk_size=8192,
         compression="zstd",
         encryption=encryption,
     )

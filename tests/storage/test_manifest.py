@@ -115,7 +115,7 @@ def test_the_chunk_index_bound_holds_for_the_widest_values(size: int, chunk_size
     ref = RemoteSegmentRef(TopicIdPartition("MMMMMMMMMMMMMMMMMMMMMM", TopicPartition("m", 0)), 0, uuid.uuid4())
     count = -(-size // chunk_size)
     largest = max_stored_chunk(chunk_size)
-    widest = Chunk((count - 1) * chunk_size, (count - 1) * largest, largest, "ffffffff")
+    widest = Chunk((count - 1) * chunk_size, (count - 1) * largest, largest, "ffffffff", "f" * 64)
 
     def encoded(chunks: tuple[Chunk, ...]) -> int:
         entry = ObjectEntry(ObjectKind.LOG, ref.key(ObjectKind.LOG), size, "00000000", "zstd", 0, chunks)

@@ -4,6 +4,7 @@ reordered chunk is refused by fetch, open_stream and verify, naming the segment 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
@@ -107,8 +108,7 @@ def test_every_combination_round_trips_and_verifies(
     files = segment_files(tmp_path / "logs")
     ref = new_ref()
     manifest = storage.copy_segment(ref, files)
-    chunked = compression != "none" or encrypted
-    assert manifest.format_version == (CHUNKED_FORMAT if chunked else FORMAT_VERSION)
+    assert manifest.format_version == CHUNKED_FORMAT and manifest.tamper_evident  # whatever the config
     assert storage.read_manifest(ref) == manifest
     log = original(files, ObjectKind.LOG)
     assert len(log) > 5 * CHUNK  # several chunks
@@ -120,13 +120,13 @@ def test_every_combination_round_trips_and_verifies(
         with storage.open_stream(ref, kind) as stream:
             assert stream.read() == data
         stored = storage.get_range(entry.key, 0, None)
-        if chunked:
-            assert entry.chunks is not None and len(entry.chunks) == -(-len(data) // CHUNK)
-            assert entry.stored_size == len(stored)
+        assert entry.chunks is not None and len(entry.chunks) == -(-len(data) // CHUNK)
+        assert entry.stored_size == len(stored)
+        if compression != "none" or encrypted:
             if encrypted:
                 assert data[:64] not in stored  # nothing readable without the key
         else:
-            assert stored == data
+            assert stored == data  # stored byte for byte: only the manifest gains digests
     for start, end in [(0, 0), (CHUNK - 1, CHUNK), (3 * CHUNK + 5, 4 * CHUNK + 700), (len(log) - 3, None)]:
         assert storage.fetch(ref, ObjectKind.LOG, start, end) == log[start : None if end is None else end + 1]
     with storage.open_stream(ref, ObjectKind.LOG, 2 * CHUNK + 17) as stream:
@@ -219,9 +219,10 @@ def test_a_tampered_chunk_with_a_forged_checksum_fails_its_tag(
     key = ref.key(ObjectKind.LOG, storage.prefix)
     stored = bytearray(storage.get_range(key, 0, None))
     doc = json.loads(storage.get_range(ref.key(ObjectKind.MANIFEST, storage.prefix), 0, None))
-    _, at, size, _ = doc["objects"]["log"]["chunks"][1]
+    _, at, size, _, _ = doc["objects"]["log"]["chunks"][1]
     stored[at + 30] ^= 0x01
     doc["objects"]["log"]["chunks"][1][3] = crc_hex(crc32c(bytes(stored[at : at + size])))
+    doc["objects"]["log"]["chunks"][1][4] = hashlib.sha256(bytes(stored[at : at + size])).hexdigest()
     rewrite_object(storage, key, bytes(stored))
     rewrite_object(storage, ref.key(ObjectKind.MANIFEST, storage.prefix), json.dumps(doc).encode())
     refused_everywhere(opener, storage, ref, 1, "AES-GCM tag")

@@ -290,6 +290,9 @@ def format_verify_summary(results: list[SegmentVerification], seconds: float | N
     line = f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
     if seconds is not None:
         line += f" in {seconds:.2f} s ({fmt_bytes(size / seconds if seconds > 0 else 0.0)}/s)"
+    legacy = sum(1 for r in results if not r.tamper_evident)
+    if legacy:
+        line += f"; {legacy} not tamper-evident (copied before manifest digests: tiering rewrite makes them so)"
     return line
 
 
@@ -627,7 +630,8 @@ def format_verification(result: SegmentVerification) -> str:
     head = (
         f"{result.topic}-{result.partition}: segment {result.start_offset}..{result.end_offset} ({result.segment_id})"
     )
-    return f"{head}: ok" if result.ok else f"{head}: " + "; ".join(result.problems)
+    legacy = "" if result.tamper_evident else " (not tamper-evident: tiering rewrite makes it so)"
+    return f"{head}: ok{legacy}" if result.ok else f"{head}: " + "; ".join(result.problems) + legacy
 
 
 def format_export_totals(results: list[ExportResult], seconds: float) -> str:

@@ -43,6 +43,10 @@ class SegmentVerification:
     end_offset: int
     size_bytes: int
     problems: list[str] = field(default_factory=list)
+    #: Whether the metadata store holds the digest of its manifest (copied with digests): a
+    #: segment copied before reads as it did, but nothing proves its bytes are the ones copied
+    #: until ``tiering rewrite`` copies it again.
+    tamper_evident: bool = True
 
     @property
     def ok(self) -> bool:
@@ -58,6 +62,7 @@ class SegmentVerification:
             "size_bytes": self.size_bytes,
             "ok": self.ok,
             "problems": list(self.problems),
+            "tamper_evident": self.tamper_evident,
         }
 
 

@@ -2,8 +2,9 @@
 
 docs/architecture.md invariant 2: a COPY_SEGMENT_FINISHED segment's objects exist and match their manifest's
 sizes and checksums. Each object is streamed once (``RemoteStorage.verify_segment``); the
-manifest is also compared with the checksums the metadata recorded when the copy finished, so
-a manifest rewritten behind the platform's back is caught too. Nothing is changed but the
+manifest is also compared with the digest and checksums the metadata recorded when the copy
+finished, so a manifest rewritten behind the platform's back is caught too, and a segment copied
+before digests were recorded is named as not tamper-evident. Nothing is changed but the
 partition's counters (each segment checked is a remote fetch, each damaged one a scrub failure).
 
 One driver, ``run_verify``, for the command and the Spark app: it lists the finished segments on
@@ -57,6 +58,7 @@ def verify_segment(storage: RemoteStorage, segment: RemoteLogSegmentMetadata) ->
     """One segment's objects against its manifest, and the manifest against the metadata.
     Touches only storage, so it runs anywhere (e.g. a Spark executor)."""
     result = verification_of(segment)
+    result.tamper_evident = CopyRecord.of_segment(segment).tamper_evident
     ref = segment_ref(segment)
     result.problems.extend(storage.verify_segment(ref))
     if result.problems:

@@ -79,7 +79,7 @@ def run_rewrite(
             manifest = ctx.storage.read_manifest(segment_ref(segment))
             if manifest is None:
                 raise TieringError(f"{tp}: segment {segment.segment_id} has no manifest (run tiering verify)")
-            if ctx.storage.encoding.stores_like(manifest):
+            if CopyRecord.of_segment(segment).tamper_evident and ctx.storage.encoding.stores_like(manifest):
                 result.segments_current += 1
                 continue
             result.stored_bytes_before += sum(e.stored_size or e.size for e in manifest.objects.values())

@@ -24,10 +24,19 @@ log = logging.getLogger(__name__)
 
 def segment_ref(segment: RemoteLogSegmentMetadata) -> RemoteSegmentRef:
     """The object-key identity of a segment: partition, base (start) offset, attempt UUID; with the
-    manifest format its copy recorded, when the segment was listed with its custom metadata."""
+    manifest format and digest its copy recorded, when the segment was listed with its custom
+    metadata (what every reader needs: the digest is what the manifest is checked against)."""
     meta = segment.custom_metadata
-    version = None if meta is None else CopyRecord.decode(meta).format_version
-    return RemoteSegmentRef(segment.topic_id_partition, segment.start_offset, segment.segment_id, version)
+    if meta is None:
+        return RemoteSegmentRef(segment.topic_id_partition, segment.start_offset, segment.segment_id, None)
+    record = CopyRecord.decode(meta)
+    return RemoteSegmentRef(
+        segment.topic_id_partition,
+        segment.start_offset,
+        segment.segment_id,
+        record.format_version,
+        record.manifest_sha256,
+    )
 
 
 def delete_remote_segment(

@@ -4,7 +4,9 @@ optionally sealed with AES-256-GCM under the segment's data key.
 A chunk's additional authenticated data names its segment, its object kind, its index and the
 object's chunk count, so a chunk moved to another place, another object or another segment, or
 an object cut short, fails its tag. Every chunk also carries the CRC-32C of its stored bytes in
-the manifest, which catches damage before any decryption. Decoding is bounded: a chunk's stored
+the manifest, which catches damage before any decryption, and the SHA-256 of them, which catches
+forgery: the manifest's own digest is in the metadata store, so a chunk nobody with the store's
+word wrote is refused, encrypted or not. Decoding is bounded: a chunk's stored
 size is checked against the manifest before it is read, and decompression stops one byte past
 the chunk's original length.
 """
@@ -16,7 +18,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import zstandard
 from cryptography.exceptions import InvalidTag
@@ -27,7 +29,7 @@ from tiering_core.kafka.batch import HEADER_SIZE, parse_header
 from tiering_core.storage.checksum import crc32c, crc_hex
 from tiering_core.storage.errors import InvalidRangeError, RemoteStorageError
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.storage.manifest import Chunk, ObjectEntry
+from tiering_core.storage.manifest import Chunk, ObjectEntry, sha256_hex
 
 NONCE_SIZE = 12
 TAG_SIZE = 16
@@ -87,6 +89,24 @@ def _open(source: Path | bytes) -> BinaryIO:
     return io.BytesIO(source) if isinstance(source, bytes) else Path(source).open("rb")
 
 
+def index_plain_object(source: Path, *, kind: ObjectKind, key: str, chunk_size: int) -> ObjectEntry:
+    """The entry of ``source`` stored as it is (no compression, no encryption: each stored chunk
+    is its original bytes), computed by one read of the file; the file itself is then uploaded,
+    and the upload's size and CRC-32C must equal the entry's (the source did not change)."""
+    sink = cast(BinaryIO, _Discard())
+    return encode_object(source, sink, kind=kind, key=key, chunk_size=chunk_size, compress=False, sealer=None)
+
+
+class _Discard(io.RawIOBase):
+    """A sink that keeps nothing: the index pass of a plain object writes no copy of it."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        return len(data)
+
+
 def encode_object(
     source: Path | bytes,
     out: BinaryIO,
@@ -113,7 +133,9 @@ def encode_object(
             payload = compressor.compress(original) if compressor is not None else original
             stored = sealer.seal(kind, index, count, payload) if sealer is not None else payload
             out.write(stored)
-            chunks.append(Chunk(index * chunk_size, stored_offset, len(stored), crc_hex(crc32c(stored))))
+            chunks.append(
+                Chunk(index * chunk_size, stored_offset, len(stored), crc_hex(crc32c(stored)), sha256_hex(stored))
+            )
             stored_offset += len(stored)
         if stream.read(1):
             raise RemoteStorageError(f"{key}: the source changed while it was encoded")
@@ -151,6 +173,8 @@ class ChunkedObject:
             raise ChunkError(f"{self.where(index)}: {len(stored)} stored bytes, manifest says {chunk.stored_size}")
         if crc_hex(crc32c(stored)) != chunk.crc32c:
             raise ChunkError(f"{self.where(index)}: crc32c {crc_hex(crc32c(stored))} != manifest {chunk.crc32c}")
+        if chunk.sha256 is not None and sha256_hex(stored) != chunk.sha256:
+            raise ChunkError(f"{self.where(index)}: its SHA-256 is not the manifest's (replaced or forged)")
         payload = stored
         if self.sealer is not None:
             try:
@@ -180,7 +204,7 @@ class ChunkedObject:
         size = self.entry.size
         if start >= size and not (start == 0 and size == 0):
             raise InvalidRangeError(
-                f"{self.where(start // self.chunk_size)}: range start {start} is beyond {size} bytes"
+                f"{self.where(start // self.chunk_size)}: range start {start} is beyond the object's {size} bytes"
             )
         if size == 0:
             return b""

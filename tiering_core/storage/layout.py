@@ -77,8 +77,11 @@ class RemoteSegmentRef:
     segment_id: uuid.UUID
     #: The manifest format the segment's metadata recorded (no part of its identity): 1 reads its
     #: objects byte for byte at once; None (unknown) or 2 reads the manifest first. A ref made
-    #: from its parts alone reads format 1; ``segment_ref(segment)`` carries what copy recorded.
-    format_version: int | None = field(default=1, compare=False)
+    #: from its parts alone is of unknown format; ``segment_ref(segment)`` carries what copy recorded.
+    format_version: int | None = field(default=None, compare=False)
+    #: The SHA-256 of the manifest the metadata store recorded at copy (no part of its identity):
+    #: given, every read goes through that manifest and refuses any other (docs/segment-format.md).
+    manifest_sha256: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         partition_prefix(self.topic_id_partition)  # hostile names fail here, before any I/O

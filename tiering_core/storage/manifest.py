@@ -4,12 +4,18 @@ Format 1 stores each object byte for byte. Format 2 (docs/segment-format.md) sto
 as chunks, each optionally zstd-compressed and AES-256-GCM-encrypted; its manifest adds the chunk
 size, each object's compression and chunk index, and the segment's wrapped data key. An entry's
 ``size`` and ``crc32c`` are always those of the original bytes, which every reader gets back.
+
+Every copy made now is format 2 with a SHA-256 for each stored chunk, and the metadata store
+records the SHA-256 of the manifest itself (``CopyRecord``): the store vouches for the manifest,
+the manifest for every chunk, so nothing the bucket alone says is served (docs/segment-format.md,
+"Integrity").
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
 import uuid
@@ -41,8 +47,10 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 #: Kafka's largest ``segment.bytes`` (Integer.MAX_VALUE): no segment's log is larger.
 MAX_SEGMENT_BYTES = 2**31 - 1
 #: What ``to_json`` lays around one chunk's values: the chunk's brackets and each value on
-#: indented lines of their own, the commas between.
-_CHUNK_LAYOUT = 68
+#: indented lines of their own, the commas between (five values: the SHA-256 is the fifth).
+_CHUNK_LAYOUT = 80
+#: A SHA-256 as the manifest and the metadata store write it: 64 lower-case hex digits.
+SHA256_HEX = 64
 #: The closing line of a non-empty chunk list.
 _CHUNKS_CLOSE = 7
 
@@ -62,18 +70,25 @@ def max_chunk_index_bytes(size: int, chunk_size: int) -> int:
     largest = max_stored_chunk(chunk_size)
     last = count - 1  # the offsets grow chunk by chunk: the last chunk's are the widest
     digits = len(str(last * chunk_size)) + len(str(last * largest)) + len(str(largest)) + len('"00000000"')
-    return count * (_CHUNK_LAYOUT + digits) + _CHUNKS_CLOSE
+    return count * (_CHUNK_LAYOUT + digits + SHA256_HEX + 2) + _CHUNKS_CLOSE
+
+
+def sha256_hex(data: bytes) -> str:
+    """The SHA-256 of ``data`` in the form manifests and the metadata store record."""
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
 class Chunk:
     """One stored chunk of a format-2 object: where its original bytes start, where its stored
-    bytes lie in the object, and the CRC-32C of those stored bytes."""
+    bytes lie in the object, and the CRC-32C and SHA-256 of those stored bytes (the SHA-256 is
+    absent from chunks copied before it was written: CRC-32C catches damage, not forgery)."""
 
     original_offset: int
     stored_offset: int
     stored_size: int
     crc32c: str
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,11 @@ class ObjectEntry:
     def chunk_length(self, index: int, chunk_size: int) -> int:
         """The original length of chunk ``index``."""
         return min(chunk_size, self.size - index * chunk_size)
+
+    @property
+    def digested(self) -> bool:
+        """Whether every stored chunk carries its SHA-256."""
+        return self.chunks is not None and all(c.sha256 is not None for c in self.chunks)
 
 
 @dataclass(frozen=True)
@@ -145,6 +165,17 @@ class SegmentManifest:
     @property
     def chunked(self) -> bool:
         return self.format_version == CHUNKED_FORMAT
+
+    @property
+    def tamper_evident(self) -> bool:
+        """Whether every stored byte is covered by a SHA-256 this manifest holds (format 2, a
+        digest per chunk): with the manifest's own digest in the metadata store, a forgery of
+        any object is caught before a byte of it is served."""
+        return self.chunked and all(e.digested for e in self.objects.values())
+
+    def digest(self) -> str:
+        """The SHA-256 of the manifest as ``to_json`` writes it: what the metadata store records."""
+        return sha256_hex(self.to_json())
 
     def ref(self) -> RemoteSegmentRef:
         """The segment this manifest describes (fields were validated when parsed)."""
@@ -245,6 +276,7 @@ class SegmentManifest:
 
 
 _CRC = re.compile(r"[0-9a-f]{8}")  # with fullmatch: "$" would accept a trailing newline
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 F = TypeVar("F")
 T = TypeVar("T")
 
@@ -261,7 +293,10 @@ def _entry_doc(entry: ObjectEntry) -> dict[str, Any]:
     if entry.chunks is not None:
         doc["compression"] = entry.compression
         doc["stored_size"] = entry.stored_size
-        doc["chunks"] = [[c.original_offset, c.stored_offset, c.stored_size, c.crc32c] for c in entry.chunks]
+        doc["chunks"] = [
+            [c.original_offset, c.stored_offset, c.stored_size, c.crc32c] + ([] if c.sha256 is None else [c.sha256])
+            for c in entry.chunks
+        ]
     return doc
 
 
@@ -306,13 +341,14 @@ def _chunked_entry(entry: ObjectEntry, raw: dict[str, Any], chunk_size: int, *, 
     for index, item in enumerate(raw_chunks):
         if (
             not isinstance(item, list)
-            or len(item) != 4
+            or len(item) not in (4, 5)
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in item[:3])
             or not isinstance(item[3], str)
             or not _CRC.fullmatch(item[3])
+            or (len(item) == 5 and not (isinstance(item[4], str) and _SHA256.fullmatch(item[4])))
         ):
             raise ManifestError(f"manifest entry {name!r}: chunk {index} is malformed")
-        chunk = Chunk(item[0], item[1], item[2], item[3])
+        chunk = Chunk(item[0], item[1], item[2], item[3], item[4] if len(item) == 5 else None)
         length = entry.chunk_length(index, chunk_size)
         smallest = 28 if encrypted else 1
         if (
@@ -331,11 +367,14 @@ def _chunked_entry(entry: ObjectEntry, raw: dict[str, Any], chunk_size: int, *, 
 @dataclass(frozen=True)
 class CopyRecord:
     """What copy records of a segment's objects in its metadata (KIP-405's custom metadata):
-    each object's key, size and CRC-32C, as the manifest lists them.
+    each object's key, size and CRC-32C, as the manifest lists them, and the manifest's own
+    SHA-256 with its format, the log's compression and the id of the key that wraps its data key.
 
-    Copy and the index repair write it (``to_custom_metadata``); every reader (the remote
+    Copy, rewrite and the index repair write it (``to_custom_metadata``); every reader (the remote
     reader, restore, verify, rebuild, status) decodes it with ``of_segment``, which keeps only
-    well-typed values: a record written by an older version, or none at all, reads as empty.
+    well-typed values: a record written by an older version, or none at all, reads as empty. The
+    manifest digest is what makes the metadata store the root of trust: a reader given it refuses
+    any manifest but the one the copy wrote.
     """
 
     objects: dict[str, str] = field(default_factory=dict)
@@ -344,15 +383,25 @@ class CopyRecord:
     #: The manifest's format (recorded for format 2 only), so readers of a format-1 segment
     #: need not read its manifest first.
     format_version: int = FORMAT_VERSION
+    #: The SHA-256 of ``manifest.json`` as written (None: copied before digests were recorded).
+    manifest_sha256: str | None = None
+    #: The log object's compression (``none`` or ``zstd``) and the wrapping key's id (None:
+    #: not encrypted), for reports: the digest already binds the manifest that says them.
+    compression: str | None = None
+    key_id: str | None = None
 
     @classmethod
     def of_manifest(cls, manifest: SegmentManifest) -> CopyRecord:
         entries = manifest.objects.items()
+        log_entry = manifest.objects.get(ObjectKind.LOG)
         return cls(
             objects={kind.value: entry.key for kind, entry in entries},
             sizes={kind.value: entry.size for kind, entry in entries},
             crc32c={kind.value: entry.crc32c for kind, entry in entries},
             format_version=manifest.format_version,
+            manifest_sha256=manifest.digest(),
+            compression=None if log_entry is None else log_entry.compression,
+            key_id=None if manifest.encryption is None else manifest.encryption.key_id,
         )
 
     @classmethod
@@ -365,12 +414,20 @@ class CopyRecord:
                 return {}
             return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, kind)}
 
+        def text(name: str) -> str | None:
+            value = meta.get(name)
+            return value if isinstance(value, str) else None
+
         version = meta.get("format_version", FORMAT_VERSION)
+        digest = text("manifest_sha256")
         return cls(
             objects=typed("objects", str),
             sizes=typed("sizes", int),
             crc32c=typed("crc32c", str),
             format_version=version if isinstance(version, int) and not isinstance(version, bool) else FORMAT_VERSION,
+            manifest_sha256=digest if digest is not None and _SHA256.fullmatch(digest) else None,
+            compression=text("compression"),
+            key_id=text("key_id"),
         )
 
     @classmethod
@@ -387,7 +444,18 @@ class CopyRecord:
         meta: dict[str, Any] = {"objects": dict(self.objects), "sizes": dict(self.sizes), "crc32c": dict(self.crc32c)}
         if self.format_version != FORMAT_VERSION:
             meta["format_version"] = self.format_version
+        if self.manifest_sha256 is not None:
+            meta["manifest_sha256"] = self.manifest_sha256
+        if self.compression is not None:
+            meta["compression"] = self.compression
+        if self.key_id is not None:
+            meta["key_id"] = self.key_id
         return meta
+
+    @property
+    def tamper_evident(self) -> bool:
+        """Whether the store vouches for this segment's manifest (a copy made with digests)."""
+        return self.manifest_sha256 is not None
 
     def size(self, kind: ObjectKind) -> int | None:
         return self.sizes.get(kind.value)

@@ -5,9 +5,12 @@ verification and idempotent deletes are implemented once here, over the object p
 ``objects.ObjectStore`` that each backend provides.
 
 This is the one seam every reader goes through, so the chunked format 2 lives here too
-(docs/segment-format.md): ``copy_segment`` writes new copies in the configured encoding, and
-``fetch``, ``open_stream`` and ``verify_segment`` read either format, handing out the original
-bytes (a format-2 read fetches only the chunks it needs, by ranged GETs).
+(docs/segment-format.md): ``copy_segment`` writes every new copy as format 2 in the configured
+encoding, a SHA-256 for each stored chunk, and ``fetch``, ``open_stream`` and ``verify_segment``
+read either format, handing out the original bytes (a format-2 read fetches only the chunks it
+needs, by ranged GETs). A ref that carries the manifest digest the metadata store recorded is
+read only through the manifest with that digest, each chunk checked against it before a byte
+of it is handed out.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from typing import BinaryIO, Generic, TypeVar
 from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.storage.checksum import crc32c, crc_hex
-from tiering_core.storage.chunks import ChunkedObject, ChunkError, ChunkSealer, encode_object, log_is_compressed
+from tiering_core.storage.chunks import (
+    ChunkedObject,
+    ChunkError,
+    ChunkSealer,
+    encode_object,
+    index_plain_object,
+    log_is_compressed,
+)
 from tiering_core.storage.config import DEFAULT_CHUNK_SIZE
 from tiering_core.storage.errors import (
     InvalidRangeError,
@@ -49,6 +59,7 @@ from tiering_core.storage.manifest import (
     ObjectEntry,
     SegmentManifest,
     WrappedKey,
+    sha256_hex,
 )
 from tiering_core.storage.objects import IncompleteUpload, ObjectStore, Progress, RemoteObject
 from tiering_core.storage.quota import throttled
@@ -68,24 +79,25 @@ MANIFEST_CACHE_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True)
 class SegmentEncoding:
-    """How new copies are stored: format 1 byte for byte, or format 2's chunks when compression
-    or encryption is asked for (``remote.chunk_size``, ``remote.compression``, ``remote.encryption``)."""
+    """How new copies are stored: format 2's chunks of ``remote.chunk_size``, compressed and
+    encrypted as ``remote.compression`` and ``remote.encryption`` ask (neither: each stored
+    chunk is its original bytes, so the stored ``.log`` is the broker's file byte for byte)."""
 
     chunk_size: int = DEFAULT_CHUNK_SIZE
     compression: str = "none"
     keys: KeyRing | None = None
 
     @property
-    def chunked(self) -> bool:
-        return self.compression != "none" or (self.keys is not None and self.keys.encrypts)
+    def encrypts(self) -> bool:
+        return self.keys is not None and self.keys.encrypts
 
     def stores_like(self, manifest: SegmentManifest) -> bool:
         """Whether a copy made now would store the segment as ``manifest`` says it is stored (its
-        format, chunk size, compression and wrapping key): a rewrite leaves such a segment be.
-        Under ``auto`` any compression of the log is current, as the batches decided it."""
-        if not self.chunked or not manifest.chunked:
-            return self.chunked == manifest.chunked
-        encrypts = self.keys is not None and self.keys.encrypts
+        format, digests, chunk size, compression and wrapping key): a rewrite leaves such a segment
+        be. Under ``auto`` any compression of the log is current, as the batches decided it."""
+        if not manifest.tamper_evident:
+            return False
+        encrypts = self.encrypts
         if manifest.chunk_size != self.chunk_size or encrypts != (manifest.encryption is not None):
             return False
         if (
@@ -153,7 +165,9 @@ class RemoteStorage(ObjectStore):
     def __init__(self, prefix: str = "") -> None:
         super().__init__(prefix)
         self.encoding = SegmentEncoding()
-        self._manifests: RecentCache[RemoteSegmentRef, SegmentManifest] = RecentCache(
+        #: Each manifest with the SHA-256 of the bytes it was read from, so a ref carrying the
+        #: store's digest is never answered by a manifest read for a ref without one.
+        self._manifests: RecentCache[RemoteSegmentRef, tuple[SegmentManifest, str]] = RecentCache(
             LAYOUT_CACHE, MANIFEST_CACHE_BYTES
         )
         self._data_keys: RecentCache[tuple[RemoteSegmentRef, WrappedKey], bytes] = RecentCache(LAYOUT_CACHE)
@@ -180,20 +194,9 @@ class RemoteStorage(ObjectStore):
         if self.object_size(manifest_key) is not None:
             self.delete_keys([manifest_key])  # first, and alone: no manifest outlives its objects
             self.delete_keys([ref.key(kind, self.prefix) for kind in UPLOAD_ORDER if kind not in files])
-        entries: dict[ObjectKind, ObjectEntry] = {}
         uploaded: list[str] = [manifest_key]
         try:
-            if self.encoding.chunked:
-                manifest = self._copy_chunked(ref, files, progress, uploaded)
-            else:
-                for kind in UPLOAD_ORDER:
-                    if kind not in files:
-                        continue
-                    key = ref.key(kind, self.prefix)
-                    uploaded.append(key)
-                    size, crc = self._put_segment_object(key, files[kind], progress)
-                    entries[kind] = ObjectEntry(kind, key, size, crc_hex(crc))
-                manifest = SegmentManifest.for_ref(ref, entries, int(time.time() * 1000))
+            manifest = self._copy_chunked(ref, files, progress, uploaded)
             document = manifest.to_json()
             if len(document) > MAX_MANIFEST_BYTES:  # a finished segment nobody could read
                 raise RemoteStorageError(
@@ -222,7 +225,8 @@ class RemoteStorage(ObjectStore):
         progress: Progress | None,
         uploaded: list[str],
     ) -> SegmentManifest:
-        """Every object of the segment as format-2 chunks under a fresh data key; the manifest."""
+        """Every object of the segment as format-2 chunks (under a fresh data key when encrypted),
+        each with its SHA-256; the manifest."""
         encoding = self.encoding
         sealer = wrapped = None
         if encoding.keys is not None and encoding.keys.encrypts:
@@ -241,6 +245,14 @@ class RemoteStorage(ObjectStore):
                 key = ref.key(kind, self.prefix)
                 uploaded.append(key)
                 size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
+                plain = sealer is None and not (compress_log if kind is ObjectKind.LOG else compress)
+                if plain and not isinstance(source, bytes):  # stored as it is: index it, send the file
+                    entry = index_plain_object(Path(source), kind=kind, key=key, chunk_size=encoding.chunk_size)
+                    put_size, put_crc = self._put_segment_object(key, source, progress)
+                    if (put_size, crc_hex(put_crc)) != (entry.size, entry.crc32c):
+                        raise RemoteStorageError(f"{ref}: {kind.value} changed while it was copied")
+                    entries[kind] = entry
+                    continue
                 encode = partial(
                     encode_object,
                     kind=kind,
@@ -268,13 +280,20 @@ class RemoteStorage(ObjectStore):
 
     def _chunked(self, ref: RemoteSegmentRef, kind: ObjectKind) -> ChunkedObject | None:
         """The format-2 object of ``kind``, or None for a format-1 segment (read byte for byte).
-        A format-2 segment without that object reads as a missing object."""
-        if ref.format_version == FORMAT_VERSION:
+        A format-2 segment without that object reads as a missing object. A ref with the store's
+        manifest digest always reads through that manifest (what the store says wins over what
+        the bucket says: a manifest "downgraded" to format 1 is refused, not obeyed)."""
+        if ref.format_version == FORMAT_VERSION and ref.manifest_sha256 is None:
             return None
-        manifest = self._manifests.get(ref)
+        manifest = self._cached_manifest(ref)
         if manifest is None:
             manifest = self.read_manifest(ref)  # which caches it
             if manifest is None:
+                if ref.manifest_sha256 is not None or ref.format_version is not None:
+                    raise RemoteObjectNotFoundError(
+                        f"{self.describe(ref.key(ObjectKind.MANIFEST, self.prefix))}: the manifest of a "
+                        f"format-{ref.format_version or 2} segment is missing"
+                    )
                 return None
         if not manifest.chunked or manifest.chunk_size is None:
             return None
@@ -312,8 +331,12 @@ class RemoteStorage(ObjectStore):
                 data = b""
             self.quotas.take_fetch(len(data))
             if len(data) != last - first + 1:
-                cut = next(i for i, c in enumerate(obj.chunks) if c.stored_offset + c.stored_size > first + len(data))
-                raise ChunkError(f"{obj.where(cut)}: the stored object is cut short (truncated)")
+                end = first + len(data)
+                cut = next(i for i, c in enumerate(obj.chunks) if c.stored_offset + c.stored_size > end)
+                raise ChunkError(
+                    f"{obj.where(cut)}: the stored object is cut short (truncated): {end} bytes where its chunks "
+                    f"need {obj.entry.stored_size}"
+                )
             return data
 
         return get
@@ -344,10 +367,19 @@ class RemoteStorage(ObjectStore):
             return chunked.stream(self._chunk_getter(chunked, key), start)
         return throttled(self.open_object(key, start), self.quotas.fetch)
 
+    def _cached_manifest(self, ref: RemoteSegmentRef) -> SegmentManifest | None:
+        """The manifest read before for ``ref``, if it was read from bytes of the digest ``ref``
+        carries (any, for a ref without one)."""
+        held = self._manifests.get(ref)
+        if held is None or ref.manifest_sha256 not in (None, held[1]):
+            return None
+        return held[0]
+
     def read_manifest(self, ref: RemoteSegmentRef) -> SegmentManifest | None:
-        """The segment's manifest, None if it has none; one too large, undecodable, or that
-        describes another segment or keys other than this segment's, is a ManifestError naming
-        the manifest's key (its segment's base offset and id)."""
+        """The segment's manifest, None if it has none; one too large, undecodable, not the one
+        whose SHA-256 the metadata store recorded (``ref.manifest_sha256``), or that describes
+        another segment or keys other than this segment's, is a ManifestError naming the
+        manifest's key (its segment's base offset and id)."""
         key = ref.key(ObjectKind.MANIFEST, self.prefix)
         try:
             data = self.get_range(key, 0, MAX_MANIFEST_BYTES)
@@ -355,6 +387,12 @@ class RemoteStorage(ObjectStore):
             return None
         if len(data) > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{self.describe(key)}: manifest is larger than {MAX_MANIFEST_BYTES} bytes")
+        digest = sha256_hex(data)
+        if ref.manifest_sha256 is not None and digest != ref.manifest_sha256:
+            raise ManifestError(
+                f"{self.describe(key)}: manifest SHA-256 {digest} is not {ref.manifest_sha256}, the one the "
+                "metadata store recorded at copy: replaced or forged, nothing of the segment is served"
+            )
         try:
             manifest = SegmentManifest.from_json(data)
         except ManifestError as exc:
@@ -364,7 +402,7 @@ class RemoteStorage(ObjectStore):
         for kind, entry in manifest.objects.items():
             if entry.key != ref.key(kind, self.prefix):
                 raise ManifestError(f"{self.describe(key)}: manifest lists {entry.key!r} for {kind.value}")
-        self._manifests.put(ref, manifest, len(data))  # the reads that follow need not fetch it again
+        self._manifests.put(ref, (manifest, digest), len(data))  # the reads that follow need not fetch it again
         return manifest
 
     def verify_segment(self, ref: RemoteSegmentRef) -> list[str]:

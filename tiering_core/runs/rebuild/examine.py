@@ -24,6 +24,7 @@ from tiering_core.kafka.producer_snapshot import open_transactions, parse_produc
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
+from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.errors import ManifestError, RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 from tiering_core.storage.manifest import CopyRecord
@@ -91,6 +92,33 @@ def _stored(storage: RemoteStorage, ref: RemoteSegmentRef, kind: ObjectKind) -> 
     return storage.fetch(ref, kind)
 
 
+def _damaged(segment: RemoteLogSegmentMetadata, kind: ObjectKind, exc: ChunkError) -> DamagedSegmentError:
+    """A chunk that fails its checks: the object is not what was copied (nothing is repaired from it)."""
+    return DamagedSegmentError(
+        f"damaged {kind.value}: segment {segment.segment_id} [{segment.start_offset}..{segment.end_offset}]: {exc} "
+        "(not the bytes whose CRC-32C and SHA-256 were recorded at copy time)"
+    )
+
+
+def _stored_index(
+    storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: ObjectKind
+) -> tuple[bytes | None, str | None]:
+    """A stored index, or why it cannot be used: a damaged chunk makes it one to rebuild (the
+    ``.log`` it is rebuilt from was proven intact first)."""
+    try:
+        return _stored(storage, segment_ref(segment), kind), None
+    except ChunkError as exc:
+        return None, str(exc)
+
+
+def _stored_checked(storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: ObjectKind) -> bytes | None:
+    """An object a repair or a rebuild relies on, a damaged chunk a ``DamagedSegmentError``."""
+    try:
+        return _stored(storage, segment_ref(segment), kind)
+    except ChunkError as exc:
+        raise _damaged(segment, kind, exc) from exc
+
+
 def recorded_object(segment: RemoteLogSegmentMetadata, kind: ObjectKind) -> tuple[int | None, str | None]:
     """Size and CRC-32C (hex) of one object as the metadata recorded them when the copy finished."""
     record = CopyRecord.of_segment(segment)
@@ -151,11 +179,14 @@ def _download_log(storage: RemoteStorage, recorded: RecordedObjects, target: Pat
     time, and every batch passing its own CRC. Returns its size."""
     segment = recorded.segment
     size = value = 0
-    with storage.open_stream(segment_ref(segment), ObjectKind.LOG) as source, target.open("wb") as sink:
-        while chunk := source.read(DOWNLOAD_CHUNK):
-            value = crc32c(chunk, value)
-            size += len(chunk)
-            sink.write(chunk)
+    try:
+        with storage.open_stream(segment_ref(segment), ObjectKind.LOG) as source, target.open("wb") as sink:
+            while chunk := source.read(DOWNLOAD_CHUNK):
+                value = crc32c(chunk, value)
+                size += len(chunk)
+                sink.write(chunk)
+    except ChunkError as exc:
+        raise _damaged(segment, ObjectKind.LOG, exc) from exc
     recorded.check(ObjectKind.LOG, size, value)
     try:
         verify_log_crc(target)
@@ -174,7 +205,7 @@ def _producer_state_at_base(storage: RemoteStorage, task: RemoteIndexTask) -> di
     if previous is None:
         return {}
     ref = segment_ref(previous)
-    snapshot = _stored(storage, ref, ObjectKind.PRODUCER_SNAPSHOT)
+    snapshot = _stored_checked(storage, previous, ObjectKind.PRODUCER_SNAPSHOT)
     if snapshot is None:
         log.warning(
             "%s: producer snapshot of %s is missing; assuming no open transactions", segment_ref(task.segment), ref
@@ -193,7 +224,7 @@ def _carried_objects(storage: RemoteStorage, recorded: RecordedObjects) -> dict[
     ref = segment_ref(recorded.segment)
     carried = {}
     for kind in CARRIED_KINDS:
-        data = _stored(storage, ref, kind)
+        data = _stored_checked(storage, recorded.segment, kind)
         if data is None:
             raise RemoteStorageError(f"{ref}: its {kind.value} object is missing too; not repairable from the log")
         carried[kind] = recorded.check_bytes(kind, data)
@@ -233,9 +264,12 @@ def examine_remote_segment(
                 is_active=False,
                 open_txn_first_offsets=ongoing,
             )
-            stored = {kind: _stored(storage, ref, kind) for kind in INDEX_KINDS}
+            read = {kind: _stored_index(storage, segment, kind) for kind in INDEX_KINDS}
+            stored = {kind: data for kind, (data, _) in read.items()}
             findings = tuple(
                 judge_index(kind, stored[kind], _rebuilt_bytes(rebuilt, kind), log_path, segment.start_offset)
+                if read[kind][1] is None
+                else IndexFinding(kind, IndexStatus.DIFFERED, None, len(_rebuilt_bytes(rebuilt, kind)), read[kind][1])
                 for kind in INDEX_KINDS
             )
             if any(f.status != IndexStatus.OK for f in findings):
