@@ -11,6 +11,7 @@ def test_bench_segment_format_quick_prints_ratios() -> None:
         "stored_bytes/original_uncompressed_json",
         "stored_bytes/original_lz4_batches",
         "copy_throughput_zstd_encrypted/plain",
+        "copy_throughput_with_digests/without",
         "fetch_one_record_chunks_read/1",
     ):
         assert re.search(rf"^RATIO {re.escape(name)} = \d+\.\d+ ", out, re.MULTILINE), out

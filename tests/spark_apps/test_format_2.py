@@ -61,3 +61,51 @@ def test_parallel_upload_and_verify_on_format_2(tmp_path: Path, spark, s3_endpoi
     assert code == 1
     assert re.search(rf"{victim.segment_id}\): log: .*log chunk 1: crc32c", out), out
     assert "6 finished segment(s)" in out and "1 with problems" in out
+
+
+def test_the_spark_export_refuses_a_forged_segment_and_commits_nothing(
+    tmp_path: Path, spark, s3_endpoint, capsys
+) -> None:
+    """A segment whose data key someone wrapped again with the public key (every chunk passing its
+    GCM tag) is refused on the executor that reads it, naming the segment; the driver commits the
+    other segments and no row of it (docs/segment-format.md, "Integrity")."""
+    from spark_apps.export_table import main
+    from tests.spark_apps.test_export_table import with_export
+    from tests.storage.forgery_support import rewrap_with_public_key
+    from tiering_core.config import load_config
+    from tiering_core.export import load_catalog
+
+    env = s3_env(tmp_path, s3_endpoint)
+    key = write_key_pair(tmp_path / "keys", "k1")
+    env.remote.update(
+        compression="zstd",
+        chunk_size=8192,
+        encryption={"key_id": "k1", "public_key_file": str(key.public), "private_key_files": {"k1": str(key.private)}},
+    )
+    env.write_config()
+    with_export(env, tmp_path)
+    w = env.writer("orders", 0)
+    write_segments(w, 3, records=120)
+    w.set_high_watermark()
+    other = env.writer("forged", 0, seed="forged")  # the same shape: the same offsets, other values
+    write_segments(other, 3, records=120)
+    with env.context() as ctx:
+        from tiering_core.runs.copy import run_copy
+
+        run_copy(ctx, w.tp)
+        victim = min(
+            (s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED), key=lambda s: s.start_offset
+        )
+        base = other.segment_bases()[0]
+        forged = {
+            kind: (other.path / f"{base:020d}.{suffix}").read_bytes()
+            for kind, suffix in ((ObjectKind.LOG, "log"), (ObjectKind.OFFSET_INDEX, "index"))
+        }
+        rewrap_with_public_key(key.public, "k1")(ctx.storage, segment_ref(victim), forged)
+
+    code = main(["--config", str(env.config_path), "--topic", "orders"], spark=spark)
+    out, err = capsys.readouterr()
+    assert code != 0 and str(victim.segment_id) in out + err, (out, err)
+    table = load_catalog(load_config(env.config_path)).load_table(("kafka", "orders"))
+    exported = sorted(table.scan().to_arrow().column("offset").to_pylist())
+    assert exported == list(range(victim.end_offset + 1, 360))  # the other segments, nothing of the forged one

@@ -160,7 +160,8 @@ def test_verify_detects_tampering(storage: RemoteStorage) -> None:
     storage.delete_keys([ref.key(ObjectKind.LOG, PREFIX)])
     assert storage.verify_segment(ref) == [
         f"log: object {ref.key(ObjectKind.LOG, PREFIX)} is missing",
-        f"index: {ref}: index chunk 0: crc32c {crc_hex(crc32c(b'87654321'))} != manifest {crc_hex(crc32c(b'12345678'))}",
+        f"index: {ref}: index chunk 0: crc32c {crc_hex(crc32c(b'87654321'))} "
+        f"!= manifest {crc_hex(crc32c(b'12345678'))}",
         "timeindex: stored size 3 != manifest 2",
     ]
 

@@ -23,7 +23,7 @@ from tiering_core.storage.errors import ManifestError, RemoteObjectNotFoundError
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.keys import DataKeyError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
-from tiering_core.storage.manifest import CHUNKED_FORMAT, FORMAT_VERSION, SegmentManifest
+from tiering_core.storage.manifest import CHUNKED_FORMAT, SegmentManifest
 from tiering_core.storage.remote import RemoteStorage
 from tiering_core.storage.s3 import S3RemoteStorage
 

@@ -60,7 +60,8 @@ from tiering_core.kafka import arrow
 from tiering_core.kafka.arrow import GroupBounds
 from tiering_core.kafka.records import read_batch_data
 from tiering_core.runs.segment_ops import segment_ref
-from tiering_core.storage.errors import RemoteObjectNotFoundError
+from tiering_core.storage.chunks import ChunkError
+from tiering_core.storage.errors import ManifestError, RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
 
 if TYPE_CHECKING:
@@ -336,7 +337,8 @@ def write_segment_files(
     """The segment's records at its isolation level written as Parquet data files under the
     attempt's directory (one day each), their URLs returned.
 
-    A corrupt batch, a missing log object or a record Arrow cannot hold is a
+    A corrupt batch, a missing log object, a manifest or chunk that fails its digests (the segment
+    is not what was copied) or a record Arrow cannot hold is a
     ``SegmentExportError`` naming the segment and the offset; the files written so far for the
     segment are deleted first."""
     fs, root = attempt.filesystem()
@@ -354,7 +356,7 @@ def write_segment_files(
             if batch.num_rows:
                 next_offset = int(batch.column("offset")[-1].as_py()) + 1
         files.close()
-    except (CorruptLogError, RemoteObjectNotFoundError, pa.ArrowInvalid) as exc:
+    except (CorruptLogError, RemoteObjectNotFoundError, ManifestError, ChunkError, pa.ArrowInvalid) as exc:
         files.abandon()
         raise SegmentExportError(segment, next_offset, str(exc)) from exc
     except BaseException:

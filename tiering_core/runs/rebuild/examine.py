@@ -241,7 +241,6 @@ def examine_remote_segment(
     would carry over) are reported in the check's ``error``: nothing is repaired from them.
     """
     segment = task.segment
-    ref = segment_ref(segment)
     tp = segment.topic_id_partition.topic_partition
     started = time.monotonic()
     check = IndexCheck(
