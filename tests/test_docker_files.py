@@ -221,6 +221,87 @@ def test_no_secret_is_on_a_command_line() -> None:
     assert "REDIS_PASSWORD" in compose["services"]["redis"]["environment"]
 
 
+# --- PostgreSQL: each database its own role, the superuser for the postgres service alone -------
+
+INITDB = DOCKER / "postgres" / "initdb"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """What docker/postgres/initdb makes: each role with the variable its password is read from, and
+    each database with its owner."""
+
+    passwords: dict[str, str]
+    owners: dict[str, str]
+    text: str
+
+
+def initdb_roles() -> Roles:
+    (script,) = INITDB.iterdir()
+    text = script.read_text()
+    assert script.suffix == ".sh", script  # the official image sources it, docker/debian's likewise
+    psql_variables = dict(re.findall(r"^\\getenv (\w+) (\w+)$", text, re.MULTILINE))
+    passwords = {
+        role: psql_variables[variable]
+        for role, variable in re.findall(r"^CREATE ROLE (\w+) LOGIN PASSWORD :'(\w+)';$", text, re.MULTILINE)
+    }
+    owners = dict(re.findall(r"^CREATE DATABASE (\w+) OWNER (\w+);$", text, re.MULTILINE))
+    assert len(passwords) == len(re.findall(r"CREATE ROLE", text)), text  # no other attribute on any role
+    assert len(owners) == len(re.findall(r"CREATE DATABASE", text)), text
+    return Roles(passwords, owners, text)
+
+
+def database_urls() -> dict[str, tuple[str, str]]:
+    """Every PostgreSQL URL the stack connects with, by who connects, each without its password and
+    with the env file's variable the password comes from: the compose file's, and tiering.yaml's
+    metadata store in each service that sets the variable its ``metadata.password_env`` names."""
+    services = compose()["services"]
+    found = {}
+    for name, service in services.items():
+        for key, value in (service.get("environment") or {}).items():
+            if "postgresql" in str(value):
+                (variable,) = REQUIRED.findall(str(value))
+                found[f"{name}: {key}"] = (REQUIRED.sub("", str(value)).removeprefix("db+"), variable)
+    metadata = yaml.safe_load((DOCKER / "tiering.yaml").read_text())["metadata"]
+    for name, service in services.items():
+        value = (service.get("environment") or {}).get(metadata["password_env"])
+        if value is not None and name != "postgres":
+            (variable,) = REQUIRED.findall(str(value))
+            found[f"{name}: tiering.yaml's metadata.url"] = (metadata["url"], variable)
+    return found
+
+
+def test_each_database_has_a_role_of_its_own_and_no_service_connects_as_the_superuser() -> None:
+    """Airflow's database and the metadata store each belong to a login role of
+    their own (no superuser, none of them allowed to connect to another's database), with a password
+    from the env file; every URL of the stack names the owner of its database, with that owner's
+    password; PostgreSQL's superuser password is in the postgres service alone."""
+    roles = initdb_roles()
+    assert set(roles.owners) == {"airflow", "tiering"}
+    assert set(roles.owners.values()) == set(roles.passwords)  # each role owns a database
+    assert len(set(roles.owners.values())) == len(roles.owners)  # ... and only one
+    (revoked,) = re.findall(r"^REVOKE ALL ON DATABASE ([\w, ]+) FROM PUBLIC;$", roles.text, re.MULTILINE)
+    assert set(revoked.split(", ")) == set(roles.owners)
+    for variable in roles.passwords.values():  # the script stops when one is missing
+        assert f': "${{{variable}:?{variable} is not set}}"' in roles.text, variable
+    services = compose()["services"]
+    postgres = services["postgres"]["environment"]
+    assert "POSTGRES_USER" not in postgres  # the superuser is postgres, none of the roles
+    assert set(postgres) == {"POSTGRES_PASSWORD", *roles.passwords.values()}
+    for variable in postgres:
+        assert postgres[variable] == f"${{{variable}:?write docker/tiering.env}}", variable
+    assert {name for name, s in services.items() if "POSTGRES_PASSWORD" in variables_of(s)} == {"postgres"}
+
+    urls = database_urls()
+    assert "airflow-worker: tiering.yaml's metadata.url" in urls and "airflow-init: tiering.yaml's metadata.url" in urls
+    for where, (text, variable) in urls.items():
+        url = make_url(text)
+        assert url.host == "postgres" and url.database in roles.owners, where
+        owner = roles.owners[url.database]
+        assert url.username == owner and variable == roles.passwords[owner], where
+    assert {make_url(text).database for text, _ in urls.values()} == set(roles.owners)
+
+
 # --- the stack runs: what Airflow 3's own compose file has --------------------------------------
 
 #: The Airflow settings every component must share: the JWT secret task tokens are signed and

@@ -22,6 +22,8 @@ COMPOSE_FILES = (DOCKER_DIR / "docker-compose.yml", DOCKER_DIR / "debian" / "doc
 #: The env file's keys, README's recipe; the values are made fresh for each stack.
 ENV_KEYS = (
     "POSTGRES_PASSWORD",
+    "AIRFLOW_DB_PASSWORD",
+    "TIERING_METADATA_PASSWORD",
     "REDIS_PASSWORD",
     "MINIO_ROOT_USER",
     "MINIO_ROOT_PASSWORD",
