@@ -272,12 +272,12 @@ def database_urls() -> dict[str, tuple[str, str]]:
 
 
 def test_each_database_has_a_role_of_its_own_and_no_service_connects_as_the_superuser() -> None:
-    """Airflow's database and the metadata store each belong to a login role of
+    """Airflow's database, Celery's results and the metadata store each belong to a login role of
     their own (no superuser, none of them allowed to connect to another's database), with a password
     from the env file; every URL of the stack names the owner of its database, with that owner's
     password; PostgreSQL's superuser password is in the postgres service alone."""
     roles = initdb_roles()
-    assert set(roles.owners) == {"airflow", "tiering"}
+    assert set(roles.owners) == {"airflow", "celery_results", "tiering"}
     assert set(roles.owners.values()) == set(roles.passwords)  # each role owns a database
     assert len(set(roles.owners.values())) == len(roles.owners)  # ... and only one
     (revoked,) = re.findall(r"^REVOKE ALL ON DATABASE ([\w, ]+) FROM PUBLIC;$", roles.text, re.MULTILINE)
@@ -304,10 +304,28 @@ def test_each_database_has_a_role_of_its_own_and_no_service_connects_as_the_supe
 
 # --- the stack runs: what Airflow 3's own compose file has --------------------------------------
 
-#: The Airflow settings every component must share: the JWT secret task tokens are signed and
-#: checked with (each component would otherwise make its own and the API server reject the workers'
-#: tokens), the API's session key, and the Fernet key of the connections stored in the database.
-SHARED_SECRETS = ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY", "AIRFLOW__CORE__FERNET_KEY")
+
+def airflow_secret_holders(services: dict[str, Any]) -> dict[str, set[str]]:
+    """Airflow's settings that hold a secret, each with the components that use it, by what Airflow
+    3 has them do. Airflow's database, and the Fernet key of the connections, variables and
+    triggers' arguments stored in it: every component but the Celery workers, whose tasks reach it
+    only through the Task Execution API. The JWT secret: the scheduler, whose executor signs each
+    task's token, and the API server, which checks and renews them (the dag-processor and the
+    triggerer call that API in-process, where no token is checked; a worker only presents the
+    token it is given). ``[api] secret_key``: the API server, which signs its requests for task
+    logs with it, and the log servers that check them, the Celery workers' and the triggerer's.
+    Celery's broker and result backend: the scheduler and the workers."""
+    workers = set(celery_workers(services))
+    on_the_database = airflow_services(services) - workers
+    return {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": on_the_database,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": on_the_database,
+        "AIRFLOW__CORE__FERNET_KEY": on_the_database,
+        "AIRFLOW__API_AUTH__JWT_SECRET": {"airflow-api-server", "airflow-scheduler"},
+        "AIRFLOW__API__SECRET_KEY": {"airflow-api-server", "airflow-triggerer", *workers},
+        "AIRFLOW__CELERY__BROKER_URL": {"airflow-scheduler", *workers},
+        "AIRFLOW__CELERY__RESULT_BACKEND": {"airflow-scheduler", *workers},
+    }
 
 
 def test_every_airflow_service_reaches_the_execution_api_on_the_api_server() -> None:
@@ -321,15 +339,23 @@ def test_every_airflow_service_reaches_the_execution_api_on_the_api_server() -> 
         assert (url.scheme, url.hostname, url.port, url.path) == ("http", api_server, int(port), "/execution/"), name
 
 
-def test_every_airflow_service_gets_the_same_jwt_secret_from_the_env_file() -> None:
+def test_each_airflow_secret_reaches_exactly_the_components_that_use_it_all_with_one_value() -> None:
+    """The JWT secret where tokens are signed and checked, the log servers' key where log requests are
+    signed and checked, Airflow's database where it is used: no component more, and the same value
+    from the env file everywhere (a component left without it would make its own, and its tokens or
+    log requests be refused)."""
     services = compose()["services"]
     names = airflow_services(services)
-    assert {"airflow-init", "airflow-api-server", "airflow-scheduler", *celery_workers(services)} <= names
-    for key in SHARED_SECRETS:
-        values = {services[name]["environment"].get(key) for name in names}
+    assert {"airflow-init", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= names
+    assert {"airflow-triggerer", *celery_workers(services)} <= names
+    for key, holders in airflow_secret_holders(services).items():
+        assert {name for name, s in services.items() if key in (s.get("environment") or {})} == holders, key
+        values = {services[name]["environment"][key] for name in holders}
         assert len(values) == 1, (key, values)
         (value,) = values
-        assert value is not None and REQUIRED.fullmatch(value), (key, value)  # no default, no value in the file
+        assert REQUIRED.search(value), (key, value)  # no default, no value in the file
+        if key.endswith(("_SECRET", "_KEY")):
+            assert REQUIRED.fullmatch(value), (key, value)
 
 
 @pytest.fixture(scope="session")
