@@ -438,15 +438,90 @@ def test_the_platform_s3_credentials_are_its_own_and_only_the_workers_hold_them(
     assert {login.group(1), password.group(1)}.isdisjoint(variables_of(services["minio"]))
 
 
-def test_the_spark_services_get_no_secret() -> None:
-    """The Spark master and worker run the platform's image but none of its secrets: the driver (on
-    the default queue's worker) holds them."""
+def spark_services(services: dict[str, Any]) -> dict[str, Any]:
+    return {name: s for name, s in services.items() if "spark-class" in command_of(s)}
+
+
+def test_the_spark_services_get_only_spark_s_secret() -> None:
+    """The Spark master and worker run the platform's image but hold none of its secrets (the driver,
+    on the default queue's worker, holds them): only the secret Spark's processes authenticate each
+    other with."""
     services = compose()["services"]
-    spark = {name: s for name, s in services.items() if "spark-class" in command_of(s)}
+    spark = spark_services(services)
     assert set(spark) == {"spark-master", "spark-worker"}
     for name, service in spark.items():
-        assert variables_of(service) == set(), name
+        assert variables_of(service) == {"SPARK_AUTH_SECRET"}, name
+        assert service["environment"]["SPARK_AUTH_SECRET"] == "${SPARK_AUTH_SECRET:?write docker/tiering.env}"
         assert not [m for m in mounts(service) if "metrics-token" in m.source], name
+
+
+@pytest.mark.usefixtures("airflow_for_parsing")
+def test_spark_s_secret_and_master_reach_only_the_workers_whose_tasks_submit_spark_jobs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The workers consuming the queues of the Spark DAGs' spark-submit tasks, found by parsing
+    dags/ with the stack's config, are the only Airflow services with Spark's secret and the
+    ``spark_default`` connection to the standalone master."""
+    from tests.dags.test_tiering_dags import dagbag
+    from tiering_airflow.operators.spark import TieringSparkSubmitOperator
+
+    monkeypatch.setenv("TIERING_CONFIG", str(DOCKER / "tiering.yaml"))
+    monkeypatch.setenv("TIERING_METADATA_PASSWORD", "from-the-env-file")
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    bag = dagbag()
+    assert bag.import_errors == {}
+    queues = {t.queue for dag in bag.dags.values() for t in dag.tasks if isinstance(t, TieringSparkSubmitOperator)}
+    assert queues
+    services = compose()["services"]
+    submitting = {name for name, worker in celery_workers(services).items() if queues_of(worker) & queues}
+    assert submitting == {"airflow-worker"}
+    holders = {name for name, s in services.items() if "SPARK_AUTH_SECRET" in variables_of(s)}
+    assert holders == set(spark_services(services)) | submitting
+    connection = {name for name, s in services.items() if "AIRFLOW_CONN_SPARK_DEFAULT" in (s.get("environment") or {})}
+    assert connection == submitting
+    assert {services[name]["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"] for name in connection} == {
+        "spark://spark-master:7077"
+    }
+
+
+def run_entry_point(tmp_path: Path, secret: str | None) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The image's entry point (as its ENTRYPOINT runs it) with ``secret`` as SPARK_AUTH_SECRET and a
+    command that prints its arguments and environment."""
+    conf_dir = tmp_path / "spark-conf"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SPARK_CONF_DIR": str(conf_dir)}
+    if secret is not None:
+        env["SPARK_AUTH_SECRET"] = secret
+    command = ["sh", str(DOCKER / "entrypoint.sh"), "sh", "-c", 'echo "$0 $1"; env', "first", "second"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc, conf_dir / "spark-defaults.conf"
+
+
+def test_the_image_entry_point_gives_spark_its_secret_in_a_file_only_the_user_reads(tmp_path: Path) -> None:
+    """With SPARK_AUTH_SECRET, the entry point writes spark-defaults.conf (mode 0600) switching on
+    Spark's authentication with that secret and its network encryption, then runs the command
+    without the variable; without it, it writes nothing. The image runs it as its ENTRYPOINT, with
+    SPARK_CONF_DIR in the home of its user, and the build context holds it."""
+    secret = "0123456789abcdef" * 4
+    proc, conf = run_entry_point(tmp_path, secret)
+    assert proc.stdout.splitlines()[0] == "first second"  # the command, its arguments as given
+    assert "SPARK_AUTH_SECRET" not in proc.stdout and secret not in proc.stdout
+    assert conf.stat().st_mode & 0o777 == 0o600
+    properties = dict(line.split(" ", 1) for line in conf.read_text().splitlines())
+    assert properties == {
+        "spark.authenticate": "true",
+        "spark.authenticate.secret": secret,
+        "spark.network.crypto.enabled": "true",
+    }
+    proc, conf = run_entry_point(tmp_path / "none", None)
+    assert proc.stdout.splitlines()[0] == "first second" and not conf.exists()
+
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert "COPY docker/entrypoint.sh /usr/local/bin/tiering-entrypoint\n" in dockerfile
+    (entrypoint,) = re.findall(r"^ENTRYPOINT (.*)$", dockerfile, re.MULTILINE)
+    assert json.loads(entrypoint) == ["/bin/sh", "/usr/local/bin/tiering-entrypoint"]
+    assert re.search(r"^\s+SPARK_CONF_DIR=/opt/airflow/spark-conf$", dockerfile, re.MULTILINE)  # the user's home
+    assert not dockerignored("docker/entrypoint.sh")
 
 
 def test_docker_compose_reads_the_stack_and_the_debian_override(tmp_path: Path) -> None:
