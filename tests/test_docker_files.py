@@ -221,12 +221,111 @@ def test_no_secret_is_on_a_command_line() -> None:
     assert "REDIS_PASSWORD" in compose["services"]["redis"]["environment"]
 
 
+# --- PostgreSQL: each database its own role, the superuser for the postgres service alone -------
+
+INITDB = DOCKER / "postgres" / "initdb"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """What docker/postgres/initdb makes: each role with the variable its password is read from, and
+    each database with its owner."""
+
+    passwords: dict[str, str]
+    owners: dict[str, str]
+    text: str
+
+
+def initdb_roles() -> Roles:
+    (script,) = INITDB.iterdir()
+    text = script.read_text()
+    assert script.suffix == ".sh", script  # the official image sources it, docker/debian's likewise
+    psql_variables = dict(re.findall(r"^\\getenv (\w+) (\w+)$", text, re.MULTILINE))
+    passwords = {
+        role: psql_variables[variable]
+        for role, variable in re.findall(r"^CREATE ROLE (\w+) LOGIN PASSWORD :'(\w+)';$", text, re.MULTILINE)
+    }
+    owners = dict(re.findall(r"^CREATE DATABASE (\w+) OWNER (\w+);$", text, re.MULTILINE))
+    assert len(passwords) == len(re.findall(r"CREATE ROLE", text)), text  # no other attribute on any role
+    assert len(owners) == len(re.findall(r"CREATE DATABASE", text)), text
+    return Roles(passwords, owners, text)
+
+
+def database_urls() -> dict[str, tuple[str, str]]:
+    """Every PostgreSQL URL the stack connects with, by who connects, each without its password and
+    with the env file's variable the password comes from: the compose file's, and tiering.yaml's
+    metadata store in each service that sets the variable its ``metadata.password_env`` names."""
+    services = compose()["services"]
+    found = {}
+    for name, service in services.items():
+        for key, value in (service.get("environment") or {}).items():
+            if "postgresql" in str(value):
+                (variable,) = REQUIRED.findall(str(value))
+                found[f"{name}: {key}"] = (REQUIRED.sub("", str(value)).removeprefix("db+"), variable)
+    metadata = yaml.safe_load((DOCKER / "tiering.yaml").read_text())["metadata"]
+    for name, service in services.items():
+        value = (service.get("environment") or {}).get(metadata["password_env"])
+        if value is not None and name != "postgres":
+            (variable,) = REQUIRED.findall(str(value))
+            found[f"{name}: tiering.yaml's metadata.url"] = (metadata["url"], variable)
+    return found
+
+
+def test_each_database_has_a_role_of_its_own_and_no_service_connects_as_the_superuser() -> None:
+    """Airflow's database, Celery's results and the metadata store each belong to a login role of
+    their own (no superuser, none of them allowed to connect to another's database), with a password
+    from the env file; every URL of the stack names the owner of its database, with that owner's
+    password; PostgreSQL's superuser password is in the postgres service alone."""
+    roles = initdb_roles()
+    assert set(roles.owners) == {"airflow", "celery_results", "tiering"}
+    assert set(roles.owners.values()) == set(roles.passwords)  # each role owns a database
+    assert len(set(roles.owners.values())) == len(roles.owners)  # ... and only one
+    (revoked,) = re.findall(r"^REVOKE ALL ON DATABASE ([\w, ]+) FROM PUBLIC;$", roles.text, re.MULTILINE)
+    assert set(revoked.split(", ")) == set(roles.owners)
+    for variable in roles.passwords.values():  # the script stops when one is missing
+        assert f': "${{{variable}:?{variable} is not set}}"' in roles.text, variable
+    services = compose()["services"]
+    postgres = services["postgres"]["environment"]
+    assert "POSTGRES_USER" not in postgres  # the superuser is postgres, none of the roles
+    assert set(postgres) == {"POSTGRES_PASSWORD", *roles.passwords.values()}
+    for variable in postgres:
+        assert postgres[variable] == f"${{{variable}:?write docker/tiering.env}}", variable
+    assert {name for name, s in services.items() if "POSTGRES_PASSWORD" in variables_of(s)} == {"postgres"}
+
+    urls = database_urls()
+    assert "airflow-worker: tiering.yaml's metadata.url" in urls and "airflow-init: tiering.yaml's metadata.url" in urls
+    for where, (text, variable) in urls.items():
+        url = make_url(text)
+        assert url.host == "postgres" and url.database in roles.owners, where
+        owner = roles.owners[url.database]
+        assert url.username == owner and variable == roles.passwords[owner], where
+    assert {make_url(text).database for text, _ in urls.values()} == set(roles.owners)
+
+
 # --- the stack runs: what Airflow 3's own compose file has --------------------------------------
 
-#: The Airflow settings every component must share: the JWT secret task tokens are signed and
-#: checked with (each component would otherwise make its own and the API server reject the workers'
-#: tokens), the API's session key, and the Fernet key of the connections stored in the database.
-SHARED_SECRETS = ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY", "AIRFLOW__CORE__FERNET_KEY")
+
+def airflow_secret_holders(services: dict[str, Any]) -> dict[str, set[str]]:
+    """Airflow's settings that hold a secret, each with the components that use it, by what Airflow
+    3 has them do. Airflow's database, and the Fernet key of the connections, variables and
+    triggers' arguments stored in it: every component but the Celery workers, whose tasks reach it
+    only through the Task Execution API. The JWT secret: the scheduler, whose executor signs each
+    task's token, and the API server, which checks and renews them (the dag-processor and the
+    triggerer call that API in-process, where no token is checked; a worker only presents the
+    token it is given). ``[api] secret_key``: the API server, which signs its requests for task
+    logs with it, and the log servers that check them, the Celery workers' and the triggerer's.
+    Celery's broker and result backend: the scheduler and the workers."""
+    workers = set(celery_workers(services))
+    on_the_database = airflow_services(services) - workers
+    return {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": on_the_database,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": on_the_database,
+        "AIRFLOW__CORE__FERNET_KEY": on_the_database,
+        "AIRFLOW__API_AUTH__JWT_SECRET": {"airflow-api-server", "airflow-scheduler"},
+        "AIRFLOW__API__SECRET_KEY": {"airflow-api-server", "airflow-triggerer", *workers},
+        "AIRFLOW__CELERY__BROKER_URL": {"airflow-scheduler", *workers},
+        "AIRFLOW__CELERY__RESULT_BACKEND": {"airflow-scheduler", *workers},
+    }
 
 
 def test_every_airflow_service_reaches_the_execution_api_on_the_api_server() -> None:
@@ -240,15 +339,23 @@ def test_every_airflow_service_reaches_the_execution_api_on_the_api_server() -> 
         assert (url.scheme, url.hostname, url.port, url.path) == ("http", api_server, int(port), "/execution/"), name
 
 
-def test_every_airflow_service_gets_the_same_jwt_secret_from_the_env_file() -> None:
+def test_each_airflow_secret_reaches_exactly_the_components_that_use_it_all_with_one_value() -> None:
+    """The JWT secret where tokens are signed and checked, the log servers' key where log requests are
+    signed and checked, Airflow's database where it is used: no component more, and the same value
+    from the env file everywhere (a component left without it would make its own, and its tokens or
+    log requests be refused)."""
     services = compose()["services"]
     names = airflow_services(services)
-    assert {"airflow-init", "airflow-api-server", "airflow-scheduler", *celery_workers(services)} <= names
-    for key in SHARED_SECRETS:
-        values = {services[name]["environment"].get(key) for name in names}
+    assert {"airflow-init", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= names
+    assert {"airflow-triggerer", *celery_workers(services)} <= names
+    for key, holders in airflow_secret_holders(services).items():
+        assert {name for name, s in services.items() if key in (s.get("environment") or {})} == holders, key
+        values = {services[name]["environment"][key] for name in holders}
         assert len(values) == 1, (key, values)
         (value,) = values
-        assert value is not None and REQUIRED.fullmatch(value), (key, value)  # no default, no value in the file
+        assert REQUIRED.search(value), (key, value)  # no default, no value in the file
+        if key.endswith(("_SECRET", "_KEY")):
+            assert REQUIRED.fullmatch(value), (key, value)
 
 
 @pytest.fixture(scope="session")
@@ -331,15 +438,90 @@ def test_the_platform_s3_credentials_are_its_own_and_only_the_workers_hold_them(
     assert {login.group(1), password.group(1)}.isdisjoint(variables_of(services["minio"]))
 
 
-def test_the_spark_services_get_no_secret() -> None:
-    """The Spark master and worker run the platform's image but none of its secrets: the driver (on
-    the default queue's worker) holds them."""
+def spark_services(services: dict[str, Any]) -> dict[str, Any]:
+    return {name: s for name, s in services.items() if "spark-class" in command_of(s)}
+
+
+def test_the_spark_services_get_only_spark_s_secret() -> None:
+    """The Spark master and worker run the platform's image but hold none of its secrets (the driver,
+    on the default queue's worker, holds them): only the secret Spark's processes authenticate each
+    other with."""
     services = compose()["services"]
-    spark = {name: s for name, s in services.items() if "spark-class" in command_of(s)}
+    spark = spark_services(services)
     assert set(spark) == {"spark-master", "spark-worker"}
     for name, service in spark.items():
-        assert variables_of(service) == set(), name
+        assert variables_of(service) == {"SPARK_AUTH_SECRET"}, name
+        assert service["environment"]["SPARK_AUTH_SECRET"] == "${SPARK_AUTH_SECRET:?write docker/tiering.env}"
         assert not [m for m in mounts(service) if "metrics-token" in m.source], name
+
+
+@pytest.mark.usefixtures("airflow_for_parsing")
+def test_spark_s_secret_and_master_reach_only_the_workers_whose_tasks_submit_spark_jobs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The workers consuming the queues of the Spark DAGs' spark-submit tasks, found by parsing
+    dags/ with the stack's config, are the only Airflow services with Spark's secret and the
+    ``spark_default`` connection to the standalone master."""
+    from tests.dags.test_tiering_dags import dagbag
+    from tiering_airflow.operators.spark import TieringSparkSubmitOperator
+
+    monkeypatch.setenv("TIERING_CONFIG", str(DOCKER / "tiering.yaml"))
+    monkeypatch.setenv("TIERING_METADATA_PASSWORD", "from-the-env-file")
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    bag = dagbag()
+    assert bag.import_errors == {}
+    queues = {t.queue for dag in bag.dags.values() for t in dag.tasks if isinstance(t, TieringSparkSubmitOperator)}
+    assert queues
+    services = compose()["services"]
+    submitting = {name for name, worker in celery_workers(services).items() if queues_of(worker) & queues}
+    assert submitting == {"airflow-worker"}
+    holders = {name for name, s in services.items() if "SPARK_AUTH_SECRET" in variables_of(s)}
+    assert holders == set(spark_services(services)) | submitting
+    connection = {name for name, s in services.items() if "AIRFLOW_CONN_SPARK_DEFAULT" in (s.get("environment") or {})}
+    assert connection == submitting
+    assert {services[name]["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"] for name in connection} == {
+        "spark://spark-master:7077"
+    }
+
+
+def run_entry_point(tmp_path: Path, secret: str | None) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The image's entry point (as its ENTRYPOINT runs it) with ``secret`` as SPARK_AUTH_SECRET and a
+    command that prints its arguments and environment."""
+    conf_dir = tmp_path / "spark-conf"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SPARK_CONF_DIR": str(conf_dir)}
+    if secret is not None:
+        env["SPARK_AUTH_SECRET"] = secret
+    command = ["sh", str(DOCKER / "entrypoint.sh"), "sh", "-c", 'echo "$0 $1"; env', "first", "second"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc, conf_dir / "spark-defaults.conf"
+
+
+def test_the_image_entry_point_gives_spark_its_secret_in_a_file_only_the_user_reads(tmp_path: Path) -> None:
+    """With SPARK_AUTH_SECRET, the entry point writes spark-defaults.conf (mode 0600) switching on
+    Spark's authentication with that secret and its network encryption, then runs the command
+    without the variable; without it, it writes nothing. The image runs it as its ENTRYPOINT, with
+    SPARK_CONF_DIR in the home of its user, and the build context holds it."""
+    secret = "0123456789abcdef" * 4
+    proc, conf = run_entry_point(tmp_path, secret)
+    assert proc.stdout.splitlines()[0] == "first second"  # the command, its arguments as given
+    assert "SPARK_AUTH_SECRET" not in proc.stdout and secret not in proc.stdout
+    assert conf.stat().st_mode & 0o777 == 0o600
+    properties = dict(line.split(" ", 1) for line in conf.read_text().splitlines())
+    assert properties == {
+        "spark.authenticate": "true",
+        "spark.authenticate.secret": secret,
+        "spark.network.crypto.enabled": "true",
+    }
+    proc, conf = run_entry_point(tmp_path / "none", None)
+    assert proc.stdout.splitlines()[0] == "first second" and not conf.exists()
+
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert "COPY docker/entrypoint.sh /usr/local/bin/tiering-entrypoint\n" in dockerfile
+    (entrypoint,) = re.findall(r"^ENTRYPOINT (.*)$", dockerfile, re.MULTILINE)
+    assert json.loads(entrypoint) == ["/bin/sh", "/usr/local/bin/tiering-entrypoint"]
+    assert re.search(r"^\s+SPARK_CONF_DIR=/opt/airflow/spark-conf$", dockerfile, re.MULTILINE)  # the user's home
+    assert not dockerignored("docker/entrypoint.sh")
 
 
 def test_docker_compose_reads_the_stack_and_the_debian_override(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 # PostgreSQL 15 from Debian's packages, started as the official postgres image is: the first start
 # creates the cluster with POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB (the password read from
 # the environment into a file initdb reads, never on a command line), password authentication for
-# every address; later starts reuse the volume.
+# every address, and runs the scripts of /docker-entrypoint-initdb.d; later starts reuse the volume.
 ARG BASE_IMAGE=tiering-debian:bookworm
 FROM ${BASE_IMAGE}
 RUN apt-get update \

@@ -22,6 +22,9 @@ COMPOSE_FILES = (DOCKER_DIR / "docker-compose.yml", DOCKER_DIR / "debian" / "doc
 #: The env file's keys, README's recipe; the values are made fresh for each stack.
 ENV_KEYS = (
     "POSTGRES_PASSWORD",
+    "AIRFLOW_DB_PASSWORD",
+    "CELERY_RESULTS_PASSWORD",
+    "TIERING_METADATA_PASSWORD",
     "REDIS_PASSWORD",
     "MINIO_ROOT_USER",
     "MINIO_ROOT_PASSWORD",
@@ -30,6 +33,7 @@ ENV_KEYS = (
     "AIRFLOW_JWT_SECRET",
     "AIRFLOW_API_SECRET_KEY",
     "AIRFLOW_FERNET_KEY",
+    "SPARK_AUTH_SECRET",
     "GRAFANA_ADMIN_PASSWORD",
 )
 

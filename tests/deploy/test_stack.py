@@ -190,6 +190,33 @@ print(json.dumps(keys))
 """
 
 
+ROLES = """
+import json, os
+from sqlalchemy import create_engine, text
+from tiering_core.config import load_config
+urls = {"metadata store": load_config(os.environ["TIERING_CONFIG"]).metadata.url}
+for name in ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CELERY__RESULT_BACKEND"):
+    if name in os.environ:
+        urls[name] = os.environ[name].removeprefix("db+")
+found = {}
+for what, url in urls.items():
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        query = "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"
+        found[what] = list(conn.execute(text(query)).one())
+    engine.dispose()
+    other = "airflow" if engine.url.database == "tiering" else "tiering"
+    try:  # another role's database
+        engine = create_engine(engine.url.set(database=other))
+        with engine.connect():
+            found[what + " elsewhere"] = "connected"
+    except Exception as exc:
+        found[what + " elsewhere"] = "refused" if "permission denied for database" in str(exc) else str(exc)
+    engine.dispose()
+print(json.dumps(found))
+"""
+
+
 def http_get(url: str, headers: dict[str, str] | None = None) -> str:
     return f"""
 import urllib.request, urllib.error
@@ -364,6 +391,30 @@ def unpause(api: Api, dag_id: str) -> None:
     api.ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
 
+def test_each_service_connects_to_its_own_database_as_its_own_role_none_a_superuser(deployment: Deployment) -> None:
+    """The API server on Airflow's database and the metadata store, the default queue's worker on
+    Celery's results and the metadata store, each as the role owning that database (no superuser),
+    and neither let into another role's database; the worker has no URL of Airflow's database."""
+    found = {
+        service: json.loads(deployment.python(service, ROLES).strip().splitlines()[-1])
+        for service in ("airflow-api-server", "airflow-worker")
+    }
+    assert found == {
+        "airflow-api-server": {
+            "metadata store": ["tiering", False],
+            "metadata store elsewhere": "refused",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": ["airflow", False],
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN elsewhere": "refused",
+        },
+        "airflow-worker": {
+            "metadata store": ["tiering", False],
+            "metadata store elsewhere": "refused",
+            "AIRFLOW__CELERY__RESULT_BACKEND": ["celery_results", False],
+            "AIRFLOW__CELERY__RESULT_BACKEND elsewhere": "refused",
+        },
+    }
+
+
 def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -> None:
     api, compose = deployment.api, deployment.compose
     deployment.s3_keys()  # the bucket, as the operator makes it once
@@ -458,7 +509,13 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
     assert status == "200", master
     apps = json.loads(body)["completedapps"]
     assert apps and all(app["state"] == "FINISHED" for app in apps), apps
-    say("the Spark verify DAG ran on the standalone cluster")
+    # ... authenticated with the env file's secret, which no process of theirs has on its command line
+    secret = dict(line.split("=", 1) for line in compose.env_file.read_text().splitlines())["SPARK_AUTH_SECRET"]
+    for service in ("spark-master", "spark-worker"):
+        assert "SecurityManager: authentication enabled" in compose.run("logs", "--no-color", service).stdout, service
+    for service in ("spark-master", "spark-worker", "airflow-worker"):
+        assert secret not in compose.run("exec", "-T", service, "ps", "-eww", "-o", "args").stdout, service
+    say("the Spark verify DAG ran on the standalone cluster, authenticated")
 
     wait_for(
         "the brokers' observations of the topic to go stale",
