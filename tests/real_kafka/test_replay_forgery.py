@@ -1,8 +1,9 @@
 """``tiering replay`` of a forged segment into a real Kafka 4.4.0 cluster (docs/segment-format.md,
-"Integrity"): a partition's first tiered segment replaced, by someone who can write to the bucket,
-with the records of the other partition's first segment (the same offsets, other keys and values),
-as a manifest downgraded to format 1, as format-2 plaintext chunks with every checksum right, and as
-the other segment's own objects under a renamed manifest. Each replay fails that partition naming
+"Integrity"): a partition's first tiered segment (copied encrypted) replaced, by someone who can
+write to the bucket and holds no private key, with the records of the other partition's first
+segment (from offset 0 too, other keys and values), as a manifest downgraded to format 1, as
+format-2 plaintext chunks with every checksum right, as chunks sealed under a data key wrapped
+again with the public key, and as the other segment's own objects under a renamed manifest. Each replay fails that partition naming
 the segment, and the target topic receives nothing."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import uuid
 
 from tests.real_kafka.cluster import KafkaCluster
 from tests.real_kafka.support import BesideKafka, consume
-from tests.storage.forgery_support import downgrade_to_format_1, strip_encryption, swap_in
+from tests.storage.forgery_support import downgrade_to_format_1, rewrap_with_public_key, strip_encryption, swap_in
+from tests.storage.keys_support import write_key_pair
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.checkpoints import uuid_to_topic_id
@@ -29,12 +31,12 @@ def _first_segment(ctx: TieringContext, tip: TopicIdPartition):  # type: ignore[
     return min(finished, key=lambda s: s.start_offset)
 
 
-def test_a_forged_segment_is_never_replayed(kafka: KafkaCluster, beside) -> None:  # type: ignore[no-untyped-def]
+def test_a_forged_segment_is_never_replayed(kafka: KafkaCluster, beside, tmp_path) -> None:  # type: ignore[no-untyped-def]
     topic = f"forged-{uuid.uuid4().hex[:8]}"
     topic_id = uuid_to_topic_id(uuid.UUID(kafka.create_topic(topic, partitions=2, segment_bytes=8 * 1024)))
     producer = kafka.producer(linger_ms=5, batch_size=4096)
     now = int(time.time() * 1000)
-    for p in range(2):  # the same sizes in both partitions: their segments roll at the same offsets
+    for p in range(2):
         for i in range(400):
             producer.send(
                 topic, key=f"k-{p}-{i}".encode(), value=f"value {p}/{i} ".encode() * 4, partition=p, timestamp_ms=now
@@ -43,6 +45,12 @@ def test_a_forged_segment_is_never_replayed(kafka: KafkaCluster, beside) -> None
     producer.close()
     platform: BesideKafka = beside(kafka)
     platform.document["replay"] = {"targets": {TARGET: {"bootstrap_servers": kafka.bootstrap_servers}}}
+    key = write_key_pair(tmp_path / "keys", "k1")
+    platform.document["remote"].update(
+        compression="zstd",
+        chunk_size=8192,
+        encryption={"key_id": "k1", "public_key_file": str(key.public), "private_key_files": {"k1": str(key.private)}},
+    )
     platform.write()
     ours, theirs = (TopicIdPartition(topic_id, TopicPartition(topic, p)) for p in range(2))
 
@@ -57,7 +65,6 @@ def test_a_forged_segment_is_never_replayed(kafka: KafkaCluster, beside) -> None
     kafka.wait_until(f"both partitions of {topic} copied", both_copied, timeout=60)
     with TieringContext.open(load_config(platform.config_path)) as ctx:
         segment, other = _first_segment(ctx, ours), _first_segment(ctx, theirs)
-        assert (segment.start_offset, segment.end_offset) == (other.start_offset, other.end_offset)
         theirs_ref = segment_ref(other)
         manifest = ctx.storage.read_manifest(theirs_ref)
         assert manifest is not None
@@ -69,6 +76,7 @@ def test_a_forged_segment_is_never_replayed(kafka: KafkaCluster, beside) -> None
     for forge in (
         lambda storage, ref: downgrade_to_format_1(storage, ref, forged),
         lambda storage, ref: strip_encryption(storage, ref, forged),
+        lambda storage, ref: rewrap_with_public_key(key.public, "k1")(storage, ref, forged),
         lambda storage, ref: swap_in(storage, ref, theirs_ref),
     ):
         with TieringContext.open(load_config(platform.config_path)) as ctx:

@@ -66,12 +66,14 @@ def test_parallel_upload_and_verify_on_format_2(tmp_path: Path, spark, s3_endpoi
 def test_the_spark_export_refuses_a_forged_segment_and_commits_nothing(
     tmp_path: Path, spark, s3_endpoint, capsys
 ) -> None:
-    """A segment whose data key someone wrapped again with the public key (every chunk passing its
-    GCM tag) is refused on the executor that reads it, naming the segment; the driver commits the
-    other segments and no row of it (docs/segment-format.md, "Integrity")."""
+    """A segment forged by someone who can write to the bucket and holds no private key (its
+    manifest downgraded to format 1, its chunks stored with ``encryption: null``, its data key
+    wrapped again with the public key: every check the bucket alone carries passes) is refused on
+    the executor that reads it, naming the segment; the driver commits the other segments and no
+    row of it (docs/segment-format.md, "Integrity")."""
     from spark_apps.export_table import main
     from tests.spark_apps.test_export_table import with_export
-    from tests.storage.forgery_support import rewrap_with_public_key
+    from tests.storage.forgery_support import downgrade_to_format_1, rewrap_with_public_key, strip_encryption
     from tiering_core.config import load_config
     from tiering_core.export import load_catalog
 
@@ -101,11 +103,13 @@ def test_the_spark_export_refuses_a_forged_segment_and_commits_nothing(
             kind: (other.path / f"{base:020d}.{suffix}").read_bytes()
             for kind, suffix in ((ObjectKind.LOG, "log"), (ObjectKind.OFFSET_INDEX, "index"))
         }
-        rewrap_with_public_key(key.public, "k1")(ctx.storage, segment_ref(victim), forged)
 
-    code = main(["--config", str(env.config_path), "--topic", "orders"], spark=spark)
-    out, err = capsys.readouterr()
-    assert code != 0 and str(victim.segment_id) in out + err, (out, err)
-    table = load_catalog(load_config(env.config_path)).load_table(("kafka", "orders"))
-    exported = sorted(table.scan().to_arrow().column("offset").to_pylist())
-    assert exported == list(range(victim.end_offset + 1, 360))  # the other segments, nothing of the forged one
+    for forge in (downgrade_to_format_1, strip_encryption, rewrap_with_public_key(key.public, "k1")):
+        with env.context() as ctx:
+            forge(ctx.storage, segment_ref(victim), forged)
+        code = main(["--config", str(env.config_path), "--topic", "orders"], spark=spark)
+        out, err = capsys.readouterr()
+        assert code != 0 and str(victim.segment_id) in out + err, (forge, out, err)
+        table = load_catalog(load_config(env.config_path)).load_table(("kafka", "orders"))
+        exported = sorted(table.scan().to_arrow().column("offset").to_pylist())
+        assert exported == list(range(victim.end_offset + 1, 360)), forge  # the others, nothing of the forged one
