@@ -3,8 +3,8 @@
 write to the bucket and holds no private key, with the records of the other partition's first
 segment (from offset 0 too, other keys and values), as a manifest downgraded to format 1, as
 format-2 plaintext chunks with every checksum right, as chunks sealed under a data key wrapped
-again with the public key, and as the other segment's own objects under a renamed manifest. Each replay fails that partition naming
-the segment, and the target topic receives nothing."""
+again with the public key, and as the other segment's own objects under a renamed manifest. Each
+replay fails that partition naming the segment, and the target topic receives nothing."""
 
 from __future__ import annotations
 
