@@ -83,3 +83,7 @@ class SchemaBehindError(MetadataStoreError):
 class SchemaAheadError(MetadataStoreError):
     """The store's schema is newer than this version of the platform knows: a newer version
     upgraded it, and this one cannot tell what its columns mean."""
+
+
+class BackupError(TieringError):
+    """A backup refused or failed, naming the file and why; nothing was written under its name."""
