@@ -1,10 +1,14 @@
-"""Backups of the metadata store: ``backup_store`` on SQLite while a copy commits, restored (the
-store's files moved aside, the backup copied in), and its refusals."""
+"""Backups of the metadata store, with README "Backup and recovery"'s lines run as written:
+``backup_store`` on SQLite while a copy commits, each backup restored over a store and opened, and
+its refusals; the pg_dump / pg_restore recipe run for real against the test PostgreSQL server and
+the restored database opened by the platform."""
 
 from __future__ import annotations
 
-import shutil
+import os
+import re
 import sqlite3
+import subprocess
 import threading
 import uuid
 from pathlib import Path
@@ -12,13 +16,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests.conftest import unavailable
 from tests.metadata.support import S, finish, refused_then_upgraded, segment, tip
+from tests.services import PostgresServer, pg_bindir
 from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.metadata.backup import backup_store
 from tiering_core.metadata.errors import BackupError
 from tiering_core.metadata.migrations import current_revision, downgrade, head_revision
 from tiering_core.metadata.store import RemoteLogMetadataStore
 
+ROOT = Path(__file__).resolve().parents[2]
 TIP = tip("BBBBBBBBBBBBBBBBBBBBBB", "orders", 0)
 #: A partition whose segments are there before the writer starts (a store that takes a while to copy).
 EARLIER = tip("BBBBBBBBBBBBBBBBBBBBBB", "orders", 1)
@@ -72,14 +79,20 @@ def states_after(history: list[Event], commits: int) -> dict[uuid.UUID, S]:
 
 
 def restore_sqlite(backup: Path, directory: Path) -> str:
-    """A SQLite restore: the store's processes stopped, the backup copied in as the store's file,
-    with no -wal or -shm of the old store left beside it."""
+    """README's SQLite restore, its lines as written, over a store whose processes stopped (one of
+    them killed: its -wal left behind): the store's files moved aside, the backup copied in."""
     directory.mkdir()
-    store = directory / "metadata.db"
-    shutil.copyfile(backup, store)
-    for side in ("-wal", "-shm"):
-        assert not Path(f"{store}{side}").exists()
-    return f"sqlite:///{store}"
+    old = directory / "metadata.db"
+    with RemoteLogMetadataStore(f"sqlite:///{old}") as store:
+        store.register_partition(tip("DDDDDDDDDDDDDDDDDDDDDD", "replaced", 0))
+    Path(f"{old}-wal").write_bytes(b"left by a killed process")
+    env = {"PATH": os.environ["PATH"], "BACKUP": str(backup)}
+    run_recipe("\n".join(readme_commands("aside=", "for f in ", "cp ")), env, cwd=directory)
+    aside = sorted(p.name.split(".before-restore-")[0] for p in directory.iterdir() if ".before-restore-" in p.name)
+    assert aside == ["metadata.db", "metadata.db-wal"]  # kept
+    assert not Path(f"{old}-wal").exists() and not Path(f"{old}-shm").exists()
+    assert old.read_bytes() == backup.read_bytes()
+    return f"sqlite:///{old}"
 
 
 def wait_for_commits(writer: CopyingWriter, more_than: int) -> None:
@@ -207,3 +220,67 @@ def test_an_older_store_is_backed_up_as_it_is(sqlite_url: str, tmp_path: Path) -
     with RemoteLogMetadataStore(restored) as store:
         found = store.segment_for(TIP, 0, 50)
         assert found is not None and found.segment_id == kept.segment_id
+
+
+# -- PostgreSQL: the README's recipe ---------------------------------------------------------------
+
+
+def readme_commands(*starts: str) -> list[str]:
+    """The README's shell lines of "Backup and recovery" that start with one of ``starts``, as
+    written and in their order."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Backup and recovery\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    return [line for block in blocks for line in block.splitlines() if line.startswith(starts)]
+
+
+def run_recipe(line: str, env: dict[str, str], cwd: Path | None = None) -> None:
+    """One README line run by bash; the variables it reads come from ``env`` (``set -u``)."""
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", line], env=env, cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{line}: {proc.stderr.strip()}"
+
+
+def test_the_readme_pg_dump_recipe_restores_a_store_the_platform_opens(
+    pg_server: PostgresServer, pg_url: str, tmp_path: Path
+) -> None:
+    bindir = pg_bindir()
+    if bindir is None or not (bindir / "pg_dump").exists() or not (bindir / "pg_restore").exists():
+        unavailable("pg_dump and pg_restore", f"no pg_dump and pg_restore beside the test server's binaries ({bindir})")
+    (dump,) = readme_commands("pg_dump ")
+    (restore,) = readme_commands("pg_restore ")
+    # the recipe takes the server, role and password from the environment, never from its command line
+    for line in (dump, restore):
+        assert "password" not in line.lower() and "@" not in line, line
+    with RemoteLogMetadataStore(pg_url) as store:
+        lease = store.acquire_lease(TIP, "copy:before-dump")
+        for i in range(5):
+            finish(store, lease, segment(TIP, 10 * i, 10 * i + 9))
+        store.update_segment_state(store.list_segments(TIP)[0].segment_id, S.DELETE_SEGMENT_STARTED, lease)
+        store.release_lease(lease)
+        token = lease.token
+        dumped = store.list_segments(TIP, include_deleted=True)
+    source = make_url(pg_url)
+    with pg_server.database() as restored_url:
+        restored = make_url(restored_url)
+        env = {
+            "PATH": f"{bindir}:{os.environ['PATH']}",
+            "HOME": str(tmp_path),
+            "PGHOST": str(source.host),
+            "PGPORT": str(source.port),
+            "PGUSER": str(source.username),
+            "PGDATABASE": str(source.database),
+            "BACKUP": str(tmp_path / "tiering.dump"),
+            "RESTORED": str(restored.database),
+        }
+        if source.password:
+            env["PGPASSWORD"] = source.password
+        run_recipe(dump, env)
+        assert (tmp_path / "tiering.dump").read_bytes()[:5] == b"PGDMP"  # the custom format
+        run_recipe(restore, env)
+        assert current_revision(restored_url) == head_revision()
+        with RemoteLogMetadataStore(restored_url) as store:
+            assert store.list_segments(TIP, include_deleted=True) == dumped
+            # the sequences came along: new rows and new leases continue where the dump left off
+            assert store.acquire_lease(TIP, "copy:after-restore", ttl_ms=1).token == token + 1
+            store.register_partition(tip("CCCCCCCCCCCCCCCCCCCCCC", "payments", 0))
+            assert len(store.list_partitions()) == 2
