@@ -380,6 +380,26 @@ def test_a_store_behind_the_head_is_refused_unchanged_until_it_is_upgraded(metad
         assert found is not None and found.segment_id == kept.segment_id
 
 
+def test_tables_without_a_schema_revision_are_not_built_over(metadata_url: str) -> None:
+    """Only a new, empty database is created at head: one holding the platform's tables with its
+    revision lost is refused, its rows kept."""
+    with RemoteLogMetadataStore(metadata_url) as store:
+        store.register_partition(TIP)
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE alembic_version"))
+        with pytest.raises(
+            MetadataStoreError, match=r"holds the platform's tables \(tiering_.*\) but no schema revision"
+        ):
+            RemoteLogMetadataStore(metadata_url)
+        assert current_revision(metadata_url) is None
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT topic FROM tiering_partitions")).scalars().all() == ["orders"]
+    finally:
+        engine.dispose()
+
+
 def test_processes_opening_a_fresh_database_at_once_all_succeed(metadata_url: str) -> None:
     start_at = start_in(2.0)
     procs = [worker("open", metadata_url, start_at) for _ in range(3)]

@@ -23,7 +23,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from tiering_core.config.metadata import DatabaseTimeouts, safe_url
@@ -128,17 +128,23 @@ def _create_at_head(url: str) -> Migration:
     def create(config: Config, connection: Connection) -> None:
         current = revision_of(connection)  # again, under the lock: another process may have won
         check_revision(url, current)
-        if current is None:
-            command.upgrade(config, "head")
+        if current is not None:
+            return
+        found = sorted(name for name in inspect(connection).get_table_names() if name.startswith("tiering_"))
+        if found:  # not a new database: a store whose revision was lost is no store to build over
+            raise MetadataStoreError(
+                f"metadata store {safe_url(url)} holds the platform's tables ({', '.join(found[:3])}"
+                f"{', ...' if len(found) > 3 else ''}) but no schema revision: not creating a store over them"
+            )
+        command.upgrade(config, "head")
 
     return create
 
 
 def create_or_check_schema(engine: Engine, url: str, timeouts: DatabaseTimeouts | None = None) -> None:
     """What opening a store does to its schema: create it at head in a new, empty database, and
-    otherwise only check it is at head. An existing store is never migrated here (DESIGN
-    invariant 11): an upgrade is the operator's step, taken after a backup and before the
-    workers run the new code."""
+    otherwise only check it is at head. An existing store is never migrated here: an upgrade is
+    the operator's step, taken after a backup and before the workers run the new code."""
     with engine.connect() as connection:
         current = revision_of(connection)
     check_revision(url, current)
