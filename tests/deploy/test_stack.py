@@ -6,7 +6,9 @@ Through the REST API only: the copy DAG tiers every closed segment from the lead
 when that worker is killed mid-copy (its retry, on the restarted container, converges with
 nothing lost); retention runs; the Spark verify DAG runs on the standalone master and worker
 containers; the removal DAG refuses a live topic and removes a deleted one. Prometheus scrapes
-``/tiering/metrics`` with the token; the Tiering page answers. Everything is removed at the end:
+``/tiering/metrics`` with the token; the Tiering page answers. A metadata store left at an older
+revision is refused by the workers' commands until ``airflow-init`` upgrades it to the image's
+head (its ``tiering db upgrade``, the one step that migrates it). Everything is removed at the end:
 containers, networks, volumes, the engine the test started (also on failure).
 
 The containers talk only to each other on the project's network; the test reaches the API server
@@ -20,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,11 +35,13 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
+from alembic.script import ScriptDirectory
 
 from scripts.airflow_e2e import Api
 from tests.conftest import unavailable
 from tests.deploy.engine import DOCKER_DIR, Engine, base_tarball, docker_cache, docker_engine, exclusive, import_base
 from tests.deploy.stack import COMPOSE_FILES, Compose, build_images, fresh_env_file
+from tests.metadata.test_migrations import MIGRATIONS, script_head
 from tests.real_kafka.cluster import BROKER_SETTINGS, fetch_jars
 from tests.services import ServiceUnavailable, free_port
 
@@ -526,3 +531,36 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
     deployment.run(REMOVAL_DAG, conf)
     assert not [key for key in deployment.s3_keys() if TOPIC in key]
     say("the removal DAG removed the deleted topic's tier")
+
+
+def test_a_store_behind_the_image_is_refused_until_airflow_init_upgrades_it(deployment: Deployment) -> None:
+    """No service migrates the metadata store on its own: left one revision behind the image (as a
+    new image finds the store), the worker's commands are refused naming `tiering db upgrade`, and
+    a run of ``airflow-init``, as ``up`` starts it, brings the store to the image's head."""
+    compose = deployment.compose
+    head = script_head()
+    older = ScriptDirectory(str(MIGRATIONS)).get_revision(head).down_revision
+    assert isinstance(older, str)
+
+    def tiering(*args: str) -> subprocess.CompletedProcess[str]:
+        return compose.run("exec", "-T", "airflow-worker", "tiering", *args, check=False, timeout=300)
+
+    def revision() -> str:
+        current = tiering("--json", "db", "current")
+        assert current.returncode == 0, current.stderr
+        return str(json.loads(current.stdout)["revision"])
+
+    assert revision() == head
+    downgraded = tiering("db", "downgrade", older)
+    assert downgraded.returncode == 0, downgraded.stderr
+    refused = tiering("--json", "status", "--cluster")
+    assert refused.returncode == 1, refused.stdout
+    assert f"schema revision {older}, behind this version of the platform (head {head})" in refused.stderr
+    assert "run `tiering db upgrade`" in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+    assert revision() == older  # the refusal changed nothing
+    say(f"the store at {older} is refused by the worker's commands")
+    compose.run("run", "--rm", "--no-deps", "-T", "airflow-init", timeout=900)
+    assert revision() == head
+    served = tiering("--json", "status", "--cluster")
+    assert served.returncode == 0 and "schema revision" not in served.stderr, served.stderr
+    say(f"airflow-init upgraded the store to {head}; the worker's commands are served again")

@@ -10,9 +10,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.errors import SchemaBehindError
+from tiering_core.metadata.migrations import current_revision, head_revision, upgrade
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, RemoteLogSegmentMetadata
 
@@ -58,6 +61,20 @@ def finish(store: RemoteLogMetadataStore, lease: Lease, meta: RemoteLogSegmentMe
 def delete(store: RemoteLogMetadataStore, lease: Lease, segment_id: uuid.UUID) -> None:
     store.update_segment_state(segment_id, S.DELETE_SEGMENT_STARTED, lease)
     store.update_segment_state(segment_id, S.DELETE_SEGMENT_FINISHED, lease)
+
+
+def refused_then_upgraded(url: str, revision: str) -> None:
+    """A store left at an older ``revision``: opening it is refused in one line naming that
+    revision, the head and the command to run, and changes nothing; then that upgrade is run."""
+    with pytest.raises(SchemaBehindError) as refused:
+        RemoteLogMetadataStore(url)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"schema revision {revision}," in message, message
+    assert f"(head {head_revision()})" in message and "run `tiering db upgrade`" in message, message
+    assert current_revision(url) == revision
+    upgrade(url)
+    assert current_revision(url) == head_revision()
 
 
 def worker(*args: str) -> subprocess.Popen[str]:

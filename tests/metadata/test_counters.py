@@ -61,7 +61,7 @@ def test_a_broker_id_below_no_broker_is_refused(store: RemoteLogMetadataStore) -
 def test_runs_adding_to_one_row_at_once_lose_no_count(metadata_url: str) -> None:
     """Several stores (as separate processes would each open one) add to one replica's row at once."""
     threads, adds = 4, 25
-    RemoteLogMetadataStore(metadata_url).close()  # migrated once, before the race
+    RemoteLogMetadataStore(metadata_url).close()  # the schema created once, before the race
     start = threading.Barrier(threads)
     failures: list[BaseException] = []
 

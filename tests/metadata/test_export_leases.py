@@ -106,7 +106,7 @@ def test_held_table_renews_in_the_background_and_releases(metadata_url: str) -> 
 def test_processes_racing_for_a_table_get_one_lease_each_in_turn(metadata_url: str) -> None:
     """Real OS processes acquire the same fresh table's lease at one instant: exactly one wins, on
     a table row none of them had made before."""
-    RemoteLogMetadataStore(metadata_url).close()  # opening migrates the schema, before the race
+    RemoteLogMetadataStore(metadata_url).close()  # opening creates the schema, before the race
     start_at = start_in(2.0)
     procs = [worker("table_lease", metadata_url, start_at) for _ in range(4)]
     results = [p.communicate(timeout=120) for p in procs]

@@ -145,7 +145,7 @@ def test_two_processes_race_exactly_one_wins_and_the_loser_is_fenced(metadata_ur
     """Two attempts of the same copier (same holder name) race for the lease. Both come back with
     the lease an earlier attempt held, which expired: the loser's write with that real, older
     token must be refused by the token check alone (holder name and expiry would let it pass)."""
-    with RemoteLogMetadataStore(metadata_url) as store:  # also migrates before the race
+    with RemoteLogMetadataStore(metadata_url) as store:  # also creates the schema before the race
         earlier = store.acquire_lease(TIP, "copier", ttl_ms=1_000, run_id="attempt-0")
         wait_until_expired(store, TIP)
     start_at = start_in(2.0)

@@ -1,5 +1,6 @@
 """Alembic migrations on SQLite and PostgreSQL: from empty, round trip, schema == models, data kept
-across revisions, first use migrates (also when several processes open a fresh database at once)."""
+across revisions; first use creates a new database at head (also when several processes open it at
+once), and a store behind or ahead of the code is refused, never migrated unasked."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, inspect, text
 
 import tiering_core.metadata.migrations
-from tests.metadata.support import finish, segment, start_in, tip, worker
-from tiering_core.metadata.errors import MetadataStoreError
+from tests.metadata.support import finish, refused_then_upgraded, segment, start_in, tip, worker
+from tiering_core.metadata.errors import MetadataStoreError, SchemaAheadError
 from tiering_core.metadata.migrations import current_revision, downgrade, head_revision, upgrade
 from tiering_core.metadata.models import DIALECT_INDEXES, Base
 from tiering_core.metadata.store import ExportCommit, RemoteLogMetadataStore
@@ -134,8 +135,9 @@ def test_data_written_at_0001_survives_the_upgrade_and_the_way_back(metadata_url
 
 
 def test_0006_adds_export_table_leases_and_keeps_what_0005_held(metadata_url: str) -> None:
-    """A store at 0005 (partitions and their leases in use) gains the export table leases on
-    open; their tokens start at 1 beside the partitions' own; the way back drops only them."""
+    """A store at 0005 (partitions and their leases in use) is refused on open, then gains the
+    export table leases by the upgrade; their tokens start at 1 beside the partitions' own; the
+    way back drops only them."""
     upgrade(metadata_url, "0005_counters")
     engine = create_engine(metadata_url)
     try:
@@ -150,7 +152,8 @@ def test_0006_adds_export_table_leases_and_keeps_what_0005_held(metadata_url: st
                 {"tid": TIP.topic_id},
             )
         assert "tiering_export_tables" not in tiering_tables(engine)
-        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+        refused_then_upgraded(metadata_url, "0005_counters")
+        with RemoteLogMetadataStore(metadata_url) as store:
             assert current_revision(metadata_url) == head_revision()
             assert "tiering_export_tables" in tiering_tables(engine)
             lease = store.acquire_table_lease("tiering", "kafka.orders", "export:after-upgrade")
@@ -167,8 +170,9 @@ def test_0006_adds_export_table_leases_and_keeps_what_0005_held(metadata_url: st
 
 
 def test_0007_adds_export_commits_and_keeps_the_export_leases_0006_held(metadata_url: str) -> None:
-    """A store at 0006 (an export table's lease in use) gains the export commits on open; a commit
-    is recorded under the lease taken after the upgrade; the way back drops only them."""
+    """A store at 0006 (an export table's lease in use) is refused on open, then gains the export
+    commits by the upgrade; a commit is recorded under the lease taken after the upgrade; the way
+    back drops only them."""
     upgrade(metadata_url, "0006_export_leases")
     engine = create_engine(metadata_url)
     try:
@@ -181,7 +185,8 @@ def test_0007_adds_export_commits_and_keeps_the_export_leases_0006_held(metadata
                 )
             )
         assert "tiering_export_commits" not in tiering_tables(engine)
-        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+        refused_then_upgraded(metadata_url, "0006_export_leases")
+        with RemoteLogMetadataStore(metadata_url) as store:
             assert current_revision(metadata_url) == head_revision()
             assert "tiering_export_commits" in tiering_tables(engine)
             lease = store.acquire_table_lease("tiering", "kafka.orders", "export:after-upgrade")
@@ -200,8 +205,9 @@ def test_0007_adds_export_commits_and_keeps_the_export_leases_0006_held(metadata
 
 
 def test_0008_adds_quota_holders_and_keeps_the_export_commits_0007_held(metadata_url: str) -> None:
-    """A store at 0007 (an export commit recorded) gains the quota holders on open; a process then
-    draws on a broker's quota beside the commit kept; the way back drops only the holders."""
+    """A store at 0007 (an export commit recorded) is refused on open, then gains the quota holders
+    by the upgrade; a process then draws on a broker's quota beside the commit kept; the way back
+    drops only the holders."""
     upgrade(metadata_url, "0007_export_commits")
     engine = create_engine(metadata_url)
     try:
@@ -214,7 +220,8 @@ def test_0008_adds_quota_holders_and_keeps_the_export_commits_0007_held(metadata
                 )
             )
         assert "tiering_quota_holders" not in tiering_tables(engine)
-        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+        refused_then_upgraded(metadata_url, "0007_export_commits")
+        with RemoteLogMetadataStore(metadata_url) as store:
             assert current_revision(metadata_url) == head_revision()
             assert "tiering_quota_holders" in tiering_tables(engine)
             assert store.heartbeat_quota(1, "copy", "after-upgrade", ThrottleStats(5.0, 1, 5.0)) == 1
@@ -230,8 +237,9 @@ def test_0008_adds_quota_holders_and_keeps_the_export_commits_0007_held(metadata
 
 
 def test_0009_adds_the_retention_percents_and_keeps_the_observations_0008_held(metadata_url: str) -> None:
-    """A store at 0008 (a replica observed) gains KIP-1257's percents on open, empty for the row
-    written before; the way back drops only the two columns, the observation kept."""
+    """A store at 0008 (a replica observed) is refused on open, then gains KIP-1257's percents by
+    the upgrade, empty for the row written before; the way back drops only the two columns, the
+    observation kept."""
     upgrade(metadata_url, "0008_quota_holders")
     engine = create_engine(metadata_url)
     columns = (
@@ -255,7 +263,8 @@ def test_0009_adds_the_retention_percents_and_keeps_the_observations_0008_held(m
             }
 
         assert percents() == set()
-        with RemoteLogMetadataStore(metadata_url):  # first use migrates to the head
+        refused_then_upgraded(metadata_url, "0008_quota_holders")
+        with RemoteLogMetadataStore(metadata_url):
             assert current_revision(metadata_url) == head_revision()
         assert percents() == {"retention_size_percent", "local_retention_size_percent"}
         with engine.connect() as conn:
@@ -277,8 +286,9 @@ def test_0009_adds_the_retention_percents_and_keeps_the_observations_0008_held(m
 
 
 def test_0010_adds_the_replays_and_keeps_the_observations_0009_held(metadata_url: str) -> None:
-    """A store at 0009 (a replica observed) gains the replays on open; a replay is recorded and
-    read back beside the observation kept; the way back drops only the replays."""
+    """A store at 0009 (a replica observed) is refused on open, then gains the replays by the
+    upgrade; a replay is recorded and read back beside the observation kept; the way back drops
+    only the replays."""
     upgrade(metadata_url, "0009_retention_percent")
     engine = create_engine(metadata_url)
     columns = (
@@ -298,7 +308,8 @@ def test_0010_adds_the_replays_and_keeps_the_observations_0009_held(metadata_url
         record = ReplayRecord(
             "orders", TIP.topic_id, 0, "orders-again", 0, 99, 49, 50, 5000, "replayed", None, ((10, 12, "gap"),), 1, 2
         )
-        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+        refused_then_upgraded(metadata_url, "0009_retention_percent")
+        with RemoteLogMetadataStore(metadata_url) as store:
             assert current_revision(metadata_url) == head_revision()
             store.record_replay(record)
             assert store.recent_replays() == [record]
@@ -325,7 +336,7 @@ def test_only_the_newest_replays_are_kept(metadata_url: str, monkeypatch: pytest
         assert [r.partition for r in store.recent_replays(10)] == [4, 3, 2]
 
 
-def test_the_store_migrates_a_fresh_database_and_refuses_a_newer_schema(metadata_url: str) -> None:
+def test_the_store_creates_a_fresh_database_at_head_and_refuses_a_newer_schema(metadata_url: str) -> None:
     with RemoteLogMetadataStore(metadata_url) as store:
         store.register_partition(TIP)
     assert current_revision(metadata_url) == head_revision()
@@ -335,17 +346,58 @@ def test_the_store_migrates_a_fresh_database_and_refuses_a_newer_schema(metadata
             conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     finally:
         engine.dispose()
-    with pytest.raises(MetadataStoreError, match=r"9999.*newer"):
+    with pytest.raises(SchemaAheadError) as refused:
         RemoteLogMetadataStore(metadata_url)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"schema revision 9999, newer than this version of the platform knows (head {head_revision()})" in message
+    assert "upgrade the platform" in message
+    assert current_revision(metadata_url) == "9999"
 
 
-def test_store_behind_the_head_is_upgraded_on_open(metadata_url: str) -> None:
-    upgrade(metadata_url, "0001")
+def test_a_store_behind_the_head_is_refused_unchanged_until_it_is_upgraded(metadata_url: str) -> None:
+    """Opening never migrates an existing store: at an older revision it is refused, its tables and
+    rows as they were; the explicit upgrade then brings it to head with its segments kept."""
     with RemoteLogMetadataStore(metadata_url) as store:
         lease = store.acquire_lease(TIP, "t")
-        finish(store, lease, segment(TIP, 0, 99))
-        assert store.segment_for(TIP, 0, 50) is not None
-    assert current_revision(metadata_url) == head_revision()
+        kept = finish(store, lease, segment(TIP, 0, 99))
+    downgrade(metadata_url, "0001")
+    engine = create_engine(metadata_url)
+    try:
+        before = tiering_tables(engine)
+        for _ in range(2):  # every opener alike: the first refusal changed nothing for the second
+            with pytest.raises(MetadataStoreError, match=r"schema revision 0001, behind .* run `tiering db upgrade`"):
+                RemoteLogMetadataStore(metadata_url)
+        assert tiering_tables(engine) == before
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM tiering_segments")).scalar() == 1
+        refused_then_upgraded(metadata_url, "0001")
+        assert schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+    with RemoteLogMetadataStore(metadata_url) as store:
+        found = store.segment_for(TIP, 0, 50)
+        assert found is not None and found.segment_id == kept.segment_id
+
+
+def test_tables_without_a_schema_revision_are_not_built_over(metadata_url: str) -> None:
+    """Only a new, empty database is created at head: one holding the platform's tables with its
+    revision lost is refused, its rows kept."""
+    with RemoteLogMetadataStore(metadata_url) as store:
+        store.register_partition(TIP)
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE alembic_version"))
+        with pytest.raises(
+            MetadataStoreError, match=r"holds the platform's tables \(tiering_.*\) but no schema revision"
+        ):
+            RemoteLogMetadataStore(metadata_url)
+        assert current_revision(metadata_url) is None
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT topic FROM tiering_partitions")).scalars().all() == ["orders"]
+    finally:
+        engine.dispose()
 
 
 def test_processes_opening_a_fresh_database_at_once_all_succeed(metadata_url: str) -> None:

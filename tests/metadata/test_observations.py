@@ -13,7 +13,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, inspect, text
 
-from tests.metadata.support import finish, segment, tip
+from tests.metadata.support import finish, refused_then_upgraded, segment, tip
 from tests.metadata.test_migrations import MIGRATIONS, schema_diffs
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import UnknownBrokerError
@@ -239,8 +239,9 @@ def test_an_observation_from_a_broker_the_store_does_not_accept_is_refused_with_
 
 
 def test_a_database_made_before_observations_upgrades_and_keeps_its_data(metadata_url: str) -> None:
-    """A store from the revision before observations (whatever precedes them in the chain) opens,
-    migrates, keeps its partitions and segments, records observations; and the way back."""
+    """A store from the revision before observations (whatever precedes them in the chain) is
+    refused on open; upgraded, it keeps its partitions and segments, records observations; and the
+    way back."""
     before = ScriptDirectory(str(MIGRATIONS)).get_revision("0004_observations").down_revision
     assert isinstance(before, str)
     upgrade(metadata_url, before)
@@ -255,7 +256,8 @@ def test_a_database_made_before_observations_upgrades_and_keeps_its_data(metadat
                 ),
                 {"tid": A.topic_id},
             )
-        with RemoteLogMetadataStore(metadata_url) as store:  # opening migrates to the head
+        refused_then_upgraded(metadata_url, before)
+        with RemoteLogMetadataStore(metadata_url) as store:
             assert current_revision(metadata_url) == head_revision()
             assert schema_diffs(engine) == []
             lease = store.acquire_lease(A, "after-upgrade")

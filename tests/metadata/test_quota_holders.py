@@ -72,7 +72,7 @@ def processes(metadata_url: str) -> Iterator[list[QuotaProcess]]:
 
 
 def test_two_processes_split_one_cap_and_a_dead_one_drops_out(metadata_url: str, processes: list[QuotaProcess]) -> None:
-    RemoteLogMetadataStore(metadata_url).close()  # migrated once, before the processes race to it
+    RemoteLogMetadataStore(metadata_url).close()  # the schema created once, before the processes race to it
     first = QuotaProcess(metadata_url, ttl_ms=60_000)
     processes.append(first)
     assert first.take() == (1, CAP)

@@ -124,7 +124,7 @@ def storm(url: str, holder: str, ttl_ms: str, duration_s: str, seed: str, ready_
 
 
 def open_store(url: str, start_at: str) -> None:
-    """Open the store at the same instant as others: the first opener migrates the schema."""
+    """Open the store at the same instant as others: the first opener creates the schema."""
     wait_until(float(start_at))
     with RemoteLogMetadataStore(url) as store:
         store.register_partition(tip(uuid.uuid4().hex[:22], "opened", 0))

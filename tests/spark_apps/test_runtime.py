@@ -55,6 +55,29 @@ def test_an_unexpected_error_is_one_line_too(tmp_path: Path, spark, monkeypatch,
     assert err[0].endswith("(rerun with -v for the traceback)")
 
 
+@pytest.mark.parametrize("app", APPS)
+def test_an_app_refuses_a_store_behind_the_code_in_one_line_and_migrates_nothing(
+    app: str, tmp_path: Path, capsys
+) -> None:
+    """Refused as it opens its context, before Spark starts: the line names the revision, the head
+    and the upgrade to run; the store stays at its revision."""
+    from tiering_core.metadata.migrations import current_revision, head_revision, upgrade
+
+    config = make_config(tmp_path, make_log_dir(tmp_path, partitions=1), "behind")
+    url = f"sqlite:///{tmp_path / 'behind.db'}"
+    upgrade(url, "0009_retention_percent")
+    main = importlib.import_module(f"spark_apps.{app}").main
+    assert main(["--config", str(config)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{app}: failed: metadata store "), err
+    assert (
+        f"schema revision 0009_retention_percent, behind this version of the platform (head {head_revision()})"
+        in err[0]
+    )
+    assert "run `tiering db upgrade`" in err[0]
+    assert current_revision(url) == "0009_retention_percent"
+
+
 def test_jobs_are_cancelled_when_their_consumer_stops_early(tmp_path: Path, spark) -> None:
     """An exception while outcomes are consumed drops the queued jobs and cancels the running
     ones instead of running every queued job first. The first job ends at once; the others run

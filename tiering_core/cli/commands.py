@@ -427,16 +427,37 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
+    """The schema and backups work on the database directly, never through an opened store: an
+    older store, which every other command refuses, is exactly what ``upgrade`` and a backup
+    before it are for."""
     from tiering_core.metadata.migrations import current_revision, downgrade, upgrade
 
     metadata = _config(args).metadata
     url, timeouts = metadata.url, metadata.timeouts
+    if args.db_command == "backup":
+        return _db_backup(args, url)
     if args.db_command == "upgrade":
         upgrade(url, args.revision, timeouts)
     elif args.db_command == "downgrade":
         downgrade(url, args.revision, timeouts)
     revision = current_revision(url, timeouts)
     _emit(args, {"revision": revision}, lambda: f"metadata schema at revision {revision}")
+    return EXIT_OK
+
+
+def _db_backup(args: argparse.Namespace, url: str) -> int:
+    from tiering_core.humanize import fmt_bytes
+    from tiering_core.metadata.backup import backup_store
+
+    done = backup_store(url, Path(args.file), force=args.force)
+    _emit(
+        args,
+        done.to_dict(),
+        lambda: (
+            f"backed up the metadata store to {done.path} "
+            f"({fmt_bytes(done.size_bytes)}, {done.size_bytes} bytes, schema revision {done.revision})"
+        ),
+    )
     return EXIT_OK
 
 

@@ -283,7 +283,7 @@ def add_replay_command(sub: Subcommands) -> None:
 
 def add_setup_commands(sub: Subcommands) -> None:
     """The metadata schema, and the embedded demo."""
-    p = sub.add_parser("db", help="metadata schema migrations")
+    p = sub.add_parser("db", help="metadata schema migrations and backups")
     p.register("action", "parsers", _SubcommandsWithGlobalOptions)
     dbsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     up = dbsub.add_parser("upgrade", help="migrate the metadata schema to a revision (default head)")
@@ -291,6 +291,12 @@ def add_setup_commands(sub: Subcommands) -> None:
     down = dbsub.add_parser("downgrade", help="migrate the metadata schema down to a revision")
     down.add_argument("revision")
     dbsub.add_parser("current", help="print the schema revision")
+    backup = dbsub.add_parser(
+        "backup",
+        help="copy a SQLite metadata store to FILE, consistent while runs write (PostgreSQL: pg_dump, see README)",
+    )
+    backup.add_argument("file", metavar="FILE", help="the backup file to write")
+    backup.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.set_defaults(handler=cmd_db)
 
     p = sub.add_parser("demo", help="build a demo log dir, start a local S3 endpoint, copy, print status")

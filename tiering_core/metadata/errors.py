@@ -73,3 +73,17 @@ def check_topic_name(topic_id: str, stored: str, claimed: str) -> None:
 class UnknownBrokerError(TieringError, ValueError):
     """An observation from a broker id the store does not accept (negative, not an integer, or
     outside the brokers the caller allows); nothing of the batch is recorded."""
+
+
+class SchemaBehindError(MetadataStoreError):
+    """The store's schema is older than this version of the platform: it is never migrated
+    unasked (the operator runs ``tiering db upgrade``, after a backup), so nothing is opened."""
+
+
+class SchemaAheadError(MetadataStoreError):
+    """The store's schema is newer than this version of the platform knows: a newer version
+    upgraded it, and this one cannot tell what its columns mean."""
+
+
+class BackupError(TieringError):
+    """A backup refused or failed, naming the file and why; nothing was written under its name."""

@@ -96,7 +96,8 @@ class RemoteLogMetadataStore(
     the counters of what runs did, the processes sharing each broker's quotas, and the last replays.
 
     ``url`` is any SQLAlchemy URL (``sqlite:///path`` embedded, ``postgresql+psycopg://`` in
-    production); a missing or older schema is migrated on open. ``lease_ms`` is the default
+    production); a new, empty database gets the schema at head on open, and a store at any other
+    revision is refused: only ``tiering db upgrade`` migrates one. ``lease_ms`` is the default
     lease time to live. ``timeouts`` bound how long a PostgreSQL server may leave a request
     unanswered. ``segment_memo`` bounds the decoded segments kept between calls.
     Safe to share between threads.
@@ -135,9 +136,9 @@ class RemoteLogMetadataStore(
         self._q = Statements(self.engine.dialect)
         self._driver_error = self.engine.dialect.loaded_dbapi.Error
         try:
-            from tiering_core.metadata.migrations import ensure_schema
+            from tiering_core.metadata.migrations import create_or_check_schema
 
-            ensure_schema(self.engine, url, self.timeouts)
+            create_or_check_schema(self.engine, url, self.timeouts)
         except DBAPIError as exc:
             self.engine.dispose()
             reason = describe_driver_error(exc.orig, self.timeouts)

@@ -1,13 +1,20 @@
 """Alembic migrations of the metadata schema, run programmatically (no alembic.ini needed).
 
+A store's schema changes only when asked: ``upgrade`` and ``downgrade`` (``tiering db``) are the
+only migrations of an existing store. Opening a store (``create_or_check_schema``) creates the
+schema at head in a new, empty database and otherwise only checks it: a schema behind or ahead of
+this code is refused, naming both revisions.
+
 Concurrent first users are safe: on PostgreSQL the migration transaction holds an advisory
 lock, on SQLite it is a ``BEGIN IMMEDIATE`` transaction (the file's write lock, waited for up
-to the busy timeout); either way the second migrator finds the schema current and does nothing.
-DDL is transactional on both, so a migration killed halfway leaves the previous revision.
+to the busy timeout); either way the revision is read again under the lock, so the second
+creator finds the schema current and does nothing. DDL is transactional on both, so a
+migration killed halfway leaves the previous revision.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,12 +23,12 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from tiering_core.config.metadata import DatabaseTimeouts, safe_url
 from tiering_core.metadata.engine import describe_driver_error, make_engine, writer
-from tiering_core.metadata.errors import MetadataStoreError
+from tiering_core.metadata.errors import MetadataStoreError, SchemaAheadError, SchemaBehindError
 
 HERE = Path(__file__).resolve().parent
 MIGRATION_LOCK_KEY = 4059281  # pg_advisory_xact_lock key of schema migrations
@@ -49,7 +56,11 @@ def _for_migrations(timeouts: DatabaseTimeouts | None) -> DatabaseTimeouts:
     return replace(timeouts or DatabaseTimeouts(), statement_timeout_ms=0)
 
 
-def _run(url: str, action: str, revision: str, timeouts: DatabaseTimeouts | None = None) -> None:
+#: What a migration does on its connection, under the migration lock: Alembic's config is bound to it.
+Migration = Callable[[Config, Connection], None]
+
+
+def _run(url: str, migration: Migration, timeouts: DatabaseTimeouts | None = None) -> None:
     engine = make_engine(url, foreign_keys=False, timeouts=_for_migrations(timeouts))
     config = _config()
     try:
@@ -57,10 +68,7 @@ def _run(url: str, action: str, revision: str, timeouts: DatabaseTimeouts | None
             if connection.dialect.name == "postgresql":
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             config.attributes["connection"] = connection
-            if action == "upgrade":
-                command.upgrade(config, revision)
-            else:
-                command.downgrade(config, revision)
+            migration(config, connection)
     except DBAPIError as exc:
         reason = describe_driver_error(exc.orig, _for_migrations(timeouts))
         raise MetadataStoreError(f"migrating metadata store {safe_url(url)} failed: {reason}") from exc
@@ -72,12 +80,12 @@ def _run(url: str, action: str, revision: str, timeouts: DatabaseTimeouts | None
 
 def upgrade(url: str, revision: str = "head", timeouts: DatabaseTimeouts | None = None) -> None:
     """Migrate the database at ``url`` up to ``revision`` (``tiering db upgrade``)."""
-    _run(url, "upgrade", revision, timeouts)
+    _run(url, lambda config, _connection: command.upgrade(config, revision), timeouts)
 
 
 def downgrade(url: str, revision: str, timeouts: DatabaseTimeouts | None = None) -> None:
     """Migrate down to ``revision`` (``"base"`` drops every table)."""
-    _run(url, "downgrade", revision, timeouts)
+    _run(url, lambda config, _connection: command.downgrade(config, revision), timeouts)
 
 
 def revision_of(connection: Connection) -> str | None:
@@ -97,16 +105,48 @@ def current_revision(url: str, timeouts: DatabaseTimeouts | None = None) -> str 
         engine.dispose()
 
 
-def ensure_schema(engine: Engine, url: str, timeouts: DatabaseTimeouts | None = None) -> None:
-    """Bring the schema to head if it is missing or behind; refuse a schema newer than this code."""
+def check_revision(url: str, current: str | None) -> None:
+    """Refuse a store whose schema is not this code's head, naming both revisions and what to
+    run; ``None`` (no schema yet) passes: a new database is created at head."""
+    head = head_revision()
+    if current is None or current == head:
+        return
+    if current not in known_revisions():
+        raise SchemaAheadError(
+            f"metadata store {safe_url(url)} is at schema revision {current}, newer than this "
+            f"version of the platform knows (head {head}): upgrade the platform here to the version "
+            'that upgraded the store (README "Upgrading")'
+        )
+    raise SchemaBehindError(
+        f"metadata store {safe_url(url)} is at schema revision {current}, behind this version of the "
+        f"platform (head {head}); nothing was changed: back it up, then run `tiering db upgrade` "
+        '(README "Upgrading")'
+    )
+
+
+def _create_at_head(url: str) -> Migration:
+    def create(config: Config, connection: Connection) -> None:
+        current = revision_of(connection)  # again, under the lock: another process may have won
+        check_revision(url, current)
+        if current is not None:
+            return
+        found = sorted(name for name in inspect(connection).get_table_names() if name.startswith("tiering_"))
+        if found:  # not a new database: a store whose revision was lost is no store to build over
+            raise MetadataStoreError(
+                f"metadata store {safe_url(url)} holds the platform's tables ({', '.join(found[:3])}"
+                f"{', ...' if len(found) > 3 else ''}) but no schema revision: not creating a store over them"
+            )
+        command.upgrade(config, "head")
+
+    return create
+
+
+def create_or_check_schema(engine: Engine, url: str, timeouts: DatabaseTimeouts | None = None) -> None:
+    """What opening a store does to its schema: create it at head in a new, empty database, and
+    otherwise only check it is at head. An existing store is never migrated here: an upgrade is
+    the operator's step, taken after a backup and before the workers run the new code."""
     with engine.connect() as connection:
         current = revision_of(connection)
-    head = head_revision()
-    if current == head:
-        return
-    if current is not None and current not in known_revisions():
-        raise MetadataStoreError(
-            f"metadata store {safe_url(url)} is at schema revision {current}, newer than this "
-            f"version of the platform knows (head {head}); upgrade the platform"
-        )
-    upgrade(url, timeouts=timeouts)
+    check_revision(url, current)
+    if current is None:
+        _run(url, _create_at_head(url), timeouts)
