@@ -269,8 +269,8 @@ def test_kill_9_at_three_points_then_rerun_is_exactly_once(kafka: KafkaCluster, 
         _kill_at(platform, point, args, tmp_path)
         foreign(n)
     done = _replay(platform, *args[2:])
-    assert all(p["outcome"] == "replayed" for p in done["partitions"]), done
-    assert all(p["resumed_after"] is not None for p in done["partitions"]), done
+    assert all(p["outcome"] == "replayed" for p in done["partitions"]), done["partitions"]
+    assert all(p["resumed_after"] is not None for p in done["partitions"]), done["partitions"]
     other.close()
     uncommitted = 0
     for p in range(PARTITIONS):
