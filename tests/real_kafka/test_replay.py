@@ -84,6 +84,15 @@ def _replay(platform: BesideKafka, *args: str) -> dict:  # type: ignore[type-arg
     return result.json()  # type: ignore[no-any-return]
 
 
+def _outcomes(done: dict) -> str:  # type: ignore[type-arg]
+    """Each partition's outcome, as a message pytest shows whole (it shortens a long object's repr)."""
+    return "; ".join(
+        f"partition {p['partition']}: {p['outcome']} ({p['detail']}), resumed after {p['resumed_after']}, "
+        f"{p['records']} records of offsets {p['first_offset']}..{p['last_offset']}"
+        for p in done["partitions"]
+    )
+
+
 def _unmarked(record: ConsumedRecord) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]:
     assert record.headers and record.headers[-1][0] == SOURCE_HEADER, record
     return record.key, record.value, record.headers[:-1], record.timestamp
@@ -299,8 +308,8 @@ def test_kill_9_at_three_points_then_rerun_is_exactly_once(kafka: KafkaCluster, 
         _kill_at(platform, point, args, tmp_path, transaction_records)
         foreign(n)
     done = _replay(platform, *args[2:])
-    assert all(p["outcome"] == "replayed" for p in done["partitions"]), done["partitions"]
-    assert all(p["resumed_after"] is not None for p in done["partitions"]), done["partitions"]
+    assert all(p["outcome"] == "replayed" for p in done["partitions"]), _outcomes(done)
+    assert all(p["resumed_after"] is not None for p in done["partitions"]), _outcomes(done)
     other.close()
     uncommitted = 0
     for p in range(PARTITIONS):
