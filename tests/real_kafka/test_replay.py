@@ -7,6 +7,7 @@ into a new topic (docs/replay.md)."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -81,6 +82,15 @@ def _replay(platform: BesideKafka, *args: str) -> dict:  # type: ignore[type-arg
     result = platform.run("replay", "--target", TARGET, "--json", *args)
     assert result.code == 0, result
     return result.json()  # type: ignore[no-any-return]
+
+
+def _outcomes(done: dict) -> str:  # type: ignore[type-arg]
+    """Each partition's outcome, as a message pytest shows whole (it shortens a long object's repr)."""
+    return "; ".join(
+        f"partition {p['partition']}: {p['outcome']} ({p['detail']}), resumed after {p['resumed_after']}, "
+        f"{p['records']} records of offsets {p['first_offset']}..{p['last_offset']}"
+        for p in done["partitions"]
+    )
 
 
 def _unmarked(record: ConsumedRecord) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]:
@@ -182,62 +192,85 @@ def test_replayed_records_equal_the_source_at_both_isolations(kafka: KafkaCluste
 
 
 _KILLABLE = """
-import sys, threading, time
-from pathlib import Path
+import os, sys, threading, time
 import tiering_core.replay.run as run
 import tiering_core.replay.target as target
 
-run.TRANSACTION_RECORDS = 60  # many transactions
-flag, point = Path(sys.argv[1]), sys.argv[2]
-lock, calls = threading.Lock(), []
+stopped_fd, point, partitions = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+run.TRANSACTION_RECORDS = int(sys.argv[4])  # many transactions
+lock, writes, stopped = threading.Lock(), {}, set()
 
-def stop_here():
-    flag.write_text(point)
-    time.sleep(600)
+def stop_here(partition):
+    # Every partition stops at the point, each on a thread of its own (the replay's concurrency is
+    # at least the partitions): once the last has, the test is told and kills the process.
+    with lock:
+        stopped.add(partition)
+        if len(stopped) == partitions:
+            os.write(stopped_fd, point.encode())
+    threading.Event().wait()
 
 real_write = target.PartitionWriter.write
 def write(self, records):
+    partition = self.tip.partition
     with lock:
-        calls.append(1)
-        n = len(calls)
+        writes[partition] = n = writes.get(partition, 0) + 1
     if point == "in-transaction" and n == 3:  # sent and flushed to the broker, never committed
         def hang():
             self.producer.flush()
-            stop_here()
+            stop_here(partition)
         self.producer.commit_transaction = hang
     real_write(self, records)
     if point == "after-commit" and n == 4:  # committed, the next not begun
-        stop_here()
+        stop_here(partition)
 target.PartitionWriter.write = write
 
 real_last = target.PartitionWriter.last_replayed
 def last_replayed(self, clock=time.monotonic):
     found = real_last(self, clock)
     if point == "resuming":  # the earlier producer fenced, where it stopped read, nothing sent
-        stop_here()
+        stop_here(self.tip.partition)
     return found
 target.PartitionWriter.last_replayed = last_replayed
 
 from tiering_core.cli import main
-sys.exit(main(sys.argv[3:]))
+sys.exit(main(sys.argv[5:]))
 """
 
 
-def _kill_at(platform: BesideKafka, point: str, args: list[str], tmp_path: Path) -> None:
-    flag = tmp_path / f"flag-{point}"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLABLE, str(flag), point, "replay", "--config", str(platform.config_path), *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 180
-    while not flag.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"the replay never reached {point}"
-        time.sleep(0.05)
+def _kill_at(platform: BesideKafka, point: str, args: list[str], tmp_path: Path, transaction_records: int) -> None:
+    """Run the replay until every partition has stopped at ``point`` (each counts its own
+    transactions), then kill it with SIGKILL."""
+    reached, stopped = os.pipe()
+    log = tmp_path / f"replay-{point}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _KILLABLE,
+                str(stopped),
+                point,
+                str(PARTITIONS),
+                str(transaction_records),
+                "replay",
+                "--config",
+                str(platform.config_path),
+                *args,
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            pass_fds=(stopped,),
+        )
+    os.close(stopped)
+    try:
+        ready, _, _ = select.select([reached], [], [], 180)
+        said = os.read(reached, 64) if ready else b""  # empty: it ended, or never got there
+    finally:
+        os.close(reached)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
+    code = proc.wait(timeout=30)
+    assert said == point.encode(), f"the replay never stopped at {point} (exit {code}): {log.read_text()[-3000:]}"
 
 
 def test_kill_9_at_three_points_then_rerun_is_exactly_once(kafka: KafkaCluster, source: tuple, tmp_path: Path) -> None:  # type: ignore[type-arg]
@@ -254,6 +287,12 @@ def test_kill_9_at_three_points_then_rerun_is_exactly_once(kafka: KafkaCluster, 
             )
         other.flush()
 
+    want = {
+        p: consume(kafka, topic, p, isolation_level="read_committed", until=copied[p] + 1) for p in range(PARTITIONS)
+    }
+    # Every partition has ten transactions or more; the kills end at most seven of them (three, the
+    # third left open, then four), so each is replayed in part before the last run, none in full.
+    transaction_records = min(map(len, want.values())) // 10
     foreign(0)
     args = [
         "--bootstrap-servers",
@@ -266,20 +305,19 @@ def test_kill_9_at_three_points_then_rerun_is_exactly_once(kafka: KafkaCluster, 
         target,
     ]
     for n, point in enumerate(("in-transaction", "after-commit", "resuming"), start=1):
-        _kill_at(platform, point, args, tmp_path)
+        _kill_at(platform, point, args, tmp_path, transaction_records)
         foreign(n)
     done = _replay(platform, *args[2:])
-    assert all(p["outcome"] == "replayed" for p in done["partitions"]), done
-    assert all(p["resumed_after"] is not None for p in done["partitions"]), done
+    assert all(p["outcome"] == "replayed" for p in done["partitions"]), _outcomes(done)
+    assert all(p["resumed_after"] is not None for p in done["partitions"]), _outcomes(done)
     other.close()
     uncommitted = 0
     for p in range(PARTITIONS):
-        want = consume(kafka, topic, p, isolation_level="read_committed", until=copied[p] + 1)
         got = consume(kafka, target, p, isolation_level="read_committed")
         uncommitted += len(consume(kafka, target, p, isolation_level="read_uncommitted")) - len(got)
         ours = [r for r in got if (m := SourceMark.of(r.headers)) is not None and m.topic_id == topic_id]
-        assert [SourceMark.of(r.headers).offset for r in ours] == [r.offset for r in want]  # type: ignore[union-attr]
-        assert [_unmarked(r) for r in ours] == [_source(r) for r in want]
+        assert [SourceMark.of(r.headers).offset for r in ours] == [r.offset for r in want[p]]  # type: ignore[union-attr]
+        assert [_unmarked(r) for r in ours] == [_source(r) for r in want[p]]
         assert len(got) - len(ours) == 2 * 4  # the other writer's records, all kept
     assert uncommitted > 0  # the killed transaction's records are there, aborted: read_committed skips them
 
