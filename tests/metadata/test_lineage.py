@@ -1,6 +1,7 @@
 """The recorded lineage, DeleteRecords applied through the platform and tiering gaps
 (``tiering_core/metadata/lineage.py``), on SQLite and a real PostgreSQL (``metadata_url``):
-each only grows in what it tells (docs/kafka-rules.md section 10)."""
+each only grows in what it tells (docs/kafka-rules.md section 10), but for the gaps a DeleteRecords
+passes: what lies below the global log start is history."""
 
 from __future__ import annotations
 
@@ -69,3 +70,35 @@ def test_gaps_are_recorded_once_per_range(store) -> None:
     with pytest.raises(ValueError):
         store.record_gap(TIP, 5, 4, lease)
     assert store.list_gaps(OTHER) == []
+
+
+def test_a_delete_records_makes_the_gaps_below_it_history(store) -> None:
+    """In the transaction that records it: a gap wholly below the offset is removed, one it cuts
+    through is kept from the offset on (detected when it was), one above it stays."""
+    lease = store.acquire_lease(TIP, "t")
+    for start, end in ((10, 19), (25, 34), (40, 49)):
+        store.record_gap(TIP, start, end, lease)
+    detected = {(g.start, g.end): g.detected_ms for g in store.list_gaps(TIP)}
+    assert store.record_delete_records(TIP, 30, lease) == 30
+    assert [(g.start, g.end, g.detected_ms) for g in store.list_gaps(TIP)] == [
+        (30, 34, detected[(25, 34)]),
+        (40, 49, detected[(40, 49)]),
+    ]
+    assert store.record_delete_records(TIP, 45, lease) == 45
+    assert [(g.start, g.end) for g in store.list_gaps(TIP)] == [(45, 49)]
+    assert store.record_delete_records(TIP, 50, lease) == 50
+    assert store.list_gaps(TIP) == []
+
+
+def test_a_gap_is_recorded_from_the_global_log_start_on(store) -> None:
+    """Offsets below the remote log start or the highest DeleteRecords were deleted on purpose:
+    never recorded as lost."""
+    lease = store.acquire_lease(TIP, "t")
+    store.set_remote_log_start_offset(TIP, 20, lease)
+    store.record_gap(TIP, 10, 19, lease)
+    assert store.list_gaps(TIP) == []
+    store.record_gap(TIP, 15, 24, lease)
+    assert [(g.start, g.end) for g in store.list_gaps(TIP)] == [(20, 24)]
+    store.record_delete_records(TIP, 30, lease)
+    store.record_gap(TIP, 25, 35, lease)
+    assert [(g.start, g.end) for g in store.list_gaps(TIP)] == [(30, 35)]

@@ -323,6 +323,71 @@ def test_0010_adds_the_replays_and_keeps_the_observations_0009_held(metadata_url
         engine.dispose()
 
 
+def test_0011_trims_the_gaps_recorded_below_the_global_log_start(metadata_url: str) -> None:
+    """A store at 0010 holds gaps recorded before they were trimmed: on open, a gap wholly below a
+    partition's global log start (its remote log start, or a higher DeleteRecords applied through
+    the platform, never an older row from a replica) goes, one it cuts through starts at it
+    (detected when it first was), and the rest stay; the way back keeps what 0011 left."""
+    upgrade(metadata_url, "0010_replays")
+    engine = create_engine(metadata_url)
+    other = tip("NNNNNNNNNNNNNNNNNNNNNN", "orders", 1)
+    untiered = tip("OOOOOOOOOOOOOOOOOOOOOO", "orders", 2)
+    try:
+        with engine.begin() as conn:
+            for pid, part, remote_start in ((1, TIP, 20), (2, other, 20), (3, untiered, None)):
+                conn.execute(
+                    text(
+                        "INSERT INTO tiering_partitions (id, topic_id, topic, partition, delete_state, dropped, "
+                        "lease_holder, lease_token, lease_expires_ms, fencing_counter, remote_log_start_offset, "
+                        "finish_counter, created_ms, updated_ms) "
+                        "VALUES (:pid, :tid, 'orders', :part, NULL, false, NULL, 1, 0, 1, :start, 0, 1, 1)"
+                    ),
+                    {"pid": pid, "tid": part.topic_id, "part": part.partition, "start": remote_start},
+                )
+            deletes = [(1, 30, "tiering delete-records"), (2, 90, "log-start-offset-checkpoint")]
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_delete_records (partition_id, before_offset, source, observed_ms, token) "
+                    "VALUES (:pid, :offset, :source, 1, 1)"
+                ),
+                [{"pid": pid, "offset": offset, "source": source} for pid, offset, source in deletes],
+            )
+            gaps = [
+                (1, 5, 15, 100),
+                (1, 25, 34, 300),
+                (1, 28, 34, 200),
+                (1, 40, 49, 400),
+                (2, 10, 19, 100),
+                (2, 15, 24, 200),
+                (3, 0, 9, 100),
+            ]
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_gaps (partition_id, start_offset, end_offset, detected_ms) "
+                    "VALUES (:pid, :start, :end, :at)"
+                ),
+                [{"pid": pid, "start": a, "end": b, "at": at} for pid, a, b, at in gaps],
+            )
+
+        def stored() -> list[tuple[int, int, int, int]]:
+            with engine.connect() as conn:
+                query = "SELECT partition_id, start_offset, end_offset, detected_ms FROM tiering_gaps"
+                return sorted(tuple(r) for r in conn.execute(text(query)))
+
+        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+            assert current_revision(metadata_url) == head_revision()
+            assert [(g.start, g.end, g.detected_ms) for g in store.list_gaps(TIP)] == [(30, 34, 200), (40, 49, 400)]
+            assert [(g.start, g.end) for g in store.list_gaps(other)] == [(20, 24)]  # the remote log start's
+            assert [(g.start, g.end) for g in store.list_gaps(untiered)] == [(0, 9)]  # no log start yet
+        kept = stored()
+        downgrade(metadata_url, "0010_replays")
+        assert stored() == kept
+        upgrade(metadata_url)
+        assert stored() == kept and schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
 def test_only_the_newest_replays_are_kept(metadata_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import tiering_core.metadata.replays as replays
 

@@ -163,6 +163,30 @@ def test_remote_log_start_offset_never_moves_back(store) -> None:
     assert store.get_remote_log_start_offset(TIP) == 51
 
 
+def test_the_gaps_the_remote_log_start_passes_are_history(store) -> None:
+    """Retention moving the remote log start past a gap removes it in the same transaction; a gap
+    it cuts through is kept from the log start on, detected when it first was; a gap at or above
+    it stays as it is, and so do another partition's."""
+    lease, other = store.acquire_lease(TIP, "t"), store.acquire_lease(OTHER, "t")
+    for start, end in ((10, 19), (25, 34), (30, 34), (40, 49)):
+        store.record_gap(TIP, start, end, lease)
+    store.record_gap(OTHER, 10, 19, other)
+    detected = {(g.start, g.end): g.detected_ms for g in store.list_gaps(TIP)}
+
+    def gaps() -> list[tuple[int, int, int]]:
+        return [(g.start, g.end, g.detected_ms) for g in store.list_gaps(TIP)]
+
+    assert store.set_remote_log_start_offset(TIP, 20, lease) == 20
+    assert [(a, b) for a, b, _ in gaps()] == [(25, 34), (30, 34), (40, 49)]
+    assert store.set_remote_log_start_offset(TIP, 32, lease) == 32
+    first = min(detected[(25, 34)], detected[(30, 34)])
+    assert gaps() == [(32, 34, first), (40, 49, detected[(40, 49)])]
+    assert store.set_remote_log_start_offset(TIP, 10, lease) == 32  # never back: nothing changes
+    assert store.set_remote_log_start_offset(TIP, 40, lease) == 40  # at the gap's start: it stays
+    assert gaps() == [(40, 49, detected[(40, 49)])]
+    assert [(g.start, g.end) for g in store.list_gaps(OTHER)] == [(10, 19)]
+
+
 def test_history_records_token_run_and_time_of_every_change(store) -> None:
     first = store.acquire_lease(TIP, "a", run_id="run-a")
     meta = segment(TIP, 0, 99)

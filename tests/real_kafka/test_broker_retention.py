@@ -4,7 +4,8 @@ A real broker deletes its old local segments (topic ``retention.bytes``, checked
 what was tiered before still serves reads from the remote tier, equal to what a consumer read
 before the deletion, and the platform's retention deletes nothing remote because of it. Data the
 broker deletes before it was tiered is a tiering gap: shown by ``status``, reported by ``copy``
-(exit 3, one line naming the offsets), recorded in the metadata, and what remains is copied.
+(exit 3, one line naming the offsets), recorded in the metadata, and what remains is copied; a
+DeleteRecords through the platform past it makes it history, reported nowhere.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.monitoring.collect import collect_metrics
+from tiering_core.monitoring.overview import collect_overview
 
 TOPIC = "broker-retention"
 SEGMENT_BYTES = 16 * 1024
@@ -116,3 +119,20 @@ def test_broker_retention_keeps_remote_reads_and_records_a_gap(
     again = platform.run("copy", "--topic", TOPIC)
     assert again.code == 0, again
     assert platform.status(TOPIC)["gaps"] == state["gaps"]
+
+    # A DeleteRecords through the platform (sent to the cluster too) into the gap: what it deleted
+    # is history, the rest of the gap is still lost; one past the gap leaves nothing to report.
+    (gap,) = state["gaps"]
+    platform.document["kafka"] = {"bootstrap_servers": kafka.bootstrap_servers}
+    platform.write()
+    select = ("--topic", TOPIC, "--partition", "0", "--yes", "--json")
+    inside = (gap[0] + gap[1]) // 2
+    assert platform.ok("delete-records", *select, "--before-offset", str(inside)).json()["sent_to_cluster"]
+    assert platform.status(TOPIC)["gaps"] == [[inside, gap[1]]]
+    assert f"GAP {inside}..{gap[1]}" in platform.ok("status", "--topic", TOPIC).stdout
+    platform.ok("delete-records", *select, "--before-offset", str(gap[1] + 1))
+    assert platform.status(TOPIC)["gaps"] == [] and "GAP " not in platform.ok("status", "--topic", TOPIC).stdout
+    with TieringContext.open(load_config(platform.config_path)) as ctx:
+        (partition,) = [p for p in collect_metrics(ctx).partitions if p.topic == TOPIC]
+        assert (partition.gap_count, partition.gap_offsets) == (0, 0)
+        assert collect_overview(ctx).gaps == []

@@ -1,7 +1,8 @@
 """A DeleteRecords applied through the platform (``tiering_core/runs/delete_records.py``,
 docs/kafka-rules.md section 10 item 1): checked first (a tiered partition not removed, an offset
 at most the high watermark), then recorded under the partition's lease; refused requests and dry
-runs change nothing. Its effect on retention is tested in test_retention.py."""
+runs change nothing; the tiering gaps below it are history from then on. Its effect on retention
+is tested in test_retention.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.live.test_identity import OTHER_CLUSTER_ID, ClusterAt
 from tests.live.test_source import with_kafka
-from tests.runs.test_retention import remote_ranges, snapshot_state
+from tests.runs.test_retention import assert_gaps_reported, gapped_partition, remote_ranges, snapshot_state
 from tiering_core.errors import TieringError
 from tiering_core.kafka.log_writer import DEMO_CLUSTER_ID
 from tiering_core.kafka.topic import TopicPartition
@@ -89,6 +90,28 @@ def test_a_dry_run_says_where_the_log_start_would_go_and_records_nothing(fs_env:
         "cluster_log_start_offset": None,
     }
     assert applied.to_dict() == {**planned.to_dict(), "dry_run": False}
+
+
+def test_the_gaps_a_delete_records_passes_are_no_longer_reported(fs_env: TieringEnv) -> None:
+    """What a DeleteRecords deletes is history the moment it is applied: a gap below its offset is
+    reported nowhere (status, the metrics, the page), a gap it cuts through from the offset on, a
+    gap above it as before; retention of the segments below it changes none of that."""
+    w = gapped_partition(fs_env)  # gaps [10..14] and [25..34]
+    assert_gaps_reported(fs_env, w, [[10, 14], [25, 34]])
+    with fs_env.context() as ctx:
+        assert apply_delete_records(ctx, w.tp, 12).log_start_offset == 12
+    assert_gaps_reported(fs_env, w, [[12, 14], [25, 34]])
+    with fs_env.context() as ctx:
+        assert apply_delete_records(ctx, w.tp, 30).log_start_offset == 30
+    assert_gaps_reported(fs_env, w, [[30, 34]])
+    with fs_env.context() as ctx:
+        assert run_retention(ctx, w.tp).segments_deleted == 4  # every segment below 30
+    assert remote_ranges(fs_env, w) == [(35, 39)]
+    assert_gaps_reported(fs_env, w, [[30, 34]])
+    with fs_env.context() as ctx:
+        assert apply_delete_records(ctx, w.tp, 35).log_start_offset == 35
+        assert ctx.metadata.list_gaps(tip_of(w)) == []
+    assert_gaps_reported(fs_env, w, [])
 
 
 @pytest.mark.parametrize(

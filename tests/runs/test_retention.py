@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.engine_support import TieringEnv, expire_lease, tip_of, write_segments
+from tiering_core.errors import TieringGapError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicIdPartition
@@ -168,6 +169,66 @@ def copy_blocked_mid_upload(env: TieringEnv, w: PartitionWriter) -> Iterator[lis
         thread.join(60)
     assert not errors, errors
     assert not thread.is_alive()
+
+
+def gapped_partition(env: TieringEnv) -> PartitionWriter:
+    """A partition tiered with two gaps: copied [0..4], [5..9]; the broker deleted [10..14] before
+    it was tiered; copied [15..19], [20..24]; then it deleted [25..34]; copied [35..39]. Each
+    part's records carry one timestamp: 1_000_000, then 2_000_000, then 3_000_000."""
+    clock = {"now": 1_000_000}
+    w = env.writer(clock=lambda: clock["now"])
+    write_segments(w, 2)
+    w.set_high_watermark()
+    with env.context() as ctx:
+        run_copy(ctx, w.tp)
+    for now, segments, deleted in ((2_000_000, 3, 3), (3_000_000, 3, 4)):
+        clock["now"] = now
+        write_segments(w, segments)
+        w.set_high_watermark()
+        w.delete_oldest_segments(deleted)
+        with env.context() as ctx, pytest.raises(TieringGapError):
+            run_copy(ctx, w.tp)
+    assert remote_ranges(env, w) == [(0, 4), (5, 9), (15, 19), (20, 24), (35, 39)]
+    return w
+
+
+def assert_gaps_reported(env: TieringEnv, writer: PartitionWriter, gaps: list[list[int]]) -> None:
+    """``status`` (its JSON, its table and the cluster view), the metrics exposition and the
+    page's figures (its alerts and its partition rows) each report exactly ``gaps`` for the
+    partition, and no other gap."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tiering_core.cli.output import format_status_table
+    from tiering_core.monitoring.collect import collect_metrics
+    from tiering_core.monitoring.exposition import render
+    from tiering_core.monitoring.overview import AlertEntry, collect_overview
+    from tiering_core.tier.cluster import cluster_status
+    from tiering_core.tier.status import collect_status
+
+    tp = writer.tp
+    lost = sum(end - start + 1 for start, end in gaps)
+    with env.context() as ctx:
+        (row,) = collect_status(ctx, tp.topic, tp.partition)
+        (cluster,) = cluster_status(ctx, tp.topic, tp.partition)
+        snapshot = collect_metrics(ctx)
+        overview = collect_overview(ctx)
+    assert row.to_dict()["gaps"] == cluster.gaps == gaps
+    table = format_status_table([row])
+    named = "GAP " + ",".join(f"{a}..{b}" for a, b in gaps)
+    assert (named in table) if gaps else ("GAP " not in table), table
+    (partition,) = snapshot.partitions
+    assert (partition.gap_count, partition.gap_offsets) == (len(gaps), lost)
+    exposed = {
+        s.name: s.value
+        for family in text_string_to_metric_families(render(snapshot))
+        for s in family.samples
+        if s.name in ("tiering_TieringGaps", "tiering_TieringGapOffsets")
+        and s.labels == {"topic": tp.topic, "partition": str(tp.partition)}
+    }
+    assert exposed == {"tiering_TieringGaps": len(gaps), "tiering_TieringGapOffsets": lost}
+    assert overview.gaps == ([AlertEntry(tp.topic, str(tp), lost)] if gaps else [])
+    (summary,) = overview.topics
+    assert (summary.gap_partitions, summary.gap_offsets) == ((1, lost) if gaps else (0, 0))
 
 
 # --- the broker's own retention ---------------------------------------------------------------
@@ -342,6 +403,31 @@ def test_time_retention(fs_env: TieringEnv) -> None:
         result = run_retention(ctx, w.tp, now_ms=1_000_000 + 3000)  # limit 1_001_500: segments 0 and 1
     assert result.segments_deleted == 2 and result.new_remote_log_start_offset == 6
     assert remote_ranges(fs_env, w) == [(6, 8), (9, 11)]
+
+
+def test_a_gap_retention_has_passed_is_history_and_one_at_the_log_start_is_still_lost(
+    fs_env: TieringEnv,
+) -> None:
+    """Retention deleting only the segments below a gap moves the remote log start to the gap's
+    first offset (the last deleted end + 1): those offsets would still be retained had they been
+    tiered, so they are still reported lost. Once it deletes a segment after the gap, the log
+    start is past it: history, in status, the metrics and the page alike."""
+    w = gapped_partition(fs_env)
+    assert_gaps_reported(fs_env, w, [[10, 14], [25, 34]])
+    fs_env.write_config(orders={"retention.ms": 1000})
+    with fs_env.context() as ctx:
+        result = run_retention(ctx, w.tp, now_ms=1_500_000)  # [0..4], [5..9] are older than 1s
+    assert (result.segments_deleted, result.remote_log_start_offset) == (2, 10)
+    assert_gaps_reported(fs_env, w, [[10, 14], [25, 34]])
+    with fs_env.context() as ctx:
+        result = run_retention(ctx, w.tp, now_ms=2_500_000)  # [15..19], [20..24] too
+    assert (result.segments_deleted, result.remote_log_start_offset) == (2, 25)
+    assert_gaps_reported(fs_env, w, [[25, 34]])
+    with fs_env.context() as ctx:
+        result = run_retention(ctx, w.tp, now_ms=3_500_000)  # and [35..39]
+    assert (result.segments_deleted, result.remote_log_start_offset) == (1, 40)
+    assert remote_ranges(fs_env, w) == []
+    assert_gaps_reported(fs_env, w, [])
 
 
 def test_time_retention_needs_a_non_negative_cleanup_limit(fs_env: TieringEnv) -> None:

@@ -7,6 +7,13 @@ offset is kept only above every earlier one, and a gap recorded twice is recorde
 versions recorded as DeleteRecords from the broker's files or the cluster's log start stay (nothing
 stored is deleted) but never count: a replica's log start is no evidence of a DeleteRecords
 (docs/kafka-rules.md section 10 item 1).
+
+A tiering gap is offsets lost above the global log start. What lies below it was deleted on
+purpose (by the platform's retention or a DeleteRecords applied through it) and is history, not
+a loss: the transaction that moves the global log start also trims the gaps it passes
+(``trim_gaps``), and a gap is recorded only from the global log start on. So the gaps stored are
+always the ones to report, and every reader (``status``, the metrics, the page, replays) reads
+them as they are.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from sqlalchemy import Connection, Select, Table, func, select
 
 from tiering_core.kafka.epoch import EpochEntry, current_lineage
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.metadata.queries import IS_APPLIED, D, G, L, P
+from tiering_core.metadata.queries import IS_APPLIED, D, G, L, P, Statements
 from tiering_core.metadata.transactions import LockedPartition, StoreCore
 from tiering_core.metadata.values import DELETE_RECORDS_APPLIED, DeleteRecordsObservation, Lease, TieringGap
 
@@ -28,6 +35,28 @@ def _of_partition(query: Select[Any], table: Table, tip: TopicIdPartition) -> Se
     return query.join(P, P.c.id == table.c.partition_id).where(
         P.c.topic_id == tip.topic_id, P.c.partition == tip.partition
     )
+
+
+def trim_gaps(conn: Connection, q: Statements, partition_id: int, log_start: int) -> None:
+    """Inside the transaction that moves a partition's global log start to ``log_start``: a gap
+    wholly below it is removed, one it cuts through starts at it from now on (detected when it
+    was). Gaps at or above it stay as they are."""
+    params = {"pid": partition_id, "start": log_start}
+    across = conn.execute(q.gaps_across, params).all()
+    conn.execute(q.delete_gaps_below, params)
+    if across:
+        conn.execute(
+            q.insert_gap,
+            [
+                {
+                    "partition_id": partition_id,
+                    "start_offset": log_start,
+                    "end_offset": r.end_offset,
+                    "detected_ms": r.detected_ms,
+                }
+                for r in across
+            ],
+        )
 
 
 class LineageStore(StoreCore):
@@ -67,11 +96,13 @@ class LineageStore(StoreCore):
 
     def record_delete_records(self, tip: TopicIdPartition, offset: int, lease: Lease) -> int:
         """Record a DeleteRecords applied through the platform (kept only if above every earlier
-        applied one: applying it again changes nothing). Returns the highest applied."""
+        applied one: applying it again changes nothing). Returns the highest applied. The tiering
+        gaps below it are history from the same transaction on (``trim_gaps``)."""
         with self._fenced_write(lease, tip) as (conn, row):
             highest = conn.execute(self._q.highest_delete_records, {"pid": row.id}).scalar()
             if highest is not None and offset <= highest:
                 return int(highest)
+            trim_gaps(conn, self._q, row.id, offset)
             conn.execute(
                 D.insert(),
                 {
@@ -103,10 +134,15 @@ class LineageStore(StoreCore):
     # --- tiering gaps (docs/kafka-rules.md section 10 item 3) -----------------------------
 
     def record_gap(self, tip: TopicIdPartition, start: int, end: int, lease: Lease) -> None:
-        """Record a tiering gap [start, end]; recording the same range again changes nothing."""
+        """Record a tiering gap [start, end]; recording the same range again changes nothing.
+        Only what lies at or above the global log start is recorded (below it is history)."""
         if end < start:
             raise ValueError(f"{tip}: gap {start}..{end} is not a range")
         with self._fenced_write(lease, tip) as (conn, row):
+            applied = conn.execute(self._q.highest_delete_records, {"pid": row.id}).scalar()
+            start = max(o for o in (start, row.remote_log_start_offset, applied) if o is not None)
+            if end < start:
+                return
             conn.execute(
                 self._q.insert_gap,
                 {"partition_id": row.id, "start_offset": start, "end_offset": end, "detected_ms": row.db_now},

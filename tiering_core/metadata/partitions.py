@@ -15,6 +15,7 @@ from sqlalchemy import Connection, select
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import PartitionDeletedError, PartitionNotEmptyError, check_topic_name
+from tiering_core.metadata.lineage import trim_gaps
 from tiering_core.metadata.queries import HI, D, E, G, H, L, P, S
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState, check_partition_transition
 from tiering_core.metadata.transactions import LockedPartition, StoreCore, tip_of
@@ -142,7 +143,8 @@ class PartitionStore(StoreCore):
 
     def set_remote_log_start_offset(self, tip: TopicIdPartition, offset: int, lease: Lease) -> int:
         """Advance the platform's remote log start offset; it never moves back (a lower value is
-        ignored). Returns the stored value."""
+        ignored). Returns the stored value. The tiering gaps below it are history from the same
+        transaction on (``lineage.trim_gaps``)."""
         with self._fenced_write(lease, tip) as (conn, row):
             return self._advance_remote_log_start(conn, row, offset)
 
@@ -150,6 +152,7 @@ class PartitionStore(StoreCore):
         if row.remote_log_start_offset is not None and offset <= row.remote_log_start_offset:
             return int(row.remote_log_start_offset)
         self._update_partition(conn, row, remote_log_start_offset=offset)
+        trim_gaps(conn, self._q, row.id, offset)
         return offset
 
     # --- history -------------------------------------------------------------------------

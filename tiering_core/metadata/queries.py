@@ -252,6 +252,20 @@ class Statements:
         self.insert_gap = dialect_insert(G).on_conflict_do_nothing(
             index_elements=["partition_id", "start_offset", "end_offset"]
         )
+        # The gaps a new log start (``start``) cuts through, first detected first, and every gap
+        # starting below it.
+        self.gaps_across = (
+            select(G.c.end_offset, G.c.detected_ms)
+            .where(
+                G.c.partition_id == bindparam("pid"),
+                G.c.start_offset < bindparam("start"),
+                G.c.end_offset >= bindparam("start"),
+            )
+            .order_by(G.c.detected_ms, G.c.id)
+        )
+        self.delete_gaps_below = delete(G).where(
+            G.c.partition_id == bindparam("pid"), G.c.start_offset < bindparam("start")
+        )
         self.highest_delete_records = select(func.max(D.c.before_offset)).where(
             D.c.partition_id == bindparam("pid"), IS_APPLIED
         )

@@ -15,6 +15,7 @@ from tiering_core.errors import TieringGapError
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.copy_plan import plan_copies
+from tiering_core.runs.delete_records import apply_delete_records
 
 COOKIE = "_token"  # the cookie Airflow's UI keeps its JWT in (COOKIE_NAME_JWT_TOKEN)
 BROKER = 1  # the demo writer's broker (its log dir's meta.properties): runs record what they observe
@@ -161,6 +162,38 @@ def test_page_lists_every_partition_with_its_tier_state_and_flags_gaps(tiering: 
     assert table.text.count('<tr class="alert">') == 1
     assert 'class="airflow" href="../dags/tiering_copy_default_topics"' in table.text  # orders: the "*" default
     assert table.text.count("<button") == 0
+
+
+def test_a_gap_a_delete_records_passes_is_no_longer_flagged(tiering: TieringEnv, client: TestClient) -> None:
+    """A DeleteRecords applied through the platform into a tiering gap: the page reports the gap
+    from the new log start on; applied past it, nowhere on the page any more."""
+    w = tiering.writer("orders", 0)
+    write_segments(w, 2)
+    w.set_high_watermark()
+    with tiering.context() as ctx:
+        run_copy(ctx, w.tp, broker_id=BROKER)
+    write_segments(w, 2)
+    w.set_high_watermark()
+    w.delete_oldest_segments(3)  # [10..14] was never copied: a tiering gap
+    with tiering.context() as ctx, pytest.raises(TieringGapError):
+        run_copy(ctx, w.tp, broker_id=BROKER)
+
+    def shown() -> tuple[str, str, tuple[int, int]]:
+        (row,) = client.get("/api/partitions").json()
+        table = client.get("/fragments/partitions", params={"topic": "orders"}).text
+        return client.get("/").text, table, (row["gap_count"], row["gap_offsets"])
+
+    with tiering.context() as ctx:
+        apply_delete_records(ctx, w.tp, 12)
+    page, table, figures = shown()
+    assert "Tiering gap: 1 partition(s) of orders lost 3 offset(s)" in page and figures == (1, 3)
+    assert '<td data-label="Tiering gaps" class="bad">1 (3 offsets lost)</td>' in table
+    with tiering.context() as ctx:
+        apply_delete_records(ctx, w.tp, 15)
+    page, table, figures = shown()
+    assert "Tiering gap:" not in page and '<p class="no-alerts ok">No alerts' in page and figures == (0, 0)
+    assert '<details class="topic" data-topic="orders">' in page  # no longer an alert
+    assert '<td data-label="Tiering gaps" class="ok">none</td>' in table and '<tr class="alert">' not in table
 
 
 def test_partitions_load_a_page_of_rows_at_a_time(tiering: TieringEnv, client: TestClient) -> None:
