@@ -324,7 +324,7 @@ def test_0010_adds_the_replays_and_keeps_the_observations_0009_held(metadata_url
 
 
 def test_0011_trims_the_gaps_recorded_below_the_global_log_start(metadata_url: str) -> None:
-    """A store at 0010 holds gaps recorded before they were trimmed: on open, a gap wholly below a
+    """A store at 0010 holds gaps recorded before they were trimmed: on its upgrade, a gap wholly below a
     partition's global log start (its remote log start, or a higher DeleteRecords applied through
     the platform, never an older row from a replica) goes, one it cuts through starts at it
     (detected when it first was), and the rest stay; the way back keeps what 0011 left."""
@@ -374,7 +374,8 @@ def test_0011_trims_the_gaps_recorded_below_the_global_log_start(metadata_url: s
                 query = "SELECT partition_id, start_offset, end_offset, detected_ms FROM tiering_gaps"
                 return sorted(tuple(r) for r in conn.execute(text(query)))
 
-        with RemoteLogMetadataStore(metadata_url) as store:  # first use migrates to the head
+        refused_then_upgraded(metadata_url, "0010_replays")
+        with RemoteLogMetadataStore(metadata_url) as store:
             assert current_revision(metadata_url) == head_revision()
             assert [(g.start, g.end, g.detected_ms) for g in store.list_gaps(TIP)] == [(30, 34, 200), (40, 49, 400)]
             assert [(g.start, g.end) for g in store.list_gaps(other)] == [(20, 24)]  # the remote log start's
