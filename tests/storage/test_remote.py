@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from tiering_core.storage.remote import RecentCache
+from tiering_core.storage.cache import RecentCache
 
 
 def test_the_least_recently_used_goes_first_when_the_count_is_reached() -> None:

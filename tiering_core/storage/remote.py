@@ -18,18 +18,17 @@ from __future__ import annotations
 import io
 import logging
 import tempfile
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Generic, TypeVar
+from typing import BinaryIO
 
 from tiering_core.humanize import fmt_bytes
 from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.storage.cache import RecentCache
 from tiering_core.storage.checksum import crc32c, crc_hex
 from tiering_core.storage.chunks import (
     ChunkedObject,
@@ -111,52 +110,6 @@ class SegmentEncoding:
             entry.compression == wanted or (self.compression == "auto" and kind is ObjectKind.LOG)
             for kind, entry in manifest.objects.items()
         )
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class RecentCache(Generic[K, V]):
-    """A thread-safe LRU map bounded by count and, given a ``budget``, by the bytes its values
-    weigh (segments are immutable once their manifest is written). A value heavier than the whole
-    budget is not kept: it would evict everything else for one entry."""
-
-    def __init__(self, size: int, budget: int | None = None) -> None:
-        self.size = size
-        self.budget = budget
-        self.weight = 0
-        self.items: OrderedDict[K, tuple[V, int]] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        with self.lock:
-            held = self.items.get(key)
-            if held is None:
-                return None
-            self.items.move_to_end(key)
-            return held[0]
-
-    def put(self, key: K, value: V, weight: int = 0) -> None:
-        """Keep ``value`` as weighing ``weight`` bytes, evicting the least recently used."""
-        with self.lock:
-            self._remove(key)
-            if self.budget is not None and weight > self.budget:
-                return
-            self.items[key] = (value, weight)
-            self.weight += weight
-            while len(self.items) > self.size or (self.budget is not None and self.weight > self.budget):
-                _, (_, evicted) = self.items.popitem(last=False)
-                self.weight -= evicted
-
-    def drop(self, key: K) -> None:
-        with self.lock:
-            self._remove(key)
-
-    def _remove(self, key: K) -> None:
-        held = self.items.pop(key, None)
-        if held is not None:
-            self.weight -= held[1]
 
 
 class RemoteStorage(ObjectStore):

@@ -42,8 +42,7 @@ def test_a_missing_config_is_unavailable_not_a_crash(tiering: TieringEnv) -> Non
 
 
 def test_a_store_behind_the_code_is_unavailable_naming_the_upgrade_until_it_is_upgraded(tiering: TieringEnv) -> None:
-    with tiering.context():
-        pass  # a new store, created at head
+    upgrade(tiering.metadata_url)  # a new store at head
     downgrade(tiering.metadata_url, "0009_retention_percent")
     contexts = OpenContexts()
     path = str(tiering.config_path)
