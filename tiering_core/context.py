@@ -57,6 +57,10 @@ class TieringContext:
         self.config = config
         self.metadata = metadata
         self.storage = storage
+        if storage.write_check is None:  # the prefix must be this store's before anything is written
+            from tiering_core.runs.binding import PrefixBinding
+
+            storage.write_check = PrefixBinding(metadata, storage)
         caps = config.quota_config
         self._quotas: StorageQuotas | None = None
         if caps.copy_bytes_per_second is not None or caps.fetch_bytes_per_second is not None:

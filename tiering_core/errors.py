@@ -64,3 +64,9 @@ class NoRemoteDataError(TieringError):
 class ExportError(TieringError):
     """An export cannot go on (no ``export`` section, an unreachable catalog, a table that cannot
     be created, an unwritable warehouse, a failed commit): one line naming what."""
+
+
+class StoreBindingError(TieringError):
+    """The metadata store may not write under the configured prefix: the prefix is bound to
+    another store, or the store is empty while the prefix holds finished segments, or a recovery
+    into the store is unfinished (``runs.binding``). Nothing was written or deleted."""

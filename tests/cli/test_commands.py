@@ -375,10 +375,9 @@ def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
     fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import time
-    import uuid
 
     from tests.engine_support import tip_of
-    from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+    from tests.runs.test_orphans import killed_copy, unrecorded
 
     w = fs_env.writer()
     write_segments(w, 1)
@@ -386,19 +385,19 @@ def test_orphans_dry_run_deletes_nothing_and_grace_must_be_positive(
     cfg = str(fs_env.config_path)
     assert run(capsys, "--config", cfg, "copy")[0] == 0
     with fs_env.context() as ctx:
-        stray = RemoteSegmentRef(tip_of(w), 0, uuid.uuid4()).key(ObjectKind.LOG, ctx.storage.prefix)
-        ctx.storage.put_object(stray, b"left by a killed copy")
+        stray, unknown = killed_copy(ctx, tip_of(w), base=100)[0], unrecorded(ctx, tip_of(w), base=200)[0]
     time.sleep(0.05)
     code, _, err = run(capsys, "--config", cfg, "retention", "--delete-orphans", "--grace-ms", "0")
     assert code == 1 and "grace" in err and err.count("\n") == 1
     dry = ("retention", "--delete-orphans", "--dry-run", "--grace-ms", "1")
     code, out, _ = run(capsys, "--config", cfg, "--json", *dry)
-    (orphan,) = json.loads(out)
-    assert code == 0 and (orphan["key"], orphan["kind"], orphan["deleted"]) == (stray, "object", False)
+    listed = {o["key"]: (o["kind"], o["deleted"]) for o in json.loads(out)}
+    assert code == 0 and listed[stray] == ("object", False) and listed[unknown] == ("unrecorded", False)
     code, out, _ = run(capsys, "--config", cfg, "retention", "--delete-orphans", "--grace-ms", "1")
-    assert code == 0 and f"deleted object {stray}" in out
+    assert code == 0 and f"deleted object {stray}" in out and f"kept unrecorded {unknown}" in out
+    assert "`tiering recover` adds the segment back" in out
     code, out, _ = run(capsys, "--config", cfg, "retention", "--orphans")
-    assert code == 0 and out.strip() == "no orphaned objects"
+    assert code == 0 and stray not in out and f"kept unrecorded {unknown}" in out
 
 
 def test_delete_partition_needs_evidence_or_force_and_a_tombstone_can_be_lifted(

@@ -1,6 +1,7 @@
 """The orphan sweep over real remote storage (moto's S3 server, the filesystem backend) and a real
-SQLite metadata store: stray objects of known and unknown partitions, unfinished multipart
-uploads, stale temp files, the grace period, and copies racing the sweep."""
+SQLite metadata store: objects of segments the store deleted, objects of segments it has no record
+of (kept), unfinished multipart uploads, stale temp files, the grace period, and copies racing the
+sweep."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from tiering_core.context import TieringContext
 from tiering_core.errors import ConfigError, TieringError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.metadata.values import RemoteLogSegmentMetadata
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.orphans import INCOMPLETE_UPLOAD, OBJECT, TEMP_FILE, OrphanObject, find_orphans
+from tiering_core.runs.orphans import INCOMPLETE_UPLOAD, OBJECT, TEMP_FILE, UNRECORDED, OrphanObject, find_orphans
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, partition_prefix
 from tiering_core.storage.s3 import S3RemoteStorage
@@ -67,10 +70,37 @@ def tiered(env: TieringEnv) -> PartitionWriter:
     return tier(env)
 
 
-def killed_copy(ctx: TieringContext, tip: TopicIdPartition, base: int = 0) -> list[str]:
-    """The objects a copy killed after its uploads leaves once its metadata is gone: a log
-    and a manifest under a segment id no live segment has."""
+def unrecorded(ctx: TieringContext, tip: TopicIdPartition, base: int = 0) -> list[str]:
+    """The objects of a finished segment the store has no record of at all (what a store restored
+    from an older backup sees of the segments copied since): a log and its manifest."""
     ref = RemoteSegmentRef(tip, base, uuid.uuid4())
+    ctx.storage.copy_segment(ref, {ObjectKind.LOG: b"copied after the backup"})
+    return sorted([ref.key(ObjectKind.LOG, ctx.storage.prefix), ref.key(ObjectKind.MANIFEST, ctx.storage.prefix)])
+
+
+def killed_copy(ctx: TieringContext, tip: TopicIdPartition, base: int = 0) -> list[str]:
+    """The objects a copy killed after its uploads leaves once the next run has cleaned it up and
+    a delete failed part-way: the store records the segment's deletion (DELETE_SEGMENT_FINISHED),
+    yet a log and a manifest under its id survive."""
+    segment = RemoteLogSegmentMetadata(
+        segment_id=uuid.uuid4(),
+        topic_id_partition=tip,
+        start_offset=base,
+        end_offset=base + 4,
+        max_timestamp=0,
+        leader_epochs={0: base},
+        size_bytes=11,
+        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+        writer_token=0,
+        event_time=0,
+    )
+    ctx.metadata.register_partition(tip)
+    lease = ctx.metadata.acquire_lease(tip, holder="killed-copy")
+    ctx.metadata.add_segment(segment, lease)
+    for state in (RemoteLogSegmentState.DELETE_SEGMENT_STARTED, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED):
+        ctx.metadata.update_segment_state(segment.segment_id, state, lease)
+    ctx.metadata.release_lease(lease)
+    ref = RemoteSegmentRef(tip, base, segment.segment_id)
     ctx.storage.copy_segment(ref, {ObjectKind.LOG: b"killed copy"})
     return sorted([ref.key(ObjectKind.LOG, ctx.storage.prefix), ref.key(ObjectKind.MANIFEST, ctx.storage.prefix)])
 
@@ -150,22 +180,29 @@ def test_orphans_of_a_known_partition_are_listed_and_a_dry_listing_deletes_nothi
         }
 
 
-def test_objects_of_a_partition_the_metadata_store_does_not_know_are_orphans(
+def test_objects_of_segments_the_store_has_no_record_of_are_listed_and_never_deleted(
     env: TieringEnv, tiered: PartitionWriter
 ) -> None:
-    """The same topic name under a topic id no metadata records (a deleted and recreated
-    topic whose metadata was dropped, a store restored from an old backup)."""
+    """A partition no store row names (a topic id whose metadata a restored backup lacks) and a
+    known partition's segment the store never recorded: a finished manifest may vouch for either,
+    and a store that lost their records cannot tell them from garbage, so they stay (``tiering
+    recover`` adds them back). The objects of a partition's segment the store deleted still go."""
+    tip = tip_of(tiered)
     with env.context() as ctx:
         assert ctx.metadata.get_partition(UNKNOWN) is None
-        stray = killed_copy(ctx, UNKNOWN, base=100)
-        orphans = find_orphans(ctx, "orders", grace_ms=1)
-        assert sorted(by_key(orphans)) == stray
+        kept = unrecorded(ctx, UNKNOWN, base=100) + unrecorded(ctx, tip, base=0)
+        stray = killed_copy(ctx, tip, base=5)
+        orphans = by_key(find_orphans(ctx, "orders", grace_ms=1))
+        assert {k: o.kind for k, o in orphans.items()} == {
+            **dict.fromkeys(kept, UNRECORDED),
+            **dict.fromkeys(stray, OBJECT),
+        }
         time.sleep(0.05)
-        deleted = find_orphans(ctx, grace_ms=10, delete=True)
-        assert sorted(o.key for o in deleted if o.deleted) == stray
-        assert ctx.storage.list_objects(UNKNOWN) == []
-        assert UNKNOWN not in ctx.storage.remote_partitions()
-        assert_live_data_intact(ctx, tip_of(tiered))
+        deleted = by_key(find_orphans(ctx, grace_ms=10, delete=True))
+        assert sorted(k for k, o in deleted.items() if o.deleted) == stray
+        assert all(ctx.storage.object_size(k) is not None for k in kept)
+        assert UNKNOWN in ctx.storage.remote_partitions()
+        assert_live_data_intact(ctx, tip)
 
 
 def test_objects_of_deleted_segments_are_orphans(env: TieringEnv, tiered: PartitionWriter) -> None:

@@ -461,6 +461,17 @@ def _db_backup(args: argparse.Namespace, url: str) -> int:
     return EXIT_OK
 
 
+def cmd_recover(args: argparse.Namespace) -> int:
+    """Fails (exit 1) when a manifest could not be recovered: the prefix is then left unbound."""
+    from tiering_core.cli.output import format_recovery
+    from tiering_core.runs.recover import recover_store
+
+    with _context(args) as ctx:
+        result = recover_store(ctx, topic=args.topic, dry_run=args.dry_run, progress=_progress(args))
+    _emit(args, result.to_dict(), lambda: format_recovery(result))
+    return EXIT_FAILURE if result.failed else EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from tiering_core.cli.demo import run_demo
 

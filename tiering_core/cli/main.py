@@ -20,6 +20,7 @@ from tiering_core.cli.commands import (
     cmd_fetch,
     cmd_find_offset,
     cmd_rebuild_indexes,
+    cmd_recover,
     cmd_replay,
     cmd_restore,
     cmd_retention,
@@ -298,6 +299,14 @@ def add_setup_commands(sub: Subcommands) -> None:
     backup.add_argument("file", metavar="FILE", help="the backup file to write")
     backup.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.set_defaults(handler=cmd_db)
+
+    p = sub.add_parser(
+        "recover",
+        help="rebuild the metadata store from the bucket's manifests (an empty store, or the one bound to the prefix)",
+    )
+    p.add_argument("--topic", help="only this topic's partitions")
+    p.add_argument("--dry-run", action="store_true", help="print what would be recorded, write nothing")
+    p.set_defaults(handler=cmd_recover)
 
     p = sub.add_parser("demo", help="build a demo log dir, start a local S3 endpoint, copy, print status")
     p.add_argument("--dir", default="demo-run", help="where the demo's log dir, metadata and config go")

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from tiering_core.runs.delete_records import DeleteRecordsResult
     from tiering_core.runs.orphans import OrphanObject
     from tiering_core.runs.rebuild import IndexCheck, RebuildResult
+    from tiering_core.runs.recover import RecoveryResult
     from tiering_core.runs.removal import RemovalResult
     from tiering_core.runs.retention import RetentionResult
     from tiering_core.runs.rewrite import RewriteResult
@@ -121,14 +122,58 @@ def format_rewrite(results: list[RewriteResult]) -> str:
     return "\n".join(lines)
 
 
-def format_orphans(orphans: list[OrphanObject]) -> str:
-    return (
-        "\n".join(
-            f"{'deleted' if o.deleted else 'orphan'} {o.kind} {o.key} ({o.size} bytes, {o.age_ms} ms old)"
-            for o in orphans
+def format_recovery(result: RecoveryResult) -> str:
+    verb = "would record" if result.dry_run else "recorded"
+    lines = []
+    for p in result.partitions:
+        line = f"{p.topic}-{p.partition} (topic id {p.topic_id}): {p.segments} segment(s) in the bucket"
+        line += f", {verb} {p.recorded}"
+        if p.already_recorded:
+            line += f", {p.already_recorded} already recorded"
+        if p.superseded:
+            line += f", {p.superseded} superseded (deleted by the next run)"
+        if p.start_offset is not None:
+            line += f"; offsets {p.start_offset}..{p.end_offset}"
+        if p.remote_log_start_offset is not None:
+            line += f"; remote log start {p.remote_log_start_offset}"
+        if p.delete_records_offset is not None:
+            line += f"; DeleteRecords {p.delete_records_offset}"
+        if p.gaps:
+            line += "; gaps " + ", ".join(f"{s}..{e}" for s, e in p.gaps)
+        if not p.state_object:
+            line += "; no partition-state.json (log start and gaps from the segments)"
+        lines.append(line)
+        lines.extend(
+            f"  recovered from its objects (copied before manifests held its metadata): {s}" for s in p.from_objects
         )
-        or "no orphaned objects"
-    )
+        lines.extend(f"  NOT RECOVERED: {s}" for s in p.unreadable)
+    total = sum(p.recorded for p in result.partitions)
+    summary = f"recover: {verb} {total} segment(s) of {len(result.partitions)} partition(s) in {result.seconds:.1f}s"
+    if result.bound:
+        summary += f"; the prefix is bound to this store ({result.store_id})"
+        if result.previous_store_id not in (None, result.store_id):
+            summary += f", no longer to {result.previous_store_id}"
+    elif not result.dry_run:
+        summary += "; the prefix is not bound: fix what was not recovered and run it again"
+    lines.append(summary)
+    return "\n".join(lines)
+
+
+def format_orphans(orphans: list[OrphanObject]) -> str:
+    from tiering_core.runs.orphans import UNRECORDED
+
+    lines = [
+        f"{'deleted' if o.deleted else 'kept' if o.kind == UNRECORDED else 'orphan'} {o.kind} {o.key} "
+        f"({o.size} bytes, {o.age_ms} ms old)"
+        for o in orphans
+    ]
+    unrecorded = sum(1 for o in orphans if o.kind == UNRECORDED)
+    if unrecorded:
+        lines.append(
+            f"{unrecorded} object(s) of segments the metadata store has no record of are kept, never deleted: "
+            "if a finished segment's manifest lists them, `tiering recover` adds the segment back"
+        )
+    return "\n".join(lines) or "no orphaned objects"
 
 
 def format_partition_deletion(tp: TopicPartition, result: RemovalResult) -> str:

@@ -129,6 +129,19 @@ class ReplayRow(Base):
     finished_ms: Mapped[int] = mapped_column(BigInteger)
 
 
+class StoreIdentityRow(Base):
+    """The store's one identity row (``id`` is always 1): the id it was given when it was created,
+    which the prefix it writes under records in its identity object (``runs.binding``), and the
+    start of a ``tiering recover`` into it that has not finished (None: none)."""
+
+    __tablename__ = "tiering_store"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    store_id: Mapped[str] = mapped_column(String(36))
+    created_ms: Mapped[int] = mapped_column(BigInteger)
+    recovery_started_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
 def registered_partition(tip: TopicIdPartition, now_ms: int) -> dict[str, Any]:
     """A ``PartitionRow``'s values as the store first registers the partition: no lease taken, no
     deletion, nothing copied (loaders of prepared stores override what they need)."""

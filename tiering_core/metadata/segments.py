@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 
 from tiering_core.kafka.epoch import EpochEntry
@@ -31,11 +31,14 @@ from tiering_core.metadata.errors import (
 from tiering_core.metadata.lineage import LineageStore
 from tiering_core.metadata.listing import FINISHED, SegmentListing, segment_from_row
 from tiering_core.metadata.partitions import PartitionStore
+from tiering_core.metadata.queries import S
 from tiering_core.metadata.states import RemoteLogSegmentState, check_segment_transition
 from tiering_core.metadata.transactions import LockedPartition, tip_of, tip_params
-from tiering_core.metadata.values import Lease, RemoteLogSegmentMetadata
+from tiering_core.metadata.values import Lease, RecoveredSegment, RemoteLogSegmentMetadata
 
 EPOCHS_PER_QUERY = 64
+#: The most segment ids one query asks about (bound parameters stay well below every driver's limit).
+IDS_PER_QUERY = 500
 
 
 def _epochs_json(leader_epochs: dict[int, int]) -> dict[str, int]:
@@ -176,6 +179,57 @@ class SegmentStore(SegmentListing, LineageStore, PartitionStore):
             self._transition(conn, prow, lease, old_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, None, None)
         return meta
 
+    def recover_segments(self, segments: Sequence[RecoveredSegment], lease: Lease) -> int:
+        """Record segments ``tiering recover`` read from the bucket, in one fenced transaction, as
+        their copies would have: each added, then finished with its leader-epoch index merged into
+        the lineage (the first one setting an unset remote log start), in the order given (the
+        order they were copied); a superseded one then goes to DELETE_SEGMENT_STARTED. A segment
+        the store already records is left as it is (a rerun after a kill picks up where it stopped).
+        Returns how many were added."""
+        added = 0
+        with self._fenced_write(lease) as (conn, prow):
+            known = self._segment_states(conn, [s.metadata.segment_id for s in segments])
+            for recovered in segments:
+                meta = recovered.metadata
+                if meta.segment_id in known:
+                    continue
+                if meta.topic_id_partition != lease.topic_id_partition:
+                    raise FencedError(
+                        f"the lease of {lease.topic_id_partition} cannot add a segment of {meta.topic_id_partition}"
+                    )
+                validate_segment_metadata(meta)
+                sid = str(meta.segment_id)
+                conn.execute(
+                    self._q.insert_segment,
+                    {
+                        "segment_id": sid,
+                        "partition_id": prow.id,
+                        "start_offset": meta.start_offset,
+                        "end_offset": meta.end_offset,
+                        "max_timestamp": meta.max_timestamp,
+                        "size_bytes": meta.size_bytes,
+                        "state": RemoteLogSegmentState.COPY_SEGMENT_STARTED.value,
+                        "leader_epochs": _epochs_json(meta.leader_epochs),
+                        "writer_token": lease.token,
+                        "event_time": meta.event_time,
+                        "finish_seq": None,
+                        "custom_metadata": {},
+                    },
+                )
+                self._history(conn, prow, lease, RemoteLogSegmentState.COPY_SEGMENT_STARTED.value, segment_id=sid)
+                finished = self._transition(
+                    conn, prow, lease, meta.segment_id, FINISHED, meta.event_time, dict(meta.custom_metadata or {})
+                )
+                self._merge_lineage(conn, prow, recovered.lineage)
+                if prow.remote_log_start_offset is None:
+                    self._advance_remote_log_start(conn, prow, finished.first_epoch_offset)
+                if recovered.superseded:
+                    self._transition(
+                        conn, prow, lease, meta.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, None, None
+                    )
+                added += 1
+        return added
+
     def _transition(
         self,
         conn: Connection,
@@ -248,6 +302,22 @@ class SegmentStore(SegmentListing, LineageStore, PartitionStore):
         )
 
     # --- point reads and figures ---------------------------------------------------------
+
+    def segment_states(self, segment_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, RemoteLogSegmentState]:
+        """The recorded state of each of ``segment_ids`` the store knows (unknown ids are absent)."""
+        with self._read() as conn:
+            return self._segment_states(conn, segment_ids)
+
+    def _segment_states(
+        self, conn: Connection, segment_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, RemoteLogSegmentState]:
+        wanted = sorted({str(i) for i in segment_ids})
+        found: dict[uuid.UUID, RemoteLogSegmentState] = {}
+        for i in range(0, len(wanted), IDS_PER_QUERY):
+            query = select(S.c.segment_id, S.c.state).where(S.c.segment_id.in_(wanted[i : i + IDS_PER_QUERY]))
+            for row in conn.execute(query):
+                found[uuid.UUID(row.segment_id)] = RemoteLogSegmentState(row.state)
+        return found
 
     def get_segment(self, segment_id: uuid.UUID) -> RemoteLogSegmentMetadata | None:
         with self._read() as conn:

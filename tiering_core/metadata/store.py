@@ -13,7 +13,8 @@
 - ``observations``: what each broker saw of its replicas, and the best replica;
 - ``counters``: what runs did to each partition (copies, deletions, reads), for metrics;
 - ``quota_holders``: the processes sharing each broker's upload and fetch quotas;
-- ``totals``: set-wise figures over every partition at once (sizes, gaps, chart series).
+- ``totals``: set-wise figures over every partition at once (sizes, gaps, chart series);
+- ``identity``: the store's id (which its prefix's identity object names) and an unfinished recovery.
 
 The state transition tables are ``states``. A SQLite store checkpoints its WAL from a background
 thread, so no commit waits for a checkpoint's fsync.
@@ -37,6 +38,7 @@ from tiering_core.metadata.engine import (
 )
 from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.metadata.export_commits import ExportCommitStore
+from tiering_core.metadata.identity import IdentityStore
 from tiering_core.metadata.leases import LeaseStore
 from tiering_core.metadata.listing import DEFAULT_SEGMENT_MEMO, LISTED_PARTITIONS
 from tiering_core.metadata.observations import ObservationStore
@@ -56,6 +58,7 @@ from tiering_core.metadata.values import (
     RemoteLogSegmentMetadata,
     ReplicaObservation,
     StateChange,
+    StoreIdentity,
     TableLease,
     TaskAttempt,
     TieringGap,
@@ -73,6 +76,7 @@ __all__ = [
     "RemoteLogSegmentMetadata",
     "ReplicaObservation",
     "StateChange",
+    "StoreIdentity",
     "TableLease",
     "TaskAttempt",
     "TieringGap",
@@ -90,6 +94,7 @@ class RemoteLogMetadataStore(
     TotalsStore,
     QuotaHolderStore,
     ReplayStore,
+    IdentityStore,
 ):
     """Segment metadata, partition delete states, fenced leases (of partitions and export tables),
     the export commits each table's export landed, the section-10 state, replica observations and

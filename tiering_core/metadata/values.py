@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
 
@@ -408,3 +409,30 @@ class ReplayRecord:
     started_ms: int
     finished_ms: int
     run: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreIdentity:
+    """Who a metadata store is (``tiering_store``): the id it got when it was created, which the
+    prefix it writes under names in its identity object, and the start of a ``tiering recover``
+    into it that has not finished (None: none; until it has, the store writes nothing remote)."""
+
+    store_id: str
+    created_ms: int
+    recovery_started_ms: int | None = None
+
+    @property
+    def recovering(self) -> bool:
+        return self.recovery_started_ms is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredSegment:
+    """A finished segment as ``tiering recover`` read it from the bucket: its metadata (as copy
+    recorded it, with the record of its manifest), the leader-epoch index its copy uploaded, and
+    whether a later copy of the same offsets supersedes it (then it is recorded as being deleted,
+    and the next run that holds the partition deletes it)."""
+
+    metadata: RemoteLogSegmentMetadata
+    lineage: tuple[EpochEntry, ...]
+    superseded: bool = False

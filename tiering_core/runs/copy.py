@@ -129,6 +129,7 @@ def begin_copy_run(
     partition_log = ctx.partition_log(tp)
     refuse_stale_directory(ctx, partition_log)
     tip = TopicIdPartition(partition_log.topic_id, tp)
+    ctx.storage.require_writable()
     store.register_partition(tip)
     try:
         held = hold.enter_context(held_partition(store, tip, holder=f"copy:{run_id}", run_id=run_id, attempt=attempt))

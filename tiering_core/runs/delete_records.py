@@ -147,6 +147,7 @@ def apply_delete_records(
     store = ctx.metadata
     tip = TopicIdPartition(result.topic_id, tp)
     run = run_id or uuid.uuid4().hex
+    ctx.storage.require_writable()
     try:
         with held_partition(store, tip, holder=f"delete-records:{run}", run_id=run, attempt=attempt) as held:
             if ctx.cluster is not None:

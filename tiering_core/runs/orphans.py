@@ -1,19 +1,22 @@
-"""Orphaned remote data: what no live segment references, and what killed uploads left behind.
+"""Orphaned remote data: objects of segments the store deleted, and what killed uploads left behind.
 
-A copy killed part-way leaves objects whose segment never finished (and, once the next run has
-cleaned that segment up, objects no metadata names at all), S3 multipart uploads never completed
-nor aborted, and filesystem temp files. A partition the metadata store no longer knows (its
-metadata dropped, the store restored from an older backup) may still hold objects. The sweep
-therefore covers every partition found in remote storage under the configured prefix, besides
-those the metadata store knows.
+The metadata store is the only judge of what may go. An object is an orphan, and deleted once
+older than a positive grace period, only when the store recorded its segment's deletion
+(DELETE_SEGMENT_FINISHED while an object survived: a delete that failed part-way), or when it is
+part of an unfinished upload (an S3 multipart upload never completed nor aborted, a filesystem
+temp file) of no live segment. An object of a segment the store has no record of at all is listed
+as ``unrecorded`` and never deleted: its manifest may vouch for a finished segment the store lost
+(a store restored from an older backup, a store rebuilt for one topic only), which ``tiering
+recover`` adds back; a store that has lost a segment's record cannot tell its data from garbage.
+Anything under a partition's prefix that is not this platform's layout is listed, never removed
+(it is not ours to judge). The sweep covers every partition found in remote storage under the
+configured prefix, besides those the metadata store knows.
 
 An object is live while any segment of its partition in a state other than
 DELETE_SEGMENT_FINISHED names it: a copy in flight writes COPY_SEGMENT_STARTED before its first
-object, so its objects are never orphans. Deleting is guarded twice: only what is older than a
-positive grace period goes, and each partition's live segments are read again just before its
-orphans are deleted, so a copy that began after the listing started is not touched. Only keys
-that parse as this platform's layout under this deployment's prefix are ever deleted: anything
-else under a partition's prefix is listed, never removed (it is not ours to judge).
+object, so its objects are never orphans. Deleting is guarded twice more: the store must be the
+one bound to the prefix (``runs.binding``), and each partition's segment states are read again
+just before its orphans are deleted, so a copy that began after the listing started is not touched.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
+from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.storage.layout import ObjectKind, parse_segment_key
 from tiering_core.storage.objects import MULTIPART_UPLOAD, TEMP_FILE, IncompleteUpload, RemoteObject
 
@@ -37,14 +41,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: OrphanObject kinds; a filesystem temp file keeps its ``IncompleteUpload`` kind, ``TEMP_FILE``.
+#: Only ``OBJECT`` (of a segment the store deleted, or outside the layout: listed, never deleted)
+#: and unfinished uploads are ever deleted; ``UNRECORDED`` objects are listed only.
 OBJECT = "object"
 INCOMPLETE_UPLOAD = "incomplete-upload"
+UNRECORDED = "unrecorded"
 
 
 @dataclass(frozen=True)
 class OrphanObject:
     """Remote data no live segment references. ``key`` is the object, the key of the
-    unfinished multipart upload, or the temp file; ``age_ms`` counts from its last change."""
+    unfinished multipart upload, or the temp file; ``age_ms`` counts from its last change;
+    ``kind`` says which (an ``UNRECORDED`` object is never deleted)."""
 
     key: str
     size: int
@@ -84,6 +92,8 @@ def find_orphans(
             "without a grace period a copy in flight could be deleted"
         )
     store, storage = ctx.metadata, ctx.storage
+    if delete:
+        storage.require_writable()
     found: list[OrphanObject] = []
     for tip in _partitions(store, storage, topic, partition):
         candidates = _candidates(store, storage, tip)
@@ -150,15 +160,18 @@ def delete_unreferenced_keys(storage: RemoteStorage, keys: list[str]) -> None:
 
 
 def _candidates(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[_Candidate]:
-    """What no live segment named when read, with ages as of the end of the listing."""
+    """What no live segment named when read, with ages as of the end of the listing; objects of
+    segments the store has no record of are ``UNRECORDED``."""
     live = _live_segment_ids(store, tip)
     objects = _unreferenced_objects(storage, tip, live)
     uploads = storage.incomplete_uploads(tip)
+    recorded = store.segment_states([i for _, i in objects if i is not None])
     now = datetime.now(UTC)
     found = []
     for obj, segment_id in objects:
         age = int((now - obj.last_modified).total_seconds() * 1000)
-        found.append(_Candidate(OrphanObject(obj.key, obj.size, age, False, OBJECT), segment_id))
+        kind = UNRECORDED if segment_id is not None and segment_id not in recorded else OBJECT
+        found.append(_Candidate(OrphanObject(obj.key, obj.size, age, False, kind), segment_id))
     for upload in uploads:
         segment_id = _segment_id(upload.target, storage.prefix, tip)
         if segment_id is None or segment_id not in live:
@@ -181,7 +194,14 @@ def _delete_old(
         return candidates
     live = _live_segment_ids(store, tip)  # read again: a copy may have started since the listing
     orphans = [c for c in candidates if c.segment_id is None or c.segment_id not in live]
-    doomed = [c for c in orphans if c.orphan.age_ms >= grace_ms and c.segment_id is not None]
+    states = store.segment_states([c.segment_id for c in orphans if c.segment_id is not None and c.upload is None])
+    doomed = [
+        c
+        for c in orphans
+        if c.orphan.age_ms >= grace_ms
+        and c.segment_id is not None
+        and (c.upload is not None or states.get(c.segment_id) == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED)
+    ]
     delete_unreferenced_keys(storage, [c.orphan.key for c in doomed if c.upload is None])
     for c in doomed:
         if c.upload is not None:

@@ -372,6 +372,7 @@ def _remove_one(
 ) -> str | None:
     """Section 7 for one topic id, from wherever an earlier run stopped; the state reached."""
     store, storage = ctx.metadata, ctx.storage
+    storage.require_writable()
     state: RemotePartitionDeleteState | None = None
     try:
         with (
@@ -441,6 +442,7 @@ def lift_tombstone(ctx: TieringContext, tip: TopicIdPartition, *, run_id: str | 
     what the broker still holds; the removed remote data is gone). Only a finished removal's
     tombstone is lifted; a removal in progress is finished first."""
     run = run_id or uuid.uuid4().hex
+    ctx.storage.require_writable()
     with held_partition(ctx.metadata, tip, holder=f"lift-tombstone:{run}", run_id=run) as held:
         ctx.metadata.lift_tombstone(tip, held.require())
     log.info("%s: tombstone lifted: the topic id may be tiered again", tip)

@@ -170,6 +170,7 @@ def _run_retention(
         return result
 
     run = run_id or uuid.uuid4().hex
+    ctx.storage.require_writable()
     try:
         with (
             held_partition(store, view.tip, holder=f"retention:{run}", run_id=run, attempt=attempt) as held,

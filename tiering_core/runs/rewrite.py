@@ -69,6 +69,7 @@ def run_rewrite(
     result = RewriteResult(tp.topic, tp.partition)
     tip = TopicIdPartition(ctx.partition_log(tp).topic_id, tp)
     run = run_id or uuid.uuid4().hex
+    ctx.storage.require_writable()
     ctx.metadata.register_partition(tip)
     with held_partition(ctx.metadata, tip, holder=f"rewrite:{run}", run_id=run, attempt=attempt) as held:
         result.segments_cleaned_up = recover_failed_copies(ctx.metadata, ctx.storage, tip, held.require())

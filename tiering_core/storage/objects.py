@@ -66,6 +66,15 @@ class ObjectStore(ABC):
     def __init__(self, prefix: str = "") -> None:
         self.prefix = validate_deployment_prefix(prefix)
         self.quotas = StorageQuotas()
+        #: What must pass before any write or deletion under the prefix (``runs.binding``: the
+        #: prefix is this metadata store's); None: nothing (a Spark executor's copy, whose driver
+        #: passed it).
+        self.write_check: Callable[[], None] | None = None
+
+    def require_writable(self) -> None:
+        """Raise unless this process may write and delete under the prefix (``write_check``)."""
+        if self.write_check is not None:
+            self.write_check()
 
     # --- backend primitives ------------------------------------------------------------------
 

@@ -135,6 +135,7 @@ class RemoteStorage(ObjectStore):
         manifest that describes objects this upload overwrote. The check is a HEAD, not a
         blind delete, so a fresh segment leaves no delete markers in a versioned bucket.
         """
+        self.require_writable()
         if ObjectKind.LOG not in files:
             raise RemoteStorageError(f"{ref}: a segment needs its log object")
         if ObjectKind.MANIFEST in files:
@@ -333,6 +334,12 @@ class RemoteStorage(ObjectStore):
         whose SHA-256 the metadata store recorded (``ref.manifest_sha256``), or that describes
         another segment or keys other than this segment's, is a ManifestError naming the
         manifest's key (its segment's base offset and id)."""
+        read = self.read_manifest_digested(ref)
+        return None if read is None else read[0]
+
+    def read_manifest_digested(self, ref: RemoteSegmentRef) -> tuple[SegmentManifest, str] | None:
+        """``read_manifest``, with the SHA-256 of the bytes it was read from (what ``tiering
+        recover`` records for the store to vouch for from then on)."""
         key = ref.key(ObjectKind.MANIFEST, self.prefix)
         try:
             data = self.get_range(key, 0, MAX_MANIFEST_BYTES)
@@ -356,7 +363,7 @@ class RemoteStorage(ObjectStore):
             if entry.key != ref.key(kind, self.prefix):
                 raise ManifestError(f"{self.describe(key)}: manifest lists {entry.key!r} for {kind.value}")
         self._manifests.put(ref, (manifest, digest), len(data))  # the reads that follow need not fetch it again
-        return manifest
+        return manifest, digest
 
     def verify_segment(self, ref: RemoteSegmentRef) -> list[str]:
         """Problems of a stored segment against its manifest (empty = every object intact).
@@ -438,6 +445,7 @@ class RemoteStorage(ObjectStore):
         """Delete every object a segment may have (idempotent). The manifest goes first, in a
         call of its own: a delete that fails part-way never leaves a manifest whose objects
         are gone, so a segment with a manifest is always whole."""
+        self.require_writable()
         self._manifests.drop(ref)
         self.delete_keys([ref.key(ObjectKind.MANIFEST, self.prefix)])
         self.delete_keys([ref.key(kind, self.prefix) for kind in UPLOAD_ORDER])
@@ -474,6 +482,7 @@ class RemoteStorage(ObjectStore):
         (which must be positive: an upload in flight is unfinished too); returns them."""
         if older_than_ms <= 0:
             raise ValueError(f"older_than_ms must be positive (an upload in flight is unfinished too): {older_than_ms}")
+        self.require_writable()
         doomed = self.incomplete_uploads(tip, older_than_ms=older_than_ms, now=now)
         for upload in doomed:
             self.remove_incomplete_upload(upload)

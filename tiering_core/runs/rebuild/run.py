@@ -282,6 +282,7 @@ class RebuildReport:
 def hold_for_rebuild(ctx: TieringContext, tip: TopicIdPartition, run_id: str, hold: ExitStack) -> HeldPartition | None:
     """Hold the partition for a rebuild until ``hold`` closes (None when a copy, retention or
     removal run holds it)."""
+    ctx.storage.require_writable()
     ctx.metadata.register_partition(tip)
     try:
         return hold.enter_context(held_partition(ctx.metadata, tip, holder=f"rebuild-indexes:{run_id}", run_id=run_id))
