@@ -1,6 +1,7 @@
 """A tiering environment for engine tests: a real log dir, metadata DB and S3 (or filesystem) tier;
-and how every test waits for something to happen (``wait_until``) or for a lease to lapse
-(``expire_lease``) on a machine that may be busy."""
+how every test waits for something to happen (``wait_until``) or for a lease to lapse
+(``expire_lease``) on a machine that may be busy; and what every copy's manifest must say of its
+segment (``assert_manifest_holds_the_segment``)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ import yaml
 
 from tiering_core.config import PlatformConfig, load_config
 from tiering_core.context import TieringContext
+from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
-from tiering_core.metadata.store import RemoteLogMetadataStore
+from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
+from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.manifest import SegmentFacts
 
 _clock = itertools.count(1_700_000_000_000, 11)
 
@@ -146,3 +150,22 @@ def expire_lease(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> None:
 
 def select_count(statements: list[str]) -> int:
     return sum(1 for s in statements if s.lstrip().upper().startswith("SELECT"))
+
+
+def assert_manifest_holds_the_segment(ctx: TieringContext, segment: RemoteLogSegmentMetadata) -> SegmentFacts:
+    """The segment's manifest (the one whose digest the store recorded) carries the store's row of
+    it, and as its epoch index what its ``leader-epoch-checkpoint`` object holds; its facts."""
+    from tiering_core.runs.segment_ops import segment_ref
+
+    ref = segment_ref(segment)
+    assert ref.manifest_sha256 is not None
+    manifest = ctx.storage.read_manifest(ref)
+    assert manifest is not None and manifest.segment is not None
+    facts = manifest.segment
+    assert (facts.end_offset, facts.max_timestamp) == (segment.end_offset, segment.max_timestamp)
+    assert {e.epoch: e.start_offset for e in facts.leader_epochs} == segment.leader_epochs
+    assert [e.epoch for e in facts.leader_epochs] == sorted(segment.leader_epochs)
+    checkpoint = ctx.storage.fetch(ref, ObjectKind.LEADER_EPOCH_CHECKPOINT).decode()
+    assert list(facts.epoch_index) == parse_leader_epoch_checkpoint(checkpoint, Path("remote")) != []
+    assert manifest.objects[ObjectKind.LOG].size == segment.size_bytes
+    return facts

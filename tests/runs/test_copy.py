@@ -12,11 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until, write_segments
+from tests.engine_support import (
+    TieringEnv,
+    assert_manifest_holds_the_segment,
+    expire_lease,
+    tip_of,
+    wait_until,
+    write_segments,
+)
 from tiering_core.cli.output import event_line
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.events import RunEvent
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
+from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore
@@ -105,6 +113,38 @@ def test_segment_leader_epochs_and_epoch_index(tiering_env: TieringEnv) -> None:
         index = ctx.storage.fetch(ref, ObjectKind.LEADER_EPOCH_CHECKPOINT).decode()
     entries = parse_leader_epoch_checkpoint(index, Path("remote"))
     assert [(e.epoch, e.start_offset) for e in entries] == [(0, 0), (1, 100)]
+
+
+def test_each_manifest_carries_its_segments_metadata_and_epoch_index(tiering_env: TieringEnv) -> None:
+    """What the store's row of each segment says, its manifest says too: its end offset, max
+    timestamp and leader epochs, and as its epoch index the leader-epoch checkpoint it uploaded
+    (the lineage up to the next segment's base, which the store merged into its own)."""
+    w = tiering_env.writer()
+    w.append_records(100)
+    w.become_leader(1)
+    w.append_records(50)
+    w.roll()  # [0..149]: epochs 0 and 1
+    w.append_records(30)
+    w.become_leader(3)
+    w.append_records(20)
+    w.roll()  # [150..199]: epochs 1 and 3
+    w.append_records(5)
+    w.set_high_watermark()
+    copy(tiering_env, w)
+    with tiering_env.context() as ctx:
+        segments = sorted(ctx.metadata.list_segments(tip_of(w)), key=lambda s: s.start_offset)
+        facts = [assert_manifest_holds_the_segment(ctx, s) for s in segments]
+        lineage = ctx.metadata.get_recorded_lineage(tip_of(w))
+    assert [(s.start_offset, s.end_offset) for s in segments] == [(0, 149), (150, 199)]
+    assert [f.leader_epochs for f in facts] == [
+        (EpochEntry(0, 0), EpochEntry(1, 100)),
+        (EpochEntry(1, 150), EpochEntry(3, 180)),
+    ]
+    assert [f.epoch_index for f in facts] == [
+        (EpochEntry(0, 0), EpochEntry(1, 100)),
+        (EpochEntry(0, 0), EpochEntry(1, 100), EpochEntry(3, 180)),
+    ]
+    assert lineage == list(facts[-1].epoch_index)
 
 
 def test_open_transaction_holds_back_segments_until_it_ends(tiering_env: TieringEnv) -> None:

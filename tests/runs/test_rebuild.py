@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until
+from tests.engine_support import TieringEnv, assert_manifest_holds_the_segment, expire_lease, tip_of, wait_until
 from tiering_core.cli.output import format_index_check
 from tiering_core.kafka.index import parse_txn_index
 from tiering_core.kafka.log_writer import PartitionWriter
@@ -114,6 +114,7 @@ def test_deleted_and_corrupted_remote_indexes_are_found_then_repaired(fs_env: Ti
             assert storage.verify_segment(ref) == []
             manifest = storage.read_manifest(ref)
             assert s.custom_metadata["crc32c"] == {k.value: e.crc32c for k, e in manifest.objects.items()}
+            assert_manifest_holds_the_segment(ctx, s)  # the repaired copies' manifests too
             for kind in (ObjectKind.LOG, ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX):
                 expected = broker_file(w, s.start_offset, kind)
                 if expected is None:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, expire_lease, tip_of, write_segments
+from tests.engine_support import TieringEnv, assert_manifest_holds_the_segment, expire_lease, tip_of, write_segments
 from tests.storage.keys_support import KeyPair, write_key_pair
+from tests.storage.legacy_support import make_legacy
 from tiering_core.cli import main
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -78,12 +79,17 @@ def assert_whole(env: TieringEnv, w: PartitionWriter, before: list[tuple[int, by
             assert manifest is not None and manifest.encryption is not None
             assert manifest.encryption.key_id == key_id
             assert ctx.storage.verify_segment(segment_ref(s)) == []
+            assert_manifest_holds_the_segment(ctx, s)
     referenced = {str(s.segment_id) for s in finished}
     assert all(any(sid in key for sid in referenced) for key in keys), keys  # no orphan
 
 
 def test_rewrite_backfills_format_2_then_rotates_the_key(tiering_env: TieringEnv, keys: dict[str, KeyPair]) -> None:
+    """Each copy it makes carries the segment's metadata, a segment copied before manifests did too."""
     w = copied_partition(tiering_env)
+    with tiering_env.context() as ctx:
+        oldest = min(ctx.metadata.list_segments(tip_of(w)), key=lambda s: s.start_offset)
+        assert make_legacy(ctx, oldest).segment is None
     before_segments, before, _ = state(tiering_env, w)
     encrypt_with(tiering_env, keys["k1"])
     with tiering_env.context() as ctx:

@@ -35,7 +35,7 @@ from tiering_core.kafka.producer_snapshot import encode_producer_snapshot, read_
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
-from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment
+from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_facts
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.view import CopyCandidate, TierView
@@ -207,8 +207,10 @@ def prepare_segment_upload(
 
 
 def upload_segment(storage: RemoteStorage, upload: SegmentUpload) -> SegmentManifest:
-    """Upload one segment's objects, manifest last. Safe to run on any worker."""
-    return storage.copy_segment(upload.ref, upload.files)
+    """Upload one segment's objects, manifest last, the manifest with the segment's metadata and
+    its leader-epoch index. Safe to run on any worker."""
+    facts = segment_facts(upload.metadata, upload.leader_epoch_index)
+    return storage.copy_segment(upload.ref, upload.files, facts=facts)
 
 
 def finish_segment(
