@@ -61,7 +61,8 @@ from tiering_core.storage.manifest import (
     WrappedKey,
     sha256_hex,
 )
-from tiering_core.storage.objects import IncompleteUpload, ObjectStore, Progress, RemoteObject
+from tiering_core.storage.objects import IncompleteUpload, Progress, RemoteObject
+from tiering_core.storage.partition_state import PartitionStates
 from tiering_core.storage.quota import throttled
 
 log = logging.getLogger(__name__)
@@ -113,8 +114,9 @@ class SegmentEncoding:
         )
 
 
-class RemoteStorage(ObjectStore):
-    """Copy, fetch and delete segments' objects; idempotent and checksummed."""
+class RemoteStorage(PartitionStates):
+    """Copy, fetch and delete segments' objects; idempotent and checksummed. Each partition's
+    ``partition-state.json`` is read and written through ``PartitionStates``."""
 
     def __init__(self, prefix: str = "") -> None:
         super().__init__(prefix)
