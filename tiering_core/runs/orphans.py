@@ -13,7 +13,9 @@ object, so its objects are never orphans. Deleting is guarded twice: only what i
 positive grace period goes, and each partition's live segments are read again just before its
 orphans are deleted, so a copy that began after the listing started is not touched. Only keys
 that parse as this platform's layout under this deployment's prefix are ever deleted: anything
-else under a partition's prefix is listed, never removed (it is not ours to judge).
+else under a partition's prefix is listed, never removed (it is not ours to judge). The
+partition's own ``partition-state.json`` (``storage.partition_state``) is no orphan: it is not
+even listed (a partition's removal deletes it, last).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.storage.layout import ObjectKind, parse_segment_key
 from tiering_core.storage.objects import MULTIPART_UPLOAD, TEMP_FILE, IncompleteUpload, RemoteObject
+from tiering_core.storage.partition_state import partition_state_key
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -122,9 +125,12 @@ def _unreferenced_objects(
     storage: RemoteStorage, tip: TopicIdPartition, live: set[uuid.UUID]
 ) -> list[tuple[RemoteObject, uuid.UUID | None]]:
     """Objects under the partition's prefix that no live segment names, with the segment their
-    key names (None: not a layout key)."""
+    key names (None: not a layout key); never the partition's state object."""
     found = []
+    state_key = partition_state_key(tip, storage.prefix)
     for obj in storage.list_objects(tip):
+        if obj.key == state_key:
+            continue
         segment_id = _segment_id(obj.key, storage.prefix, tip)
         if segment_id is None or segment_id not in live:
             found.append((obj, segment_id))
