@@ -1,7 +1,8 @@
 """A tiering environment for engine tests: a real log dir, metadata DB and S3 (or filesystem) tier;
 how every test waits for something to happen (``wait_until``) or for a lease to lapse
-(``expire_lease``) on a machine that may be busy; and what every copy's manifest must say of its
-segment (``assert_manifest_holds_the_segment``)."""
+(``expire_lease``) on a machine that may be busy; what every copy's manifest must say of its
+segment (``assert_manifest_holds_the_segment``) and the partition's state object of the store
+(``assert_partition_state_published``)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
+from tiering_core.runs.partition_state import partition_state
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import SegmentFacts
+from tiering_core.storage.objects import RemoteObject
+from tiering_core.storage.partition_state import PartitionState, partition_state_key
 
 _clock = itertools.count(1_700_000_000_000, 11)
 
@@ -169,3 +173,19 @@ def assert_manifest_holds_the_segment(ctx: TieringContext, segment: RemoteLogSeg
     assert list(facts.epoch_index) == parse_leader_epoch_checkpoint(checkpoint, Path("remote")) != []
     assert manifest.objects[ObjectKind.LOG].size == segment.size_bytes
     return facts
+
+
+def segment_objects(ctx: TieringContext, tip: TopicIdPartition) -> list[RemoteObject]:
+    """The objects under the partition's prefix but its ``partition-state.json``: what its
+    segments (and orphans, if any) leave."""
+    state = partition_state_key(tip, ctx.storage.prefix)
+    return [o for o in ctx.storage.list_objects(tip) if o.key != state]
+
+
+def assert_partition_state_published(ctx: TieringContext, tip: TopicIdPartition) -> PartitionState:
+    """The partition's ``partition-state.json`` holds what the store holds of it now."""
+    state = ctx.storage.read_partition_state(tip)
+    assert state is not None, f"{tip}: no partition-state.json"
+    assert state == partition_state(ctx.metadata, tip)
+    assert state.updated_at_ms > 0
+    return state

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, assert_manifest_holds_the_segment, expire_lease, tip_of, write_segments
+from tests.engine_support import (
+    TieringEnv,
+    assert_manifest_holds_the_segment,
+    expire_lease,
+    segment_objects,
+    tip_of,
+    write_segments,
+)
 from tests.storage.keys_support import KeyPair, write_key_pair
 from tests.storage.legacy_support import make_legacy
 from tiering_core.cli import main
@@ -59,11 +66,11 @@ def copied_partition(env: TieringEnv, segments: int = 3) -> PartitionWriter:
 
 
 def state(env: TieringEnv, w: PartitionWriter) -> tuple[list, list[tuple[int, bytes | None]], list[str]]:
-    """The finished segments, every record the remote tier serves, and the stored object keys."""
+    """The finished segments, every record the remote tier serves, and the stored segment objects' keys."""
     with env.context() as ctx:
         finished = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
         records = [(r.offset, r.value) for r in open_reader(ctx, w.tp).read(0, 10_000)]
-        keys = [o.key for o in ctx.storage.list_objects(tip_of(w))]
+        keys = [o.key for o in segment_objects(ctx, tip_of(w))]
     return finished, records, keys
 
 
