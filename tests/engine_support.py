@@ -1,6 +1,8 @@
 """A tiering environment for engine tests: a real log dir, metadata DB and S3 (or filesystem) tier;
-and how every test waits for something to happen (``wait_until``) or for a lease to lapse
-(``expire_lease``) on a machine that may be busy."""
+how every test waits for something to happen (``wait_until``) or for a lease to lapse
+(``expire_lease``) on a machine that may be busy; what every copy's manifest must say of its
+segment (``assert_manifest_holds_the_segment``) and the partition's state object of the store
+(``assert_partition_state_published``)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,17 @@ import yaml
 
 from tiering_core.config import PlatformConfig, load_config
 from tiering_core.context import TieringContext
+from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
-from tiering_core.metadata.store import RemoteLogMetadataStore
+from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
+from tiering_core.runs.partition_state import partition_state
+from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.manifest import SegmentFacts
+from tiering_core.storage.objects import RemoteObject
+from tiering_core.storage.partition_state import PartitionState, partition_state_key
 
 _clock = itertools.count(1_700_000_000_000, 11)
 
@@ -146,3 +154,38 @@ def expire_lease(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> None:
 
 def select_count(statements: list[str]) -> int:
     return sum(1 for s in statements if s.lstrip().upper().startswith("SELECT"))
+
+
+def assert_manifest_holds_the_segment(ctx: TieringContext, segment: RemoteLogSegmentMetadata) -> SegmentFacts:
+    """The segment's manifest (the one whose digest the store recorded) carries the store's row of
+    it, and as its epoch index what its ``leader-epoch-checkpoint`` object holds; its facts."""
+    from tiering_core.runs.segment_ops import segment_ref
+
+    ref = segment_ref(segment)
+    assert ref.manifest_sha256 is not None
+    manifest = ctx.storage.read_manifest(ref)
+    assert manifest is not None and manifest.segment is not None
+    facts = manifest.segment
+    assert (facts.end_offset, facts.max_timestamp) == (segment.end_offset, segment.max_timestamp)
+    assert {e.epoch: e.start_offset for e in facts.leader_epochs} == segment.leader_epochs
+    assert [e.epoch for e in facts.leader_epochs] == sorted(segment.leader_epochs)
+    checkpoint = ctx.storage.fetch(ref, ObjectKind.LEADER_EPOCH_CHECKPOINT).decode()
+    assert list(facts.epoch_index) == parse_leader_epoch_checkpoint(checkpoint, Path("remote")) != []
+    assert manifest.objects[ObjectKind.LOG].size == segment.size_bytes
+    return facts
+
+
+def segment_objects(ctx: TieringContext, tip: TopicIdPartition) -> list[RemoteObject]:
+    """The objects under the partition's prefix but its ``partition-state.json``: what its
+    segments (and orphans, if any) leave."""
+    state = partition_state_key(tip, ctx.storage.prefix)
+    return [o for o in ctx.storage.list_objects(tip) if o.key != state]
+
+
+def assert_partition_state_published(ctx: TieringContext, tip: TopicIdPartition) -> PartitionState:
+    """The partition's ``partition-state.json`` holds what the store holds of it now."""
+    state = ctx.storage.read_partition_state(tip)
+    assert state is not None, f"{tip}: no partition-state.json"
+    assert state == partition_state(ctx.metadata, tip)
+    assert state.updated_at_ms > 0
+    return state

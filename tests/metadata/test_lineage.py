@@ -60,11 +60,12 @@ def test_delete_records_offset_is_the_highest_ever_applied(store) -> None:
 
 
 def test_gaps_are_recorded_once_per_range(store) -> None:
+    """Each call says whether it added a gap."""
     lease = store.acquire_lease(TIP, "t")
-    store.record_gap(TIP, 30, 40, lease)
-    store.record_gap(TIP, 10, 20, lease)
-    store.record_gap(TIP, 10, 20, lease)
-    store.record_gap(TIP, 10, 25, lease)
+    assert store.record_gap(TIP, 30, 40, lease) is True
+    assert store.record_gap(TIP, 10, 20, lease) is True
+    assert store.record_gap(TIP, 10, 20, lease) is False
+    assert store.record_gap(TIP, 10, 25, lease) is True
     assert [(g.start, g.end) for g in store.list_gaps(TIP)] == [(10, 20), (10, 25), (30, 40)]
     assert all(g.detected_ms > 0 for g in store.list_gaps(TIP))
     with pytest.raises(ValueError):
@@ -95,7 +96,7 @@ def test_a_gap_is_recorded_from_the_global_log_start_on(store) -> None:
     never recorded as lost."""
     lease = store.acquire_lease(TIP, "t")
     store.set_remote_log_start_offset(TIP, 20, lease)
-    store.record_gap(TIP, 10, 19, lease)
+    assert store.record_gap(TIP, 10, 19, lease) is False
     assert store.list_gaps(TIP) == []
     store.record_gap(TIP, 15, 24, lease)
     assert [(g.start, g.end) for g in store.list_gaps(TIP)] == [(20, 24)]

@@ -56,8 +56,9 @@ def bucket_sizes(env: TieringEnv, endpoint: S3Endpoint) -> dict[str, int]:
 
 
 def segment_bytes(sizes: dict[str, int]) -> int:
-    """Bytes of segments and their indexes: every object but the manifests."""
-    return sum(size for key, size in sizes.items() if not key.endswith(".manifest.json"))
+    """Bytes of segments and their indexes: every object but the manifests (and the partitions'
+    state objects)."""
+    return sum(size for key, size in sizes.items() if not key.endswith((".manifest.json", "/partition-state.json")))
 
 
 def partition_of(env: TieringEnv, w: PartitionWriter) -> PartitionMetrics:

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tests.engine_support import write_segments
+from tests.engine_support import segment_objects, write_segments
 from tests.services import S3Endpoint
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
@@ -69,10 +69,10 @@ def normalised_manifest(data: bytes, segment_id: str) -> str:
 def remote_state(config: Path) -> dict[str, dict[str, Any]]:
     """Per partition: what a reader and the next run see of the remote tier, attempt UUIDs aside.
 
-    Partition metadata (remote log start offset, recorded lineage, gaps, highest copied offset)
-    and per segment its offsets, max timestamp, epochs, size, state, recorded checksums, the
-    body of every object and the manifest. Asserts every segment is finished and intact and
-    that nothing else is stored (no orphans).
+    Partition metadata (remote log start offset, recorded lineage, gaps, highest copied offset),
+    its published state object, and per segment its offsets, max timestamp, epochs, size, state,
+    recorded checksums, the body of every object and the manifest. Asserts every segment is
+    finished and intact and that nothing else is stored (no orphans).
     """
     state: dict[str, dict[str, Any]] = {}
     with TieringContext.open(load_config(config)) as ctx:
@@ -106,12 +106,13 @@ def remote_state(config: Path) -> dict[str, dict[str, Any]]:
                         ),
                     )
                 )
-            assert len(ctx.storage.list_objects(tip)) == objects  # nothing but finished segments' objects
+            assert len(segment_objects(ctx, tip)) == objects  # nothing but finished segments' objects
             view = load_tier_view(logs[record.topic_partition], ctx.metadata)
             state[str(record.topic_partition)] = {
                 "remote_log_start_offset": ctx.metadata.get_remote_log_start_offset(tip),
                 "lineage": ctx.metadata.get_recorded_lineage(tip),
                 "gaps": [(g.start, g.end) for g in ctx.metadata.list_gaps(tip)],
+                "partition_state": ctx.storage.read_partition_state(tip),  # its written time apart
                 "highest_copied_offset": view.highest_copied_offset,
                 "segments": rows,
             }

@@ -18,11 +18,11 @@ from tiering_core import __version__
 from tiering_core.errors import StoreBindingError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.backup import backup_store
+from tiering_core.runs.binding import check_binding
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.orphans import UNRECORDED, find_orphans
 from tiering_core.runs.retention import run_retention
 from tiering_core.storage.identity import IDENTITY_OBJECT, read_identity
-from tiering_core.runs.binding import check_binding
 
 
 def tiered(env: TieringEnv, segments: int = 3) -> PartitionWriter:

@@ -12,11 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until, write_segments
+from tests.engine_support import (
+    TieringEnv,
+    assert_manifest_holds_the_segment,
+    assert_partition_state_published,
+    expire_lease,
+    segment_objects,
+    tip_of,
+    wait_until,
+    write_segments,
+)
 from tiering_core.cli.output import event_line
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.events import RunEvent
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
+from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore
@@ -24,6 +34,7 @@ from tiering_core.read.reader import open_reader
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.storage.partition_state import partition_state_key
 from tiering_core.tier.status import collect_status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +116,58 @@ def test_segment_leader_epochs_and_epoch_index(tiering_env: TieringEnv) -> None:
         index = ctx.storage.fetch(ref, ObjectKind.LEADER_EPOCH_CHECKPOINT).decode()
     entries = parse_leader_epoch_checkpoint(index, Path("remote"))
     assert [(e.epoch, e.start_offset) for e in entries] == [(0, 0), (1, 100)]
+
+
+def test_each_manifest_carries_its_segments_metadata_and_epoch_index(tiering_env: TieringEnv) -> None:
+    """What the store's row of each segment says, its manifest says too: its end offset, max
+    timestamp and leader epochs, and as its epoch index the leader-epoch checkpoint it uploaded
+    (the lineage up to the next segment's base, which the store merged into its own)."""
+    w = tiering_env.writer()
+    w.append_records(100)
+    w.become_leader(1)
+    w.append_records(50)
+    w.roll()  # [0..149]: epochs 0 and 1
+    w.append_records(30)
+    w.become_leader(3)
+    w.append_records(20)
+    w.roll()  # [150..199]: epochs 1 and 3
+    w.append_records(5)
+    w.set_high_watermark()
+    copy(tiering_env, w)
+    with tiering_env.context() as ctx:
+        segments = sorted(ctx.metadata.list_segments(tip_of(w)), key=lambda s: s.start_offset)
+        facts = [assert_manifest_holds_the_segment(ctx, s) for s in segments]
+        lineage = ctx.metadata.get_recorded_lineage(tip_of(w))
+    assert [(s.start_offset, s.end_offset) for s in segments] == [(0, 149), (150, 199)]
+    assert [f.leader_epochs for f in facts] == [
+        (EpochEntry(0, 0), EpochEntry(1, 100)),
+        (EpochEntry(1, 150), EpochEntry(3, 180)),
+    ]
+    assert [f.epoch_index for f in facts] == [
+        (EpochEntry(0, 0), EpochEntry(1, 100)),
+        (EpochEntry(0, 0), EpochEntry(1, 100), EpochEntry(3, 180)),
+    ]
+    assert lineage == list(facts[-1].epoch_index)
+
+
+def test_the_first_finished_copy_publishes_the_partitions_state(tiering_env: TieringEnv) -> None:
+    """Its remote log start is set by the first segment copied: the state object says so from then
+    on. Later copies change none of its values and do not write it again."""
+    w = tiering_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        assert ctx.storage.read_partition_state(tip_of(w)) is None
+    copy(tiering_env, w)
+    with tiering_env.context() as ctx:
+        first = assert_partition_state_published(ctx, tip_of(w))
+    assert (first.remote_log_start_offset, first.delete_records_offset, first.gaps) == (0, None, ())
+    write_segments(w, 1)
+    w.set_high_watermark()
+    assert copy(tiering_env, w).segments_copied == 1
+    with tiering_env.context() as ctx:
+        again = ctx.storage.read_partition_state(tip_of(w))
+    assert again == first and again is not None and again.updated_at_ms == first.updated_at_ms
 
 
 def test_open_transaction_holds_back_segments_until_it_ends(tiering_env: TieringEnv) -> None:
@@ -421,8 +484,9 @@ def test_process_killed_mid_copy_is_repaired_by_the_next_run(tiering_env: Tierin
         assert [(s.start_offset, s.state) for s in segments] == [(0, FINISHED), (5, FINISHED)]
         assert orphan.segment_id not in {s.segment_id for s in segments}
         referenced = {str(s.segment_id) for s in segments}
-        for obj in ctx.storage.list_objects(tip_of(w)):
+        for obj in segment_objects(ctx, tip_of(w)):
             assert any(sid in obj.key for sid in referenced), f"orphaned object {obj.key}"
+        assert_partition_state_published(ctx, tip_of(w))
 
 
 SLOW_SCRIPT = textwrap.dedent(
@@ -469,7 +533,8 @@ def test_concurrent_runs_one_copies_the_other_is_fenced(tiering_env: TieringEnv)
     assert proc.returncode == 0 and "copied 2 fenced False" in out
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
     with tiering_env.context() as ctx:
-        assert len(ctx.storage.list_objects(tip_of(w))) == 2 * 6  # log, 2 indexes, snapshot, epochs, manifest
+        assert len(segment_objects(ctx, tip_of(w))) == 2 * 6  # log, 2 indexes, snapshot, epochs, manifest
+        assert_partition_state_published(ctx, tip_of(w))
 
 
 def test_filesystem_backend_copy(fs_env: TieringEnv) -> None:
@@ -560,11 +625,14 @@ def test_unset_remote_log_start_is_repaired_to_the_first_finished_segment(tierin
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE tiering_partitions SET remote_log_start_offset = NULL"))
     engine.dispose()
+    with tiering_env.context() as ctx:  # and, as that release, no partition-state.json
+        ctx.storage.delete_keys([partition_state_key(tip_of(w), ctx.storage.prefix)])
     write_segments(w, 1)
     w.set_high_watermark()
     assert copy(tiering_env, w).segments_copied == 1
     with tiering_env.context() as ctx:
         assert ctx.metadata.get_remote_log_start_offset(tip_of(w)) == 0
+        assert assert_partition_state_published(ctx, tip_of(w)).remote_log_start_offset == 0  # the repair's
         assert run_retention(ctx, w.tp).segments_deleted == 0
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
 
@@ -794,8 +862,9 @@ def test_a_failed_upload_of_a_segment_the_broker_deleted_meanwhile_is_the_vanish
     assert finished_ranges(tiering_env, writers[0]) == [(0, 4)] and finished_ranges(tiering_env, writers[1]) == []
     with tiering_env.context() as ctx:
         assert [(g.start, g.end) for g in ctx.metadata.list_gaps(tip_of(writers[0]))] == [(5, 9)]
+        assert assert_partition_state_published(ctx, tip_of(writers[0])).gaps == ((5, 9),)  # the gap published
         assert ctx.metadata.list_segments(tip_of(writers[1])) == []
-        assert ctx.storage.list_objects(tip_of(writers[1])) == []
+        assert ctx.storage.list_objects(tip_of(writers[1])) == []  # nothing finished: no state object either
 
 
 def test_leases_are_renewed_at_a_third_of_their_time_to_live() -> None:

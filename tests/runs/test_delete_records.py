@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, assert_partition_state_published, tip_of, write_segments
 from tests.live.test_identity import OTHER_CLUSTER_ID, ClusterAt
 from tests.live.test_source import with_kafka
 from tests.runs.test_retention import assert_gaps_reported, gapped_partition, remote_ranges, snapshot_state
@@ -31,6 +31,7 @@ def test_delete_records_by_hand_is_bounded_by_the_high_watermark(fs_env: Tiering
         with pytest.raises(TieringError, match="beyond the high watermark 12"):
             apply_delete_records(ctx, w.tp, 13)
         assert ctx.metadata.get_delete_records_offset(tip_of(w)) is None
+        assert assert_partition_state_published(ctx, tip_of(w)).delete_records_offset is None  # nothing published
         assert apply_delete_records(ctx, w.tp, 12).log_start_offset == 12
         assert run_retention(ctx, w.tp).segments_deleted == 2
     assert remote_ranges(fs_env, w) == []  # [10..14] was never copied (above the high watermark)
@@ -95,14 +96,19 @@ def test_a_dry_run_says_where_the_log_start_would_go_and_records_nothing(fs_env:
 def test_the_gaps_a_delete_records_passes_are_no_longer_reported(fs_env: TieringEnv) -> None:
     """What a DeleteRecords deletes is history the moment it is applied: a gap below its offset is
     reported nowhere (status, the metrics, the page), a gap it cuts through from the offset on, a
-    gap above it as before; retention of the segments below it changes none of that."""
+    gap above it as before; retention of the segments below it changes none of that. Each one
+    applied is published in the partition's state object, with the gaps it trimmed."""
     w = gapped_partition(fs_env)  # gaps [10..14] and [25..34]
     assert_gaps_reported(fs_env, w, [[10, 14], [25, 34]])
     with fs_env.context() as ctx:
         assert apply_delete_records(ctx, w.tp, 12).log_start_offset == 12
+        published = assert_partition_state_published(ctx, tip_of(w))
+    assert (published.delete_records_offset, published.gaps) == (12, ((12, 14), (25, 34)))
     assert_gaps_reported(fs_env, w, [[12, 14], [25, 34]])
     with fs_env.context() as ctx:
         assert apply_delete_records(ctx, w.tp, 30).log_start_offset == 30
+        published = assert_partition_state_published(ctx, tip_of(w))
+    assert (published.remote_log_start_offset, published.delete_records_offset, published.gaps) == (0, 30, ((30, 34),))
     assert_gaps_reported(fs_env, w, [[30, 34]])
     with fs_env.context() as ctx:
         assert run_retention(ctx, w.tp).segments_deleted == 4  # every segment below 30

@@ -24,6 +24,7 @@ from tiering_core.runs.copy import run_copy
 from tiering_core.runs.orphans import INCOMPLETE_UPLOAD, OBJECT, TEMP_FILE, UNRECORDED, OrphanObject, find_orphans
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, partition_prefix
+from tiering_core.storage.partition_state import PartitionState, partition_state_key
 from tiering_core.storage.s3 import S3RemoteStorage
 
 HOUR = 3_600_000
@@ -178,6 +179,24 @@ def test_orphans_of_a_known_partition_are_listed_and_a_dry_listing_deletes_nothi
             "deleted": False,
             "kind": "object",
         }
+
+
+def test_the_partitions_state_object_is_no_orphan(env: TieringEnv, tiered: PartitionWriter) -> None:
+    """Outside every segment's layout, yet neither listed nor deleted, however old; nor is the one
+    of a partition the metadata store does not know (what a store rebuilt from the bucket reads)."""
+    tip = tip_of(tiered)
+    with env.context() as ctx:
+        state = PartitionState(tip, 0, None, (), 1)
+        ctx.storage.write_partition_state(state)
+        ctx.storage.write_partition_state(PartitionState(UNKNOWN, 100, None, ((120, 129),), 1))
+        stray = killed_copy(ctx, tip)
+        time.sleep(0.05)
+        assert sorted(o.key for o in find_orphans(ctx, grace_ms=1)) == stray
+        swept = find_orphans(ctx, grace_ms=10, delete=True)
+        assert sorted(o.key for o in swept if o.deleted) == stray
+        assert ctx.storage.read_partition_state(tip) == state
+        assert ctx.storage.read_partition_state(UNKNOWN) == PartitionState(UNKNOWN, 100, None, ((120, 129),))
+        assert [o.key for o in ctx.storage.list_objects(UNKNOWN)] == [partition_state_key(UNKNOWN, "t/")]
 
 
 def test_objects_of_segments_the_store_has_no_record_of_are_listed_and_never_deleted(

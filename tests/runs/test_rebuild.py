@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, expire_lease, tip_of, wait_until
+from tests.engine_support import (
+    TieringEnv,
+    assert_manifest_holds_the_segment,
+    expire_lease,
+    segment_objects,
+    tip_of,
+    wait_until,
+)
 from tiering_core.cli.output import format_index_check
 from tiering_core.kafka.index import parse_txn_index
 from tiering_core.kafka.log_writer import PartitionWriter
@@ -15,6 +22,7 @@ from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rebuild import IndexStatus, rebuild_partition_indexes
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
+from tiering_core.storage.partition_state import PARTITION_STATE_NAME
 from tiering_core.tier.view import load_tier_view
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -114,13 +122,14 @@ def test_deleted_and_corrupted_remote_indexes_are_found_then_repaired(fs_env: Ti
             assert storage.verify_segment(ref) == []
             manifest = storage.read_manifest(ref)
             assert s.custom_metadata["crc32c"] == {k.value: e.crc32c for k, e in manifest.objects.items()}
+            assert_manifest_holds_the_segment(ctx, s)  # the repaired copies' manifests too
             for kind in (ObjectKind.LOG, ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX):
                 expected = broker_file(w, s.start_offset, kind)
                 if expected is None:
                     assert kind not in manifest.objects
                 else:  # byte for byte what the broker wrote
                     assert storage.fetch(ref, kind) == expected, (s.start_offset, kind)
-        assert len(storage.list_objects(tip_of(w))) == sum(
+        assert len(segment_objects(ctx, tip_of(w))) == sum(
             len(storage.read_manifest(segment_ref(s)).objects) + 1 for s in after
         )  # no orphans
         view = load_tier_view(ctx.partitions("orders", 0)[0], ctx.metadata)
@@ -395,7 +404,8 @@ def test_started_leftovers_of_a_killed_repair_are_cleaned_up_by_the_next_rebuild
     segments, objects = remote_state(fs_env, w)
     live = [s for s in segments if s[1] == "COPY_SEGMENT_FINISHED"]
     assert len(live) == 3 and all(s[1] in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED") for s in segments)
-    assert {k.rsplit("/", 1)[-1].split(".")[0].split("-", 1)[1] for k in objects} == {s[0] for s in live}
+    segment_keys = [k for k in objects if not k.endswith(f"/{PARTITION_STATE_NAME}")]
+    assert {k.rsplit("/", 1)[-1].split(".")[0].split("-", 1)[1] for k in segment_keys} == {s[0] for s in live}
 
 
 def short_lease(env: TieringEnv, lease_ms: int) -> None:
@@ -559,6 +569,6 @@ def test_the_driver_on_a_thread_pool_repairs_what_it_repairs_serially(fs_env: Ti
                 for kind in (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX):
                     stored = ctx.storage.fetch(ref, kind) if kind in manifest.objects else None
                     assert stored == broker_file(w, s.start_offset, kind), (w.tp, s.start_offset, kind)
-            assert len(ctx.storage.list_objects(tip_of(w))) == sum(
+            assert len(segment_objects(ctx, tip_of(w))) == sum(
                 len(ctx.storage.read_manifest(segment_ref(s)).objects) + 1 for s in after
             )  # no orphans

@@ -36,6 +36,7 @@ from tiering_core.runs.removal import delete_partition, lift_tombstone, removal_
 from tiering_core.runs.removal_targets import RemovalTargets
 from tiering_core.runs.retention import run_retention
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.storage.partition_state import PartitionState, partition_state_key
 
 FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED.value
 
@@ -53,6 +54,29 @@ def delete_topic_on_broker(w: PartitionWriter) -> None:
     """Kafka deletes the topic: the controller's committed RemoveTopicRecord in the broker's
     metadata log, and the partition directory renamed ``<topic>-<partition>.<uuid>-delete``."""
     kafka_deletes_topic(w)
+
+
+def test_the_partitions_state_object_is_deleted_last(fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After every segment and every stray object: the bucket tells of the partition until its data
+    is gone."""
+    w = tiered_partition(fs_env)
+    stray = put_stray_object(fs_env, tip_of(w))
+    deletions: list[list[str]] = []
+    with fs_env.context() as ctx:
+        key = partition_state_key(tip_of(w), ctx.storage.prefix)
+        ctx.storage.write_partition_state(PartitionState(tip_of(w), 0, None))
+        delete_keys = ctx.storage.delete_keys
+
+        def recorded(keys):
+            deletions.append(list(keys))
+            delete_keys(deletions[-1])
+
+        monkeypatch.setattr(ctx.storage, "delete_keys", recorded)
+        assert delete_partition(ctx, w.tp, topic_id=w.topic_id, force=True).state == FINISHED
+        monkeypatch.undo()
+        assert ctx.storage.list_objects(tip_of(w)) == []
+    assert deletions[-1] == [key] and not any(key in keys for keys in deletions[:-1])
+    assert any(stray in keys for keys in deletions[:-1])
 
 
 def put_stray_object(env: TieringEnv, tip: TopicIdPartition) -> str:

@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.engine_support import TieringEnv, expire_lease, tip_of, write_segments
+from tests.engine_support import (
+    TieringEnv,
+    assert_partition_state_published,
+    expire_lease,
+    segment_objects,
+    tip_of,
+    write_segments,
+)
 from tiering_core.errors import TieringGapError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.partition_log import PartitionLog
@@ -97,11 +104,13 @@ def end_state(env: TieringEnv, tips: list[TopicIdPartition]) -> list[tuple]:
 
 
 def assert_objects_match_metadata(env: TieringEnv, tip: TopicIdPartition) -> None:
-    """No object without live metadata and no live (finished) metadata without its objects."""
+    """No object without live metadata and no live (finished) metadata without its objects; the
+    partition's state object what the store holds."""
     with env.context() as ctx:
         live = {s.segment_id: s for s in ctx.metadata.list_segments(tip)}
         assert all(s.state == FINISHED for s in live.values()), [s.state for s in live.values()]
-        for obj in ctx.storage.list_objects(tip):
+        assert_partition_state_published(ctx, tip)
+        for obj in segment_objects(ctx, tip):
             parsed = parse_segment_key(obj.key, ctx.storage.prefix)
             assert parsed is not None and parsed[0].segment_id in live, f"object without metadata: {obj.key}"
         for segment in live.values():
@@ -411,23 +420,34 @@ def test_a_gap_retention_has_passed_is_history_and_one_at_the_log_start_is_still
     """Retention deleting only the segments below a gap moves the remote log start to the gap's
     first offset (the last deleted end + 1): those offsets would still be retained had they been
     tiered, so they are still reported lost. Once it deletes a segment after the gap, the log
-    start is past it: history, in status, the metrics and the page alike."""
+    start is past it: history, in status, the metrics and the page alike. Each move is published
+    in the partition's state object; a run that moves nothing leaves it as it was."""
     w = gapped_partition(fs_env)
     assert_gaps_reported(fs_env, w, [[10, 14], [25, 34]])
     fs_env.write_config(orders={"retention.ms": 1000})
     with fs_env.context() as ctx:
         result = run_retention(ctx, w.tp, now_ms=1_500_000)  # [0..4], [5..9] are older than 1s
+        published = assert_partition_state_published(ctx, tip_of(w))
     assert (result.segments_deleted, result.remote_log_start_offset) == (2, 10)
+    assert (published.remote_log_start_offset, published.gaps) == (10, ((10, 14), (25, 34)))
     assert_gaps_reported(fs_env, w, [[10, 14], [25, 34]])
     with fs_env.context() as ctx:
         result = run_retention(ctx, w.tp, now_ms=2_500_000)  # [15..19], [20..24] too
+        published = assert_partition_state_published(ctx, tip_of(w))
     assert (result.segments_deleted, result.remote_log_start_offset) == (2, 25)
+    assert (published.remote_log_start_offset, published.gaps) == (25, ((25, 34),))
     assert_gaps_reported(fs_env, w, [[25, 34]])
     with fs_env.context() as ctx:
         result = run_retention(ctx, w.tp, now_ms=3_500_000)  # and [35..39]
+        published = assert_partition_state_published(ctx, tip_of(w))
     assert (result.segments_deleted, result.remote_log_start_offset) == (1, 40)
+    assert (published.remote_log_start_offset, published.gaps) == (40, ())
     assert remote_ranges(fs_env, w) == []
     assert_gaps_reported(fs_env, w, [])
+    with fs_env.context() as ctx:
+        assert run_retention(ctx, w.tp, now_ms=4_500_000).segments_deleted == 0
+        unchanged = ctx.storage.read_partition_state(tip_of(w))
+    assert unchanged is not None and unchanged.updated_at_ms == published.updated_at_ms  # not written again
 
 
 def test_time_retention_needs_a_non_negative_cleanup_limit(fs_env: TieringEnv) -> None:
@@ -719,7 +739,7 @@ def test_killed_copy_leftover_is_cleaned_and_does_not_stop_retention(fs_env: Tie
     assert remote_ranges(fs_env, w, states=tuple(RemoteLogSegmentState)) == []
     assert_objects_match_metadata(fs_env, tip_of(w))
     with fs_env.context() as ctx:
-        assert ctx.storage.list_objects(tip_of(w)) == []
+        assert segment_objects(ctx, tip_of(w)) == []
 
 
 # --- overlapping re-uploads and unclean elections -----------------------------------------------

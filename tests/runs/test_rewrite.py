@@ -14,8 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_support import TieringEnv, expire_lease, tip_of, write_segments
+from tests.engine_support import (
+    TieringEnv,
+    assert_manifest_holds_the_segment,
+    expire_lease,
+    segment_objects,
+    tip_of,
+    write_segments,
+)
 from tests.storage.keys_support import KeyPair, write_key_pair
+from tests.storage.legacy_support import make_legacy
 from tiering_core.cli import main
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
@@ -58,11 +66,11 @@ def copied_partition(env: TieringEnv, segments: int = 3) -> PartitionWriter:
 
 
 def state(env: TieringEnv, w: PartitionWriter) -> tuple[list, list[tuple[int, bytes | None]], list[str]]:
-    """The finished segments, every record the remote tier serves, and the stored object keys."""
+    """The finished segments, every record the remote tier serves, and the stored segment objects' keys."""
     with env.context() as ctx:
         finished = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
         records = [(r.offset, r.value) for r in open_reader(ctx, w.tp).read(0, 10_000)]
-        keys = [o.key for o in ctx.storage.list_objects(tip_of(w))]
+        keys = [o.key for o in segment_objects(ctx, tip_of(w))]
     return finished, records, keys
 
 
@@ -78,12 +86,17 @@ def assert_whole(env: TieringEnv, w: PartitionWriter, before: list[tuple[int, by
             assert manifest is not None and manifest.encryption is not None
             assert manifest.encryption.key_id == key_id
             assert ctx.storage.verify_segment(segment_ref(s)) == []
+            assert_manifest_holds_the_segment(ctx, s)
     referenced = {str(s.segment_id) for s in finished}
     assert all(any(sid in key for sid in referenced) for key in keys), keys  # no orphan
 
 
 def test_rewrite_backfills_format_2_then_rotates_the_key(tiering_env: TieringEnv, keys: dict[str, KeyPair]) -> None:
+    """Each copy it makes carries the segment's metadata, a segment copied before manifests did too."""
     w = copied_partition(tiering_env)
+    with tiering_env.context() as ctx:
+        oldest = min(ctx.metadata.list_segments(tip_of(w)), key=lambda s: s.start_offset)
+        assert make_legacy(ctx, oldest).segment is None
     before_segments, before, _ = state(tiering_env, w)
     encrypt_with(tiering_env, keys["k1"])
     with tiering_env.context() as ctx:

@@ -19,7 +19,7 @@ import pytest
 
 from spark_apps import runtime
 from spark_apps.parallel_upload import exit_code
-from tests.engine_support import expire_lease, wait_until, write_segments
+from tests.engine_support import expire_lease, segment_objects, wait_until, write_segments
 from tests.runs.copy_many_support import (
     FINISHED,
     STARTED,
@@ -330,7 +330,7 @@ def test_a_partition_losing_its_lease_mid_run_stops_alone(tmp_path: Path, spark,
         segments = ctx.metadata.list_segments(tip1)
         finished = [s for s in segments if s.state == FINISHED]
         assert [s.start_offset for s in finished] == [0]
-        keys = {o.key for o in ctx.storage.list_objects(tip1)}  # the fenced uploads' objects are gone
+        keys = {o.key for o in segment_objects(ctx, tip1)}  # the fenced uploads' objects are gone
         assert keys == {e.key for e in ctx.storage.read_manifest(segment_ref(finished[0])).objects.values()} | {
             segment_ref(finished[0]).key(ObjectKind.MANIFEST, ctx.storage.prefix)
         }

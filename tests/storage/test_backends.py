@@ -6,12 +6,14 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from botocore.awsrequest import AWSResponse
 
+from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.storage.checksum import crc32c, crc_hex
 from tiering_core.storage.errors import (
@@ -22,6 +24,7 @@ from tiering_core.storage.errors import (
 )
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, partition_prefix
+from tiering_core.storage.manifest import SegmentFacts
 from tiering_core.storage.remote import RemoteStorage
 from tiering_core.storage.s3 import S3RemoteStorage
 
@@ -207,6 +210,26 @@ def test_missing_source_fails_before_any_io(storage: RemoteStorage, tmp_path: Pa
         storage.copy_segment(ref, {ObjectKind.LOG: b"new", ObjectKind.PRODUCER_SNAPSHOT: tmp_path / "gone.snapshot"})
     with pytest.raises(RemoteStorageError, match="needs its log"):
         storage.copy_segment(ref, {ObjectKind.OFFSET_INDEX: b"idx"})
+    assert storage.list_objects(TIP) == before and storage.fetch(ref, ObjectKind.LOG) == b"kept"
+
+
+def test_the_segments_metadata_goes_into_the_manifest(storage: RemoteStorage) -> None:
+    ref = new_ref(100)
+    facts = SegmentFacts(104, 1_700_000_000_000, (EpochEntry(3, 100),), (EpochEntry(0, 0), EpochEntry(3, 90)))
+    manifest = storage.copy_segment(ref, {ObjectKind.LOG: b"x" * 10}, facts=facts)
+    assert manifest.segment == facts
+    read = storage.read_manifest(replace(ref, manifest_sha256=manifest.digest()))
+    assert read is not None and read.segment == facts
+    assert storage.copy_segment(new_ref(200), {ObjectKind.LOG: b"y"}).segment is None
+
+
+def test_facts_a_reader_would_refuse_fail_the_copy_before_any_io(storage: RemoteStorage) -> None:
+    ref = new_ref(100)
+    storage.copy_segment(ref, {ObjectKind.LOG: b"kept"})
+    before = storage.list_objects(TIP)
+    bad = SegmentFacts(104, 0, (EpochEntry(3, 99),))
+    with pytest.raises(ManifestError, match=r"orders-2 segment 100 \(.*\): manifest segment leader epoch 3 starts"):
+        storage.copy_segment(ref, {ObjectKind.LOG: b"new"}, facts=bad)
     assert storage.list_objects(TIP) == before and storage.fetch(ref, ObjectKind.LOG) == b"kept"
 
 

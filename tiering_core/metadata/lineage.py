@@ -133,20 +133,22 @@ class LineageStore(StoreCore):
 
     # --- tiering gaps (docs/kafka-rules.md section 10 item 3) -----------------------------
 
-    def record_gap(self, tip: TopicIdPartition, start: int, end: int, lease: Lease) -> None:
+    def record_gap(self, tip: TopicIdPartition, start: int, end: int, lease: Lease) -> bool:
         """Record a tiering gap [start, end]; recording the same range again changes nothing.
-        Only what lies at or above the global log start is recorded (below it is history)."""
+        Only what lies at or above the global log start is recorded (below it is history).
+        Whether a gap was added (False: nothing to record, or recorded before)."""
         if end < start:
             raise ValueError(f"{tip}: gap {start}..{end} is not a range")
         with self._fenced_write(lease, tip) as (conn, row):
             applied = conn.execute(self._q.highest_delete_records, {"pid": row.id}).scalar()
             start = max(o for o in (start, row.remote_log_start_offset, applied) if o is not None)
             if end < start:
-                return
-            conn.execute(
-                self._q.insert_gap,
+                return False
+            added = conn.execute(
+                self._q.add_gap,
                 {"partition_id": row.id, "start_offset": start, "end_offset": end, "detected_ms": row.db_now},
-            )
+            ).first()
+            return added is not None
 
     def list_gaps(self, tip: TopicIdPartition) -> list[TieringGap]:
         query = _of_partition(select(G.c.start_offset, G.c.end_offset, G.c.detected_ms), G, tip).order_by(

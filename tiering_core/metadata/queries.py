@@ -252,6 +252,8 @@ class Statements:
         self.insert_gap = dialect_insert(G).on_conflict_do_nothing(
             index_elements=["partition_id", "start_offset", "end_offset"]
         )
+        # One gap, RETURNING whether it was added (a row count is not reliable for an upsert).
+        self.add_gap = self.insert_gap.returning(G.c.id)
         # The gaps a new log start (``start``) cuts through, first detected first, and every gap
         # starting below it.
         self.gaps_across = (

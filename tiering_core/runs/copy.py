@@ -53,6 +53,7 @@ from tiering_core.metrics.tally import Tally
 from tiering_core.runs.copy_plan import CopyPlan, plan_before_lease, plan_copy, plan_under_lease
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
+from tiering_core.runs.partition_state import publish_partition_state
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.observation import record_views
 from tiering_core.tier.replica import tiering_gap_on
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from tiering_core.kafka.partition_log import PartitionLog
     from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.manifest import SegmentManifest
+    from tiering_core.storage.partition_state import PartitionState
     from tiering_core.storage.remote import RemoteStorage
 from tiering_core.runs.segment_copy import (
     SegmentUpload,
@@ -137,7 +139,7 @@ def begin_copy_run(
         log.info("%s: another run holds the partition (%s); nothing to do", tp, exc)
         return None
     cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
-    repair_remote_log_start(store, tip, held.lease)
+    repair_remote_log_start(store, ctx.storage, tip, held.lease)
     plan = plan_under_lease(ctx, before, tier_view(ctx, partition_log), broker_id=broker_id, now_ms=now_ms)
     return held, plan, cleaned
 
@@ -179,6 +181,8 @@ class CopyRun:
         self._expired: str | None = None  # why the run fails: its lease expired under it
         self._started = time.monotonic()
         self.tally: Tally | None = None  # the run's counts, from the time it holds the partition
+        self._first_copy = False  # no remote log start yet: the first finished copy sets it
+        self._state: PartitionState | None = None  # the partition's state object as this run wrote it
 
     @classmethod
     def begin(
@@ -224,6 +228,7 @@ class CopyRun:
             run.plan = plan
             view = run._held()[1]
             run.tally = Tally(view.tip, broker_id, attempt)
+            run._first_copy = view.remote_log_start_offset is None
             if plan.skipped_reason is not None:  # not the leader's log, or no LSO yet: nothing to copy now
                 run.result.skipped_reason = plan.skipped_reason
                 events(CopySkipped(tp, plan.skipped_reason))
@@ -259,7 +264,8 @@ class CopyRun:
 
     def _record_gap(self, gap: OffsetRange) -> None:
         lease, view = self._held()
-        self.ctx.metadata.record_gap(view.tip, gap.start, gap.end, lease)
+        if self.ctx.metadata.record_gap(view.tip, gap.start, gap.end, lease):
+            self._publish_state()
         log.error(
             "%s: TIERING GAP: offsets %d..%d were deleted by the broker before they were tiered",
             self.tp,
@@ -287,6 +293,11 @@ class CopyRun:
         self.events(SegmentVanished(self.tp, candidate.base_offset))
         self.gap = gap
         self._record_gap(gap)
+
+    def _publish_state(self) -> None:
+        """The partition's state object, after the store committed a change to it."""
+        _, view = self._held()
+        self._state = publish_partition_state(self.ctx.metadata, self.ctx.storage, view.tip, last=self._state)
 
     def _held(self) -> tuple[Lease, TierView]:
         if self.held is None or self.plan.view is None:
@@ -331,7 +342,8 @@ class CopyRun:
         index: int | None = None,
         worker: str | None = None,
     ) -> bool:
-        """FINISHED with lineage and remote log start (one transaction), then a lease renewal.
+        """FINISHED with lineage and remote log start (one transaction; the partition's state
+        object published when that was its first remote log start), then a lease renewal.
         ``index`` (of the candidates, from 1) or ``worker`` (where it was uploaded) say which copy
         it was, in the event that tells of it.
 
@@ -345,6 +357,9 @@ class CopyRun:
         except FencedError as exc:
             self.fenced_while_copying(candidate, upload, exc)
             return False
+        if self._first_copy:  # the finish set the remote log start
+            self._first_copy = False
+            self._publish_state()
         if self.tally is not None:
             self.tally.copy_finished(sum(entry.size for entry in manifest.objects.values()))
         held = self.held

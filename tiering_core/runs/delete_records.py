@@ -12,7 +12,8 @@ partition's lease so that no copy run takes the cluster's new log start for a ti
 between, it is sent to the cluster through the admin API when there is a ``kafka:`` section, and
 recorded in the metadata store; the next retention run deletes the remote segments wholly below
 it. The cluster first: a DeleteRecords the cluster refuses is never recorded, so the remote tier
-never loses records the cluster still serves.
+never loses records the cluster still serves. Once recorded, the partition's state object is
+published (``runs.partition_state``).
 
 Idempotent: applying the same offset again (after a failure between the two steps, say) changes
 nothing more; an offset at or below one already applied leaves the log start where it is, as in
@@ -31,6 +32,7 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import LeaseHeldError
 from tiering_core.runs.errors import DeleteRecordsRefusedError
 from tiering_core.runs.lease import held_partition
+from tiering_core.runs.partition_state import publish_partition_state
 from tiering_core.tier.retention_plan import removed_reason
 from tiering_core.tier.view import TierView, global_log_start, tier_view
 
@@ -168,6 +170,9 @@ def apply_delete_records(
                     f"{tp}: the cluster applied the DeleteRecords to {before_offset} but recording it for the "
                     f"remote tier failed ({exc}); run it again"
                 ) from exc
+            # Even when it changed nothing (applied before): a manual request, and running it again
+            # is how an operator would mend a state object a failed write left behind.
+            publish_partition_state(store, ctx.storage, tip)
     except LeaseHeldError as exc:
         raise LeaseHeldError(f"{tp}: another run holds the partition ({exc}); nothing applied, run it again") from exc
     result.log_start_offset = global_log_start(store.get_remote_log_start_offset(tip), applied)

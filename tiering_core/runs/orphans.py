@@ -17,6 +17,8 @@ DELETE_SEGMENT_FINISHED names it: a copy in flight writes COPY_SEGMENT_STARTED b
 object, so its objects are never orphans. Deleting is guarded twice more: the store must be the
 one bound to the prefix (``runs.binding``), and each partition's segment states are read again
 just before its orphans are deleted, so a copy that began after the listing started is not touched.
+The partition's own ``partition-state.json`` (``storage.partition_state``) is no orphan: it
+is not even listed (a partition's removal deletes it, last).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.storage.layout import ObjectKind, parse_segment_key
 from tiering_core.storage.objects import MULTIPART_UPLOAD, TEMP_FILE, IncompleteUpload, RemoteObject
+from tiering_core.storage.partition_state import partition_state_key
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -132,9 +135,12 @@ def _unreferenced_objects(
     storage: RemoteStorage, tip: TopicIdPartition, live: set[uuid.UUID]
 ) -> list[tuple[RemoteObject, uuid.UUID | None]]:
     """Objects under the partition's prefix that no live segment names, with the segment their
-    key names (None: not a layout key)."""
+    key names (None: not a layout key); never the partition's state object."""
     found = []
+    state_key = partition_state_key(tip, storage.prefix)
     for obj in storage.list_objects(tip):
+        if obj.key == state_key:
+            continue
         segment_id = _segment_id(obj.key, storage.prefix, tip)
         if segment_id is None or segment_id not in live:
             found.append((obj, segment_id))

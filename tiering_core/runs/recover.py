@@ -38,13 +38,13 @@ from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.values import RecoveredSegment, RemoteLogSegmentMetadata
+from tiering_core.runs.binding import bind
 from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.runs.lease import held_partition
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.identity import read_identity
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, parse_segment_key
 from tiering_core.storage.manifest import CopyRecord, SegmentManifest
-from tiering_core.runs.binding import bind
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -191,7 +191,8 @@ def _recover_partition(ctx: TieringContext, tip: TopicIdPartition, run: str, dry
     known = store.segment_states([r.segment_id for r in refs])
     part.already_recorded = len(known)
     wanted = [r for r in refs if r.segment_id not in known]
-    reads = [o.result for o in InProcessExecutor(storage, READ_THREADS).run(wanted, _read_segment, describe=str)]
+    outcomes = InProcessExecutor(storage, READ_THREADS).run(wanted, _read_segment, describe=str)
+    reads = [o.result for o in outcomes if o.result is not None]  # in this process a task's error propagates
     part.unreadable = [f"{r.ref}: {r.problem}" for r in reads if r.problem is not None]
     part.from_objects = [str(r.ref) for r in reads if r.from_objects and r.segment is not None]
     state = storage.read_partition_state(tip)
@@ -207,10 +208,10 @@ def _recover_partition(ctx: TieringContext, tip: TopicIdPartition, run: str, dry
         return part
     store.register_partition(tip)
     with held_partition(store, tip, holder=f"recover:{run}", run_id=run) as held:
+        if part.remote_log_start_offset is not None:  # first: the first segment recorded sets an unset one
+            store.set_remote_log_start_offset(tip, part.remote_log_start_offset, held.require())
         for i in range(0, len(ordered), SEGMENTS_PER_TRANSACTION):
             part.recorded += store.recover_segments(ordered[i : i + SEGMENTS_PER_TRANSACTION], held.require())
-        if part.remote_log_start_offset is not None:
-            store.set_remote_log_start_offset(tip, part.remote_log_start_offset, held.require())
         if part.delete_records_offset is not None:
             store.record_delete_records(tip, part.delete_records_offset, held.require())
         for start, end in part.gaps:

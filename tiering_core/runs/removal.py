@@ -1,10 +1,11 @@
 """Remote partition removal (docs/kafka-rules.md section 7), triggered by hand.
 
 DELETE_PARTITION_MARKED -> DELETE_PARTITION_STARTED -> every segment deleted -> every object
-left under the partition's prefix deleted -> DELETE_PARTITION_FINISHED -> the partition's
-metadata is dropped (a tombstone stays, so the same topic id is never copied to again). Every
-step is idempotent: a run killed anywhere is resumed by running it again, and a rerun after
-the drop finds the tombstone and reports the removal finished.
+left under the partition's prefix deleted, its ``partition-state.json`` last ->
+DELETE_PARTITION_FINISHED -> the partition's metadata is dropped (a tombstone stays, so the
+same topic id is never copied to again). Every step is idempotent: a run killed anywhere is
+resumed by running it again, and a rerun after the drop finds the tombstone and reports the
+removal finished.
 
 A partition is named by topic and partition, but its remote data belongs to a topic id. A topic
 deleted and recreated under the same name gets a new topic id, whose data is live: by default
@@ -47,6 +48,7 @@ from tiering_core.runs.orphans import delete_unreferenced_keys, unreferenced_obj
 from tiering_core.runs.removal_evidence import broker_topic_ids, deletion_unproven, reported_topic_ids
 from tiering_core.runs.removal_targets import RemovalTargets
 from tiering_core.runs.segment_ops import delete_remote_segment
+from tiering_core.storage.partition_state import partition_state_key
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -253,7 +255,9 @@ def plan_removal_request(
 
 def _sweep(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition) -> list[str]:
     """Delete what no metadata references: objects, and unfinished uploads of any age (we hold
-    the partition's lease, so no copy of ours is still writing: what remains was killed)."""
+    the partition's lease, so no copy of ours is still writing: what remains was killed); then,
+    last, the partition's state object (no orphan: not among the keys returned). A run killed
+    before that finishes it when run again, which sweeps again before DELETE_PARTITION_FINISHED."""
     keys = unreferenced_object_keys(store, storage, tip)
     if keys:
         delete_unreferenced_keys(storage, keys)
@@ -261,6 +265,7 @@ def _sweep(store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPa
     uploads = storage.remove_incomplete_uploads(tip, older_than_ms=1)
     if uploads:
         log.info("%s: removed %d unfinished upload(s)", tip, len(uploads))
+    storage.delete_keys([partition_state_key(tip, storage.prefix)])
     return keys + [u.key for u in uploads]
 
 

@@ -2,8 +2,8 @@
 
 docs/kafka-rules.md section 6 read with section 10. What is due is planned read-only
 (``tier.retention_plan``); the run records the new remote log start offset **before** deleting
-any object, then deletes each segment as DELETE_SEGMENT_STARTED -> objects ->
-DELETE_SEGMENT_FINISHED.
+any object (and publishes the partition's state object, ``runs.partition_state``), then deletes
+each segment as DELETE_SEGMENT_STARTED -> objects -> DELETE_SEGMENT_FINISHED.
 
 A run holds the partition's lease, so a COPY_SEGMENT_STARTED segment it finds cannot be copied
 right now: it is the leftover of a killed copy, cleaned up first (the copy engine's own
@@ -30,6 +30,7 @@ from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally, tallied
 from tiering_core.runs.lease import HeldPartition, held_partition
+from tiering_core.runs.partition_state import publish_partition_state
 from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import delete_remote_segment
 from tiering_core.tier.observation import Figures, record_views, reporting_gauges
@@ -212,8 +213,10 @@ def _apply_retention(
     plan = plan_retention(view, store, topic, now, copy_in_progress=False)
     _report_plan(result, plan, view.remote_log_start_offset)
     if plan.new_log_start_offset is not None:
-        store.set_remote_log_start_offset(view.tip, plan.new_log_start_offset, held.require())
+        stored = store.set_remote_log_start_offset(view.tip, plan.new_log_start_offset, held.require())
         log.info("%s: remote log start offset -> %d", tp, plan.new_log_start_offset)
+        if stored != view.remote_log_start_offset:  # moved (and the gaps below it trimmed)
+            publish_partition_state(store, storage, view.tip)
     done: set[uuid.UUID] = set()
     if plan.copy_leftovers:
         # Also finishes every dangling deletion: those are counted below as deleted.

@@ -25,13 +25,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import TieringError
+from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.restore import download_object
 from tiering_core.runs.lease import held_partition
 from tiering_core.runs.rebuild.run import start_index_repair
 from tiering_core.runs.segment_copy import recover_failed_copies
-from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_ref
+from tiering_core.runs.segment_ops import (
+    abandon_attempt,
+    delete_remote_segment,
+    segment_facts,
+    segment_ref,
+    stored_epoch_index,
+)
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CopyRecord
 
@@ -93,7 +100,8 @@ def run_rewrite(
 
 def _rewrite_segment(ctx: TieringContext, segment: RemoteLogSegmentMetadata, kinds: list[ObjectKind], held: Any) -> int:
     """Copy one segment again in the current format and put the copy in its place; the copy's
-    stored bytes."""
+    stored bytes. Its manifest holds the segment's metadata, and as its epoch index the
+    leader-epoch checkpoint it uploads again."""
     store, storage = ctx.metadata, ctx.storage
     copy = start_index_repair(store, segment, held.require())  # COPY_SEGMENT_STARTED, a fresh id
     try:
@@ -101,7 +109,13 @@ def _rewrite_segment(ctx: TieringContext, segment: RemoteLogSegmentMetadata, kin
             files = {kind: Path(work) / kind.value for kind in kinds}
             for kind, target in files.items():
                 download_object(storage, segment, kind, target)  # checked against the record
-            manifest = storage.copy_segment(segment_ref(copy), dict(files))
+            epoch_index: tuple[EpochEntry, ...] = ()
+            checkpoint = files.get(ObjectKind.LEADER_EPOCH_CHECKPOINT)
+            if checkpoint is not None:
+                key = segment_ref(segment).key(ObjectKind.LEADER_EPOCH_CHECKPOINT, storage.prefix)
+                epoch_index = stored_epoch_index(checkpoint, key)
+            facts = segment_facts(copy, epoch_index)
+            manifest = storage.copy_segment(segment_ref(copy), dict(files), facts=facts)
         held.renew()
         store.supersede_segment(
             segment.segment_id,

@@ -35,7 +35,8 @@ from tiering_core.kafka.producer_snapshot import encode_producer_snapshot, read_
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
-from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment
+from tiering_core.runs.partition_state import publish_partition_state
+from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_facts
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.view import CopyCandidate, TierView
@@ -207,8 +208,10 @@ def prepare_segment_upload(
 
 
 def upload_segment(storage: RemoteStorage, upload: SegmentUpload) -> SegmentManifest:
-    """Upload one segment's objects, manifest last. Safe to run on any worker."""
-    return storage.copy_segment(upload.ref, upload.files)
+    """Upload one segment's objects, manifest last, the manifest with the segment's metadata and
+    its leader-epoch index. Safe to run on any worker."""
+    facts = segment_facts(upload.metadata, upload.leader_epoch_index)
+    return storage.copy_segment(upload.ref, upload.files, facts=facts)
 
 
 def finish_segment(
@@ -259,10 +262,12 @@ def recover_failed_copies(
     return cleaned
 
 
-def repair_remote_log_start(store: RemoteLogMetadataStore, tip: TopicIdPartition, lease: Lease) -> None:
+def repair_remote_log_start(
+    store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition, lease: Lease
+) -> None:
     """A partition with finished segments but no remote log start offset (written by a release
     that recorded them apart) gets the lowest offset a finished segment's epochs cover, never a
-    later one."""
+    later one; its state object is published then (``runs.partition_state``)."""
     if store.get_remote_log_start_offset(tip) is not None:
         return
     finished = store.finished_segments(tip, custom_metadata=False)
@@ -270,3 +275,4 @@ def repair_remote_log_start(store: RemoteLogMetadataStore, tip: TopicIdPartition
         start = min(s.first_epoch_offset for s in finished)
         store.set_remote_log_start_offset(tip, start, lease)
         log.warning("%s: remote log start offset was unset; set to %d, the first finished segment", tip, start)
+        publish_partition_state(store, storage, tip)

@@ -1,4 +1,5 @@
-"""Deleting a remote segment the one way Kafka does it, for copy cleanup, retention and removal.
+"""Deleting a remote segment the one way Kafka does it, for copy cleanup, retention and removal;
+and what every copy of a segment writes into its manifest of the segment's metadata.
 
 DELETE_SEGMENT_STARTED is written before any object is touched and DELETE_SEGMENT_FINISHED
 only after every object is gone, so a crash anywhere leaves a state the next run finishes.
@@ -7,13 +8,19 @@ only after every object is gone, so a crash anywhere leaves a state the next run
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tiering_core.errors import CorruptLogError
+from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
+from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.files import CHECKPOINT_READ_LIMIT, read_regular
 from tiering_core.metadata.errors import FencedError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.layout import RemoteSegmentRef
-from tiering_core.storage.manifest import CopyRecord
+from tiering_core.storage.manifest import CopyRecord, SegmentFacts
 
 if TYPE_CHECKING:
     from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, RemoteLogSegmentMetadata
@@ -37,6 +44,34 @@ def segment_ref(segment: RemoteLogSegmentMetadata) -> RemoteSegmentRef:
         record.format_version,
         record.manifest_sha256,
     )
+
+
+def segment_facts(segment: RemoteLogSegmentMetadata, epoch_index: Sequence[EpochEntry]) -> SegmentFacts:
+    """What a copy of ``segment`` writes into its manifest: the end offset, max timestamp and
+    leader epochs of its metadata, and ``epoch_index``, the leader-epoch index the copy uploads
+    as its ``leader-epoch-checkpoint`` object. Every copy (copy, rewrite, the index repair) makes
+    them here."""
+    return SegmentFacts(
+        end_offset=segment.end_offset,
+        max_timestamp=segment.max_timestamp,
+        leader_epochs=tuple(EpochEntry(e, o) for e, o in sorted(segment.leader_epochs.items())),
+        epoch_index=tuple(epoch_index),
+    )
+
+
+def stored_epoch_index(source: Path | bytes, key: str) -> tuple[EpochEntry, ...]:
+    """The entries of a stored segment's ``leader-epoch-checkpoint`` object ``key`` (``source``:
+    its bytes, or the file they were downloaded to): the epoch index a new copy of the segment
+    uploads again. A CorruptLogError naming ``key`` when they do not parse."""
+    if isinstance(source, bytes):
+        data = source
+    else:
+        data = read_regular(source, CHECKPOINT_READ_LIMIT, "leader-epoch-checkpoint")
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise CorruptLogError(key, exc.start, "leader-epoch-checkpoint is not ASCII text") from None
+    return tuple(parse_leader_epoch_checkpoint(text, Path(key)))
 
 
 def delete_remote_segment(

@@ -19,3 +19,7 @@ class InvalidRangeError(RemoteStorageError):
 
 class ManifestError(RemoteStorageError):
     """A segment manifest is malformed, or describes another segment than the one it is stored for."""
+
+
+class PartitionStateError(RemoteStorageError):
+    """A partition's ``partition-state.json`` is malformed, too large, or names another partition."""

@@ -56,11 +56,13 @@ from tiering_core.storage.manifest import (
     FORMAT_VERSION,
     MAX_MANIFEST_BYTES,
     ObjectEntry,
+    SegmentFacts,
     SegmentManifest,
     WrappedKey,
     sha256_hex,
 )
-from tiering_core.storage.objects import IncompleteUpload, ObjectStore, Progress, RemoteObject
+from tiering_core.storage.objects import IncompleteUpload, Progress, RemoteObject
+from tiering_core.storage.partition_state import PartitionStates
 from tiering_core.storage.quota import throttled
 
 log = logging.getLogger(__name__)
@@ -112,8 +114,9 @@ class SegmentEncoding:
         )
 
 
-class RemoteStorage(ObjectStore):
-    """Copy, fetch and delete segments' objects; idempotent and checksummed."""
+class RemoteStorage(PartitionStates):
+    """Copy, fetch and delete segments' objects; idempotent and checksummed. Each partition's
+    ``partition-state.json`` is read and written through ``PartitionStates``."""
 
     def __init__(self, prefix: str = "") -> None:
         super().__init__(prefix)
@@ -126,9 +129,16 @@ class RemoteStorage(ObjectStore):
         self._data_keys: RecentCache[tuple[RemoteSegmentRef, WrappedKey], bytes] = RecentCache(LAYOUT_CACHE)
 
     def copy_segment(
-        self, ref: RemoteSegmentRef, files: Mapping[ObjectKind, Path | bytes], *, progress: Progress | None = None
+        self,
+        ref: RemoteSegmentRef,
+        files: Mapping[ObjectKind, Path | bytes],
+        *,
+        facts: SegmentFacts | None = None,
+        progress: Progress | None = None,
     ) -> SegmentManifest:
         """Upload every object of a segment, then its manifest; on failure nothing stays behind.
+        ``facts``, the segment's metadata, go into the manifest (checked before anything is
+        uploaded: facts a reader would refuse fail the copy, naming the problem).
 
         If an earlier upload of the same segment finished, its manifest is deleted first (then
         the kinds this upload does not carry), so a crash part-way through never leaves a
@@ -143,6 +153,11 @@ class RemoteStorage(ObjectStore):
         for kind, source in files.items():
             if not isinstance(source, bytes) and not Path(source).is_file():
                 raise RemoteStorageError(f"{ref}: {kind.value} source {source} is not a readable file")
+        if facts is not None:
+            try:
+                facts.validate(ref.base_offset)
+            except ManifestError as exc:
+                raise ManifestError(f"{ref}: {exc}") from None
         manifest_key = ref.key(ObjectKind.MANIFEST, self.prefix)
         self._manifests.drop(ref)
         if self.object_size(manifest_key) is not None:
@@ -150,7 +165,7 @@ class RemoteStorage(ObjectStore):
             self.delete_keys([ref.key(kind, self.prefix) for kind in UPLOAD_ORDER if kind not in files])
         uploaded: list[str] = [manifest_key]
         try:
-            manifest = self._copy_chunked(ref, files, progress, uploaded)
+            manifest = self._copy_chunked(ref, files, facts, progress, uploaded)
             document = manifest.to_json()
             if len(document) > MAX_MANIFEST_BYTES:  # a finished segment nobody could read
                 raise RemoteStorageError(
@@ -176,6 +191,7 @@ class RemoteStorage(ObjectStore):
         self,
         ref: RemoteSegmentRef,
         files: Mapping[ObjectKind, Path | bytes],
+        facts: SegmentFacts | None,
         progress: Progress | None,
         uploaded: list[str],
     ) -> SegmentManifest:
@@ -229,7 +245,7 @@ class RemoteStorage(ObjectStore):
                     raise RemoteStorageError(f"{ref}: {kind.value} stored {put_size} bytes of {entry.stored_size}")
                 entries[kind] = entry
         return SegmentManifest.for_ref(
-            ref, entries, int(time.time() * 1000), chunk_size=encoding.chunk_size, encryption=wrapped
+            ref, entries, int(time.time() * 1000), chunk_size=encoding.chunk_size, encryption=wrapped, segment=facts
         )
 
     def _chunked(self, ref: RemoteSegmentRef, kind: ObjectKind) -> ChunkedObject | None:

@@ -22,7 +22,7 @@ from tiering_core.kafka.files import INDEX_READ_LIMIT, read_regular
 from tiering_core.kafka.index_rebuild import RebuiltIndexes, rebuild_indexes
 from tiering_core.kafka.producer_snapshot import open_transactions, parse_producer_snapshot
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
-from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.runs.segment_ops import segment_facts, segment_ref, stored_epoch_index
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.errors import ManifestError, RemoteStorageError
@@ -282,8 +282,8 @@ def examine_remote_segment(
         manifest = None
         if task.repair_ref is not None and check.needs_repair:
             try:
-                manifest = _copy_repaired(storage, task.repair_ref, log_path, rebuilt, stored, carried)
-            except RemoteStorageError as exc:
+                manifest = _copy_repaired(storage, task.repair_ref, segment, log_path, rebuilt, stored, carried)
+            except (RemoteStorageError, CorruptLogError) as exc:
                 check = replace(check, error=f"repair failed: {exc}")
         return RemoteIndexExamination(replace(check, seconds=time.monotonic() - started), manifest, dict(ongoing))
     finally:
@@ -293,13 +293,15 @@ def examine_remote_segment(
 def _copy_repaired(
     storage: RemoteStorage,
     target: RemoteSegmentRef,
+    segment: RemoteLogSegmentMetadata,
     log_path: Path,
     rebuilt: RebuiltIndexes,
     stored: dict[ObjectKind, bytes | None],
     carried: dict[ObjectKind, bytes],
 ) -> SegmentManifest:
     """The segment's objects under the new attempt: the proven log, rebuilt indexes, the proven
-    snapshot and leader-epoch index."""
+    snapshot and leader-epoch index; its manifest with the segment's metadata, and as its epoch
+    index the leader-epoch index it carries over."""
     files: dict[ObjectKind, Path | bytes] = {
         ObjectKind.LOG: log_path,
         ObjectKind.OFFSET_INDEX: rebuilt.offset_index,
@@ -308,7 +310,10 @@ def _copy_repaired(
     if rebuilt.txn_index or stored.get(ObjectKind.TRANSACTION_INDEX) is not None:
         files[ObjectKind.TRANSACTION_INDEX] = rebuilt.txn_index
     files.update(carried)
-    return storage.copy_segment(target, files)
+    checkpoint = carried.get(ObjectKind.LEADER_EPOCH_CHECKPOINT)
+    key = segment_ref(segment).key(ObjectKind.LEADER_EPOCH_CHECKPOINT, storage.prefix)
+    epoch_index = () if checkpoint is None else stored_epoch_index(checkpoint, key)
+    return storage.copy_segment(target, files, facts=segment_facts(segment, epoch_index))
 
 
 # --- local segments (the broker's files; read-only) ------------------------------------------
