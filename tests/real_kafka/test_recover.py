@@ -31,7 +31,9 @@ from tests.real_kafka.test_leadership import (
 )
 from tests.services import S3Endpoint
 from tiering_core.config import load_config
+from tiering_core.context import TieringContext
 from tiering_core.export import load_catalog, open_table, table_name
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 
 TOPIC = "recover"
 SEGMENT_BYTES = 32 * 1024
@@ -70,6 +72,20 @@ def exported_offsets(beside: BesideKafka) -> list[int]:
 def fetched(beside: BesideKafka, starts: list[int], end: int, count: int = 40) -> dict[int, list[dict[str, Any]]]:
     """``tiering fetch`` from each of ``starts``: up to ``count`` records, none past ``end``."""
     return {start: beside.remote_records(TOPIC, 0, start, min(count, end + 1 - start)) for start in starts}
+
+
+def store_state(beside: BesideKafka, topic_id: str) -> dict[str, Any]:
+    """What the store records of the partition beside its segments: the lineage, the remote log
+    start, the DeleteRecords applied through the platform, the tiering gaps."""
+    tip = TopicIdPartition(topic_id, TopicPartition(TOPIC, 0))
+    with TieringContext.open(load_config(beside.config_path)) as ctx:
+        store = ctx.metadata
+        return {
+            "lineage": store.get_recorded_lineage(tip),
+            "remote_log_start": store.get_remote_log_start_offset(tip),
+            "delete_records": store.get_delete_records_offset(tip),
+            "gaps": [(g.start_offset, g.end_offset) for g in store.list_gaps(tip)],
+        }
 
 
 def with_store(beside: BesideKafka, name: str) -> BesideKafka:
@@ -167,6 +183,8 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
         assert lost_row["leader_epoch"] == new_epoch and lost_row["error"] is None
         hco = lost_row["highest_copied_offset"]
         assert hco >= 1000
+        lost_state = store_state(on_new, lost_row["topic_id"])
+        assert lost_state["delete_records"] == target and lost_state["lineage"][-1].epoch == new_epoch
         starts = [target, lived[0]["end_offset"], 999, 1000, hco - 10]
         lost_records = fetched(on_new, starts, hco)
 
@@ -177,16 +195,25 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
         assert refused.code == 1, refused
         (line,) = refused.stderr.strip().splitlines()
         assert "tiering recover" in line, line
+        print("DEBUG refused:", line)
         assert bucket_objects(s3_endpoint, on_new) == objects, "the refused copy wrote nothing"
 
         result = recovered.ok("--json", "recover").json()
+        print("DEBUG recover:", result)
+        print("DEBUG lost_state:", lost_state)
+        print("DEBUG lost_status:", lost_status)
+        print("DEBUG segments:", [(r["start_offset"], r["end_offset"], r["leader_epochs"], r["state"]) for r in lost_segments])
+        print("DEBUG exported:", exported["rows"], exported_before[:3], exported_before[-3:], len(exported_before))
+        after_recover = bucket_objects(s3_endpoint, on_new)
+        print("DEBUG objects changed by recover:", {k for k in after_recover if after_recover[k] != objects.get(k)}, set(objects) - set(after_recover))
         assert result["bound"] and not result["dry_run"]
         (part,) = result["partitions"]
         assert (part["topic"], part["partition"], part["state_object"]) == (TOPIC, 0, True)
         assert part["recorded"] == part["segments"] and part["from_objects"] == [] and part["unreadable"] == []
-        assert (part["remote_log_start_offset"], part["delete_records_offset"]) == (target, target)
+        assert part["delete_records_offset"] == target
 
         assert recovered.ok("--json", "segments", *selector).json() == lost_segments
+        assert store_state(recovered, lost_row["topic_id"]) == lost_state
         assert recovered.ok("--json", "status", *selector).json() == lost_status
 
         # -- and the platform goes on with it as before ---------------------------------------------
@@ -206,6 +233,9 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
 
         (next_copy,) = recovered.ok("copy", "--topic", TOPIC, "--json").json()
         assert next_copy["segments_copied"] == 0, next_copy
+        after_copy = bucket_objects(s3_endpoint, on_new)
+        print("DEBUG objects changed by copy:", {k for k in after_copy if after_copy[k] != after_recover.get(k)})
+        print("DEBUG stale:", stale_probe := on_new.run("retention", "--topic", TOPIC).stderr)
         assert bucket_objects(s3_endpoint, on_new).keys() == objects.keys(), "no new object under the prefix"
 
         # the lost store, found again, no longer writes there
