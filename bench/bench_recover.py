@@ -5,8 +5,8 @@ as the client sends it.
 Prints the rate (segments recorded per second) and the requests per segment: the manifests read
 (target: one GET per segment), every other GET (the prefix's identity object, each partition's
 ``partition-state.json``) and the LIST pages, per segment. The bucket holds what a copy leaves:
-each segment's manifest (with its metadata, as every copy now writes it) and log object, and each
-partition's state object; the logs are small, recovery never reads them.
+each segment's manifest (with its metadata, as every copy now writes it) and each partition's
+state object; recovery reads nothing else.
 
 Run: ``python bench/bench_recover.py [--segments 100000] [--partitions 100] [--quick]``.
 """
@@ -54,8 +54,10 @@ def topic_id(p: int) -> str:
 
 
 def fill_bucket(storage: S3RemoteStorage, partitions: int, per_partition: int) -> None:
-    """Each partition's segments, as copies leave them (a manifest with the segment's metadata and
-    a log object), and its partition state; put from a pool of threads."""
+    """Each partition's segments' manifests, as copies write them (with the segment's metadata), and
+    its partition state, put from a pool of threads. The objects the manifests list are not put:
+    recovery lists only the manifests' keys and reads nothing else, so they would only slow the
+    filling."""
     crc = crc_hex(crc32c(LOG))
 
     def partition(p: int) -> None:
@@ -72,7 +74,6 @@ def fill_bucket(storage: S3RemoteStorage, partitions: int, per_partition: int) -
             )
             entry = ObjectEntry(ObjectKind.LOG, log_key, len(LOG), crc)
             manifest = SegmentManifest.for_ref(ref, {ObjectKind.LOG: entry}, 1_700_000_000_000 + s, segment=facts)
-            storage.put_object(log_key, LOG)
             storage.put_object(ref.key(ObjectKind.MANIFEST, storage.prefix), manifest.to_json())
         storage.write_partition_state(PartitionState(tip, 0, None, ()))
 
