@@ -8,6 +8,9 @@ to write until ``tiering recover`` rebuilt it from the bucket alone; then ``segm
 ``status`` say what the lost store said, ``fetch`` serves the same records (those a real consumer
 reads from the broker), ``verify`` finds every object sound, the export adds no row twice, and the
 next copy uploads nothing. The lost store, found again, no longer writes under the prefix.
+
+After an unclean election the old leader's divergent segments and the new leader's can also cover
+exactly the same offsets: recovery keeps both, as the lost store had them.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ def store_state(beside: BesideKafka, topic_id: str) -> dict[str, Any]:
             "lineage": store.get_recorded_lineage(tip),
             "remote_log_start": store.get_remote_log_start_offset(tip),
             "delete_records": store.get_delete_records_offset(tip),
-            "gaps": [(g.start_offset, g.end_offset) for g in store.list_gaps(tip)],
+            "gaps": [(g.start, g.end) for g in store.list_gaps(tip)],
         }
 
 
@@ -114,8 +117,8 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
         (lagging,) = [n for n in first["replica_nodes"] if n != old_leader]
 
         # -- a life: an unclean election, retention, a DeleteRecords, a rewrite, an export ---------
-        produce(cluster, 0, 400, "old", timestamp_ms=int(time.time() * 1000) - HOUR_MS)  # retention's prey
-        produce(cluster, 400, 600, "shared")
+        produce(cluster, 0, 700, "old", timestamp_ms=int(time.time() * 1000) - HOUR_MS)  # retention's prey
+        produce(cluster, 700, 300, "shared")
         wait_checkpointed(platform[lagging], TOPIC, 1000)
         cluster.stop_node(lagging)  # out of sync from now on: the leader goes on alone
         wait_for_leader(cluster, TOPIC, lambda s: s["isr_nodes"] == [old_leader] and s["leader_id"] == old_leader)
@@ -141,7 +144,7 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
         retention_with(on_new, TOPIC, HOUR_MS // 2)
         after_time = segments(on_new, TOPIC)
         expired = [r for r in copied if r not in after_time]
-        assert expired and all(r["end_offset"] < 400 for r in expired), expired
+        assert expired and all(r["end_offset"] < 700 for r in expired), expired
         retention_with(on_new, TOPIC, -1)
 
         # a DeleteRecords through the platform (a kafka: section), inside the second segment left
@@ -150,7 +153,7 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
         lineage = [r for r in after_time if r not in divergent]
         second = lineage[1]
         target = second["start_offset"] + (second["end_offset"] - second["start_offset"]) // 2
-        assert 400 < target < 1000
+        assert lineage[0]["end_offset"] < target < 1700
         applied = on_new.ok(
             "delete-records", "--topic", TOPIC, "--partition", "0", "--before-offset", str(target), "--yes", "--json"
         ).json()
@@ -195,17 +198,9 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
         assert refused.code == 1, refused
         (line,) = refused.stderr.strip().splitlines()
         assert "tiering recover" in line, line
-        print("DEBUG refused:", line)
         assert bucket_objects(s3_endpoint, on_new) == objects, "the refused copy wrote nothing"
 
         result = recovered.ok("--json", "recover").json()
-        print("DEBUG recover:", result)
-        print("DEBUG lost_state:", lost_state)
-        print("DEBUG lost_status:", lost_status)
-        print("DEBUG segments:", [(r["start_offset"], r["end_offset"], r["leader_epochs"], r["state"]) for r in lost_segments])
-        print("DEBUG exported:", exported["rows"], exported_before[:3], exported_before[-3:], len(exported_before))
-        after_recover = bucket_objects(s3_endpoint, on_new)
-        print("DEBUG objects changed by recover:", {k for k in after_recover if after_recover[k] != objects.get(k)}, set(objects) - set(after_recover))
         assert result["bound"] and not result["dry_run"]
         (part,) = result["partitions"]
         assert (part["topic"], part["partition"], part["state_object"]) == (TOPIC, 0, True)
@@ -214,7 +209,14 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
 
         assert recovered.ok("--json", "segments", *selector).json() == lost_segments
         assert store_state(recovered, lost_row["topic_id"]) == lost_state
+        # status compared whole: its one clock-dependent field, local_retention_risk's
+        # oldest_uncopied_age_ms, is null while every closed segment is copied
+        assert lost_row["local_retention_risk"]["oldest_uncopied_age_ms"] is None
         assert recovered.ok("--json", "status", *selector).json() == lost_status
+        recovered_objects = bucket_objects(s3_endpoint, on_new)
+        identity = f"{on_new.document['remote']['prefix']}tiering-store.json"
+        changed = {k for k in objects.keys() | recovered_objects.keys() if objects.get(k) != recovered_objects.get(k)}
+        assert changed == {identity}, "recovery writes the prefix's identity object only"
 
         # -- and the platform goes on with it as before ---------------------------------------------
         assert fetched(recovered, starts, hco) == lost_records
@@ -233,12 +235,88 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
 
         (next_copy,) = recovered.ok("copy", "--topic", TOPIC, "--json").json()
         assert next_copy["segments_copied"] == 0, next_copy
-        after_copy = bucket_objects(s3_endpoint, on_new)
-        print("DEBUG objects changed by copy:", {k for k in after_copy if after_copy[k] != after_recover.get(k)})
-        print("DEBUG stale:", stale_probe := on_new.run("retention", "--topic", TOPIC).stderr)
-        assert bucket_objects(s3_endpoint, on_new).keys() == objects.keys(), "no new object under the prefix"
+        assert bucket_objects(s3_endpoint, on_new) == recovered_objects, "no new object under the prefix"
 
         # the lost store, found again, no longer writes there
         stale = on_new.run("retention", "--topic", TOPIC)
         assert stale.code == 1 and "binds the prefix to metadata store" in stale.stderr, stale
     print(f"recover: {len(lived)} segment(s), offsets {target}..{hco} compared in {time.monotonic() - began:.1f} s")
+
+
+def produce_one_by_one(cluster: KafkaCluster, topic: str, start: int, count: int, tag: str) -> None:
+    """``count`` records keyed ``start..``, each in a batch and a request of its own: with tags of
+    one length, two leaders appending them after the same log roll their segments at the same
+    offsets."""
+    producer = cluster.producer(acks="all", linger_ms=0, retries=5)
+    try:
+        for i in range(start, start + count):
+            producer.send(topic, key=str(i).encode(), value=f"{tag}-{i}-".encode() + b"x" * 120).get(timeout=30)
+    finally:
+        producer.close()
+
+
+def test_divergent_and_new_segments_of_the_same_offsets_are_both_recovered(
+    private_kafka: PrivateKafka, beside: Callable[..., BesideKafka], s3_endpoint: S3Endpoint
+) -> None:
+    """After an unclean election the old leader's divergent segments and the new leader's can
+    cover exactly the same offsets: two histories, not a rewrite's two copies of one segment.
+    Recovery keeps both as the lost store had them (the divergent ones finished, out of the
+    lineage, kept until retention's lineage rule deletes them)."""
+    began = time.monotonic()
+    topic = "recover-same-offsets"
+    with private_kafka(nodes=3) as cluster:
+        cluster.create_topic(
+            topic,
+            replication_factor=2,
+            segment_bytes=SEGMENT_BYTES,
+            configs={"unclean.leader.election.enable": "true", "min.insync.replicas": "1"},
+        )
+        platform = beside_every_node(beside(cluster, 1))
+        first = partition_state(cluster, topic)
+        old_leader, old_epoch = first["leader_id"], first["leader_epoch"]
+        (lagging,) = [n for n in first["replica_nodes"] if n != old_leader]
+        produce_one_by_one(cluster, topic, 0, 100, "shr")  # in the first segment of both replicas
+        wait_checkpointed(platform[lagging], topic, 100)
+        cluster.stop_node(lagging)
+        wait_for_leader(cluster, topic, lambda s: s["isr_nodes"] == [old_leader] and s["leader_id"] == old_leader)
+        produce_one_by_one(cluster, topic, 100, 600, "old")
+        wait_checkpointed(platform[old_leader], topic, 700)
+        platform[old_leader].ok("copy", "--topic", topic)
+        cluster.stop_node(old_leader, kill=True)
+        cluster.start_node(lagging)
+        wait_for_leader(cluster, topic, lambda s: s["leader_id"] == lagging, timeout=40)
+        produce_one_by_one(cluster, topic, 100, 600, "new")
+        on_new = platform[lagging]
+        wait_checkpointed(on_new, topic, 700)
+        on_new.ok("copy", "--topic", topic)
+        rows = segments(on_new, topic)
+        divergent = divergent_segments(rows, 100, old_epoch)
+        lineage = [r for r in rows if r not in divergent]
+        offsets_of = [(r["start_offset"], r["end_offset"]) for r in divergent]
+        assert divergent and offsets_of == [(r["start_offset"], r["end_offset"]) for r in lineage], rows
+
+        selector = ("--topic", topic, "--partition", "0")
+        lost_segments = on_new.ok("--json", "segments", *selector).json()
+        lost_status = on_new.ok("--json", "status", *selector).json()
+        hco = lost_status[0]["highest_copied_offset"]
+        assert hco == lineage[-1]["end_offset"]
+
+        recovered = with_store(on_new, "recovered")
+        objects = bucket_objects(s3_endpoint, on_new)
+        (part,) = recovered.ok("--json", "recover").json()["partitions"]
+        assert part["recorded"] == len(rows) and part["from_objects"] == [] and part["unreadable"] == []
+
+        served = [ConsumedRecord.from_fetch(r) for r in recovered.remote_records(topic, 0, 0, hco + 1)]
+        assert served == consume(cluster, topic, 0, until=hco + 1)
+        assert not any(r.value is not None and r.value.startswith(b"old") for r in served)
+
+        # Same offsets, two histories: each recovered as the lost store had it (finished).
+        assert recovered.ok("--json", "segments", *selector).json() == lost_segments
+        assert recovered.ok("--json", "status", *selector).json() == lost_status
+        verified = recovered.ok("--json", "verify", *selector).json()
+        assert len(verified) == len(rows) and all(v["ok"] for v in verified), verified
+
+        (next_copy,) = recovered.ok("copy", "--topic", topic, "--json").json()
+        assert (next_copy["segments_copied"], next_copy["segments_cleaned_up"]) == (0, 0), next_copy
+        assert bucket_objects(s3_endpoint, on_new).keys() == objects.keys(), "nothing uploaded, nothing deleted"
+    print(f"recover after an unclean election: {len(rows)} segment(s) in {time.monotonic() - began:.1f} s")

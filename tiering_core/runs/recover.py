@@ -304,16 +304,23 @@ def _facts_from_objects(
     return end, max(h.max_timestamp for h in scan.headers), epochs, lineage
 
 
+def _same_copy(meta: RemoteLogSegmentMetadata) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    """What two copies of one segment share: its offsets and leader epochs. Two histories of the
+    same offsets (a divergent leader's segment and the new leader's after an unclean election)
+    never share their epochs, so each is recovered as the store had it."""
+    return meta.start_offset, meta.end_offset, tuple(sorted(meta.leader_epochs.items()))
+
+
 def _in_copy_order(reads: list[_Read], state: PartitionState | None) -> list[RecoveredSegment]:
     """The segments in the order they were copied (their manifests' creation, then id); of copies
-    of the same offsets all but the latest are superseded, and so is a segment wholly below the
-    partition's global log start (retention or a DeleteRecords had begun deleting it)."""
+    of the same segment (a rewrite cut short) all but the latest are superseded, and so is a
+    segment wholly below the partition's global log start (retention or a DeleteRecords had begun
+    deleting it)."""
     reads = sorted(reads, key=lambda r: (r.created_at_ms, str(r.ref.segment_id)))
-    latest: dict[tuple[int, int], uuid.UUID] = {}
+    latest: dict[tuple[int, int, tuple[tuple[int, int], ...]], uuid.UUID] = {}
     for r in reads:
         assert r.segment is not None
-        meta = r.segment.metadata
-        latest[(meta.start_offset, meta.end_offset)] = meta.segment_id
+        latest[_same_copy(r.segment.metadata)] = r.segment.metadata.segment_id
     log_start = None
     if state is not None:
         starts = [o for o in (state.remote_log_start_offset, state.delete_records_offset) if o is not None]
@@ -322,7 +329,7 @@ def _in_copy_order(reads: list[_Read], state: PartitionState | None) -> list[Rec
     for r in reads:
         assert r.segment is not None
         meta = r.segment.metadata
-        superseded = latest[(meta.start_offset, meta.end_offset)] != meta.segment_id or (
+        superseded = latest[_same_copy(meta)] != meta.segment_id or (
             log_start is not None and meta.end_offset < log_start
         )
         ordered.append(RecoveredSegment(meta, r.segment.lineage, superseded))
