@@ -19,6 +19,7 @@ from tests.dags.conftest import SECRET
 from tests.engine_support import TieringEnv, kafka_deletes_topic, tip_of, write_segments
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.storage.identity import IDENTITY_OBJECT
 from tiering_core.storage.partition_state import partition_state_key
 
 DAGS = ROOT / "dags"
@@ -246,7 +247,8 @@ def test_retention_dag_deletes_what_breaches_retention(tiering: TieringEnv, s3_e
     (task,) = task_runs(dag.dag_id, run.run_id, "retention").values()
     assert task.label == "payments-0" and task.result[0]["segments_deleted"] == 3
     assert finished(tiering, w) == []
-    assert bucket_keys(s3_endpoint, tiering) == [partition_state_key(tip_of(w), "t/")]  # the log start it moved
+    # the log start it moved, and the store the prefix is bound to
+    assert bucket_keys(s3_endpoint, tiering) == sorted([partition_state_key(tip_of(w), "t/"), f"t/{IDENTITY_OBJECT}"])
 
 
 def test_airflow_dags_test_cli_from_outside_the_project(tiering: TieringEnv, tmp_path: Path) -> None:

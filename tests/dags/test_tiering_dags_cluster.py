@@ -23,6 +23,7 @@ from tiering_core.context import TieringContext
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.storage.identity import IDENTITY_OBJECT
 from tiering_core.storage.partition_state import partition_state_key
 
 QUEUES = {1: "tiering-broker-1", 2: "kafka-b-host"}  # broker 2's queue is named in the config
@@ -205,8 +206,8 @@ def test_copy_and_retention_dags_run_each_broker_s_tasks_on_its_own_log_dirs(
     listing = s3_endpoint.client().list_objects_v2(Bucket=cluster.doc["remote"]["bucket"])
     prefix = cluster.doc["remote"]["prefix"]
     assert sorted(o["Key"] for o in listing.get("Contents", [])) == sorted(  # each partition's state object alone
-        partition_state_key(tip_of(w), prefix) for w in on_1 + on_2
-    )
+        [*(partition_state_key(tip_of(w), prefix) for w in on_1 + on_2), f"{prefix}{IDENTITY_OBJECT}"]
+    )  # and the store the prefix is bound to
 
 
 def test_catch_all_dags_run_per_broker_and_a_broker_without_partitions_is_skipped(cluster: Cluster) -> None:

@@ -17,6 +17,7 @@ from tests.dags.test_tiering_dags import DAGS, bucket_keys, dagbag, finished, pa
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import TaskAttempt
+from tiering_core.storage.identity import IDENTITY_OBJECT
 from tiering_core.storage.partition_state import partition_state_key
 
 BOUND = 4
@@ -64,7 +65,9 @@ def test_a_named_topic_beyond_max_map_length_is_tiered_by_one_run_in_bounded_tas
     assert len(results) == PARTITIONS and all(r["outcome"] == "deleted" for r in results.values())
     assert all(r["segments_deleted"] == 2 for r in results.values())
     assert [finished(tiering, w) for w in writers] == [[]] * PARTITIONS
-    assert bucket_keys(s3_endpoint, tiering) == sorted(partition_state_key(tip_of(w), "t/") for w in writers)
+    assert bucket_keys(s3_endpoint, tiering) == sorted(
+        [*(partition_state_key(tip_of(w), "t/") for w in writers), f"t/{IDENTITY_OBJECT}"]
+    )
 
 
 def test_the_catch_all_dags_beyond_max_map_length_tier_every_partition_in_bounded_tasks(

@@ -57,8 +57,9 @@ def bucket_sizes(env: TieringEnv, endpoint: S3Endpoint) -> dict[str, int]:
 
 def segment_bytes(sizes: dict[str, int]) -> int:
     """Bytes of segments and their indexes: every object but the manifests (and the partitions'
-    state objects)."""
-    return sum(size for key, size in sizes.items() if not key.endswith((".manifest.json", "/partition-state.json")))
+    state objects, and the prefix's identity object)."""
+    others = (".manifest.json", "/partition-state.json", "/tiering-store.json")
+    return sum(size for key, size in sizes.items() if not key.endswith(others))
 
 
 def partition_of(env: TieringEnv, w: PartitionWriter) -> PartitionMetrics:
