@@ -489,3 +489,13 @@ def test_a_partition_whose_high_watermark_is_not_checkpointed_yet_waits_for_the_
     code, out, err = run(capsys, "--config", cfg, "--json", "copy")
     results = {r["partition"]: r for r in json.loads(out)}
     assert code == 0 and results[1]["segments_copied"] == 2 and results[1]["skipped_reason"] is None, err
+
+
+def test_version_prints_the_package_version_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    from tiering_core import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0
+    assert out == f"tiering {__version__}\n" and err == ""

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from tiering_core import __version__
 from tiering_core.cli.commands import (
     Handler,
     cmd_copy,
@@ -82,6 +83,7 @@ class _SubcommandsWithGlobalOptions(argparse._SubParsersAction):  # type: ignore
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tiering", description="Batch tiered storage for Apache Kafka (KIP-405).")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_global_options(parser, defaults=True)
     parser.register("action", "parsers", _SubcommandsWithGlobalOptions)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
