@@ -499,3 +499,47 @@ def test_version_prints_the_package_version_and_exits_0(capsys: pytest.CaptureFi
     out, err = capsys.readouterr()
     assert exit_info.value.code == 0
     assert out == f"tiering {__version__}\n" and err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value"),
+    [
+        (["fetch", "--topic", "t", "--partition", "0", "--offset", "0"], "isolation", "read_uncommitted"),
+        (["export", "--topic", "t"], "isolation", "read_committed"),
+        (["replay", "--topic", "t", "--from-offset", "0", "--target-topic", "u"], "isolation", "read_committed"),
+    ],
+)
+def test_isolation_level_is_kafkas_name_and_isolation_its_deprecated_alias(
+    argv: list[str], dest: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tiering_core.cli.main import build_parser
+
+    other = "read_committed" if value == "read_uncommitted" else "read_uncommitted"
+    parser = build_parser()
+    assert getattr(parser.parse_args(argv), dest) == value
+    assert getattr(parser.parse_args([*argv, "--isolation-level", other]), dest) == other
+    assert getattr(parser.parse_args([*argv, "--isolation", other]), dest) == other
+    with pytest.raises(SystemExit):
+        parser.parse_args([argv[0], "--help"])
+    help_text = capsys.readouterr().out
+    assert "--isolation-level" in help_text and "--isolation {" not in help_text
+
+
+def test_bootstrap_server_is_kafkas_name_and_bootstrap_servers_its_deprecated_alias(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tiering_core.cli.main import build_parser
+
+    replay = ["replay", "--topic", "t", "--from-offset", "0", "--target-topic", "u"]
+    parser = build_parser()
+    assert parser.parse_args(replay).bootstrap_servers is None
+    assert parser.parse_args([*replay, "--bootstrap-server", "a:9092"]).bootstrap_servers == "a:9092"
+    assert parser.parse_args([*replay, "--bootstrap-servers", "a:9092"]).bootstrap_servers == "a:9092"
+    for name in ("--bootstrap-server", "--bootstrap-servers"):
+        with pytest.raises(SystemExit) as refused:
+            parser.parse_args([*replay, "--target", "dr", name, "a:9092"])
+        assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["replay", "--help"])
+    help_text = capsys.readouterr().out
+    assert "--bootstrap-server HOST:PORT" in help_text and "--bootstrap-servers HOST:PORT" not in help_text

@@ -41,6 +41,15 @@ def _add_selectors(parser: argparse.ArgumentParser, *, required: bool = False) -
     parser.add_argument("--partition", type=int, required=required, help="partition number (needs --topic)")
 
 
+def _add_renamed(container: Any, name: str, old: str, **kwargs: Any) -> None:
+    """An option under Kafka's name (``--bootstrap-server``, ``--isolation-level``), and under its
+    former name ``old`` as a deprecated alias: accepted, same ``dest``, left out of ``--help``."""
+    action = container.add_argument(name, **kwargs)
+    action.help = f"{action.help} ({old}: deprecated alias)"
+    alias = {key: kwargs[key] for key in ("type", "choices", "metavar") if key in kwargs}
+    container.add_argument(old, dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **alias)
+
+
 def _broker_id(text: str) -> int:
     if not text.strip().isascii() or not text.strip().isdigit():
         raise argparse.ArgumentTypeError(f"expected a broker id (a non-negative integer), got {text!r}")
@@ -178,8 +187,11 @@ def add_remote_tier_commands(sub: Subcommands) -> None:
     _add_selectors(p, required=True)
     p.add_argument("--offset", type=int, required=True, help="first offset to read")
     p.add_argument("--max-records", type=int, default=10, help="at most this many records (default 10)")
-    p.add_argument(
+    _add_renamed(
+        p,
+        "--isolation-level",
         "--isolation",
+        dest="isolation",
         choices=("read_uncommitted", "read_committed"),
         default="read_uncommitted",
         help="a consumer's isolation.level: read_committed skips aborted transactions (default read_uncommitted)",
@@ -189,8 +201,11 @@ def add_remote_tier_commands(sub: Subcommands) -> None:
     p = sub.add_parser("export", help="export a topic's remote segments to its Iceberg table, exactly once")
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, default=None, help="only this partition (default: all)")
-    p.add_argument(
+    _add_renamed(
+        p,
+        "--isolation-level",
         "--isolation",
+        dest="isolation",
         choices=("read_committed", "read_uncommitted"),
         default="read_committed",
         help="read_committed (default) leaves out aborted transactions; control records are never exported",
@@ -250,8 +265,11 @@ def add_replay_command(sub: Subcommands) -> None:
         "--to-timestamp", type=_non_negative, default=None, metavar="MS", help="records before the first one after this"
     )
     p.add_argument("--target-topic", required=True, help="the topic written (it must exist)")
-    p.add_argument(
+    _add_renamed(
+        p,
+        "--isolation-level",
         "--isolation",
+        dest="isolation",
         choices=("read_committed", "read_uncommitted"),
         default="read_committed",
         help="read_committed (default) never replays aborted transactions; control records are never replayed",
@@ -270,8 +288,11 @@ def add_replay_command(sub: Subcommands) -> None:
         metavar="NAME",
         help="the cluster written: a target of the config's replay.targets (default: the config's kafka: section)",
     )
-    cluster.add_argument(
+    _add_renamed(
+        cluster,
+        "--bootstrap-server",
         "--bootstrap-servers",
+        dest="bootstrap_servers",
         default=None,
         metavar="HOST:PORT[,...]",
         help="the cluster written, by the exact servers of the kafka: section or of a replay target "
