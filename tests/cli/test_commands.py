@@ -543,3 +543,20 @@ def test_bootstrap_server_is_kafkas_name_and_bootstrap_servers_its_deprecated_al
         parser.parse_args(["replay", "--help"])
     help_text = capsys.readouterr().out
     assert "--bootstrap-server HOST:PORT" in help_text and "--bootstrap-servers HOST:PORT" not in help_text
+
+
+def test_other_libraries_log_nothing_without_verbose(fs_env: TieringEnv) -> None:
+    """``status`` against a cluster that refuses connections: without ``-v`` one line on stderr,
+    the command's own (kafka-python logs each retried connection); with ``-v`` its records show."""
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    fs_env.sections = {"kafka": {"bootstrap_servers": "127.0.0.1:1", "request_timeout_ms": 1000}}
+    fs_env.write_config()
+    cli = [sys.executable, "-m", "tiering_core.cli", "--config", str(fs_env.config_path)]
+    quiet = subprocess.run([*cli, "status"], capture_output=True, text=True, timeout=60)
+    lines = quiet.stderr.splitlines()
+    assert quiet.returncode == 1 and 1 <= len(lines) <= 2, quiet.stderr
+    assert lines[-1].startswith("tiering: kafka: the cluster at 127.0.0.1:1 did not answer"), quiet.stderr
+    verbose = subprocess.run([*cli, "-v", "status"], capture_output=True, text=True, timeout=60)
+    assert verbose.returncode == 1 and " kafka.net." in verbose.stderr, verbose.stderr

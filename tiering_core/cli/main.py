@@ -338,6 +338,23 @@ def add_setup_commands(sub: Subcommands) -> None:
     p.set_defaults(handler=cmd_demo)
 
 
+#: Other libraries' loggers, and their level unless ``-v`` (which shows every record of theirs):
+#: they log each request, retry and migration step at INFO. kafka-python logs every refused or
+#: retried connection at WARNING and ERROR as well, while the command already reports a cluster
+#: that does not answer in its own one line: only its CRITICAL records are shown.
+QUIET_LOGGERS = {
+    "kafka": logging.CRITICAL,
+    "pyiceberg": logging.WARNING,
+    "alembic": logging.WARNING,
+    "botocore": logging.WARNING,
+    "boto3": logging.WARNING,
+    "urllib3": logging.WARNING,
+    "s3transfer": logging.WARNING,
+    "py4j": logging.WARNING,
+    "werkzeug": logging.WARNING,
+}
+
+
 def _reason(exc: BaseException) -> str:
     """The one line ``main`` prints for a failure: the message folded, else the error's type."""
     return one_line(exc) or type(exc).__name__
@@ -351,8 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "alembic", "werkzeug"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(logging.NOTSET if args.verbose else level)
     handler: Handler = args.handler
     try:
         return handler(args)
