@@ -560,3 +560,30 @@ def test_other_libraries_log_nothing_without_verbose(fs_env: TieringEnv) -> None
     assert lines[-1].startswith("tiering: kafka: the cluster at 127.0.0.1:1 did not answer"), quiet.stderr
     verbose = subprocess.run([*cli, "-v", "status"], capture_output=True, text=True, timeout=60)
     assert verbose.returncode == 1 and " kafka.net." in verbose.stderr, verbose.stderr
+
+
+def test_copy_dry_run_creates_nothing_and_agrees_with_the_copy(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = fs_env.writer()
+    w.append_records(10)
+    write_segments(w, 3)
+    w.set_high_watermark()
+    w2 = fs_env.writer(partition=1)
+    write_segments(w2, 2)
+    w2.set_high_watermark()
+    store, tier = fs_env.root / "m.db", fs_env.root / "tier"
+    cfg = str(fs_env.config_path)
+    code, out, _ = run(capsys, "--config", cfg, "copy", "--dry-run")
+    assert code == 0 and not store.exists() and not tier.exists()
+    assert sorted(p.name for p in fs_env.root.iterdir()) == ["kafka-logs", "tiering.yaml"]
+    lines = out.splitlines()
+    would = [line for line in lines if "would copy" in line and not line.startswith("copy:")]
+    assert len(would) == 5, out
+    assert re.fullmatch(r"copy: 2 partition\(s\), would copy 5 segment\(s\), .*", lines[-1]), out
+    code, out, _ = run(capsys, "--config", cfg, "copy")
+    assert code == 0 and re.fullmatch(r"copy: 2 partition\(s\), 5 segment\(s\), .*", out.splitlines()[-1]), out
+    assert out.splitlines()[-1].split(", ")[-1] == lines[-1].split(", ")[-1]  # the same bytes
+    assert store.exists() and tier.exists()
+    code, out, _ = run(capsys, "--config", cfg, "copy", "--dry-run")
+    assert code == 0 and out.splitlines()[-1].startswith("copy: 2 partition(s), would copy 0 segment(s)"), out

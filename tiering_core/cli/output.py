@@ -78,6 +78,10 @@ if TYPE_CHECKING:
 
 
 def format_copy_summary(results: list[CopyResult]) -> str:
+    if results and all(r.dry_run for r in results):
+        planned = [segment for r in results for segment in r.planned]
+        size = sum(segment["size_bytes"] for segment in planned)
+        return f"copy: {len(results)} partition(s), would copy {len(planned)} segment(s), {fmt_bytes(size)}"
     copied = sum(r.segments_copied for r in results)
     size = sum(r.bytes_copied for r in results)
     fenced = sum(1 for r in results if r.fenced)
