@@ -587,3 +587,29 @@ def test_copy_dry_run_creates_nothing_and_agrees_with_the_copy(
     assert store.exists() and tier.exists()
     code, out, _ = run(capsys, "--config", cfg, "copy", "--dry-run")
     assert code == 0 and out.splitlines()[-1].startswith("copy: 2 partition(s), would copy 0 segment(s)"), out
+
+
+def test_copy_to_an_unreachable_endpoint_ends_with_a_summary_of_its_failures(
+    fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    fs_env.remote = {
+        "backend": "s3",
+        "bucket": "nowhere",
+        "endpoint_url": "http://127.0.0.1:1",
+        "region": "us-east-1",
+        "max_attempts": 1,
+        "timeout_seconds": 1,
+    }
+    fs_env.write_config()
+    for partition in (0, 1):
+        w = fs_env.writer(partition=partition)
+        write_segments(w, 2)
+        w.set_high_watermark()
+    code, out, err = run(capsys, "--config", str(fs_env.config_path), "copy")
+    assert code == 1
+    assert out.splitlines()[-1] == "copy: 2 partition(s), 0 segment(s), 0 B, 2 partition(s) failed", out
+    failed = err.splitlines()
+    assert [line.split(": ")[2] for line in failed] == ["orders-0", "orders-1"], err
+    assert all(line.startswith("tiering: copy failed: ") and "127.0.0.1:1" in line for line in failed), err

@@ -155,9 +155,11 @@ def cmd_copy(args: argparse.Namespace) -> int:
     results = []
     failures: list[str] = []
     gap = False
+    partitions = 0
     with _planning_context(args) if args.dry_run else _context(args) as ctx:
         for partition_log in ctx.partitions(args.topic, args.partition):
             tp = partition_log.topic_partition
+            partitions += 1
             try:
                 results.append(
                     run_copy(ctx, tp, dry_run=args.dry_run, events=_events(args), broker_id=ctx.config.broker_id)
@@ -171,7 +173,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
                 failures.append(str(exc))
             except TieringError as exc:
                 failures.append(f"{tp}: {exc}")
-    _emit(args, [r.to_dict() for r in results], lambda: format_copy_summary(results))
+    _emit(args, [r.to_dict() for r in results], lambda: format_copy_summary(results, partitions, len(failures)))
     for failure in failures:
         print(f"tiering: copy failed: {failure}", file=sys.stderr)
     if gap and len(failures) == 1:
