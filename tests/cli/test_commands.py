@@ -489,3 +489,127 @@ def test_a_partition_whose_high_watermark_is_not_checkpointed_yet_waits_for_the_
     code, out, err = run(capsys, "--config", cfg, "--json", "copy")
     results = {r["partition"]: r for r in json.loads(out)}
     assert code == 0 and results[1]["segments_copied"] == 2 and results[1]["skipped_reason"] is None, err
+
+
+def test_version_prints_the_package_version_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    from tiering_core import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0
+    assert out == f"tiering {__version__}\n" and err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value"),
+    [
+        (["fetch", "--topic", "t", "--partition", "0", "--offset", "0"], "isolation", "read_uncommitted"),
+        (["export", "--topic", "t"], "isolation", "read_committed"),
+        (["replay", "--topic", "t", "--from-offset", "0", "--target-topic", "u"], "isolation", "read_committed"),
+    ],
+)
+def test_isolation_level_is_kafkas_name_and_isolation_its_deprecated_alias(
+    argv: list[str], dest: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tiering_core.cli.main import build_parser
+
+    other = "read_committed" if value == "read_uncommitted" else "read_uncommitted"
+    parser = build_parser()
+    assert getattr(parser.parse_args(argv), dest) == value
+    assert getattr(parser.parse_args([*argv, "--isolation-level", other]), dest) == other
+    assert getattr(parser.parse_args([*argv, "--isolation", other]), dest) == other
+    with pytest.raises(SystemExit):
+        parser.parse_args([argv[0], "--help"])
+    help_text = capsys.readouterr().out
+    assert "--isolation-level" in help_text and "--isolation {" not in help_text
+
+
+def test_bootstrap_server_is_kafkas_name_and_bootstrap_servers_its_deprecated_alias(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tiering_core.cli.main import build_parser
+
+    replay = ["replay", "--topic", "t", "--from-offset", "0", "--target-topic", "u"]
+    parser = build_parser()
+    assert parser.parse_args(replay).bootstrap_servers is None
+    assert parser.parse_args([*replay, "--bootstrap-server", "a:9092"]).bootstrap_servers == "a:9092"
+    assert parser.parse_args([*replay, "--bootstrap-servers", "a:9092"]).bootstrap_servers == "a:9092"
+    for name in ("--bootstrap-server", "--bootstrap-servers"):
+        with pytest.raises(SystemExit) as refused:
+            parser.parse_args([*replay, "--target", "dr", name, "a:9092"])
+        assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["replay", "--help"])
+    help_text = capsys.readouterr().out
+    assert "--bootstrap-server HOST:PORT" in help_text and "--bootstrap-servers HOST:PORT" not in help_text
+
+
+def test_other_libraries_log_nothing_without_verbose(fs_env: TieringEnv) -> None:
+    """``status`` against a cluster that refuses connections: without ``-v`` one line on stderr,
+    the command's own (kafka-python logs each retried connection); with ``-v`` its records show."""
+    w = fs_env.writer()
+    write_segments(w, 1)
+    w.set_high_watermark()
+    fs_env.sections = {"kafka": {"bootstrap_servers": "127.0.0.1:1", "request_timeout_ms": 1000}}
+    fs_env.write_config()
+    cli = [sys.executable, "-m", "tiering_core.cli", "--config", str(fs_env.config_path)]
+    quiet = subprocess.run([*cli, "status"], capture_output=True, text=True, timeout=60)
+    lines = quiet.stderr.splitlines()
+    assert quiet.returncode == 1 and 1 <= len(lines) <= 2, quiet.stderr
+    assert lines[-1].startswith("tiering: kafka: the cluster at 127.0.0.1:1 did not answer"), quiet.stderr
+    verbose = subprocess.run([*cli, "-v", "status"], capture_output=True, text=True, timeout=60)
+    assert verbose.returncode == 1 and " kafka.net." in verbose.stderr, verbose.stderr
+
+
+def test_copy_dry_run_creates_nothing_and_agrees_with_the_copy(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = fs_env.writer()
+    w.append_records(10)
+    write_segments(w, 3)
+    w.set_high_watermark()
+    w2 = fs_env.writer(partition=1)
+    write_segments(w2, 2)
+    w2.set_high_watermark()
+    store, tier = fs_env.root / "m.db", fs_env.root / "tier"
+    cfg = str(fs_env.config_path)
+    code, out, _ = run(capsys, "--config", cfg, "copy", "--dry-run")
+    assert code == 0 and not store.exists() and not tier.exists()
+    assert sorted(p.name for p in fs_env.root.iterdir()) == ["kafka-logs", "tiering.yaml"]
+    lines = out.splitlines()
+    would = [line for line in lines if "would copy" in line and not line.startswith("copy:")]
+    assert len(would) == 5, out
+    assert re.fullmatch(r"copy: 2 partition\(s\), would copy 5 segment\(s\), .*", lines[-1]), out
+    code, out, _ = run(capsys, "--config", cfg, "copy")
+    assert code == 0 and re.fullmatch(r"copy: 2 partition\(s\), 5 segment\(s\), .*", out.splitlines()[-1]), out
+    assert out.splitlines()[-1].split(", ")[-1] == lines[-1].split(", ")[-1]  # the same bytes
+    assert store.exists() and tier.exists()
+    code, out, _ = run(capsys, "--config", cfg, "copy", "--dry-run")
+    assert code == 0 and out.splitlines()[-1].startswith("copy: 2 partition(s), would copy 0 segment(s)"), out
+
+
+def test_copy_to_an_unreachable_endpoint_ends_with_a_summary_of_its_failures(
+    fs_env: TieringEnv, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    fs_env.remote = {
+        "backend": "s3",
+        "bucket": "nowhere",
+        "endpoint_url": "http://127.0.0.1:1",
+        "region": "us-east-1",
+        "max_attempts": 1,
+        "timeout_seconds": 1,
+    }
+    fs_env.write_config()
+    for partition in (0, 1):
+        w = fs_env.writer(partition=partition)
+        write_segments(w, 2)
+        w.set_high_watermark()
+    code, out, err = run(capsys, "--config", str(fs_env.config_path), "copy")
+    assert code == 1
+    assert out.splitlines()[-1] == "copy: 2 partition(s), 0 segment(s), 0 B, 2 partition(s) failed", out
+    failed = err.splitlines()
+    assert [line.split(": ")[2] for line in failed] == ["orders-0", "orders-1"], err
+    assert all(line.startswith("tiering: copy failed: ") and "127.0.0.1:1" in line for line in failed), err

@@ -1,6 +1,6 @@
 """The ``tiering.source`` mark: what a replayed record says of its source, and what is not one;
 the cluster a replay writes to, and that a cluster's credentials go only to its own servers (a
-listener on another address, named by ``--bootstrap-servers``, is refused before anything
+listener on another address, named by ``--bootstrap-server``, is refused before anything
 connects; a named target gets none of the ``kafka:`` section's credentials)."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_no_target_is_the_kafka_section_and_a_target_is_its_own_cluster(tmp_path
         None,
         None,
     )
-    # --bootstrap-servers means the configured cluster of exactly those servers, with its own settings.
+    # --bootstrap-server means the configured cluster of exactly those servers, with its own settings.
     assert replay_cluster(config, bootstrap_servers="a:9092, b:9092") is config.kafka
     assert replay_cluster(config, bootstrap_servers="dr:9092") is dr
 
@@ -114,7 +114,7 @@ def test_no_target_is_the_kafka_section_and_a_target_is_its_own_cluster(tmp_path
             {"kafka": {"bootstrap_servers": "a:9092"}},
             None,
             "elsewhere:9092",
-            "--bootstrap-servers: elsewhere:9092 are not the servers of the kafka: section or of a replay target",
+            "--bootstrap-server: elsewhere:9092 are not the servers of the kafka: section or of a replay target",
         ),
         ({"kafka": {"bootstrap_servers": "a:9092,b:9092"}}, None, "a:9092", "name that cluster in replay.targets"),
         ({}, None, "a:9092", "pick it with --target"),
@@ -122,7 +122,7 @@ def test_no_target_is_the_kafka_section_and_a_target_is_its_own_cluster(tmp_path
             {"kafka": {"bootstrap_servers": "a:9092"}},
             None,
             "no-port",
-            "--bootstrap-servers: 'no-port' is not host:port",
+            "--bootstrap-server: 'no-port' is not host:port",
         ),
         (
             {"kafka": {"bootstrap_servers": "a:9092"}, "replay": {"targets": {"rw": {"bootstrap_servers": "a:9092"}}}},
@@ -130,7 +130,7 @@ def test_no_target_is_the_kafka_section_and_a_target_is_its_own_cluster(tmp_path
             "a:9092",
             "are the servers of kafka and replay.targets.rw: pick the target with --target",
         ),
-        ({"kafka": {"bootstrap_servers": "a:9092"}}, "dr", "a:9092", "--target and --bootstrap-servers: give one"),
+        ({"kafka": {"bootstrap_servers": "a:9092"}}, "dr", "a:9092", "--target and --bootstrap-server: give one"),
     ],
 )
 def test_a_cluster_not_configured_is_refused_by_name(
@@ -224,17 +224,17 @@ def test_bootstrap_servers_of_another_listener_are_refused_before_any_connection
     with Listener() as configured, Listener() as other:
         tiered.sections = {"kafka": sasl_section(configured.address)}
         tiered.write_config()
-        code = main(replay_argv(tiered, "--bootstrap-servers", other.address))
+        code = main(replay_argv(tiered, "--bootstrap-server", other.address))
     _out, err = capsys.readouterr()
     assert (other.connections, bytes(other.received)) == (0, b"")
     assert (configured.connections, bytes(configured.received)) == (0, b"")
     assert code == 1
     (line,) = err.strip().splitlines()
-    assert line.startswith(f"tiering: --bootstrap-servers: {other.address} are not the servers"), line
+    assert line.startswith(f"tiering: --bootstrap-server: {other.address} are not the servers"), line
     assert "name that cluster in replay.targets" in line and PASSWORD not in line
 
 
-@pytest.mark.parametrize("pick", ["--target", "--bootstrap-servers"])
+@pytest.mark.parametrize("pick", ["--target", "--bootstrap-server", "--bootstrap-servers"])
 def test_a_replay_to_a_named_target_sends_nothing_of_the_kafka_sections_credentials(
     tiered: TieringEnv, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], pick: str
 ) -> None:

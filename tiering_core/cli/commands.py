@@ -10,7 +10,10 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +69,32 @@ def _context(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from tiering_core.context import TieringContext
 
     return TieringContext.open(_config(args))
+
+
+@contextmanager
+def _planning_context(args: argparse.Namespace) -> Iterator[Any]:
+    """The context of a dry run, which creates no file: where the SQLite metadata store or the
+    filesystem tier's root does not exist yet, an empty one in a scratch directory, removed
+    afterwards (the plan then holds what a first run copies: nothing is copied yet)."""
+    from tiering_core.context import TieringContext
+
+    config = _config(args)
+    with tempfile.TemporaryDirectory(prefix="tiering-dry-run-") as scratch:
+        with TieringContext.open(_created_in(config, Path(scratch))) as ctx:
+            yield ctx
+
+
+def _created_in(config: Any, scratch: Path) -> Any:
+    """``config`` with the SQLite store and the filesystem tier root that do not exist yet in ``scratch``."""
+    from tiering_core.metadata.engine import sqlite_file
+
+    database = sqlite_file(config.metadata.url)
+    if database is not None and not Path(database).exists():
+        config = replace(config, metadata=replace(config.metadata, url=f"sqlite:///{scratch / 'metadata.db'}"))
+    root = config.remote.root
+    if config.remote.backend == "filesystem" and root is not None and not Path(root).exists():
+        config = replace(config, remote=replace(config.remote, root=scratch / "tier"))
+    return config
 
 
 def _progress(args: argparse.Namespace) -> Callable[[str], None]:
@@ -126,9 +155,11 @@ def cmd_copy(args: argparse.Namespace) -> int:
     results = []
     failures: list[str] = []
     gap = False
-    with _context(args) as ctx:
+    partitions = 0
+    with _planning_context(args) if args.dry_run else _context(args) as ctx:
         for partition_log in ctx.partitions(args.topic, args.partition):
             tp = partition_log.topic_partition
+            partitions += 1
             try:
                 results.append(
                     run_copy(ctx, tp, dry_run=args.dry_run, events=_events(args), broker_id=ctx.config.broker_id)
@@ -142,7 +173,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
                 failures.append(str(exc))
             except TieringError as exc:
                 failures.append(f"{tp}: {exc}")
-    _emit(args, [r.to_dict() for r in results], lambda: format_copy_summary(results))
+    _emit(args, [r.to_dict() for r in results], lambda: format_copy_summary(results, partitions, len(failures)))
     for failure in failures:
         print(f"tiering: copy failed: {failure}", file=sys.stderr)
     if gap and len(failures) == 1:

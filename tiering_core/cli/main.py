@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from tiering_core import __version__
 from tiering_core.cli.commands import (
     Handler,
     cmd_copy,
@@ -38,6 +39,15 @@ log = logging.getLogger("tiering")
 def _add_selectors(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     parser.add_argument("--topic", required=required, help="topic name")
     parser.add_argument("--partition", type=int, required=required, help="partition number (needs --topic)")
+
+
+def _add_renamed(container: Any, name: str, old: str, **kwargs: Any) -> None:
+    """An option under Kafka's name (``--bootstrap-server``, ``--isolation-level``), and under its
+    former name ``old`` as a deprecated alias: accepted, same ``dest``, left out of ``--help``."""
+    action = container.add_argument(name, **kwargs)
+    action.help = f"{action.help} ({old}: deprecated alias)"
+    alias = {key: kwargs[key] for key in ("type", "choices", "metavar") if key in kwargs}
+    container.add_argument(old, dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **alias)
 
 
 def _broker_id(text: str) -> int:
@@ -82,6 +92,7 @@ class _SubcommandsWithGlobalOptions(argparse._SubParsersAction):  # type: ignore
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tiering", description="Batch tiered storage for Apache Kafka (KIP-405).")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_global_options(parser, defaults=True)
     parser.register("action", "parsers", _SubcommandsWithGlobalOptions)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -176,8 +187,11 @@ def add_remote_tier_commands(sub: Subcommands) -> None:
     _add_selectors(p, required=True)
     p.add_argument("--offset", type=int, required=True, help="first offset to read")
     p.add_argument("--max-records", type=int, default=10, help="at most this many records (default 10)")
-    p.add_argument(
+    _add_renamed(
+        p,
+        "--isolation-level",
         "--isolation",
+        dest="isolation",
         choices=("read_uncommitted", "read_committed"),
         default="read_uncommitted",
         help="a consumer's isolation.level: read_committed skips aborted transactions (default read_uncommitted)",
@@ -187,8 +201,11 @@ def add_remote_tier_commands(sub: Subcommands) -> None:
     p = sub.add_parser("export", help="export a topic's remote segments to its Iceberg table, exactly once")
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, default=None, help="only this partition (default: all)")
-    p.add_argument(
+    _add_renamed(
+        p,
+        "--isolation-level",
         "--isolation",
+        dest="isolation",
         choices=("read_committed", "read_uncommitted"),
         default="read_committed",
         help="read_committed (default) leaves out aborted transactions; control records are never exported",
@@ -248,8 +265,11 @@ def add_replay_command(sub: Subcommands) -> None:
         "--to-timestamp", type=_non_negative, default=None, metavar="MS", help="records before the first one after this"
     )
     p.add_argument("--target-topic", required=True, help="the topic written (it must exist)")
-    p.add_argument(
+    _add_renamed(
+        p,
+        "--isolation-level",
         "--isolation",
+        dest="isolation",
         choices=("read_committed", "read_uncommitted"),
         default="read_committed",
         help="read_committed (default) never replays aborted transactions; control records are never replayed",
@@ -268,8 +288,11 @@ def add_replay_command(sub: Subcommands) -> None:
         metavar="NAME",
         help="the cluster written: a target of the config's replay.targets (default: the config's kafka: section)",
     )
-    cluster.add_argument(
+    _add_renamed(
+        cluster,
+        "--bootstrap-server",
         "--bootstrap-servers",
+        dest="bootstrap_servers",
         default=None,
         metavar="HOST:PORT[,...]",
         help="the cluster written, by the exact servers of the kafka: section or of a replay target "
@@ -315,6 +338,23 @@ def add_setup_commands(sub: Subcommands) -> None:
     p.set_defaults(handler=cmd_demo)
 
 
+#: Other libraries' loggers, and their level unless ``-v`` (which shows every record of theirs):
+#: they log each request, retry and migration step at INFO. kafka-python logs every refused or
+#: retried connection at WARNING and ERROR as well, while the command already reports a cluster
+#: that does not answer in its own one line: only its CRITICAL records are shown.
+QUIET_LOGGERS = {
+    "kafka": logging.CRITICAL,
+    "pyiceberg": logging.WARNING,
+    "alembic": logging.WARNING,
+    "botocore": logging.WARNING,
+    "boto3": logging.WARNING,
+    "urllib3": logging.WARNING,
+    "s3transfer": logging.WARNING,
+    "py4j": logging.WARNING,
+    "werkzeug": logging.WARNING,
+}
+
+
 def _reason(exc: BaseException) -> str:
     """The one line ``main`` prints for a failure: the message folded, else the error's type."""
     return one_line(exc) or type(exc).__name__
@@ -328,8 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "alembic", "werkzeug"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(logging.NOTSET if args.verbose else level)
     handler: Handler = args.handler
     try:
         return handler(args)

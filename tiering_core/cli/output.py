@@ -77,13 +77,23 @@ if TYPE_CHECKING:
     from tiering_core.tier.status import PartitionStatus
 
 
-def format_copy_summary(results: list[CopyResult]) -> str:
-    copied = sum(r.segments_copied for r in results)
-    size = sum(r.bytes_copied for r in results)
-    fenced = sum(1 for r in results if r.fenced)
-    line = f"copy: {len(results)} partition(s), {copied} segment(s), {fmt_bytes(size)}"
-    if fenced:
-        line += f", {fenced} partition(s) held by another run"
+def format_copy_summary(results: list[CopyResult], partitions: int | None = None, failed: int = 0) -> str:
+    """One line for a copy of ``partitions`` partitions (default: one per result), ``failed`` of
+    them with an error (a partition that failed before it had a result has none)."""
+    count = len(results) if partitions is None else partitions
+    if results and all(r.dry_run for r in results):
+        planned = [segment for r in results for segment in r.planned]
+        size = sum(segment["size_bytes"] for segment in planned)
+        line = f"copy: {count} partition(s), would copy {len(planned)} segment(s), {fmt_bytes(size)}"
+    else:
+        copied = sum(r.segments_copied for r in results)
+        size = sum(r.bytes_copied for r in results)
+        fenced = sum(1 for r in results if r.fenced)
+        line = f"copy: {count} partition(s), {copied} segment(s), {fmt_bytes(size)}"
+        if fenced:
+            line += f", {fenced} partition(s) held by another run"
+    if failed:
+        line += f", {failed} partition(s) failed"
     return line
 
 

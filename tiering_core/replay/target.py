@@ -50,14 +50,14 @@ def replay_cluster(
     """The cluster a replay writes to, with that cluster's own security settings only: the target
     named (``--target``, a name of ``replay.targets``), else the ``kafka:`` section.
 
-    ``bootstrap_servers`` (``--bootstrap-servers``, ``host:port[,...]``) must be exactly the servers
+    ``bootstrap_servers`` (``--bootstrap-server``, ``host:port[,...]``) must be exactly the servers
     of one of those and means that cluster: a section's SASL credentials are sent to the servers
     they were configured for, never to an address given at run time."""
     from tiering_core.config.parsing import shown
 
     kafka, targets = config.kafka, config.replay.targets
     if target is not None and bootstrap_servers is not None:
-        raise TieringError("--target and --bootstrap-servers: give one of them (a target names its servers)")
+        raise TieringError("--target and --bootstrap-server: give one of them (a target names its servers)")
     if target is not None:
         if target not in targets:
             configured = ", ".join(sorted(targets)) or "none"
@@ -83,19 +83,19 @@ def _cluster_at(kafka: KafkaConfig | None, targets: Mapping[str, KafkaConfig], b
         servers = parse_kafka_config({"bootstrap_servers": bootstrap_servers}, Path).bootstrap_servers
     except TieringError as exc:
         reason = one_line(exc).removeprefix("kafka.bootstrap_servers: ")
-        raise TieringError(f"--bootstrap-servers: {reason}") from None
+        raise TieringError(f"--bootstrap-server: {reason}") from None
     clusters = ([kafka] if kafka is not None else []) + list(targets.values())
     matching = [cluster for cluster in clusters if cluster.bootstrap_servers == servers]
     if len(matching) == 1:
         return matching[0]
     if not matching:
         raise TieringError(
-            f"--bootstrap-servers: {','.join(servers)} are not the servers of the kafka: section or of a replay "
+            f"--bootstrap-server: {','.join(servers)} are not the servers of the kafka: section or of a replay "
             "target, and a cluster's credentials go only to its own servers: name that cluster in replay.targets "
             "(with its own security settings) and pick it with --target"
         )
     raise TieringError(
-        f"--bootstrap-servers: {','.join(servers)} are the servers of {' and '.join(c.section for c in matching)}: "
+        f"--bootstrap-server: {','.join(servers)} are the servers of {' and '.join(c.section for c in matching)}: "
         "pick the target with --target, or give neither for the kafka: section"
     )
 
