@@ -613,3 +613,25 @@ def test_copy_to_an_unreachable_endpoint_ends_with_a_summary_of_its_failures(
     failed = err.splitlines()
     assert [line.split(": ")[2] for line in failed] == ["orders-0", "orders-1"], err
     assert all(line.startswith("tiering: copy failed: ") and "127.0.0.1:1" in line for line in failed), err
+
+
+def test_the_command_gives_other_libraries_loggers_back_as_they_were(
+    fs_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Quiet while it runs (``test_other_libraries_log_nothing_without_verbose``), as they were
+    after: a caller in the same process (the demo, a test that reads kafka-python's log) is not
+    left with the command's levels."""
+    import logging
+
+    from tiering_core.cli.main import QUIET_LOGGERS
+
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    before = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.DEBUG)
+    try:
+        assert run(capsys, "--config", str(fs_env.config_path), "status")[0] == 0
+        assert [lg.level for lg in loggers] == [logging.DEBUG] * len(loggers)
+    finally:
+        for lg, level in zip(loggers, before, strict=True):
+            lg.setLevel(level)

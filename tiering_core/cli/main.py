@@ -368,8 +368,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    before = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
     for name, level in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(logging.NOTSET if args.verbose else level)
+    try:
+        return _run(args)
+    finally:  # a caller in this process (the demo, a test) gets its loggers back as they were
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
