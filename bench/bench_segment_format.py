@@ -44,10 +44,10 @@ from tiering_core.kafka.records import RecordSpec, encode_batch, read_batch_data
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition  # noqa: E402
 from tiering_core.storage.checksum import crc_hex  # noqa: E402
 from tiering_core.storage.config import EncryptionConfig  # noqa: E402
+from tiering_core.storage.encoding import SegmentEncoding  # noqa: E402
 from tiering_core.storage.keys import KeyRing  # noqa: E402
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef  # noqa: E402
 from tiering_core.storage.manifest import ObjectEntry, SegmentManifest  # noqa: E402
-from tiering_core.storage.remote import SegmentEncoding  # noqa: E402
 from tiering_core.storage.s3 import S3RemoteStorage  # noqa: E402
 
 MiB = 1 << 20

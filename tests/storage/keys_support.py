@@ -10,8 +10,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tiering_core.storage.config import EncryptionConfig
+from tiering_core.storage.encoding import SegmentEncoding
 from tiering_core.storage.keys import KeyRing
-from tiering_core.storage.remote import SegmentEncoding
 
 
 @dataclass(frozen=True)

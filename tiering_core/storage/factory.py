@@ -15,7 +15,8 @@ from tiering_core.storage.config import EncryptionConfig, RemoteConfig
 if TYPE_CHECKING:
     import boto3
 
-    from tiering_core.storage.remote import RemoteStorage, SegmentEncoding
+    from tiering_core.storage.encoding import SegmentEncoding
+    from tiering_core.storage.remote import RemoteStorage
 
 CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 
@@ -38,8 +39,8 @@ def segment_encoding(
 ) -> SegmentEncoding:
     """How new copies are stored, with the key ring that wraps and unwraps their data keys (its
     key files are read here: a missing or bad one fails the build, naming its key)."""
+    from tiering_core.storage.encoding import SegmentEncoding
     from tiering_core.storage.keys import KeyRing
-    from tiering_core.storage.remote import SegmentEncoding
 
     encryption = config.encryption
     kms = None

@@ -20,7 +20,6 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -38,14 +37,14 @@ from tiering_core.storage.chunks import (
     index_plain_object,
     log_is_compressed,
 )
-from tiering_core.storage.config import DEFAULT_CHUNK_SIZE
+from tiering_core.storage.encoding import SegmentEncoding
 from tiering_core.storage.errors import (
     InvalidRangeError,
     ManifestError,
     RemoteObjectNotFoundError,
     RemoteStorageError,
 )
-from tiering_core.storage.keys import DataKeyError, KeyRing
+from tiering_core.storage.keys import DataKeyError
 from tiering_core.storage.layout import (
     ObjectKind,
     RemoteSegmentRef,
@@ -76,42 +75,6 @@ LAYOUT_CACHE = 1024
 #: The bytes of manifest JSON the cache holds at most, per storage: a format-2 manifest grows
 #: with its segment (up to MAX_MANIFEST_BYTES), so a count alone does not bound the memory.
 MANIFEST_CACHE_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class SegmentEncoding:
-    """How new copies are stored: format 2's chunks of ``remote.chunk_size``, compressed and
-    encrypted as ``remote.compression`` and ``remote.encryption`` ask (neither: each stored
-    chunk is its original bytes, so the stored ``.log`` is the broker's file byte for byte)."""
-
-    chunk_size: int = DEFAULT_CHUNK_SIZE
-    compression: str = "none"
-    keys: KeyRing | None = None
-
-    @property
-    def encrypts(self) -> bool:
-        return self.keys is not None and self.keys.encrypts
-
-    def stores_like(self, manifest: SegmentManifest) -> bool:
-        """Whether a copy made now would store the segment as ``manifest`` says it is stored (its
-        format, digests, chunk size, compression and wrapping key): a rewrite leaves such a segment
-        be. Under ``auto`` any compression of the log is current, as the batches decided it."""
-        if not manifest.tamper_evident:
-            return False
-        encrypts = self.encrypts
-        if manifest.chunk_size != self.chunk_size or encrypts != (manifest.encryption is not None):
-            return False
-        if (
-            self.keys is not None
-            and manifest.encryption is not None
-            and not self.keys.wraps_new_keys_like(manifest.encryption)
-        ):
-            return False
-        wanted = "zstd" if self.compression == "auto" else self.compression
-        return all(
-            entry.compression == wanted or (self.compression == "auto" and kind is ObjectKind.LOG)
-            for kind, entry in manifest.objects.items()
-        )
 
 
 class RemoteStorage(PartitionStates):
