@@ -120,9 +120,10 @@ def test_a_store_the_prefix_is_not_bound_to_is_refused_by_copy_retention_and_orp
     assert every_key(b) == before
 
 
-def test_a_store_restored_from_its_backup_is_the_same_store(tiering_env: TieringEnv, tmp_path: Path) -> None:
-    if not tiering_env.metadata_url.startswith("sqlite"):
-        pytest.skip("the SQLite backup is a file; PostgreSQL's is pg_dump (tests/metadata/test_backup.py)")
+def test_a_store_restored_from_its_backup_is_the_same_store(fs_env: TieringEnv, tmp_path: Path) -> None:
+    """SQLite's ``tiering db backup`` (a PostgreSQL restore keeps the same row: pg_dump copies tables
+    whole, tests/metadata/test_backup.py)."""
+    tiering_env = fs_env
     w = tiered(tiering_env, 2)
     backup = tmp_path / "backup.db"
     with tiering_env.context() as ctx:
