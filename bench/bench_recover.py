@@ -41,9 +41,10 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition  # noqa: E
 from tiering_core.runs.recover import recover_store  # noqa: E402
 from tiering_core.storage.checksum import crc32c, crc_hex  # noqa: E402
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef  # noqa: E402
-from tiering_core.storage.manifest import ObjectEntry, SegmentFacts, SegmentManifest  # noqa: E402
+from tiering_core.storage.manifest import ObjectEntry, SegmentManifest  # noqa: E402
 from tiering_core.storage.partition_state import PartitionState  # noqa: E402
 from tiering_core.storage.s3 import S3RemoteStorage  # noqa: E402
+from tiering_core.storage.segment_facts import SegmentFacts  # noqa: E402
 
 RECORDS_PER_SEGMENT = 1000
 LOG = b"x" * 64

@@ -26,9 +26,9 @@ from tiering_core.metadata.errors import FencedError
 from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
 from tiering_core.runs.partition_state import partition_state
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.storage.manifest import SegmentFacts
 from tiering_core.storage.objects import RemoteObject
 from tiering_core.storage.partition_state import PartitionState, partition_state_key
+from tiering_core.storage.segment_facts import SegmentFacts
 
 _clock = itertools.count(1_700_000_000_000, 11)
 

@@ -24,9 +24,9 @@ from tiering_core.storage.errors import (
 )
 from tiering_core.storage.filesystem import FilesystemRemoteStorage
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, partition_prefix
-from tiering_core.storage.manifest import SegmentFacts
 from tiering_core.storage.remote import RemoteStorage
 from tiering_core.storage.s3 import S3RemoteStorage
+from tiering_core.storage.segment_facts import SegmentFacts
 
 TIP = TopicIdPartition("DDDDDDDDDDDDDDDDDDDDDD", TopicPartition("orders", 2))
 PREFIX = "p/"

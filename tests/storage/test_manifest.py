@@ -16,15 +16,14 @@ from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import ManifestError, RemoteStorageError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 from tiering_core.storage.manifest import (
-    MAX_EPOCH_ENTRIES,
     Chunk,
     ObjectEntry,
-    SegmentFacts,
     SegmentManifest,
     WrappedKey,
     max_chunk_index_bytes,
     max_stored_chunk,
 )
+from tiering_core.storage.segment_facts import MAX_EPOCH_ENTRIES, SegmentFacts
 
 
 def manifest() -> SegmentManifest:

@@ -20,7 +20,8 @@ from tiering_core.metadata.errors import FencedError
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.layout import RemoteSegmentRef
-from tiering_core.storage.manifest import CopyRecord, SegmentFacts
+from tiering_core.storage.manifest import CopyRecord
+from tiering_core.storage.segment_facts import SegmentFacts
 
 if TYPE_CHECKING:
     from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, RemoteLogSegmentMetadata

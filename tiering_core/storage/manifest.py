@@ -29,10 +29,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from tiering_core.errors import InvalidTopicError
-from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.storage.errors import ManifestError
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
+from tiering_core.storage.segment_facts import SegmentFacts, manifest_field
 
 FORMAT_VERSION = 1
 #: The chunked format (docs/segment-format.md).
@@ -60,13 +60,6 @@ _CHUNK_LAYOUT = 80
 SHA256_HEX = 64
 #: The closing line of a non-empty chunk list.
 _CHUNKS_CLOSE = 7
-#: Kafka's offsets, timestamps and leader epochs: int64, int64 and int32.
-MAX_OFFSET = 2**63 - 1
-MAX_EPOCH = 2**31 - 1
-MIN_TIMESTAMP = -(2**63)
-#: At most this many entries in a manifest's leader epochs and in its leader-epoch index (each
-#: takes at most 65 bytes of the manifest: 6.5 MB, a tenth of what a manifest may hold).
-MAX_EPOCH_ENTRIES = 100_000
 
 
 def max_stored_chunk(original: int) -> int:
@@ -136,109 +129,6 @@ class ObjectEntry:
     def digested(self) -> bool:
         """Whether every stored chunk carries its SHA-256."""
         return self.chunks is not None and all(c.sha256 is not None for c in self.chunks)
-
-
-@dataclass(frozen=True)
-class SegmentFacts:
-    """What the metadata store records of a segment that its objects do not say: the end offset
-    (inclusive), the max timestamp, the leader epochs (epoch, first offset of the epoch in the
-    segment; what ``RemoteLogSegmentMetadata.leader_epochs`` holds, by ascending epoch) and the
-    leader-epoch index the copy uploaded as the ``leader-epoch-checkpoint`` object (the recorded
-    lineage truncated at the next segment's base, merged into the store's lineage at finish).
-
-    The start offset is the manifest's ``base_offset``, the size its log entry's ``size``, the
-    checksums and digest the manifest itself. ``validate`` holds the writer and every reader to
-    the same rules, so no copy writes what a reader would refuse.
-    """
-
-    end_offset: int
-    max_timestamp: int
-    leader_epochs: tuple[EpochEntry, ...]
-    epoch_index: tuple[EpochEntry, ...] = ()
-
-    def validate(self, base_offset: int) -> None:
-        """ManifestError naming the first problem of these facts for a segment at ``base_offset``."""
-        if not base_offset <= self.end_offset <= MAX_OFFSET:
-            raise ManifestError(
-                f"manifest segment end_offset {self.end_offset} is outside [{base_offset}, {MAX_OFFSET}]"
-            )
-        if not MIN_TIMESTAMP <= self.max_timestamp <= MAX_OFFSET:
-            raise ManifestError(f"manifest segment max_timestamp {self.max_timestamp} is not a 64-bit integer")
-        if not self.leader_epochs:
-            raise ManifestError("manifest segment leader_epochs is empty (every segment has at least one)")
-        for name, entries in (("leader_epochs", self.leader_epochs), ("epoch_index", self.epoch_index)):
-            if len(entries) > MAX_EPOCH_ENTRIES:
-                raise ManifestError(
-                    f"manifest segment {name} has {len(entries)} entries, more than the {MAX_EPOCH_ENTRIES} "
-                    "a manifest holds"
-                )
-            previous: EpochEntry | None = None
-            for index, entry in enumerate(entries):
-                if not 0 <= entry.epoch <= MAX_EPOCH or not 0 <= entry.start_offset <= MAX_OFFSET:
-                    raise ManifestError(
-                        f"manifest segment {name}[{index}]: epoch {entry.epoch} or start offset "
-                        f"{entry.start_offset} is out of range"
-                    )
-                if previous is not None and (
-                    entry.epoch <= previous.epoch or entry.start_offset < previous.start_offset
-                ):
-                    raise ManifestError(
-                        f"manifest segment {name}[{index}]: epoch {entry.epoch} at {entry.start_offset} does not "
-                        f"follow epoch {previous.epoch} at {previous.start_offset} (epochs must increase, start "
-                        "offsets must not decrease)"
-                    )
-                previous = entry
-        for entry in self.leader_epochs:
-            if not base_offset <= entry.start_offset <= self.end_offset:
-                raise ManifestError(
-                    f"manifest segment leader epoch {entry.epoch} starts at {entry.start_offset}, outside the "
-                    f"segment {base_offset}..{self.end_offset}"
-                )
-
-    def to_doc(self) -> dict[str, Any]:
-        return {
-            "end_offset": self.end_offset,
-            "max_timestamp": self.max_timestamp,
-            "leader_epochs": [[e.epoch, e.start_offset] for e in self.leader_epochs],
-            "epoch_index": [[e.epoch, e.start_offset] for e in self.epoch_index],
-        }
-
-    @classmethod
-    def from_doc(cls, raw: object) -> SegmentFacts:
-        """The ``segment`` object of a manifest, its shape and types checked (a ManifestError names
-        the problem); the manifest made with it validates the values (``validate``)."""
-        if not isinstance(raw, dict):
-            raise ManifestError(f"manifest segment must be an object, got {raw!r:.80}")
-        unknown = sorted(set(raw) - _FACT_FIELDS)
-        if unknown:
-            raise ManifestError(f"manifest segment has unknown field(s) {', '.join(map(repr, unknown)):.200}")
-        return cls(
-            end_offset=_field(raw, "end_offset", int, "manifest segment field"),
-            max_timestamp=_field(raw, "max_timestamp", int, "manifest segment field"),
-            leader_epochs=_epoch_entries(raw, "leader_epochs"),
-            epoch_index=_epoch_entries(raw, "epoch_index"),
-        )
-
-
-_FACT_FIELDS = frozenset({"end_offset", "max_timestamp", "leader_epochs", "epoch_index"})
-
-
-def _epoch_entries(raw: dict[str, Any], name: str) -> tuple[EpochEntry, ...]:
-    items = _field(raw, name, list, "manifest segment field")
-    if len(items) > MAX_EPOCH_ENTRIES:
-        raise ManifestError(
-            f"manifest segment {name} has {len(items)} entries, more than the {MAX_EPOCH_ENTRIES} a manifest holds"
-        )
-    entries = []
-    for index, item in enumerate(items):
-        if (
-            not isinstance(item, list)
-            or len(item) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in item)
-        ):
-            raise ManifestError(f"manifest segment {name}[{index}] is not an [epoch, start_offset] pair of integers")
-        entries.append(EpochEntry(item[0], item[1]))
-    return tuple(entries)
 
 
 @dataclass(frozen=True)
@@ -349,16 +239,16 @@ class SegmentManifest:
             raise ManifestError(f"segment manifest is not valid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise ManifestError("segment manifest is not a JSON object")
-        version = _field(doc, "format_version", int)
+        version = manifest_field(doc, "format_version", int)
         if version not in FORMAT_VERSIONS:
             raise ManifestError(f"unsupported manifest format_version {version}")
         chunk_size = encryption = None
         if version == CHUNKED_FORMAT:
-            chunk_size = _field(doc, "chunk_size", int)
+            chunk_size = manifest_field(doc, "chunk_size", int)
             if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE:
                 raise ManifestError(f"manifest chunk_size {chunk_size} is outside [{MIN_CHUNK_SIZE}, {MAX_CHUNK_SIZE}]")
             encryption = _encryption(doc.get("encryption"))
-        raw_objects = _field(doc, "objects", dict)
+        raw_objects = manifest_field(doc, "objects", dict)
         objects: dict[ObjectKind, ObjectEntry] = {}
         for name, raw in raw_objects.items():
             try:
@@ -367,9 +257,9 @@ class SegmentManifest:
                 raise ManifestError(f"manifest lists an unknown object kind {name!r}") from None
             if kind is ObjectKind.MANIFEST or not isinstance(raw, dict):
                 raise ManifestError(f"manifest entry {name!r} is invalid")
-            key = _field(raw, "key", str)
-            size = _field(raw, "size", int)
-            crc = _field(raw, "crc32c", str)
+            key = manifest_field(raw, "key", str)
+            size = manifest_field(raw, "size", int)
+            crc = manifest_field(raw, "crc32c", str)
             if size < 0 or not _CRC.fullmatch(crc) or not key.endswith(f".{kind.value}"):
                 raise ManifestError(f"manifest entry {name!r} is invalid: key {key!r}, size {size}, crc32c {crc!r}")
             objects[kind] = ObjectEntry(kind, key, size, crc)
@@ -377,19 +267,19 @@ class SegmentManifest:
                 objects[kind] = _chunked_entry(objects[kind], raw, chunk_size, encrypted=encryption is not None)
         if ObjectKind.LOG not in objects:
             raise ManifestError("manifest lists no log object")
-        partition = _field(doc, "partition", int)
-        base_offset = _field(doc, "base_offset", int)
+        partition = manifest_field(doc, "partition", int)
+        base_offset = manifest_field(doc, "base_offset", int)
         if partition < 0 or base_offset < 0:
             raise ManifestError(f"manifest partition {partition} / base offset {base_offset} is negative")
         segment = SegmentFacts.from_doc(doc["segment"]) if "segment" in doc else None
         manifest = cls(
-            topic=_field(doc, "topic", str),
-            topic_id=_field(doc, "topic_id", str),
+            topic=manifest_field(doc, "topic", str),
+            topic_id=manifest_field(doc, "topic_id", str),
             partition=partition,
             base_offset=base_offset,
-            segment_id=_field(doc, "segment_id", str),
+            segment_id=manifest_field(doc, "segment_id", str),
             objects=objects,
-            created_at_ms=_field(doc, "created_at_ms", int),
+            created_at_ms=manifest_field(doc, "created_at_ms", int),
             format_version=version,
             chunk_size=chunk_size,
             encryption=encryption,
@@ -406,15 +296,7 @@ class SegmentManifest:
 
 _CRC = re.compile(r"[0-9a-f]{8}")  # with fullmatch: "$" would accept a trailing newline
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-F = TypeVar("F")
 T = TypeVar("T")
-
-
-def _field(doc: dict[str, Any], name: str, kind: type[F], what: str = "manifest field") -> F:
-    value = doc.get(name)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ManifestError(f"{what} {name!r} must be {kind.__name__}, got {value!r:.80}")
-    return value
 
 
 def _entry_doc(entry: ObjectEntry) -> dict[str, Any]:
@@ -436,13 +318,13 @@ def _encryption(raw: object) -> WrappedKey | None:
         raise ManifestError("manifest encryption must be an object or null")
     if raw.get("cipher") != CIPHER:
         raise ManifestError(f"manifest encryption cipher {raw.get('cipher')!r:.40} is not {CIPHER}")
-    key_wrap = _field(raw, "key_wrap", str)
-    key_id = _field(raw, "key_id", str)
+    key_wrap = manifest_field(raw, "key_wrap", str)
+    key_id = manifest_field(raw, "key_id", str)
     if key_wrap not in KEY_WRAPS:
         raise ManifestError(f"manifest key_wrap {key_wrap!r:.40} is not one of {', '.join(KEY_WRAPS)}")
     if not 0 < len(key_id) <= MAX_KEY_ID or not key_id.isprintable():
         raise ManifestError("manifest key_id is empty, too long or not printable")
-    encoded = _field(raw, "wrapped_key", str)
+    encoded = manifest_field(raw, "wrapped_key", str)
     if len(encoded) > MAX_WRAPPED_KEY * 2:
         raise ManifestError("manifest wrapped_key is too long")
     try:
@@ -457,11 +339,11 @@ def _encryption(raw: object) -> WrappedKey | None:
 def _chunked_entry(entry: ObjectEntry, raw: dict[str, Any], chunk_size: int, *, encrypted: bool) -> ObjectEntry:
     """A format-2 entry whose chunk index tiles the original and the stored object exactly."""
     name = entry.kind.value
-    compression = _field(raw, "compression", str)
+    compression = manifest_field(raw, "compression", str)
     if compression not in COMPRESSIONS:
         raise ManifestError(f"manifest entry {name!r}: compression {compression!r:.40} is not none or zstd")
-    stored_size = _field(raw, "stored_size", int)
-    raw_chunks = _field(raw, "chunks", list)
+    stored_size = manifest_field(raw, "stored_size", int)
+    raw_chunks = manifest_field(raw, "chunks", list)
     count = -(-entry.size // chunk_size)
     if len(raw_chunks) != count:
         raise ManifestError(f"manifest entry {name!r}: {len(raw_chunks)} chunks for {entry.size} bytes, not {count}")

@@ -1,6 +1,6 @@
 """``partition-state.json``: what the metadata store holds of a partition beyond its segments.
 
-Manifests carry each segment's metadata (``manifest.SegmentFacts``); the partition's own state
+Manifests carry each segment's metadata (``segment_facts.SegmentFacts``); the partition's own state
 cannot live in any one of them: its remote log start offset, the highest DeleteRecords offset
 applied through the platform and its tiering gaps. One small JSON object per partition,
 ``<partition prefix>partition-state.json``, holds them, rewritten whole after every change the
@@ -28,6 +28,7 @@ from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.storage.errors import PartitionStateError, RemoteObjectNotFoundError
 from tiering_core.storage.layout import partition_prefix
 from tiering_core.storage.objects import ObjectStore
+from tiering_core.storage.segment_facts import MAX_OFFSET
 
 PARTITION_STATE_NAME = "partition-state.json"
 PARTITION_STATE_VERSION = 1
@@ -35,7 +36,7 @@ PARTITION_STATE_VERSION = 1
 MAX_GAPS = 100_000
 #: An object larger than this is refused unread.
 MAX_PARTITION_STATE_BYTES = 8 * 1024 * 1024
-MAX_OFFSET = 2**63 - 1
+
 _FIELDS = frozenset(
     {
         "format_version",
