@@ -25,6 +25,8 @@ from tiering_core.replay import SOURCE_HEADER, SourceMark
 
 SEGMENT_BYTES = 8 * 1024
 PARTITIONS = 2
+#: Plain records per partition before the transactions (``_produce``).
+RECORDS = 400
 ROOT = Path(__file__).resolve().parents[2]
 #: The test cluster as the config's replay target (the config has no kafka: section); the
 #: refusals and the killed replays name it by its exact servers instead (--bootstrap-servers).
@@ -64,15 +66,23 @@ def _produce(cluster: KafkaCluster, topic: str, count: int, *, txn_id: str) -> N
     txn.close()
 
 
-def _tiered(cluster: KafkaCluster, platform: BesideKafka, topic: str) -> dict[int, int]:
-    """Copy the topic; each partition's highest copied offset. A copy runs again until the brokers
-    have checkpointed their high watermarks (once a second): before that nothing is below the LSO."""
+def _last_marker(count: int) -> int:
+    """The offset of the last transaction marker ``_produce(count)`` leaves in each partition: its
+    plain records, then three transactions of ``count // 4`` records and a marker each."""
+    return count + 3 * (count // 4 + 1) - 1
+
+
+def _tiered(cluster: KafkaCluster, platform: BesideKafka, topic: str, count: int) -> dict[int, int]:
+    """Copy the topic until every partition's tier holds its last transaction marker; each
+    partition's highest copied offset. A copy runs again until the brokers have checkpointed their
+    high watermarks (once a second): before that the LSO stops it short, and a tier that ends
+    inside a transaction cannot decide it once the topic is gone."""
     copied: dict[int, int] = {}
 
     def all_copied() -> bool:
         platform.ok("copy", "--topic", topic)
         copied.update({p: platform.status(topic, p)["highest_copied_offset"] for p in range(PARTITIONS)})
-        return all(h > 200 for h in copied.values())
+        return all(h >= _last_marker(count) for h in copied.values())
 
     cluster.wait_until(f"every partition of {topic} copied", all_copied, timeout=60)
     return copied
@@ -114,11 +124,11 @@ def source(kafka: KafkaCluster, beside: Callable[..., BesideKafka], request: pyt
     topic_id = uuid_to_topic_id(
         uuid.UUID(kafka.create_topic(topic, partitions=PARTITIONS, segment_bytes=SEGMENT_BYTES))
     )
-    _produce(kafka, topic, 400, txn_id=f"{topic}-txn")
+    _produce(kafka, topic, RECORDS, txn_id=f"{topic}-txn")
     platform = beside(kafka)
     platform.document["replay"] = {"targets": {TARGET: {"bootstrap_servers": kafka.bootstrap_servers}}}
     platform.write()
-    copied = _tiered(kafka, platform, topic)
+    copied = _tiered(kafka, platform, topic, RECORDS)
     return topic, topic_id, platform, copied
 
 
