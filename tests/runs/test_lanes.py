@@ -211,7 +211,8 @@ def test_a_copy_lane_tells_one_outcome_per_partition(tmp_path: Path) -> None:
     events: list[RunEvent] = []
     with TieringContext.open(load_config(config)) as ctx:
         report = copy_lane(ctx, orders(0, 1, 2, 3), run_id="r1", budget_seconds=60, events=events.append, clock=clock)
-    outcomes = [e for e in events if isinstance(e, PartitionCopyOutcome)]
+    # Told as each partition ends: the failed one first; one outcome each.
+    outcomes = sorted((e for e in events if isinstance(e, PartitionCopyOutcome)), key=lambda e: e.topic_partition)
     assert [(str(e.topic_partition), e.outcome) for e in outcomes] == [
         ("orders-0", "copied"),
         ("orders-1", "failed"),
@@ -220,6 +221,22 @@ def test_a_copy_lane_tells_one_outcome_per_partition(tmp_path: Path) -> None:
     ]
     assert outcomes[1].detail is not None and outcomes[1].detail.startswith("orders-1:")
     assert [r.segments_copied for r in report.results] == [2, 0, 4, 3]
+
+
+def test_a_copy_lane_tells_each_partition_as_it_ends_not_at_the_end_of_the_lane(tmp_path: Path) -> None:
+    """A lane of many partitions logs each one's line when that partition is done: the first
+    partition's outcome comes before the last partition copies anything."""
+    log_dir = make_log_dir(tmp_path, partitions=PARTITIONS)
+    config = make_config(tmp_path, log_dir, "as-they-end")
+    events: list[RunEvent] = []
+    with TieringContext.open(load_config(config)) as ctx:
+        copy_lane(ctx, orders(0, 1, 2, 3), run_id="r1", budget_seconds=60, events=events.append, clock=Clock())
+    told = {str(e.topic_partition): i for i, e in enumerate(events) if isinstance(e, PartitionCopyOutcome)}
+    last_starts = min(
+        i for i, e in enumerate(events) if isinstance(e, SegmentCopied) and e.topic_partition.partition == 3
+    )
+    assert sorted(told) == ["orders-0", "orders-1", "orders-2", "orders-3"]
+    assert told["orders-0"] < last_starts, "the first partition's outcome waited for the whole lane"
 
 
 def test_a_partition_not_checkpointed_yet_is_skipped_in_the_lane_not_failed(tmp_path: Path) -> None:
@@ -234,7 +251,7 @@ def test_a_partition_not_checkpointed_yet_is_skipped_in_the_lane_not_failed(tmp_
     events: list[RunEvent] = []
     with TieringContext.open(load_config(config)) as ctx:
         report = copy_lane(ctx, orders(0, 1, 2), run_id="r1", budget_seconds=60, events=events.append, clock=Clock())
-        outcomes = [e for e in events if isinstance(e, PartitionCopyOutcome)]
+        outcomes = sorted((e for e in events if isinstance(e, PartitionCopyOutcome)), key=lambda e: e.topic_partition)
         assert [(str(e.topic_partition), e.outcome) for e in outcomes] == [
             ("orders-0", "copied"),
             ("orders-1", "skipped"),

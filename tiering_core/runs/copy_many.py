@@ -165,6 +165,8 @@ class ParallelCopyReport:
     workers: set[str] = field(default_factory=set)
     seconds: float = 0.0
     check_seconds: float = 0.0  # the driver's segment checks (CRC scan) and STARTED writes
+    #: Hears each partition's ``PartitionCopyOutcome`` as the partition ends (None: nobody).
+    announce: EventSink | None = field(default=None, repr=False, compare=False)
 
     @property
     def segments(self) -> int:
@@ -186,6 +188,13 @@ class ParallelCopyReport:
     def deferred(self) -> list[str]:
         """The partitions the deadline left, whole or in part, to the next run."""
         return [f"{r.topic}-{r.partition}" for r in self.results if r.deferred]
+
+    def add(self, result: CopyResult) -> None:
+        """A partition's result, once its problems are recorded; told to ``announce`` at once, so a
+        long run's log shows each partition as it ends, not all of them at the end."""
+        self.results.append(result)
+        if self.announce is not None:
+            self.announce(self.outcome(result))
 
     def fail(self, tp: TopicPartition, message: str) -> None:
         self.failures.append(message)
@@ -301,15 +310,16 @@ def _finish_if_settled(partition: PartitionUpload, report: ParallelCopyReport) -
     partition.done = True
     run = partition.run
     try:
-        report.results.append(run.finish())
+        result = run.finish()
     except TieringGapError as exc:
         report.gap(partition.tp, str(exc))
-        report.results.append(run.result)
+        result = run.result
     except (TieringError, OSError) as exc:  # the lease expired under the run, the partition vanished
         report.fail(partition.tp, str(exc) if str(exc).startswith(f"{partition.tp}:") else f"{partition.tp}: {exc}")
-        report.results.append(run.result)
+        result = run.result
     if partition.failure is not None:
         report.fail(partition.tp, partition.failure)
+    report.add(result)
 
 
 def _abort(partitions: list[PartitionUpload], reason: BaseException) -> None:
@@ -355,6 +365,7 @@ def copy_partitions(
     lazily: bool = False,
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    tell_outcomes: bool = False,
 ) -> ParallelCopyReport:
     """Copy every eligible segment of ``partitions``, at most ``executor.slots`` uploads at a time;
     see the module docstring. ``events`` hears what the run and its partitions' copy runs do;
@@ -365,11 +376,12 @@ def copy_partitions(
     partition is begun (lease, recovery, plan) only when no begun one has a segment to hand out,
     in the given order (most urgent first), instead of every partition up front. ``deadline`` (a
     ``clock`` reading): after it no segment and no partition starts; what is in flight finishes,
-    and the rest is reported deferred (``CopyResult.deferred``) for the next run.
+    and the rest is reported deferred (``CopyResult.deferred``) for the next run. ``tell_outcomes``:
+    ``events`` also hears each partition's ``PartitionCopyOutcome`` as that partition ends.
     """
     started = time.monotonic()
     run = run_id or uuid.uuid4().hex
-    report = ParallelCopyReport()
+    report = ParallelCopyReport(announce=events if tell_outcomes else None)
     queue = collections.deque(partitions)
 
     uploads: list[PartitionUpload] = []
@@ -379,7 +391,7 @@ def copy_partitions(
             begun = CopyRun.begin(ctx, tp, run_id=run, events=events, attempt=attempt, broker_id=broker_id)
         except (TieringError, OSError) as exc:
             report.fail(tp, f"{tp}: {exc}")
-            report.results.append(CopyResult(topic=tp.topic, partition=tp.partition))
+            report.add(CopyResult(topic=tp.topic, partition=tp.partition))
             return None
         uploads.append(PartitionUpload.of(begun))
         return uploads[-1]
@@ -432,7 +444,7 @@ def copy_partitions(
         while queue:
             tp = queue.popleft()
             events(CopyDeferred(tp))
-            report.results.append(CopyResult(topic=tp.topic, partition=tp.partition, deferred=True))
+            report.add(CopyResult(topic=tp.topic, partition=tp.partition, deferred=True))
 
     def segments() -> Iterator[tuple[PartitionUpload, CopyCandidate]]:
         """Every partition's first segment, then every second one, ...: early offsets go out

@@ -136,7 +136,7 @@ def copy_lane(
 ) -> ParallelCopyReport:
     """Copy a lane's partitions in the given order on ``copy.concurrency`` threads, each begun
     only as the one before has nothing left to hand out; no segment or partition starts after
-    ``budget_seconds``. Then one ``PartitionCopyOutcome`` per partition to ``events``."""
+    ``budget_seconds``. One ``PartitionCopyOutcome`` per partition to ``events``, as it ends."""
     executor = InProcessExecutor(ctx.storage, threads=ctx.config.copy.concurrency)
     report = copy_partitions(
         ctx,
@@ -149,9 +149,8 @@ def copy_lane(
         lazily=True,
         deadline=clock() + budget_seconds,
         clock=clock,
+        tell_outcomes=True,
     )
-    for result in report.results:
-        events(report.outcome(result))
     return report
 
 
