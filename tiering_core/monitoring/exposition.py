@@ -12,9 +12,9 @@ As Kafka registers its sensors when it starts, what a dashboard or an alert read
 config, also where nothing happened: a fresh replica's headroom is ``+Inf`` where the broker's
 retention cannot reach untiered data (nothing waits, or no local time limit applies or is known);
 the delete lag and KIP-1257's percents are 0 for a partition a fresh replica observed without
-computing them (``ZERO_UNTIL_COMPUTED``); the
-quotas' throttle times (per broker, over the processes heard from recently,
-``metadata.quota_holders``, in seconds) are 0 for every broker known without a quota figure.
+computing them (``ZERO_UNTIL_COMPUTED``); the quotas' throttle times (per broker, over the
+processes heard from recently, ``metadata.quota_holders``, in seconds) are 0 for every broker
+known without a quota figure.
 
 Built with plain string operations, one template of sample lines per label set filled by C-level
 ``%`` and ``replace`` (no client library registry per request): 10,000 partitions on 3 brokers,
