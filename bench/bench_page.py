@@ -219,7 +219,7 @@ def measure(root: Path, partitions: int, brokers: int, segments: int, samples: i
 
         def get_metrics() -> None:
             answer = scraper.get("/metrics")
-            assert answer.status_code == 200 and "tiering_RemoteLogSizeBytes" in answer.text, answer.status_code
+            assert answer.status_code == 200 and "tiering_remote_log_size_bytes" in answer.text, answer.status_code
 
         def query() -> None:
             assert bare_query(store) == expected_rows

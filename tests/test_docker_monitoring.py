@@ -1,9 +1,11 @@
 """docker/'s Prometheus scrapes /tiering/metrics with the token the API server checks, and every
-metric the Grafana dashboard queries is one the exposition exports, under exactly its name."""
+metric the Grafana dashboard queries is one the exposition exports, under exactly its name, in
+every config (also with unlimited retention and no quota)."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -12,11 +14,15 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.engine_support import TieringEnv
 from tests.monitoring.test_exposition import sample_snapshot
 from tests.test_docker_files import dockerignored, mounts
-from tiering_core.config import parse_config
+from tiering_core.config import load_config, parse_config
+from tiering_core.context import TieringContext
 from tiering_core.metrics import names
+from tiering_core.monitoring.collect import collect_metrics
 from tiering_core.monitoring.exposition import render
+from tiering_core.runs.copy import run_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
@@ -26,22 +32,30 @@ LABELS = {"topic", "partition", "broker"}
 FUNCTIONS = {"sum", "min", "max", "avg", "count", "rate", "irate", "increase", "delta", "topk", "label_values"}
 
 
-def promql_names(expr: str) -> tuple[set[str], set[str]]:
-    """(metric names, label names) an expression uses; AssertionError on an unknown function."""
+#: PromQL's keywords: set operators and modifiers, never metric names.
+KEYWORDS = {"and", "or", "unless", "bool", "on", "ignoring", "group_left", "group_right"}
+
+
+def promql_names(expr: str, functions: set[str] = FUNCTIONS) -> tuple[set[str], set[str]]:
+    """(metric names, label names) an expression uses; AssertionError on a function not in
+    ``functions``."""
     expr = re.sub(r"\$\{?\w+\}?", "", expr)  # Grafana variables
     expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
     expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors
+    expr = re.sub(r"\boffset\s+-?\d+[smhdwy]\w*", "", expr)  # offset modifiers
     labels: set[str] = set()
     for block in re.findall(r"\{([^}]*)\}", expr):
         labels |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", block))
     expr = re.sub(r"\{[^}]*\}", "", expr)
-    for grouping in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
+    for grouping in re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", expr):
         labels |= {label.strip() for label in grouping.split(",") if label.strip()}
-    expr = re.sub(r"\b(?:by|without)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
     metrics: set[str] = set()
     for token in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
+        if token.group() in KEYWORDS or re.fullmatch(r"\d", expr[token.start() - 1 : token.start()] or "x"):
+            continue  # a keyword, or a number's exponent
         if expr[token.end() :].lstrip().startswith("("):
-            assert token.group() in FUNCTIONS, f"unexpected function {token.group()} in {expr}"
+            assert token.group() in functions, f"unexpected function {token.group()} in {expr}"
         elif token.group() in LABELS and "label_values" in expr:
             labels.add(token.group())  # label_values(metric, label)
         else:
@@ -65,12 +79,12 @@ def exported_samples() -> set[str]:
 
 def test_the_extraction_finds_metrics_labels_and_functions() -> None:
     metrics, labels = promql_names(
-        'sum by (topic) (rate(tiering_RemoteCopyBytes_total{topic=~"$topic",broker!="a{b}"}[$__rate_interval])) '
-        "+ max(tiering_TieringGaps)"
+        'sum by (topic) (rate(tiering_remote_copy_bytes_total{topic=~"$topic",broker!="a{b}"}[$__rate_interval])) '
+        "+ max(tiering_gaps)"
     )
-    assert metrics == {"tiering_RemoteCopyBytes_total", "tiering_TieringGaps"} and labels == {"topic", "broker"}
-    assert promql_names("label_values(tiering_RemoteLogSizeBytes, topic)") == (
-        {"tiering_RemoteLogSizeBytes"},
+    assert metrics == {"tiering_remote_copy_bytes_total", "tiering_gaps"} and labels == {"topic", "broker"}
+    assert promql_names("label_values(tiering_remote_log_size_bytes, topic)") == (
+        {"tiering_remote_log_size_bytes"},
         {"topic"},
     )
 
@@ -116,7 +130,9 @@ def test_the_retention_percent_panels_show_each_topic_s_fullest_partition_in_per
         ]
         (target,) = panel["targets"]
         assert target["expr"] == f'max by (topic) ({spec.prometheus_name}{{topic=~"$topic"}})'
-        assert target["legendFormat"] == "{{topic}}" and spec.name in panel["description"]
+        assert spec.kafka_name is not None
+        kafkas = spec.kafka_name.rsplit("name=", 1)[1]
+        assert target["legendFormat"] == "{{topic}}" and kafkas in panel["description"]
         defaults = panel["fieldConfig"]["defaults"]
         assert defaults["unit"] == "percent"
         assert [step["value"] for step in defaults["thresholds"]["steps"]][-1] == 100
@@ -166,3 +182,38 @@ def test_prometheus_scrapes_the_metrics_route_with_the_token_the_api_server_chec
     assert host_file("grafana", "/etc/grafana/provisioning") == "./grafana/provisioning"
     assert "docker/metrics-token" in (ROOT / ".gitignore").read_text().splitlines()
     assert dockerignored("docker/metrics-token")
+
+
+def test_with_unlimited_retention_and_no_quota_every_metric_the_dashboard_queries_is_exported(
+    fs_env: TieringEnv,
+) -> None:
+    """Kafka registers its sensors when it starts: with ``retention.ms`` and ``retention.bytes``
+    unlimited, no ``local.retention.*`` known and no quota, after one copy the exposition still
+    holds every metric a panel queries (headroom ``+Inf``, percents and throttle times 0)."""
+    config = load_config(fs_env.config_path).for_broker(1)
+    topic = config.topic_config("orders")
+    assert (topic.retention_ms, topic.retention_bytes, topic.local_retention_bytes) == (-1, -1, None)
+    assert not fs_env.sections.get("quotas")
+    w = fs_env.writer(segment_bytes=4096)
+    w.append_records(100, value_size=100)
+    w.roll()
+    w.set_high_watermark()
+    with TieringContext.open(config) as ctx:
+        assert ctx.storage.quotas.copy is None and ctx.storage.quotas.fetch is None
+        assert run_copy(ctx, w.tp, broker_id=1).segments_copied > 0
+        text = render(collect_metrics(ctx, tasks=False))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    exported = {name for name, _ in samples}
+    for query in dashboard_queries(json.loads(DASHBOARD.read_text())):
+        metrics, _ = promql_names(query)
+        assert metrics <= exported, (query, metrics - exported)
+    replica = (("broker", "1"), ("partition", "0"), ("topic", "orders"))
+    assert samples[(names.LOCAL_RETENTION_HEADROOM_SECONDS.prometheus_name, replica)] == math.inf
+    for spec in (names.RETENTION_SIZE_IN_PERCENT, names.LOCAL_RETENTION_SIZE_IN_PERCENT):
+        assert samples[(spec.prometheus_name, replica[1:])] == 0
+    for spec in names.THROTTLE_METRICS:
+        assert samples[(spec.prometheus_name, replica[:1])] == 0

@@ -1,6 +1,8 @@
 """The README's metrics table lists exactly the metric set of ``tiering_core.metrics.names``, in
-its order, with each metric's kind, StatsD and Prometheus names, labels and meaning: the docs
-cannot drift from what is emitted and exported."""
+its order, with each metric's Prometheus sample, kind, StatsD/OpenTelemetry name, labels, the Kafka
+metric it maps to and its meaning: the docs cannot drift from what is emitted and exported. Every
+name follows one scheme: Prometheus' conventions (snake_case, a unit suffix in base units, counters
+``_total``) and the same base name behind ``tiering.`` for Airflow's pipeline."""
 
 from __future__ import annotations
 
@@ -8,51 +10,52 @@ import re
 from pathlib import Path
 
 from tiering_core.metrics import names
+from tiering_core.metrics.names import MetricKind
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-#: The metrics Kafka itself has (KIP-405, named by KIP-930; the quotas' throttle time by KIP-956);
-#: the others are marked "(platform)".
-KAFKAS = {
-    "RemoteCopyBytes",
-    "RemoteCopyRequests",
-    "RemoteCopyErrors",
-    "RemoteDeleteRequests",
-    "RemoteDeleteErrors",
-    "RemoteFetchBytes",
-    "RemoteFetchRequests",
-    "RemoteFetchErrors",
-    "RemoteCopyLagBytes",
-    "RemoteCopyLagSegments",
-    "RemoteDeleteLagBytes",
-    "RemoteDeleteLagSegments",
-    "RemoteLogSizeBytes",
-    "RemoteLogMetadataCount",
-    "remote-copy-throttle-time-avg",
-    "remote-copy-throttle-time-max",
-    "remote-fetch-throttle-time-avg",
-    "remote-fetch-throttle-time-max",
-    "RetentionSizeInPercent",  # KIP-1257
-    "LocalRetentionSizeInPercent",
-}
+#: What a base name may end in: a unit in base units, a count of things, KIP-1257's percents, or
+#: a 0/1 flag's subject.
+SUFFIXES = ("_bytes", "_seconds", "_segments", "_offsets", "_entries", "_in_percent")
+FLAGS = {"gaps", "local_retention_risk", "silent_broker", "dag_run_failed"}
+#: Kafka's JMX groups a mapped metric is found under (KIP-405/930/963 meters and gauges, KIP-956's
+#: throttle sensors, KIP-1257's percents).
+KAFKA_GROUPS = (names.TOPIC_METRICS, names.REMOTE_LOG_MANAGER, names.RLM_SENSORS)
 
 
 def metrics_table() -> list[list[str]]:
     """The cells of the table in the README's "Metrics" section, header and rule left out."""
-    section = README.read_text().split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    section = README.read_text().split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("|")]
-    assert lines[0].startswith("| Kafka name | Kind | StatsD | Prometheus | Tags / labels | Meaning |")
+    assert lines[0].startswith("| Prometheus | Kind | StatsD / OpenTelemetry | Labels | Kafka name | Meaning |")
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
 def test_the_readme_table_lists_exactly_the_metric_set() -> None:
     rows = metrics_table()
     specs = names.METRICS + names.PLATFORM_METRICS
-    assert [re.sub(r"`|\s*\(platform\)", "", row[0]) for row in rows] == [spec.name for spec in specs]
+    assert [row[0].strip("`") for row in rows] == [spec.prometheus_samples[0] for spec in specs]
     for row, spec in zip(rows, specs, strict=True):
-        name, kind, statsd, prometheus, labels, meaning = row
-        assert name == f"`{spec.name}`" + ("" if spec.name in KAFKAS else " (platform)")
+        prometheus, kind, statsd, labels, kafka, meaning = row
+        assert prometheus == f"`{spec.prometheus_samples[0]}`"
         assert kind == spec.kind.value
         assert statsd == (f"`{spec.statsd_name}`" if spec in names.METRICS else "-"), spec.name
-        assert prometheus == f"`{spec.prometheus_samples[0]}`"
         assert tuple(label.strip() for label in labels.split(",")) == spec.labels
+        assert kafka == ("(platform)" if spec.kafka_name is None else f"`{spec.kafka_name}`")
         assert meaning == spec.help
+
+
+def test_every_name_follows_the_one_scheme() -> None:
+    specs = names.METRICS + names.PLATFORM_METRICS
+    assert len({spec.name for spec in specs}) == len(specs)
+    for spec in specs:
+        assert re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", spec.name), spec.name
+        assert spec.name.endswith(SUFFIXES) or spec.name in FLAGS or spec.kind is MetricKind.COUNTER, spec.name
+        assert not spec.name.endswith(("_total", "_count", "_sum", "_bucket", "_ms")), spec.name
+        assert spec.prometheus_name == f"tiering_{spec.name}" and spec.statsd_name == f"tiering.{spec.name}"
+        if spec.kind is MetricKind.COUNTER:
+            assert spec.prometheus_samples == (f"tiering_{spec.name}_total",)
+        if spec.kafka_name is not None:
+            assert spec.kafka_name.startswith(KAFKA_GROUPS), spec.kafka_name
+    # Kafka's millisecond sensors are exported in seconds.
+    for spec in names.THROTTLE_METRICS:
+        assert spec.name.endswith("_seconds") and "seconds" in spec.help

@@ -3,7 +3,7 @@ out through ``airflow.sdk.observability.stats.Stats``, so to StatsD, Datadog or 
 deployment's ``[metrics]`` section says (nothing when none is on), behind Airflow's prefix
 (``statsd_prefix`` / ``otel_prefix``), through Airflow's name checks and allow/block lists.
 
-Names are the specs' StatsD names (``tiering.RemoteCopyBytes``); the tags ``topic``, ``partition``
+Names are the specs' StatsD names (``tiering.remote_copy_bytes``); the tags ``topic``, ``partition``
 and ``broker`` become InfluxDB-style tags on StatsD (``statsd_influxdb_enabled``), Datadog tags, or
 OpenTelemetry attributes. ``TieringHook.get_conn`` installs the sink for as long as a run's context
 is open, so every task (operators, the sensor's poke, TaskFlow tasks) reports without doing

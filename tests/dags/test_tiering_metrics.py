@@ -7,6 +7,7 @@ when its stats start, which a task process does once, at its start: hence the fr
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -193,23 +194,23 @@ def test_copy_dag_metrics_reach_a_statsd_server_with_names_tags_and_values(
         done = copied(cluster, s3_endpoint, w, int(broker))
         assert done.segments == copies[f"orders-{partition}"]["segments_copied"] == {"0": 2, "2": 2, "1": 3}[partition]
         replica = ("topic=orders", f"partition={partition}", f"broker={broker}")
-        assert totals["RemoteCopyRequests"][replica] == done.segments == done.counters.copy_requests
-        assert totals["RemoteCopyBytes"][replica] == done.object_bytes == done.counters.copy_bytes
-        assert replica not in totals.get("RemoteCopyErrors", {}) and done.counters.copy_errors == 0
-        assert totals["LocalRetentionRisk"][replica] == 0
+        assert totals["remote_copy_requests"][replica] == done.segments == done.counters.copy_requests
+        assert totals["remote_copy_bytes"][replica] == done.object_bytes == done.counters.copy_bytes
+        assert replica not in totals.get("remote_copy_errors", {}) and done.counters.copy_errors == 0
+        assert totals["local_retention_risk"][replica] == 0
         # The gauges the copy run left: nothing behind, the remote log as the store has it, and
         # KIP-1257's retention percent (0: retention.bytes is unlimited; local.retention.bytes not
         # known, so no local percent).
         at_end = {name: series[replica[:2]] for name, series in totals.items() if replica[:2] in series}
         assert at_end == {
-            "RemoteCopyLagBytes": 0,
-            "RemoteCopyLagSegments": 0,
-            "RemoteLogSizeBytes": done.log_bytes,
-            "RemoteLogMetadataCount": done.segments,
-            "RetentionSizeInPercent": 0,
+            "remote_copy_lag_bytes": 0,
+            "remote_copy_lag_segments": 0,
+            "remote_log_size_bytes": done.log_bytes,
+            "remote_log_metadata_entries": done.segments,
+            "retention_size_in_percent": 0,
         }
     # Only the replicas that copied: broker 2 never reported orders-0 or orders-2.
-    assert sorted(totals["RemoteCopyRequests"]) == sorted(
+    assert sorted(totals["remote_copy_requests"]) == sorted(
         ("topic=orders", f"partition={p}", f"broker={b}") for p, b in writers
     )
 
@@ -228,10 +229,10 @@ def test_copy_dag_metrics_reach_opentelemetry_with_their_attributes(
         done = copied(cluster, s3_endpoint, w, int(broker))
         on_partition = (("partition", partition), ("topic", "orders"))
         replica = (("broker", broker), *on_partition)
-        assert points["airflow.tiering.remotecopyrequests"][replica] == done.segments
-        assert points["airflow.tiering.remotecopybytes"][replica] == done.object_bytes
-        assert points["airflow.tiering.remotelogsizebytes"][on_partition] == done.log_bytes
-        assert points["airflow.tiering.remotecopylagsegments"][on_partition] == 0
+        assert points["airflow.tiering.remote_copy_requests"][replica] == done.segments
+        assert points["airflow.tiering.remote_copy_bytes"][replica] == done.object_bytes
+        assert points["airflow.tiering.remote_log_size_bytes"][on_partition] == done.log_bytes
+        assert points["airflow.tiering.remote_copy_lag_segments"][on_partition] == 0
     assert set(out["points"]) <= otlp_receiver.metric_names()  # the collector got them too, at the process's exit
 
 
@@ -242,7 +243,7 @@ def test_the_readme_s_single_broker_form_scrapes_the_gauges_after_a_copy(
     ``TIERING_BROKER_ID``) records under the ``node.id`` its log dir's ``meta.properties`` names, so
     after ``tiering copy`` of one partition of three segments, and after the copy DAG's task of
     another, ``/tiering/metrics`` holds each partition's copy lag, local-retention and retention
-    gauges and the broker's ``SilentBroker``; a ``status`` adds the delete lag."""
+    gauges and the broker's ``silent_broker``; a ``status`` computes the delete lag (0 until then)."""
     from tests.cli.test_commands import run
     from tests.dags.test_tiering_dags import dagbag
     from tests.engine_support import write_segments
@@ -278,20 +279,22 @@ def test_the_readme_s_single_broker_form_scrapes_the_gauges_after_a_copy(
             return sum(s.size_bytes for s in ctx.metadata.list_segments(tip_of(w)))
 
     def assert_gauges(samples: dict[str, dict[tuple[tuple[str, str], ...], float]], w: PartitionWriter) -> None:
-        assert samples["tiering_RemoteCopyLagBytes"][labels(w)] == 0
-        assert samples["tiering_RemoteCopyLagSegments"][labels(w)] == 0
-        assert samples["tiering_RemoteLogSizeBytes"][labels(w)] == remote_bytes(w) > 0
-        assert samples["tiering_LocalRetentionRisk"][labels(w, 1)] == 0
-        assert samples["tiering_RetentionSizeInPercent"][labels(w)] == 0  # retention.bytes -1: unlimited
-        assert labels(w) not in samples.get("tiering_LocalRetentionSizeInPercent", {})  # its limit is not known
-        assert samples["tiering_SilentBroker"] == {(("broker", "1"),): 0}
+        assert samples["tiering_remote_copy_lag_bytes"][labels(w)] == 0
+        assert samples["tiering_remote_copy_lag_segments"][labels(w)] == 0
+        assert samples["tiering_remote_log_size_bytes"][labels(w)] == remote_bytes(w) > 0
+        assert samples["tiering_local_retention_risk"][labels(w, 1)] == 0
+        assert samples["tiering_retention_size_in_percent"][labels(w)] == 0  # retention.bytes -1: unlimited
+        # its limit is not known: 0, as Kafka's gauge reads until its first computation
+        assert samples["tiering_local_retention_size_in_percent"][labels(w)] == 0
+        assert samples["tiering_local_retention_headroom_seconds"][labels(w, 1)] == math.inf  # nothing waits
+        assert samples["tiering_silent_broker"] == {(("broker", "1"),): 0}
 
     code, _, err = run(capsys, "--config", cfg, "copy", "--topic", "events", "--partition", "0")
     assert code == 0, err
     samples = scrape()
     assert_gauges(samples, by_command)
-    assert labels(by_task) not in samples.get("tiering_RemoteCopyLagBytes", {})  # nothing has seen it yet
-    assert labels(by_command) not in samples.get("tiering_RemoteDeleteLagBytes", {})  # a copy computes none
+    assert labels(by_task) not in samples.get("tiering_remote_copy_lag_bytes", {})  # nothing has seen it yet
+    assert samples["tiering_remote_delete_lag_bytes"][labels(by_command)] == 0  # a copy computes none: 0 until one does
 
     # The copy DAG's task, on the worker's broker as the log dir names it.
     dag = dagbag(DAGS / "tiering_dags.py").dags["tiering_copy__events"]
@@ -302,10 +305,11 @@ def test_the_readme_s_single_broker_form_scrapes_the_gauges_after_a_copy(
     samples = scrape()
     for w in (by_command, by_task):
         assert_gauges(samples, w)
+    assert samples["tiering_dag_run_failed"][(("dag_id", dag.dag_id),)] == 0  # its latest run succeeded
 
     code, _, err = run(capsys, "--config", cfg, "status")
     assert code == 0, err
     samples = scrape()
     for w in (by_command, by_task):
-        assert samples["tiering_RemoteDeleteLagBytes"][labels(w)] == 0
-        assert samples["tiering_RemoteDeleteLagSegments"][labels(w)] == 0
+        assert samples["tiering_remote_delete_lag_bytes"][labels(w)] == 0
+        assert samples["tiering_remote_delete_lag_segments"][labels(w)] == 0

@@ -18,7 +18,9 @@ registry (none is reachable from the machines the tests run on):
 
 ``python -m tests.deploy.engine prepare`` does all of it while the network is there (the test
 command runs it before the suite, which may run without a network); the test's own run then finds
-every layer built. Every failure is a ``ServiceUnavailable`` whose message says why in one line.
+every layer built. ``python -m tests.deploy.engine tools`` installs the Debian packages of the
+other tools tests run (``TOOL_PACKAGES``: promtool) the same way. Every failure is a
+``ServiceUnavailable`` whose message says why in one line.
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ HOST_PACKAGES = {
     "docker-compose": "docker-compose",
     "debootstrap": "debootstrap",
 }
+#: The commands other tests run, and the Debian package of each: the test command installs them
+#: before the suite (``python -m tests.deploy.engine tools``), which may run without a network; a
+#: test that finds one missing installs it itself (``install_debian_packages``).
+TOOL_PACKAGES = {"promtool": "prometheus"}
 #: How long dockerd may take to answer, and to stop.
 ENGINE_TIMEOUT = 60.0
 #: How long a test waits for the images the test command builds in the background.
@@ -85,30 +91,41 @@ def install_engine(path: str | None = None) -> None:
     of them is used: ``base_tarball`` and ``docker_engine`` both start here. ``path``: where the
     commands are looked up (None: ``PATH``). A command still missing after the install is one line
     naming it."""
-    missing = sorted({pkg for cmd, pkg in HOST_PACKAGES.items() if shutil.which(cmd, path=path) is None})
+    install_debian_packages(HOST_PACKAGES, "no Docker engine", path)
+
+
+def install_debian_packages(commands: Mapping[str, str], purpose: str, path: str | None = None) -> None:
+    """Debian's package of each of ``commands`` (command -> package) that is missing, with apt-get
+    as root; ServiceUnavailable in one line (``purpose``: what cannot be had without them) when
+    it cannot be installed or a command is still missing after."""
+    missing = sorted({pkg for cmd, pkg in commands.items() if shutil.which(cmd, path=path) is None})
     if not missing:
         return
     names = ", ".join(missing)
     if os.geteuid() != 0:
-        raise ServiceUnavailable(f"no Docker engine: {names} missing and installing needs root")
+        raise ServiceUnavailable(f"{purpose}: {names} missing and installing needs root")
     if shutil.which("apt-get", path=path) is None:
-        raise ServiceUnavailable(f"no Docker engine: {names} missing and there is no apt-get")
+        raise ServiceUnavailable(f"{purpose}: {names} missing and there is no apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     if path is not None:
         env["PATH"] = path
-    for args in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-    ):
-        try:
-            proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1800)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ServiceUnavailable(f"{' '.join(args[:2])} of {names} failed: {exc}") from exc
-        if proc.returncode != 0:
-            raise ServiceUnavailable(f"{' '.join(args[:2])} of {names} failed: {last_line(proc.stderr or proc.stdout)}")
-    still = [cmd for cmd in HOST_PACKAGES if shutil.which(cmd, path=path) is None]
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with open(cache_root() / "apt-get.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one apt-get at a time among the test processes (dpkg's lock fails at once)
+        for args in (
+            ["apt-get", "update", "-qq"],
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+        ):
+            try:
+                proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1800)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise ServiceUnavailable(f"{' '.join(args[:2])} of {names} failed: {exc}") from exc
+            if proc.returncode != 0:
+                why = last_line(proc.stderr or proc.stdout)
+                raise ServiceUnavailable(f"{' '.join(args[:2])} of {names} failed: {why}")
+    still = [cmd for cmd in commands if shutil.which(cmd, path=path) is None]
     if still:
-        raise ServiceUnavailable(f"no Docker engine: {', '.join(still)} still missing after apt-get install {names}")
+        raise ServiceUnavailable(f"{purpose}: {', '.join(still)} still missing after apt-get install {names}")
 
 
 def _python_home() -> Path:
@@ -335,11 +352,14 @@ def prepare(*, environ: Mapping[str, str] | None = None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv != ["prepare"]:
-        print("usage: python -m tests.deploy.engine prepare", file=sys.stderr)
+    if argv not in (["prepare"], ["tools"]):
+        print("usage: python -m tests.deploy.engine prepare|tools", file=sys.stderr)
         return 2
     try:
-        prepare()
+        if argv == ["tools"]:
+            install_debian_packages(TOOL_PACKAGES, "no test tools")
+        else:
+            prepare()
     except ServiceUnavailable as exc:
         print(f"deploy: {exc}", file=sys.stderr)
         return 1

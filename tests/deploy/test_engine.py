@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.engine import HOST_PACKAGES, REPO, install_engine
+from tests.deploy.engine import HOST_PACKAGES, REPO, TOOL_PACKAGES, install_engine
 from tests.services import ServiceUnavailable
 
 
@@ -92,3 +92,29 @@ def test_a_tool_the_install_does_not_bring_is_named(tmp_path: Path) -> None:
         why = r"^no Docker engine: debootstrap missing and installing needs root$"
     with pytest.raises(ServiceUnavailable, match=why):
         install_engine(path=str(tmp_path))
+
+
+def test_the_tools_command_installs_the_other_tests_tools_before_the_suite(tmp_path: Path) -> None:
+    """``python -m tests.deploy.engine tools`` (the test command's step before the suite): with
+    promtool absent it asks apt-get for Debian's package of it, and one line says it could not."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "apt-get.log"
+    failing_apt_get(bin_dir, log)
+    env = {**os.environ, "PATH": str(bin_dir), "TIERING_TEST_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.deploy.engine", "tools"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    packages = sorted(set(TOOL_PACKAGES.values()))
+    assert all(name in line for name in packages), line
+    if os.geteuid() == 0:
+        assert log.read_text().splitlines()[1].split()[-len(packages) :] == packages
+    else:
+        assert "needs root" in line, line

@@ -166,10 +166,14 @@ def test_counters_equal_what_a_copy_a_retention_and_a_fetch_did_and_survive_reop
     m = partition_of(tiering_env, w)
     assert m.counters_by_broker == {2: PartitionCounters(copy_bytes=uploaded, copy_requests=3)}
     assert sink.total(names.REMOTE_COPY_BYTES) == uploaded and sink.total(names.REMOTE_COPY_REQUESTS) == 3
-    copy_tags = {tags["broker"] for name, _, tags in sink.sent if name == "RemoteCopyRequests"}
+    copy_tags = {tags["broker"] for name, _, tags in sink.sent if name == "remote_copy_requests"}
     assert copy_tags == {"2"}
-    gauges = {name: value for name, value, _ in sink.sent if name.startswith(("RemoteCopyLag", "RemoteLogSize"))}
-    assert gauges == {"RemoteCopyLagBytes": 0, "RemoteCopyLagSegments": 0, "RemoteLogSizeBytes": m.remote_bytes}
+    gauges = {name: value for name, value, _ in sink.sent if name.startswith(("remote_copy_lag", "remote_log_size"))}
+    assert gauges == {
+        "remote_copy_lag_bytes": 0,
+        "remote_copy_lag_segments": 0,
+        "remote_log_size_bytes": m.remote_bytes,
+    }
 
     with tiering_env.context() as ctx, emitting(sink):
         fetched = open_reader(ctx, w.tp).read(0, 7)
@@ -358,9 +362,9 @@ def test_a_run_without_a_broker_id_reports_gauges_and_records_no_observation(tie
     gauges = [
         (name, value, tags)
         for name, value, tags in sink.sent
-        if name in ("RemoteCopyLagSegments", "RemoteLogSizeBytes")
+        if name in ("remote_copy_lag_segments", "remote_log_size_bytes")
     ]
     assert gauges and all(tags == {"topic": "orders", "partition": "0"} for _, _, tags in gauges)
-    assert ("RemoteCopyLagSegments", 1, {"topic": "orders", "partition": "0"}) in gauges
-    assert ("RemoteLogSizeBytes", remote, {"topic": "orders", "partition": "0"}) in gauges and remote > 0
-    assert any(name == "RemoteDeleteLagSegments" and value == 0 for name, value, _ in sink.sent)
+    assert ("remote_copy_lag_segments", 1, {"topic": "orders", "partition": "0"}) in gauges
+    assert ("remote_log_size_bytes", remote, {"topic": "orders", "partition": "0"}) in gauges and remote > 0
+    assert any(name == "remote_delete_lag_segments" and value == 0 for name, value, _ in sink.sent)

@@ -12,7 +12,7 @@ from tiering_core.metadata.quota_holders import ThrottleFigures
 from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 from tiering_core.metrics import names
 from tiering_core.metrics.names import COUNTER_FIELDS
-from tiering_core.monitoring.exposition import CONTENT_TYPE, escape_label_value, render
+from tiering_core.monitoring.exposition import CONTENT_TYPE, ZERO_UNTIL_COMPUTED, escape_label_value, render
 from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics, ReplicaMetrics
 from tiering_core.storage.quota import ThrottleStats
 
@@ -73,6 +73,7 @@ def sample_snapshot() -> MetricsSnapshot:
         copy_lag_bytes=0,
         copy_lag_segments=0,
         retention_size_percent=0,  # unlimited retention.bytes; local.retention.bytes not known
+        best_broker=4,
         replicas=[replica(4, headroom=math.inf)],
         counters_by_broker={5: counters(5)},  # broker 5 holds no replica any more
     )
@@ -82,7 +83,11 @@ def sample_snapshot() -> MetricsSnapshot:
         ThrottleFigures(NO_BROKER, "fetch", ThrottleStats(throttle_ms=30.0, throttles=2, throttle_ms_max=20.0)),
     ]
     return MetricsSnapshot(
-        db_now_ms=NOW_MS, partitions=[copied, never_observed, odd], silent_brokers=[3, 6], throttles=throttles
+        db_now_ms=NOW_MS,
+        partitions=[copied, never_observed, odd],
+        silent_brokers=[3, 6],
+        throttles=throttles,
+        dag_runs={"tiering_copy__orders": True, "tiering_retention_default_topics": False},
     )
 
 
@@ -127,7 +132,10 @@ def expected(snapshot: MetricsSnapshot) -> dict[str, dict[tuple[tuple[str, str],
             else:
                 sample[part] = getattr(total, field)
         for spec, value_of in gauges.items():
-            if (value := value_of(p)) is not None:
+            value = value_of(p)
+            if value is None and p.best_broker is not None and spec in ZERO_UNTIL_COMPUTED:
+                value = 0  # observed, not computed: Kafka's gauge before its first computation
+            if value is not None:
                 want[spec.prometheus_name][part] = value
         for r in p.replicas:
             seen.add(r.broker_id)
@@ -135,17 +143,21 @@ def expected(snapshot: MetricsSnapshot) -> dict[str, dict[tuple[tuple[str, str],
                 continue
             labels = tuple(sorted((*part, ("broker", str(r.broker_id)))))
             want[names.LOCAL_RETENTION_RISK.prometheus_name][labels] = 1 if r.at_risk else 0
-            if r.headroom_seconds is not None:
-                want[names.LOCAL_RETENTION_HEADROOM_SECONDS.prometheus_name][labels] = r.headroom_seconds
+            headroom = math.inf if r.headroom_seconds is None else r.headroom_seconds
+            want[names.LOCAL_RETENTION_HEADROOM_SECONDS.prometheus_name][labels] = headroom
     for b in seen | set(snapshot.silent_brokers):
         want[names.SILENT_BROKER.prometheus_name][(("broker", str(b)),)] = 1 if b in snapshot.silent_brokers else 0
     for spec, (kind, average) in names.THROTTLE_METRICS.items():
+        for b in seen | set(snapshot.silent_brokers):
+            want[spec.prometheus_name][(("broker", str(b)),)] = 0.0  # no figure: never throttled
         for f in snapshot.throttles:
             if f.kind == kind:
                 labels = () if f.broker_id == NO_BROKER else (("broker", str(f.broker_id)),)
                 value = f.stats.throttle_ms / f.stats.throttles if f.stats.throttles else 0.0
-                want[spec.prometheus_name][labels] = value if average else f.stats.throttle_ms_max
-    return want
+                want[spec.prometheus_name][labels] = (value if average else f.stats.throttle_ms_max) / 1000
+    for dag_id, failed in snapshot.dag_runs.items():
+        want[names.DAG_RUN_FAILED.prometheus_name][(("dag_id", dag_id),)] = 1 if failed else 0
+    return {sample: values for sample, values in want.items() if values}  # a family without samples
 
 
 def test_every_value_is_the_snapshots() -> None:
@@ -156,45 +168,54 @@ def test_every_value_is_the_snapshots() -> None:
 def test_copy_counters_are_per_broker_and_the_others_summed() -> None:
     samples = parsed(render(sample_snapshot()))
     part = (("partition", "0"), ("topic", "orders"))
-    copy_bytes = samples["tiering_RemoteCopyBytes_total"]
+    copy_bytes = samples["tiering_remote_copy_bytes_total"]
     assert copy_bytes[(("broker", "1"), *part)] == 100 and copy_bytes[(("broker", "2"), *part)] == 200
     assert copy_bytes[(("broker", "3"), *part)] == 0  # a replica that has not copied yet: a 0, not absent
     assert (("broker", str(NO_BROKER)), *part) not in copy_bytes  # reads run on no broker
-    assert samples["tiering_RemoteFetchBytes_total"][part] == 105 + 205 + 7
-    assert samples["tiering_RemoteFetchRequests_total"][part] == 106 + 206 + 1
+    assert samples["tiering_remote_fetch_bytes_total"][part] == 105 + 205 + 7
+    assert samples["tiering_remote_fetch_requests_total"][part] == 106 + 206 + 1
     odd = (("partition", "7"), ("topic", 'we"ird\\to%pic\nx'))
-    assert samples["tiering_RemoteCopyBytes_total"][(("broker", "5"), *odd)] == 500  # moved away, still counted
+    assert samples["tiering_remote_copy_bytes_total"][(("broker", "5"), *odd)] == 500  # moved away, still counted
 
 
 def test_unknown_gauges_are_left_out_and_stale_replicas_report_no_risk() -> None:
     samples = parsed(render(sample_snapshot()))
     never = (("partition", "1"), ("topic", "orders"))
-    assert never not in samples["tiering_RemoteCopyLagBytes"] and never not in samples["tiering_LastCopyAgeSeconds"]
-    assert samples["tiering_RemoteLogSizeBytes"][never] == 0  # known: nothing copied
-    risk = samples["tiering_LocalRetentionRisk"]
+    assert (
+        never not in samples["tiering_remote_copy_lag_bytes"] and never not in samples["tiering_last_copy_age_seconds"]
+    )
+    assert samples["tiering_remote_log_size_bytes"][never] == 0  # known: nothing copied
+    risk = samples["tiering_local_retention_risk"]
     part = (("partition", "0"), ("topic", "orders"))
     assert risk[(("broker", "2"), *part)] == 1 and risk[(("broker", "1"), *part)] == 0
     assert (("broker", "3"), *part) not in risk  # stale
-    assert samples["tiering_LastCopyAgeSeconds"][part] == 61.5
+    assert samples["tiering_last_copy_age_seconds"][part] == 61.5
     # KIP-1257's percents: over 100 until retention catches up, 0 for unlimited, absent when not known
-    assert samples["tiering_RetentionSizeInPercent"][part] == 137
-    assert samples["tiering_LocalRetentionSizeInPercent"][part] == 42
+    assert samples["tiering_retention_size_in_percent"][part] == 137
+    assert samples["tiering_local_retention_size_in_percent"][part] == 42
     odd = (("partition", "7"), ("topic", 'we"ird\\to%pic\nx'))
-    assert samples["tiering_RetentionSizeInPercent"][odd] == 0
-    assert odd not in samples["tiering_LocalRetentionSizeInPercent"]
-    assert never not in samples["tiering_RetentionSizeInPercent"]
-    assert samples["tiering_SilentBroker"] == {
+    assert samples["tiering_retention_size_in_percent"][odd] == 0
+    assert samples["tiering_local_retention_size_in_percent"][odd] == 0  # observed, its limit not known
+    assert never not in samples["tiering_retention_size_in_percent"]
+    assert samples["tiering_silent_broker"] == {
         (("broker", b),): v for b, v in [("1", 0), ("2", 0), ("3", 1), ("4", 0), ("6", 1)]
     }
 
 
-def test_the_quotas_throttle_time_is_per_broker_under_kafkas_names() -> None:
+def test_the_quotas_throttle_time_is_per_known_broker_in_seconds() -> None:
     samples = parsed(render(sample_snapshot()))
-    assert samples["tiering_remote_copy_throttle_time_avg"] == {(("broker", "1"),): 225.0, (("broker", "2"),): 0.0}
-    assert samples["tiering_remote_copy_throttle_time_max"] == {(("broker", "1"),): 400.5, (("broker", "2"),): 0.0}
-    assert samples["tiering_remote_fetch_throttle_time_avg"] == {(): 15.0}  # a process of no broker
-    assert samples["tiering_remote_fetch_throttle_time_max"] == {(): 20.0}
-    assert names.REMOTE_COPY_THROTTLE_TIME_AVG.statsd_name == "tiering.remote-copy-throttle-time-avg"
+    quiet = {(("broker", b),): 0.0 for b in ("3", "4", "6")}  # known brokers no quota held back
+    copy_avg = samples["tiering_remote_copy_throttle_time_avg_seconds"]
+    assert copy_avg == {(("broker", "1"),): 0.225, (("broker", "2"),): 0.0, **quiet}  # Kafka's 225 ms
+    copy_max = samples["tiering_remote_copy_throttle_time_max_seconds"]
+    assert copy_max == {(("broker", "1"),): 0.4005, (("broker", "2"),): 0.0, **quiet}
+    # a process of no broker, unlabelled; every known broker at 0
+    fetch_avg = samples["tiering_remote_fetch_throttle_time_avg_seconds"]
+    assert fetch_avg == {(): 0.015, (("broker", "1"),): 0.0, (("broker", "2"),): 0.0, **quiet}
+    assert samples["tiering_remote_fetch_throttle_time_max_seconds"][()] == 0.02
+    assert names.REMOTE_COPY_THROTTLE_TIME_AVG.kafka_name == (
+        "kafka.server:type=RemoteLogManager remote-copy-throttle-time-avg"
+    )
 
 
 def test_format_details() -> None:
@@ -205,11 +226,11 @@ def test_format_details() -> None:
         sample = spec.prometheus_samples[0]
         assert f"# HELP {sample} {spec.help}\n# TYPE {sample} {spec.kind.value}\n" in text
     assert 'topic="we\\"ird\\\\to%pic\\nx"' in text  # escaped as the format says
-    assert 'tiering_LocalRetentionHeadroomSeconds{topic="we' in text and "} +Inf\n" in text
-    assert 'tiering_RemoteLogSizeBytes{topic="orders",partition="0"} 5000000000\n' in text
+    assert 'tiering_local_retention_headroom_seconds{topic="we' in text and "} +Inf\n" in text
+    assert 'tiering_remote_log_size_bytes{topic="orders",partition="0"} 5000000000\n' in text
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    assert families["tiering_RemoteCopyBytes"].type == "counter"
-    assert families["tiering_RemoteCopyLagBytes"].type == "gauge"
+    assert families["tiering_remote_copy_bytes"].type == "counter"
+    assert families["tiering_remote_copy_lag_bytes"].type == "gauge"
     assert escape_label_value('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
 
 

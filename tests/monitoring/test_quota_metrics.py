@@ -1,4 +1,4 @@
-"""The quotas' throttle time reaches the Prometheus exposition under Kafka's names: a copy under
+"""The quotas' throttle time reaches the Prometheus exposition in seconds: a copy under
 broker 1's upload cap waits, leaves its figures in the store when its process is done with the cap,
 and the next scrape (another context, as the API server is another process) reports them."""
 
@@ -26,7 +26,7 @@ def scrape(env: TieringEnv) -> dict[str, dict[tuple[tuple[str, str], ...], float
 
 
 def test_a_copys_throttle_time_reaches_the_exposition(fs_env: TieringEnv) -> None:
-    assert "tiering_remote_copy_throttle_time_max" not in scrape(fs_env)  # no quota drawn on yet
+    assert "tiering_remote_copy_throttle_time_max_seconds" not in scrape(fs_env)  # no broker known yet
     set_quotas(fs_env, {COPY_KEY: 2 * MiB})
     w = write_partition(fs_env, 3, segment_mb=1)
     with TieringContext.open(load_config(fs_env.config_path).for_broker(1)) as ctx:
@@ -37,6 +37,8 @@ def test_a_copys_throttle_time_reaches_the_exposition(fs_env: TieringEnv) -> Non
     assert stats.throttles > 0
     samples = scrape(fs_env)
     broker = (("broker", "1"),)
-    assert samples["tiering_remote_copy_throttle_time_max"] == {broker: stats.throttle_ms_max}
-    assert samples["tiering_remote_copy_throttle_time_avg"][broker] == stats.throttle_ms / stats.throttles
-    assert "tiering_remote_fetch_throttle_time_max" not in samples  # the fetch quota is not capped
+    assert samples["tiering_remote_copy_throttle_time_max_seconds"] == {broker: stats.throttle_ms_max / 1000}
+    assert (
+        samples["tiering_remote_copy_throttle_time_avg_seconds"][broker] == stats.throttle_ms / stats.throttles / 1000
+    )
+    assert samples["tiering_remote_fetch_throttle_time_max_seconds"] == {broker: 0.0}  # the fetch quota is not capped

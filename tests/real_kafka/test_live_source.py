@@ -323,8 +323,8 @@ def test_kip_1257_percents_take_the_cluster_s_topic_configs_and_the_yaml_entry_w
     assert before == after > 0  # nothing produced meanwhile: the status saw these bytes
     retention, local, text = recorded()
     assert retention == after * 100 // (64 * SEGMENT) and local == after * 100 // (8 * SEGMENT) > 0
-    assert f'tiering_RetentionSizeInPercent{{topic="{topic}",partition="0"}} {retention}\n' in text
-    assert f'tiering_LocalRetentionSizeInPercent{{topic="{topic}",partition="0"}} {local}\n' in text
+    assert f'tiering_retention_size_in_percent{{topic="{topic}",partition="0"}} {retention}\n' in text
+    assert f'tiering_local_retention_size_in_percent{{topic="{topic}",partition="0"}} {local}\n' in text
 
     platform.ok("copy", "--topic", topic)  # copied bytes count as remote: the total stays
     assert recorded()[:2] == (retention, local)

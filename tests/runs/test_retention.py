@@ -231,10 +231,10 @@ def assert_gaps_reported(env: TieringEnv, writer: PartitionWriter, gaps: list[li
         s.name: s.value
         for family in text_string_to_metric_families(render(snapshot))
         for s in family.samples
-        if s.name in ("tiering_TieringGaps", "tiering_TieringGapOffsets")
+        if s.name in ("tiering_gaps", "tiering_gap_offsets")
         and s.labels == {"topic": tp.topic, "partition": str(tp.partition)}
     }
-    assert exposed == {"tiering_TieringGaps": len(gaps), "tiering_TieringGapOffsets": lost}
+    assert exposed == {"tiering_gaps": len(gaps), "tiering_gap_offsets": lost}
     assert overview.gaps == ([AlertEntry(tp.topic, str(tp), lost)] if gaps else [])
     (summary,) = overview.topics
     assert (summary.gap_partitions, summary.gap_offsets) == ((1, lost) if gaps else (0, 0))

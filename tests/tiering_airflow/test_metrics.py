@@ -71,19 +71,19 @@ def test_run_metrics_reach_statsd_behind_airflows_prefix_with_their_tags(
         emit(REMOTE_COPY_BYTES, 4096, "orders.v2", 3, broker_id=2)
         emit(REMOTE_LOG_SIZE_BYTES, 81920, "orders.v2", 3, broker_id=2)  # a partition's gauge: no broker
     assert statsd_listener.lines(3) == [
-        "airflow.tiering.RemoteCopyRequests,topic=orders.v2,partition=3,broker=2:1|c",
-        "airflow.tiering.RemoteCopyBytes,topic=orders.v2,partition=3,broker=2:4096|c",
-        "airflow.tiering.RemoteLogSizeBytes,topic=orders.v2,partition=3:81920|g",
+        "airflow.tiering.remote_copy_requests,topic=orders.v2,partition=3,broker=2:1|c",
+        "airflow.tiering.remote_copy_bytes,topic=orders.v2,partition=3,broker=2:4096|c",
+        "airflow.tiering.remote_log_size_bytes,topic=orders.v2,partition=3:81920|g",
     ]
     assert isinstance(current_sink(), NullSink)
 
 
 def test_prefix_and_block_list_are_airflows_settings(airflow_stats: Configure, statsd_listener: StatsdListener) -> None:
-    airflow_stats(**statsd_settings(statsd_listener, statsd_prefix="kafka", metrics_block_list="RemoteCopyBytes"))
+    airflow_stats(**statsd_settings(statsd_listener, statsd_prefix="kafka", metrics_block_list="remote_copy_bytes"))
     with task_metrics():
         emit(REMOTE_COPY_BYTES, 4096, "orders", 0, broker_id=1)
         emit(REMOTE_COPY_REQUESTS, 1, "orders", 0, broker_id=1)
-    assert statsd_listener.lines(1) == ["kafka.tiering.RemoteCopyRequests,topic=orders,partition=0,broker=1:1|c"]
+    assert statsd_listener.lines(1) == ["kafka.tiering.remote_copy_requests,topic=orders,partition=0,broker=1:1|c"]
     assert statsd_listener.drain() == []
 
 
@@ -93,7 +93,7 @@ def test_without_influxdb_tags_statsd_gets_the_bare_names(
     airflow_stats(**statsd_settings(statsd_listener, statsd_influxdb_enabled="False"))
     with task_metrics():
         emit(REMOTE_COPY_BYTES, 10, "orders", 0, broker_id=1)
-    assert statsd_listener.lines(1) == ["airflow.tiering.RemoteCopyBytes:10|c"]
+    assert statsd_listener.lines(1) == ["airflow.tiering.remote_copy_bytes:10|c"]
 
 
 def test_a_context_from_the_hook_reports_through_airflow_until_it_closes(
@@ -106,7 +106,7 @@ def test_a_context_from_the_hook_reports_through_airflow_until_it_closes(
         emit(REMOTE_COPY_REQUESTS, 1, "orders", 0, broker_id=1)
     assert isinstance(current_sink(), NullSink)
     emit(REMOTE_COPY_REQUESTS, 1, "orders", 0, broker_id=1)  # after the context: nowhere
-    assert statsd_listener.lines(1) == ["airflow.tiering.RemoteCopyRequests,topic=orders,partition=0,broker=1:1|c"]
+    assert statsd_listener.lines(1) == ["airflow.tiering.remote_copy_requests,topic=orders,partition=0,broker=1:1|c"]
     assert statsd_listener.drain() == []
 
 
@@ -123,12 +123,12 @@ def test_the_sensor_s_check_reports_the_copy_lag_it_sees(
     gauges = {
         line.split(",", 1)[0]: line.rsplit(":", 1)[1]
         for line in statsd_listener.drain(quiet=1.0)
-        if line.startswith("airflow.tiering.RemoteCopyLag") and ",topic=orders,partition=0:" in line
+        if line.startswith("airflow.tiering.remote_copy_lag") and ",topic=orders,partition=0:" in line
     }
     closed = [log for log in w.path.glob("*.log") if log != w.active_log_path]
     assert gauges == {
-        "airflow.tiering.RemoteCopyLagSegments": "2|g",
-        "airflow.tiering.RemoteCopyLagBytes": f"{sum(log.stat().st_size for log in closed)}|g",
+        "airflow.tiering.remote_copy_lag_segments": "2|g",
+        "airflow.tiering.remote_copy_lag_bytes": f"{sum(log.stat().st_size for log in closed)}|g",
     }
 
 
@@ -173,7 +173,7 @@ def test_a_failing_metrics_backend_is_logged_once_and_never_fails_the_run(
         emit(REMOTE_COPY_REQUESTS, 1, "orders", 0, broker_id=1)
         emit(REMOTE_LOG_SIZE_BYTES, 81920, "orders", 0)
     warnings = [r for r in caplog.records if r.name == "tiering_airflow.metrics"]
-    assert len(warnings) == 1 and "tiering.RemoteCopyBytes" in warnings[0].getMessage()
+    assert len(warnings) == 1 and "tiering.remote_copy_bytes" in warnings[0].getMessage()
     assert warnings[0].exc_info is not None and "injected" in str(warnings[0].exc_info[1])
 
 
@@ -208,8 +208,8 @@ def test_run_metrics_reach_opentelemetry_with_their_attributes(
     atexit.unregister(otel_logger.flush_otel_metrics)  # nothing left for the flush Airflow set for exit
     replica = {"topic": "orders.v2", "partition": "3", "broker": "2"}
     assert points == {  # instrument names are case-insensitive: the SDK reports them in lower case
-        "airflow.tiering.remotecopyrequests": [(replica, 1)],
-        "airflow.tiering.remotecopybytes": [(replica, 5120)],
-        "airflow.tiering.remotelogsizebytes": [({"topic": "orders.v2", "partition": "3"}, 81920)],
+        "airflow.tiering.remote_copy_requests": [(replica, 1)],
+        "airflow.tiering.remote_copy_bytes": [(replica, 5120)],
+        "airflow.tiering.remote_log_size_bytes": [({"topic": "orders.v2", "partition": "3"}, 81920)],
     }
     assert set(points) <= otlp_receiver.metric_names()  # and the collector got them from Airflow's exporter

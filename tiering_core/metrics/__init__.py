@@ -1,8 +1,9 @@
-"""The platform's metrics as runs record them, in Kafka's names (KIP-405 and KIP-930).
+"""The platform's metrics as runs record them: one Prometheus-style name each, mapped to Kafka's.
 
-- ``names``: the metric set, each with its kind, labels and meaning, and its names in StatsD
-  (``tiering.<Name>``) and Prometheus (``tiering_<Name>``); the field of the store's
-  ``PartitionCounters`` each counter is kept in;
+- ``names``: the metric set, each with its kind, labels, meaning and the Kafka metric (KIP-405,
+  KIP-956, KIP-1257) it stands for, and its names in Airflow's pipeline (``tiering.<name>``) and
+  Prometheus (``tiering_<name>``); the field of the store's ``PartitionCounters`` each counter is
+  kept in;
 - ``sink``: where a run reports what it did as it happens (Airflow's StatsD or OpenTelemetry
   pipeline inside a task, nothing elsewhere);
 - ``tally``: a run's counts of its acts on a partition, reported as they happen and stored in

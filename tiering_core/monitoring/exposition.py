@@ -6,8 +6,15 @@ a counter labelled by ``broker`` (copies run on one broker's replica) has one sa
 the partition has a replica or a count on; the others are summed over brokers. Gauges whose value
 the store does not know (a lag no fresh replica observed, a partition never copied) are left out
 rather than reported as 0; risk and headroom are reported for fresh replicas only (a stale
-replica's are not known now: ``SilentBroker`` and the page say so). The quotas' throttle time is
-per broker, over the processes heard from recently (``metadata.quota_holders``).
+replica's are not known now: ``silent_broker`` and the page say so).
+
+As Kafka registers its sensors when it starts, what a dashboard or an alert reads is there in every
+config, also where nothing happened: a fresh replica's headroom is ``+Inf`` where the broker's
+retention cannot reach untiered data (nothing waits, or no local time limit applies or is known);
+the delete lag and KIP-1257's percents are 0 for a partition a fresh replica observed without
+computing them (``ZERO_UNTIL_COMPUTED``); the quotas' throttle times (per broker, over the
+processes heard from recently, ``metadata.quota_holders``, in seconds) are 0 for every broker
+known without a quota figure.
 
 Built with plain string operations, one template of sample lines per label set filled by C-level
 ``%`` and ``replace`` (no client library registry per request): 10,000 partitions on 3 brokers,
@@ -142,7 +149,7 @@ def render(snapshot: MetricsSnapshot) -> str:
             if not r.stale:
                 fresh_lines.append(line)
                 fresh_risk.append(r.at_risk)
-                fresh_headroom.append(r.headroom_seconds)
+                fresh_headroom.append(math.inf if r.headroom_seconds is None else r.headroom_seconds)
         brokers_seen.update(replica_ids)
         extra = by_broker.keys() - replica_ids
         if extra:
@@ -184,30 +191,54 @@ def render(snapshot: MetricsSnapshot) -> str:
             [1 if b in silent else 0 for b in brokers],
         )
     )
-    out.extend(_throttle_samples(snapshot))
+    out.extend(_throttle_samples(snapshot, brokers))
+    out.append(_header(names.DAG_RUN_FAILED))
+    dags = sorted(snapshot.dag_runs)
+    lines = [_line(f'dag_id="{escape_label_value(d)}"') for d in dags]
+    out.append(_samples(names.DAG_RUN_FAILED.prometheus_name, lines, [int(snapshot.dag_runs[d]) for d in dags]))
     out.append("\n")
     out[0] = out[0].lstrip("\n")
     return "".join(out)
 
 
-def _throttle_samples(snapshot: MetricsSnapshot) -> list[str]:
-    """The quotas' throttle time per broker (a process of no broker: no ``broker`` label); a quota
-    whose holders never waited reports 0."""
+def _throttle_samples(snapshot: MetricsSnapshot, brokers: list[int]) -> list[str]:
+    """The quotas' throttle time per broker in seconds (a process of no broker: no ``broker``
+    label); a quota whose holders never waited, and each broker known (``brokers``, or a figure of
+    its other quota) without a figure, report 0."""
     out = []
+    brokers = sorted(set(brokers).union(f.broker_id for f in snapshot.throttles))
     for spec, (kind, average) in names.THROTTLE_METRICS.items():
         out.append(_header(spec))
         figures = [f for f in snapshot.throttles if f.kind == kind]
-        lines = ["\n %s" if f.broker_id == NO_BROKER else _line(f'broker="{f.broker_id}"') for f in figures]
-        values = [(f.stats.avg_ms or 0.0) if average else f.stats.throttle_ms_max for f in figures]
+        ms = [(f.stats.avg_ms or 0.0) if average else f.stats.throttle_ms_max for f in figures]
+        ids = [f.broker_id for f in figures]
+        quiet = sorted(set(brokers) - set(ids) - {NO_BROKER})
+        lines = ["\n %s" if b == NO_BROKER else _line(f'broker="{b}"') for b in ids + quiet]
+        values = [v / 1000 for v in ms] + [0.0] * len(quiet)
         out.append(_samples(spec.prometheus_name, lines, _finite(list(values))))
     return out
+
+
+#: What a run computes only sometimes (the delete lag: retention and status; KIP-1257's percents):
+#: 0 where a fresh replica observed the partition without computing it, as Kafka's gauges read
+#: from the broker's start until their first computation.
+ZERO_UNTIL_COMPUTED = (
+    names.REMOTE_DELETE_LAG_BYTES,
+    names.REMOTE_DELETE_LAG_SEGMENTS,
+    names.RETENTION_SIZE_IN_PERCENT,
+    names.LOCAL_RETENTION_SIZE_IN_PERCENT,
+)
 
 
 def _gauge_values(spec: MetricSpec, snapshot: MetricsSnapshot) -> list[int | float | None]:
     if spec is names.LAST_COPY_AGE_SECONDS:
         now_ms = snapshot.db_now_ms
         return [None if p.last_copy_ms is None else max(0, now_ms - p.last_copy_ms) / 1000 for p in snapshot.partitions]
-    return list(map(attrgetter(PARTITION_GAUGE_FIELDS[spec]), snapshot.partitions))
+    values: list[int | float | None] = list(map(attrgetter(PARTITION_GAUGE_FIELDS[spec]), snapshot.partitions))
+    if spec in ZERO_UNTIL_COMPUTED:
+        observed = map(attrgetter("best_broker"), snapshot.partitions)
+        values = [0 if v is None and best is not None else v for v, best in zip(values, observed, strict=True)]
+    return values
 
 
 def _counts_copies(counters: PartitionCounters) -> bool:

@@ -83,12 +83,14 @@ class PartitionMetrics:
 class MetricsSnapshot:
     """Every partition the store knows (or one topic's), with the database clock, the brokers
     of the config that reported nothing fresh (stale everywhere) and the throttle figures of the
-    brokers' upload and fetch quotas."""
+    brokers' upload and fetch quotas; ``dag_runs`` is filled where Airflow's database is at hand
+    (the API server): each platform DAG's id and whether its latest finished run failed."""
 
     db_now_ms: int
     partitions: list[PartitionMetrics]
     silent_brokers: list[int] = field(default_factory=list)
     throttles: list[ThrottleFigures] = field(default_factory=list)
+    dag_runs: dict[str, bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,10 @@ JWT as ``Authorization: Bearer`` or in the UI's ``_token`` cookie), or ``Authori
 <token>`` with the token of the config's ``metrics:`` section (a Prometheus server has no Airflow
 login). No credentials: 401; a bearer that is neither the token nor a valid Airflow JWT: 401; an
 Airflow user without plugin access: 403. The token is compared in constant time and never logged.
+
+The API server also has Airflow's own database at hand: each scrape adds, for every DAG of the
+platform (tagged ``tiering``) that has finished a run, whether its latest finished run failed
+(``dag_run_failed``), so a failed run can page like the tier's own figures.
 """
 
 from __future__ import annotations
@@ -38,6 +42,44 @@ DEFAULT_METRICS_TIMEOUT = DEFAULT_READ_TIMEOUT
 _bearer = HTTPBearer(auto_error=False)
 
 
+#: The tag every DAG of the platform carries (``dags/``).
+PLATFORM_DAG_TAG = "tiering"
+
+
+def latest_dag_runs() -> dict[str, bool]:
+    """Each platform DAG with a finished run, and whether its latest finished run (by end date)
+    failed, from Airflow's database; empty, with a warning, when that database cannot be read
+    (the tier's figures are still served)."""
+    from airflow.models.dag import DagTag
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from sqlalchemy import and_, func, select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    finished = (DagRunState.SUCCESS, DagRunState.FAILED)
+    ended = (
+        select(DagRun.dag_id, func.max(DagRun.end_date).label("end_date"))
+        .join(DagTag, and_(DagTag.dag_id == DagRun.dag_id, DagTag.name == PLATFORM_DAG_TAG))
+        .where(DagRun.state.in_(finished), DagRun.end_date.is_not(None))
+        .group_by(DagRun.dag_id)
+        .subquery()
+    )
+    query = select(DagRun.dag_id, DagRun.state).join(
+        ended, and_(DagRun.dag_id == ended.c.dag_id, DagRun.end_date == ended.c.end_date)
+    )
+    try:
+        with create_session() as session:
+            rows = session.execute(query.where(DagRun.state.in_(finished))).all()
+    except SQLAlchemyError as exc:
+        log.warning("/tiering/metrics: Airflow's DAG runs could not be read: %s", type(exc).__name__)
+        return {}
+    failed: dict[str, bool] = {}
+    for dag_id, state in rows:  # two runs ending at the same instant: a failure among them counts
+        failed[dag_id] = failed.get(dag_id, False) or state == DagRunState.FAILED
+    return failed
+
+
 def read_exposition(config_path: str | None, topic: str | None = None, timeout: float = DEFAULT_METRICS_TIMEOUT) -> str:
     """The exposition, read now within ``timeout`` seconds: a store that does not answer makes the
     scrape fail (503) instead of hanging the API server."""
@@ -50,7 +92,9 @@ def read_exposition(config_path: str | None, topic: str | None = None, timeout: 
         # thousand objects never meet a collection, which would walk them, promote them to the
         # oldest generation and so trigger full collections of the whole server's heap.
         with collector_paused:
-            return render(collect.collect_metrics(ctx, topic=topic, tasks=False))
+            snapshot = collect.collect_metrics(ctx, topic=topic, tasks=False)
+            snapshot.dag_runs = latest_dag_runs()
+            return render(snapshot)
 
     return read_store(config_path, exposition, timeout)
 

@@ -197,47 +197,49 @@ def test_the_exposition_after_a_copy_a_retention_and_a_fetch_is_the_stores_and_s
         return samples[sample][tuple(sorted(labels))]
 
     for (topic, partition), row in status.items():
-        assert value("tiering_RemoteLogSizeBytes", topic, partition) == row["remote_bytes"]
-        assert value("tiering_RemoteLogSizeBytes", topic, partition) == cluster[(topic, partition)]["remote_bytes"]
-        assert value("tiering_RemoteCopyLagSegments", topic, partition) == row["copy_lag_segments"]
-        assert value("tiering_RemoteCopyLagBytes", topic, partition) == row["copy_lag_bytes"]
-        assert value("tiering_RemoteDeleteLagSegments", topic, partition) == row["delete_lag_segments"]
-        assert value("tiering_RemoteDeleteLagBytes", topic, partition) == row["delete_lag_bytes"]
-        assert value("tiering_TieringGaps", topic, partition) == len(row["gaps"]) == 0
-        risk = value("tiering_LocalRetentionRisk", topic, partition, broker=1)
+        assert value("tiering_remote_log_size_bytes", topic, partition) == row["remote_bytes"]
+        assert value("tiering_remote_log_size_bytes", topic, partition) == cluster[(topic, partition)]["remote_bytes"]
+        assert value("tiering_remote_copy_lag_segments", topic, partition) == row["copy_lag_segments"]
+        assert value("tiering_remote_copy_lag_bytes", topic, partition) == row["copy_lag_bytes"]
+        assert value("tiering_remote_delete_lag_segments", topic, partition) == row["delete_lag_segments"]
+        assert value("tiering_remote_delete_lag_bytes", topic, partition) == row["delete_lag_bytes"]
+        assert value("tiering_gaps", topic, partition) == len(row["gaps"]) == 0
+        risk = value("tiering_local_retention_risk", topic, partition, broker=1)
         assert risk == int(row["local_retention_risk"]["at_risk"]) == int(cluster[(topic, partition)]["at_risk"])
-    assert value("tiering_RemoteCopyLagSegments", "orders", 0) == 2 and status[("orders", 0)]["remote_segments"] == 2
+    assert value("tiering_remote_copy_lag_segments", "orders", 0) == 2 and status[("orders", 0)]["remote_segments"] == 2
     assert cluster[("orders", 0)]["stale_brokers"] == [2]
-    assert samples["tiering_SilentBroker"] == {(("broker", "1"),): 0, (("broker", "2"),): 1}
+    assert samples["tiering_silent_broker"] == {(("broker", "1"),): 0, (("broker", "2"),): 1}
 
     with tiering_env.context() as ctx:
         store_counters = ctx.metadata.partition_counters()
         for tip in (tip_of(orders), tip_of(payments)):
             finished = ctx.metadata.list_segments(tip)
-            assert value("tiering_RemoteLogSizeBytes", tip.topic, tip.partition) == sum(s.size_bytes for s in finished)
+            assert value("tiering_remote_log_size_bytes", tip.topic, tip.partition) == sum(
+                s.size_bytes for s in finished
+            )
     totals: dict[tuple[str, int], PartitionCounters] = {}
     for row_counters in store_counters:
         tp = row_counters.topic_id_partition.topic_partition
         totals.setdefault((tp.topic, tp.partition), PartitionCounters()).add(row_counters.counters)
         if row_counters.broker_id != NO_BROKER:
             for field in ("copy_bytes", "copy_requests", "copy_errors"):
-                name = f"tiering_RemoteCopy{field.split('_')[1].capitalize()}_total"
+                name = f"tiering_remote_copy_{field.split('_')[1]}_total"
                 assert value(name, tp.topic, tp.partition, row_counters.broker_id) == getattr(
                     row_counters.counters, field
                 )
     for (topic, partition), total in totals.items():
-        assert value("tiering_RemoteDeleteRequests_total", topic, partition) == total.delete_requests
-        assert value("tiering_RemoteFetchRequests_total", topic, partition) == total.fetch_requests
-        assert value("tiering_RemoteFetchBytes_total", topic, partition) == total.fetch_bytes
+        assert value("tiering_remote_delete_requests_total", topic, partition) == total.delete_requests
+        assert value("tiering_remote_fetch_requests_total", topic, partition) == total.fetch_requests
+        assert value("tiering_remote_fetch_bytes_total", topic, partition) == total.fetch_bytes
 
     # What the runs did, as counted: four and one segment copies on broker 1, two deletions, one read.
-    assert value("tiering_RemoteCopyRequests_total", "orders", 0, broker=1) == 4
-    assert value("tiering_RemoteCopyRequests_total", "payments", 0, broker=1) == 1
-    assert value("tiering_RemoteCopyBytes_total", "orders", 0, broker=1) >= copied_orders["bytes_copied"] > 0
-    assert value("tiering_RemoteDeleteRequests_total", "orders", 0) == retention["orders"]["segments_deleted"] == 2
-    assert value("tiering_RemoteFetchRequests_total", "orders", 0) == 1
-    assert value("tiering_RemoteFetchBytes_total", "orders", 0) > 0
-    for errors in ("RemoteCopyErrors", "RemoteDeleteErrors", "RemoteFetchErrors"):
+    assert value("tiering_remote_copy_requests_total", "orders", 0, broker=1) == 4
+    assert value("tiering_remote_copy_requests_total", "payments", 0, broker=1) == 1
+    assert value("tiering_remote_copy_bytes_total", "orders", 0, broker=1) >= copied_orders["bytes_copied"] > 0
+    assert value("tiering_remote_delete_requests_total", "orders", 0) == retention["orders"]["segments_deleted"] == 2
+    assert value("tiering_remote_fetch_requests_total", "orders", 0) == 1
+    assert value("tiering_remote_fetch_bytes_total", "orders", 0) > 0
+    for errors in ("remote_copy_errors", "remote_delete_errors", "remote_fetch_errors"):
         assert set(samples[f"tiering_{errors}_total"].values()) == {0}
 
     only = scraped(TestClient(create_app(cfg), headers=bearer(TOKEN)).get("/metrics?topic=payments").text)
@@ -266,8 +268,55 @@ def test_the_exposition_after_a_copy_a_retention_and_a_fetch_is_the_stores_and_s
     elsewhere = scraped(written.read_text())
     for other in (again, elsewhere):
         for name in samples.keys() | other.keys():
-            if name == "tiering_LastCopyAgeSeconds":
+            if name == "tiering_last_copy_age_seconds":
                 assert other[name].keys() == samples[name].keys()
                 assert all(other[name][k] >= samples[name][k] for k in samples[name])
             else:
                 assert other[name] == samples[name], name
+
+
+def stored_dag(dag_id: str, tags: list[str]) -> Any:
+    """A DAG of one task that fails when its run's conf says ``fail``, written to Airflow's database
+    as the DAG processor would (``dag.test()`` runs only stored DAGs)."""
+    import datetime as dt
+
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from airflow.sdk import DAG, task
+
+    with DAG(dag_id, schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), tags=tags) as dag:
+
+        @task
+        def tier(**context: Any) -> None:
+            if context["dag_run"].conf.get("fail"):
+                raise RuntimeError("this run fails")
+
+        tier()
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(collect_dags=False)
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, "dags-folder", None)
+    return dag
+
+
+def test_the_latest_finished_run_of_each_platform_dag_says_whether_it_failed(tiering: TieringEnv) -> None:
+    """``tiering_dag_run_failed``: 1 for a DAG tagged ``tiering`` whose latest finished run failed, 0
+    once a later run succeeded; another team's DAG is not the platform's and is left out."""
+    with_token_file(tiering)
+    client = TestClient(create_app(str(tiering.config_path)), headers=bearer(TOKEN))
+    ours, theirs = stored_dag("tiering_alerting_copy", ["tiering", "copy"]), stored_dag("reports_daily", ["reports"])
+
+    def failed() -> dict[str, float]:
+        answer = client.get("/metrics")
+        assert answer.status_code == 200, answer.text
+        return {
+            dict(labels)["dag_id"]: v for labels, v in scraped(answer.text).get("tiering_dag_run_failed", {}).items()
+        }
+
+    assert "tiering_alerting_copy" not in failed()  # no finished run yet
+    assert ours.test(run_conf={"fail": True}).state == "failed"
+    assert theirs.test(run_conf={"fail": True}).state == "failed"
+    now = failed()
+    assert now["tiering_alerting_copy"] == 1 and "reports_daily" not in now
+    assert ours.test().state == "success"
+    assert failed()["tiering_alerting_copy"] == 0
