@@ -19,8 +19,10 @@ echo "== tools"; python -m tests.deploy.engine tools || true
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mypy
 # The real-Kafka tests run Apache Kafka from jars fetched once with Maven (or KAFKA_HOME's): fetch
-# them now, while the network is there; without them those tests say why they cannot run.
+# them now, while the network is there; without them those tests say why they cannot run. The same
+# for the Schema Registry the typed-export tests run (Apicurio Registry from Maven Central).
 echo "== kafka"; python -m tests.real_kafka.cluster fetch || true
+echo "== schema registry"; python -m tests.export.registry_server fetch || true
 # Two test processes by default (the suite waits on servers and subprocesses as much as it computes);
 # TIERING_TEST_WORKERS=0 runs it in this process.
 workers=${TIERING_TEST_WORKERS:-2}

@@ -1,0 +1,137 @@
+"""The Confluent wire format and schemas by id, against a real registry written to by Confluent's
+own serializer."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from tests.export.registry_server import RegistryServer
+from tiering_core.export.registry import (
+    MAX_SCHEMA_BYTES,
+    RegistryEndpoint,
+    SchemaRegistry,
+    SchemaRegistryError,
+    UndecodableValue,
+    UnknownSchemaError,
+    WireValue,
+)
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"], "default": None}],
+}
+
+
+def _serialize(registry: RegistryServer, topic: str, schema: dict, value: object) -> bytes:  # type: ignore[type-arg]
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(schema))
+    out = serializer(value, SerializationContext(topic, MessageField.VALUE))
+    assert out is not None
+    return out
+
+
+def test_a_serialized_value_names_the_schema_the_registry_serves(schema_registry: RegistryServer) -> None:
+    data = _serialize(schema_registry, "registry-orders", ORDER, {"id": 7, "note": "x"})
+    wire = WireValue.parse(data)
+    registry = SchemaRegistry(RegistryEndpoint(schema_registry.url))
+    got = registry.schema(wire.schema_id)
+    assert got.schema_id == wire.schema_id and got.schema_type == "AVRO"
+    assert json.loads(got.text)["name"] in ("Order", "shop.Order")
+    assert wire.payload == data[5:]
+    assert registry.schema(wire.schema_id) is got  # fetched once
+
+
+def test_an_unknown_id_is_a_dead_letter_reason_not_a_failure(schema_registry: RegistryServer) -> None:
+    registry = SchemaRegistry(RegistryEndpoint(schema_registry.url))
+    with pytest.raises(UnknownSchemaError, match="schema id 987654 is unknown") as caught:
+        registry.schema(987654)
+    assert isinstance(caught.value, UndecodableValue) and caught.value.schema_id == 987654
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "null"),
+        (b"\x00\x00\x01", "fewer than the wire format's 5"),
+        (b'{"json": 1}', "not the wire format's magic byte 0"),
+    ],
+)
+def test_values_outside_the_wire_format_are_named(value: bytes | None, reason: str) -> None:
+    with pytest.raises(UndecodableValue, match=reason):
+        WireValue.parse(value)
+
+
+class _Answers(BaseHTTPRequestHandler):
+    body = b""
+    status = 200
+    seen_auth: list[str] = []
+
+    def do_GET(self) -> None:
+        self.seen_auth.append(self.headers.get("Authorization", ""))
+        self.send_response(self.status)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def fake_registry() -> Iterator[tuple[str, type[_Answers]]]:
+    """A registry that answers what a test sets: for faults the real one never shows."""
+    handler = type("Answers", (_Answers,), {"seen_auth": []})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_hostile_answers_are_bounded_and_named(fake_registry: tuple[str, type[_Answers]]) -> None:
+    url, handler = fake_registry
+    handler.body = b"x" * (MAX_SCHEMA_BYTES + 10)
+    with pytest.raises(SchemaRegistryError, match="larger than"):
+        SchemaRegistry(RegistryEndpoint(url)).schema(1)
+    handler.body = b'{"schema": "{}", "schemaType": "XML"}'
+    with pytest.raises(SchemaRegistryError, match="has type 'XML'"):
+        SchemaRegistry(RegistryEndpoint(url)).schema(2)
+    handler.body, handler.status = b"oops", 500
+    with pytest.raises(SchemaRegistryError, match="HTTP 500"):
+        SchemaRegistry(RegistryEndpoint(url)).schema(3)
+
+
+def test_credentials_are_sent_and_never_shown(fake_registry: tuple[str, type[_Answers]]) -> None:
+    url, handler = fake_registry
+    handler.body, handler.status = b"nope", 401
+    endpoint = RegistryEndpoint(url, username="exporter", password="s3cret-pass")
+    with pytest.raises(SchemaRegistryError) as caught:
+        SchemaRegistry(endpoint).schema(1)
+    assert "s3cret" not in str(caught.value) and "s3cret" not in repr(endpoint)
+    assert handler.seen_auth == ["Basic ZXhwb3J0ZXI6czNjcmV0LXBhc3M="]
+    with pytest.raises(SchemaRegistryError, match="must not carry credentials") as refused:
+        RegistryEndpoint("http://user:s3cret-pass@127.0.0.1:1")
+    assert "s3cret" not in str(refused.value)
+    with pytest.raises(SchemaRegistryError, match="not an http"):
+        RegistryEndpoint("file:///etc/passwd")
+
+
+def test_an_unreachable_registry_is_one_line() -> None:
+    from tests.services import free_port
+
+    registry = SchemaRegistry(RegistryEndpoint(f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"), timeout=2)
+    with pytest.raises(SchemaRegistryError, match="did not answer") as caught:
+        registry.schema(1)
+    assert "\n" not in str(caught.value)

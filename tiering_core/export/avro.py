@@ -1,0 +1,220 @@
+"""Avro values as typed Arrow columns, for a table that analysts query by field.
+
+An Avro schema maps to Arrow (and from there to Iceberg) as follows; a schema outside this table
+is refused with one line naming the field, before anything is written:
+
+==========================================  =========================================
+Avro                                        Arrow (Iceberg)
+==========================================  =========================================
+boolean, int, long, float, double           bool, int32, int64, float32, float64
+string, enum                                string
+bytes, fixed                                binary, fixed-size binary (fixed)
+record                                      struct (nested records: nested structs)
+array, map                                  list, map<string, ...>
+union of null and one type                  that type, nullable
+int date                                    date32 (date)
+int time-millis, long time-micros           time64[us] (time)
+long timestamp-millis, timestamp-micros     timestamp[us, UTC] (timestamptz)
+long local-timestamp-millis/micros          timestamp[us] (timestamp)
+bytes/fixed decimal(p, s)                   decimal128(p, s) (decimal, p <= 38)
+string uuid                                 string
+==========================================  =========================================
+
+A value's top-level record gives the columns; a schema whose top level is not a record gives
+one column, ``value``. Decoding is fastavro's (``schemaless_reader``); a payload that fastavro
+cannot read, or that leaves bytes unread, is an ``UndecodableValue`` (a dead letter), never a row.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+
+from tiering_core.errors import TieringError, one_line
+from tiering_core.export.registry import UndecodableValue
+
+#: The column a schema whose top level is not a record decodes into.
+VALUE_COLUMN = "value"
+#: Iceberg's widest decimal.
+MAX_DECIMAL_PRECISION = 38
+
+_PRIMITIVES: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "bytes": pa.binary(),
+    "string": pa.string(),
+}
+_LOGICAL: dict[tuple[str, str | None], pa.DataType] = {
+    ("int", "date"): pa.date32(),
+    ("int", "time-millis"): pa.time64("us"),
+    ("long", "time-micros"): pa.time64("us"),
+    ("long", "timestamp-millis"): pa.timestamp("us", tz="UTC"),
+    ("long", "timestamp-micros"): pa.timestamp("us", tz="UTC"),
+    ("long", "local-timestamp-millis"): pa.timestamp("us"),
+    ("long", "local-timestamp-micros"): pa.timestamp("us"),
+    ("string", "uuid"): pa.string(),
+}
+
+
+class UnsupportedSchemaError(TieringError):
+    """An Avro schema the typed table cannot hold (names the field and why)."""
+
+
+@dataclass(frozen=True)
+class AvroColumns:
+    """One writer schema's columns and its decoder."""
+
+    schema_id: int
+    arrow_type: pa.StructType
+    #: True when the schema's top level is not a record (its value is the one ``value`` column).
+    wrapped: bool
+    parsed: Any
+
+    @classmethod
+    def of(cls, schema_id: int, schema_text: str) -> AvroColumns:
+        try:
+            schema = json.loads(schema_text)
+        except ValueError:
+            schema = schema_text  # a primitive's schema may be its bare name
+        named: dict[str, Any] = {}
+        mapped = _arrow_type(schema, named, "", None, ())
+        wrapped = not isinstance(mapped, pa.StructType) or not _is_record(schema, named)
+        arrow_type = pa.struct([pa.field(VALUE_COLUMN, mapped)]) if wrapped else mapped
+        try:
+            parsed = fastavro.parse_schema(_plain_uuids(schema))
+        except Exception as exc:  # fastavro raises several types for a malformed schema
+            raise UnsupportedSchemaError(f"Avro schema id {schema_id}: {one_line(exc)}") from exc
+        return cls(schema_id, arrow_type, wrapped, parsed)
+
+    def decode(self, payload: bytes) -> Any:
+        """One payload's value (a dict of columns), or UndecodableValue."""
+        buffer = io.BytesIO(payload)
+        try:
+            value = fastavro.schemaless_reader(buffer, self.parsed, None)
+        except Exception as exc:  # a corrupt payload fails anywhere in fastavro's reader
+            raise UndecodableValue(
+                f"corrupt Avro payload for schema id {self.schema_id}: {one_line(exc) or type(exc).__name__}",
+                self.schema_id,
+            ) from exc
+        if buffer.tell() != len(payload):
+            raise UndecodableValue(
+                f"corrupt Avro payload for schema id {self.schema_id}: "
+                f"{len(payload) - buffer.tell()} byte(s) left after the value",
+                self.schema_id,
+            )
+        return {VALUE_COLUMN: value} if self.wrapped else value
+
+    def to_arrow(self, values: Sequence[Any]) -> pa.StructArray:
+        """Decoded values as one struct column of this schema's type."""
+        return pa.array(values, type=self.arrow_type)
+
+
+def _is_record(schema: Any, named: Mapping[str, Any]) -> bool:
+    if isinstance(schema, dict):
+        return schema.get("type") == "record"
+    return isinstance(schema, str) and named.get(schema, {}).get("type") == "record"
+
+
+def _full_name(name: str, namespace: str) -> str:
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def _arrow_type(schema: Any, named: dict[str, Any], namespace: str, where: str | None, path: tuple[str, ...]) -> Any:
+    """The Arrow type of ``schema``; ``named`` collects named types as they are defined."""
+    field_name = where or "the value"
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) != 1:
+            raise UnsupportedSchemaError(
+                f"field {field_name}: a union of {len(branches)} non-null types has no column type "
+                "(only a union of null and one type maps)"
+            )
+        return _arrow_type(branches[0], named, namespace, where, path)
+    if isinstance(schema, str):
+        if schema in _PRIMITIVES:
+            return _PRIMITIVES[schema]
+        full = _full_name(schema, namespace)
+        if full in path or schema in path:
+            raise UnsupportedSchemaError(f"field {field_name}: the recursive type {schema!r} has no column type")
+        definition = named.get(full) or named.get(schema)
+        if definition is None:
+            raise UnsupportedSchemaError(f"field {field_name}: unknown type {schema!r}")
+        return definition["arrow"]
+    if not isinstance(schema, dict) or "type" not in schema:
+        raise UnsupportedSchemaError(f"field {field_name}: {schema!r} is not an Avro schema")
+    kind = schema["type"]
+    logical = schema.get("logicalType")
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        precision, scale = int(schema.get("precision", 0)), int(schema.get("scale", 0))
+        if not 0 < precision <= MAX_DECIMAL_PRECISION or not 0 <= scale <= precision:
+            raise UnsupportedSchemaError(f"field {field_name}: decimal({precision}, {scale}) does not fit a column")
+        arrow: Any = pa.decimal128(precision, scale)
+        if kind == "fixed":
+            _define(schema, named, namespace, arrow)
+        return arrow
+    if isinstance(kind, str) and (kind, logical) in _LOGICAL:
+        return _LOGICAL[(kind, logical)]
+    if kind in ("record", "error"):
+        return _record_type(schema, named, namespace, path)
+    if kind == "enum":
+        return _define(schema, named, namespace, pa.string())
+    if kind == "fixed":
+        return _define(schema, named, namespace, pa.binary(int(schema["size"])))
+    if kind == "array":
+        return pa.list_(_arrow_type(schema["items"], named, namespace, f"{field_name}[]", path))
+    if kind == "map":
+        return pa.map_(pa.string(), _arrow_type(schema["values"], named, namespace, f"{field_name}{{}}", path))
+    return _arrow_type(kind, named, namespace, where, path)  # {"type": "long"} and the like
+
+
+def _define(schema: Mapping[str, Any], named: dict[str, Any], namespace: str, arrow: Any) -> Any:
+    full = _full_name(str(schema["name"]), str(schema.get("namespace", namespace)))
+    named[full] = {"type": schema["type"], "arrow": arrow}
+    named.setdefault(str(schema["name"]), named[full])
+    return arrow
+
+
+def _record_type(schema: Mapping[str, Any], named: dict[str, Any], namespace: str, path: tuple[str, ...]) -> Any:
+    name = str(schema.get("name", ""))
+    inner = str(schema.get("namespace", namespace if "." not in name else name.rsplit(".", 1)[0]))
+    full = _full_name(name, inner)
+    fields = []
+    for f in schema.get("fields", ()):
+        nullable = isinstance(f["type"], list) and "null" in f["type"]
+        arrow = _arrow_type(f["type"], named, inner, str(f["name"]), (*path, full, name))
+        fields.append(pa.field(str(f["name"]), arrow, nullable=nullable))
+    struct = pa.struct(fields)
+    named[full] = {"type": "record", "arrow": struct}
+    named.setdefault(name, named[full])
+    return struct
+
+
+def _plain_uuids(schema: Any) -> Any:
+    """The schema with ``uuid`` logical types read as their strings (the column is a string)."""
+    if isinstance(schema, list):
+        return [_plain_uuids(s) for s in schema]
+    if isinstance(schema, dict):
+        plain = {k: _plain_uuids(v) for k, v in schema.items() if not (k == "logicalType" and v == "uuid")}
+        return plain
+    return schema
+
+
+def decode_all(columns: AvroColumns, payloads: Iterable[bytes]) -> tuple[list[Any], list[tuple[int, str]]]:
+    """The values of ``payloads`` in order, and (index, reason) of each that could not be decoded."""
+    values: list[Any] = []
+    failed: list[tuple[int, str]] = []
+    for i, payload in enumerate(payloads):
+        try:
+            values.append(columns.decode(payload))
+        except UndecodableValue as exc:
+            failed.append((i, exc.reason))
+    return values, failed
