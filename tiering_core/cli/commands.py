@@ -109,7 +109,7 @@ def _events(args: argparse.Namespace) -> EventSink:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_cluster_status, format_status_table
+    from tiering_core.cli.tables import format_cluster_status, format_status_table
     from tiering_core.tier.status import collect_status
 
     if args.cluster:
@@ -284,7 +284,7 @@ def cmd_delete_records(args: argparse.Namespace) -> int:
 
 
 def cmd_segments(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_segments_table
+    from tiering_core.cli.tables import format_segments_table
     from tiering_core.tier.status import list_remote_segments
 
     with _context(args) as ctx:

@@ -73,8 +73,6 @@ if TYPE_CHECKING:
     from tiering_core.runs.removal import RemovalResult
     from tiering_core.runs.retention import RetentionResult
     from tiering_core.runs.rewrite import RewriteResult
-    from tiering_core.tier.cluster import ClusterPartitionStatus
-    from tiering_core.tier.status import PartitionStatus
 
 
 def format_copy_summary(results: list[CopyResult], partitions: int | None = None, failed: int = 0) -> str:
@@ -199,116 +197,6 @@ def format_partition_deletion(tp: TopicPartition, result: RemovalResult) -> str:
     return line
 
 
-def _cell(value: Any) -> str:
-    return "-" if value is None else str(value)
-
-
-def format_status_table(rows: list[PartitionStatus], exported: list[int | None] | None = None) -> str:
-    """The status table; with ``exported`` (an ``export`` section is configured: per row) an
-    EXPORTED column: the highest offset the partition's Iceberg table holds of its topic id."""
-    headers = [
-        "PARTITION",
-        "LOG-START",
-        "HW",
-        "LSO",
-        "LEO",
-        "EPOCH",
-        "COPIED",
-        "REMOTE",
-        "REMOTE-BYTES",
-        "LAG",
-        "LAG-BYTES",
-        "DEL-LAG",
-        "DELETE",
-        *(["EXPORTED"] if exported is not None else []),
-        "GAPS/RISK",
-    ]
-    table = [headers]
-    for i, r in enumerate(rows):
-        notes = []
-        if r.not_tiered_reason:
-            notes.append("not tiered: " + r.not_tiered_reason)
-        if r.gaps:
-            notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
-        if r.remote_only_offsets:
-            start, end = r.remote_only_offsets
-            notes.append(f"remote only {start}..{end} (below the broker's log start, read from the tier)")
-        if r.local_retention_risk and r.local_retention_risk.get("at_risk"):
-            notes.append("AT RISK: " + str(r.local_retention_risk.get("reason")))
-        if r.copy_delay:
-            notes.append(copy_delay_words(r.copy_delay))
-        if r.copy_skipped_reason:
-            notes.append("copy skipped: " + r.copy_skipped_reason)
-        if r.error:
-            notes.append("error: " + r.error)
-        if not r.on_broker:
-            notes.append("not on broker")
-        table.append(
-            [
-                f"{r.topic}-{r.partition}",
-                _cell(r.log_start_offset),
-                _cell(r.high_watermark),
-                _cell(r.last_stable_offset),
-                _cell(r.log_end_offset),
-                _cell(r.leader_epoch),
-                _cell(r.highest_copied_offset),
-                _cell(r.remote_segments),
-                _cell(r.remote_bytes),
-                _cell(r.copy_lag_segments),
-                _cell(r.copy_lag_bytes),
-                _cell(r.delete_lag_segments),
-                _cell(r.delete_state),
-                *([_cell(exported[i])] if exported is not None else []),
-                "; ".join(notes) or "-",
-            ]
-        )
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers) - 1)]
-    lines = []
-    for row in table:
-        cells = [row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def format_cluster_status(rows: list[ClusterPartitionStatus]) -> str:
-    """``status --cluster``: a partition per row, each broker's replica as
-    ``<broker>[*]:<HW>/<LSO> e<epoch> @<local log start> <age>`` (``*`` the best fresh replica,
-    ``!`` a stale observation)."""
-    if not rows:
-        return "no partition observed or tiered"
-    headers = ["PARTITION", "BEST", "COPIED", "LAG", "REMOTE", "REMOTE-BYTES", "DELETE", "STALE", "REPLICAS / NOTES"]
-    table = [headers]
-    for r in rows:
-        replicas = ", ".join(
-            f"{s.broker_id}{'*' if s.broker_id == r.best_broker else '!' if s.stale else ''}:"
-            f"{_cell(s.high_watermark)}/{_cell(s.last_stable_offset)} e{_cell(s.leader_epoch)} "
-            f"@{s.local_log_start_offset} {fmt_age(s.age_ms)}"
-            for s in r.replicas
-        )
-        notes = [replicas or "no replica observed"]
-        if r.gaps:
-            notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
-        if r.at_risk:
-            notes.append("AT RISK")
-        table.append(
-            [
-                f"{r.topic}-{r.partition}",
-                _cell(r.best_broker),
-                _cell(r.highest_copied_offset),
-                _cell(r.copy_lag_offsets),
-                _cell(r.remote_segments),
-                _cell(r.remote_bytes),
-                _cell(r.delete_state),
-                ",".join(map(str, r.stale_brokers)) or "-",
-                "; ".join(notes),
-            ]
-        )
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers) - 1)]
-    return "\n".join(
-        "  ".join([row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]).rstrip() for row in table
-    )
-
-
 def format_delete_records(result: DeleteRecordsResult) -> str:
     """``tiering delete-records``: where the log start is (or would be), on the tier and the cluster."""
     where = f"{result.topic}-{result.partition}"
@@ -323,19 +211,6 @@ def format_delete_records(result: DeleteRecordsResult) -> str:
     else:
         line += "; the cluster was not asked (no kafka: section): send it the same DeleteRecords"
     return line
-
-
-def format_segments_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "no remote segments"
-    lines = [f"{'START':>20} {'END':>20} {'SIZE':>12}  {'STATE':<24} EPOCHS  SEGMENT-ID"]
-    for r in rows:
-        epochs = ",".join(f"{e}:{o}" for e, o in r["leader_epochs"].items())
-        lines.append(
-            f"{r['start_offset']:>20} {r['end_offset']:>20} {r['size_bytes']:>12}  {r['state']:<24} {epochs}  "
-            f"{r['segment_id']}"
-        )
-    return "\n".join(lines)
 
 
 def format_verify_summary(results: list[SegmentVerification], seconds: float | None = None) -> str:
