@@ -343,34 +343,25 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
+    from tiering_core.cli.records import RecordFormat, format_records
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.reader import IsolationLevel, open_reader
 
     if args.max_records < 1:
         raise TieringError(f"--max-records must be at least 1, got {args.max_records}")
+    fmt = RecordFormat(
+        print_timestamp=args.print_timestamp,
+        print_partition=args.print_partition,
+        print_offset=args.print_offset,
+        print_headers=args.print_headers,
+        print_key=args.print_key,
+        key_separator=args.key_separator,
+    )
     with _context(args) as ctx:
         reader = open_reader(ctx, TopicPartition(args.topic, args.partition))
         records = reader.read(args.offset, args.max_records, IsolationLevel(args.isolation))
-
-    def human() -> str:
-        return (
-            "\n".join(
-                f"offset {r.offset} timestamp {r.timestamp} leader_epoch {r.leader_epoch} "
-                f"key {_show(r.key)} value {_show(r.value)}" + (f" headers {len(r.headers)}" if r.headers else "")
-                for r in records
-            )
-            or "no records"
-        )
-
-    _emit(args, [r.to_dict() for r in records], human)
+    _emit(args, [r.to_dict() for r in records], lambda: format_records(records, args.partition, fmt))
     return EXIT_OK
-
-
-def _show(data: bytes | None, limit: int = 60) -> str:
-    if data is None:
-        return "null"
-    text = repr(data[:limit])
-    return text + ("..." if len(data) > limit else "")
 
 
 def cmd_find_offset(args: argparse.Namespace) -> int:
