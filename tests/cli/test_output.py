@@ -156,18 +156,3 @@ def test_every_copy_line_reads_as_the_run_always_said_it() -> None:
         ),
     }
     assert {event: event_line(event) for event in lines} == lines
-
-
-def test_a_copy_summary_counts_the_segments_a_dry_run_would_copy_and_the_partitions_that_failed() -> None:
-    from tiering_core.cli.output import format_copy_summary
-    from tiering_core.runs.copy import CopyResult
-
-    def planned(*sizes: int) -> list[dict[str, int]]:
-        return [{"base_offset": i, "end_offset": i, "size_bytes": size} for i, size in enumerate(sizes)]
-
-    dry = [CopyResult("orders", 0, dry_run=True, planned=planned(1024, 1024)), CopyResult("orders", 1, dry_run=True)]
-    assert format_copy_summary(dry) == "copy: 2 partition(s), would copy 2 segment(s), 2.0 KiB"
-    real = [CopyResult("orders", 0, segments_copied=2, bytes_copied=2048)]
-    assert format_copy_summary(real) == "copy: 1 partition(s), 2 segment(s), 2.0 KiB"
-    failed = "copy: 3 partition(s), 2 segment(s), 2.0 KiB, 2 partition(s) failed"
-    assert format_copy_summary(real, partitions=3, failed=2) == failed

@@ -148,7 +148,7 @@ def _exported_offsets(ctx: Any, rows: list[Any]) -> list[int | None] | None:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_copy_summary
+    from tiering_core.cli.summaries import format_copy_summary
     from tiering_core.errors import TieringGapError
     from tiering_core.runs.copy import CopyResult, run_copy
 
@@ -182,7 +182,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_orphans, format_retention
+    from tiering_core.cli.output import format_orphans
+    from tiering_core.cli.summaries import format_retention, format_retention_summary, with_summary
     from tiering_core.runs.orphans import find_orphans
     from tiering_core.runs.retention import run_retention
 
@@ -198,7 +199,8 @@ def cmd_retention(args: argparse.Namespace) -> int:
             )
             return EXIT_OK
         results = []
-        for partition_log in ctx.partitions(args.topic, args.partition):
+        partitions = ctx.partitions(args.topic, args.partition)
+        for partition_log in partitions:
             try:
                 results.append(
                     run_retention(
@@ -212,7 +214,9 @@ def cmd_retention(args: argparse.Namespace) -> int:
     _emit(
         args,
         [r.to_dict() for r in results],
-        lambda: format_retention(results),
+        lambda: with_summary(
+            format_retention(results), format_retention_summary(results, len(partitions), len(failures))
+        ),
     )
     for failure in failures:
         print(f"tiering: retention failed: {failure}", file=sys.stderr)
@@ -220,18 +224,23 @@ def cmd_retention(args: argparse.Namespace) -> int:
 
 
 def cmd_rewrite(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_rewrite
+    from tiering_core.cli.summaries import format_rewrite, format_rewrite_summary, with_summary
     from tiering_core.runs.rewrite import run_rewrite
 
     failures: list[str] = []
     results = []
     with _context(args) as ctx:
-        for partition_log in ctx.partitions(args.topic, args.partition):
+        partitions = ctx.partitions(args.topic, args.partition)
+        for partition_log in partitions:
             try:
                 results.append(run_rewrite(ctx, partition_log.topic_partition))
             except TieringError as exc:
                 failures.append(f"{partition_log.topic_partition}: {exc}")
-    _emit(args, [r.to_dict() for r in results], lambda: format_rewrite(results))
+    _emit(
+        args,
+        [r.to_dict() for r in results],
+        lambda: with_summary(format_rewrite(results), format_rewrite_summary(results, len(partitions), len(failures))),
+    )
     for failure in failures:
         print(f"tiering: rewrite failed: {failure}", file=sys.stderr)
     return EXIT_FAILURE if failures else EXIT_OK

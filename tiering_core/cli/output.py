@@ -18,6 +18,7 @@ from dataclasses import fields
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.cli.summaries import failed_words
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import (
     CopyDeferred,
@@ -65,69 +66,11 @@ if TYPE_CHECKING:
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.replay import ReplayResult
-    from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.delete_records import DeleteRecordsResult
     from tiering_core.runs.orphans import OrphanObject
     from tiering_core.runs.rebuild import IndexCheck, RebuildResult
     from tiering_core.runs.recover import RecoveryResult
     from tiering_core.runs.removal import RemovalResult
-    from tiering_core.runs.retention import RetentionResult
-    from tiering_core.runs.rewrite import RewriteResult
-
-
-def format_copy_summary(results: list[CopyResult], partitions: int | None = None, failed: int = 0) -> str:
-    """One line for a copy of ``partitions`` partitions (default: one per result), ``failed`` of
-    them with an error (a partition that failed before it had a result has none)."""
-    count = len(results) if partitions is None else partitions
-    if results and all(r.dry_run for r in results):
-        planned = [segment for r in results for segment in r.planned]
-        size = sum(segment["size_bytes"] for segment in planned)
-        line = f"copy: {count} partition(s), would copy {len(planned)} segment(s), {fmt_bytes(size)}"
-    else:
-        copied = sum(r.segments_copied for r in results)
-        size = sum(r.bytes_copied for r in results)
-        fenced = sum(1 for r in results if r.fenced)
-        line = f"copy: {count} partition(s), {copied} segment(s), {fmt_bytes(size)}"
-        if fenced:
-            line += f", {fenced} partition(s) held by another run"
-    if failed:
-        line += f", {failed} partition(s) failed"
-    return line
-
-
-def format_retention(results: list[RetentionResult]) -> str:
-    return "\n".join(retention_line(r) for r in results)
-
-
-def retention_line(r: RetentionResult) -> str:
-    line = f"{r.topic}-{r.partition}: "
-    if r.skipped_reason:
-        return line + f"skipped ({r.skipped_reason})"
-    line += f"{'would delete' if r.dry_run else 'deleted'} "
-    line += f"{len(r.planned) if r.dry_run else r.segments_deleted} segment(s)"
-    if not r.dry_run:
-        line += f", {r.bytes_deleted} bytes"
-    if r.copies_cleaned:
-        line += f"; cleaned up {r.copies_cleaned} copy(ies) a killed run left"
-    if r.new_remote_log_start_offset is not None:
-        line += f"; remote log start offset {'would become' if r.dry_run else '->'} {r.new_remote_log_start_offset}"
-    if r.fenced:
-        line += " (held by another run)"
-    return line
-
-
-def format_rewrite(results: list[RewriteResult]) -> str:
-    """One line per partition of ``tiering rewrite``."""
-    lines = []
-    for r in results:
-        line = f"{r.topic}-{r.partition}: rewrote {r.segments_rewritten} segment(s)"
-        if r.segments_rewritten:
-            line += f" ({fmt_bytes(r.stored_bytes_before)} stored -> {fmt_bytes(r.stored_bytes_after)})"
-        line += f", {r.segments_current} already in the current format"
-        if r.segments_cleaned_up:
-            line += f"; cleaned up {r.segments_cleaned_up} copy(ies) a killed run left"
-        lines.append(line)
-    return "\n".join(lines)
 
 
 def format_recovery(result: RecoveryResult) -> str:
@@ -663,12 +606,10 @@ def _replay_finished(event: ReplayFinished) -> str:
 
 
 def format_replay_summary(result: ReplayResult) -> str:
+    """A line per source partition, then the summary, which counts the failed partitions (each
+    also one line on stderr)."""
     seconds = max((p.seconds for p in result.partitions), default=0.0)
-    lines = [
-        f"replay {result.topic} (topic id {result.topic_id}) -> {result.target_topic}: "
-        f"{result.records:,} record(s), {fmt_bytes(result.bytes)} from {len(result.partitions)} partition(s)"
-        f"{_rates(result.records, result.bytes, seconds)}"
-    ]
+    lines = []
     for p in result.partitions:
         span = (
             "nothing in range"
@@ -678,4 +619,9 @@ def format_replay_summary(result: ReplayResult) -> str:
         gaps = "".join(f"; offsets {g.start}-{g.end} NOT replayed ({why})" for g, why in p.gaps)
         why = f": {p.detail}" if p.detail else ""
         lines.append(f"  {p.topic}-{p.partition}: {p.outcome}, {span}, {p.records:,} record(s){gaps}{why}")
+    lines.append(
+        f"replay {result.topic} (topic id {result.topic_id}) -> {result.target_topic}: "
+        f"{result.records:,} record(s), {fmt_bytes(result.bytes)} from {len(result.partitions)} partition(s)"
+        f"{_rates(result.records, result.bytes, seconds)}{failed_words(len(result.failed))}"
+    )
     return "\n".join(lines)
