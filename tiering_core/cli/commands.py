@@ -408,6 +408,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from tiering_core.humanize import fmt_bytes
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.restore import restore_partition
 
@@ -420,7 +421,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         result.to_dict(),
         lambda: (
             f"{args.topic}-{args.partition}: restored {result.segments} segment(s), offsets "
-            f"{result.log_start_offset}..{result.end_offset}, {result.bytes} bytes to {result.directory}"
+            f"{result.log_start_offset}..{result.end_offset}, {fmt_bytes(result.bytes)} to {result.directory}"
         ),
     )
     return EXIT_OK

@@ -59,7 +59,7 @@ from tiering_core.events.read import (
 from tiering_core.events.rebuild import IndexChecked, IndexStatus, PartitionBusy, RebuildPlanned
 from tiering_core.events.replay import ReplayCommitted, ReplayFinished, ReplayGap, ReplayStarted
 from tiering_core.events.retention import PartitionRetentionOutcome
-from tiering_core.humanize import fmt_age, fmt_bytes
+from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration
 
 if TYPE_CHECKING:
     from tiering_core.export import ExportResult
@@ -115,7 +115,7 @@ def format_orphans(orphans: list[OrphanObject]) -> str:
 
     lines = [
         f"{'deleted' if o.deleted else 'kept' if o.kind == UNRECORDED else 'orphan'} {o.kind} {o.key} "
-        f"({o.size} bytes, {o.age_ms} ms old)"
+        f"({fmt_bytes(o.size)}, {fmt_duration(o.age_ms)} old)"
         for o in orphans
     ]
     unrecorded = sum(1 for o in orphans if o.kind == UNRECORDED)
@@ -132,7 +132,7 @@ def format_partition_deletion(tp: TopicPartition, result: RemovalResult) -> str:
     line = f"{tp} (topic id {ids}): " + (
         f"would delete {len(result.planned)} segment(s) and {len(result.orphan_objects)} unreferenced object(s)"
         if result.dry_run
-        else f"deleted {result.segments_deleted} segment(s), {result.bytes_deleted} bytes, "
+        else f"deleted {result.segments_deleted} segment(s), {fmt_bytes(result.bytes_deleted)}, "
         f"{len(result.orphan_objects)} unreferenced object(s); state {result.state}"
     )
     if result.kept_topic_ids:
@@ -160,7 +160,7 @@ def format_verify_summary(results: list[SegmentVerification], seconds: float | N
     """What a verify found; with ``seconds``, how long it took and how fast it read."""
     bad = sum(1 for r in results if not r.ok)
     size = sum(r.size_bytes for r in results)
-    line = f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
+    line = f"verify: {len(results)} finished segment(s) ({fmt_bytes(size)} of log), {bad} with problems"
     if seconds is not None:
         line += f" in {seconds:.2f} s ({fmt_bytes(size / seconds if seconds > 0 else 0.0)}/s)"
     legacy = sum(1 for r in results if not r.tamper_evident)
