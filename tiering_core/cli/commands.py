@@ -13,7 +13,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
 from tiering_core.cli.output import Output, output_for
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 from tiering_core.events import EventSink
+from tiering_core.humanize import fmt_bytes
 
 log = logging.getLogger("tiering")
 
@@ -211,13 +212,8 @@ def cmd_retention(args: argparse.Namespace) -> int:
                 raise
             except TieringError as exc:
                 failures.append(f"{partition_log.topic_partition}: {exc}")
-    _emit(
-        args,
-        [r.to_dict() for r in results],
-        lambda: with_summary(
-            format_retention(results), format_retention_summary(results, len(partitions), len(failures))
-        ),
-    )
+    summary = format_retention_summary(results, len(partitions), len(failures))
+    _emit(args, [r.to_dict() for r in results], lambda: with_summary(format_retention(results), summary))
     for failure in failures:
         print(f"tiering: retention failed: {failure}", file=sys.stderr)
     return EXIT_FAILURE if failures else EXIT_OK
@@ -236,11 +232,8 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
                 results.append(run_rewrite(ctx, partition_log.topic_partition))
             except TieringError as exc:
                 failures.append(f"{partition_log.topic_partition}: {exc}")
-    _emit(
-        args,
-        [r.to_dict() for r in results],
-        lambda: with_summary(format_rewrite(results), format_rewrite_summary(results, len(partitions), len(failures))),
-    )
+    summary = format_rewrite_summary(results, len(partitions), len(failures))
+    _emit(args, [r.to_dict() for r in results], lambda: with_summary(format_rewrite(results), summary))
     for failure in failures:
         print(f"tiering: rewrite failed: {failure}", file=sys.stderr)
     return EXIT_FAILURE if failures else EXIT_OK
@@ -358,14 +351,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
     if args.max_records < 1:
         raise TieringError(f"--max-records must be at least 1, got {args.max_records}")
-    fmt = RecordFormat(
-        print_timestamp=args.print_timestamp,
-        print_partition=args.print_partition,
-        print_offset=args.print_offset,
-        print_headers=args.print_headers,
-        print_key=args.print_key,
-        key_separator=args.key_separator,
-    )
+    fmt = RecordFormat(**{f.name: getattr(args, f.name) for f in fields(RecordFormat)})  # the flags' dests
     with _context(args) as ctx:
         reader = open_reader(ctx, TopicPartition(args.topic, args.partition))
         records = reader.read(args.offset, args.max_records, IsolationLevel(args.isolation))
@@ -408,7 +394,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from tiering_core.humanize import fmt_bytes
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.restore import restore_partition
 
@@ -478,7 +463,6 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def _db_backup(args: argparse.Namespace, url: str) -> int:
-    from tiering_core.humanize import fmt_bytes
     from tiering_core.metadata.backup import backup_store
 
     done = backup_store(url, Path(args.file), force=args.force)
