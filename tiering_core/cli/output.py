@@ -4,8 +4,10 @@ tasks print: the reporting layer above the runs.
 The runs return values (and ``--json`` prints their ``to_dict``) and emit events
 (``tiering_core.events``) while they work; how either reads to a person is decided here, in one
 place. ``event_line`` has one registration per event type, beside the run's other lines; an
-``Output`` (console or JSON, as pyiceberg's CLI has) says where the words go. This module imports
-only downward: the runs' values, never the command line.
+``Output`` (console or JSON, as pyiceberg's CLI has) says where the words go. Beside it, by
+concern: ``tables`` (every table, through one formatter), ``summaries`` (the last line of a run
+over partitions) and ``records`` (``fetch``'s lines). This module imports only downward: the runs'
+values, never the command line.
 """
 
 from __future__ import annotations
