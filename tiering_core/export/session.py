@@ -189,7 +189,8 @@ def exporting(
     """Hold ``topic``'s table (``table``: ``NAMESPACE.NAME`` instead of ``<namespace>.<topic>``)
     for the block: its lease taken (``TableBusyError`` while another export holds it), the table
     opened, created or migrated under it and the last export commit of its ancestry recorded, the
-    lease released at the end."""
+    lease released at the end. The topic is checked first, and an export that fails drops the table
+    it created while nothing was committed to it (``TableExport.drop_if_unused``)."""
     config = export_config(ctx.config)
     name = table_name(config, topic, table)
     require_remote_data(ctx, topic)  # before the table is created: an unknown topic makes none
