@@ -68,6 +68,10 @@ def test_fetch_prints_values_by_default_and_what_the_flags_ask_for(
         f"CreateTime:{raw[1]['timestamp']}|Partition:0|Offset:1|NO_HEADERS|null|bin\\x00\\xff",
     ]
     assert "b'" not in out and "headers " not in out
+    code, out, _ = run(
+        capsys, "--config", cfg, "fetch", *SELECT, "--offset", "0", "--max-records", "1", "--print-offset"
+    )
+    assert code == 0 and out == "Offset:0\tfirst value\n"  # a tab by default, as the console consumer's
 
 
 def test_fetch_reads_a_partition_whose_broker_directory_is_gone_from_the_tier(
