@@ -90,7 +90,7 @@ def test_status_shows_sizes_in_human_units_and_lag_in_offsets_as_the_cluster_vie
     assert_aligned(out, numeric={"BEST", "COPIED", LAG_OFFSETS, "REMOTE-SEGMENTS", "REMOTE-SIZE"})
     end = header.index(LAG_OFFSETS) + len(LAG_OFFSETS)
     assert line[:end].split()[-1] == str(lag)
-    assert re.search(r" \d+(ms|s)$", line) or re.search(r" \d+(ms|s)[;,]", line), line  # the replica's age
+    assert re.search(r" @\d+ \d+(ms|s|m|h|d)( \d+(s|m|h))?(;|,|$)", line), line  # the replica's age: "850ms", "1m 5s"
 
 
 def test_segments_lines_up_every_row_and_reads_sizes_in_human_units(
