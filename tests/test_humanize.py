@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tiering_core.cli.output import fmt_bytes as cli_fmt_bytes
-from tiering_core.humanize import fmt_age, fmt_bytes
+from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration
 
 
 def test_sizes_are_binary_units() -> None:
@@ -25,4 +25,17 @@ def test_ages_round_down_to_the_largest_readable_unit() -> None:
         "119m",
         "2h",
         "2d",
+    ]
+
+
+def test_durations_read_in_their_two_largest_units() -> None:
+    assert [fmt_duration(ms) for ms in (0, 999, 1000, 60_000, 3_780_950, 3_600_000, 104_400_000, -5000)] == [
+        "0ms",
+        "999ms",
+        "1s",
+        "1m",
+        "1h 3m",
+        "1h",
+        "1d 5h",
+        "-5s",
     ]

@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from tiering_core.config import PlatformConfig, TopicConfig
-from tiering_core.errors import TieringError
+from tiering_core.errors import PartitionNotInLogDirsError, TieringError
 from tiering_core.kafka.partition_log import CLUSTER_METADATA_TOPIC, PartitionLog, discover_partitions
 from tiering_core.kafka.topic import TopicPartition
 
@@ -168,7 +168,7 @@ def find_partition(config: PlatformConfig, tp: TopicPartition) -> PartitionLog:
             entry = log_dir / f"{tp.topic}-{tp.partition}"  # a TopicPartition's name is a valid one
             if entry.is_dir() and not entry.is_symlink():
                 return PartitionLog(entry, log_dir)
-    raise TieringError(f"partition {tp} is not in the log dirs")
+    raise PartitionNotInLogDirsError(tp)
 
 
 def _checked_log_dirs(config: PlatformConfig) -> tuple[Path, ...]:

@@ -61,6 +61,14 @@ class NoRemoteDataError(TieringError):
         super().__init__(f"partition {partition} has no remote data (unknown to the metadata store)")
 
 
+class PartitionNotInLogDirsError(TieringError):
+    """The broker's log dirs hold no directory of the partition (deleted, moved, or a lost disk):
+    a reader may still serve what the remote tier holds of it."""
+
+    def __init__(self, partition: object) -> None:
+        super().__init__(f"partition {partition} is not in the log dirs")
+
+
 class ExportError(TieringError):
     """An export cannot go on (no ``export`` section, an unreachable catalog, a table that cannot
     be created, an unwritable warehouse, a failed commit): one line naming what."""

@@ -26,3 +26,24 @@ def fmt_age(ms: int) -> str:
     if ms < 172_800_000:
         return f"{ms // 3_600_000}h"
     return f"{ms // 86_400_000}d"
+
+
+_DURATION_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
+
+
+def fmt_duration(ms: int) -> str:
+    """``1h 3m``, ``2d 4h``, ``45s``, ``350ms``: the two largest units, for a table's ages and
+    durations, where ``63m`` or ``3780950`` make a person count. Negative values keep their sign."""
+    if ms < 0:
+        return "-" + fmt_duration(-ms)
+    if ms < 1000:
+        return f"{ms}ms"
+    parts: list[str] = []
+    rest = ms
+    for unit, size in _DURATION_UNITS:
+        if rest >= size or parts:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+        if len(parts) == 2:
+            break
+    return " ".join(part for part in parts if not part.startswith("0") or part == parts[0])

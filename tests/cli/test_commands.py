@@ -635,3 +635,29 @@ def test_the_command_gives_other_libraries_loggers_back_as_they_were(
     finally:
         for lg, level in zip(loggers, before, strict=True):
             lg.setLevel(level)
+
+
+def test_an_unreachable_cluster_is_one_line_within_the_connect_timeout(fs_env: TieringEnv) -> None:
+    """``status`` (the cluster's offsets) and ``replay`` (the cluster written) against a cluster
+    that refuses connections: one line on stderr naming it, after one bootstrap of
+    ``request_timeout_ms``, not one per partition or per retry."""
+    import time
+
+    for partition in (0, 1):
+        w = fs_env.writer(partition=partition)
+        write_segments(w, 1)
+        w.set_high_watermark()
+    cli = [sys.executable, "-m", "tiering_core.cli", "--config", str(fs_env.config_path)]
+    assert subprocess.run([*cli, "copy"], capture_output=True, timeout=120).returncode == 0
+    fs_env.sections = {"kafka": {"bootstrap_servers": "127.0.0.1:1", "request_timeout_ms": 2000}}
+    fs_env.write_config()
+    replay = ["replay", "--topic", "orders", "--from-offset", "0", "--target-topic", "copy-of-orders"]
+    for argv in (["status"], replay):
+        started = time.monotonic()
+        done = subprocess.run([*cli, *argv], capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+        lines = done.stderr.splitlines()
+        assert done.returncode == 1 and 1 <= len(lines) <= 2 and done.stdout == "", (argv, done.stderr, done.stdout)
+        assert lines[-1].startswith("tiering: kafka: the cluster at 127.0.0.1:1 did not answer ("), done.stderr
+        assert lines[-1].count("KafkaTimeoutError") == 1, done.stderr
+        assert took < 60, (argv, took)  # the interpreter's start and one 2 s bootstrap, never a retry per partition

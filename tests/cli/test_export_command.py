@@ -245,3 +245,44 @@ def test_the_library_imports_pyiceberg_only_when_a_table_is_used() -> None:
     code = "import sys, tiering_core.export, tiering_core.cli.main; print('pyiceberg' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def corrupt_every_segment(env: TieringEnv) -> None:
+    """Flip a byte in the last batch of every remote segment of ``TOPIC``-0: each fails its export."""
+    with env.context() as ctx:
+        tip = open_reader(ctx, TopicPartition(TOPIC, 0)).view.tip
+        client = boto3.client("s3", endpoint_url=ctx.config.remote.endpoint_url, region_name=ctx.config.remote.region)
+        for segment in ctx.metadata.list_segments(tip):
+            key = segment_ref(segment).key(ObjectKind.LOG, ctx.storage.prefix)
+            body = bytearray(client.get_object(Bucket=ctx.config.remote.bucket, Key=key)["Body"].read())
+            body[-10] ^= 0xFF
+            client.put_object(Bucket=ctx.config.remote.bucket, Key=key, Body=bytes(body))
+
+
+def table_exists(env: TieringEnv, topic: str = TOPIC) -> bool:
+    with env.context() as ctx:
+        return open_table(load_catalog(ctx.config), table_name(ctx.config.export, topic), create=False) is not None
+
+
+def test_a_failed_export_leaves_no_table_and_never_drops_one_it_did_not_create(
+    tiering_env: TieringEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tiered(tiering_env, partitions=1)
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    code = main(["--config", str(tiering_env.config_path), "export", "--topic", "nosuch"])
+    err = capsys.readouterr().err
+    assert code == 1 and err == "tiering: topic nosuch has no remote data\n"
+    assert not table_exists(tiering_env, "nosuch")
+    assert export(tiering_env, "--partition", "9") == 1
+    assert "partition 9 has no remote data" in capsys.readouterr().err and not table_exists(tiering_env)
+
+    corrupt_every_segment(tiering_env)
+    assert export(tiering_env) == 1  # created the table, then every segment failed: nothing committed
+    assert "segment(s) failed" in capsys.readouterr().out
+    assert not table_exists(tiering_env)
+    assert sorted(p.name for p in (tmp_path / "warehouse").rglob("*.parquet")) == []
+
+    with tiering_env.context() as ctx:  # someone else's table, empty: a failed export keeps it
+        open_table(load_catalog(ctx.config), table_name(ctx.config.export, TOPIC), create=True)
+    assert export(tiering_env) == 1
+    assert table_exists(tiering_env) and snapshots(tiering_env) == 0

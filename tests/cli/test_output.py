@@ -158,16 +158,10 @@ def test_every_copy_line_reads_as_the_run_always_said_it() -> None:
     assert {event: event_line(event) for event in lines} == lines
 
 
-def test_a_copy_summary_counts_the_segments_a_dry_run_would_copy_and_the_partitions_that_failed() -> None:
-    from tiering_core.cli.output import format_copy_summary
-    from tiering_core.runs.copy import CopyResult
+def test_orphans_read_in_human_units_and_their_json_keeps_the_raw_numbers() -> None:
+    from tiering_core.cli.output import format_orphans
+    from tiering_core.runs.orphans import OrphanObject
 
-    def planned(*sizes: int) -> list[dict[str, int]]:
-        return [{"base_offset": i, "end_offset": i, "size_bytes": size} for i, size in enumerate(sizes)]
-
-    dry = [CopyResult("orders", 0, dry_run=True, planned=planned(1024, 1024)), CopyResult("orders", 1, dry_run=True)]
-    assert format_copy_summary(dry) == "copy: 2 partition(s), would copy 2 segment(s), 2.0 KiB"
-    real = [CopyResult("orders", 0, segments_copied=2, bytes_copied=2048)]
-    assert format_copy_summary(real) == "copy: 1 partition(s), 2 segment(s), 2.0 KiB"
-    failed = "copy: 3 partition(s), 2 segment(s), 2.0 KiB, 2 partition(s) failed"
-    assert format_copy_summary(real, partitions=3, failed=2) == failed
+    orphan = OrphanObject("p/orders-x/0/00000000000000000000-a.log", 62304, 3780950, deleted=False)
+    assert format_orphans([orphan]) == "orphan object p/orders-x/0/00000000000000000000-a.log (60.8 KiB, 1h 3m old)"
+    assert (orphan.to_dict()["size"], orphan.to_dict()["age_ms"]) == (62304, 3780950)

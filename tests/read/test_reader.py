@@ -9,8 +9,10 @@ from dataclasses import replace
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of
+from tiering_core.errors import TieringError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.records import Record, iter_records
+from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.reader import OffsetOutOfRangeError, open_reader
 from tiering_core.runs.copy import run_copy
@@ -201,3 +203,21 @@ def test_a_replica_behind_the_lineage_reads_the_recorded_lineage_and_copies_noth
         assert result.segments_copied == 0 and "behind the recorded lineage" in (result.skipped_reason or "")
         assert run_copy(ctx, w.tp, dry_run=True).skipped_reason == result.skipped_reason
         assert ctx.metadata.get_recorded_lineage(tip_of(w)) == lineage
+
+
+def test_a_partition_whose_broker_directory_is_gone_is_read_from_the_tier_alone(fs_env: TieringEnv) -> None:
+    """The broker deleted or moved the directory: what was tiered of it is still served (as replay
+    serves a deleted topic), and a partition the tier never held is still refused by name."""
+    w = build(fs_env)
+    expected = local_records(w)
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+        before = open_reader(ctx, w.tp).read(0, 1000)
+        found = open_reader(ctx, w.tp).offset_for_timestamp(expected[3].timestamp)
+    shutil.rmtree(w.path)
+    with fs_env.context() as ctx:
+        reader = open_reader(ctx, w.tp)
+        assert reader.read(0, 1000) == before and [r.offset for r in before] == [r.offset for r in expected]
+        assert reader.offset_for_timestamp(expected[3].timestamp) == found
+        with pytest.raises(TieringError, match="partition orders-7 is not in the log dirs"):
+            open_reader(ctx, TopicPartition("orders", 7))

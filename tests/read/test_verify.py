@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
+
+import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.storage.legacy_support import make_legacy
 from tiering_core.cli.output import format_verification, format_verify_summary
+from tiering_core.errors import TieringError
 from tiering_core.kafka.crc import crc32c
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.read.verify import verify_partition
+from tiering_core.read.verify import partitions_to_verify, verify_partition
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rewrite import run_rewrite
 from tiering_core.runs.segment_ops import segment_ref
@@ -106,3 +110,18 @@ def test_segments_copied_before_digests_are_named_and_rewrite_makes_them_tamper_
     assert [(r.start_offset, r.ok, r.tamper_evident) for r in again] == [
         (s.start_offset, True, True) for s in (seg0, seg1, _seg2)
     ]
+
+
+def test_a_partition_whose_broker_directory_is_gone_is_still_verified_from_the_tier(fs_env: TieringEnv) -> None:
+    w = fs_env.writer()
+    write_segments(w, 2)
+    w.set_high_watermark()
+    with fs_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    shutil.rmtree(w.path)
+    with fs_env.context() as ctx:
+        assert partitions_to_verify(ctx, "orders", 0) == [tip_of(w)]
+        assert partitions_to_verify(ctx, "orders") == [tip_of(w)]
+        assert [r.ok for r in verify_partition(ctx, tip_of(w))] == [True, True]
+        with pytest.raises(TieringError, match=r"topic 'orders' has no partition in the log dirs"):
+            partitions_to_verify(ctx, "orders", 1)

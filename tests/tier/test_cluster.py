@@ -5,6 +5,7 @@ stale brokers (a configured broker that never reported is stale, never waited fo
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -93,9 +94,20 @@ def test_status_cluster_shows_each_broker_s_replica_the_best_and_stale_brokers(
     code, out, _ = run(capsys, "--config", cfg, "status", "--cluster", "--topic", "orders")
     assert code == 0
     header, line = out.strip().splitlines()
-    assert header.split()[:8] == ["PARTITION", "BEST", "COPIED", "LAG", "REMOTE", "REMOTE-BYTES", "DELETE", "STALE"]
+    assert header.split()[:8] == [
+        "PARTITION",
+        "BEST",
+        "COPIED",
+        "LAG-OFFSETS",
+        "REMOTE-SEGMENTS",
+        "REMOTE-SIZE",
+        "DELETE",
+        "STALE",
+    ]
     assert line.startswith("orders-0") and " 2*:17/17 e0 @0 " in line and " 1:12/12 e0 @0 " in line
-    assert line.split()[7] == "3"
+    stale = header.index("STALE")
+    assert line[stale:].split()[0] == "3" and line[: header.index("LAG-OFFSETS") + len("LAG-OFFSETS")].endswith(" 2")
+    assert re.search(r" \d+(\.\d)? (B|KiB) ", line), line  # the remote size in human units
 
     time.sleep(0.05)
     cfg = config(tmp_path, metadata_url, observation_staleness_ms=1)  # every observation is stale now

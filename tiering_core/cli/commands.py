@@ -13,7 +13,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
 from tiering_core.cli.output import Output, output_for
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 from tiering_core.events import EventSink
+from tiering_core.humanize import fmt_bytes
 
 log = logging.getLogger("tiering")
 
@@ -109,7 +110,7 @@ def _events(args: argparse.Namespace) -> EventSink:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_cluster_status, format_status_table
+    from tiering_core.cli.tables import format_cluster_status, format_status_table
     from tiering_core.tier.status import collect_status
 
     if args.cluster:
@@ -148,7 +149,7 @@ def _exported_offsets(ctx: Any, rows: list[Any]) -> list[int | None] | None:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_copy_summary
+    from tiering_core.cli.summaries import format_copy_summary
     from tiering_core.errors import TieringGapError
     from tiering_core.runs.copy import CopyResult, run_copy
 
@@ -182,7 +183,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_orphans, format_retention
+    from tiering_core.cli.output import format_orphans
+    from tiering_core.cli.summaries import format_retention, format_retention_summary, with_summary
     from tiering_core.runs.orphans import find_orphans
     from tiering_core.runs.retention import run_retention
 
@@ -198,7 +200,8 @@ def cmd_retention(args: argparse.Namespace) -> int:
             )
             return EXIT_OK
         results = []
-        for partition_log in ctx.partitions(args.topic, args.partition):
+        partitions = ctx.partitions(args.topic, args.partition)
+        for partition_log in partitions:
             try:
                 results.append(
                     run_retention(
@@ -209,29 +212,28 @@ def cmd_retention(args: argparse.Namespace) -> int:
                 raise
             except TieringError as exc:
                 failures.append(f"{partition_log.topic_partition}: {exc}")
-    _emit(
-        args,
-        [r.to_dict() for r in results],
-        lambda: format_retention(results),
-    )
+    summary = format_retention_summary(results, len(partitions), len(failures))
+    _emit(args, [r.to_dict() for r in results], lambda: with_summary(format_retention(results), summary))
     for failure in failures:
         print(f"tiering: retention failed: {failure}", file=sys.stderr)
     return EXIT_FAILURE if failures else EXIT_OK
 
 
 def cmd_rewrite(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_rewrite
+    from tiering_core.cli.summaries import format_rewrite, format_rewrite_summary, with_summary
     from tiering_core.runs.rewrite import run_rewrite
 
     failures: list[str] = []
     results = []
     with _context(args) as ctx:
-        for partition_log in ctx.partitions(args.topic, args.partition):
+        partitions = ctx.partitions(args.topic, args.partition)
+        for partition_log in partitions:
             try:
                 results.append(run_rewrite(ctx, partition_log.topic_partition))
             except TieringError as exc:
                 failures.append(f"{partition_log.topic_partition}: {exc}")
-    _emit(args, [r.to_dict() for r in results], lambda: format_rewrite(results))
+    summary = format_rewrite_summary(results, len(partitions), len(failures))
+    _emit(args, [r.to_dict() for r in results], lambda: with_summary(format_rewrite(results), summary))
     for failure in failures:
         print(f"tiering: rewrite failed: {failure}", file=sys.stderr)
     return EXIT_FAILURE if failures else EXIT_OK
@@ -284,7 +286,7 @@ def cmd_delete_records(args: argparse.Namespace) -> int:
 
 
 def cmd_segments(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_segments_table
+    from tiering_core.cli.tables import format_segments_table
     from tiering_core.tier.status import list_remote_segments
 
     with _context(args) as ctx:
@@ -343,34 +345,18 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
+    from tiering_core.cli.records import RecordFormat, format_records
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.reader import IsolationLevel, open_reader
 
     if args.max_records < 1:
         raise TieringError(f"--max-records must be at least 1, got {args.max_records}")
+    fmt = RecordFormat(**{f.name: getattr(args, f.name) for f in fields(RecordFormat)})  # the flags' dests
     with _context(args) as ctx:
         reader = open_reader(ctx, TopicPartition(args.topic, args.partition))
         records = reader.read(args.offset, args.max_records, IsolationLevel(args.isolation))
-
-    def human() -> str:
-        return (
-            "\n".join(
-                f"offset {r.offset} timestamp {r.timestamp} leader_epoch {r.leader_epoch} "
-                f"key {_show(r.key)} value {_show(r.value)}" + (f" headers {len(r.headers)}" if r.headers else "")
-                for r in records
-            )
-            or "no records"
-        )
-
-    _emit(args, [r.to_dict() for r in records], human)
+    _emit(args, [r.to_dict() for r in records], lambda: format_records(records, args.partition, fmt))
     return EXIT_OK
-
-
-def _show(data: bytes | None, limit: int = 60) -> str:
-    if data is None:
-        return "null"
-    text = repr(data[:limit])
-    return text + ("..." if len(data) > limit else "")
 
 
 def cmd_find_offset(args: argparse.Namespace) -> int:
@@ -420,7 +406,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         result.to_dict(),
         lambda: (
             f"{args.topic}-{args.partition}: restored {result.segments} segment(s), offsets "
-            f"{result.log_start_offset}..{result.end_offset}, {result.bytes} bytes to {result.directory}"
+            f"{result.log_start_offset}..{result.end_offset}, {fmt_bytes(result.bytes)} to {result.directory}"
         ),
     )
     return EXIT_OK
@@ -477,7 +463,6 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def _db_backup(args: argparse.Namespace, url: str) -> int:
-    from tiering_core.humanize import fmt_bytes
     from tiering_core.metadata.backup import backup_store
 
     done = backup_store(url, Path(args.file), force=args.force)

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from tiering_core.cli.output import event_line, format_copy_summary, format_status_table, format_verify_summary
+from tiering_core.cli.output import event_line, format_verify_summary
+from tiering_core.cli.summaries import format_copy_summary
+from tiering_core.cli.tables import format_status_table
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError

@@ -196,6 +196,7 @@ def add_remote_tier_commands(sub: Subcommands) -> None:
         default="read_uncommitted",
         help="a consumer's isolation.level: read_committed skips aborted transactions (default read_uncommitted)",
     )
+    _add_record_format(p)
     p.set_defaults(handler=cmd_fetch)
 
     p = sub.add_parser("export", help="export a topic's remote segments to its Iceberg table, exactly once")
@@ -231,6 +232,21 @@ def add_remote_tier_commands(sub: Subcommands) -> None:
         "--force", action="store_true", help="write into a target holding meta.properties or checkpoint files"
     )
     p.set_defaults(handler=cmd_restore)
+
+
+def _add_record_format(parser: argparse.ArgumentParser) -> None:
+    """``fetch``'s lines as ``kafka-console-consumer`` prints them: its formatter's properties
+    (``print.key`` ...) as flags; the value alone by default."""
+    for field in ("timestamp", "partition", "offset", "headers", "key"):
+        parser.add_argument(
+            f"--print-{field}", action="store_true", help=f"print each record's {field} before its value"
+        )
+    parser.add_argument(
+        "--key-separator",
+        default="\t",
+        metavar="SEP",
+        help="what separates the printed fields (a consumer's key.separator; default a tab)",
+    )
 
 
 def _non_negative(text: str) -> int:

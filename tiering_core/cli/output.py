@@ -4,8 +4,10 @@ tasks print: the reporting layer above the runs.
 The runs return values (and ``--json`` prints their ``to_dict``) and emit events
 (``tiering_core.events``) while they work; how either reads to a person is decided here, in one
 place. ``event_line`` has one registration per event type, beside the run's other lines; an
-``Output`` (console or JSON, as pyiceberg's CLI has) says where the words go. This module imports
-only downward: the runs' values, never the command line.
+``Output`` (console or JSON, as pyiceberg's CLI has) says where the words go. Beside it, by
+concern: ``tables`` (every table, through one formatter), ``summaries`` (the last line of a run
+over partitions) and ``records`` (``fetch``'s lines). This module imports only downward: the runs'
+values, never the command line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import fields
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.cli.summaries import failed_words
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import (
     CopyDeferred,
@@ -58,78 +61,18 @@ from tiering_core.events.read import (
 from tiering_core.events.rebuild import IndexChecked, IndexStatus, PartitionBusy, RebuildPlanned
 from tiering_core.events.replay import ReplayCommitted, ReplayFinished, ReplayGap, ReplayStarted
 from tiering_core.events.retention import PartitionRetentionOutcome
-from tiering_core.humanize import fmt_age, fmt_bytes
+from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration
 
 if TYPE_CHECKING:
     from tiering_core.export import ExportResult
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.verify import SegmentVerification
     from tiering_core.replay import ReplayResult
-    from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.delete_records import DeleteRecordsResult
     from tiering_core.runs.orphans import OrphanObject
     from tiering_core.runs.rebuild import IndexCheck, RebuildResult
     from tiering_core.runs.recover import RecoveryResult
     from tiering_core.runs.removal import RemovalResult
-    from tiering_core.runs.retention import RetentionResult
-    from tiering_core.runs.rewrite import RewriteResult
-    from tiering_core.tier.cluster import ClusterPartitionStatus
-    from tiering_core.tier.status import PartitionStatus
-
-
-def format_copy_summary(results: list[CopyResult], partitions: int | None = None, failed: int = 0) -> str:
-    """One line for a copy of ``partitions`` partitions (default: one per result), ``failed`` of
-    them with an error (a partition that failed before it had a result has none)."""
-    count = len(results) if partitions is None else partitions
-    if results and all(r.dry_run for r in results):
-        planned = [segment for r in results for segment in r.planned]
-        size = sum(segment["size_bytes"] for segment in planned)
-        line = f"copy: {count} partition(s), would copy {len(planned)} segment(s), {fmt_bytes(size)}"
-    else:
-        copied = sum(r.segments_copied for r in results)
-        size = sum(r.bytes_copied for r in results)
-        fenced = sum(1 for r in results if r.fenced)
-        line = f"copy: {count} partition(s), {copied} segment(s), {fmt_bytes(size)}"
-        if fenced:
-            line += f", {fenced} partition(s) held by another run"
-    if failed:
-        line += f", {failed} partition(s) failed"
-    return line
-
-
-def format_retention(results: list[RetentionResult]) -> str:
-    return "\n".join(retention_line(r) for r in results)
-
-
-def retention_line(r: RetentionResult) -> str:
-    line = f"{r.topic}-{r.partition}: "
-    if r.skipped_reason:
-        return line + f"skipped ({r.skipped_reason})"
-    line += f"{'would delete' if r.dry_run else 'deleted'} "
-    line += f"{len(r.planned) if r.dry_run else r.segments_deleted} segment(s)"
-    if not r.dry_run:
-        line += f", {r.bytes_deleted} bytes"
-    if r.copies_cleaned:
-        line += f"; cleaned up {r.copies_cleaned} copy(ies) a killed run left"
-    if r.new_remote_log_start_offset is not None:
-        line += f"; remote log start offset {'would become' if r.dry_run else '->'} {r.new_remote_log_start_offset}"
-    if r.fenced:
-        line += " (held by another run)"
-    return line
-
-
-def format_rewrite(results: list[RewriteResult]) -> str:
-    """One line per partition of ``tiering rewrite``."""
-    lines = []
-    for r in results:
-        line = f"{r.topic}-{r.partition}: rewrote {r.segments_rewritten} segment(s)"
-        if r.segments_rewritten:
-            line += f" ({fmt_bytes(r.stored_bytes_before)} stored -> {fmt_bytes(r.stored_bytes_after)})"
-        line += f", {r.segments_current} already in the current format"
-        if r.segments_cleaned_up:
-            line += f"; cleaned up {r.segments_cleaned_up} copy(ies) a killed run left"
-        lines.append(line)
-    return "\n".join(lines)
 
 
 def format_recovery(result: RecoveryResult) -> str:
@@ -174,7 +117,7 @@ def format_orphans(orphans: list[OrphanObject]) -> str:
 
     lines = [
         f"{'deleted' if o.deleted else 'kept' if o.kind == UNRECORDED else 'orphan'} {o.kind} {o.key} "
-        f"({o.size} bytes, {o.age_ms} ms old)"
+        f"({fmt_bytes(o.size)}, {fmt_duration(o.age_ms)} old)"
         for o in orphans
     ]
     unrecorded = sum(1 for o in orphans if o.kind == UNRECORDED)
@@ -191,122 +134,12 @@ def format_partition_deletion(tp: TopicPartition, result: RemovalResult) -> str:
     line = f"{tp} (topic id {ids}): " + (
         f"would delete {len(result.planned)} segment(s) and {len(result.orphan_objects)} unreferenced object(s)"
         if result.dry_run
-        else f"deleted {result.segments_deleted} segment(s), {result.bytes_deleted} bytes, "
+        else f"deleted {result.segments_deleted} segment(s), {fmt_bytes(result.bytes_deleted)}, "
         f"{len(result.orphan_objects)} unreferenced object(s); state {result.state}"
     )
     if result.kept_topic_ids:
         line += f"; kept topic id {', '.join(result.kept_topic_ids)} (still in the log dirs)"
     return line
-
-
-def _cell(value: Any) -> str:
-    return "-" if value is None else str(value)
-
-
-def format_status_table(rows: list[PartitionStatus], exported: list[int | None] | None = None) -> str:
-    """The status table; with ``exported`` (an ``export`` section is configured: per row) an
-    EXPORTED column: the highest offset the partition's Iceberg table holds of its topic id."""
-    headers = [
-        "PARTITION",
-        "LOG-START",
-        "HW",
-        "LSO",
-        "LEO",
-        "EPOCH",
-        "COPIED",
-        "REMOTE",
-        "REMOTE-BYTES",
-        "LAG",
-        "LAG-BYTES",
-        "DEL-LAG",
-        "DELETE",
-        *(["EXPORTED"] if exported is not None else []),
-        "GAPS/RISK",
-    ]
-    table = [headers]
-    for i, r in enumerate(rows):
-        notes = []
-        if r.not_tiered_reason:
-            notes.append("not tiered: " + r.not_tiered_reason)
-        if r.gaps:
-            notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
-        if r.remote_only_offsets:
-            start, end = r.remote_only_offsets
-            notes.append(f"remote only {start}..{end} (below the broker's log start, read from the tier)")
-        if r.local_retention_risk and r.local_retention_risk.get("at_risk"):
-            notes.append("AT RISK: " + str(r.local_retention_risk.get("reason")))
-        if r.copy_delay:
-            notes.append(copy_delay_words(r.copy_delay))
-        if r.copy_skipped_reason:
-            notes.append("copy skipped: " + r.copy_skipped_reason)
-        if r.error:
-            notes.append("error: " + r.error)
-        if not r.on_broker:
-            notes.append("not on broker")
-        table.append(
-            [
-                f"{r.topic}-{r.partition}",
-                _cell(r.log_start_offset),
-                _cell(r.high_watermark),
-                _cell(r.last_stable_offset),
-                _cell(r.log_end_offset),
-                _cell(r.leader_epoch),
-                _cell(r.highest_copied_offset),
-                _cell(r.remote_segments),
-                _cell(r.remote_bytes),
-                _cell(r.copy_lag_segments),
-                _cell(r.copy_lag_bytes),
-                _cell(r.delete_lag_segments),
-                _cell(r.delete_state),
-                *([_cell(exported[i])] if exported is not None else []),
-                "; ".join(notes) or "-",
-            ]
-        )
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers) - 1)]
-    lines = []
-    for row in table:
-        cells = [row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def format_cluster_status(rows: list[ClusterPartitionStatus]) -> str:
-    """``status --cluster``: a partition per row, each broker's replica as
-    ``<broker>[*]:<HW>/<LSO> e<epoch> @<local log start> <age>`` (``*`` the best fresh replica,
-    ``!`` a stale observation)."""
-    if not rows:
-        return "no partition observed or tiered"
-    headers = ["PARTITION", "BEST", "COPIED", "LAG", "REMOTE", "REMOTE-BYTES", "DELETE", "STALE", "REPLICAS / NOTES"]
-    table = [headers]
-    for r in rows:
-        replicas = ", ".join(
-            f"{s.broker_id}{'*' if s.broker_id == r.best_broker else '!' if s.stale else ''}:"
-            f"{_cell(s.high_watermark)}/{_cell(s.last_stable_offset)} e{_cell(s.leader_epoch)} "
-            f"@{s.local_log_start_offset} {fmt_age(s.age_ms)}"
-            for s in r.replicas
-        )
-        notes = [replicas or "no replica observed"]
-        if r.gaps:
-            notes.append("GAP " + ",".join(f"{a}..{b}" for a, b in r.gaps))
-        if r.at_risk:
-            notes.append("AT RISK")
-        table.append(
-            [
-                f"{r.topic}-{r.partition}",
-                _cell(r.best_broker),
-                _cell(r.highest_copied_offset),
-                _cell(r.copy_lag_offsets),
-                _cell(r.remote_segments),
-                _cell(r.remote_bytes),
-                _cell(r.delete_state),
-                ",".join(map(str, r.stale_brokers)) or "-",
-                "; ".join(notes),
-            ]
-        )
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers) - 1)]
-    return "\n".join(
-        "  ".join([row[i].ljust(widths[i]) for i in range(len(headers) - 1)] + [row[-1]]).rstrip() for row in table
-    )
 
 
 def format_delete_records(result: DeleteRecordsResult) -> str:
@@ -325,24 +158,11 @@ def format_delete_records(result: DeleteRecordsResult) -> str:
     return line
 
 
-def format_segments_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "no remote segments"
-    lines = [f"{'START':>20} {'END':>20} {'SIZE':>12}  {'STATE':<24} EPOCHS  SEGMENT-ID"]
-    for r in rows:
-        epochs = ",".join(f"{e}:{o}" for e, o in r["leader_epochs"].items())
-        lines.append(
-            f"{r['start_offset']:>20} {r['end_offset']:>20} {r['size_bytes']:>12}  {r['state']:<24} {epochs}  "
-            f"{r['segment_id']}"
-        )
-    return "\n".join(lines)
-
-
 def format_verify_summary(results: list[SegmentVerification], seconds: float | None = None) -> str:
     """What a verify found; with ``seconds``, how long it took and how fast it read."""
     bad = sum(1 for r in results if not r.ok)
     size = sum(r.size_bytes for r in results)
-    line = f"verify: {len(results)} finished segment(s) ({size} bytes of log), {bad} with problems"
+    line = f"verify: {len(results)} finished segment(s) ({fmt_bytes(size)} of log), {bad} with problems"
     if seconds is not None:
         line += f" in {seconds:.2f} s ({fmt_bytes(size / seconds if seconds > 0 else 0.0)}/s)"
     legacy = sum(1 for r in results if not r.tamper_evident)
@@ -788,12 +608,10 @@ def _replay_finished(event: ReplayFinished) -> str:
 
 
 def format_replay_summary(result: ReplayResult) -> str:
+    """A line per source partition, then the summary, which counts the failed partitions (each
+    also one line on stderr)."""
     seconds = max((p.seconds for p in result.partitions), default=0.0)
-    lines = [
-        f"replay {result.topic} (topic id {result.topic_id}) -> {result.target_topic}: "
-        f"{result.records:,} record(s), {fmt_bytes(result.bytes)} from {len(result.partitions)} partition(s)"
-        f"{_rates(result.records, result.bytes, seconds)}"
-    ]
+    lines = []
     for p in result.partitions:
         span = (
             "nothing in range"
@@ -803,4 +621,9 @@ def format_replay_summary(result: ReplayResult) -> str:
         gaps = "".join(f"; offsets {g.start}-{g.end} NOT replayed ({why})" for g, why in p.gaps)
         why = f": {p.detail}" if p.detail else ""
         lines.append(f"  {p.topic}-{p.partition}: {p.outcome}, {span}, {p.records:,} record(s){gaps}{why}")
+    lines.append(
+        f"replay {result.topic} (topic id {result.topic_id}) -> {result.target_topic}: "
+        f"{result.records:,} record(s), {fmt_bytes(result.bytes)} from {len(result.partitions)} partition(s)"
+        f"{_rates(result.records, result.bytes, seconds)}{failed_words(len(result.failed))}"
+    )
     return "\n".join(lines)

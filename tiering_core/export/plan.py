@@ -127,6 +127,12 @@ def _views(ctx: TieringContext, topic: str, partition: int | None) -> list[TierV
     return [views[tp] for tp in sorted(views, key=lambda tp: tp.partition)]
 
 
+def require_remote_data(ctx: TieringContext, topic: str, partition: int | None = None) -> None:
+    """A ``TieringError`` naming ``topic`` (or its ``partition``) when neither the broker's log
+    dirs nor the remote tier hold any of it: checked before an export creates its table."""
+    _views(ctx, topic, partition)
+
+
 def newest_copies(segments: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
     """One segment per offset range (the newest by event time: an index repair's copy), in
     offset order."""

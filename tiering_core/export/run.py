@@ -31,7 +31,7 @@ from tiering_core.events.export import (
     SegmentExportFailed,
     SegmentWouldExport,
 )
-from tiering_core.export.plan import ExportSegment
+from tiering_core.export.plan import ExportSegment, require_remote_data
 from tiering_core.export.session import dry_run as plan_dry_run
 from tiering_core.export.session import exporting
 from tiering_core.export.write import ExportAttempt, SegmentExportError, write_segment_files
@@ -169,6 +169,9 @@ def export_topic(
         for s in planned:
             events(SegmentWouldExport(s.topic_partition, s.segment_id, s.start_offset, s.end_offset))
         return ExportResult(str(name), dry_run, planned)
+    for p in partitions:  # before the table is created (``exporting`` checks the topic): a failed export leaves none
+        if p is not None:
+            require_remote_data(ctx, topic, p)
     with exporting(ctx, topic, table=table, attempt=attempt) as export:
         result = ExportResult(str(export.name), dry_run)
         result.planned = [s for p in partitions for s in export.plan(topic, p, isolation)]
@@ -180,6 +183,8 @@ def export_topic(
         result.cleaned_files = export.finish(written)
         if result.cleaned_files:
             events(ExportCleanedUp(result.table, len(result.cleaned_files)))
+        if result.failed and not result.snapshots:
+            export.drop_if_unused()
     return result
 
 

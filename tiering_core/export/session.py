@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from tiering_core.errors import ExportError, one_line
 from tiering_core.export.commit import CommitResult, TableLeaseLostError, commit_segments
-from tiering_core.export.plan import ExportSegment, newest_topic_ids, plan_export
+from tiering_core.export.plan import ExportSegment, newest_topic_ids, plan_export, require_remote_data
 from tiering_core.export.progress import exported_progress, record_ancestry, record_commit
 from tiering_core.export.table import (
     ExportedRanges,
@@ -76,6 +76,7 @@ class TableExport:
     held: HeldTable
     since: int | None
     attempts: list[ExportAttempt] = field(default_factory=list)
+    created: bool = False  # this export created the table (it did not exist when the lease was taken)
 
     def plan(
         self, topic: str, partition: int | None = None, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED
@@ -134,6 +135,25 @@ class TableExport:
             except Exception as exc:  # the newer export removes them once the table moves on
                 log.warning("%s: could not remove the files of attempt %s: %s", self.name, attempt.attempt_id, exc)
 
+    def drop_if_unused(self) -> bool:
+        """After a failed export: drop the table if this export created it and nothing was ever
+        committed to it (by this export or any other writer), so that a failed export leaves no
+        table behind; a table someone else created, or one with a snapshot, is kept. Whether it
+        was dropped."""
+        if not self.created:
+            return False
+        self.abandon()
+        try:
+            self.table.refresh()
+            if self.table.metadata.snapshots:
+                return False
+            self.table.catalog.purge_table(self.name.identifier)
+        except Exception as exc:  # the failure that brought us here is the one to report
+            log.warning("%s: could not drop the table this failed export created: %s", self.name, one_line(exc))
+            return False
+        log.debug("%s: dropped the table this failed export created", self.name)  # the failure is the line
+        return True
+
     def commit(self, attempt: ExportAttempt, written: Sequence[tuple[ExportSegment, Sequence[str]]]) -> CommitResult:
         """One snapshot of the written segments' files (``commit_segments``); the files of segments
         the table held by then (not ours to keep) are deleted; the commit is recorded in the
@@ -169,9 +189,11 @@ def exporting(
     """Hold ``topic``'s table (``table``: ``NAMESPACE.NAME`` instead of ``<namespace>.<topic>``)
     for the block: its lease taken (``TableBusyError`` while another export holds it), the table
     opened, created or migrated under it and the last export commit of its ancestry recorded, the
-    lease released at the end."""
+    lease released at the end. The topic is checked first, and an export that fails drops the table
+    it created while nothing was committed to it (``TableExport.drop_if_unused``)."""
     config = export_config(ctx.config)
     name = table_name(config, topic, table)
+    require_remote_data(ctx, topic)  # before the table is created: an unknown topic makes none
     catalog = load_catalog(ctx.config)
     run = run_id or uuid.uuid4().hex
     with ExitStack() as stack:
@@ -185,15 +207,19 @@ def exporting(
             raise TableBusyError(
                 f"export to {name}: another export holds the table, try again later: {one_line(exc)}"
             ) from exc
-        iceberg = open_table(catalog, name, create=True)
+        existing = open_table(catalog, name, create=False)
+        iceberg = existing if existing is not None else open_table(catalog, name, create=True)
         assert iceberg is not None
         iceberg = migrate_table(iceberg)
-        export = TableExport(ctx, name, iceberg, held, current_snapshot_id(iceberg))
+        export = TableExport(ctx, name, iceberg, held, current_snapshot_id(iceberg), created=existing is None)
         try:
             export.record(None)
             yield export
         except TableLeaseLostError:
             export.abandon()
+            raise
+        except BaseException:
+            export.drop_if_unused()
             raise
 
 

@@ -171,10 +171,7 @@ class ClusterSource:
         return self._failure
 
     def _unreachable(self, exc: BaseException) -> ClusterUnreachableError:
-        reason = one_line(exc) or type(exc).__name__
-        if not reason.startswith(type(exc).__name__):
-            reason = f"{type(exc).__name__}: {reason}"
-        return self._fail(f"kafka: the cluster at {self.servers} did not answer ({reason})")
+        return self._fail(f"kafka: the cluster at {self.servers} did not answer ({client_failure(exc)})")
 
     def _client(self) -> Any:
         """The admin client, made on first need: the SASL password is read from the environment
@@ -343,6 +340,13 @@ def _leader(described: Mapping[str, Any] | None, partition: int) -> int | None:
         if p["partition_index"] == partition:
             return int(p["leader_id"])
     return None
+
+
+def client_failure(exc: BaseException) -> str:
+    """A Kafka client's failure in one line, its type named once (kafka-python's messages often
+    name it already: ``KafkaTimeoutError: Unable to bootstrap from [...]``)."""
+    reason = one_line(exc) or type(exc).__name__
+    return reason if reason.startswith(type(exc).__name__) else f"{type(exc).__name__}: {reason}"
 
 
 def client_settings(config: KafkaConfig) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 import numpy as np
 import pyarrow as pa
 
-from tiering_core.errors import NoRemoteDataError, TieringError
+from tiering_core.errors import NoRemoteDataError, PartitionNotInLogDirsError, TieringError
 from tiering_core.kafka import arrow
 from tiering_core.kafka.batch import RecordBatchHeader
 from tiering_core.kafka.crc import crc32c
@@ -102,6 +102,7 @@ class FetchedRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_type: str = arrow.TIMESTAMP_TYPES[0]  # Kafka's name: CreateTime or LogAppendTime (of the batch)
 
     @classmethod
     def of(cls, record: Record) -> FetchedRecord:
@@ -111,14 +112,15 @@ class FetchedRecord:
     def rows(cls, batch: pa.RecordBatch) -> list[FetchedRecord]:
         """The records of an Arrow batch in ``tiering_core.kafka.arrow.SCHEMA``."""
         return [
-            cls(offset, timestamp, epoch, key, value, headers)
-            for offset, timestamp, epoch, key, value, headers in zip(
+            cls(offset, timestamp, epoch, key, value, headers, timestamp_type)
+            for offset, timestamp, epoch, key, value, headers, timestamp_type in zip(
                 batch.column("offset").to_pylist(),
                 batch.column("timestamp").cast(pa.int64()).to_pylist(),
                 batch.column("leader_epoch").to_pylist(),
                 batch.column("key").to_pylist(),
                 batch.column("value").to_pylist(),
                 _header_tuples(batch.column("headers")),
+                batch.column("timestamp_type").to_pylist(),
                 strict=True,
             )
         ]
@@ -418,15 +420,27 @@ def open_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache
 
     A process of a cluster that serves no broker (several configured, none chosen: ``fetch`` needs
     no broker id) reads the remote tier alone, of the partition's newest topic id the store holds
-    live; a broker's process reads it joined with its own replica's lineage."""
+    live; so does a broker's process once the broker holds no directory of the partition (its data
+    is in the tier); otherwise it reads the tier joined with its own replica's lineage."""
     if ctx.config.serves_no_broker:
-        live = [r for r in ctx.metadata.list_partitions() if r.topic_partition == tp and r.live]
-        if not live:
-            raise NoRemoteDataError(tp)
-        newest = max(live, key=lambda r: (r.created_ms, r.topic_id))
-        return open_remote_reader(ctx, TopicIdPartition(newest.topic_id, tp), cache)
-    partition_log = ctx.partition_log(tp)
+        return _newest_remote_reader(ctx, tp, cache)
+    try:
+        partition_log = ctx.partition_log(tp)
+    except PartitionNotInLogDirsError as gone:  # what was tiered of it is still served, from the tier alone
+        try:
+            return _newest_remote_reader(ctx, tp, cache)
+        except NoRemoteDataError:
+            raise gone from None
     return _reader(ctx, load_tier_view(partition_log, ctx.metadata), cache)
+
+
+def _newest_remote_reader(ctx: TieringContext, tp: TopicPartition, cache: RemoteIndexCache | None) -> RemoteLogReader:
+    """A reader over the remote tier alone of the newest topic id of ``tp`` the store holds live."""
+    live = [r for r in ctx.metadata.list_partitions() if r.topic_partition == tp and r.live]
+    if not live:
+        raise NoRemoteDataError(tp)
+    newest = max(live, key=lambda r: (r.created_ms, r.topic_id))
+    return open_remote_reader(ctx, TopicIdPartition(newest.topic_id, tp), cache)
 
 
 def open_remote_reader(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
-from tiering_core.live.source import client_settings, mask_client_logs
+from tiering_core.live.source import client_failure, client_settings, mask_client_logs
 
 log = logging.getLogger(__name__)
 
@@ -195,9 +195,7 @@ class ReplayTarget:
         self._admin: Any = None
 
     def _unreachable(self, exc: BaseException) -> ClusterUnreachableError:
-        return ClusterUnreachableError(
-            f"kafka: the cluster at {self.servers} did not answer ({type(exc).__name__}: {one_line(exc)})"
-        )
+        return ClusterUnreachableError(f"kafka: the cluster at {self.servers} did not answer ({client_failure(exc)})")
 
     def admin(self) -> Any:
         if self._admin is None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.observations import best_replica_of, is_fresh
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.tier.status import copy_lag_offsets
 from tiering_core.tier.view import load_remote_tier_view, recorded_gaps
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def cluster_status(
                 replicas=states,
                 best_broker=best.broker_id if best is not None else None,
                 highest_copied_offset=copied,
-                copy_lag_offsets=None if lso is None else max(0, lso - (copied + 1)),
+                copy_lag_offsets=copy_lag_offsets(lso, copied),
                 stale_brokers=sorted({s.broker_id for s in states if s.stale} | silent),
                 gaps=recorded_gaps(store, tip),
                 at_risk=any(s.at_risk and not s.stale for s in states),

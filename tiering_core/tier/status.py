@@ -50,6 +50,12 @@ STATUS_FIELDS = (
 )
 
 
+def copy_lag_offsets(last_stable_offset: int | None, highest_copied_offset: int) -> int | None:
+    """The copy lag in offsets, as a consumer's lag counts them: the offsets below the last stable
+    offset not tiered yet (None without an LSO). ``status`` and ``status --cluster`` both use it."""
+    return None if last_stable_offset is None else max(0, last_stable_offset - (highest_copied_offset + 1))
+
+
 @dataclass
 class PartitionStatus:
     topic: str
@@ -82,10 +88,15 @@ class PartitionStatus:
     # why a copy skips the partition for now (the broker has not checkpointed its high watermark yet)
     copy_skipped_reason: str | None = None
 
+    @property
+    def copy_lag_offsets(self) -> int | None:
+        return copy_lag_offsets(self.last_stable_offset, self.highest_copied_offset)
+
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in STATUS_FIELDS}
         out.update(
             local_log_start_offset=self.local_log_start_offset,
+            copy_lag_offsets=self.copy_lag_offsets,
             delete_lag_segments=self.delete_lag_segments,
             delete_lag_bytes=self.delete_lag_bytes,
             local_retention_risk=self.local_retention_risk,

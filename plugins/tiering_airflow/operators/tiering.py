@@ -397,7 +397,7 @@ class TieringRewriteOperator(BaseOperator):
         self.broker_id = broker_id
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        from tiering_core.cli.output import format_rewrite
+        from tiering_core.cli.summaries import format_rewrite
         from tiering_core.runs.rewrite import run_rewrite
 
         partition = None if self.partition in (None, "", "None") else int(str(self.partition))
