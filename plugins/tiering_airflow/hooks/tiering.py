@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
-    from tiering_core.config import BrokerConfig, CopyConfig, PlatformConfig
+    from tiering_core.config import PlatformConfig
     from tiering_core.context import AwsCredentials, TieringContext
     from tiering_core.kafka.topic import TopicPartition
 
@@ -73,35 +73,9 @@ def load_topics(config_path: str | None = None) -> list[str]:
     return sorted(named_topics(load_config(resolve_config_path(config_path))))
 
 
-def not_tiered_topics(config_path: str | None = None) -> dict[str, str]:
-    """The topics named in the config that it says are not tiered (a compacted one inheriting
-    ``remote.storage.enable``, ...), with why; reads only the YAML file."""
-    from tiering_core.config import load_config
-
-    config = load_config(resolve_config_path(config_path))
-    reasons = {topic: config.not_tiered_reason(topic) for topic in named_topics(config)}
-    return {topic: reason for topic, reason in reasons.items() if reason is not None}
-
-
-def load_lane_config(config_path: str | None = None) -> CopyConfig:
-    """The config's ``copy:`` section (lanes, threads, budgets); reads only the YAML file."""
-    from tiering_core.config import load_config
-
-    return load_config(resolve_config_path(config_path)).copy
-
-
 class TaskBrokerError(Exception):
     """A task names a broker id the config does not have, or a value that is no broker id: no
     worker's host has that broker's log dirs, so the task fails at once rather than retrying."""
-
-
-def load_brokers(config_path: str | None = None) -> list[BrokerConfig]:
-    """The brokers of the config's ``brokers:`` section by id (each gets a task group on its own
-    queue), empty for the single-broker form (top-level ``log_dirs:``); reads only the YAML file."""
-    from tiering_core.config import load_config
-
-    config = load_config(resolve_config_path(config_path))
-    return list(config.brokers[b] for b in sorted(config.brokers))
 
 
 def task_broker_id(value: int | str | None) -> int | None:
