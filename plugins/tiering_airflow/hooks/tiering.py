@@ -203,6 +203,18 @@ class TieringHook(BaseHook):
 
     conn_name_attr = "aws_conn_id"
     default_conn_name = "aws_default"
+    #: The connection type of ``tiering_metadata`` (the provider's, ``get_provider_info``): only its
+    #: password is read. S3 comes from an ``aws`` connection (``aws_conn_id``).
+    conn_type = "tiering"
+    hook_name = "Kafka Tiering"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The connection form of the ``tiering`` type: the metadata DB password alone."""
+        return {
+            "hidden_fields": ["host", "schema", "login", "port", "extra"],
+            "relabeling": {"password": "Metadata DB password"},
+        }
 
     def __init__(
         self,
