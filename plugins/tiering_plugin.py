@@ -1,27 +1,16 @@
-"""Registers the Tiering page (a FastAPI app under ``/tiering``) and its "Tiering" navigation entry.
+"""The plugins-folder registration of the Tiering page: ``tiering_airflow.plugin.TieringPlugin``.
 
-Airflow's plugin manager loads this file by path as the top-level module ``tiering_plugin``.
-Everything else is the package ``tiering_airflow`` beside it: Airflow puts the plugins folder on
-``sys.path`` in every component (API server, scheduler, DAG processor, triggerer, workers), and
-``pip install .`` installs the same package for anything that runs outside Airflow.
+Airflow's plugin manager loads this file by path as the top-level module ``tiering_plugin`` and
+registers every plugin class it finds in it. Everything else is the package ``tiering_airflow``
+beside it: Airflow puts the plugins folder on ``sys.path`` in every component (API server,
+scheduler, DAG processor, triggerer, workers). Where the package is installed as a distribution
+(``pip install .``), its ``airflow.plugins`` entry point registers the plugin and this file
+defines none, so that the page is registered once.
 """
 
 from __future__ import annotations
 
-from airflow.plugins_manager import AirflowPlugin
+from tiering_airflow import plugin
 
-from tiering_airflow.ui.page import TieringPageApp
-
-
-class TieringPlugin(AirflowPlugin):
-    name = "tiering"
-    fastapi_apps = [{"app": TieringPageApp(), "url_prefix": "/tiering", "name": "Tiering"}]
-    external_views = [
-        {
-            "name": "Tiering",
-            "href": "tiering/",
-            "destination": "nav",
-            "category": "browse",
-            "url_route": "tiering",
-        }
-    ]
+if not plugin.by_entry_point():
+    TieringPlugin = plugin.TieringPlugin

@@ -1,10 +1,12 @@
-"""Airflow glue for the tiering platform: the package ``tiering_airflow``.
+"""Airflow glue for the tiering platform: the package ``tiering_airflow``, an Airflow provider.
 
 ``hooks``, ``operators``, ``sensors`` and ``triggers`` are a few lines each over
-``tiering_core``; ``ui`` is the Tiering page. ``plugins/tiering_plugin.py`` registers the page
-with Airflow, whose plugin manager loads only that file (see ``plugins/.airflowignore``). The
-package has one name everywhere, from Airflow's plugins folder on ``sys.path`` or from
-``pip install .``, so serialized trigger class paths resolve in every component.
+``tiering_core``; ``dags`` builds the platform's DAGs from the config; ``ui`` is the Tiering page,
+which ``plugin`` registers. Installed as a distribution, Airflow finds the provider through its
+``apache_airflow_provider`` entry point (``get_provider_info``) and the plugin through its
+``airflow.plugins`` one; from a plugins folder, ``plugins/tiering_plugin.py`` registers the plugin
+(see ``plugins/.airflowignore``). The package has one name everywhere, so serialized trigger
+class paths resolve in every component.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The DAG ids of a topic's copy and retention, the one rule ``dags/tiering_dags.py`` names its DAGs
-by and the Tiering page links to their grids by.
+"""The DAG ids of a topic's copy and retention, the one rule ``tiering_airflow.dags.topics`` names its
+DAGs by and the Tiering page links to their grids by.
 
 A topic the config names has DAGs of its own, ``tiering_copy__<topic>`` and
 ``tiering_retention__<topic>``, cut to Airflow's id limit with a digest of the whole name so that

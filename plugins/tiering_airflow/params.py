@@ -1,5 +1,6 @@
 """What the manual DAGs share (``tiering_delete_partition``, ``tiering_delete_records``,
-``tiering_rewrite``, ``tiering_replay``): their DAG's settings and their Params."""
+``tiering_rewrite``, ``tiering_replay``): their DAG's settings and their Params; and the queue
+argument every DAG of ``tiering_airflow.dags`` takes from the config's ``dags:`` section."""
 
 from __future__ import annotations
 
@@ -40,9 +41,15 @@ def confirm_param() -> Param:
     )
 
 
-def manual_dag(dag_id: str, description: str, params: dict[str, Any], *tags: str) -> DAG:
+def on_queue(queue: str | None) -> dict[str, Any]:
+    """The default argument that puts a DAG's tasks on ``queue`` (none: the executor's default)."""
+    return {} if queue is None else {"queue": queue}
+
+
+def manual_dag(dag_id: str, description: str, params: dict[str, Any], *tags: str, queue: str | None = None) -> DAG:
     """A DAG an operator triggers by hand: no schedule, no catch-up, one run at a time; a task that
-    fails on a passing fault (the store, the tier, the cluster) is tried again with backoff."""
+    fails on a passing fault (the store, the tier, the cluster) is tried again with backoff; its
+    tasks on ``queue`` (the config's ``dags.<name>.queue``)."""
     return DAG(
         dag_id=dag_id,
         description=description,
@@ -56,6 +63,7 @@ def manual_dag(dag_id: str, description: str, params: dict[str, Any], *tags: str
             "retries": 3,
             "retry_delay": RETRY_DELAY,
             "retry_exponential_backoff": 2.0,
+            **on_queue(queue),
         },
         params=params,
     )

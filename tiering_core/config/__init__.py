@@ -24,6 +24,7 @@ from tiering_core.config.brokers import (
     parse_observation_staleness_ms,
 )
 from tiering_core.config.copy import CopyConfig, parse_copy_config
+from tiering_core.config.dags import DagConfig, DagsConfig, parse_dags_config
 from tiering_core.config.export import ExportConfig, parse_export_config
 from tiering_core.config.kafka import (
     BROKER_OWNED_TOPIC_KEYS,
@@ -73,6 +74,8 @@ __all__ = [
     "BrokerTopicConfig",
     "ConfigError",
     "CopyConfig",
+    "DagConfig",
+    "DagsConfig",
     "DatabaseTimeouts",
     "ExportConfig",
     "KafkaConfig",
@@ -128,6 +131,8 @@ class PlatformConfig:
     quotas: QuotaConfig = field(default_factory=QuotaConfig)
     #: ``replay:``: the clusters a replay may write to by name, besides ``kafka:``.
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    #: ``dags:``: each DAG's schedule and queue.
+    dags: DagsConfig = field(default_factory=DagsConfig)
 
     @property
     def quota_config(self) -> QuotaConfig:
@@ -279,6 +284,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
             "copy",
             "quotas",
             "replay",
+            "dags",
         },
         "",
     )
@@ -344,6 +350,7 @@ def parse_config(raw: Any, source: Path | None = None, base_dir: Path | None = N
         copy=parse_copy_config(doc.get("copy")),
         quotas=parse_quotas(doc.get("quotas"), "quotas"),
         replay=parse_replay_config(doc.get("replay"), resolve),
+        dags=parse_dags_config(doc.get("dags"), cluster=bool(brokers)),
     )
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
-    from tiering_core.config import BrokerConfig, CopyConfig, PlatformConfig
+    from tiering_core.config import PlatformConfig
     from tiering_core.context import AwsCredentials, TieringContext
     from tiering_core.kafka.topic import TopicPartition
 
@@ -73,35 +73,9 @@ def load_topics(config_path: str | None = None) -> list[str]:
     return sorted(named_topics(load_config(resolve_config_path(config_path))))
 
 
-def not_tiered_topics(config_path: str | None = None) -> dict[str, str]:
-    """The topics named in the config that it says are not tiered (a compacted one inheriting
-    ``remote.storage.enable``, ...), with why; reads only the YAML file."""
-    from tiering_core.config import load_config
-
-    config = load_config(resolve_config_path(config_path))
-    reasons = {topic: config.not_tiered_reason(topic) for topic in named_topics(config)}
-    return {topic: reason for topic, reason in reasons.items() if reason is not None}
-
-
-def load_lane_config(config_path: str | None = None) -> CopyConfig:
-    """The config's ``copy:`` section (lanes, threads, budgets); reads only the YAML file."""
-    from tiering_core.config import load_config
-
-    return load_config(resolve_config_path(config_path)).copy
-
-
 class TaskBrokerError(Exception):
     """A task names a broker id the config does not have, or a value that is no broker id: no
     worker's host has that broker's log dirs, so the task fails at once rather than retrying."""
-
-
-def load_brokers(config_path: str | None = None) -> list[BrokerConfig]:
-    """The brokers of the config's ``brokers:`` section by id (each gets a task group on its own
-    queue), empty for the single-broker form (top-level ``log_dirs:``); reads only the YAML file."""
-    from tiering_core.config import load_config
-
-    config = load_config(resolve_config_path(config_path))
-    return list(config.brokers[b] for b in sorted(config.brokers))
 
 
 def task_broker_id(value: int | str | None) -> int | None:
@@ -229,6 +203,18 @@ class TieringHook(BaseHook):
 
     conn_name_attr = "aws_conn_id"
     default_conn_name = "aws_default"
+    #: The connection type of ``tiering_metadata`` (the provider's, ``get_provider_info``): only its
+    #: password is read. S3 comes from an ``aws`` connection (``aws_conn_id``).
+    conn_type = "tiering"
+    hook_name = "Kafka Tiering"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The connection form of the ``tiering`` type: the metadata DB password alone."""
+        return {
+            "hidden_fields": ["host", "schema", "login", "port", "extra"],
+            "relabeling": {"password": "Metadata DB password"},
+        }
 
     def __init__(
         self,
