@@ -62,6 +62,10 @@ if [ "$(cat "$VENV/.tiering-stamp" 2>/dev/null)" != "$(stamp_of)" ]; then
   "$VENV/bin/python" -m pip install -q --no-deps -e .
   stamp_of > "$VENV/.tiering-stamp"
 fi
+# The editable install leaves its build metadata (kafka_tiering.egg-info, entry points included)
+# in the checkout, beside the virtualenv's own: a process whose sys.path holds the checkout would
+# see the distribution twice, and Airflow would load the plugin's entry point twice.
+rm -rf kafka_tiering.egg-info
 
 # Headless Chromium screenshots the Tiering page in the end-to-end test.
 if ! find_chromium >/dev/null && [ -z "${TIERING_CHROMIUM:-}" ] && [ "$(id -u)" = 0 ] \
