@@ -27,11 +27,12 @@ from __future__ import annotations
 
 from airflow.sdk import Param
 
+from tiering_airflow.dag_ids import DELETE_RECORDS_DAG_ID
 from tiering_airflow.operators.tiering import TieringDeleteRecordsOperator
 from tiering_airflow.params import confirm_param, manual_dag, topic_param
 
 with manual_dag(
-    "tiering_delete_records",
+    DELETE_RECORDS_DAG_ID,
     "Delete a partition's records below an offset, remote and on the cluster (manual; dry run by default)",
     {
         "topic": topic_param("The topic whose records are deleted."),

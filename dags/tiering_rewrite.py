@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from airflow.sdk import Param
 
+from tiering_airflow.dag_ids import REWRITE_DAG_ID
 from tiering_airflow.operators.tiering import TieringRewriteOperator
 from tiering_airflow.params import manual_dag, topic_param
 
 with manual_dag(
-    "tiering_rewrite",
+    REWRITE_DAG_ID,
     "Re-encode a topic's remote segments in the current remote: format (manual)",
     {
         "topic": topic_param("The topic whose remote segments are rewritten."),

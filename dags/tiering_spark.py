@@ -32,6 +32,12 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Param
 
+from tiering_airflow.dag_ids import (
+    EXPORT_DAG_ID,
+    SPARK_BULK_UPLOAD_DAG_ID,
+    SPARK_REBUILD_INDEXES_DAG_ID,
+    SPARK_VERIFY_DAG_ID,
+)
 from tiering_airflow.operators.spark import TieringSparkSubmitOperator
 
 APPS = Path(__file__).resolve().parents[1] / "spark_apps"
@@ -93,7 +99,7 @@ def submit(task_id: str, app: str, args: list[str]) -> TieringSparkSubmitOperato
 
 
 with spark_dag(
-    "tiering_spark_bulk_upload",
+    SPARK_BULK_UPLOAD_DAG_ID,
     "Parallel upload of many partitions on Spark (spark_apps/parallel_upload.py)",
     None,
     selector_params(),
@@ -102,7 +108,7 @@ with spark_dag(
 
 
 with spark_dag(
-    "tiering_spark_rebuild_indexes",
+    SPARK_REBUILD_INDEXES_DAG_ID,
     "Rebuild segment indexes from the .log and repair what differs (spark_apps/rebuild_indexes.py)",
     "@weekly",
     {
@@ -125,7 +131,7 @@ with spark_dag(
 
 
 with spark_dag(
-    "tiering_spark_verify",
+    SPARK_VERIFY_DAG_ID,
     "Verify every finished remote segment against its manifest (spark_apps/verify_segments.py)",
     "@weekly",
     selector_params(),
@@ -134,7 +140,7 @@ with spark_dag(
 
 
 with spark_dag(
-    "tiering_export",
+    EXPORT_DAG_ID,
     "The tiered log as an Iceberg table, exactly once (spark_apps/export_table.py)",
     "@daily",
     {
