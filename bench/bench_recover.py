@@ -1,4 +1,4 @@
-"""``tiering recover`` benchmark (README "Backup and recovery"): a store rebuilt from a bucket of
+"""``tiering recover`` benchmark (docs/upgrading.md, "Backup and recovery"): a store rebuilt from a bucket of
 100,000 finished segments on moto's S3 server, into a new SQLite store, every S3 request counted
 as the client sends it.
 

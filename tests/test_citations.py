@@ -74,6 +74,25 @@ def test_every_relative_link_of_the_docs_is_a_file_of_the_repository() -> None:
     assert broken == []
 
 
+def anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings as GitHub makes them (code blocks left out)."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+    titles = re.findall(r"^#{1,6} (.+)$", text, flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") for title in titles}
+
+
+def test_every_anchor_a_page_links_is_a_heading_of_its_target() -> None:
+    """A link to a section (``page.md#section``, ``#section``) names a heading that exists."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}#{anchor}"
+        for page in pages
+        for target, anchor in re.findall(r"\]\(([^)\s#]*)#([^)\s]+)\)", page.read_text())
+        if "://" not in target and anchor not in anchors(page.parent / target if target else page)
+    ]
+    assert broken == []
+
+
 def test_the_citation_patterns_find_what_they_are_for() -> None:
     """The patterns above catch both forms a citation of a missing document takes."""
     assert cited("the rules (KAFKA_SEMANTICS 10.3) and (NOTES.md, section 2)") == ["KAFKA_SEMANTICS", "NOTES.md"]

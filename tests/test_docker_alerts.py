@@ -2,8 +2,8 @@
 it by the compose files), promtool accepts the config and the rules, and ``promtool test rules``
 passes alerts_test.yml, which fires and holds back every alert. Each alert reads only metrics the
 exposition exports, names its labels in its summary and description, has a severity, a ``for:``
-that spans several scrapes and a runbook section that exists; the README's table of alerts is the
-file's.
+that spans several scrapes and a runbook section that exists; the table of alerts in
+docs/metrics.md is the file's.
 
 promtool is Debian's ``prometheus`` package: the test command installs it before the suite
 (``python -m tests.deploy.engine tools``), and the test with apt-get when it is still missing (as
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = ROOT / "docker" / "prometheus"
 RULES = PROMETHEUS / "alerts.yml"
 RULE_TESTS = PROMETHEUS / "alerts_test.yml"
-OPERATIONS = ROOT / "docs" / "operations.md"
+OPERATIONS = ROOT / "docs/operations.md"
 #: The PromQL functions a rule may call, beyond the dashboard's.
 RULE_FUNCTIONS = FUNCTIONS | {"min_over_time", "max_over_time", "deriv", "absent"}
 SEVERITIES = {"page", "ticket"}
@@ -146,9 +146,9 @@ def test_prometheus_reads_the_rules_beside_its_config_in_the_compose_stack() -> 
     assert "volumes" not in debian["services"]["prometheus"]
 
 
-def test_the_readme_table_of_alerts_is_the_rule_file_s() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n### Alerts\n", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_table_of_alerts_is_the_rule_file_s() -> None:
+    page = (ROOT / "docs/metrics.md").read_text()
+    section = page.split("\n## Alerts\n", 1)[1].split("\n## ", 1)[0]
     rows = [
         [cell.strip() for cell in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| `")
     ]

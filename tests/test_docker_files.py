@@ -167,7 +167,7 @@ def test_no_credential_is_written_in_the_files_they_come_from_the_env_file() -> 
     assert make_url(yaml.safe_load((DOCKER / "tiering.yaml").read_text())["metadata"]["url"]).password is None
     assert "docker/tiering.env" in (ROOT / ".gitignore").read_text().splitlines()
     assert dockerignored("docker/tiering.env") and not dockerignored("tiering_core/config.py")
-    assert "--env-file docker/tiering.env" in (ROOT / "README.md").read_text()
+    assert "--env-file docker/tiering.env" in (ROOT / "docs/deployment.md").read_text()
 
 
 def test_one_celery_worker_per_broker_reads_only_its_broker_s_log_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -393,7 +393,7 @@ def test_every_queue_a_dag_puts_a_task_on_is_consumed_by_a_worker(monkeypatch: p
 def test_the_scrapers_token_reaches_only_the_api_server_and_prometheus_which_reads_it_as_group_50000(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The token file is owned by group 50000 and readable by that group only (README "Docker"): the
+    """The token file is owned by group 50000 and readable by that group only (docs/deployment.md, "Docker"): the
     platform's user (uid 50000, its own group) and Prometheus, which joins that group; no other
     service mounts it."""
     monkeypatch.setenv("TIERING_METADATA_PASSWORD", "from-the-env-file")
@@ -426,7 +426,7 @@ def test_minio_s_root_credentials_stay_in_the_minio_service() -> None:
 
 def test_the_platform_s3_credentials_are_its_own_and_only_the_workers_hold_them() -> None:
     """The aws connection's login and password are variables of their own (a user made in MinIO for
-    the platform, README "Docker"), never MinIO's root credentials; only the workers, which run the
+    the platform, docs/deployment.md, "Docker"), never MinIO's root credentials; only the workers, which run the
     tasks that read and write the bucket, get them."""
     services = compose()["services"]
     holders = {name for name, s in services.items() if "AIRFLOW_CONN_AWS_DEFAULT" in (s.get("environment") or {})}
@@ -525,7 +525,7 @@ def test_the_image_entry_point_gives_spark_its_secret_in_a_file_only_the_user_re
 
 
 def test_docker_compose_reads_the_stack_and_the_debian_override(tmp_path: Path) -> None:
-    """``docker-compose config`` (Debian's 1.29, the oldest the README names) reads the stack alone
+    """``docker-compose config`` (Debian's 1.29, the oldest docs/deployment.md names) reads the stack alone
     and with docker/debian/'s override, which builds every image production pulls (Grafana aside)
     from a Debian base instead."""
     from tests.deploy.stack import fresh_env_file
@@ -566,22 +566,22 @@ def test_docker_compose_reads_the_stack_and_the_debian_override(tmp_path: Path) 
     assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim-bookworm$", (DOCKER / "Dockerfile").read_text(), re.MULTILINE)
 
 
-# --- README "Docker" says how to start it -------------------------------------------------------
+# --- docs/deployment.md, "Docker", says how to start it -------------------------------------------
 
-#: The compose files' command prefix in README's recipes.
+#: The compose files' command prefix in the recipes of docs/deployment.md.
 COMPOSE_COMMAND = "docker-compose --env-file docker/tiering.env -f docker/docker-compose.yml"
 
 
-def readme_docker() -> str:
-    return (ROOT / "README.md").read_text().split("\n## Docker\n", 1)[1].split("\n## ", 1)[0]
+def docker_section() -> str:
+    return (ROOT / "docs/deployment.md").read_text().split("\n## Docker\n", 1)[1].split("\n## ", 1)[0]
 
 
-def test_the_readme_env_file_recipe_sets_every_variable_the_stack_requires() -> None:
-    """The env file of README's recipe is the one the deployment test writes, and sets exactly the
+def test_the_docs_env_file_recipe_sets_every_variable_the_stack_requires() -> None:
+    """The env file of the recipe of docs/deployment.md is the one the deployment test writes, and sets exactly the
     variables docker-compose stops without; the Fernet key in the URL-safe base64 Airflow reads."""
     from tests.deploy.stack import ENV_KEYS
 
-    section = readme_docker()
+    section = docker_section()
     recipe = section.split("cat > docker/tiering.env <<EOF\n", 1)[1].split("\nEOF\n", 1)[0]
     lines = dict(line.split("=", 1) for line in recipe.splitlines())
     required = set(REQUIRED.findall((DOCKER / "docker-compose.yml").read_text()))
@@ -591,8 +591,8 @@ def test_the_readme_env_file_recipe_sets_every_variable_the_stack_requires() -> 
     assert "chgrp 50000 docker/metrics-token && chmod 0440 docker/metrics-token\n" in section
 
 
-def test_the_readme_start_commands_are_the_compose_files_and_name_every_service_but_grafana() -> None:
-    section = readme_docker()
+def test_the_docs_start_commands_are_the_compose_files_and_name_every_service_but_grafana() -> None:
+    section = docker_section()
     debian = f"{COMPOSE_COMMAND} -f docker/debian/docker-compose.yml"
     for command in (f"{COMPOSE_COMMAND} build", f"{COMPOSE_COMMAND} up -d\n", f"{debian} build\n"):
         assert command in section, command
@@ -603,9 +603,9 @@ def test_the_readme_start_commands_are_the_compose_files_and_name_every_service_
     assert "The test `tests/deploy/test_stack.py` starts this\nstack on a real Docker engine" in section
 
 
-def test_the_readme_table_of_secrets_is_the_compose_file_s() -> None:
-    """Each secret of the env file (and the token file) reaches exactly the services README's table
-    names for it."""
+def test_the_docs_table_of_secrets_is_the_compose_file_s() -> None:
+    """Each secret of the env file (and the token file) reaches exactly the services the table of
+    docs/deployment.md names for it."""
     from tests.deploy.stack import ENV_KEYS
 
     services = compose()["services"]
@@ -617,7 +617,7 @@ def test_the_readme_table_of_secrets_is_the_compose_file_s() -> None:
             actual.setdefault(variable, set()).add(name)
         if token in {m.source for m in mounts(service)}:
             actual["docker/metrics-token"].add(name)
-    table = readme_docker().split("| Secret | Services that get it |\n| --- | --- |\n", 1)[1].split("\n\n", 1)[0]
+    table = docker_section().split("| Secret | Services that get it |\n| --- | --- |\n", 1)[1].split("\n\n", 1)[0]
     documented: dict[str, set[str]] = {}
     for row in table.splitlines():
         secrets, holders = row.strip("|").split("|")

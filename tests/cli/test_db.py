@@ -109,6 +109,6 @@ def test_db_backup_of_a_postgresql_store_points_at_pg_dump_and_shows_no_password
     )
     code, out, err = run(capsys, config, "db", "backup", str(tmp_path / "tiering.dump"))
     assert (code, out) == (1, "") and err.count("\n") == 1
-    assert "pg_dump -Fc" in err and 'README "Backup and recovery"' in err and "tiering:***@db.invalid" in err
+    assert "pg_dump -Fc" in err and 'docs/upgrading.md "Backup and recovery"' in err and "tiering:***@db.invalid" in err
     assert "s3cret-pw" not in err
     assert not (tmp_path / "tiering.dump").exists()

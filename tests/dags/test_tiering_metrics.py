@@ -239,7 +239,7 @@ def test_copy_dag_metrics_reach_opentelemetry_with_their_attributes(
 def test_the_readme_s_single_broker_form_scrapes_the_gauges_after_a_copy(
     tiering: TieringEnv, s3_endpoint: S3Endpoint, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """README, "Metrics": the single-broker form (``log_dirs:``, no ``--broker``, no
+    """docs/metrics.md: the single-broker form (``log_dirs:``, no ``--broker``, no
     ``TIERING_BROKER_ID``) records under the ``node.id`` its log dir's ``meta.properties`` names, so
     after ``tiering copy`` of one partition of three segments, and after the copy DAG's task of
     another, ``/tiering/metrics`` holds each partition's copy lag, local-retention and retention

@@ -12,7 +12,7 @@ registry (none is reachable from the machines the tests run on):
 - ``dockerd`` runs as root on a data root in the cache (its layer cache is what makes a second
   build quick: the dependency layers change only with ``constraints.txt`` and ``setup.cfg``), on an
   exec root and socket of its own, and is stopped at the end;
-- the images are built by the README's own ``docker-compose ... build`` with
+- the images are built by the ``docker-compose ... build`` of docs/deployment.md with
   ``docker/debian/docker-compose.yml``, which builds PostgreSQL, Redis, Prometheus and an S3
   endpoint (moto's server) from Debian's packages and PyPI instead of pulling them.
 

@@ -1,6 +1,6 @@
 """The compose stack of ``docker/`` on a test engine: its files, its commands, its project.
 
-The commands are README's "Docker" commands, with the test's own env file, config and token file
+The commands are the "Docker" commands of docs/deployment.md, with the test's own env file, config and token file
 (``TIERING_CONFIG_FILE``, ``TIERING_METRICS_TOKEN_FILE``) and ``docker/debian/docker-compose.yml``,
 which builds every image from Debian's packages.
 """
@@ -19,7 +19,7 @@ from tests.deploy.engine import DOCKER_DIR, Engine
 from tests.services import ServiceUnavailable, last_line
 
 COMPOSE_FILES = (DOCKER_DIR / "docker-compose.yml", DOCKER_DIR / "debian" / "docker-compose.yml")
-#: The env file's keys, README's recipe; the values are made fresh for each stack.
+#: The env file's keys, the recipe of docs/deployment.md; the values are made fresh for each stack.
 ENV_KEYS = (
     "POSTGRES_PASSWORD",
     "AIRFLOW_DB_PASSWORD",
@@ -39,7 +39,7 @@ ENV_KEYS = (
 
 
 def fresh_env_file(path: Path) -> dict[str, str]:
-    """An env file as README's recipe writes it (mode 0600): fresh random values."""
+    """An env file as the recipe of docs/deployment.md writes it (mode 0600): fresh random values."""
     import base64
 
     values = {key: secrets.token_hex(24) for key in ENV_KEYS}
@@ -84,7 +84,7 @@ def why(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def build_images(engine: Engine) -> None:
-    """Every image of the stack, built by README's build command (cached layers are reused)."""
+    """Every image of the stack, built by the build command of docs/deployment.md (cached layers are reused)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="tiering-build-") as scratch:

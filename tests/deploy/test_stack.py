@@ -318,7 +318,7 @@ def deployment() -> Iterator[Deployment]:
         try:
             forget_earlier_stacks(engine)
             import_base(engine, tarball)
-            build_images(engine)  # README's build: every layer cached by the test command's prepare
+            build_images(engine)  # docs/deployment.md's build: every layer cached by the test command's prepare
         except ServiceUnavailable as exc:
             raise AssertionError(f"{exc} (the test command's build: {cache / 'prepare.log'})") from exc
         say(f"images ready in {time.monotonic() - started:.0f} s")
@@ -357,12 +357,12 @@ def forget_earlier_stacks(engine: Engine) -> None:
 
 def stack_of(engine: Engine, work: Path, *, kafka_libs: Path) -> Compose:
     """The test's env file, token, config and brokers' properties in ``work``, and the compose
-    project that uses them (README's files plus the brokers of docker-compose.e2e.yml)."""
+    project that uses them (the files of docs/deployment.md plus the brokers of docker-compose.e2e.yml)."""
     env_file = work / "tiering.env"
     fresh_env_file(env_file)
     token = work / "metrics-token"
     token.write_text(os.urandom(32).hex() + "\n")
-    os.chown(token, 0, 50000)  # README's recipe: group 50000 (the containers' users) may read it
+    os.chown(token, 0, 50000)  # docs/deployment.md's recipe: group 50000 (the containers' users) may read it
     token.chmod(0o440)
     kafka_cluster_id = cluster_id()
     config = work / "tiering.yaml"

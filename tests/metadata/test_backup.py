@@ -1,4 +1,4 @@
-"""Backups of the metadata store, with README "Backup and recovery"'s lines run as written:
+"""Backups of the metadata store, with the lines of docs/upgrading.md, "Backup and recovery", run as written:
 ``backup_store`` on SQLite while a copy commits, each backup restored over a store and opened, and
 its refusals; the pg_dump / pg_restore recipe run for real against the test PostgreSQL server and
 the restored database opened by the platform."""
@@ -79,7 +79,7 @@ def states_after(history: list[Event], commits: int) -> dict[uuid.UUID, S]:
 
 
 def restore_sqlite(backup: Path, directory: Path) -> str:
-    """README's SQLite restore, its lines as written, over a store whose processes stopped (one of
+    """The SQLite restore of docs/upgrading.md, its lines as written, over a store whose processes stopped (one of
     them killed: its -wal left behind): the store's files moved aside, the backup copied in."""
     directory.mkdir()
     old = directory / "metadata.db"
@@ -201,7 +201,7 @@ def test_postgresql_is_refused_pointing_at_pg_dump_and_naming_no_password(tmp_pa
     with pytest.raises(BackupError) as refused:
         backup_store(url, tmp_path / "b.db")
     message = str(refused.value)
-    assert "pg_dump -Fc" in message and 'README "Backup and recovery"' in message
+    assert "pg_dump -Fc" in message and 'docs/upgrading.md "Backup and recovery"' in message
     assert "s3cret-pw" not in message and "\n" not in message
     assert not (tmp_path / "b.db").exists()
 
@@ -222,20 +222,20 @@ def test_an_older_store_is_backed_up_as_it_is(sqlite_url: str, tmp_path: Path) -
         assert found is not None and found.segment_id == kept.segment_id
 
 
-# -- PostgreSQL: the README's recipe ---------------------------------------------------------------
+# -- PostgreSQL: the recipe of docs/upgrading.md ---------------------------------------------------
 
 
 def readme_commands(*starts: str) -> list[str]:
-    """The README's shell lines of "Backup and recovery" that start with one of ``starts``, as
+    """The shell lines of docs/upgrading.md, "Backup and recovery", that start with one of ``starts``, as
     written and in their order."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs/upgrading.md").read_text()
     section = text.split("\n## Backup and recovery\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
     return [line for block in blocks for line in block.splitlines() if line.startswith(starts)]
 
 
 def run_recipe(line: str, env: dict[str, str], cwd: Path | None = None) -> None:
-    """One README line run by bash; the variables it reads come from ``env`` (``set -u``)."""
+    """One line of the recipe run by bash; the variables it reads come from ``env`` (``set -u``)."""
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", line], env=env, cwd=cwd, capture_output=True, text=True)
     assert proc.returncode == 0, f"{line}: {proc.stderr.strip()}"
 

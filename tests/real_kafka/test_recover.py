@@ -1,4 +1,4 @@
-"""``tiering recover`` beside a real 3-node KRaft cluster (README "Backup and recovery").
+"""``tiering recover`` beside a real 3-node KRaft cluster (docs/upgrading.md, "Backup and recovery").
 
 A partition lives a life on real brokers: an unclean election after the old leader's divergent
 segments were tiered, retention by time past its first segments, a DeleteRecords applied through

@@ -1,4 +1,4 @@
-"""The exit codes of the ``tiering`` command and the Spark apps, one home for both (README)."""
+"""The exit codes of the ``tiering`` command and the Spark apps, one home for both (docs/commands.md)."""
 
 from __future__ import annotations
 

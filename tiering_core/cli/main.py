@@ -333,7 +333,7 @@ def add_setup_commands(sub: Subcommands) -> None:
     dbsub.add_parser("current", help="print the schema revision")
     backup = dbsub.add_parser(
         "backup",
-        help="copy a SQLite metadata store to FILE, consistent while runs write (PostgreSQL: pg_dump, see README)",
+        help="copy a SQLite metadata store to FILE, consistent while runs write (PostgreSQL: see docs/upgrading.md)",
     )
     backup.add_argument("file", metavar="FILE", help="the backup file to write")
     backup.add_argument("--force", action="store_true", help="replace FILE if it exists")

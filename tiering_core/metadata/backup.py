@@ -6,7 +6,7 @@ copy holds each of their transactions whole or not at all. The copy is written b
 under a temporary name, checked, synced, and only then given the target's name: a backup killed
 halfway leaves nothing that looks like a backup, and an existing file is replaced only when asked.
 
-A PostgreSQL store is backed up with ``pg_dump`` (README "Backup and recovery"): its dump is a
+A PostgreSQL store is backed up with ``pg_dump`` (docs/upgrading.md, "Backup and recovery"): its dump is a
 snapshot as well, and it runs where the server's client tools and credentials are.
 """
 
@@ -25,8 +25,8 @@ from tiering_core.config.metadata import safe_url
 from tiering_core.metadata.engine import SQLITE_BUSY_TIMEOUT_MS, is_sqlite, sqlite_file
 from tiering_core.metadata.errors import BackupError
 
-#: Where the README shows the PostgreSQL recipe.
-PG_DUMP_RECIPE = 'README "Backup and recovery"'
+#: Where the docs show the PostgreSQL recipe.
+PG_DUMP_RECIPE = 'docs/upgrading.md "Backup and recovery"'
 #: os.link's errors on a filesystem without hard links: the target is then checked, then renamed to.
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP})
 

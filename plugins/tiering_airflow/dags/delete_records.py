@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 
+from tiering_airflow.dag_ids import DELETE_RECORDS_DAG_ID
 from tiering_airflow.operators.tiering import TieringDeleteRecordsOperator
 from tiering_airflow.params import confirm_param, manual_dag, topic_param
 from tiering_core.config.dags import DagConfig
@@ -35,7 +36,7 @@ from tiering_core.config.dags import DagConfig
 def build(settings: DagConfig) -> DAG:
     """The DAG, its tasks on ``dags.delete_records.queue`` (None: the executor's default queue)."""
     with manual_dag(
-        "tiering_delete_records",
+        DELETE_RECORDS_DAG_ID,
         "Delete a partition's records below an offset, remote and on the cluster (manual; dry run by default)",
         {
             "topic": topic_param("The topic whose records are deleted."),

@@ -33,6 +33,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, task
 
+from tiering_airflow.dag_ids import DELETE_PARTITION_DAG_ID
 from tiering_airflow.operators.tiering import TieringDeletePartitionOperator
 from tiering_airflow.params import confirm_param, manual_dag, topic_param
 from tiering_core.config.dags import DagConfig
@@ -74,7 +75,7 @@ def validate_request(params: dict[str, Any] | None = None) -> list[dict[str, Any
 def build(settings: DagConfig) -> DAG:
     """The DAG, its tasks on ``dags.delete_partition.queue`` (None: the executor's default queue)."""
     with manual_dag(
-        "tiering_delete_partition",
+        DELETE_PARTITION_DAG_ID,
         "Delete all remote data of removed partitions (manual only; dry run by default)",
         {
             "topic": topic_param("The topic whose removed partitions' remote data is deleted."),

@@ -30,6 +30,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, task
 
+from tiering_airflow.dag_ids import REPLAY_DAG_ID
 from tiering_airflow.operators.tiering import TieringReplayOperator
 from tiering_airflow.params import TARGET_PATTERN, TOPIC_PATTERN, manual_dag, topic_param
 from tiering_core.config.dags import DagConfig
@@ -81,7 +82,7 @@ def plan_replay(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 def build(settings: DagConfig) -> DAG:
     """The DAG, its tasks on ``dags.replay.queue`` (None: the executor's default queue)."""
     with manual_dag(
-        "tiering_replay",
+        REPLAY_DAG_ID,
         "Put a range of the remote tier back into a Kafka topic through the producer, exactly once (manual)",
         {
             "topic": topic_param("The source topic, as the remote tier holds it (a deleted topic too)."),

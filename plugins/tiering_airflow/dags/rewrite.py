@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 
+from tiering_airflow.dag_ids import REWRITE_DAG_ID
 from tiering_airflow.operators.tiering import TieringRewriteOperator
 from tiering_airflow.params import manual_dag, topic_param
 from tiering_core.config.dags import DagConfig
@@ -25,7 +26,7 @@ from tiering_core.config.dags import DagConfig
 def build(settings: DagConfig) -> DAG:
     """The DAG, its tasks on ``dags.rewrite.queue`` (None: the executor's default queue)."""
     with manual_dag(
-        "tiering_rewrite",
+        REWRITE_DAG_ID,
         "Re-encode a topic's remote segments in the current remote: format (manual)",
         {
             "topic": topic_param("The topic whose remote segments are rewritten."),

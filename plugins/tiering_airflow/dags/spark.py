@@ -37,6 +37,12 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Param
 
+from tiering_airflow.dag_ids import (
+    EXPORT_DAG_ID,
+    SPARK_BULK_UPLOAD_DAG_ID,
+    SPARK_REBUILD_INDEXES_DAG_ID,
+    SPARK_VERIFY_DAG_ID,
+)
 from tiering_airflow.dags.schedules import cron_of
 from tiering_airflow.operators.spark import TieringSparkSubmitOperator
 from tiering_airflow.params import on_queue
@@ -118,7 +124,7 @@ def submit(task_id: str, app: str, args: list[str]) -> TieringSparkSubmitOperato
 def bulk_upload_dag(settings: DagConfig) -> DAG:
     with spark_dag(
         settings,
-        "tiering_spark_bulk_upload",
+        SPARK_BULK_UPLOAD_DAG_ID,
         "Parallel upload of many partitions on Spark (spark_apps/parallel_upload.py)",
         selector_params(),
     ) as dag:
@@ -129,7 +135,7 @@ def bulk_upload_dag(settings: DagConfig) -> DAG:
 def rebuild_indexes_dag(settings: DagConfig) -> DAG:
     with spark_dag(
         settings,
-        "tiering_spark_rebuild_indexes",
+        SPARK_REBUILD_INDEXES_DAG_ID,
         "Rebuild segment indexes from the .log and repair what differs (spark_apps/rebuild_indexes.py)",
         {
             **selector_params(),
@@ -150,7 +156,7 @@ def rebuild_indexes_dag(settings: DagConfig) -> DAG:
 def verify_dag(settings: DagConfig) -> DAG:
     with spark_dag(
         settings,
-        "tiering_spark_verify",
+        SPARK_VERIFY_DAG_ID,
         "Verify every finished remote segment against its manifest (spark_apps/verify_segments.py)",
         selector_params(),
     ) as dag:
@@ -161,7 +167,7 @@ def verify_dag(settings: DagConfig) -> DAG:
 def export_dag(settings: DagConfig) -> DAG:
     with spark_dag(
         settings,
-        "tiering_export",
+        EXPORT_DAG_ID,
         "The tiered log as an Iceberg table, exactly once (spark_apps/export_table.py)",
         {
             **selector_params(),

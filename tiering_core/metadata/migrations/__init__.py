@@ -115,12 +115,12 @@ def check_revision(url: str, current: str | None) -> None:
         raise SchemaAheadError(
             f"metadata store {safe_url(url)} is at schema revision {current}, newer than this "
             f"version of the platform knows (head {head}): upgrade the platform here to the version "
-            'that upgraded the store (README "Upgrading")'
+            'that upgraded the store (docs/upgrading.md "Upgrading")'
         )
     raise SchemaBehindError(
         f"metadata store {safe_url(url)} is at schema revision {current}, behind this version of the "
         f"platform (head {head}); nothing was changed: back it up, then run `tiering db upgrade` "
-        '(README "Upgrading")'
+        '(docs/upgrading.md "Upgrading")'
     )
 
 

@@ -6,7 +6,7 @@ A store created at head gets its id here too, so every store has one from its fi
 A store upgraded here gets a new id; the first write of a platform at this version under its
 prefix binds the prefix to it. The way back drops the table: the identity object stays in the
 bucket, and a store upgraded again gets another id, which that object refuses until it is removed
-(README "Upgrading").
+(docs/upgrading.md, "Upgrading").
 
 Revision ID: 0012_store_identity
 Revises: 0011_gaps_below_log_start

@@ -1,4 +1,4 @@
-"""The README's metrics table lists exactly the metric set of ``tiering_core.metrics.names``, in
+"""The metrics table of docs/metrics.md lists exactly the metric set of ``tiering_core.metrics.names``, in
 its order, with each metric's Prometheus sample, kind, StatsD/OpenTelemetry name, labels, the Kafka
 metric it maps to and its meaning: the docs cannot drift from what is emitted and exported. Every
 name follows one scheme: Prometheus' conventions (snake_case, a unit suffix in base units, counters
@@ -12,7 +12,7 @@ from pathlib import Path
 from tiering_core.metrics import names
 from tiering_core.metrics.names import MetricKind
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs/metrics.md"
 #: What a base name may end in: a unit in base units, a count of things, KIP-1257's percents, or
 #: a 0/1 flag's subject.
 SUFFIXES = ("_bytes", "_seconds", "_segments", "_offsets", "_entries", "_in_percent")
@@ -23,14 +23,14 @@ KAFKA_GROUPS = (names.TOPIC_METRICS, names.REMOTE_LOG_MANAGER, names.RLM_SENSORS
 
 
 def metrics_table() -> list[list[str]]:
-    """The cells of the table in the README's "Metrics" section, header and rule left out."""
-    section = README.read_text().split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    """The cells of the page's metrics table (before its first section), header and rule left out."""
+    section = PAGE.read_text().split("\n## ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("|")]
     assert lines[0].startswith("| Prometheus | Kind | StatsD / OpenTelemetry | Labels | Kafka name | Meaning |")
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
-def test_the_readme_table_lists_exactly_the_metric_set() -> None:
+def test_the_docs_table_lists_exactly_the_metric_set() -> None:
     rows = metrics_table()
     specs = names.METRICS + names.PLATFORM_METRICS
     assert [row[0].strip("`") for row in rows] == [spec.prometheus_samples[0] for spec in specs]
