@@ -70,6 +70,8 @@ class Health:
     window_ms: int = THROUGHPUT_WINDOW_MS
     #: (bucket start ms, bytes copied in it), oldest first, over ``HISTORY_SPAN_MS``.
     copy_history: list[tuple[int, int]] = field(default_factory=list)
+    #: Every broker with an observation in the store (whatever the broker asked for), by id.
+    brokers: list[int] = field(default_factory=list)
 
     @property
     def bytes_per_second(self) -> float:
@@ -89,9 +91,11 @@ def collect_health(ctx: TieringContext, *, topic: str | None = None, broker: int
     risks: list[ReplicaRisk] = []
     oldest: UncopiedAge | None = None
     retention: dict[str, int | None] = {}
+    seen: set[int] = set()
     c = _COLUMN
     for row in rows:
         name, partition, broker_id = row[c["topic"]], row[c["partition"]], row[c["broker_id"]]
+        seen.add(broker_id)
         at = row[c["observed_ms"]]
         if (broker is not None and broker_id != broker) or not is_fresh(at, now, staleness):
             continue
@@ -119,6 +123,7 @@ def collect_health(ctx: TieringContext, *, topic: str | None = None, broker: int
         oldest,
         sum(size for _, size in recent),
         copy_history=history,
+        brokers=sorted(seen),
     )
 
 

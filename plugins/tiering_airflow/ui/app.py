@@ -16,6 +16,7 @@ users without the permission 403: the page names topics and sizes, which are not
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +26,15 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from tiering_airflow.hooks.tiering import named_topics
 from tiering_airflow.ui import view
+from tiering_airflow.ui.failures import FailedTask, failed_tasks
+from tiering_airflow.ui.health import broker_filter, copy_history_dict, grafana_link, render_health
 from tiering_airflow.ui.metrics import metrics_router
-from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store
+from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store, within
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.values import ReplayRecord
+    from tiering_core.monitoring.health import Health
     from tiering_core.monitoring.overview import Overview
     from tiering_core.monitoring.snapshot import MetricsSnapshot, SeriesPoint
 
@@ -78,6 +82,40 @@ def read_overview(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEO
         return found, {topic: reason for topic, reason in reasons.items() if reason is not None}
 
     return read_store(config_path, read, timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class FirstScreen:
+    """What the page's first screen reads from the store and the config: the health figures (of
+    one broker's replicas, or all), the brokers to filter by and the Grafana to link to."""
+
+    health: Health
+    brokers: list[int]
+    grafana_url: str | None
+
+
+def read_first_screen(
+    config_path: str | None, broker: int | None, timeout: float = DEFAULT_STATUS_TIMEOUT
+) -> FirstScreen:
+    """The first screen's figures (``monitoring.health``), the config's brokers and those observed."""
+    import tiering_core.monitoring.health as health
+
+    def read(ctx: TieringContext) -> FirstScreen:
+        found = health.collect_health(ctx, broker=broker)
+        brokers = sorted(set(ctx.config.brokers) | set(found.brokers))
+        return FirstScreen(found, brokers, ctx.config.metrics.grafana_url)
+
+    return read_store(config_path, read, timeout)
+
+
+def read_failures(timeout: float = DEFAULT_STATUS_TIMEOUT) -> list[FailedTask] | None:
+    """The failing runs from Airflow's database; None when it cannot be read in time (the page
+    says so; the rest of it still shows)."""
+    try:
+        return within(timeout, failed_tasks)
+    except Exception as exc:  # the page shows what it can: a broken Airflow database is its own alert
+        log.warning("Tiering page: Airflow's failed task instances cannot be read: %s", type(exc).__name__)
+        return None
 
 
 def read_series(
@@ -159,12 +197,15 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         topic: str = Query(..., description="the topic"),
         offset: int = Query(0, ge=0, description="the first row, by partition number"),
         limit: int = Query(view.PAGE_ROWS, ge=1, le=10_000, description="rows at most"),
+        broker: int | None = Query(None, ge=0, description="only the partitions with a replica on this broker"),
     ) -> HTMLResponse:
         try:
             snapshot, named = read_snapshot(config_path, topic, status_timeout)
             exported = read_exported(config_path, topic, status_timeout)
         except StoreUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
+        if broker is not None:
+            snapshot.partitions = [p for p in snapshot.partitions if any(r.broker_id == broker for r in p.replicas)]
         return HTMLResponse(view.render_partitions(snapshot, named, offset, limit, exported))
 
     @app.get("/static/{name}", dependencies=access)
@@ -176,12 +217,24 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         )
 
     @app.get("/", response_class=HTMLResponse, dependencies=access)
-    def page() -> HTMLResponse:
+    def page(broker: int | None = Query(None, ge=0, description="one broker's replicas")) -> HTMLResponse:
         try:
             overview, not_tiered = read_overview(config_path, status_timeout)
             replays = read_replays(config_path, status_timeout)
+            first = read_first_screen(config_path, broker, status_timeout)
         except StoreUnavailable as exc:
             return HTMLResponse(view.render_error(str(exc)), status_code=503)
-        return HTMLResponse(view.render_page(overview, not_tiered, replays))
+        failures = read_failures(status_timeout)
+        nav = broker_filter(first.brokers, broker) + grafana_link(first.grafana_url)
+        return HTMLResponse(
+            view.render_page(
+                overview,
+                not_tiered,
+                replays,
+                first=render_health(first.health, overview, failures, broker=broker),
+                nav=f"<div class='nav'>{nav}</div>" if nav else "",
+                data={"copy_history": copy_history_dict(first.health), "broker": broker},
+            )
+        )
 
     return app

@@ -1,0 +1,136 @@
+"""The failing runs the Tiering page puts first: from Airflow's own database, the failed task
+instances of each tiering DAG's latest run, when that run failed (a later run that succeeded means
+the DAG is healthy again), each with its error text and its log.
+
+Airflow keeps no exception text in its database; a lane that fails pushes its partitions' results to
+XCom first (``operators.tiering``), so the error shown is the failed partitions' reasons from there,
+else a pointer to the task log. Every text shown is ``shown_error``'s: one line, bounded, with
+anything that looks like a credential masked, so a message that carried one by mistake still shows
+none.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tiering_core.errors import one_line
+from tiering_core.metadata.values import TaskAttempt
+
+#: The DAGs the page watches: every DAG the platform generates is named ``tiering_...``.
+DAG_PREFIX = "tiering_"
+#: Failed task instances listed at most.
+LISTED = 20
+#: Characters of an error text shown at most.
+ERROR_CHARS = 300
+#: Failed partitions a lane's error names before it says how many more.
+NAMED_PARTITIONS = 3
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
+_SECRET_VALUE = re.compile(
+    r"(?P<name>[A-Za-z0-9_.-]*(?:pass(?:word)?|pwd|secret|token|api[_-]?key|access[_-]?key)[A-Za-z0-9_.-]*)"
+    r"(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&]+)",
+    re.IGNORECASE,
+)
+_BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
+
+
+def shown_error(text: object, limit: int = ERROR_CHARS) -> str:
+    """``text`` as the page may show it: one line, credentials in URLs, ``name=value`` pairs of
+    secret-like names and authorization headers masked, cut to ``limit`` characters."""
+    line = one_line(text)
+    line = _USERINFO.sub(lambda m: f"{m['scheme']}***@", line)
+    line = _SECRET_VALUE.sub(lambda m: f"{m['name']}{m['sep']}***", line)
+    line = _BEARER.sub(lambda m: f"{m['scheme']} ***", line)
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class FailedTask:
+    """A failed task instance of a tiering DAG's latest run: its try (for the log link), the label
+    Airflow shows for a mapped lane, when it ended (ms, None: unknown), the partitions it named and
+    its error text (``shown_error``'s)."""
+
+    attempt: TaskAttempt
+    label: str | None
+    ended_ms: int | None
+    partitions: tuple[str, ...]
+    error: str
+
+
+def lane_error(results: object) -> tuple[tuple[str, ...], str] | None:
+    """The failed partitions of a lane's XCom results and their reasons; None when the value is
+    not a lane's results or names no failure."""
+    if not isinstance(results, list):
+        return None
+    failed = [
+        r
+        for r in results
+        if isinstance(r, dict) and r.get("outcome") in ("gap", "failed") and "topic" in r and "partition" in r
+    ]
+    if not failed:
+        return None
+    names = tuple(f"{r['topic']}-{r['partition']}" for r in failed)
+    reasons = "; ".join(f"{name}: {r.get('detail') or r['outcome']}" for name, r in zip(names, failed, strict=True))
+    more = len(failed) - NAMED_PARTITIONS
+    if more > 0:
+        reasons = "; ".join(reasons.split("; ")[:NAMED_PARTITIONS]) + f" (and {more} more)"
+    return names, reasons
+
+
+def failed_tasks(limit: int = LISTED) -> list[FailedTask]:
+    """The failed task instances of every tiering DAG whose latest run failed, newest first."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select, tuple_
+
+    with create_session() as session:
+        latest = (
+            select(func.max(DagRun.id))
+            .where(DagRun.dag_id.startswith(DAG_PREFIX, autoescape=True))
+            .group_by(DagRun.dag_id)
+        )
+        runs = session.execute(
+            select(DagRun.dag_id, DagRun.run_id).where(DagRun.id.in_(latest), DagRun.state == "failed")
+        ).all()
+        if not runs:
+            return []
+        keys = sorted((dag_id, run_id) for dag_id, run_id in runs)
+        tis = list(
+            session.scalars(
+                select(TaskInstance)
+                .where(TaskInstance.state == "failed", tuple_(TaskInstance.dag_id, TaskInstance.run_id).in_(keys))
+                .order_by(TaskInstance.end_date.desc(), TaskInstance.dag_id, TaskInstance.map_index)
+                .limit(limit)
+            )
+        )
+        xcoms = _results(session, XComModel, tis)
+        return [_failed(ti, xcoms.get((ti.dag_id, ti.run_id, ti.task_id, ti.map_index))) for ti in tis]
+
+
+def _results(session: Any, model: Any, tis: Iterable[Any]) -> dict[tuple[str, str, str, int], Any]:
+    """The ``return_value`` XCom of each task instance that pushed one."""
+    from sqlalchemy import select, tuple_
+
+    wanted = {(ti.dag_id, ti.run_id, ti.task_id, ti.map_index) for ti in tis}
+    if not wanted:
+        return {}
+    rows = session.scalars(
+        select(model).where(
+            model.key == "return_value",
+            tuple_(model.dag_id, model.run_id, model.task_id, model.map_index).in_(sorted(wanted)),
+        )
+    )
+    return {(row.dag_id, row.run_id, row.task_id, row.map_index): model.deserialize_value(row) for row in rows}
+
+
+def _failed(ti: Any, results: object) -> FailedTask:
+    attempt = TaskAttempt(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, max(1, ti.try_number))
+    found = lane_error(results)
+    partitions, error = found if found is not None else ((), "failed: the reason is in the task's log")
+    ended = None if ti.end_date is None else int(ti.end_date.timestamp() * 1000)
+    return FailedTask(attempt, ti.rendered_map_index, ended, partitions, shown_error(error))
