@@ -73,11 +73,16 @@ def lane_error(results: object) -> tuple[tuple[str, ...], str] | None:
     if not failed:
         return None
     names = tuple(f"{r['topic']}-{r['partition']}" for r in failed)
-    reasons = "; ".join(f"{name}: {r.get('detail') or r['outcome']}" for name, r in zip(names, failed, strict=True))
+    reasons = [_reason(name, r) for name, r in zip(names, failed, strict=True)]
     more = len(failed) - NAMED_PARTITIONS
-    if more > 0:
-        reasons = "; ".join(reasons.split("; ")[:NAMED_PARTITIONS]) + f" (and {more} more)"
-    return names, reasons
+    text = "; ".join(reasons[:NAMED_PARTITIONS]) + (f" (and {more} more)" if more > 0 else "")
+    return names, text
+
+
+def _reason(name: str, result: dict[str, Any]) -> str:
+    """``<partition>: <why>``, the partition named once (a run's detail may already name it)."""
+    detail = str(result.get("detail") or result["outcome"])
+    return detail if detail.startswith(f"{name}:") else f"{name}: {detail}"
 
 
 def failed_tasks(limit: int = LISTED) -> list[FailedTask]:

@@ -28,12 +28,14 @@ def test_a_lane_failed_on_a_gap_is_listed_with_its_reason_and_its_log(tiering: T
     assert (failed.attempt.run_id, failed.attempt.task_id, failed.attempt.try_number) == (run.run_id, "copy", 1)
     assert failed.partitions == ("orders-1",) and failed.ended_ms is not None
     assert failed.error.startswith("orders-1: ") and "tiering gap" in failed.error.lower()
+    assert "orders-1: orders-1" not in failed.error
     assert len(failed.error) <= ERROR_CHARS
     assert f"/runs/{run.run_id.replace(':', '%3A').replace('+', '%2B')}/tasks/copy" in task_log_url(failed.attempt)
 
 
 def test_lane_results_name_the_failed_partitions_and_a_few_reasons() -> None:
     results = [{"topic": "orders", "partition": p, "outcome": "failed", "detail": f"boom {p}"} for p in range(5)]
+    results[1]["detail"] = "orders-1: boom 1"  # a detail that names its partition is not named twice
     results.append({"topic": "orders", "partition": 9, "outcome": "copied", "detail": ""})
     found = lane_error(results)
     assert found is not None
