@@ -22,8 +22,8 @@ from tests.airflow_support import load_e2e_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "airflow_e2e.py"
-#: What the run saves in its ``--artifacts`` directory (the test's own: the committed screenshots in
-#: docs/images are refreshed by hand, README says how).
+#: What the run saves in its ``--artifacts`` directory (the test's own; the committed screenshots in
+#: docs/images are the Tiering page test's, README says how to refresh them).
 SHOT = "tiering-page.png"
 DOM = "tiering-page.html"
 #: The page inside Airflow's UI, by window size (a laptop, a phone).

@@ -2,7 +2,8 @@
 
 Mounted by the Airflow plugin under ``/tiering``; each request reads the store as it is at that
 moment, so the page works on an API server without log dirs and shows every broker: the page asks
-only for what it shows (``collect_overview``: per-topic sums and the partitions in an alert state),
+only for what it shows (its first screen: ``collect_health`` and the failing runs from Airflow's own
+database, ``failures.py``; ``collect_overview``: per-topic sums and the partitions in an alert state),
 an opened topic's table and the JSON for its snapshot (``collect_metrics``), a chart for its points
 (``topic_series``). ``view.py`` renders it. Links are relative so the page also works when Airflow
 is served under a path prefix.

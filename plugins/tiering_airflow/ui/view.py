@@ -2,8 +2,9 @@
 ``Overview`` for the page, a ``MetricsSnapshot`` of one topic for its partition table), so the API
 server renders it without any log dir.
 
-The page holds one summary row per topic (partitions, remote size, copy lag, gaps, risk) and the
-alerts an operator acts on (tiering gaps, local-retention risk, stale brokers, failed scrubs).
+The page opens on its first screen (``health.py``: is tiering healthy?), then holds the alerts an
+operator acts on (tiering gaps, local-retention risk, stale brokers, failed scrubs) and one summary
+row per topic (partitions, remote size, copy lag, gaps, risk).
 A topic's partitions and charts load when its row is opened (``fragments/partitions`` and
 ``api/series``), so a page over ten thousand partitions stays small. Every link is relative: the
 page is served under ``/tiering/`` of an Airflow that may itself sit under a path prefix, and
