@@ -25,9 +25,10 @@ import msgspec
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
+from tiering_airflow.dag_ids import dag_ids_of
 from tiering_airflow.hooks.tiering import named_topics
 from tiering_airflow.ui import view
-from tiering_airflow.ui.failures import FailedTask, failed_tasks
+from tiering_airflow.ui.failures import FailedTask, concerns, failed_tasks
 from tiering_airflow.ui.health import broker_filter, copy_history_dict, grafana_link, render_health
 from tiering_airflow.ui.metrics import metrics_router
 from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store, within
@@ -93,18 +94,22 @@ class FirstScreen:
     health: Health
     brokers: list[int]
     grafana_url: str | None
+    #: The DAG ids of the topic asked for (none without one).
+    topic_dags: tuple[str, ...] = ()
 
 
 def read_first_screen(
-    config_path: str | None, broker: int | None, timeout: float = DEFAULT_STATUS_TIMEOUT
+    config_path: str | None, broker: int | None, topic: str | None = None, timeout: float = DEFAULT_STATUS_TIMEOUT
 ) -> FirstScreen:
-    """The first screen's figures (``monitoring.health``), the config's brokers and those observed."""
+    """The first screen's figures (``monitoring.health``; one broker's or topic's if asked), the
+    brokers (the config's and those observed), the Grafana to link to and the topic's DAG ids."""
     import tiering_core.monitoring.health as health
 
     def read(ctx: TieringContext) -> FirstScreen:
-        found = health.collect_health(ctx, broker=broker)
+        found = health.collect_health(ctx, topic=topic, broker=broker)
         brokers = sorted(set(ctx.config.brokers) | set(found.brokers))
-        return FirstScreen(found, brokers, ctx.config.metrics.grafana_url)
+        dags = dag_ids_of(topic, named_topics(ctx.config)) if topic is not None else ()
+        return FirstScreen(found, brokers, ctx.config.metrics.grafana_url, dags)
 
     return read_store(config_path, read, timeout)
 
@@ -218,23 +223,31 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         )
 
     @app.get("/", response_class=HTMLResponse, dependencies=access)
-    def page(broker: int | None = Query(None, ge=0, description="one broker's replicas")) -> HTMLResponse:
+    def page(
+        broker: int | None = Query(None, ge=0, description="one broker's replicas"),
+        topic: str | None = Query(None, description="one topic's first screen (a topic's exact name)"),
+    ) -> HTMLResponse:
         try:
             overview, not_tiered = read_overview(config_path, status_timeout)
             replays = read_replays(config_path, status_timeout)
-            first = read_first_screen(config_path, broker, status_timeout)
+            known = topic if topic in {s.topic for s in overview.topics} else None
+            first = read_first_screen(config_path, broker, known, status_timeout)
         except StoreUnavailable as exc:
             return HTMLResponse(view.render_error(str(exc)), status_code=503)
         failures = read_failures(status_timeout)
+        if known is not None and failures is not None:
+            failures = [f for f in failures if concerns(f, known, first.topic_dags)]
         nav = broker_filter(first.brokers, broker) + grafana_link(first.grafana_url)
+        grafana = {s.topic: grafana_link(first.grafana_url, s.topic) for s in overview.topics if first.grafana_url}
         return HTMLResponse(
             view.render_page(
                 overview,
                 not_tiered,
                 replays,
-                first=render_health(first.health, overview, failures, broker=broker),
+                first=render_health(first.health, overview, failures, broker=broker, topic=known),
                 nav=f"<div class='nav'>{nav}</div>" if nav else "",
                 data={"copy_history": copy_history_dict(first.health), "broker": broker},
+                topic_links=grafana,
             )
         )
 

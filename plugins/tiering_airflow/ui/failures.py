@@ -60,6 +60,20 @@ class FailedTask:
     error: str
 
 
+def of_topic(name: str, topic: str) -> bool:
+    """Whether a partition's name (``<topic>-<partition>``) is one of ``topic``'s."""
+    prefix = f"{topic}-"
+    return name.startswith(prefix) and name[len(prefix) :].isdigit()
+
+
+def concerns(failure: FailedTask, topic: str, dag_ids: Iterable[str]) -> bool:
+    """Whether a failure is ``topic``'s: it names one of its partitions, or, naming none, it is a
+    task of one of the topic's own DAGs (``dag_ids``)."""
+    if failure.partitions:
+        return any(of_topic(name, topic) for name in failure.partitions)
+    return failure.attempt.dag_id in set(dag_ids)
+
+
 def lane_error(results: object) -> tuple[tuple[str, ...], str] | None:
     """The failed partitions of a lane's XCom results and their reasons; None when the value is
     not a lane's results or names no failure."""

@@ -5,7 +5,8 @@ their error and task log, the partitions at risk with their headroom, and the co
 24 hours as a chart (recorded history, ``monitoring.health``).
 
 A broker filter (``?broker=N``) narrows the risks and the partition tables to that broker's
-replicas; Grafana is linked when the config names it (``metrics.grafana_url``). The error texts
+replicas, a topic (``?topic=T``, naming one exactly) the whole first screen to that topic; Grafana
+is linked when the config names it (``metrics.grafana_url``). The error texts
 are ``failures.shown_error``'s, escaped here like every other text.
 """
 
@@ -112,14 +113,17 @@ def render_health(
     failures: Sequence[FailedTask] | None,
     *,
     broker: int | None = None,
+    topic: str | None = None,
 ) -> str:
-    """The first screen (module docstring)."""
+    """The first screen (module docstring), of one broker's replicas or one topic's if asked
+    (``health`` and ``failures`` are already theirs)."""
     failing = len(failures or ())
-    gaps = len({e.name for e in overview.gaps})
+    gaps = len({e.name for e in overview.gaps if topic is None or e.topic == topic})
     silent = overview.silent_brokers
     problems = failing + health.risk_count + gaps + len(silent) + (failures is None)
     verdict = "Healthy" if not problems else f"Not healthy: {problems} problem(s)"
-    scope = "" if broker is None else f" (broker {broker})"
+    scopes = ([] if topic is None else [f"topic {topic}"]) + ([] if broker is None else [f"broker {broker}"])
+    scope = f" ({', '.join(scopes)})" if scopes else ""
     oldest = health.oldest_uncopied
     tiles = "".join(
         (

@@ -312,7 +312,7 @@ def not_tiered_html(not_tiered: Mapping[str, str]) -> str:
     return f"<ul class='not-tiered'>{items}</ul>"
 
 
-def _summary_row(s: TopicSummary, now_ms: int, not_tiered: str | None = None) -> str:
+def _summary_row(s: TopicSummary, now_ms: int, not_tiered: str | None = None, links: str = "") -> str:
     values = (
         _count(s.partitions),
         _size(s.remote_bytes),
@@ -329,10 +329,11 @@ def _summary_row(s: TopicSummary, now_ms: int, not_tiered: str | None = None) ->
     )
     alert = " alert" if s.gap_partitions or s.at_risk else ""
     note = f' <span class="note">not tiered: {_e(not_tiered)}</span>' if not_tiered else ""
+    head = f'<p class="topic-links">{links}</p>' if links else ""
     return (
         f'<details class="topic{alert}" data-topic="{_e(s.topic)}">'
         f'<summary class="row"><span class="cell name">{_e(s.topic)}{note}</span>{cells}</summary>'
-        '<div class="body"><div class="charts">'
+        f'<div class="body">{head}<div class="charts">'
         + "".join(
             f'<figure class="chart" data-window="{w}"><figcaption>Remote size and copy lag, last {w}</figcaption>'
             '<div class="plot"></div></figure>'
@@ -403,12 +404,14 @@ def render_page(
     first: str = "",
     nav: str = "",
     data: Mapping[str, object] = EMPTY_DATA,
+    topic_links: Mapping[str, str] = EMPTY_REASONS,
 ) -> str:
     """The whole page: the first screen (``first``: ``health.render_health``'s), alerts, the topics
     not tiered and why, totals, one summary row per topic (see the module docstring), from the
     store's overview or a snapshot's; ``not_tiered``: topic -> why the config says it is not
     tiered; then the last replays, if any. ``nav``: links beside the title (brokers, Grafana);
-    ``data``: more for the page's script (the copy history)."""
+    ``data``: more for the page's script (the copy history); ``topic_links``: HTML of links shown in
+    an opened topic (Grafana)."""
     overview = source if isinstance(source, Overview) else overview_of(source)
     summaries = overview.topics
     found = alerts(overview)
@@ -434,7 +437,9 @@ def render_page(
     partitions = sum(s.partitions for s in summaries)
     head = '<span class="cell name">Topic</span>'
     head += "".join(f'<span class="cell">{_e(t)}</span>' for t in SUMMARY_COLUMNS)
-    topics = "".join(_summary_row(s, overview.db_now_ms, not_tiered.get(s.topic)) for s in summaries)
+    topics = "".join(
+        _summary_row(s, overview.db_now_ms, not_tiered.get(s.topic), topic_links.get(s.topic, "")) for s in summaries
+    )
     topics = topics or "<p>No partition in the metadata store yet.</p>"
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"

@@ -8,8 +8,9 @@ import pytest
 
 from tests.dags.test_tiering_dags import DAGS, dagbag, partitions_with_segments
 from tests.engine_support import TieringEnv, write_segments
-from tiering_airflow.ui.failures import ERROR_CHARS, failed_tasks, lane_error, shown_error
+from tiering_airflow.ui.failures import ERROR_CHARS, FailedTask, concerns, failed_tasks, lane_error, shown_error
 from tiering_airflow.ui.view import task_log_url
+from tiering_core.metadata.values import TaskAttempt
 
 
 def test_a_lane_failed_on_a_gap_is_listed_with_its_reason_and_its_log(tiering: TieringEnv) -> None:
@@ -64,3 +65,11 @@ def test_an_error_is_one_line_and_bounded() -> None:
     shown = shown_error("line one\n  line two\t" + "x" * 1000)
     assert shown.startswith("line one line two x") and len(shown) == ERROR_CHARS and shown.endswith("…")
     assert shown_error("short") == "short"
+
+
+def test_a_failure_concerns_the_topics_it_names_else_its_dag_s() -> None:
+    lane = FailedTask(TaskAttempt("tiering_copy_default_topics", "r", "copy", 0, 1), None, None, ("a-b-10",), "x")
+    assert concerns(lane, "a-b", ()) and not concerns(lane, "a", ()) and not concerns(lane, "a-b-1", ())
+    unnamed = FailedTask(TaskAttempt("tiering_copy__orders", "r", "list_partitions"), None, None, (), "x")
+    assert concerns(unnamed, "orders", ("tiering_copy__orders", "tiering_retention__orders"))
+    assert not concerns(unnamed, "clicks", ("tiering_copy__clicks",))

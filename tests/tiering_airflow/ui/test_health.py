@@ -143,7 +143,7 @@ FIRST_SCREEN_JS = """(() => {
     logLinks: failures.map((li) => ({href: li.querySelector("a.airflow").getAttribute("href"),
                                        box: box(li.querySelector("a.airflow"))})),
     risks: Array.from(health.querySelectorAll("ul.risks li")).map((li) => [li.textContent, box(li)]),
-    grafana: Array.from(document.querySelectorAll("a.grafana")).map((a) => a.getAttribute("href")),
+    grafana: Array.from(document.querySelectorAll(".nav a.grafana")).map((a) => a.getAttribute("href")),
     brokers: Array.from(document.querySelectorAll("nav.brokers a")).map((a) => a.textContent),
     copyPoints: Number(health.querySelector("figure.copy-history .uplot").getAttribute("data-points")),
     pageWidth: document.documentElement.scrollWidth,
@@ -160,6 +160,7 @@ TABLE_JS = """(() => {
     tableRight: box(table)[2],
     wrapScroll: [d.querySelector(".partitions-wrap").scrollWidth, d.querySelector(".partitions-wrap").clientWidth],
     links: Array.from(table.querySelectorAll("a.airflow")).map((a) => [a.textContent, box(a)]),
+    grafana: Array.from(d.querySelectorAll(".topic-links a.grafana")).map((a) => a.getAttribute("href")),
     points: Array.from(d.querySelectorAll(".uplot")).map((u) => Number(u.getAttribute("data-points"))),
     pageWidth: document.documentElement.scrollWidth,
   };
@@ -209,6 +210,7 @@ def test_the_first_screen_at_1280x800_shows_the_failing_run_and_the_partitions_a
         assert texts.count("copy") == 3 and texts.count("copy log") == 3
         assert all(0 <= b[0] and b[2] <= SIZE[0] for _, b in table["links"])
         assert all(points >= ROUNDS for points in table["points"])  # the 24h and 7d charts: history
+        assert table["grafana"] == [f"{GRAFANA}?var-topic=orders"]
 
         assert browser.open(served, (390, 844), mobile=True) == 200
         browser.wait_true("the copy history chart", "!!document.querySelector('figure.copy-history .uplot')")
@@ -222,6 +224,14 @@ def test_the_first_screen_at_1280x800_shows_the_failing_run_and_the_partitions_a
         other = browser.evaluate(FIRST_SCREEN_JS)
         assert other["risks"] == [] and other["verdict"].endswith(f"(broker {BROKER + 1})")
         assert other["tiles"]["risk"] == "0 replica(s)" and len(other["failures"]) == 1
+
+        # A topic's view: its failing runs, risks and gaps only.
+        for topic, failing, risks, gaps in (("orders", 1, 0, "1 partition(s)"), ("clicks", 0, 1, "0 partition(s)")):
+            assert browser.open(served + f"?topic={topic}", SIZE) == 200
+            browser.wait_true("the copy history chart", "!!document.querySelector('figure.copy-history .uplot')")
+            scoped = browser.evaluate(FIRST_SCREEN_JS)
+            assert scoped["verdict"].endswith(f"(topic {topic})"), scoped["verdict"]
+            assert (len(scoped["failures"]), len(scoped["risks"]), scoped["tiles"]["gaps"]) == (failing, risks, gaps)
 
 
 def test_the_broker_filter_marks_the_current_view_and_grafana_is_linked_only_when_configured() -> None:
