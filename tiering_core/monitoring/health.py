@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tiering_core.metadata.observations import MINUTE_MS, ROW_COLUMNS, is_fresh
+from tiering_core.metadata.observations import MINUTE_MS
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -28,8 +28,6 @@ HISTORY_SPAN_MS = 24 * 60 * MINUTE_MS
 HISTORY_BUCKET_MS = 5 * MINUTE_MS
 #: At-risk partitions listed (the least headroom first); the rest are counted.
 RISKS_LISTED = 20
-
-_COLUMN = {name: i for i, name in enumerate(ROW_COLUMNS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,23 +84,14 @@ def _sort_key(r: ReplicaRisk) -> tuple[float, str, int, int]:
 def collect_health(ctx: TieringContext, *, topic: str | None = None, broker: int | None = None) -> Health:
     """The figures of every partition, or of one topic's, or of one broker's replicas."""
     store = ctx.metadata
-    staleness = ctx.config.observation_staleness_ms
-    now, rows = store.latest_observation_rows(topic=topic)
+    now, rows = store.waiting_rows(staleness_ms=ctx.config.observation_staleness_ms, topic=topic, broker=broker)
     risks: list[ReplicaRisk] = []
     oldest: UncopiedAge | None = None
     retention: dict[str, int | None] = {}
-    seen: set[int] = set()
-    c = _COLUMN
-    for row in rows:
-        name, partition, broker_id = row[c["topic"]], row[c["partition"]], row[c["broker_id"]]
-        seen.add(broker_id)
-        at = row[c["observed_ms"]]
-        if (broker is not None and broker_id != broker) or not is_fresh(at, now, staleness):
-            continue
-        room = row[c["headroom_seconds"]]
+    for name, partition, broker_id, at_risk, room, lag, at in rows:
         room = None if room is None else float(room)
-        if row[c["at_risk"]]:
-            risks.append(ReplicaRisk(name, partition, broker_id, room, row[c["copy_lag_bytes"]]))
+        if at_risk:
+            risks.append(ReplicaRisk(name, partition, broker_id, room, None if lag is None else int(lag)))
         if room is None:
             continue
         if name not in retention:
@@ -123,7 +112,7 @@ def collect_health(ctx: TieringContext, *, topic: str | None = None, broker: int
         oldest,
         sum(size for _, size in recent),
         copy_history=history,
-        brokers=sorted(seen),
+        brokers=store.observing_brokers(),
     )
 
 
