@@ -3,10 +3,13 @@ copy in the bucket of its commit, a topic's own only when asked, nothing before 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import event, insert, select, update
 
 from tests.engine_support import TieringEnv, write_segments
+from tiering_core.metadata.copy_history import first_change_from
 from tiering_core.metadata.queries import HI, P, S
 from tiering_core.runs.copy import run_copy
 
@@ -39,3 +42,29 @@ def test_bytes_copied_fall_in_the_bucket_of_their_commit(tiering_env: TieringEnv
         assert store.copied_bytes_series(since_ms=now - 10 * MINUTE_MS, bucket_ms=MINUTE_MS, topic="clicks") == []
         with pytest.raises(ValueError, match="positive"):
             store.copied_bytes_series(since_ms=0, bucket_ms=0)
+
+
+def test_the_window_s_first_change_is_found_by_a_few_primary_key_lookups(tiering_env: TieringEnv) -> None:
+    with tiering_env.context() as ctx:
+        engine = ctx.metadata.engine
+        with engine.begin() as conn:
+            assert first_change_from(conn, 0) is None  # an empty history
+            rows = [
+                {"partition_id": 1, "to_state": "COPY_SEGMENT_STARTED", "at_ms": i * 1000, "token": 1}
+                for i in range(1000)
+            ]
+            conn.execute(insert(HI), rows)
+            ids = list(conn.execute(select(HI.c.id).order_by(HI.c.id)).scalars())
+        statements: list[str] = []
+
+        def traced(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            statements.append(statement)
+
+        event.listen(engine, "before_cursor_execute", traced)
+        try:
+            with engine.connect() as conn:
+                assert first_change_from(conn, 500_500) == ids[501]  # the first stamped at or after it
+                assert first_change_from(conn, 0) == ids[0] and first_change_from(conn, 10**9) == ids[-1] + 1
+        finally:
+            event.remove(engine, "before_cursor_execute", traced)
+        assert 0 < len(statements) <= 3 * (1 + 11)  # per search: the bounds, then log2(1000) lookups

@@ -6,16 +6,45 @@ This is recorded history, not the current instant: the Tiering page's throughput
 chart read it, so a chart shows every bucket in which copies finished, however seldom the brokers
 were observed. A segment whose metadata the store has since dropped (a removed partition) no
 longer counts.
+
+The history only grows and has no index on time, but its ids grow with time (each change is stamped
+with the database clock as it commits): a binary search over the primary key finds the first
+change of the window in a few lookups, and the read scans only from there, so a page request costs
+the window, not the store's whole past. The search starts ``ORDER_SLACK_MS`` early, for changes
+whose transactions committed out of their clock's order.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, bindparam, cast, func, literal_column, select
+from sqlalchemy import BigInteger, Connection, bindparam, cast, func, literal_column, select
 
 from tiering_core.metadata.queries import HI, P, S
 from tiering_core.metadata.transactions import StoreCore
 
 _FINISHED = HI.c.to_state == literal_column("'COPY_SEGMENT_FINISHED'")
+#: How far out of their clock's order two committed changes may be (a transaction's length).
+ORDER_SLACK_MS = 10 * 60_000
+_BOUNDS = select(func.min(HI.c.id), func.max(HI.c.id))
+_FIRST_FROM = (
+    select(HI.c.id, HI.c.at_ms).where(HI.c.id >= bindparam("mid", type_=BigInteger)).order_by(HI.c.id).limit(1)
+)
+
+
+def first_change_from(conn: Connection, since_ms: int) -> int | None:
+    """The id from which every change stamped at ``since_ms`` or later lies (None: the history is
+    empty), by a binary search over the primary key (module docstring)."""
+    low, high = conn.execute(_BOUNDS).one()
+    if low is None:
+        return None
+    low, high = int(low), int(high) + 1  # the answer lies in [low, high]; high: past every change
+    while low < high:
+        mid = (low + high) // 2
+        found_id, at_ms = conn.execute(_FIRST_FROM, {"mid": mid}).one()
+        if at_ms >= since_ms:
+            high = mid  # no change lies between mid and found_id
+        else:
+            low = int(found_id) + 1
+    return low
 
 
 class CopyHistoryStore(StoreCore):
@@ -31,7 +60,9 @@ class CopyHistoryStore(StoreCore):
         query = (
             select(bucket, cast(func.sum(S.c.size_bytes), BigInteger))
             .select_from(HI.join(S, S.c.segment_id == HI.c.segment_id))
-            .where(_FINISHED, at >= bindparam("since", type_=BigInteger))
+            .where(
+                HI.c.id >= bindparam("first", type_=BigInteger), _FINISHED, at >= bindparam("since", type_=BigInteger)
+            )
             .group_by(bucket)
             .order_by(bucket)
         )
@@ -40,5 +71,8 @@ class CopyHistoryStore(StoreCore):
             query = query.join(P, P.c.id == HI.c.partition_id).where(P.c.topic == bindparam("topic"))
             params["topic"] = topic
         with self._read() as conn:
-            rows = conn.execute(query, params).all()
+            first = first_change_from(conn, since_ms - ORDER_SLACK_MS)
+            if first is None:
+                return []
+            rows = conn.execute(query, {**params, "first": first}).all()
         return [(int(at_ms), int(size)) for at_ms, size in rows]

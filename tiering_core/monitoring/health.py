@@ -68,8 +68,6 @@ class Health:
     window_ms: int = THROUGHPUT_WINDOW_MS
     #: (bucket start ms, bytes copied in it), oldest first, over ``HISTORY_SPAN_MS``.
     copy_history: list[tuple[int, int]] = field(default_factory=list)
-    #: Every broker with an observation in the store (whatever the broker asked for), by id.
-    brokers: list[int] = field(default_factory=list)
 
     @property
     def bytes_per_second(self) -> float:
@@ -112,7 +110,6 @@ def collect_health(ctx: TieringContext, *, topic: str | None = None, broker: int
         oldest,
         sum(size for _, size in recent),
         copy_history=history,
-        brokers=store.observing_brokers(),
     )
 
 

@@ -102,12 +102,12 @@ def read_first_screen(
     config_path: str | None, broker: int | None, topic: str | None = None, timeout: float = DEFAULT_STATUS_TIMEOUT
 ) -> FirstScreen:
     """The first screen's figures (``monitoring.health``; one broker's or topic's if asked), the
-    brokers (the config's and those observed), the Grafana to link to and the topic's DAG ids."""
+    brokers (the config's, else those observed), the Grafana to link to and the topic's DAG ids."""
     import tiering_core.monitoring.health as health
 
     def read(ctx: TieringContext) -> FirstScreen:
         found = health.collect_health(ctx, topic=topic, broker=broker)
-        brokers = sorted(set(ctx.config.brokers) | set(found.brokers))
+        brokers = sorted(ctx.config.brokers) or ctx.metadata.observing_brokers()
         dags = dag_ids_of(topic, named_topics(ctx.config)) if topic is not None else ()
         return FirstScreen(found, brokers, ctx.config.metrics.grafana_url, dags)
 
