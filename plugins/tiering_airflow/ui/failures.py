@@ -1,6 +1,7 @@
 """The failing runs the Tiering page puts first: from Airflow's own database, the failed task
-instances of each tiering DAG's latest run, when that run failed (a later run that succeeded means
-the DAG is healthy again), each with its error text and its log.
+instances of each tiering DAG's latest finished run, when that run failed (a later run that
+succeeded means the DAG is healthy again; one still going has not said so yet), each with its error
+text and its log.
 
 Airflow keeps no exception text in its database; a lane that fails pushes its partitions' results to
 XCom first (``operators.tiering``), so the error shown is the failed partitions' reasons from there,
@@ -100,7 +101,7 @@ def _reason(name: str, result: dict[str, Any]) -> str:
 
 
 def failed_tasks(limit: int = LISTED) -> list[FailedTask]:
-    """The failed task instances of every tiering DAG whose latest run failed, newest first."""
+    """The failed task instances of every tiering DAG whose latest finished run failed, newest first."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
@@ -108,9 +109,9 @@ def failed_tasks(limit: int = LISTED) -> list[FailedTask]:
     from sqlalchemy import func, select, tuple_
 
     with create_session() as session:
-        latest = (
+        latest = (  # each DAG's latest finished run: a run still going has not cleared a failure yet
             select(func.max(DagRun.id))
-            .where(DagRun.dag_id.startswith(DAG_PREFIX, autoescape=True))
+            .where(DagRun.dag_id.startswith(DAG_PREFIX, autoescape=True), DagRun.state.in_(("success", "failed")))
             .group_by(DagRun.dag_id)
         )
         runs = session.execute(
