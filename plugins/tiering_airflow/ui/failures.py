@@ -1,7 +1,8 @@
 """The failing runs the Tiering page puts first: from Airflow's own database, the failed task
-instances of each tiering DAG's latest finished run, when that run failed (a later run that
-succeeded means the DAG is healthy again; one still going has not said so yet), each with its error
-text and its log.
+instances of each platform DAG's latest finished run (``latest_finished_runs``, the one rule the
+page and ``/tiering/metrics`` read runs by), when that run failed (a later run that succeeded means
+the DAG is healthy again; one still going has not said so yet), each with its error text and its
+log.
 
 Airflow keeps no exception text in its database; a lane that fails pushes its partitions' results to
 XCom first (``operators.tiering``), so the error shown is the failed partitions' reasons from there,
@@ -15,13 +16,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import one_line
 from tiering_core.metadata.values import TaskAttempt
 
-#: The DAGs the page watches: every DAG the platform generates is named ``tiering_...``.
-DAG_PREFIX = "tiering_"
+if TYPE_CHECKING:
+    from sqlalchemy import Select
+
+#: The tag every DAG of the platform carries (``dags/``).
+PLATFORM_DAG_TAG = "tiering"
 #: Failed task instances listed at most.
 LISTED = 20
 #: Characters of an error text shown at most.
@@ -100,26 +104,43 @@ def _reason(name: str, result: dict[str, Any]) -> str:
     return detail if detail.startswith(f"{name}:") else f"{name}: {detail}"
 
 
-def failed_tasks(limit: int = LISTED) -> list[FailedTask]:
-    """The failed task instances of every tiering DAG whose latest finished run failed, newest first."""
+def latest_finished_runs() -> Select[Any]:
+    """(DAG id, run id, state) of each platform DAG's latest finished run, by end date (two runs
+    that ended at the same instant: both)."""
+    from airflow.models.dag import DagTag
     from airflow.models.dagrun import DagRun
+    from airflow.utils.state import DagRunState
+    from sqlalchemy import and_, func, select
+
+    finished = (DagRunState.SUCCESS, DagRunState.FAILED)
+    ended = (
+        select(DagRun.dag_id, func.max(DagRun.end_date).label("end_date"))
+        .join(DagTag, and_(DagTag.dag_id == DagRun.dag_id, DagTag.name == PLATFORM_DAG_TAG))
+        .where(DagRun.state.in_(finished), DagRun.end_date.is_not(None))
+        .group_by(DagRun.dag_id)
+        .subquery()
+    )
+    return (
+        select(DagRun.dag_id, DagRun.run_id, DagRun.state)
+        .join(ended, and_(DagRun.dag_id == ended.c.dag_id, DagRun.end_date == ended.c.end_date))
+        .where(DagRun.state.in_(finished))
+    )
+
+
+def failed_tasks(limit: int = LISTED) -> list[FailedTask]:
+    """The failed task instances of every platform DAG whose latest finished run failed, newest
+    first."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
-    from sqlalchemy import func, select, tuple_
+    from airflow.utils.state import DagRunState
+    from sqlalchemy import select, tuple_
 
     with create_session() as session:
-        latest = (  # each DAG's latest finished run: a run still going has not cleared a failure yet
-            select(func.max(DagRun.id))
-            .where(DagRun.dag_id.startswith(DAG_PREFIX, autoescape=True), DagRun.state.in_(("success", "failed")))
-            .group_by(DagRun.dag_id)
-        )
-        runs = session.execute(
-            select(DagRun.dag_id, DagRun.run_id).where(DagRun.id.in_(latest), DagRun.state == "failed")
-        ).all()
-        if not runs:
+        runs = session.execute(latest_finished_runs()).all()
+        keys = sorted((dag_id, run_id) for dag_id, run_id, state in runs if state == DagRunState.FAILED)
+        if not keys:
             return []
-        keys = sorted((dag_id, run_id) for dag_id, run_id in runs)
         tis = list(
             session.scalars(
                 select(TaskInstance)
