@@ -8,6 +8,7 @@ import pytest
 
 from tests.dags.test_tiering_dags import DAGS, dagbag, partitions_with_segments
 from tests.engine_support import TieringEnv, write_segments
+from tests.tiering_airflow.ui.test_metrics import stored_dag
 from tiering_airflow.ui.failures import ERROR_CHARS, FailedTask, concerns, failed_tasks, lane_error, shown_error
 from tiering_airflow.ui.view import task_log_url
 from tiering_core.metadata.values import TaskAttempt
@@ -32,6 +33,21 @@ def test_a_lane_failed_on_a_gap_is_listed_with_its_reason_and_its_log(tiering: T
     assert "orders-1: orders-1" not in failed.error
     assert len(failed.error) <= ERROR_CHARS
     assert f"/runs/{run.run_id.replace(':', '%3A').replace('+', '%2B')}/tasks/copy" in task_log_url(failed.attempt)
+
+
+def test_a_failure_without_a_lane_s_results_points_to_its_log_until_a_later_run_succeeds(
+    tiering: TieringEnv,
+) -> None:
+    ours, theirs = stored_dag("tiering_page_failing", ["tiering"]), stored_dag("reports_failing", ["reports"])
+    failing = ours.test(run_conf={"fail": True})
+    assert failing.state == "failed" and theirs.test(run_conf={"fail": True}).state == "failed"
+    listed = {f.attempt.dag_id: f for f in failed_tasks()}
+    assert "reports_failing" not in listed  # another team's DAG is not the platform's
+    failed = listed["tiering_page_failing"]
+    assert (failed.attempt.run_id, failed.attempt.task_id, failed.partitions) == (failing.run_id, "tier", ())
+    assert failed.error == "failed: the reason is in the task's log"
+    assert ours.test().state == "success"
+    assert "tiering_page_failing" not in {f.attempt.dag_id for f in failed_tasks()}
 
 
 def test_lane_results_name_the_failed_partitions_and_a_few_reasons() -> None:
