@@ -40,7 +40,8 @@ it that moved to a session of its own. SIGTERM to this script does the same befo
     python scripts/airflow_e2e.py [--artifacts DIR] [--timeout SECONDS] [--keep]
 
 The screenshots go to ``test-artifacts/`` (ignored by git), so a run changes no committed file;
-``--artifacts docs/images`` refreshes the ones docs/airflow.md shows.
+``--artifacts DIR`` puts them elsewhere. (The screenshots docs/airflow.md shows are the Tiering page test's,
+``tests/tiering_airflow/ui/test_health.py``.)
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 JWT_COOKIE = "_token"  # where Airflow's UI keeps the logged-in user's JWT
 BUCKET = "kafka-tiered-e2e"
 #: Where the screenshots go unless ``--artifacts`` says otherwise: ignored by git, so a run changes
-#: no committed file (``--artifacts docs/images`` refreshes the screenshots docs/airflow.md shows).
+#: no committed file.
 DEFAULT_ARTIFACTS = ROOT / "test-artifacts"
 T = TypeVar("T")
 
@@ -808,7 +809,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--artifacts",
         type=Path,
         default=DEFAULT_ARTIFACTS,
-        help="where the screenshots go (default: test-artifacts/, ignored by git; docs/images: the committed ones)",
+        help="where the screenshots go (default: test-artifacts/, ignored by git)",
     )
     parser.add_argument("--timeout", type=float, default=120, help="seconds each DAG run may take")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, AIRFLOW_HOME)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tiering_core.cli.output import fmt_bytes as cli_fmt_bytes
-from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration
+from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration, fmt_rate
 
 
 def test_sizes_are_binary_units() -> None:
@@ -39,3 +39,8 @@ def test_durations_read_in_their_two_largest_units() -> None:
         "1d 5h",
         "-5s",
     ]
+
+
+def test_rates_keep_a_trickle_visible_and_use_the_size_units_above() -> None:
+    assert fmt_rate(0) == "0.0 B/s" and fmt_rate(0.35) == "0.3 B/s" and fmt_rate(9.96) == "10.0 B/s"
+    assert fmt_rate(512) == "512 B/s" and fmt_rate(1536) == "1.5 KiB/s" and fmt_rate(3 * 1024**2) == "3.0 MiB/s"

@@ -47,3 +47,11 @@ def fmt_duration(ms: int) -> str:
         if len(parts) == 2:
             break
     return " ".join(part for part in parts if not part.startswith("0") or part == parts[0])
+
+
+def fmt_rate(bytes_per_second: float) -> str:
+    """``0.4 B/s``, ``12.0 KiB/s``: a throughput, in ``fmt_bytes``' units per second (tenths of a
+    byte below ten bytes a second, where a slow trickle would otherwise read as nothing)."""
+    if abs(bytes_per_second) < 10:
+        return f"{bytes_per_second:.1f} B/s"
+    return f"{fmt_bytes(bytes_per_second)}/s"

@@ -62,3 +62,27 @@ def test_bad_metrics_section_names_the_key(tmp_path: Path, section: object, name
     with pytest.raises(ConfigError, match=named) as raised:
         parse_config({**base_doc(tmp_path), "metrics": section}, base_dir=tmp_path)
     assert TOKEN not in str(raised.value)
+
+
+def test_grafana_url_is_the_page_s_link_base_without_a_trailing_slash(tmp_path: Path) -> None:
+    doc = {**base_doc(tmp_path), "metrics": {"grafana_url": "https://grafana.example.com/d/tiering/"}}
+    assert parse_config(doc, base_dir=tmp_path).metrics.grafana_url == "https://grafana.example.com/d/tiering"
+    assert parse_config(base_doc(tmp_path), base_dir=tmp_path).metrics.grafana_url is None
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("grafana.example.com", "http:// or https://"),
+        ("javascript:alert(1)", "http:// or https://"),
+        ("https://admin:hunter2-secret@grafana.example.com", "must not hold a user or password"),
+        ("https://grafana.example.com/?orgId=1", "without a query"),
+        ("http://grafana.example.com:99999", "not a URL"),
+    ],
+)
+def test_a_bad_grafana_url_is_an_error_naming_the_key_and_never_its_credentials(
+    tmp_path: Path, url: str, named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named) as raised:
+        parse_config({**base_doc(tmp_path), "metrics": {"grafana_url": url}}, base_dir=tmp_path)
+    assert "metrics.grafana_url" in str(raised.value) and "hunter2" not in str(raised.value)

@@ -323,3 +323,25 @@ def test_an_older_observation_landing_late_does_not_replace_a_newer_one(
     replicas, _ = store.observations_of(A)
     assert (replicas[1].last_stable_offset, replicas[1].observed_ms) == (500, stamp + 60_000)
     assert [o.last_stable_offset for o in store.observation_series(A)[1]] == [500]
+
+
+def test_the_health_figures_read_only_fresh_replicas_at_risk_or_measuring_a_headroom(
+    store: RemoteLogMetadataStore, engine: Engine
+) -> None:
+    store.record_observations(
+        [
+            seen(1, A, at_risk=True, headroom_seconds=-5.0, copy_lag_bytes=700),
+            seen(1, B, headroom_seconds=600.0),
+            seen(1, C),  # nothing waits under a time limit: not read
+            seen(2, A, headroom_seconds=30.0),
+        ]
+    )
+    age(engine, 2, 10 * MINUTE_MS)  # broker 2's observation is stale at a 5-minute staleness
+    now, rows = store.waiting_rows(staleness_ms=5 * MINUTE_MS)
+    by_replica = {(r[0], r[1], r[2]): r[3:6] for r in rows}
+    assert by_replica == {("orders", 0, 1): (True, -5.0, 700), ("orders", 1, 1): (False, 600.0, None)}
+    assert all(now - 5 * MINUTE_MS <= r[6] <= now for r in rows)
+    assert len(store.waiting_rows(staleness_ms=HOUR_MS)[1]) == 3  # broker 2 fresh enough now
+    assert [r[2] for r in store.waiting_rows(staleness_ms=HOUR_MS, broker=2)[1]] == [2]
+    assert store.waiting_rows(staleness_ms=HOUR_MS, topic="payments")[1] == []
+    assert store.observing_brokers() == [1, 2]

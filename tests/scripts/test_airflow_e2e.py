@@ -22,8 +22,8 @@ from tests.airflow_support import load_e2e_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "airflow_e2e.py"
-#: What the run saves in its ``--artifacts`` directory (the test's own: the committed screenshots in
-#: docs/images are refreshed by hand, docs/airflow.md says how).
+#: What the run saves in its ``--artifacts`` directory (the test's own; the committed screenshots in
+#: docs/images are the Tiering page test's, docs/airflow.md says how to refresh them).
 SHOT = "tiering-page.png"
 DOM = "tiering-page.html"
 #: The page inside Airflow's UI, by window size (a laptop, a phone).
@@ -230,7 +230,7 @@ def test_chromium_is_found_on_path_or_named_by_the_environment(monkeypatch: pyte
 
 def test_screenshots_go_to_a_directory_git_ignores_unless_one_is_named() -> None:
     """A run changes no committed file: the default ``--artifacts`` is ignored by git (the
-    screenshots docs/airflow.md shows are refreshed with ``--artifacts docs/images``)."""
+    screenshots README shows are refreshed with ``--artifacts docs/images``)."""
     e2e = load_e2e_script()
     default = e2e.parse_args([]).artifacts
     for name in (SHOT, DOM, LOG_SHOT, *FRAMED.values()):

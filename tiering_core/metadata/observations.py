@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterable, Sequence
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Dialect, Table, bindparam, delete, select
+from sqlalchemy import Dialect, Table, bindparam, delete, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
@@ -316,6 +316,33 @@ class ObservationStore(StoreCore):
                     *lags,
                 )
         return ClusterObservations(db_now, by_tip)
+
+    def waiting_rows(
+        self, *, staleness_ms: int, topic: str | None = None, broker: int | None = None
+    ) -> tuple[int, list[tuple[Any, ...]]]:
+        """The database clock and the fresh replicas (of one topic, one broker, or all) at
+        local-retention risk or measuring a headroom (closed segments wait for copy under a local
+        time limit), as (topic, partition, broker id, at risk, headroom seconds, copy lag bytes,
+        observed ms): the only replicas the page's health figures need, read without the rest."""
+        c = LATEST.c
+        query = select(
+            c.topic, c.partition, c.broker_id, c.at_risk, c.headroom_seconds, c.copy_lag_bytes, c.observed_ms
+        )
+        query = query.where(c.observed_ms >= bindparam("since"), or_(c.at_risk, c.headroom_seconds.is_not(None)))
+        if topic is not None:
+            query = query.where(c.topic == bindparam("topic"))
+        if broker is not None:
+            query = query.where(c.broker_id == bindparam("broker"))
+        with self._read() as conn:
+            db_now = self._db_now(conn)
+            params = {"since": db_now - staleness_ms, "topic": topic, "broker": broker}
+            rows = conn.execute(query, {k: v for k, v in params.items() if v is not None or k == "since"}).all()
+        return db_now, [tuple(row) for row in rows]
+
+    def observing_brokers(self) -> list[int]:
+        """Every broker with a latest observation in the store, by id."""
+        with self._read() as conn:
+            return sorted(int(b) for b in conn.execute(select(LATEST.c.broker_id).distinct()).scalars())
 
     def observation_series(self, tip: TopicIdPartition) -> dict[int, list[ReplicaObservation]]:
         """Per broker, the chart series of ``tip`` in time order: hourly points older than the

@@ -27,6 +27,7 @@ from types import TracebackType
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from tiering_core.config.metadata import DatabaseTimeouts, safe_url
+from tiering_core.metadata.copy_history import CopyHistoryStore
 from tiering_core.metadata.counters import CounterStore
 from tiering_core.metadata.engine import (
     WalCheckpointer,
@@ -95,6 +96,7 @@ class RemoteLogMetadataStore(
     QuotaHolderStore,
     ReplayStore,
     IdentityStore,
+    CopyHistoryStore,
 ):
     """Segment metadata, partition delete states, fenced leases (of partitions and export tables),
     the export commits each table's export landed, the section-10 state, replica observations and

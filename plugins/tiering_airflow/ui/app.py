@@ -2,7 +2,8 @@
 
 Mounted by the Airflow plugin under ``/tiering``; each request reads the store as it is at that
 moment, so the page works on an API server without log dirs and shows every broker: the page asks
-only for what it shows (``collect_overview``: per-topic sums and the partitions in an alert state),
+only for what it shows (its first screen: ``collect_health`` and the failing runs from Airflow's own
+database, ``failures.py``; ``collect_overview``: per-topic sums and the partitions in an alert state),
 an opened topic's table and the JSON for its snapshot (``collect_metrics``), a chart for its points
 (``topic_series``). ``view.py`` renders it. Links are relative so the page also works when Airflow
 is served under a path prefix.
@@ -16,6 +17,7 @@ users without the permission 403: the page names topics and sizes, which are not
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +25,18 @@ import msgspec
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
+from tiering_airflow.dag_ids import dag_ids_of
 from tiering_airflow.hooks.tiering import named_topics
 from tiering_airflow.ui import view
+from tiering_airflow.ui.failures import FailedTask, concerns, failed_tasks
+from tiering_airflow.ui.health import broker_filter, copy_history_dict, grafana_link, render_health
 from tiering_airflow.ui.metrics import metrics_router
-from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store
+from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store, within
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.values import ReplayRecord
+    from tiering_core.monitoring.health import Health
     from tiering_core.monitoring.overview import Overview
     from tiering_core.monitoring.snapshot import MetricsSnapshot, SeriesPoint
 
@@ -78,6 +84,44 @@ def read_overview(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEO
         return found, {topic: reason for topic, reason in reasons.items() if reason is not None}
 
     return read_store(config_path, read, timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class FirstScreen:
+    """What the page's first screen reads from the store and the config: the health figures (of
+    one broker's replicas, or all), the brokers to filter by and the Grafana to link to."""
+
+    health: Health
+    brokers: list[int]
+    grafana_url: str | None
+    #: The DAG ids of the topic asked for (none without one).
+    topic_dags: tuple[str, ...] = ()
+
+
+def read_first_screen(
+    config_path: str | None, broker: int | None, topic: str | None = None, timeout: float = DEFAULT_STATUS_TIMEOUT
+) -> FirstScreen:
+    """The first screen's figures (``monitoring.health``; one broker's or topic's if asked), the
+    brokers (the config's, else those observed), the Grafana to link to and the topic's DAG ids."""
+    import tiering_core.monitoring.health as health
+
+    def read(ctx: TieringContext) -> FirstScreen:
+        found = health.collect_health(ctx, topic=topic, broker=broker)
+        brokers = sorted(ctx.config.brokers) or ctx.metadata.observing_brokers()
+        dags = dag_ids_of(topic, named_topics(ctx.config)) if topic is not None else ()
+        return FirstScreen(found, brokers, ctx.config.metrics.grafana_url, dags)
+
+    return read_store(config_path, read, timeout)
+
+
+def read_failures(timeout: float = DEFAULT_STATUS_TIMEOUT) -> list[FailedTask] | None:
+    """The failing runs from Airflow's database; None when it cannot be read in time (the page
+    says so; the rest of it still shows)."""
+    try:
+        return within(timeout, failed_tasks)
+    except Exception as exc:  # the page shows what it can: a broken Airflow database is its own alert
+        log.warning("Tiering page: Airflow's failed task instances cannot be read: %s", type(exc).__name__)
+        return None
 
 
 def read_series(
@@ -159,12 +203,15 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         topic: str = Query(..., description="the topic"),
         offset: int = Query(0, ge=0, description="the first row, by partition number"),
         limit: int = Query(view.PAGE_ROWS, ge=1, le=10_000, description="rows at most"),
+        broker: int | None = Query(None, ge=0, description="only the partitions with a replica on this broker"),
     ) -> HTMLResponse:
         try:
             snapshot, named = read_snapshot(config_path, topic, status_timeout)
             exported = read_exported(config_path, topic, status_timeout)
         except StoreUnavailable as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from exc
+        if broker is not None:
+            snapshot.partitions = [p for p in snapshot.partitions if any(r.broker_id == broker for r in p.replicas)]
         return HTMLResponse(view.render_partitions(snapshot, named, offset, limit, exported))
 
     @app.get("/static/{name}", dependencies=access)
@@ -176,12 +223,32 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         )
 
     @app.get("/", response_class=HTMLResponse, dependencies=access)
-    def page() -> HTMLResponse:
+    def page(
+        broker: int | None = Query(None, ge=0, description="one broker's replicas"),
+        topic: str | None = Query(None, description="one topic's first screen (a topic's exact name)"),
+    ) -> HTMLResponse:
         try:
             overview, not_tiered = read_overview(config_path, status_timeout)
             replays = read_replays(config_path, status_timeout)
+            known = topic if topic in {s.topic for s in overview.topics} else None
+            first = read_first_screen(config_path, broker, known, status_timeout)
         except StoreUnavailable as exc:
             return HTMLResponse(view.render_error(str(exc)), status_code=503)
-        return HTMLResponse(view.render_page(overview, not_tiered, replays))
+        failures = read_failures(status_timeout)
+        if known is not None and failures is not None:
+            failures = [f for f in failures if concerns(f, known, first.topic_dags)]
+        nav = broker_filter(first.brokers, broker) + grafana_link(first.grafana_url)
+        grafana = {s.topic: grafana_link(first.grafana_url, s.topic) for s in overview.topics if first.grafana_url}
+        return HTMLResponse(
+            view.render_page(
+                overview,
+                not_tiered,
+                replays,
+                first=render_health(first.health, overview, failures, broker=broker, topic=known),
+                nav=f"<div class='nav'>{nav}</div>" if nav else "",
+                data={"copy_history": copy_history_dict(first.health), "broker": broker},
+                topic_links=grafana,
+            )
+        )
 
     return app

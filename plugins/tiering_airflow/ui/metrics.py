@@ -27,6 +27,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tiering_airflow.hooks.tiering import resolve_config_path
+from tiering_airflow.ui.failures import latest_finished_runs
 from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, read_store
 from tiering_core.monitoring.exposition import CONTENT_TYPE
 
@@ -42,40 +43,22 @@ DEFAULT_METRICS_TIMEOUT = DEFAULT_READ_TIMEOUT
 _bearer = HTTPBearer(auto_error=False)
 
 
-#: The tag every DAG of the platform carries (``dags/``).
-PLATFORM_DAG_TAG = "tiering"
-
-
 def latest_dag_runs() -> dict[str, bool]:
-    """Each platform DAG with a finished run, and whether its latest finished run (by end date)
-    failed, from Airflow's database; empty, with a warning, when that database cannot be read
-    (the tier's figures are still served)."""
-    from airflow.models.dag import DagTag
-    from airflow.models.dagrun import DagRun
+    """Each platform DAG with a finished run, and whether its latest finished run (by end date,
+    ``failures.latest_finished_runs``) failed, from Airflow's database; empty, with a warning,
+    when that database cannot be read (the tier's figures are still served)."""
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState
-    from sqlalchemy import and_, func, select
     from sqlalchemy.exc import SQLAlchemyError
 
-    finished = (DagRunState.SUCCESS, DagRunState.FAILED)
-    ended = (
-        select(DagRun.dag_id, func.max(DagRun.end_date).label("end_date"))
-        .join(DagTag, and_(DagTag.dag_id == DagRun.dag_id, DagTag.name == PLATFORM_DAG_TAG))
-        .where(DagRun.state.in_(finished), DagRun.end_date.is_not(None))
-        .group_by(DagRun.dag_id)
-        .subquery()
-    )
-    query = select(DagRun.dag_id, DagRun.state).join(
-        ended, and_(DagRun.dag_id == ended.c.dag_id, DagRun.end_date == ended.c.end_date)
-    )
     try:
         with create_session() as session:
-            rows = session.execute(query.where(DagRun.state.in_(finished))).all()
+            rows = session.execute(latest_finished_runs()).all()
     except SQLAlchemyError as exc:
         log.warning("/tiering/metrics: Airflow's DAG runs could not be read: %s", type(exc).__name__)
         return {}
     failed: dict[str, bool] = {}
-    for dag_id, state in rows:  # two runs ending at the same instant: a failure among them counts
+    for dag_id, _, state in rows:  # two runs ending at the same instant: a failure among them counts
         failed[dag_id] = failed.get(dag_id, False) or state == DagRunState.FAILED
     return failed
 

@@ -2,8 +2,9 @@
 ``Overview`` for the page, a ``MetricsSnapshot`` of one topic for its partition table), so the API
 server renders it without any log dir.
 
-The page holds one summary row per topic (partitions, remote size, copy lag, gaps, risk) and the
-alerts an operator acts on (tiering gaps, local-retention risk, stale brokers, failed scrubs).
+The page opens on its first screen (``health.py``: is tiering healthy?), then holds the alerts an
+operator acts on (tiering gaps, local-retention risk, stale brokers, failed scrubs) and one summary
+row per topic (partitions, remote size, copy lag, gaps, risk).
 A topic's partitions and charts load when its row is opened (``fragments/partitions`` and
 ``api/series``), so a page over ten thousand partitions stays small. Every link is relative: the
 page is served under ``/tiering/`` of an Airflow that may itself sit under a path prefix, and
@@ -34,6 +35,8 @@ PAGE_ROWS = 200
 EMPTY: Mapping[int, int] = MappingProxyType({})
 #: No topic the config leaves untiered.
 EMPTY_REASONS: Mapping[str, str] = MappingProxyType({})
+#: Nothing more for the page's script.
+EMPTY_DATA: Mapping[str, object] = MappingProxyType({})
 #: Partitions an alert names before it says "and N more".
 ALERT_NAMES = 8
 
@@ -48,23 +51,20 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "Last copy",
 )
 
-#: The partition table's column titles.
+#: The partition table's column titles: the links first, so they stay on screen however narrow the
+#: window; the figures an operator acts on next (risk, lag, gaps), each cell wrapping as it must.
 PARTITION_COLUMNS: tuple[str, ...] = (
     "Partition",
-    "Remote size",
-    "Remote segments",
-    "Remote only",
-    "Copy lag",
-    "Lag segments",
-    "Delete lag",
-    "Tiering gaps",
+    "Links",
     "Risk",
+    "Copy lag",
+    "Tiering gaps",
+    "Remote size",
+    "Remote only",
     "Last copy",
-    "Exported up to",
-    "Delete state",
     "Replicas",
-    "DAGs",
-    "Last task",
+    "Exported up to",
+    "Deletion",
 )
 
 
@@ -242,27 +242,30 @@ def partition_row(
     copy_dag, retention_dag = dag_ids_of(p.topic, named)
     risk, risk_class = _risk(p)
     gaps = f"{p.gap_count} ({p.gap_offsets:,} offsets lost)" if p.gap_count else "none"
-    last_task = _link(task_log_url(p.last_task), f"{p.last_task.task_id} log") if p.last_task else "-"
+    links = _link(dag_url(copy_dag), "copy") + " " + _link(dag_url(retention_dag), "retention")
+    if p.last_task:
+        links += " " + _link(task_log_url(p.last_task), f"{p.last_task.task_id} log")
+    lag = _size(p.copy_lag_bytes) + (f" ({p.copy_lag_segments:,} seg)" if p.copy_lag_segments else "")
+    remote = _size(p.remote_bytes) + (f" ({p.remote_segments:,} seg)" if p.remote_segments else "")
+    deletion = p.delete_state or "-"
+    if p.delete_lag_bytes:
+        deletion += f"; {_size(p.delete_lag_bytes)} to delete"
     alert = p.gap_count or p.at_risk
     return (
         f"<tr{_attr('class', 'alert' if alert else '')}>"
         + _cells(
             (
                 ("", _e(f"{p.topic}-{p.partition}"), ""),
-                ("Remote size", _e(_size(p.remote_bytes)), ""),
-                ("Remote segments", _e(_count(p.remote_segments)), ""),
-                ("Remote only", _e(_remote_only(p)), ""),
-                ("Copy lag", _e(_size(p.copy_lag_bytes)), "bad" if p.at_risk else ""),
-                ("Lag segments", _e(_count(p.copy_lag_segments)), ""),
-                ("Delete lag", _e(_size(p.delete_lag_bytes)), ""),
-                ("Tiering gaps", _e(gaps), "bad" if p.gap_count else "ok"),
+                ("Links", links, "links"),
                 ("Risk", _e(risk), risk_class),
+                ("Copy lag", _e(lag), "bad" if p.at_risk else ""),
+                ("Tiering gaps", _e(gaps), "bad" if p.gap_count else "ok"),
+                ("Remote size", _e(remote), ""),
+                ("Remote only", _e(_remote_only(p)), ""),
                 ("Last copy", _e(_ago(now_ms, p.last_copy_ms)), ""),
-                ("Exported up to", _e(up_to), ""),
-                ("Delete state", _e(p.delete_state or "-"), ""),
                 ("Replicas", _replicas(p, now_ms), ""),
-                ("DAGs", _link(dag_url(copy_dag), "copy") + " " + _link(dag_url(retention_dag), "retention"), ""),
-                ("Last task", last_task, ""),
+                ("Exported up to", _e(up_to), ""),
+                ("Deletion", _e(deletion), ""),
             )
         )
         + "</tr>"
@@ -309,7 +312,7 @@ def not_tiered_html(not_tiered: Mapping[str, str]) -> str:
     return f"<ul class='not-tiered'>{items}</ul>"
 
 
-def _summary_row(s: TopicSummary, now_ms: int, not_tiered: str | None = None) -> str:
+def _summary_row(s: TopicSummary, now_ms: int, not_tiered: str | None = None, links: str = "") -> str:
     values = (
         _count(s.partitions),
         _size(s.remote_bytes),
@@ -326,10 +329,11 @@ def _summary_row(s: TopicSummary, now_ms: int, not_tiered: str | None = None) ->
     )
     alert = " alert" if s.gap_partitions or s.at_risk else ""
     note = f' <span class="note">not tiered: {_e(not_tiered)}</span>' if not_tiered else ""
+    head = f'<p class="topic-links">{links}</p>' if links else ""
     return (
         f'<details class="topic{alert}" data-topic="{_e(s.topic)}">'
         f'<summary class="row"><span class="cell name">{_e(s.topic)}{note}</span>{cells}</summary>'
-        '<div class="body"><div class="charts">'
+        f'<div class="body">{head}<div class="charts">'
         + "".join(
             f'<figure class="chart" data-window="{w}"><figcaption>Remote size and copy lag, last {w}</figcaption>'
             '<div class="plot"></div></figure>'
@@ -396,10 +400,18 @@ def render_page(
     source: MetricsSnapshot | Overview,
     not_tiered: Mapping[str, str] = EMPTY_REASONS,
     replays: Iterable[ReplayRecord] = (),
+    *,
+    first: str = "",
+    nav: str = "",
+    data: Mapping[str, object] = EMPTY_DATA,
+    topic_links: Mapping[str, str] = EMPTY_REASONS,
 ) -> str:
-    """The whole page: alerts, the topics not tiered and why, totals, one summary row per topic
-    (see the module docstring), from the store's overview or a snapshot's; ``not_tiered``: topic ->
-    why the config says it is not tiered; then the last replays, if any."""
+    """The whole page: the first screen (``first``: ``health.render_health``'s), alerts, the topics
+    not tiered and why, totals, one summary row per topic (see the module docstring), from the
+    store's overview or a snapshot's; ``not_tiered``: topic -> why the config says it is not
+    tiered; then the last replays, if any. ``nav``: links beside the title (brokers, Grafana);
+    ``data``: more for the page's script (the copy history); ``topic_links``: HTML of links shown in
+    an opened topic (Grafana)."""
     overview = source if isinstance(source, Overview) else overview_of(source)
     summaries = overview.topics
     found = alerts(overview)
@@ -425,7 +437,9 @@ def render_page(
     partitions = sum(s.partitions for s in summaries)
     head = '<span class="cell name">Topic</span>'
     head += "".join(f'<span class="cell">{_e(t)}</span>' for t in SUMMARY_COLUMNS)
-    topics = "".join(_summary_row(s, overview.db_now_ms, not_tiered.get(s.topic)) for s in summaries)
+    topics = "".join(
+        _summary_row(s, overview.db_now_ms, not_tiered.get(s.topic), topic_links.get(s.topic, "")) for s in summaries
+    )
     topics = topics or "<p>No partition in the metadata store yet.</p>"
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -434,13 +448,13 @@ def render_page(
         "</head><body><header><h1>Kafka tiered storage</h1>"
         "<form class='filter' role='search' onsubmit='return false'><label for='topic-filter'>Topic</label> "
         "<input id='topic-filter' name='topic' type='search' placeholder='filter topics' autocomplete='off'></form>"
-        "</header>"
+        f"{nav}</header>{first}"
         f"<section class='alerts-box' aria-label='Alerts'>{alert_html}{not_tiered_html(not_tiered)}</section>"
         f"<p class='totals'>{len(summaries)} topic(s), {partitions:,} partition(s); {_e(fmt_bytes(remote))} in the "
         f"remote tier; {_e(fmt_bytes(lag))} waiting for copy. JSON: <a href='api/partitions'>api/partitions</a></p>"
         f"<div class='topics'><div class='row head' aria-hidden='true'>{head}</div>{topics}</div>"
         f"{replays_html(replays, overview.db_now_ms)}"
-        f"<script id='tiering-data' type='application/json'>{_script_json({'windows': list(WINDOWS)})}</script>"
+        f"<script id='tiering-data' type='application/json'>{_script_json({**data, 'windows': list(WINDOWS)})}</script>"
         "<script src='static/uPlot.iife.min.js'></script><script src='static/tiering.js'></script>"
         "</body></html>"
     )

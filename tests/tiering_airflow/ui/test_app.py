@@ -401,3 +401,31 @@ def test_the_page_lists_the_last_replays_newest_first_escaped(tiering: TieringEn
     assert "failed: &lt;b&gt;no&lt;/b&gt; leader" in section and "<b>no</b>" not in section
     assert '<td class="bad" data-label="Not replayed">41-50 (tiering gap)</td>' in section
     assert ">100<" in section and "2.0 KiB" in section
+
+
+def test_a_broker_s_view_shows_the_partitions_with_a_replica_on_it(tiering: TieringEnv, client: TestClient) -> None:
+    w = tiering.writer("orders", 0)
+    write_segments(w, 2)
+    w.set_high_watermark()
+    observe(tiering, w.tp)
+    on = client.get("/fragments/partitions", params={"topic": "orders", "broker": BROKER}).text
+    elsewhere = client.get("/fragments/partitions", params={"topic": "orders", "broker": BROKER + 1}).text
+    assert "<td>orders-0</td>" in on and "<td>orders-0</td>" not in elsewhere
+    page = client.get("/", params={"broker": BROKER + 1}).text
+    assert f"(broker {BROKER + 1})" in page and '"broker": 2' in page  # the script asks for its tables
+    assert f'<a href="?broker={BROKER}">broker {BROKER}</a>' in page
+
+
+def test_the_first_screen_says_when_airflow_s_runs_cannot_be_read(
+    tiering: TieringEnv, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    def unreachable() -> list[object]:
+        raise OperationalError("SELECT 1", {}, Exception("postgresql://airflow:db-Secret-7@db/airflow is down"))
+
+    monkeypatch.setattr("tiering_airflow.ui.app.failed_tasks", unreachable)
+    answer = client.get("/")
+    assert answer.status_code == 200 and "Failing runs unavailable" in answer.text
+    assert "db-Secret-7" not in answer.text
+    assert "<div class='tile bad' data-label='Failing runs'><span class='title'>Failing runs</span>" in answer.text

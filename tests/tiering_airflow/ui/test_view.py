@@ -145,10 +145,17 @@ def test_partition_table_links_dag_grids_and_the_last_tasks_log() -> None:
     assert '<td data-label="Risk" class="bad">AT RISK: 10m left</td>' in table
     assert '<td data-label="Tiering gaps" class="bad">1 (5 offsets lost)</td>' in table
     assert '<td data-label="Last copy">3h ago</td>' in table
-    assert '<td data-label="Remote size">3.0 MiB</td>' in table
+    assert '<td data-label="Remote size">3.0 MiB (3 seg)</td>' in table
     assert '<td data-label="Remote only">0..1,499</td>' in table  # below the broker's log start
     assert table.count('<td data-label="Remote only">-</td>') == 2
     assert table.count('<tr class="alert">') == 1
+    # The links come right after the partition's name (on screen in a narrow window); lags name
+    # their segments; a delete lag shows beside the delete state.
+    assert '<td>orders-1</td><td data-label="Links" class="links"><a class="airflow" href="../dags/' in table
+    assert '<td data-label="Copy lag" class="bad">2.0 KiB (2 seg)</td>' in table
+    deleting = PartitionMetrics("orders", 9, "t", delete_state="DELETE_PARTITION_STARTED", delete_lag_bytes=4096)
+    row = render_partitions(MetricsSnapshot(NOW, [deleting]), named={"orders"})
+    assert '<td data-label="Deletion">DELETE_PARTITION_STARTED; 4.0 KiB to delete</td>' in row
 
 
 def test_partition_table_answers_a_page_of_rows_at_a_time() -> None:

@@ -81,8 +81,36 @@
     });
   }
 
+  /* A broker's view (?broker=N) narrows every partition table to that broker's replicas. */
   function partitionsUrl(topic, offset) {
-    return "fragments/partitions?topic=" + encodeURIComponent(topic) + "&offset=" + offset;
+    var url = "fragments/partitions?topic=" + encodeURIComponent(topic) + "&offset=" + offset;
+    return config.broker == null ? url : url + "&broker=" + encodeURIComponent(config.broker);
+  }
+
+  /* The first screen's chart: the bytes copied per bucket over the last 24 hours, from the store's
+     recorded history (embedded in the page: no request of its own). */
+  function drawCopyHistory() {
+    var figure = document.querySelector("figure.copy-history");
+    var h = config.copy_history;
+    if (!figure || !h) return;
+    var plot = figure.querySelector(".plot");
+    var opts = {
+      width: Math.max(plot.clientWidth, 200),
+      height: 160,
+      scales: {
+        x: { time: true, range: function () { var now = Date.now() / 1000; return [now - 86400, now]; } },
+        y: { range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1024]; } }
+      },
+      axes: [{}, { size: 70, values: function (u, ticks) { return ticks.map(size); } }],
+      series: [
+        {},
+        { label: "Copied", stroke: "#2f7d32", width: 2, fill: "rgba(47,125,50,0.15)", paths: uPlot.paths.bars({ size: [0.9, 12] }), value: function (u, v) { return size(v); } }
+      ]
+    };
+    var chart = new uPlot(opts, [h.at, h.bytes], plot);
+    chart.root.setAttribute("data-points", String(h.at.length));
+    charts.push({ chart: chart, plot: plot, height: 160 });
+    if (!h.at.length) plot.insertAdjacentHTML("beforeend", "<p class='empty'>No copy finished in the last 24 hours.</p>");
   }
 
   /* The next rows of a topic's table: appended to its table, the button replaced by the next one. */
@@ -122,6 +150,8 @@
     });
   });
 
+  drawCopyHistory();
+
   var initial = new URL(window.location.href).searchParams.get("topic");
   if (initial === null) initial = stored(FILTER_KEY) || "";
   input.value = initial;
@@ -156,7 +186,7 @@
   window.addEventListener("resize", function () {
     clearTimeout(resizing);
     resizing = setTimeout(function () {
-      charts.forEach(function (c) { c.chart.setSize({ width: Math.max(c.plot.clientWidth, 200), height: 200 }); });
+      charts.forEach(function (c) { c.chart.setSize({ width: Math.max(c.plot.clientWidth, 200), height: c.height || 200 }); });
     }, 100);
   });
   window.tieringPage = { windows: config.windows, charts: charts };
