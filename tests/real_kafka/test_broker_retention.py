@@ -25,6 +25,8 @@ from tiering_core.monitoring.overview import collect_overview
 
 TOPIC = "broker-retention"
 SEGMENT_BYTES = 16 * 1024
+#: The broker's local retention in the test: about two segments.
+RETENTION_BYTES = 2 * SEGMENT_BYTES
 
 
 def _produce(cluster: KafkaCluster, start: int, count: int) -> None:
@@ -39,6 +41,13 @@ def _produce(cluster: KafkaCluster, start: int, count: int) -> None:
 
 def _local_log_start(cluster: KafkaCluster) -> int:
     return PartitionLog.open(cluster.partition_dir(1, TOPIC, 0)).segments[0].base_offset
+
+
+def _retention_settled(cluster: KafkaCluster) -> bool:
+    """The broker's size-based retention has deleted all it will (Kafka deletes the oldest segment
+    while the log stays at least ``retention.bytes`` without it): the log start stops moving."""
+    segments = PartitionLog.open(cluster.partition_dir(1, TOPIC, 0)).segments
+    return sum(s.size_bytes for s in segments) - segments[0].size_bytes < RETENTION_BYTES
 
 
 def _same(remote: list[dict[str, object]], consumed: list[ConsumedRecord]) -> None:
@@ -64,7 +73,7 @@ def test_broker_retention_keeps_remote_reads_and_records_a_gap(
     # The broker's retention: keep ~2 segments locally.
     admin = kafka.admin()
     admin.alter_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, TOPIC, configs={"retention.bytes": str(2 * SEGMENT_BYTES)})]
+        [ConfigResource(ConfigResourceType.TOPIC, TOPIC, configs={"retention.bytes": str(RETENTION_BYTES)})]
     )
     kafka.wait_until("the broker deleting its old local segments", lambda: _local_log_start(kafka) > 1000)
     after = platform.status(TOPIC)
@@ -91,6 +100,7 @@ def test_broker_retention_keeps_remote_reads_and_records_a_gap(
     # Now the broker deletes data that was never tiered: produce, let retention drop it, then copy.
     _produce(kafka, 2000, 2000)
     kafka.wait_until("the broker deleting segments never tiered", lambda: _local_log_start(kafka) > 3000)
+    kafka.wait_until("the broker's retention settling", lambda: _retention_settled(kafka))
     kafka.wait_until("the high watermark checkpoint", lambda: platform.status(TOPIC)["high_watermark"] == 4000)
     pending = platform.status(TOPIC)
     local_start = pending["local_log_start_offset"]
