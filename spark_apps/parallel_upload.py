@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from spark_apps import runtime
 from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
-from tiering_core.runs.copy_many import ParallelCopyReport, copy_partitions
+from tiering_core.runs.copy_many import copy_partitions
+from tiering_core.runs.copy_report import ParallelCopyReport
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

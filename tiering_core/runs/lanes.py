@@ -23,7 +23,8 @@ from tiering_core.errors import TieringError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.retention import PartitionRetentionOutcome
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.runs.copy_many import ParallelCopyReport, copy_partitions
+from tiering_core.runs.copy_many import copy_partitions
+from tiering_core.runs.copy_report import ParallelCopyReport
 from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.runs.retention import RetentionResult, run_retention
 from tiering_core.tier.observation import headroom_seconds
