@@ -2,6 +2,8 @@
 # The test command: set up on a fresh machine, lint, type-check, run the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step's line gives the seconds since the command started.
+step() { echo "== $1 (at ${SECONDS} s)"; }
 bash scripts/bootstrap.sh
 VENV=${TIERING_VENV:-$(pwd)/.venv}
 export PATH="$VENV/bin:$PATH"
@@ -11,18 +13,26 @@ export AIRFLOW__CORE__LOAD_EXAMPLES=False
 # there, in the background beside the checks and the suite; the test waits for them.
 docker_log=${TIERING_TEST_CACHE:-$HOME/.cache/tiering-test}/docker/prepare.log
 mkdir -p "$(dirname "$docker_log")"
-echo "== docker images (in the background: $docker_log)"
+step "docker images (in the background: $docker_log)"
 python -m tests.deploy.engine prepare > "$docker_log" 2>&1 &
-# The tools tests run from Debian's packages (promtool for docker/prometheus' alert rules), now,
-# while the network is there; a test that still finds one missing says why.
-echo "== tools"; python -m tests.deploy.engine tools || true
-echo "== ruff"; ruff check . && ruff format --check .
-echo "== mypy"; mypy
-# The real-Kafka tests run Apache Kafka from jars fetched once with Maven (or KAFKA_HOME's): fetch
-# them now, while the network is there; without them those tests say why they cannot run. The same
-# for the Schema Registry the typed-export tests run (Apicurio Registry from Maven Central).
-echo "== kafka"; python -m tests.real_kafka.cluster fetch || true
-echo "== schema registry"; python -m tests.export.registry_server fetch || true
+# What the tests fetch, now, while the network is there, beside the lint and type checks (each job's
+# output is shown when it ends): the tools they run from Debian's packages (promtool for
+# docker/prometheus' alert rules); Apache Kafka's jars, fetched once with Maven (or KAFKA_HOME's);
+# the Schema Registry the typed-export tests run (Apicurio Registry from Maven Central). A test that
+# still finds one missing says why (a failure under CI).
+fetch_dir=$(mktemp -d)
+python -m tests.deploy.engine tools > "$fetch_dir/tools" 2>&1 &
+tools_job=$!
+{ python -m tests.real_kafka.cluster fetch; python -m tests.export.registry_server fetch; } > "$fetch_dir/maven" 2>&1 &
+maven_job=$!
+step "ruff"; ruff check . && ruff format --check .
+step "mypy"; mypy
+wait "$tools_job" || true; step "tools"; cat "$fetch_dir/tools"
+wait "$maven_job" || true; step "kafka, schema registry"; cat "$fetch_dir/maven"
+rm -rf "$fetch_dir"
+# Every test's time of the last run is kept beside the test cache (JUnit XML), for a look at where
+# the suite's time goes; the 30 slowest are printed at the end.
+junit=${TIERING_TEST_CACHE:-$HOME/.cache/tiering-test}/last-run.xml
 # Two test processes by default (the suite waits on servers and subprocesses as much as it computes);
 # TIERING_TEST_WORKERS=0 runs it in this process.
 workers=${TIERING_TEST_WORKERS:-2}
@@ -33,7 +43,7 @@ in_ci() { case "${CI:-}" in "" | 0 | false | False | FALSE | no) return 1 ;; *) 
 external=${TIERING_TEST_PG_URL:-}${TIERING_TEST_REDIS_URL:-}${TIERING_TEST_SPARK_MASTER:-}
 if { in_ci || [ "${TIERING_TEST_ISOLATED:-}" = 1 ]; } && [ -z "$external" ] && [ "$(id -u)" = 0 ] \
   && [ "${TIERING_TEST_ISOLATED:-}" != 0 ] && unshare --net true 2>/dev/null && command -v ip >/dev/null; then
-  echo "== pytest (in a private network namespace: loopback only)"
-  exec unshare --net bash -c 'ip link set lo up && exec pytest -n "$0" "$@"' "$workers" "$@"
+  step "pytest (in a private network namespace: loopback only)"
+  exec unshare --net bash -c 'ip link set lo up && exec pytest -n "$0" --junitxml="$1" "${@:2}"' "$workers" "$junit" "$@"
 fi
-echo "== pytest"; pytest -n "$workers" "$@"
+step "pytest"; pytest -n "$workers" --junitxml="$junit" "$@"

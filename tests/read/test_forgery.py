@@ -33,6 +33,9 @@ from tiering_core.runs.copy import run_copy
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
+# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
+pytestmark = pytest.mark.xdist_group("forgery")
+
 SEGMENTS = 3
 RECORDS = 120
 FORGED_KINDS = (ObjectKind.LOG, ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX)

@@ -33,6 +33,9 @@ from tiering_core.runs.rewrite import run_rewrite
 from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.manifest import CHUNKED_FORMAT, CopyRecord
 
+# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
+pytestmark = pytest.mark.xdist_group("rewrite")
+
 ROOT = Path(__file__).resolve().parents[2]
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
