@@ -3,12 +3,13 @@
 Kafka's cleaner (``MemoryRecords.filterTo`` and ``buildRetainedRecordsInto``) never moves an
 offset: it rewrites a v2 batch with only the records it keeps and leaves everything else alone.
 An erasure of the tier follows the same rules, so a rewritten segment is one a broker could have
-written itself (KAFKA_SEMANTICS.md, section 11):
+written itself:
 
 - a batch holding no erased key stays byte for byte, and so does every control batch;
 - the kept records of a batch go into one new batch with the original base offset, last offset
   delta, codec, timestamp type, producer id, epoch and base sequence, flags and leader epoch;
-  each record keeps its offset delta, timestamp, key, value and headers. As Kafka's
+  each record keeps its offset delta, timestamp (in a LogAppendTime batch, the broker's time
+  every reader sees), key, value and headers. As Kafka's
   ``MemoryRecordsBuilder``, the new base timestamp is the first kept record's (the delete
   horizon when the batch carries one), so a record's timestamp delta is re-expressed from it
   when the first record went; the record count, max timestamp and CRC-32C are recomputed;
@@ -16,8 +17,8 @@ written itself (KAFKA_SEMANTICS.md, section 11):
   segment: then it stays as Kafka's empty batch (header only, no codec, record count 0), since
   producer state and the producer snapshot point at its last offset and sequence.
 
-Only v2 batches are read (the batch reader refuses magic 0 and 1 naming the magic): Kafka
-writes no older format since 3.0, and a v0/v1 message set has no empty batch to keep a
+Only v2 batches are read (the batch reader refuses magic 0 and 1 naming the magic): Kafka 4
+no longer writes the older formats, and a v0/v1 message set has no empty batch to keep a
 producer's sequence with. Every batch's CRC is checked and decompression is capped as in
 ``records.decode_records``, so hostile bytes cost bounded memory and time.
 """
