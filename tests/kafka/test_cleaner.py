@@ -19,6 +19,7 @@ from tests.memory import run_measured
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import (
     ATTR_CODEC_MASK,
+    ATTR_DELETE_HORIZON,
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_NONE,
@@ -258,6 +259,27 @@ def test_a_create_time_batch_losing_its_first_record_keeps_every_timestamp() -> 
     header, kept, _raw = batches_of(cleaned.log)[0]
     assert [r.timestamp for r in kept] == [4_900, 4_800, 4_700]
     assert header.base_timestamp == 4_900 and header.max_timestamp == 4_900  # of the kept records
+
+
+def with_delete_horizon(batch: bytes) -> bytes:
+    """``batch`` marked as a compacted topic's cleaner marks it: its base timestamp is the delete horizon."""
+    out = bytearray(batch)
+    (attributes,) = struct.unpack_from(">h", out, 21)
+    struct.pack_into(">h", out, 21, attributes | ATTR_DELETE_HORIZON)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def test_a_batch_with_a_delete_horizon_keeps_it_as_its_base_timestamp() -> None:
+    records = [RecordSpec(f"k{i}".encode(), b"v", 7_000 + i) for i in range(3)]
+    original = with_delete_horizon(
+        encode_batch(records, base_offset=0, partition_leader_epoch=0, codec=CODEC_LZ4, base_timestamp=6_000)
+    )
+    cleaned = clean_log(original, {b"k0"}, 0)
+    assert_cleaned_as_kafka(original, cleaned, {b"k0"})
+    header, kept, _raw = batches_of(cleaned.log)[0]
+    assert header.attributes & ATTR_DELETE_HORIZON and header.base_timestamp == 6_000
+    assert [r.timestamp for r in kept] == [7_001, 7_002]
 
 
 def test_many_random_erasures_agree_with_a_plain_filter(make_writer, tmp_path: Path) -> None:

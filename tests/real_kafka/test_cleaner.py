@@ -143,6 +143,12 @@ def test_cleaned_segments_pass_kafkas_dump_tool_and_a_restarted_broker_serves_th
         assert sum(r.batches_rewritten for r in results) > 0
         assert sum(r.batches_dropped for r in results) > 0  # the plain producer's lone erased record
         assert sum(r.batches_kept_empty for r in results) > 0  # an idempotent producer's last batch
+        untouched = [base for base, (original, c) in cleaned.items() if c.log == original]
+        assert untouched, "the filler's segments hold no erased key"
+        for base in untouched:  # their indexes, rebuilt as for the others, are the broker's own
+            _original, c = cleaned[base]
+            assert c.offset_index == (partition / f"{base:020d}.index").read_bytes()
+            assert c.time_index == (partition / f"{base:020d}.timeindex").read_bytes()
 
         files = [f for base in cleaned for f in sorted(out.glob(f"{base:020d}.*"))]
         output = dump(cluster, files)

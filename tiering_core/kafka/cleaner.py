@@ -193,11 +193,17 @@ def _clean_batches(
         if header.is_control:
             yield data
             continue
-        kept = [r for r in records if r.key is None or not erase(r.key)]
-        if len(kept) == len(records):
+        kept: list[Record] = []
+        removed: list[int] = []
+        for record in records:
+            if record.key is not None and erase(record.key):
+                removed.append(record.offset)
+            else:
+                kept.append(record)
+        if not removed:
             yield data
             continue
-        tally.removed_offsets.extend(r.offset for r in records if r.key is not None and erase(r.key))
+        tally.removed_offsets.extend(removed)
         if kept:
             tally.rewritten += 1
             yield rewrite_batch(header, kept)
