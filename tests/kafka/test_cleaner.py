@@ -189,6 +189,8 @@ def test_a_predicate_decides_and_null_keys_are_never_asked(make_writer) -> None:
 
     cleaned = clean_log(log_path.read_bytes(), erase, base)
     assert None not in asked and b"drop-me" in asked
+    with pytest.raises(TypeError, match="not one key"):
+        clean_log(log_path.read_bytes(), b"drop-me", base)
     assert [r.key for r in records_by_offset(cleaned.log).values()] == [None, b"keep"]
     assert cleaned.result.removed_offsets == (1,)
 

@@ -111,6 +111,8 @@ def key_predicate(erase: KeyPredicate | Collection[bytes]) -> KeyPredicate:
     """A callable from a predicate or a collection of erased keys (bytes)."""
     if callable(erase):
         return erase
+    if isinstance(erase, (bytes, bytearray, memoryview, str)):  # one key given where keys are meant
+        raise TypeError("erased keys are a collection of keys (e.g. {b'user-1'}), not one key")
     keys = frozenset(bytes(k) for k in erase)
     return keys.__contains__
 
