@@ -18,17 +18,18 @@ python -m tests.deploy.engine prepare > "$docker_log" 2>&1 &
 # What the tests fetch, now, while the network is there, beside the lint and type checks (each job's
 # output is shown when it ends): the tools they run from Debian's packages (promtool for
 # docker/prometheus' alert rules); Apache Kafka's jars, fetched once with Maven (or KAFKA_HOME's);
-# the Schema Registry the typed-export tests run (Apicurio Registry from Maven Central). A test that
+# the Schema Registry the typed-export tests run (Apicurio Registry from Maven Central) and Apache
+# Iceberg's REST catalog server the export tests run beside the SQL catalog. A test that
 # still finds one missing says why (a failure under CI).
 fetch_dir=$(mktemp -d)
 python -m tests.deploy.engine tools > "$fetch_dir/tools" 2>&1 &
 tools_job=$!
-{ python -m tests.real_kafka.cluster fetch; python -m tests.export.registry_server fetch; } > "$fetch_dir/maven" 2>&1 &
+{ python -m tests.real_kafka.cluster fetch; python -m tests.export.registry_server fetch; python -m tests.export.rest_catalog fetch; } > "$fetch_dir/maven" 2>&1 &
 maven_job=$!
 step "ruff"; ruff check . && ruff format --check .
 step "mypy"; mypy
 wait "$tools_job" || true; step "tools"; cat "$fetch_dir/tools"
-wait "$maven_job" || true; step "kafka, schema registry"; cat "$fetch_dir/maven"
+wait "$maven_job" || true; step "kafka, schema registry, REST catalog"; cat "$fetch_dir/maven"
 rm -rf "$fetch_dir"
 # Every test's time of the last run is kept beside the test cache (JUnit XML), for a look at where
 # the suite's time goes; the 30 slowest are printed at the end.

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.real_kafka.cluster import FETCH_TIMEOUT, cache_root
+from tests.maven import FETCH_TIMEOUT
+from tests.real_kafka.cluster import cache_root
 from tests.services import (
     STARTED,
     ServerProcess,

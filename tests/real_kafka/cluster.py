@@ -16,9 +16,7 @@ before the tests run without network).
 
 from __future__ import annotations
 
-import fcntl
 import functools
-import hashlib
 import os
 import re
 import shutil
@@ -35,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.maven import fetch_dependencies
 from tests.services import (
     STARTED,
     ServerProcess,
@@ -49,7 +48,6 @@ from tests.services import (
 )
 
 POM = Path(__file__).with_name("pom.xml")
-FETCH_TIMEOUT = 900.0
 START_TIMEOUT = 90.0
 #: JVM options of every node: a small heap and a quick start (C1 only) on a small test machine.
 JVM_OPTIONS = (
@@ -117,59 +115,12 @@ class KafkaDistribution:
         return [java, *jvm, "-cp", self.classpath, main, *args]
 
 
-def _pom_digest(pom: Path) -> str:
-    return hashlib.sha256(pom.read_bytes()).hexdigest()
-
-
 def fetch_jars(pom: Path = POM, *, environ: Mapping[str, str] | None = None) -> KafkaDistribution:
-    """The pinned Kafka's jars in the cache, fetched with Maven the first time (one fetch at a
-    time; a finished fetch is marked with the pom's digest, so a changed pom fetches again)."""
+    """The pinned Kafka's jars in the cache, fetched with Maven the first time."""
     version = kafka_version(pom)
     home = cache_root(environ) / f"kafka-{version}"
-    libs = home / "libs"
-    marker = home / "fetched"
-    digest = _pom_digest(pom)
-    source = f"Maven Central jars (cached in {home})"
-    if marker.is_file() and marker.read_text().strip() == digest:
-        return KafkaDistribution(libs, version, source)
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise ServiceUnavailable(f"cannot fetch Kafka {version}: mvn is not on PATH (or set KAFKA_HOME)")
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.is_file() and marker.read_text().strip() == digest:
-            return KafkaDistribution(libs, version, source)
-        staging = Path(tempfile.mkdtemp(prefix="libs-", dir=home))
-        try:
-            proc = subprocess.run(
-                [
-                    mvn,
-                    "-q",
-                    "-B",
-                    "-f",
-                    str(pom),
-                    "dependency:copy-dependencies",
-                    f"-DoutputDirectory={staging}",
-                    "-DincludeScope=runtime",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=FETCH_TIMEOUT,
-            )
-            if proc.returncode != 0:
-                raise ServiceUnavailable(f"mvn could not fetch Kafka {version}: {last_line(proc.stdout + proc.stderr)}")
-            if not any(staging.glob(f"kafka_2.13-{version}.jar")):
-                raise ServiceUnavailable(f"mvn fetched no kafka_2.13-{version}.jar into {staging}")
-            if libs.exists():
-                shutil.rmtree(libs)
-            staging.rename(libs)
-            marker.write_text(digest + "\n")
-        except subprocess.TimeoutExpired as exc:
-            raise ServiceUnavailable(f"mvn did not fetch Kafka {version} within {FETCH_TIMEOUT:.0f} s") from exc
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return KafkaDistribution(libs, version, source)
+    libs = fetch_dependencies(pom, home, f"Kafka {version} (or set KAFKA_HOME)", f"kafka_2.13-{version}.jar")
+    return KafkaDistribution(libs, version, f"Maven Central jars (cached in {home})")
 
 
 def kafka_distribution(*, environ: Mapping[str, str] | None = None) -> KafkaDistribution:
