@@ -4,9 +4,12 @@ what Confluent's AvroDeserializer makes of the record's bytes; dead letters besi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import pytest
 
 from tests.engine_support import TieringEnv
 from tests.export.registry_server import RegistryServer
@@ -17,11 +20,14 @@ from tests.export.typed_support import (
     iceberg_types,
     payment,
     rows_by_offset,
+    tier,
     value_of,
+    with_fields,
     with_typed_export,
 )
-from tiering_core.export import run_export
+from tiering_core.export import TableName, load_catalog, open_table, run_export
 from tiering_core.export.registry import WireValue
+from tiering_core.export.typed import SchemaChangeError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.runs.copy import run_copy
 
@@ -83,3 +89,154 @@ def test_every_value_reads_back_as_the_deserializer_reads_it(
         # an export that is up to date commits nothing
         again = run_export(ctx, "payments")
         assert again.planned == [] and again.snapshots == []
+
+
+def dead_letters_of(ctx: Any, topic: str) -> dict[int, dict[str, Any]]:
+    """The topic's dead letters by offset (none without a dead-letter table)."""
+    table = open_table(load_catalog(ctx.config), TableName("kafka", f"{topic}_dead_letters"), create=False)
+    return {} if table is None else {o: row for (_p, o), row in rows_by_offset(table).items()}
+
+
+def test_undecodable_values_are_dead_letters_each_record_once(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "refunds")
+    good = avro.serialize(PAYMENT, [payment(i) for i in range(4)])
+    unknown_id = b"\x00" + (2**31 - 7).to_bytes(4, "big") + good[0][5:]
+    corrupt = good[1][:9]  # the header and a payload cut short
+    trailing = good[2] + b"\x01\x02"  # a value and bytes after it
+    sent = tier(
+        tiering_env,
+        "refunds",
+        [[good[0], b"plain text", good[1]], [unknown_id, good[2], corrupt, None, trailing, good[3], b"\x00\x01"]],
+    )
+    with_typed_export(tiering_env, tmp_path, schema_registry, refunds={"value": "avro"})
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "refunds")
+        assert not result.failed and result.dead_letters == 6 and result.rows == 4
+        rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "refunds")).items()}
+        dead = dead_letters_of(ctx, "refunds")
+    assert set(rows) | set(dead) == set(sent) and not set(rows) & set(dead)  # each record in one table
+    for offset, row in rows.items():
+        assert value_of(row, PAYMENT) == avro.deserialize(sent[offset] or b"")
+    reasons = {offset: row["reason"] for offset, row in dead.items()}
+    for offset, row in dead.items():
+        assert row["value"] == sent[offset] and row["key"] == f"k{offset - (0 if offset < 3 else 3)}".encode()
+        assert row["topic"] == "refunds" and row["partition"] == 0 and row["timestamp"] is not None
+    by_value = {sent[o]: reasons[o] for o in dead}
+    assert "not the wire format's magic byte 0" in by_value[b"plain text"]
+    assert f"schema id {2**31 - 7} is unknown" in by_value[unknown_id]
+    assert dead[next(o for o in dead if sent[o] == unknown_id)]["schema_id"] == 2**31 - 7
+    assert "corrupt Avro payload" in by_value[corrupt] and "left after the value" in by_value[trailing]
+    assert "tombstone" in by_value[None] and "fewer than" in by_value[b"\x00\x01"]
+
+
+V1: dict[str, Any] = {
+    "type": "record",
+    "name": "Tip",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "int"},
+        {"name": "amount", "type": "float"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "customer", "type": {"type": "record", "name": "Who", "fields": [{"name": "name", "type": "string"}]}},
+    ],
+}
+#: Compatible changes: a field with a default and an optional one added, then int and float widened.
+V2 = with_fields(
+    V1,
+    {"name": "currency", "type": "string", "default": "EUR"},
+    {"name": "rate", "type": ["null", "double"], "default": None},
+)
+V3 = with_fields(V2, id="long", amount="double")
+
+
+def tip(i: int, version: int) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "id": i,
+        "amount": i + 0.25,
+        "note": None if i % 2 else f"n{i}",
+        "customer": {"name": f"c{i}"},
+    }
+    if version >= 2:
+        value |= {"currency": "USD" if i % 2 else "EUR", "rate": None if i % 3 else i / 7}
+    if version >= 3:
+        value["id"] = 2**40 + i  # needs the long
+    return value
+
+
+def test_compatible_schema_changes_evolve_the_table_old_rows_keep_their_schema_id(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "tips")
+    one = avro.serialize(V1, [tip(i, 1) for i in range(4)])
+    two = avro.serialize(V2, [tip(i, 2) for i in range(4, 8)])
+    three = avro.serialize(V3, [tip(i, 3) for i in range(8, 11)])
+    schema_of = {WireValue.parse(v).schema_id: s for vs, s in ((one, V1), (two, V2), (three, V3)) for v in vs}
+    assert len(schema_of) == 3
+    # a segment per version, then one where an old producer's values follow the newest's
+    sent = tier(tiering_env, "tips", [[*one], [*two], [three[0], one[0], three[1]], [one[1], three[2]]])
+    with_typed_export(tiering_env, tmp_path, schema_registry, tips={"value": "avro"})
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "tips", commit_bytes=1)  # a commit per segment: the table evolves in them
+        assert not result.failed and result.dead_letters == 0 and len(result.snapshots) == 4
+        table = table_of(ctx, "tips")
+        rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
+    assert set(rows) == set(sent)
+    for offset, row in rows.items():
+        data = sent[offset] or b""
+        writer = schema_of[WireValue.parse(data).schema_id]
+        assert row["value_schema_id"] == WireValue.parse(data).schema_id
+        assert value_of(row, writer) == avro.deserialize(data)
+        added = {f["name"] for f in V2["fields"]} - {f["name"] for f in writer["fields"]}
+        assert all(row[name] is None for name in added)  # a row keeps what its schema wrote
+    types = iceberg_types(table)
+    assert (types["id"], types["amount"], types["currency"], types["rate"]) == ("long", "double", "string", "double")
+    assert json.loads(table.properties["tiering.value-schema-ids"]) == list(schema_of)
+    # each schema change is in the commit of the rows that brought it
+    schemas = [s.schema_id for s in table.snapshots()]
+    assert len(set(schemas)) >= 3
+
+
+@pytest.mark.parametrize(
+    ("change", "override", "mixed", "says"),
+    [
+        (with_fields(V1, amount="string"), {"amount": "x"}, False, "field amount changes from float to string"),
+        (
+            with_fields(V1, {"name": "region", "type": "string"}),
+            {"region": "eu"},
+            True,
+            "field region is added as required without a default",
+        ),
+    ],
+)
+def test_an_incompatible_schema_change_stops_the_export_naming_both_ids(
+    tiering_env: TieringEnv,
+    tmp_path: Path,
+    schema_registry: RegistryServer,
+    change: dict[str, Any],
+    override: dict[str, Any],
+    mixed: bool,
+    says: str,
+) -> None:
+    topic = f"changes-{'mixed' if mixed else 'own'}"
+    avro = Avro(schema_registry, topic)
+    first = avro.serialize(V1, [tip(i, 1) for i in range(5)])
+    bad = avro.serialize(change, [{**tip(9, 1), **override}])[0]
+    old, new = WireValue.parse(first[0]).schema_id, WireValue.parse(bad).schema_id
+    # the incompatible value with a dead letter beside it: neither table takes anything of its segment
+    second = [first[3], bad, b"not avro"] if mixed else [bad, b"not avro"]
+    sent = tier(tiering_env, topic, [first[:3], second, [first[4]]])
+    with_typed_export(tiering_env, tmp_path, schema_registry, **{topic: {"value": "avro"}})
+    with tiering_env.context() as ctx:
+        for _run in range(2):  # a rerun stops at the same place
+            with pytest.raises(SchemaChangeError) as caught:
+                run_export(ctx, topic, commit_bytes=1)
+            message = str(caught.value)
+            assert "\n" not in message and says in message
+            assert f"value schema id {new} cannot evolve the table's columns (from schema id {old})" in message
+            table = table_of(ctx, topic)
+            assert sorted(o for _p, o in rows_by_offset(table)) == [0, 1, 2]
+            assert len(table.snapshots()) == 1
+            assert dead_letters_of(ctx, topic) == {}
+    assert len(sent) == 3 + len(second) + 1

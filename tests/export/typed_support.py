@@ -154,3 +154,23 @@ def iceberg_types(table: Any) -> dict[str, str]:
     """The table's columns' Iceberg types, as Iceberg prints them (field ids left out)."""
     noise = re.compile(r"\d+: | \(required\)|required |optional ")
     return {f.name: noise.sub("", str(f.field_type)) for f in table.schema().fields}
+
+
+def tier(
+    env: TieringEnv, topic: str, segments: list[list[bytes | None]], partition: int = 0
+) -> dict[int, bytes | None]:
+    """Each list of values as one closed segment of keyed records (and an active segment after
+    them, never tiered), tiered by the platform's copy; the values by offset."""
+    from tiering_core.runs.copy import run_copy
+
+    w = env.writer(topic, partition)
+    sent: dict[int, bytes | None] = {}
+    for values in segments:
+        first, _last = w.append([(f"k{i}".encode(), v) for i, v in enumerate(values)])
+        sent.update({first + i: v for i, v in enumerate(values)})
+        w.roll()
+    w.append([(b"active", b"never tiered")])
+    w.set_high_watermark()
+    with env.context() as ctx:
+        run_copy(ctx, w.tp)
+    return sent

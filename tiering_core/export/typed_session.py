@@ -179,5 +179,6 @@ class DeadLetters:
             self.table.refresh()
             if not self.table.metadata.snapshots:
                 self.table.catalog.purge_table(self.name.identifier)
+                self.attempts = []  # purged with the table
         except Exception as exc:  # the failure that brought us here is the one to report
             log.warning("%s: could not drop the table this failed export created: %s", self.name, one_line(exc))
