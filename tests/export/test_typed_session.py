@@ -5,6 +5,11 @@ what Confluent's AvroDeserializer makes of the record's bytes; dead letters besi
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +18,7 @@ import pytest
 
 from tests.engine_support import TieringEnv
 from tests.export.registry_server import RegistryServer
-from tests.export.support import table_of
+from tests.export.support import table_of, wait_until_table_is_free, with_lease_ms
 from tests.export.typed_support import (
     PAYMENT,
     Avro,
@@ -28,6 +33,7 @@ from tests.export.typed_support import (
 from tiering_core.export import TableName, load_catalog, open_table, run_export
 from tiering_core.export.registry import WireValue
 from tiering_core.export.typed import SchemaChangeError
+from tiering_core.export.write import referenced_files
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.runs.copy import run_copy
 
@@ -240,3 +246,73 @@ def test_an_incompatible_schema_change_stops_the_export_naming_both_ids(
             assert len(table.snapshots()) == 1
             assert dead_letters_of(ctx, topic) == {}
     assert len(sent) == 3 + len(second) + 1
+
+
+_KILLED_BETWEEN_THE_TABLES = """
+import sys, time
+from pathlib import Path
+import tiering_core.export.run as run
+import tiering_core.export.session as session
+
+run.COMMIT_BYTES = 1  # a commit after every segment
+flag = Path(sys.argv[1])
+real = session.commit_segments
+calls = []
+
+def commit_segments(table, pending, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:  # killed after the dead letters' commit of the second segment, before its rows'
+        flag.write_text("ready")
+        time.sleep(600)
+    return real(table, pending, **kwargs)
+
+session.commit_segments = commit_segments
+from tiering_core.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_kill_9_between_the_two_tables_then_rerun_is_exactly_once(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "orders-typed")
+    good = avro.serialize(PAYMENT, [payment(i) for i in range(9)])
+    sent = tier(
+        tiering_env, "orders-typed", [[good[3 * s], b"bad", good[3 * s + 1], good[3 * s + 2]] for s in range(3)]
+    )
+    with_typed_export(tiering_env, tmp_path, schema_registry, **{"orders-typed": {"value": "avro"}})
+    with_lease_ms(tiering_env, 5_000)
+    flag = tmp_path / "flag"
+    command = ["--config", str(tiering_env.config_path), "export", "--topic", "orders-typed"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_BETWEEN_THE_TABLES, str(flag), *command],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 300
+    while not flag.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with tiering_env.context() as ctx:
+        rows = {o for _p, o in rows_by_offset(table_of(ctx, "orders-typed"))}
+        dead = dead_letters_of(ctx, "orders-typed")
+    assert sorted(rows) == [0, 2, 3] and sorted(dead) == [1, 5]  # the second segment's dead letter only
+    wait_until_table_is_free(tiering_env, "kafka.orders-typed")
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "orders-typed")
+        assert not result.failed and result.dead_letters == 1  # the third segment's; the second's was in
+        rows = {o for _p, o in rows_by_offset(table_of(ctx, "orders-typed"))}  # asserts no offset twice
+        dead = dead_letters_of(ctx, "orders-typed")
+        assert rows | set(dead) == set(sent) and not rows & set(dead)
+        assert sorted(dead) == [o for o, v in sent.items() if v == b"bad"]
+        assert run_export(ctx, "orders-typed").snapshots == []  # up to date: nothing more
+        # the killed attempts' uncommitted files of both tables were removed by the rerun
+        referenced = referenced_files(table_of(ctx, "orders-typed")) | referenced_files(
+            table_of(ctx, "orders-typed_dead_letters")
+        )
+    on_disk = {f"file://{p}" for p in (tmp_path / "warehouse").rglob("*.parquet")}
+    assert on_disk == referenced

@@ -113,7 +113,8 @@ class ExportResult:
     failed: list[SegmentFailure] = field(default_factory=list)
     rows: int = 0
     files: int = 0
-    #: Records of a typed topic whose value could not be decoded, committed to the dead-letter table.
+    #: Records of a typed topic whose value could not be decoded that this export committed to the
+    #: dead-letter table.
     dead_letters: int = 0
     snapshots: list[int] = field(default_factory=list)
     cleaned_files: list[str] = field(default_factory=list)
@@ -359,13 +360,13 @@ class Commits:
             self.export.dead_letters.widened(self.export.table, needed)  # a SchemaChangeError commits nothing
             dead = [(segment, w.dead_letter_files) for segment, w in written if w.dead_letter_files]
             if dead:  # before the table's commit: a rerun finds them committed and adds none again
-                self.export.dead_letters.commit(self.typed.dead_letters, dead)
+                taken = {id(s) for s in self.export.dead_letters.commit(self.typed.dead_letters, dead).committed}
+                self.result.dead_letters += sum(w.dead_letters for s, w in written if id(s) in taken)
             evolve = self.export.dead_letters.evolver(needed)
         outcome = self.export.commit(self.attempt, [(segment, w.files) for segment, w in written], evolve=evolve)
         committed = {id(s) for s in outcome.committed}
         self.result.exported.extend(outcome.committed)
         self.result.rows += sum(w.rows for s, w in written if id(s) in committed)
-        self.result.dead_letters += sum(w.dead_letters for s, w in written if id(s) in committed)
         self.result.files += sum(len(w.files) for s, w in written if id(s) in committed)
         if outcome.snapshot_id is not None:
             self.result.snapshots.append(outcome.snapshot_id)
