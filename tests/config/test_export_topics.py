@@ -26,13 +26,13 @@ def parsed(tmp_path: Path, **export: Any) -> Any:
 def test_bytes_by_default_avro_by_topic_and_a_table_alias(tmp_path: Path) -> None:
     export = parsed(
         tmp_path,
-        topics={"orders": {"value": "avro", "table": "orders_typed"}, "clicks": {"key": "avro", "value": "bytes"}},
+        topics={"orders": {"value": "avro", "table": "orders_typed"}, "clicks": {"key": "bytes", "value": "bytes"}},
         schema_registry=REGISTRY,
     )
     assert export.topic("orders") == TopicExport(value="avro", table="orders_typed")
-    assert export.topic("clicks") == TopicExport(key="avro")
+    assert export.topic("clicks") == TopicExport() and not export.topic("clicks").typed
     assert export.topic("other") == TopicExport() and not export.topic("other").typed
-    assert export.topic("orders").typed and export.topic("clicks").typed
+    assert export.topic("orders").typed
     assert table_name(export, "orders").identifier == ("kafka", "orders_typed")
     assert table_name(export, "clicks").identifier == ("kafka", "clicks")
     assert export.schema_registry == SchemaRegistryConfig("http://registry.example:8081")
@@ -44,6 +44,7 @@ def test_bytes_by_default_avro_by_topic_and_a_table_alias(tmp_path: Path) -> Non
     [
         ({"topics": {"orders": {"value": "protobuf"}}}, "export.topics.orders.value", "not supported yet"),
         ({"topics": {"orders": {"key": "json_schema"}}}, "export.topics.orders.key", "not supported yet"),
+        ({"topics": {"orders": {"key": "avro"}}}, "export.topics.orders.key", "not supported yet"),
         ({"topics": {"orders": {"value": "thrift"}}}, "export.topics.orders.value", "expected one of"),
         ({"topics": {"orders": {"value": "avro", "schema": 1}}}, "export.topics.orders.schema", "unknown key"),
         ({"topics": {"orders": {"table": "a.b"}}}, "export.topics.orders.table", "without dots"),

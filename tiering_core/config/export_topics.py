@@ -1,9 +1,10 @@
 """What ``export:`` says per topic (``export.topics``) and where its schemas are
 (``export.schema_registry``).
 
-A topic's key and value export as the bytes Kafka holds (``bytes``, the default) or decoded with
-the Schema Registry schema their Confluent wire-format header names (``avro``), as typed columns.
-``protobuf`` and ``json_schema`` are the registry's other formats: named, refused for now.
+A topic's value exports as the bytes Kafka holds (``bytes``, the default) or decoded with the
+Schema Registry schema its Confluent wire-format header names (``avro``), as typed columns; its
+key as bytes. ``avro`` keys and the registry's other formats (``protobuf``, ``json_schema``) are
+named, and refused as not supported yet.
 
 The registry's password is never in the file: ``auth.password_env`` names the environment
 variable holding it, or ``auth.password_file`` a file (a mounted secret, such as one an Airflow
@@ -27,6 +28,8 @@ from tiering_core.errors import ConfigError
 BYTES = "bytes"
 AVRO = "avro"
 FORMATS = (BYTES, AVRO)
+#: A key exports as bytes: decoded keys are not supported yet.
+KEY_FORMATS = (BYTES,)
 #: The registry's other formats: known names, not supported yet.
 NOT_YET = ("protobuf", "json_schema")
 
@@ -84,12 +87,12 @@ class SchemaRegistryConfig:
         return None
 
 
-def _format(section: Mapping[str, Any], name: str, where: str) -> str:
+def _format(section: Mapping[str, Any], name: str, where: str, supported: tuple[str, ...] = FORMATS) -> str:
     value = section.get(name, BYTES)
-    if value in NOT_YET:
-        raise ConfigError(f"{where}.{name}: {value} is not supported yet (supported: {', '.join(FORMATS)})")
-    if value not in FORMATS:
-        raise ConfigError(f"{where}.{name}: expected one of {', '.join(FORMATS)}, got {shown(value)}")
+    if value in (*FORMATS, *NOT_YET) and value not in supported:
+        raise ConfigError(f"{where}.{name}: {value} is not supported yet (supported: {', '.join(supported)})")
+    if value not in supported:
+        raise ConfigError(f"{where}.{name}: expected one of {', '.join(supported)}, got {shown(value)}")
     return str(value)
 
 
@@ -106,7 +109,8 @@ def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
         table = optional_str(entry, "table", f"{where}.table")
         if table is not None and ("." in table or table.strip() != table):
             raise ConfigError(f"{where}.table: {shown(table)} must be one name without dots or spaces")
-        topics[topic] = TopicExport(_format(entry, "key", where), _format(entry, "value", where), table)
+        key = _format(entry, "key", where, KEY_FORMATS)
+        topics[topic] = TopicExport(key, _format(entry, "value", where), table)
     return topics
 
 
