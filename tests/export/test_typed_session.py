@@ -30,6 +30,7 @@ from tests.export.typed_support import (
     with_fields,
     with_typed_export,
 )
+from tiering_core.errors import ExportError
 from tiering_core.export import TableName, load_catalog, open_table, run_export
 from tiering_core.export.registry import WireValue
 from tiering_core.export.typed import SchemaChangeError
@@ -316,3 +317,27 @@ def test_kill_9_between_the_two_tables_then_rerun_is_exactly_once(
         )
     on_disk = {f"file://{p}" for p in (tmp_path / "warehouse").rglob("*.parquet")}
     assert on_disk == referenced
+
+
+def test_a_topic_turned_typed_needs_a_table_of_its_own(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "counters")
+    values = avro.serialize_values("long", [7, 2**40, -1])
+    sent = tier(tiering_env, "counters", [values[:2], values[2:]])
+    with_typed_export(tiering_env, tmp_path, schema_registry)
+    with tiering_env.context() as ctx:
+        assert run_export(ctx, "counters").rows == 3  # as bytes
+        before = len(table_of(ctx, "counters").snapshots())
+    with_typed_export(tiering_env, tmp_path, schema_registry, counters={"value": "avro"})
+    with tiering_env.context() as ctx:
+        with pytest.raises(ExportError, match=r"^the table kafka\.counters holds the value as bytes: .*table\)$"):
+            run_export(ctx, "counters")
+        assert len(table_of(ctx, "counters").snapshots()) == before
+    with_typed_export(tiering_env, tmp_path, schema_registry, counters={"value": "avro", "table": "counters_typed"})
+    with tiering_env.context() as ctx:
+        assert run_export(ctx, "counters").rows == 3
+        rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "counters_typed")).items()}
+        want = {o: avro.deserializer(v, avro.ctx) for o, v in sent.items()}
+        assert {o: row["value"] for o, row in rows.items()} == want
+        assert run_export(ctx, "counters").snapshots == []  # its own `value` column (a long) is no table of bytes

@@ -101,6 +101,11 @@ class Avro:
         assert all(o is not None for o in out)
         return [bytes(o) for o in out if o is not None]
 
+    def serialize_values(self, schema: Any, values: list[Any]) -> list[bytes]:
+        """``values`` of any schema (a primitive's name, such as ``"long"``)."""
+        serializer = AvroSerializer(self.client, json.dumps(schema), conf={"auto.register.schemas": True})
+        return [bytes(serializer(v, self.ctx) or b"") for v in values]
+
     def deserialize(self, data: bytes) -> dict[str, Any]:
         value = self.deserializer(data, self.ctx)
         assert isinstance(value, dict)

@@ -28,6 +28,7 @@ from tiering_core.export.registry import RegistryEndpoint
 from tiering_core.export.table import ExportedRanges, TableName, open_table
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
+    SCHEMA_ID_COLUMN,
     SCHEMA_IDS_PROPERTY,
     ValueColumns,
     ValueSchemas,
@@ -67,12 +68,10 @@ def registry_endpoint(config: PlatformConfig) -> RegistryEndpoint:
 def open_typed_table(catalog: Catalog, name: TableName, *, create: bool) -> Table | None:
     """A typed table (created with the Kafka columns; the value's are added by the first commit,
     with its rows); a table that holds the value as bytes is refused."""
-    from pyiceberg.types import BinaryType
-
     table = open_table(catalog, name, create=create, columns=typed_schema(pa.struct([])))
     if table is not None:
-        value = next((f for f in table.schema().fields if f.name == "value"), None)
-        if value is not None and isinstance(value.field_type, BinaryType):
+        names = {f.name for f in table.schema().fields}
+        if SCHEMA_ID_COLUMN not in names and "value" in names:  # a table of bytes (a typed one has it from the start)
             raise ExportError(
                 f"the table {name} holds the value as bytes: a typed export needs a table of its own "
                 "(export.topics.<topic>.table)"
