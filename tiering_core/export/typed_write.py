@@ -170,10 +170,11 @@ class _TableFiles:
             self.columns = columns
             return
         self.days.close()
-        self.closed.extend(self.days.paths)
-        self.generation += 1
+        if self.days.paths:  # files of the narrower columns stay; the wider ones get other names
+            self.closed.extend(self.days.paths)
+            self.generation += 1
         self.columns = columns
-        name = f"{self.segment_id}-v{self.generation}"
+        name = f"{self.segment_id}-v{self.generation}" if self.generation else self.segment_id
         self.days = DayFiles(self.fs, self.directory, name, schema=columns.schema)
 
     @property
