@@ -16,6 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tiering_core.config.export_topics import (
+    SchemaRegistryConfig,
+    TopicExport,
+    parse_typed_export,
+)
 from tiering_core.config.parsing import as_str, check_keys, require_mapping, shown
 from tiering_core.errors import ConfigError
 
@@ -44,6 +49,13 @@ class ExportConfig:
     namespace: str = DEFAULT_NAMESPACE
     catalog: Mapping[str, str] = field(default_factory=dict)
     catalog_name: str = DEFAULT_CATALOG_NAME
+    #: Per topic: its key's and value's formats and its table's name (``export.topics``).
+    topics: Mapping[str, TopicExport] = field(default_factory=dict)
+    schema_registry: SchemaRegistryConfig | None = None
+
+    def topic(self, topic: str) -> TopicExport:
+        """How ``topic`` exports (the default: key and value as bytes, the table named after it)."""
+        return self.topics.get(topic, TopicExport())
 
     @property
     def warehouse(self) -> str | None:
@@ -52,7 +64,7 @@ class ExportConfig:
     def __repr__(self) -> str:  # the catalog's URI or keys may hold secrets
         return (
             f"ExportConfig(namespace={self.namespace!r}, catalog_name={self.catalog_name!r}, "
-            f"catalog keys={sorted(self.catalog)})"
+            f"catalog keys={sorted(self.catalog)}, topics={dict(self.topics)!r})"
         )
 
 
@@ -67,9 +79,10 @@ def _catalog_value(value: Any, key: str) -> str:
 
 
 def parse_export_config(raw: Any) -> ExportConfig:
-    """``export: {namespace: NAME, catalog_name: NAME, catalog: {type: sql, uri: ..., warehouse: ...}}``."""
+    """``export: {namespace: NAME, catalog_name: NAME, catalog: {type: sql, uri: ..., warehouse: ...},
+    topics: {TOPIC: {key, value, table}}, schema_registry: {url, auth}}``."""
     section = require_mapping(raw if raw is not None else {}, "export")
-    check_keys(section, {"namespace", "catalog", "catalog_name"}, "export")
+    check_keys(section, {"namespace", "catalog", "catalog_name", "topics", "schema_registry"}, "export")
     namespace = as_str(section.get("namespace", DEFAULT_NAMESPACE), "export.namespace")
     if "." in namespace or namespace.strip() != namespace:
         raise ConfigError(f"export.namespace: {shown(namespace)} must be one name without dots or spaces")
@@ -96,4 +109,11 @@ def parse_export_config(raw: Any) -> ExportConfig:
     path_style = catalog.get(S3_PATH_STYLE_ACCESS)
     if path_style is not None and path_style.lower() not in ("true", "false"):
         raise ConfigError(f"export.catalog.{S3_PATH_STYLE_ACCESS}: expected true or false, got {shown(path_style)}")
-    return ExportConfig(namespace=namespace, catalog=catalog, catalog_name=catalog_name)
+    typed = parse_typed_export(section)
+    return ExportConfig(
+        namespace=namespace,
+        catalog=catalog,
+        catalog_name=catalog_name,
+        topics=typed.topics,
+        schema_registry=typed.schema_registry,
+    )

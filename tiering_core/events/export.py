@@ -40,6 +40,8 @@ class SegmentExported(RunEvent):
     files: int
     done: int
     total: int
+    #: Records whose value could not be decoded (a typed topic), written to the dead-letter table.
+    dead_letters: int = 0
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from tiering_core.errors import ExportError
 from tiering_core.export.commit import CommitResult, TableLeaseLostError, commit_segments
 from tiering_core.export.plan import ExportSegment, newest_copies, plan_export
 from tiering_core.export.run import ExportResult, export_partitions, export_topic, run_export
+from tiering_core.export.schema import iceberg_schema
 from tiering_core.export.session import (
     TableBusyError,
     TableExport,
@@ -41,7 +42,6 @@ from tiering_core.export.table import (
     catalog_properties,
     exported_ranges,
     exported_segments,
-    iceberg_schema,
     load_catalog,
     migrate_table,
     open_table,

@@ -41,6 +41,9 @@ from tiering_core.export.registry import UndecodableValue
 
 #: The column a schema whose top level is not a record decodes into.
 VALUE_COLUMN = "value"
+#: The Arrow field metadata key marking a record field that has a default (a reader of older
+#: values fills it in, so adding it is a compatible change).
+DEFAULT_METADATA = b"avro.default"
 #: Iceberg's widest decimal.
 MAX_DECIMAL_PRECISION = 38
 
@@ -191,7 +194,8 @@ def _record_type(schema: Mapping[str, Any], named: dict[str, Any], namespace: st
     for f in schema.get("fields", ()):
         nullable = isinstance(f["type"], list) and "null" in f["type"]
         arrow = _arrow_type(f["type"], named, inner, str(f["name"]), (*path, full, name))
-        fields.append(pa.field(str(f["name"]), arrow, nullable=nullable))
+        metadata = {DEFAULT_METADATA: b"true"} if "default" in f else None
+        fields.append(pa.field(str(f["name"]), arrow, nullable=nullable, metadata=metadata))
     struct = pa.struct(fields)
     named[full] = {"type": "record", "arrow": struct}
     named.setdefault(name, named[full])

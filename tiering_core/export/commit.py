@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import ExportError, one_line
 from tiering_core.export.plan import ExportSegment
@@ -80,11 +80,13 @@ def commit_segments(
     *,
     progress: Callable[[Table], ExportedRanges],
     held: HeldTable | None = None,
+    evolve: Callable[[Any, Table], None] | None = None,
 ) -> CommitResult:
     """Append the segments' data files to ``table`` in one snapshot (a segment with no rows at
     its isolation level is recorded all the same, so it is not exported again). ``progress``:
     what a table holds, read after each refresh; ``held``: the export's table lease, renewed
-    before each try (an ``ExportError`` once lost)."""
+    before each try (an ``ExportError`` once lost); ``evolve``: called with the commit's transaction
+    and the table as read for it, before the files are added (a schema change in the same commit)."""
     from pyiceberg.exceptions import CommitFailedException
 
     name = ".".join(table.name())
@@ -116,11 +118,15 @@ def commit_segments(
         paths = [path for _s, files in fresh for path in files]
         try:
             tx = _without_retries(table).transaction()
+            if evolve is not None:
+                evolve(tx, table)
             tx.add_files(paths, snapshot_properties=properties)
             committed = tx.commit_transaction()
         except CommitFailedException as exc:  # another commit landed first: nothing of this one did
             log.info("%s: commit conflicted (%s); reading the table again", name, one_line(exc))
             continue
+        except ExportError:  # evolve's: nothing was committed
+            raise
         except Exception as exc:  # the catalog gone, an answer lost: the outcome is not known
             raise ExportError(f"commit to {name} failed: {one_line(exc)}") from exc
         table.refresh()

@@ -34,6 +34,8 @@ from tiering_core.events.export import (
 from tiering_core.export.plan import ExportSegment, require_remote_data
 from tiering_core.export.session import dry_run as plan_dry_run
 from tiering_core.export.session import exporting
+from tiering_core.export.typed import SchemaChangeError
+from tiering_core.export.typed_write import SegmentSchemaError, TypedWrite, write_typed_segment_files
 from tiering_core.export.write import ExportAttempt, SegmentExportError, write_segment_files
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
@@ -53,10 +55,14 @@ COMMIT_BYTES = 256 * 1024 * 1024
 
 @dataclass(frozen=True)
 class WrittenSegment:
-    """What a task wrote for one segment: its data files (URLs) and rows."""
+    """What a task wrote for one segment: its data files (URLs) and rows; of a typed topic also
+    its dead letters' files and count, and the value schema ids the table must merge for it."""
 
     files: list[str]
     rows: int
+    dead_letter_files: list[str] = field(default_factory=list)
+    dead_letters: int = 0
+    schema_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,16 +73,19 @@ class SegmentFailure:
     segment_id: str
     offset: int
     reason: str
+    #: A value schema the table cannot take: the topic's export stops at this segment.
+    stops: bool = False
 
     def __str__(self) -> str:
         return self.reason
 
 
 def write_segment(
-    storage: RemoteStorage, segment: ExportSegment, *, attempt: ExportAttempt
+    storage: RemoteStorage, segment: ExportSegment, *, attempt: ExportAttempt, typed: TypedWrite | None = None
 ) -> WrittenSegment | SegmentFailure:
-    """One segment's data files under ``attempt``, written wherever the executor runs it. A bad
-    segment is a result, not a task failure: Spark would only retry it, and the driver names it."""
+    """One segment's data files under ``attempt`` (``typed``: a typed topic's, with its dead
+    letters), written wherever the executor runs it. A bad segment is a result, not a task
+    failure: Spark would only retry it, and the driver names it."""
     rows = 0
 
     def count(batch: pa.RecordBatch) -> None:
@@ -84,9 +93,12 @@ def write_segment(
         rows += batch.num_rows
 
     try:
+        if typed is not None:
+            out = write_typed_segment_files(storage, segment, attempt, typed)
+            return WrittenSegment(out.files, out.rows, out.dead_letter_files, out.dead_letters, out.schema_ids)
         files = write_segment_files(storage, segment, attempt, on_batch=count)
     except SegmentExportError as exc:
-        return SegmentFailure(exc.segment_id, exc.offset, str(exc))
+        return SegmentFailure(exc.segment_id, exc.offset, str(exc), stops=isinstance(exc, SegmentSchemaError))
     return WrittenSegment(files, rows)
 
 
@@ -101,6 +113,9 @@ class ExportResult:
     failed: list[SegmentFailure] = field(default_factory=list)
     rows: int = 0
     files: int = 0
+    #: Records of a typed topic whose value could not be decoded that this export committed to the
+    #: dead-letter table.
+    dead_letters: int = 0
     snapshots: list[int] = field(default_factory=list)
     cleaned_files: list[str] = field(default_factory=list)
 
@@ -111,6 +126,7 @@ class ExportResult:
             "planned": [s.to_dict() for s in self.planned],
             "exported_segments": len(self.exported),
             "rows": self.rows,
+            "dead_letters": self.dead_letters,
             "data_files": self.files,
             "snapshots": self.snapshots,
             "failed": [{"segment_id": f.segment_id, "offset": f.offset, "error": str(f)} for f in self.failed],
@@ -178,7 +194,14 @@ def export_topic(
         events(ExportPlanned(topic, result.table, len(result.planned), _size(result.planned)))
         written = export.start_attempt() if result.planned else None
         if written is not None:
-            commits = Commits(export, written, result, events, COMMIT_BYTES if commit_bytes is None else commit_bytes)
+            commits = Commits(
+                export,
+                written,
+                result,
+                events,
+                COMMIT_BYTES if commit_bytes is None else commit_bytes,
+                export.start_typed(),
+            )
             commits.write(executor or InProcessExecutor(ctx.storage))
         result.cleaned_files = export.finish(written)
         if result.cleaned_files:
@@ -241,14 +264,21 @@ class Commits:
     ``commit_bytes`` of segments (the rest at the end), whatever order the tasks end in."""
 
     def __init__(
-        self, export: TableExport, attempt: ExportAttempt, result: ExportResult, events: EventSink, commit_bytes: int
+        self,
+        export: TableExport,
+        attempt: ExportAttempt,
+        result: ExportResult,
+        events: EventSink,
+        commit_bytes: int,
+        typed: TypedWrite | None = None,
     ) -> None:
         self.export = export
         self.attempt = attempt
+        self.typed = typed
         self.result = result
         self.events = events
         self.commit_bytes = commit_bytes
-        self.ended: dict[int, WrittenSegment | None] = {}  # by plan index, until their turn comes
+        self.ended: dict[int, WrittenSegment | SegmentFailure] = {}  # by plan index, until their turn comes
         self.next = 0  # the plan index whose turn it is
         self.pending: list[tuple[ExportSegment, WrittenSegment]] = []
         self.pending_bytes = 0
@@ -260,7 +290,7 @@ class Commits:
         planned = self.result.planned
         outcomes = executor.run(
             planned,
-            functools.partial(write_segment, attempt=self.attempt),
+            functools.partial(write_segment, attempt=self.attempt, typed=self.typed),
             describe=lambda s: f"export {s.topic_partition} segment {s.start_offset}",
             on_wait=self.export.require,
         )
@@ -277,7 +307,7 @@ class Commits:
                 if isinstance(written, SegmentFailure):
                     self.result.failed.append(written)
                     self.events(SegmentExportFailed(written.reason, done, len(planned)))
-                    self.settle(outcome.index, None)
+                    self.settle(outcome.index, written)
                     continue
                 self.events(
                     SegmentExported(
@@ -289,6 +319,7 @@ class Commits:
                         len(written.files),
                         done,
                         len(planned),
+                        written.dead_letters,
                     )
                 )
                 self.settle(outcome.index, written)
@@ -296,15 +327,20 @@ class Commits:
             outcomes.close()
         self.commit()
 
-    def settle(self, index: int, written: WrittenSegment | None) -> None:
-        """The task of plan entry ``index`` ended (None: the segment failed); the entries whose
-        turn has come join the next commit, made once it holds ``commit_bytes``."""
+    def settle(self, index: int, written: WrittenSegment | SegmentFailure) -> None:
+        """The task of plan entry ``index`` ended (a failure: the segment is not committed); the
+        entries whose turn has come join the next commit, made once it holds ``commit_bytes``. A
+        segment whose value schema the table cannot take stops the export: what precedes it is
+        committed, nothing from it on."""
         self.ended[index] = written
         while self.next in self.ended:
             ready = self.ended.pop(self.next)
             segment = self.result.planned[self.next]
             self.next += 1
-            if ready is None:
+            if isinstance(ready, SegmentFailure):
+                if ready.stops:
+                    self.commit()
+                    raise SchemaChangeError(f"export to {self.result.table} stopped: {ready.reason}")
                 continue
             self.pending.append((segment, ready))
             self.pending_bytes += segment.segment.size_bytes
@@ -317,7 +353,17 @@ class Commits:
         written, self.pending, self.pending_bytes = self.pending, [], 0
         # A failed commit leaves its files: the catalog may have taken it all the same (an answer
         # lost on the way back), and a later export removes them only if no snapshot holds them.
-        outcome = self.export.commit(self.attempt, [(segment, w.files) for segment, w in written])
+        evolve = None
+        if self.typed is not None and self.export.dead_letters is not None:
+            needed = [w.schema_ids for _segment, w in written]
+            self.export.table.refresh()
+            self.export.dead_letters.widened(self.export.table, needed)  # a SchemaChangeError commits nothing
+            dead = [(segment, w.dead_letter_files) for segment, w in written if w.dead_letter_files]
+            if dead:  # before the table's commit: a rerun finds them committed and adds none again
+                taken = {id(s) for s in self.export.dead_letters.commit(self.typed.dead_letters, dead).committed}
+                self.result.dead_letters += sum(w.dead_letters for s, w in written if id(s) in taken)
+            evolve = self.export.dead_letters.evolver(needed)
+        outcome = self.export.commit(self.attempt, [(segment, w.files) for segment, w in written], evolve=evolve)
         committed = {id(s) for s in outcome.committed}
         self.result.exported.extend(outcome.committed)
         self.result.rows += sum(w.rows for s, w in written if id(s) in committed)

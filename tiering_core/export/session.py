@@ -19,12 +19,13 @@ docs/export.md tells the whole story.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import ExportError, one_line
 from tiering_core.export.commit import CommitResult, TableLeaseLostError, commit_segments
@@ -39,6 +40,8 @@ from tiering_core.export.table import (
     open_table,
     table_name,
 )
+from tiering_core.export.typed_session import DeadLetters, open_typed_table, registry_endpoint
+from tiering_core.export.typed_write import TypedWrite
 from tiering_core.export.write import (
     ExportAttempt,
     clean_abandoned_attempts,
@@ -77,6 +80,8 @@ class TableExport:
     since: int | None
     attempts: list[ExportAttempt] = field(default_factory=list)
     created: bool = False  # this export created the table (it did not exist when the lease was taken)
+    #: A typed topic's dead-letter table (``export.typed_session``), None for a table of bytes.
+    dead_letters: DeadLetters | None = None
 
     def plan(
         self, topic: str, partition: int | None = None, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED
@@ -125,10 +130,17 @@ class TableExport:
         self.attempts.append(attempt)
         return attempt
 
+    def start_typed(self) -> TypedWrite | None:
+        """A typed topic's part of each segment's task (None for a table of bytes)."""
+        self.require()
+        return None if self.dead_letters is None else self.dead_letters.start(self.table)
+
     def abandon(self) -> None:
         """After the lease was lost: delete what this export's attempts hold that no snapshot
         references (it can commit none of it any more, and the newer export may have judged the
         attempts over before this one wrote its last files)."""
+        if self.dead_letters is not None:
+            self.dead_letters.abandon()
         for attempt in self.attempts:
             try:
                 finish_attempt(self.table, attempt)
@@ -140,6 +152,8 @@ class TableExport:
         committed to it (by this export or any other writer), so that a failed export leaves no
         table behind; a table someone else created, or one with a snapshot, is kept. Whether it
         was dropped."""
+        if self.dead_letters is not None:
+            self.dead_letters.drop_if_unused()
         if not self.created:
             return False
         self.abandon()
@@ -154,12 +168,18 @@ class TableExport:
         log.debug("%s: dropped the table this failed export created", self.name)  # the failure is the line
         return True
 
-    def commit(self, attempt: ExportAttempt, written: Sequence[tuple[ExportSegment, Sequence[str]]]) -> CommitResult:
-        """One snapshot of the written segments' files (``commit_segments``); the files of segments
-        the table held by then (not ours to keep) are deleted; the commit is recorded in the
-        metadata store (``record``)."""
+    def commit(
+        self,
+        attempt: ExportAttempt,
+        written: Sequence[tuple[ExportSegment, Sequence[str]]],
+        *,
+        evolve: Callable[[Any, Table], None] | None = None,
+    ) -> CommitResult:
+        """One snapshot of the written segments' files (``commit_segments``; ``evolve``: a schema
+        change in the same commit); the files of segments the table held by then (not ours to
+        keep) are deleted; the commit is recorded in the metadata store (``record``)."""
         self.require()
-        result = commit_segments(self.table, written, progress=self.exported, held=self.held)
+        result = commit_segments(self.table, written, progress=self.exported, held=self.held, evolve=evolve)
         if result.already_exported:
             fs, _root = attempt.filesystem()
             skipped = {id(s) for s in result.already_exported}
@@ -174,6 +194,8 @@ class TableExport:
         on since the lease passed to this export; the URLs deleted."""
         self.require()
         deleted = finish_attempt(self.table, attempt) if attempt is not None else []
+        if self.dead_letters is not None:
+            deleted += self.dead_letters.finish(self.held.lease.token)
         return deleted + clean_abandoned_attempts(self.table, self.held.lease.token, self.since)
 
 
@@ -207,12 +229,17 @@ def exporting(
             raise TableBusyError(
                 f"export to {name}: another export holds the table, try again later: {one_line(exc)}"
             ) from exc
-        existing = open_table(catalog, name, create=False)
-        iceberg = existing if existing is not None else open_table(catalog, name, create=True)
+        typed = config.topic(topic).typed
+        endpoint = registry_endpoint(ctx.config) if typed else None
+        opened = functools.partial(open_typed_table if typed else open_table, catalog, name)
+        existing = opened(create=False)
+        iceberg = existing if existing is not None else opened(create=True)
         assert iceberg is not None
         iceberg = migrate_table(iceberg)
         export = TableExport(ctx, name, iceberg, held, current_snapshot_id(iceberg), created=existing is None)
         try:
+            if endpoint is not None:
+                export.dead_letters = DeadLetters.open(ctx.metadata, catalog, name, held, endpoint)
             export.record(None)
             yield export
         except TableLeaseLostError:

@@ -115,8 +115,10 @@ class TableName:
 
 
 def table_name(config: ExportConfig, topic: str, table: str | None = None) -> TableName:
-    """``table`` (``NAMESPACE.NAME``) when given, else ``<namespace>.<topic>``."""
-    return TableName.parse(table) if table is not None else TableName(config.namespace, topic)
+    """``table`` (``NAMESPACE.NAME``) when given, else ``<namespace>.<export.topics.T.table or T>``."""
+    return (
+        TableName.parse(table) if table is not None else TableName(config.namespace, config.topic(topic).table or topic)
+    )
 
 
 def export_config(config: PlatformConfig) -> ExportConfig:
@@ -173,34 +175,17 @@ def load_catalog(config: PlatformConfig) -> Catalog:
         raise ExportError(f"cannot open the export catalog: {one_line(exc)}") from exc
 
 
-def iceberg_schema() -> Any:
-    """``DATA_SCHEMA`` as an Iceberg schema (field ids assigned in order)."""
-    from pyiceberg.io.pyarrow import pyarrow_to_schema
-    from pyiceberg.table.name_mapping import MappedField, NameMapping
-
-    next_id = iter(range(1, 1000))
-
-    def mapped(arrow_field: pa.Field) -> MappedField:
-        field_id = next(next_id)
-        children: list[MappedField] = []
-        type_ = arrow_field.type
-        if pa.types.is_list(type_):
-            children = [mapped(pa.field("element", type_.value_type, nullable=type_.value_field.nullable))]
-        elif pa.types.is_struct(type_):
-            children = [mapped(type_.field(i)) for i in range(type_.num_fields)]
-        return MappedField.model_validate({"field-id": field_id, "names": [arrow_field.name], "fields": children})
-
-    fields = [mapped(f) for f in DATA_SCHEMA]
-    return pyarrow_to_schema(DATA_SCHEMA, name_mapping=NameMapping(fields))
-
-
-def open_table(catalog: Catalog, name: TableName, *, create: bool = True) -> Table | None:
-    """The table, created on first use with the export's schema, partitioning and sort order
+def open_table(
+    catalog: Catalog, name: TableName, *, create: bool = True, columns: pa.Schema = DATA_SCHEMA
+) -> Table | None:
+    """The table, created on first use with ``columns`` (the export's), partitioning and sort order
     (None when it does not exist and ``create`` is false)."""
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.table.sorting import SortField, SortOrder
     from pyiceberg.transforms import DayTransform, IdentityTransform
+
+    from tiering_core.export.schema import iceberg_schema
 
     try:
         return catalog.load_table(name.identifier)
@@ -209,7 +194,7 @@ def open_table(catalog: Catalog, name: TableName, *, create: bool = True) -> Tab
             return None
     except Exception as exc:
         raise ExportError(f"cannot load the table {name}: {one_line(exc)}") from exc
-    schema = iceberg_schema()
+    schema = iceberg_schema(columns)
     spec = PartitionSpec(
         PartitionField(schema.find_field("partition").field_id, 1000, IdentityTransform(), "partition"),
         PartitionField(schema.find_field("timestamp").field_id, 1001, DayTransform(), "timestamp_day"),

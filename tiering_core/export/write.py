@@ -260,7 +260,7 @@ def split_by_day(data: pa.RecordBatch, days: np.ndarray) -> Iterator[tuple[int, 
         yield int(sorted_days[start]), ordered.slice(start, end - start)
 
 
-def _days(
+def segment_days(
     storage: RemoteStorage, segment: ExportSegment, where: Path, bounds: GroupBounds
 ) -> Iterator[tuple[pa.RecordBatch, list[tuple[int, pa.RecordBatch]]]]:
     """Each decoded group of the segment's log object, with its rows in ``DATA_SCHEMA`` split by
@@ -284,8 +284,16 @@ class DayFiles:
     """The segment's data files, one day each, at most ``MAX_OPEN_FILES`` open: the least recently
     written is closed to open another, and its day, should it come again, starts a new file."""
 
-    def __init__(self, fs: FileSystem, directory: str, segment_id: str, max_open: int = MAX_OPEN_FILES) -> None:
+    def __init__(
+        self,
+        fs: FileSystem,
+        directory: str,
+        segment_id: str,
+        max_open: int = MAX_OPEN_FILES,
+        schema: pa.Schema = DATA_SCHEMA,
+    ) -> None:
         self._fs = fs
+        self._schema = schema
         self._directory = directory
         self._segment_id = segment_id
         self._max_open = max_open
@@ -304,7 +312,7 @@ class DayFiles:
             name = f"{self._segment_id}-{_day_name(day)}" + (f"-{n}" if n else "")
             path = f"{self._directory}/{name}.parquet"
             self.paths.append(path)
-            writer = pq.ParquetWriter(path, DATA_SCHEMA, filesystem=self._fs, compression="zstd")
+            writer = pq.ParquetWriter(path, self._schema, filesystem=self._fs, compression="zstd")
             self._open[day] = writer
         else:
             self._open.move_to_end(day)
@@ -348,7 +356,7 @@ def write_segment_files(
     next_offset = segment.start_offset
     where = Path(storage.describe(segment_ref(segment.segment).key(ObjectKind.LOG, storage.prefix)))
     try:
-        for batch, parts in read_ahead(lambda: _days(storage, segment, where, bounds)):
+        for batch, parts in read_ahead(lambda: segment_days(storage, segment, where, bounds)):
             for day, part in parts:
                 files.write(day, part)
             if on_batch is not None:

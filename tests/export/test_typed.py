@@ -1,0 +1,118 @@
+"""A typed table's columns: the first writer schema's fields, all optional, then each later schema
+merged when old rows read through the change, and one line naming both ids when they do not."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from tests.export.typed_support import with_fields
+from tiering_core.errors import ExportError
+from tiering_core.export.avro import AvroColumns
+from tiering_core.export.table import TableName
+from tiering_core.export.typed import (
+    DEAD_LETTER_SCHEMA,
+    KAFKA_COLUMNS,
+    SCHEMA_ID_COLUMN,
+    SCHEMA_IDS_PROPERTY,
+    SchemaChangeError,
+    ValueColumns,
+    dead_letter_table,
+    schema_ids_of,
+)
+
+BASE: dict[str, Any] = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "int"},
+        {"name": "total", "type": "float"},
+        {"name": "lines", "type": {"type": "array", "items": {"type": "map", "values": "int"}}},
+        {"name": "who", "type": {"type": "record", "name": "Who", "fields": [{"name": "age", "type": "int"}]}},
+    ],
+}
+
+
+def columns(*schemas: dict[str, Any]) -> ValueColumns:
+    merged = ValueColumns()
+    for i, schema in enumerate(schemas, 1):
+        merged = merged.with_schema(AvroColumns.of(i, json.dumps(schema)))
+    return merged
+
+
+def test_the_first_schema_gives_optional_columns_after_the_kafka_columns() -> None:
+    merged = columns(BASE)
+    assert merged.schema_ids == (1,)
+    assert merged.schema.names == [*KAFKA_COLUMNS.names, SCHEMA_ID_COLUMN, "id", "total", "lines", "who"]
+    assert "value" not in merged.schema.names
+    assert all(f.nullable for f in merged.value_type)
+    assert merged.value_type.field("who").type.field("age").nullable
+
+
+def test_compatible_changes_widen_the_columns_nested_ones_too() -> None:
+    wider = with_fields(
+        BASE,
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "currency", "type": "string", "default": "EUR"},
+        id="long",
+        total="double",
+        lines={"type": "array", "items": {"type": "map", "values": "long"}},
+        who={"type": "record", "name": "Who", "fields": [{"name": "age", "type": "long"}]},
+    )
+    merged = columns(BASE, wider)
+    types = {f.name: f.type for f in merged.value_type}
+    assert types["id"] == pa.int64() and types["total"] == pa.float64()
+    assert types["lines"] == pa.list_(pa.map_(pa.string(), pa.int64()))
+    assert types["who"].field("age").type == pa.int64()
+    assert types["note"] == pa.string() and types["currency"] == pa.string()
+    # an older writer after a newer one changes nothing, and a field removed keeps its column
+    narrower = {**BASE, "fields": BASE["fields"][:2]}
+    again = merged.with_schema(AvroColumns.of(3, json.dumps(narrower)))
+    assert again.value_type == merged.value_type and again.schema_ids == (1, 2, 3)
+    assert again.with_schema(AvroColumns.of(3, json.dumps(narrower))) is again
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (with_fields(BASE, total="string"), "field total changes from float to string"),
+        (with_fields(BASE, id="double"), "field id changes from int32 to double"),
+        (
+            with_fields(BASE, {"name": "region", "type": "string"}),
+            "field region is added as required without a default",
+        ),
+        (
+            with_fields(BASE, who={"type": "record", "name": "Who", "fields": [{"name": "age", "type": "string"}]}),
+            "field who.age changes from int32 to string",
+        ),
+        (
+            with_fields(BASE, lines={"type": "array", "items": {"type": "map", "values": "string"}}),
+            "field lines[]{} changes from int32 to string",
+        ),
+        (with_fields(BASE, {"name": "offset", "type": ["null", "long"], "default": None}), "named like a column"),
+    ],
+)
+def test_an_incompatible_change_names_both_schema_ids_and_the_field(change: dict[str, Any], says: str) -> None:
+    with pytest.raises(SchemaChangeError) as caught:
+        columns(BASE, change)
+    assert str(caught.value).startswith("value schema id 2 cannot evolve the table's columns (from schema id 1): ")
+    assert says in str(caught.value)
+
+
+def test_a_first_schema_with_a_kafka_column_name_is_refused() -> None:
+    clash = {"type": "record", "name": "R", "fields": [{"name": "partition", "type": "int"}]}
+    with pytest.raises(SchemaChangeError, match=r"from no schema.*field partition is named like a column"):
+        columns(clash)
+
+
+def test_the_schema_ids_property_and_the_dead_letter_table() -> None:
+    merged = columns(BASE, with_fields(BASE, id="long"))
+    assert schema_ids_of({SCHEMA_IDS_PROPERTY: merged.property_value()}) == (1, 2)
+    assert schema_ids_of({}) == ()
+    with pytest.raises(ExportError, match=SCHEMA_IDS_PROPERTY):
+        schema_ids_of({SCHEMA_IDS_PROPERTY: "[1, 'x'"})
+    assert dead_letter_table(TableName("kafka", "orders.eu")) == TableName("kafka", "orders.eu_dead_letters")
+    assert DEAD_LETTER_SCHEMA.names[-2:] == ["reason", "schema_id"] and "value" in DEAD_LETTER_SCHEMA.names

@@ -1,0 +1,343 @@
+"""Typed exports end to end: values Confluent's AvroSerializer wrote through the real registry,
+tiered by the platform's copy, exported, and every row read back by pyiceberg and DuckDB equal to
+what Confluent's AvroDeserializer makes of the record's bytes; dead letters beside them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from tests.engine_support import TieringEnv
+from tests.export.registry_server import RegistryServer
+from tests.export.support import table_of, wait_until_table_is_free, with_lease_ms
+from tests.export.typed_support import (
+    PAYMENT,
+    Avro,
+    iceberg_types,
+    payment,
+    rows_by_offset,
+    tier,
+    value_of,
+    with_fields,
+    with_typed_export,
+)
+from tiering_core.errors import ExportError
+from tiering_core.export import TableName, load_catalog, open_table, run_export
+from tiering_core.export.registry import WireValue
+from tiering_core.export.typed import SchemaChangeError
+from tiering_core.export.write import referenced_files
+from tiering_core.kafka.log_writer import PartitionWriter
+from tiering_core.runs.copy import run_copy
+
+
+def append(w: PartitionWriter, values: list[bytes], sent: dict[tuple[int, int], bytes]) -> None:
+    """``values`` as one batch of keyed records, each remembered by its (partition, offset)."""
+    first, _last = w.append([(f"k{i}".encode(), v) for i, v in enumerate(values)])
+    for i, v in enumerate(values):
+        sent[(w.tp.partition, first + i)] = v
+
+
+def test_every_value_reads_back_as_the_deserializer_reads_it(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "payments")
+    sent: dict[tuple[int, int], bytes] = {}
+    writers = []
+    for partition in (0, 1):
+        w = tiering_env.writer("payments", partition)
+        for part in range(3):
+            append(w, avro.serialize(PAYMENT, [payment(100 * partition + 10 * part + i) for i in range(7)]), sent)
+            w.roll()
+        w.append([(None, avro.serialize(PAYMENT, [payment(999)])[0])])  # the active segment: never tiered
+        w.set_high_watermark()
+        writers.append(w)
+    with_typed_export(tiering_env, tmp_path, schema_registry, payments={"value": "avro"})
+    with tiering_env.context() as ctx:
+        for w in writers:
+            run_copy(ctx, w.tp)
+        result = run_export(ctx, "payments")
+        assert not result.failed and result.dead_letters == 0 and result.rows == len(sent)
+        table = table_of(ctx, "payments")
+        rows = rows_by_offset(table)
+        assert set(rows) == set(sent)
+        schema_id = WireValue.parse(next(iter(sent.values()))).schema_id
+        for where, data in sent.items():
+            row = rows[where]
+            assert value_of(row, PAYMENT) == avro.deserialize(data), where
+            assert row["value_schema_id"] == schema_id and row["key"] == f"k{where[1] % 7}".encode()
+            assert "value" not in row
+        types = iceberg_types(table)
+        assert types["customer"] == (
+            "struct<name: string, tags: list<string>, address: struct<city: string, zip: int>>"
+        )
+        assert types["lines"] == "map<string, long>" and types["state"] == "string" and types["ref"] == "string"
+        assert types["at_ms"] == types["at_us"] == "timestamptz" and types["day"] == "date"
+        assert types["price"] == "decimal(12, 3)" and types["id"] == "int" and types["amount"] == "float"
+        assert types["note"] == "string" and types["value_schema_id"] == "int"
+        # DuckDB over the table's data files
+        files = [task.file.file_path for task in table.scan().plan_files()]
+        got = duckdb.sql(
+            'select partition, "offset", customer.address.city as city, price, state from read_parquet($files)',
+            params={"files": files},
+        ).fetchall()
+        assert len(got) == len(sent)
+        for partition, offset, city, price, state in got:
+            want = avro.deserialize(sent[(partition, offset)])
+            assert (city, price, state) == (want["customer"]["address"]["city"], want["price"], want["state"])
+        # an export that is up to date commits nothing
+        again = run_export(ctx, "payments")
+        assert again.planned == [] and again.snapshots == []
+
+
+def dead_letters_of(ctx: Any, topic: str) -> dict[int, dict[str, Any]]:
+    """The topic's dead letters by offset (none without a dead-letter table)."""
+    table = open_table(load_catalog(ctx.config), TableName("kafka", f"{topic}_dead_letters"), create=False)
+    return {} if table is None else {o: row for (_p, o), row in rows_by_offset(table).items()}
+
+
+def test_undecodable_values_are_dead_letters_each_record_once(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "refunds")
+    good = avro.serialize(PAYMENT, [payment(i) for i in range(4)])
+    unknown_id = b"\x00" + (2**31 - 7).to_bytes(4, "big") + good[0][5:]
+    corrupt = good[1][:9]  # the header and a payload cut short
+    trailing = good[2] + b"\x01\x02"  # a value and bytes after it
+    sent = tier(
+        tiering_env,
+        "refunds",
+        [[good[0], b"plain text", good[1]], [unknown_id, good[2], corrupt, None, trailing, good[3], b"\x00\x01"]],
+    )
+    with_typed_export(tiering_env, tmp_path, schema_registry, refunds={"value": "avro"})
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "refunds")
+        assert not result.failed and result.dead_letters == 6 and result.rows == 4
+        rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "refunds")).items()}
+        dead = dead_letters_of(ctx, "refunds")
+    assert set(rows) | set(dead) == set(sent) and not set(rows) & set(dead)  # each record in one table
+    for offset, row in rows.items():
+        assert value_of(row, PAYMENT) == avro.deserialize(sent[offset] or b"")
+    reasons = {offset: row["reason"] for offset, row in dead.items()}
+    for offset, row in dead.items():
+        assert row["value"] == sent[offset] and row["key"] == f"k{offset - (0 if offset < 3 else 3)}".encode()
+        assert row["topic"] == "refunds" and row["partition"] == 0 and row["timestamp"] is not None
+    by_value = {sent[o]: reasons[o] for o in dead}
+    assert "not the wire format's magic byte 0" in by_value[b"plain text"]
+    assert f"schema id {2**31 - 7} is unknown" in by_value[unknown_id]
+    assert dead[next(o for o in dead if sent[o] == unknown_id)]["schema_id"] == 2**31 - 7
+    assert "corrupt Avro payload" in by_value[corrupt] and "left after the value" in by_value[trailing]
+    assert "tombstone" in by_value[None] and "fewer than" in by_value[b"\x00\x01"]
+
+
+V1: dict[str, Any] = {
+    "type": "record",
+    "name": "Tip",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "int"},
+        {"name": "amount", "type": "float"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "customer", "type": {"type": "record", "name": "Who", "fields": [{"name": "name", "type": "string"}]}},
+    ],
+}
+#: Compatible changes: a field with a default and an optional one added, then int and float widened.
+V2 = with_fields(
+    V1,
+    {"name": "currency", "type": "string", "default": "EUR"},
+    {"name": "rate", "type": ["null", "double"], "default": None},
+)
+V3 = with_fields(V2, id="long", amount="double")
+
+
+def tip(i: int, version: int) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "id": i,
+        "amount": i + 0.25,
+        "note": None if i % 2 else f"n{i}",
+        "customer": {"name": f"c{i}"},
+    }
+    if version >= 2:
+        value |= {"currency": "USD" if i % 2 else "EUR", "rate": None if i % 3 else i / 7}
+    if version >= 3:
+        value["id"] = 2**40 + i  # needs the long
+    return value
+
+
+def test_compatible_schema_changes_evolve_the_table_old_rows_keep_their_schema_id(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "tips")
+    one = avro.serialize(V1, [tip(i, 1) for i in range(4)])
+    two = avro.serialize(V2, [tip(i, 2) for i in range(4, 8)])
+    three = avro.serialize(V3, [tip(i, 3) for i in range(8, 11)])
+    schema_of = {WireValue.parse(v).schema_id: s for vs, s in ((one, V1), (two, V2), (three, V3)) for v in vs}
+    assert len(schema_of) == 3
+    # a segment per version, then one where an old producer's values follow the newest's
+    sent = tier(tiering_env, "tips", [[*one], [*two], [three[0], one[0], three[1]], [one[1], three[2]]])
+    with_typed_export(tiering_env, tmp_path, schema_registry, tips={"value": "avro"})
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "tips", commit_bytes=1)  # a commit per segment: the table evolves in them
+        assert not result.failed and result.dead_letters == 0 and len(result.snapshots) == 4
+        table = table_of(ctx, "tips")
+        rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
+    assert set(rows) == set(sent)
+    for offset, row in rows.items():
+        data = sent[offset] or b""
+        writer = schema_of[WireValue.parse(data).schema_id]
+        assert row["value_schema_id"] == WireValue.parse(data).schema_id
+        assert value_of(row, writer) == avro.deserialize(data)
+        added = {f["name"] for f in V2["fields"]} - {f["name"] for f in writer["fields"]}
+        assert all(row[name] is None for name in added)  # a row keeps what its schema wrote
+    types = iceberg_types(table)
+    assert (types["id"], types["amount"], types["currency"], types["rate"]) == ("long", "double", "string", "double")
+    assert json.loads(table.properties["tiering.value-schema-ids"]) == list(schema_of)
+    # each schema change is in the commit of the rows that brought it
+    schemas = [s.schema_id for s in table.snapshots()]
+    assert len(set(schemas)) >= 3
+
+
+@pytest.mark.parametrize(
+    ("change", "override", "mixed", "says"),
+    [
+        (with_fields(V1, amount="string"), {"amount": "x"}, False, "field amount changes from float to string"),
+        (
+            with_fields(V1, {"name": "region", "type": "string"}),
+            {"region": "eu"},
+            True,
+            "field region is added as required without a default",
+        ),
+    ],
+)
+def test_an_incompatible_schema_change_stops_the_export_naming_both_ids(
+    tiering_env: TieringEnv,
+    tmp_path: Path,
+    schema_registry: RegistryServer,
+    change: dict[str, Any],
+    override: dict[str, Any],
+    mixed: bool,
+    says: str,
+) -> None:
+    topic = f"changes-{'mixed' if mixed else 'own'}"
+    avro = Avro(schema_registry, topic)
+    first = avro.serialize(V1, [tip(i, 1) for i in range(5)])
+    bad = avro.serialize(change, [{**tip(9, 1), **override}])[0]
+    old, new = WireValue.parse(first[0]).schema_id, WireValue.parse(bad).schema_id
+    # the incompatible value with a dead letter beside it: neither table takes anything of its segment
+    second = [first[3], bad, b"not avro"] if mixed else [bad, b"not avro"]
+    sent = tier(tiering_env, topic, [first[:3], second, [first[4]]])
+    with_typed_export(tiering_env, tmp_path, schema_registry, **{topic: {"value": "avro"}})
+    with tiering_env.context() as ctx:
+        for _run in range(2):  # a rerun stops at the same place
+            with pytest.raises(SchemaChangeError) as caught:
+                run_export(ctx, topic, commit_bytes=1)
+            message = str(caught.value)
+            assert "\n" not in message and says in message
+            assert f"value schema id {new} cannot evolve the table's columns (from schema id {old})" in message
+            table = table_of(ctx, topic)
+            assert sorted(o for _p, o in rows_by_offset(table)) == [0, 1, 2]
+            assert len(table.snapshots()) == 1
+            assert dead_letters_of(ctx, topic) == {}
+    assert len(sent) == 3 + len(second) + 1
+
+
+_KILLED_BETWEEN_THE_TABLES = """
+import sys, time
+from pathlib import Path
+import tiering_core.export.run as run
+import tiering_core.export.session as session
+
+run.COMMIT_BYTES = 1  # a commit after every segment
+flag = Path(sys.argv[1])
+real = session.commit_segments
+calls = []
+
+def commit_segments(table, pending, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:  # killed after the dead letters' commit of the second segment, before its rows'
+        flag.write_text("ready")
+        time.sleep(600)
+    return real(table, pending, **kwargs)
+
+session.commit_segments = commit_segments
+from tiering_core.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_kill_9_between_the_two_tables_then_rerun_is_exactly_once(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "orders-typed")
+    good = avro.serialize(PAYMENT, [payment(i) for i in range(9)])
+    sent = tier(
+        tiering_env, "orders-typed", [[good[3 * s], b"bad", good[3 * s + 1], good[3 * s + 2]] for s in range(3)]
+    )
+    with_typed_export(tiering_env, tmp_path, schema_registry, **{"orders-typed": {"value": "avro"}})
+    with_lease_ms(tiering_env, 5_000)
+    flag = tmp_path / "flag"
+    command = ["--config", str(tiering_env.config_path), "export", "--topic", "orders-typed"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_BETWEEN_THE_TABLES, str(flag), *command],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 300
+    while not flag.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with tiering_env.context() as ctx:
+        rows = {o for _p, o in rows_by_offset(table_of(ctx, "orders-typed"))}
+        dead = dead_letters_of(ctx, "orders-typed")
+    assert sorted(rows) == [0, 2, 3] and sorted(dead) == [1, 5]  # the second segment's dead letter only
+    wait_until_table_is_free(tiering_env, "kafka.orders-typed")
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "orders-typed")
+        assert not result.failed and result.dead_letters == 1  # the third segment's; the second's was in
+        rows = {o for _p, o in rows_by_offset(table_of(ctx, "orders-typed"))}  # asserts no offset twice
+        dead = dead_letters_of(ctx, "orders-typed")
+        assert rows | set(dead) == set(sent) and not rows & set(dead)
+        assert sorted(dead) == [o for o, v in sent.items() if v == b"bad"]
+        assert run_export(ctx, "orders-typed").snapshots == []  # up to date: nothing more
+        # the killed attempts' uncommitted files of both tables were removed by the rerun
+        referenced = referenced_files(table_of(ctx, "orders-typed")) | referenced_files(
+            table_of(ctx, "orders-typed_dead_letters")
+        )
+    on_disk = {f"file://{p}" for p in (tmp_path / "warehouse").rglob("*.parquet")}
+    assert on_disk == referenced
+
+
+def test_a_topic_turned_typed_needs_a_table_of_its_own(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "counters")
+    values = avro.serialize_values("long", [7, 2**40, -1])
+    sent = tier(tiering_env, "counters", [values[:2], values[2:]])
+    with_typed_export(tiering_env, tmp_path, schema_registry)
+    with tiering_env.context() as ctx:
+        assert run_export(ctx, "counters").rows == 3  # as bytes
+        before = len(table_of(ctx, "counters").snapshots())
+    with_typed_export(tiering_env, tmp_path, schema_registry, counters={"value": "avro"})
+    with tiering_env.context() as ctx:
+        with pytest.raises(ExportError, match=r"^the table kafka\.counters holds the value as bytes: .*table\)$"):
+            run_export(ctx, "counters")
+        assert len(table_of(ctx, "counters").snapshots()) == before
+    with_typed_export(tiering_env, tmp_path, schema_registry, counters={"value": "avro", "table": "counters_typed"})
+    with tiering_env.context() as ctx:
+        assert run_export(ctx, "counters").rows == 3
+        rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "counters_typed")).items()}
+        want = {o: avro.deserializer(v, avro.ctx) for o, v in sent.items()}
+        assert {o: row["value"] for o, row in rows.items()} == want
+        assert run_export(ctx, "counters").snapshots == []  # its own `value` column (a long) is no table of bytes

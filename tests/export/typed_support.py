@@ -1,0 +1,181 @@
+"""Typed exports' tiers: values written by Confluent's own AvroSerializer through the real
+registry, tiered by the platform's copy, and the rows read back compared with what Confluent's
+AvroDeserializer makes of the same bytes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import yaml
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from tests.engine_support import TieringEnv
+from tests.export.registry_server import RegistryServer
+from tests.export.support import sqlite_catalog
+
+#: A value of every kind the table maps: nested records, arrays, maps, enums, unions with null,
+#: timestamps, dates, decimals, uuids.
+PAYMENT: dict[str, Any] = {
+    "type": "record",
+    "name": "Payment",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "int"},
+        {"name": "amount", "type": "float"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "state", "type": {"type": "enum", "name": "State", "symbols": ["NEW", "PAID", "VOID"]}},
+        {
+            "name": "customer",
+            "type": {
+                "type": "record",
+                "name": "Customer",
+                "fields": [
+                    {"name": "name", "type": "string"},
+                    {"name": "tags", "type": {"type": "array", "items": "string"}},
+                    {
+                        "name": "address",
+                        "type": {
+                            "type": "record",
+                            "name": "Address",
+                            "fields": [{"name": "city", "type": "string"}, {"name": "zip", "type": "int"}],
+                        },
+                    },
+                ],
+            },
+        },
+        {"name": "lines", "type": {"type": "map", "values": "long"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "at_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 3}},
+        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+    ],
+}
+
+
+def with_fields(schema: dict[str, Any], *fields: dict[str, Any], **types: Any) -> dict[str, Any]:
+    """``schema`` with ``fields`` added and the named fields' types replaced."""
+    changed = [{**f, "type": types[f["name"]]} if f["name"] in types else f for f in schema["fields"]]
+    return {**schema, "fields": [*changed, *fields]}
+
+
+def payment(i: int) -> dict[str, Any]:
+    base = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+    return {
+        "id": i,
+        "amount": 0.5 * i,
+        "note": None if i % 3 == 0 else f"note é {i}",
+        "state": ["NEW", "PAID", "VOID"][i % 3],
+        "customer": {
+            "name": f"c{i}",
+            "tags": [f"t{j}" for j in range(i % 4)],
+            "address": {"city": f"city{i % 5}", "zip": 1000 + i},
+        },
+        "lines": {"sku-a": i, "sku-b": -i} if i % 2 else {},
+        "day": dt.date(2026, 1, 1) + dt.timedelta(days=i),
+        "at_ms": base + dt.timedelta(milliseconds=i),
+        "at_us": base + dt.timedelta(microseconds=i),
+        "price": Decimal(f"{i}.125"),
+        "ref": str(uuid.UUID(int=i + 1)),
+    }
+
+
+class Avro:
+    """Confluent's serializer and deserializer of one topic's values, on the real registry."""
+
+    def __init__(self, registry: RegistryServer, topic: str) -> None:
+        self.client = SchemaRegistryClient({"url": registry.url})
+        self.ctx = SerializationContext(topic, MessageField.VALUE)
+        self.deserializer = AvroDeserializer(self.client)
+
+    def serialize(self, schema: dict[str, Any], values: list[dict[str, Any]]) -> list[bytes]:
+        serializer = AvroSerializer(self.client, json.dumps(schema), conf={"auto.register.schemas": True})
+        out = [serializer(v, self.ctx) for v in values]
+        assert all(o is not None for o in out)
+        return [bytes(o) for o in out if o is not None]
+
+    def serialize_values(self, schema: Any, values: list[Any]) -> list[bytes]:
+        """``values`` of any schema (a primitive's name, such as ``"long"``)."""
+        serializer = AvroSerializer(self.client, json.dumps(schema), conf={"auto.register.schemas": True})
+        return [bytes(serializer(v, self.ctx) or b"") for v in values]
+
+    def deserialize(self, data: bytes) -> dict[str, Any]:
+        value = self.deserializer(data, self.ctx)
+        assert isinstance(value, dict)
+        return plain(value)
+
+
+def plain(value: Any) -> Any:
+    """A value in the plain Python types a table's rows read back as (maps as dicts, uuids as
+    strings)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+            return {k: plain(v) for k, v in value}
+        return [plain(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def with_typed_export(env: TieringEnv, root: Any, registry: RegistryServer, **topics: dict[str, Any]) -> None:
+    """An ``export`` section with ``topics`` (``export.topics``) and the registry."""
+    doc = yaml.safe_load(env.config_path.read_text())
+    doc["export"] = {"catalog": sqlite_catalog(root), "topics": topics, "schema_registry": {"url": registry.url}}
+    env.config_path.write_text(yaml.safe_dump(doc))
+
+
+def rows_by_offset(table: Any) -> dict[tuple[int, int], dict[str, Any]]:
+    """The table's rows by (partition, offset), each offset at most once (asserted)."""
+    table.refresh()
+    got = table.scan().to_arrow().to_pylist() if table.current_snapshot() is not None else []
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for row in got:
+        key = (row["partition"], row["offset"])
+        assert key not in found, f"offset {key} twice in {table.name()}"
+        found[key] = row
+    return found
+
+
+def value_of(row: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The value fields of ``schema`` out of a table row, as the deserializer gives them (a map's
+    (key, value) pairs as a dict)."""
+    found = {}
+    for f in schema["fields"]:
+        is_map = isinstance(f["type"], dict) and f["type"].get("type") == "map"
+        found[f["name"]] = dict(row[f["name"]]) if is_map else plain(row[f["name"]])
+    return found
+
+
+def iceberg_types(table: Any) -> dict[str, str]:
+    """The table's columns' Iceberg types, as Iceberg prints them (field ids left out)."""
+    noise = re.compile(r"\d+: | \(required\)|required |optional ")
+    return {f.name: noise.sub("", str(f.field_type)) for f in table.schema().fields}
+
+
+def tier(
+    env: TieringEnv, topic: str, segments: list[list[bytes | None]], partition: int = 0
+) -> dict[int, bytes | None]:
+    """Each list of values as one closed segment of keyed records (and an active segment after
+    them, never tiered), tiered by the platform's copy; the values by offset."""
+    from tiering_core.runs.copy import run_copy
+
+    w = env.writer(topic, partition)
+    sent: dict[int, bytes | None] = {}
+    for values in segments:
+        first, _last = w.append([(f"k{i}".encode(), v) for i, v in enumerate(values)])
+        sent.update({first + i: v for i, v in enumerate(values)})
+        w.roll()
+    w.append([(b"active", b"never tiered")])
+    w.set_high_watermark()
+    with env.context() as ctx:
+        run_copy(ctx, w.tp)
+    return sent

@@ -1,0 +1,159 @@
+"""What ``export:`` says per topic (``export.topics``) and where its schemas are
+(``export.schema_registry``).
+
+A topic's value exports as the bytes Kafka holds (``bytes``, the default) or decoded with the
+Schema Registry schema its Confluent wire-format header names (``avro``), as typed columns; its
+key as bytes. ``avro`` keys and the registry's other formats (``protobuf``, ``json_schema``) are
+named, and refused as not supported yet.
+
+The registry's password is never in the file: ``auth.password_env`` names the environment
+variable holding it, or ``auth.password_file`` a file (a mounted secret, such as one an Airflow
+secrets backend or Kubernetes provides), read only when an export opens the registry, so the
+processes that parse the config and never export need not have it.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tiering_core.config.parsing import as_str, check_keys, optional_str, require_mapping, shown
+from tiering_core.errors import ConfigError
+
+#: How a key or value is exported: as Kafka's bytes, or decoded by its registry schema.
+BYTES = "bytes"
+AVRO = "avro"
+FORMATS = (BYTES, AVRO)
+#: A key exports as bytes: decoded keys are not supported yet.
+KEY_FORMATS = (BYTES,)
+#: The registry's other formats: known names, not supported yet.
+NOT_YET = ("protobuf", "json_schema")
+
+
+@dataclass(frozen=True)
+class TopicExport:
+    """How one topic exports: its key's and value's format, and its table's name (None: the
+    topic's name) in the export's namespace."""
+
+    key: str = BYTES
+    value: str = BYTES
+    table: str | None = None
+
+    @property
+    def typed(self) -> bool:
+        """Whether the key or the value is decoded by a registry schema."""
+        return AVRO in (self.key, self.value)
+
+
+@dataclass(frozen=True)
+class SchemaRegistryConfig:
+    """A Confluent-compatible Schema Registry: ``url``, and basic auth by ``username`` with the
+    password in the environment variable ``password_env`` or the file ``password_file``."""
+
+    url: str
+    username: str | None = None
+    password_env: str | None = None
+    password_file: Path | None = None
+
+    @property
+    def password_source(self) -> str | None:
+        """Where the password is, for messages (never the password)."""
+        if self.password_env is not None:
+            return f"export.schema_registry.auth.password_env ({self.password_env})"
+        if self.password_file is not None:
+            return f"export.schema_registry.auth.password_file ({self.password_file})"
+        return None
+
+    def password(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The password, read now (None without auth); a ConfigError naming its source, never
+        its value, when it cannot be read."""
+        if self.password_env is not None:
+            value = (os.environ if environ is None else environ).get(self.password_env, "")
+            if not value:
+                raise ConfigError(f"{self.password_source}: the environment variable is not set")
+            return value
+        if self.password_file is not None:
+            try:
+                value = self.password_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(f"{self.password_source}: cannot read the password: {exc.strerror}") from None
+            if not value:
+                raise ConfigError(f"{self.password_source}: the file is empty")
+            return value
+        return None
+
+
+def _format(section: Mapping[str, Any], name: str, where: str, supported: tuple[str, ...] = FORMATS) -> str:
+    value = section.get(name, BYTES)
+    if value in (*FORMATS, *NOT_YET) and value not in supported:
+        raise ConfigError(f"{where}.{name}: {value} is not supported yet (supported: {', '.join(supported)})")
+    if value not in supported:
+        raise ConfigError(f"{where}.{name}: expected one of {', '.join(supported)}, got {shown(value)}")
+    return str(value)
+
+
+def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
+    """``export.topics: {TOPIC: {key: bytes|avro, value: bytes|avro, table: NAME}}``."""
+    section = require_mapping(raw if raw is not None else {}, "export.topics")
+    topics: dict[str, TopicExport] = {}
+    for topic, entry in section.items():
+        where = f"export.topics.{topic}"
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError(f"{where}: a topic name must be a non-empty string")
+        entry = require_mapping(entry if entry is not None else {}, where)
+        check_keys(entry, {"key", "value", "table"}, where)
+        table = optional_str(entry, "table", f"{where}.table")
+        if table is not None and ("." in table or table.strip() != table):
+            raise ConfigError(f"{where}.table: {shown(table)} must be one name without dots or spaces")
+        key = _format(entry, "key", where, KEY_FORMATS)
+        topics[topic] = TopicExport(key, _format(entry, "value", where), table)
+    return topics
+
+
+def parse_schema_registry(raw: Any) -> SchemaRegistryConfig:
+    """``export.schema_registry: {url: http(s)://..., auth: {username, password_env | password_file}}``."""
+    where = "export.schema_registry"
+    section = require_mapping(raw, where)
+    check_keys(section, {"url", "auth"}, where)
+    url = as_str(section.get("url"), f"{where}.url")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}.url: expected an http(s) URL, got {shown(parts.scheme + '://...')}")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(f"{where}.url: must not carry credentials: give them under {where}.auth")
+    if "auth" not in section:
+        return SchemaRegistryConfig(url)
+    auth = require_mapping(section["auth"], f"{where}.auth")
+    check_keys(auth, {"username", "password_env", "password_file"}, f"{where}.auth")
+    username = as_str(auth.get("username"), f"{where}.auth.username")
+    password_env = optional_str(auth, "password_env", f"{where}.auth.password_env")
+    password_file = optional_str(auth, "password_file", f"{where}.auth.password_file")
+    if (password_env is None) == (password_file is None):
+        raise ConfigError(f"{where}.auth: give one of password_env and password_file")
+    if password_file is not None and not Path(password_file).is_absolute():
+        raise ConfigError(f"{where}.auth.password_file: {shown(password_file)} is not an absolute path")
+    return SchemaRegistryConfig(url, username, password_env, Path(password_file) if password_file is not None else None)
+
+
+@dataclass(frozen=True)
+class TypedExportConfig:
+    """The per-topic settings and the registry of an ``export:`` section."""
+
+    topics: Mapping[str, TopicExport] = field(default_factory=dict)
+    schema_registry: SchemaRegistryConfig | None = None
+
+
+def parse_typed_export(section: Mapping[str, Any]) -> TypedExportConfig:
+    """``export.topics`` and ``export.schema_registry``: a typed topic needs the registry."""
+    topics = parse_topic_exports(section.get("topics"))
+    registry = parse_schema_registry(section["schema_registry"]) if "schema_registry" in section else None
+    typed = sorted(t for t, e in topics.items() if e.typed)
+    if typed and registry is None:
+        raise ConfigError(
+            f"export.schema_registry: export.topics.{typed[0]} decodes by registry schemas: give the registry's url"
+        )
+    return TypedExportConfig(topics, registry)

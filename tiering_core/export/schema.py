@@ -1,0 +1,34 @@
+"""Arrow schemas as Iceberg schemas: the export writes Arrow (Parquet files without field ids,
+mapped to the table's columns by name), and a table is created from the Arrow schema of its rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from tiering_core.export.table import DATA_SCHEMA
+
+
+def iceberg_schema(columns: pa.Schema = DATA_SCHEMA) -> Any:
+    """``columns`` (default ``DATA_SCHEMA``) as an Iceberg schema, field ids assigned in order
+    (depth first: a struct's, list's or map's children follow it)."""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+    from pyiceberg.table.name_mapping import MappedField, NameMapping
+
+    next_id = iter(range(1, 1_000_000))
+
+    def mapped(arrow_field: pa.Field) -> MappedField:
+        field_id = next(next_id)
+        children: list[MappedField] = []
+        type_ = arrow_field.type
+        if pa.types.is_list(type_) or pa.types.is_large_list(type_):
+            children = [mapped(pa.field("element", type_.value_type, nullable=type_.value_field.nullable))]
+        elif pa.types.is_map(type_):
+            children = [mapped(type_.key_field.with_name("key")), mapped(type_.item_field.with_name("value"))]
+        elif pa.types.is_struct(type_):
+            children = [mapped(type_.field(i)) for i in range(type_.num_fields)]
+        return MappedField.model_validate({"field-id": field_id, "names": [arrow_field.name], "fields": children})
+
+    fields = [mapped(f) for f in columns]
+    return pyarrow_to_schema(columns, name_mapping=NameMapping(fields))

@@ -1,0 +1,189 @@
+"""Typed tables: a topic whose values are Schema Registry-encoded Avro (``export.topics.T.value:
+avro``) exports the value's fields as columns, beside the Kafka columns of every export table.
+
+The table's columns are ``DATA_SCHEMA``'s but ``value`` (the bytes are decoded), then
+``value_schema_id`` (the registry id each row was written with), then the value's fields (the
+mapping of ``export.avro``), all optional: a row of an older schema reads null in a field added
+since. The value's columns are the merge, in order, of the writer schemas the table has met; the
+ids are kept in the table property ``tiering.value-schema-ids``, set in the same commit as the
+rows that brought them, so whoever writes next rebuilds the same columns from the registry.
+
+A writer schema merges when its change is one Avro and Iceberg both read old data through: a
+field added that is optional or has a default, a field removed (its column stays, null from then
+on), int widened to long, float to double. Anything else (a type changed, a required field added
+without a default, a field named like a Kafka column) is a ``SchemaChangeError`` naming both
+schema ids: the topic's export stops before the segment holding it is committed to either table.
+
+A value that cannot be decoded (no magic byte, an unknown schema id, a corrupt payload) is a dead
+letter: its raw record and the reason go to the table ``<table>_dead_letters`` (``DEAD_LETTER_SCHEMA``),
+committed with the same exactly-once marks, before the main table's commit of the same segments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from tiering_core.errors import ExportError
+from tiering_core.export.avro import DEFAULT_METADATA, AvroColumns
+from tiering_core.export.registry import AVRO, RegistryEndpoint, SchemaRegistry, UnknownSchemaError
+from tiering_core.export.table import DATA_SCHEMA, TableName
+
+#: The column of the registry id each row's value was written with.
+SCHEMA_ID_COLUMN = "value_schema_id"
+#: The table property listing the value schema ids merged into the table's columns, in order.
+SCHEMA_IDS_PROPERTY = "tiering.value-schema-ids"
+#: The suffix of a typed table's dead-letter table.
+DEAD_LETTERS_SUFFIX = "_dead_letters"
+
+#: The Kafka columns of a typed table: the export's, but the value's bytes.
+KAFKA_COLUMNS = pa.schema([f for f in DATA_SCHEMA if f.name != "value"])
+#: A dead letter: the record as Kafka holds it, where it was, and why it could not be decoded.
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        *DATA_SCHEMA,
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("schema_id", pa.int32()),
+    ]
+)
+_WIDER = {pa.int32(): pa.int64(), pa.float32(): pa.float64()}
+
+
+class SchemaChangeError(ExportError):
+    """A value schema the table's columns cannot take (a change old rows cannot be read through)."""
+
+
+def dead_letter_table(name: TableName) -> TableName:
+    """The dead-letter table of the typed table ``name``."""
+    return TableName(name.namespace, name.name + DEAD_LETTERS_SUFFIX)
+
+
+def relaxed(type_: pa.DataType) -> pa.DataType:
+    """``type_`` with every nested field optional and no metadata (a table column's type)."""
+    if pa.types.is_struct(type_):
+        return pa.struct([pa.field(f.name, relaxed(f.type)) for f in type_])
+    if pa.types.is_list(type_):
+        return pa.list_(relaxed(type_.value_type))
+    if pa.types.is_map(type_):
+        return pa.map_(type_.key_type, relaxed(type_.item_type))
+    return type_
+
+
+def _merge(table: pa.DataType, writer: pa.DataType, path: str) -> pa.DataType:
+    """The column type holding both ``table``'s rows and ``writer``'s (a ``ValueError`` naming the
+    field and both types when none does)."""
+    if pa.types.is_struct(table) and pa.types.is_struct(writer):
+        fields = {f.name: f for f in table}
+        for f in writer:
+            inner = f"{path}.{f.name}" if path else f.name
+            if f.name in fields:
+                fields[f.name] = pa.field(f.name, _merge(fields[f.name].type, f.type, inner))
+            elif not f.nullable and DEFAULT_METADATA not in (f.metadata or {}):
+                raise ValueError(f"field {inner} is added as required without a default")
+            else:
+                fields[f.name] = pa.field(f.name, relaxed(f.type))
+        return pa.struct(list(fields.values()))
+    if pa.types.is_list(table) and pa.types.is_list(writer):
+        return pa.list_(_merge(table.value_type, writer.value_type, f"{path}[]"))
+    if pa.types.is_map(table) and pa.types.is_map(writer):
+        return pa.map_(pa.string(), _merge(table.item_type, writer.item_type, f"{path}{{}}"))
+    if table.equals(relaxed(writer)):
+        return table
+    for narrow, wide in _WIDER.items():
+        if {table, writer} == {narrow, wide}:
+            return wide
+    raise ValueError(f"field {path or 'the value'} changes from {table} to {writer}")
+
+
+def typed_schema(value_type: pa.StructType) -> pa.Schema:
+    """The typed table's Arrow schema for the value columns ``value_type``."""
+    taken = {*KAFKA_COLUMNS.names, SCHEMA_ID_COLUMN}
+    clash = [f.name for f in value_type if f.name in taken]
+    if clash:
+        raise ValueError(f"field {clash[0]} is named like a column of the Kafka record")
+    return pa.schema([*KAFKA_COLUMNS, pa.field(SCHEMA_ID_COLUMN, pa.int32()), *value_type])
+
+
+@dataclass(frozen=True)
+class ValueColumns:
+    """The table's value columns: the merge of the writer schemas ``schema_ids`` (in order)."""
+
+    schema_ids: tuple[int, ...] = ()
+    value_type: pa.StructType = field(default_factory=lambda: pa.struct([]))
+
+    @property
+    def schema(self) -> pa.Schema:
+        return typed_schema(self.value_type)
+
+    def with_schema(self, columns: AvroColumns) -> ValueColumns:
+        """These columns with the writer schema ``columns`` merged (itself when it changes
+        nothing); a ``SchemaChangeError`` naming both ids when it cannot merge."""
+        if columns.schema_id in self.schema_ids:
+            return self
+        try:
+            first = not self.schema_ids  # the first schema seen shapes the columns
+            merged = relaxed(columns.arrow_type) if first else _merge(self.value_type, columns.arrow_type, "")
+            typed_schema(merged)
+        except ValueError as exc:
+            since = f"schema id {self.schema_ids[-1]}" if self.schema_ids else "no schema"
+            raise SchemaChangeError(
+                f"value schema id {columns.schema_id} cannot evolve the table's columns (from {since}): {exc}"
+            ) from exc
+        if merged.equals(self.value_type, check_metadata=False) and self.schema_ids:
+            return ValueColumns((*self.schema_ids, columns.schema_id), self.value_type)
+        return ValueColumns((*self.schema_ids, columns.schema_id), merged)
+
+    def property_value(self) -> str:
+        return json.dumps(list(self.schema_ids))
+
+
+def schema_ids_of(properties: Mapping[str, str]) -> tuple[int, ...]:
+    """The value schema ids a table's properties say its columns merge (none: a new table)."""
+    raw = properties.get(SCHEMA_IDS_PROPERTY)
+    if not raw:
+        return ()
+    try:
+        ids = json.loads(raw)
+        return tuple(int(i) for i in ids)
+    except (ValueError, TypeError) as exc:
+        raise ExportError(f"the table property {SCHEMA_IDS_PROPERTY} is not a list of schema ids: {raw!r}") from exc
+
+
+class ValueSchemas:
+    """The writer schemas of one registry, each fetched and mapped once per process."""
+
+    _registries: dict[RegistryEndpoint, SchemaRegistry] = {}
+    _columns: dict[tuple[str, int], AvroColumns] = {}
+
+    def __init__(self, endpoint: RegistryEndpoint) -> None:
+        self.endpoint = endpoint
+        self.registry = self._registries.setdefault(endpoint, SchemaRegistry(endpoint))
+
+    def columns(self, schema_id: int) -> AvroColumns:
+        """The Avro schema of ``schema_id`` as columns (``UndecodableValue`` when the registry
+        does not know it or it is not Avro: a dead letter)."""
+        key = (self.endpoint.url, schema_id)
+        known = self._columns.get(key)
+        if known is None:
+            registered = self.registry.schema(schema_id)
+            if registered.schema_type != AVRO:
+                raise UnknownSchemaError(schema_id)
+            known = self._columns.setdefault(key, AvroColumns.of(schema_id, registered.text))
+        return known
+
+    def merged(self, schema_ids: Sequence[int]) -> ValueColumns:
+        """The columns of a table whose property lists ``schema_ids``."""
+        columns = ValueColumns()
+        for schema_id in schema_ids:
+            columns = columns.with_schema(self.columns(schema_id))
+        return columns
+
+
+def arrow_value_type(values: Sequence[Any], value_type: pa.StructType) -> pa.StructArray:
+    """Decoded values as one struct column of the table's value type (fields a value's schema
+    lacks are null)."""
+    return pa.array(values, type=value_type)

@@ -1,0 +1,256 @@
+"""The data files of a typed table's segment (``export.typed``): each record's value decoded with
+the registry schema its wire-format header names, into the table's columns, and what cannot be
+decoded into the dead-letter table's files, each record in exactly one of them.
+
+The segment is read as for any table (``write.segment_days``: groups split by day); a group that
+brings a writer schema the table's columns do not hold yet merges it (``ValueColumns.with_schema``)
+and the day files open from then on have the wider columns (the files written before keep theirs:
+a file lacking an optional column, or holding an int where the table has a long, reads through).
+A schema that cannot merge fails the segment with a ``SegmentSchemaError``, its files deleted: the
+export stops there. The ids merged are handed back, for the commit to evolve the table with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from tiering_core.errors import CorruptLogError
+from tiering_core.export.avro import UnsupportedSchemaError
+from tiering_core.export.plan import ExportSegment
+from tiering_core.export.registry import RegistryEndpoint, SchemaRegistryError, UndecodableValue, WireValue
+from tiering_core.export.typed import (
+    DEAD_LETTER_SCHEMA,
+    SCHEMA_ID_COLUMN,
+    SchemaChangeError,
+    ValueColumns,
+    ValueSchemas,
+)
+from tiering_core.export.write import (
+    DayFiles,
+    ExportAttempt,
+    SegmentExportError,
+    delete_files,
+    read_ahead,
+    segment_days,
+)
+from tiering_core.kafka.arrow import GroupBounds
+from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.storage.chunks import ChunkError
+from tiering_core.storage.errors import ManifestError, RemoteObjectNotFoundError
+from tiering_core.storage.layout import ObjectKind
+
+if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
+
+    from tiering_core.storage.remote import RemoteStorage
+
+
+class SegmentSchemaError(SegmentExportError):
+    """A segment holding a value schema the table cannot take: the topic's export stops."""
+
+
+@dataclass(frozen=True)
+class TypedWrite:
+    """What a typed segment's task needs (picklable): the registry, the value schema ids the
+    table's columns merge when the export planned, and the dead-letter table's attempt."""
+
+    endpoint: RegistryEndpoint
+    schema_ids: tuple[int, ...]
+    dead_letters: ExportAttempt
+
+    def __repr__(self) -> str:  # the endpoint's password, the attempt's FileIO credentials
+        return f"TypedWrite(registry={self.endpoint.shown!r}, schema_ids={self.schema_ids!r})"
+
+
+@dataclass(frozen=True)
+class TypedFiles:
+    """A typed segment's files: the table's and the dead letters', their rows, and the value
+    schema ids the table's columns must merge to hold its files."""
+
+    files: list[str]
+    dead_letter_files: list[str] = field(default_factory=list)
+    rows: int = 0
+    dead_letters: int = 0
+    schema_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class _Decoded:
+    """One day's rows of a group, decoded: the values and their schema ids, and the dead letters."""
+
+    good: list[int] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    bad: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    bad_ids: list[int | None] = field(default_factory=list)
+
+
+def _decode(part: pa.RecordBatch, schemas: ValueSchemas) -> _Decoded:
+    decoded = _Decoded()
+    for i, raw in enumerate(part.column("value").to_pylist()):
+        try:
+            wire = WireValue.parse(raw)
+            value = schemas.columns(wire.schema_id).decode(wire.payload)
+        except UndecodableValue as exc:
+            decoded.bad.append(i)
+            decoded.reasons.append(exc.reason)
+            decoded.bad_ids.append(exc.schema_id)
+            continue
+        decoded.good.append(i)
+        decoded.values.append(value)
+        decoded.ids.append(wire.schema_id)
+    return decoded
+
+
+def _typed_rows(part: pa.RecordBatch, decoded: _Decoded, columns: ValueColumns) -> pa.RecordBatch:
+    rows = part.take(pa.array(decoded.good, pa.int64()))
+    values = pa.array(decoded.values, type=columns.value_type)
+    by_name = {name: rows.column(name) for name in rows.schema.names}
+    by_name[SCHEMA_ID_COLUMN] = pa.array(decoded.ids, pa.int32())
+    for f, child in zip(columns.value_type, values.flatten(), strict=True):
+        by_name[f.name] = child
+    return pa.RecordBatch.from_arrays([by_name[f.name] for f in columns.schema], schema=columns.schema)
+
+
+def _dead_rows(part: pa.RecordBatch, decoded: _Decoded) -> pa.RecordBatch:
+    rows = part.take(pa.array(decoded.bad, pa.int64()))
+    arrays = [
+        *rows.columns,
+        pa.array(decoded.reasons, pa.string()),
+        pa.array(decoded.bad_ids, pa.int32()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=DEAD_LETTER_SCHEMA)
+
+
+class _DeadLetterFiles:
+    """The segment's dead letters: day files (the dead-letter table is partitioned as the table)
+    under the dead-letter table's attempt, the directory made at the first one."""
+
+    def __init__(self, attempt: ExportAttempt, segment: ExportSegment) -> None:
+        self.attempt = attempt
+        self.fs: FileSystem
+        self.fs, root = attempt.filesystem()
+        self.directory = f"{root}/partition={segment.partition}"
+        self.days = DayFiles(self.fs, self.directory, segment.segment_id, schema=DEAD_LETTER_SCHEMA)
+        self.rows = 0
+
+    def write(self, day: int, rows: pa.RecordBatch) -> None:
+        if self.rows == 0:
+            self.fs.create_dir(self.directory, recursive=True)
+        self.days.write(day, rows)
+        self.rows += rows.num_rows
+
+    def close(self) -> list[str]:
+        self.days.close()
+        return [self.attempt.url(p) for p in self.days.paths]
+
+    def abandon(self) -> None:
+        self.days.abandon()
+
+
+class _TableFiles:
+    """The segment's files of the table: day files of the current columns, new ones (another
+    name) once the columns widen."""
+
+    def __init__(self, fs: FileSystem, directory: str, segment_id: str, columns: ValueColumns) -> None:
+        self.fs, self.directory, self.segment_id = fs, directory, segment_id
+        self.columns = columns
+        self.generation = 0
+        self.closed: list[str] = []
+        self.days = DayFiles(fs, directory, segment_id, schema=columns.schema)
+
+    def widen(self, columns: ValueColumns) -> None:
+        if columns.value_type.equals(self.columns.value_type):
+            self.columns = columns
+            return
+        self.days.close()
+        if self.days.paths:  # files of the narrower columns stay; the wider ones get other names
+            self.closed.extend(self.days.paths)
+            self.generation += 1
+        self.columns = columns
+        name = f"{self.segment_id}-v{self.generation}" if self.generation else self.segment_id
+        self.days = DayFiles(self.fs, self.directory, name, schema=columns.schema)
+
+    @property
+    def paths(self) -> list[str]:
+        return [*self.closed, *self.days.paths]
+
+    def abandon(self) -> None:
+        self.days.abandon()
+        delete_files(self.fs, self.closed)
+
+
+def write_typed_segment_files(
+    storage: RemoteStorage,
+    segment: ExportSegment,
+    attempt: ExportAttempt,
+    typed: TypedWrite,
+    *,
+    bounds: GroupBounds = GroupBounds(),
+    on_batch: Callable[[pa.RecordBatch], None] | None = None,
+) -> TypedFiles:
+    """The segment's records as the typed table's data files under ``attempt`` and its dead
+    letters under ``typed.dead_letters``. A corrupt batch, a registry that cannot be asked, or
+    (``SegmentSchemaError``) a schema the table cannot take fails the segment, its files deleted."""
+    fs, root = attempt.filesystem()
+    directory = f"{root}/partition={segment.partition}"
+    fs.create_dir(directory, recursive=True)
+    schemas = ValueSchemas(typed.endpoint)
+    next_offset = segment.start_offset
+    where = Path(storage.describe(segment_ref(segment.segment).key(ObjectKind.LOG, storage.prefix)))
+    dead = _DeadLetterFiles(typed.dead_letters, segment)
+    files: _TableFiles | None = None
+    rows = 0
+    try:
+        files = _TableFiles(fs, directory, segment.segment_id, schemas.merged(typed.schema_ids))
+        for batch, parts in read_ahead(lambda: segment_days(storage, segment, where, bounds)):
+            for day, part in parts:
+                decoded = _decode(part, schemas)
+                files.widen(_merged(files.columns, decoded.ids, schemas))
+                if decoded.good:
+                    files.days.write(day, _typed_rows(part, decoded, files.columns))
+                    rows += len(decoded.good)
+                if decoded.bad:
+                    dead.write(day, _dead_rows(part, decoded))
+            if on_batch is not None:
+                on_batch(batch)
+            if batch.num_rows:
+                next_offset = int(batch.column("offset")[-1].as_py()) + 1
+        files.days.close()
+        dead_files = dead.close()
+    except (SchemaChangeError, UnsupportedSchemaError) as exc:
+        _abandon(files, dead)
+        raise SegmentSchemaError(segment, next_offset, str(exc)) from exc
+    except (
+        CorruptLogError,
+        RemoteObjectNotFoundError,
+        ManifestError,
+        ChunkError,
+        SchemaRegistryError,
+        pa.ArrowInvalid,
+        pa.ArrowTypeError,
+    ) as exc:
+        _abandon(files, dead)
+        raise SegmentExportError(segment, next_offset, str(exc)) from exc
+    except BaseException:
+        _abandon(files, dead)
+        raise
+    return TypedFiles([attempt.url(p) for p in files.paths], dead_files, rows, dead.rows, files.columns.schema_ids)
+
+
+def _merged(columns: ValueColumns, ids: Sequence[int], schemas: ValueSchemas) -> ValueColumns:
+    for schema_id in dict.fromkeys(ids):  # new ids in the order the records bring them
+        columns = columns.with_schema(schemas.columns(schema_id))
+    return columns
+
+
+def _abandon(files: _TableFiles | None, dead: _DeadLetterFiles) -> None:
+    if files is not None:
+        files.abandon()
+    dead.abandon()
