@@ -14,7 +14,7 @@ import pytest
 
 from tests.airflow_support import task_runs
 from tests.dags.test_tiering_dags import DAGS, bucket_keys, dagbag, finished, partitions_with_segments
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, counted_view_builds, tip_of, write_segments
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import TaskAttempt
 from tiering_core.storage.identity import IDENTITY_OBJECT
@@ -131,6 +131,27 @@ def test_a_gap_fails_only_its_lane_after_the_lane_s_other_partitions_ran(
     assert len(others) == PARTITIONS - 1 and all(r["outcome"] == "copied" for r in others)
     assert finished(tiering, gap)[-1:] == [(13, 17)]  # what remained was copied
     assert all(len(finished(tiering, w)) == 2 for w in writers[:5] + writers[6:])
+
+
+def test_a_run_plans_once_building_each_partition_s_view_at_most_twice(
+    tiering: TieringEnv, max_map_length: int
+) -> None:
+    """The sensor plans (one view per partition, its eligibility and urgency handed to the listing
+    task); a lane reads a partition's view under its lease, and nothing else does."""
+    writers = partitions_with_segments(tiering, "orders", PARTITIONS, 2)
+    idle = tiering.writer("orders", PARTITIONS)
+    idle.append_records(3)  # only the active segment: nothing to copy
+    idle.set_high_watermark()
+    dag = dagbag(DAGS / "tiering_dags.py").dags["tiering_copy__orders"]
+    with counted_view_builds() as builds:
+        run = dag.test()
+    assert run.state == "success"
+    assert sorted(builds) == sorted(w.path for w in [*writers, idle])
+    assert max(builds.values()) <= 2, {path.name: count for path, count in builds.items()}
+    results = lane_results(task_runs(dag.dag_id, run.run_id, "copy"))
+    assert sorted(results) == sorted(f"orders-{p}" for p in range(PARTITIONS))  # the plan's: not the idle one
+    assert all(r["segments_copied"] == 2 for r in results.values())
+    assert [finished(tiering, w) for w in writers] == [[(0, 4), (5, 9)]] * PARTITIONS
 
 
 def test_the_tiering_page_links_each_partition_to_the_lane_that_ran_it(
