@@ -156,12 +156,14 @@ def copy_lane(
     broker_id: int | None = None,
     events: EventSink = discard,
     clock: Callable[[], float] = time.monotonic,
+    report: ParallelCopyReport | None = None,
 ) -> ParallelCopyReport:
     """Copy a lane's partitions in the given order on ``copy.concurrency`` threads, each begun
     only as the one before has nothing left to hand out; no segment or partition starts after
-    ``budget_seconds``. One ``PartitionCopyOutcome`` per partition to ``events``, as it ends."""
+    ``budget_seconds``. One ``PartitionCopyOutcome`` per partition to ``events``, as it ends
+    (``report``: the report filled as partitions end, whose ``announce`` hears them instead)."""
     executor = InProcessExecutor(ctx.storage, threads=ctx.config.copy.concurrency)
-    report = copy_partitions(
+    return copy_partitions(
         ctx,
         partitions,
         executor,
@@ -173,8 +175,8 @@ def copy_lane(
         deadline=clock() + budget_seconds,
         clock=clock,
         tell_outcomes=True,
+        report=report,
     )
-    return report
 
 
 @dataclass
