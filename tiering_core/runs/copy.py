@@ -244,7 +244,7 @@ class CopyRun:
 
     def _not_planned(self, reason: str) -> None:
         """Another broker's replica is the one to copy (judged under the lease): let the partition
-        go at once, having written nothing, and say why."""
+        go at once, having copied nothing, and say why."""
         self.release()
         self.held = None
         self.result.skipped_reason = reason
