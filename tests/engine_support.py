@@ -2,10 +2,12 @@
 how every test waits for something to happen (``wait_until``) or for a lease to lapse
 (``expire_lease``) on a machine that may be busy; what every copy's manifest must say of its
 segment (``assert_manifest_holds_the_segment``) and the partition's state object of the store
-(``assert_partition_state_published``)."""
+(``assert_partition_state_published``); how often a run builds each partition's tier view
+(``counted_view_builds``)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -120,6 +122,26 @@ def traced_statements(engine: Any) -> Iterator[list[str]]:
     finally:
         event.remove(engine, "connect", traced)
         engine.dispose()
+
+
+@contextmanager
+def counted_view_builds() -> Iterator[collections.Counter[Path]]:
+    """How many times each partition directory's tier view is built while held (every builder,
+    ``tier_view`` included, goes through ``load_tier_view``), by the directory's path."""
+    from tiering_core.tier import view
+
+    builds: collections.Counter[Path] = collections.Counter()
+    original = view.load_tier_view
+
+    def counted(log: Any, store: Any, live: Any = None) -> Any:
+        builds[log.path] += 1
+        return original(log, store, live)
+
+    view.load_tier_view = counted  # type: ignore[assignment]
+    try:
+        yield builds
+    finally:
+        view.load_tier_view = original
 
 
 def wait_until(condition: Callable[[], object], *, what: str = "the condition", timeout: float = 60.0) -> None:

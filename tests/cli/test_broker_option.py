@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.cli.test_commands import run
-from tests.engine_support import write_segments
+from tests.engine_support import counted_view_builds, write_segments
 from tiering_core.cli.commands import reads_log_dirs
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicPartition
@@ -55,6 +55,17 @@ def test_each_broker_process_copies_only_its_own_partitions(
     code, out, _ = run(capsys, "--config", cfg, "--broker", "1", "--json", "status")  # the flag wins
     rows = {r["partition"]: (r["high_watermark"], r["remote_segments"]) for r in json.loads(out)}
     assert code == 0 and rows == {0: (12, 2), 1: (None, 2)}
+
+
+def test_a_broker_s_copy_builds_each_partition_s_view_once(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Once, under the lease: the replica choice is made there, from the view it reads, and the
+    end reads none again."""
+    for broker_id in (1, 2):
+        with counted_view_builds() as builds:
+            code, out, _ = run(capsys, "--config", str(cluster), "--broker", str(broker_id), "--json", "copy")
+        assert code == 0 and [r["segments_copied"] for r in json.loads(out)] == [2]
+        assert [path.parent.name for path in builds] == [f"broker-{broker_id}"]
+        assert list(builds.values()) == [1]
 
 
 def test_commands_that_read_no_log_dir_need_no_broker(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:

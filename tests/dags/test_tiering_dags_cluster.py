@@ -5,6 +5,7 @@ broker's tasks read only their own broker's disks."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from tests.airflow_support import task_runs
 from tests.dags.conftest import SECRET
 from tests.dags.test_tiering_dags import DAGS, DEFAULT_DAGS, dagbag
-from tests.engine_support import tip_of, write_segments
+from tests.engine_support import counted_view_builds, tip_of, write_segments
 from tests.services import S3Endpoint
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
@@ -208,6 +209,36 @@ def test_copy_and_retention_dags_run_each_broker_s_tasks_on_its_own_log_dirs(
     assert sorted(o["Key"] for o in listing.get("Contents", [])) == sorted(  # each partition's state object alone
         [*(partition_state_key(tip_of(w), prefix) for w in on_1 + on_2), f"{prefix}{IDENTITY_OBJECT}"]
     )  # and the store the prefix is bound to
+
+
+def replica(cluster: Cluster, broker_id: int, partition: int) -> PartitionWriter:
+    """A replica of ``orders-<partition>`` as every broker holds it: the same topic id and bytes."""
+    clock = itertools.count(1_700_000_000_000, 7)
+    return PartitionWriter(
+        cluster.log_dir(broker_id),
+        TopicPartition("orders", partition),
+        topic_id="mYmOgOlwTqyLnR1xXuOhUA",
+        node_id=broker_id,
+        segment_bytes=10**9,
+        clock=lambda: next(clock),
+        seed=partition,
+    )
+
+
+def test_a_cluster_run_plans_once_building_each_replica_s_view_at_most_twice(cluster: Cluster) -> None:
+    """Each broker's sensor plans its replicas (the replica choice among them) and hands the plan
+    on; a lane reads a replica's view under the partition's lease and nothing else does."""
+    shared = [with_segments(replica(cluster, b, 0), 2) for b in (1, 2)]
+    own = [with_segments(replica(cluster, 1, 1), 2), with_segments(replica(cluster, 2, 2), 1)]
+    dag = dagbag(DAGS / "tiering_dags.py").dags["tiering_copy__orders"]
+    with counted_view_builds() as builds:
+        run = dag.test()
+    assert run.state == "success"
+    assert sorted(builds) == sorted(w.path for w in shared + own)
+    assert max(builds.values()) <= 2, {str(path): count for path, count in builds.items()}
+    assert [cluster.finished(w) for w in shared + own] == [[(0, 4), (5, 9)]] * 3 + [[(0, 4)]]
+    assert [cluster.observers(w) for w in own] == [[1], [2]]
+    assert cluster.observers(shared[0]) == [1, 2]  # both replicas seen: the choice was made among them
 
 
 def test_catch_all_dags_run_per_broker_and_a_broker_without_partitions_is_skipped(cluster: Cluster) -> None:

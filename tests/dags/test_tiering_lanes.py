@@ -7,14 +7,14 @@ takes over its leases and converges."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tests.airflow_support import task_runs
 from tests.dags.test_tiering_dags import DAGS, bucket_keys, dagbag, finished, partitions_with_segments
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, counted_view_builds, tip_of, write_segments
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import TaskAttempt
 from tiering_core.storage.identity import IDENTITY_OBJECT
@@ -133,6 +133,27 @@ def test_a_gap_fails_only_its_lane_after_the_lane_s_other_partitions_ran(
     assert all(len(finished(tiering, w)) == 2 for w in writers[:5] + writers[6:])
 
 
+def test_a_run_plans_once_building_each_partition_s_view_at_most_twice(
+    tiering: TieringEnv, max_map_length: int
+) -> None:
+    """The sensor plans (one view per partition, its eligibility and urgency handed to the listing
+    task); a lane reads a partition's view under its lease, and nothing else does."""
+    writers = partitions_with_segments(tiering, "orders", PARTITIONS, 2)
+    idle = tiering.writer("orders", PARTITIONS)
+    idle.append_records(3)  # only the active segment: nothing to copy
+    idle.set_high_watermark()
+    dag = dagbag(DAGS / "tiering_dags.py").dags["tiering_copy__orders"]
+    with counted_view_builds() as builds:
+        run = dag.test()
+    assert run.state == "success"
+    assert sorted(builds) == sorted(w.path for w in [*writers, idle])
+    assert max(builds.values()) <= 2, {path.name: count for path, count in builds.items()}
+    results = lane_results(task_runs(dag.dag_id, run.run_id, "copy"))
+    assert sorted(results) == sorted(f"orders-{p}" for p in range(PARTITIONS))  # the plan's: not the idle one
+    assert all(r["segments_copied"] == 2 for r in results.values())
+    assert [finished(tiering, w) for w in writers] == [[(0, 4), (5, 9)]] * PARTITIONS
+
+
 def test_the_tiering_page_links_each_partition_to_the_lane_that_ran_it(
     tiering: TieringEnv, max_map_length: int
 ) -> None:
@@ -190,9 +211,9 @@ def first_try_killed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield killed
 
 
-def one_lane_dag(dag_id: str) -> Any:
-    """A DAG of one copy lane of two partitions, retried at once after a failed try, written to
-    Airflow's database as the DAG processor would (``dag.test()`` runs only stored DAGs)."""
+def one_lane_dag(dag_id: str, retries: int = 1) -> Any:
+    """A DAG of one copy lane of two partitions, retried at once after a failed try (``retries``),
+    written to Airflow's database as the DAG processor would (``dag.test()`` runs only stored DAGs)."""
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
     from airflow.sdk import DAG
@@ -204,7 +225,7 @@ def one_lane_dag(dag_id: str) -> Any:
             task_id="lane",
             partitions=[["orders", 0], ["orders", 1]],
             lane="lane-0 (2 partitions)",
-            retries=1,
+            retries=retries,
             retry_delay=dt.timedelta(0),
         )
     DagBundlesManager().sync_bundles_to_db()
@@ -239,6 +260,69 @@ def test_the_retry_of_a_killed_lane_takes_over_its_leases_and_converges(
             assert done == [(0, 4), (5, 9)]
             record = ctx.metadata.get_partition(tip_of(w))
             assert record is not None and record.lease_holder is None  # try 2 released what it took over
+
+
+def stopped_at_partition_1(monkeypatch: pytest.MonkeyPatch, stop: Callable[[], None]) -> list[int]:
+    """The injected fault: ``stop`` (how Airflow stops the task) runs in the lane's driver as
+    partition 1's first segment commits, once partition 0 has ended. One upload at a time, so
+    partition 0's segments commit before partition 1 begins. Returns the partitions of the commits."""
+    from tiering_core.runs.copy import CopyRun
+
+    real_commit = CopyRun.commit_finished_segment
+    seen: list[int] = []
+
+    def commit(run: CopyRun, *args: Any, **kwargs: Any) -> bool:
+        seen.append(run.tp.partition)
+        if run.tp.partition == 1 and seen.count(1) == 1:
+            stop()
+        return real_commit(run, *args, **kwargs)
+
+    monkeypatch.setattr(CopyRun, "commit_finished_segment", commit)
+    return seen
+
+
+def one_upload_at_a_time(tiering: TieringEnv) -> None:
+    tiering.sections["copy"] = {"concurrency": 1}
+    tiering.write_config()
+
+
+def test_a_lane_stopped_by_its_execution_timeout_leaves_the_partitions_it_finished_in_its_xcom(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    def timeout() -> None:  # what Airflow's execution_timeout raises in the task's main thread
+        raise AirflowTaskTimeout("Timeout, PID: 1")
+
+    one_upload_at_a_time(tiering)
+    writers = partitions_with_segments(tiering, "orders", 2, 2)
+    commits = stopped_at_partition_1(monkeypatch, timeout)
+    dag = one_lane_dag("tiering_lane_timed_out", retries=0)
+    run = dag.test()
+    assert run.state == "failed"
+    (task,) = task_runs(dag.dag_id, run.run_id, "lane").values()
+    assert (task.state, commits) == ("failed", [0, 0, 1])
+    (result,) = task.result  # partition 0 ended; partition 1 was stopped with it
+    assert (result["partition"], result["outcome"], result["segments_copied"]) == (0, "copied", 2)
+    assert [finished(tiering, w) for w in writers] == [[(0, 4), (5, 9)], []]
+
+
+def test_a_lane_killed_by_sigterm_starts_nothing_new_and_its_xcom_lists_every_partition(
+    tiering: TieringEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    one_upload_at_a_time(tiering)
+    writers = partitions_with_segments(tiering, "orders", 2, 2)
+    commits = stopped_at_partition_1(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    dag = one_lane_dag("tiering_lane_killed", retries=0)
+    run = dag.test()
+    (task,) = task_runs(dag.dag_id, run.run_id, "lane").values()
+    assert commits == [0, 0, 1]  # on_kill: partition 1's segment in flight committed, none started after
+    results = {r["partition"]: (r["outcome"], r["segments_copied"]) for r in task.result}
+    assert results == {0: ("copied", 2), 1: ("deferred", 1)}
+    assert [finished(tiering, w) for w in writers] == [[(0, 4), (5, 9)], [(0, 4)]]
 
 
 def test_a_copy_budget_not_shorter_than_the_dag_s_period_is_an_import_error_naming_it(tiering: TieringEnv) -> None:

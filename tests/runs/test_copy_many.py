@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from tests.engine_support import counted_view_builds
 from tests.runs.copy_many_support import bases, copy_sequentially, make_config, make_log_dir, remote_state
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
@@ -113,3 +114,15 @@ def test_a_failed_upload_on_the_thread_pool_stops_only_its_partition(tmp_path: P
         report = copy_partitions(ctx, tps, InProcessExecutor(ctx.storage, threads=3))
     assert report.failures == [] and report.segments == 3
     assert remote_state(config) == expected
+
+
+def test_a_copy_of_many_partitions_builds_each_partition_s_view_at_most_twice(tmp_path: Path) -> None:
+    """Under the partition's lease, and once at its end: nothing else reads a view."""
+    log_dir = make_log_dir(tmp_path, partitions=PARTITIONS)
+    tps = [TopicPartition("orders", p) for p in range(PARTITIONS)]
+    with TieringContext.open(load_config(make_config(tmp_path, log_dir, "counted"))) as ctx:
+        with counted_view_builds() as builds:
+            report = copy_partitions(ctx, tps, InProcessExecutor(ctx.storage, threads=2))
+    assert report.failures == [] and report.segments == SEGMENTS
+    assert sorted(path.name for path in builds) == sorted(str(tp) for tp in tps)
+    assert max(builds.values()) <= 2

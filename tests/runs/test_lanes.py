@@ -25,6 +25,7 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import TaskAttempt
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.copy_many import copy_partitions
+from tiering_core.runs.copy_plan import plan_copies
 from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.runs.lanes import (
     Lane,
@@ -32,6 +33,7 @@ from tiering_core.runs.lanes import (
     copy_lane,
     lane_bound,
     lane_partitions,
+    planned_order,
     retention_lane,
     split_into_lanes,
 )
@@ -86,6 +88,23 @@ def test_the_bound_is_the_smaller_of_the_configured_lanes_and_the_scheduler_s_li
         split_into_lanes(orders(0), 0)
     with pytest.raises(ValueError, match=r"\[topic, partition\] pairs"):
         lane_partitions([["orders"]])
+
+
+def test_the_planned_order_keeps_the_partitions_with_work_most_urgent_first_from_the_plans_views(
+    tmp_path: Path,
+) -> None:
+    """The sensor's plans order the run: a partition copied up to its LSO is left out, the others
+    come in ``by_urgency``'s order, and no view is read again."""
+    from tests.engine_support import counted_view_builds
+
+    log_dir = make_log_dir(tmp_path, partitions=PARTITIONS)
+    with TieringContext.open(load_config(make_config(tmp_path, log_dir, "planned"))) as ctx:
+        run_copy(ctx, TopicPartition("orders", 2))
+        plans = plan_copies(ctx, orders(0, 1, 2, 3))
+        with counted_view_builds() as builds:
+            assert planned_order(ctx, plans) == orders(3, 1, 0)
+        assert builds == {}
+        assert by_urgency(ctx, orders(0, 1, 3)) == orders(3, 1, 0)
 
 
 def test_most_urgent_first_at_risk_then_copy_lag_bytes(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.errors import TieringError, TieringGapError
@@ -50,7 +50,7 @@ from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metadata.store import Lease
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
-from tiering_core.runs.copy_plan import CopyPlan, plan_before_lease, plan_copy, plan_under_lease
+from tiering_core.runs.copy_plan import CopyPlan, plan_before_lease, plan_copy, plan_under_lease, view_after_copies
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.partition_state import publish_partition_state
@@ -208,15 +208,10 @@ class CopyRun:
         if broker_id is not None:
             check_broker_id(broker_id, ctx.config.broker_ids, tp)
         run = cls(ctx, tp, events, broker_id=broker_id)
-        run.plan = before = plan_before_lease(ctx, tp, broker_id=broker_id)
-        if before.skipped_reason is not None:
+        run.plan = before = plan_before_lease(ctx, tp)
+        if before.skipped_reason is not None:  # Kafka would not tier the topic
             run.result.skipped_reason = before.skipped_reason
-            if before.replica is None:  # Kafka would not tier the topic
-                events(CopySkipped(tp, before.skipped_reason))
-            else:  # another broker's replica is the one to copy
-                run.result.highest_copied_offset = before.highest_copied_offset
-                run.result.last_stable_offset = before.last_stable_offset
-                events(CopyNotPlanned(tp, before.skipped_reason))
+            events(CopySkipped(tp, before.skipped_reason))
             return run
         try:
             begun = begin_copy_run(ctx, before, run_id, run._hold, attempt, broker_id, now_ms)
@@ -226,6 +221,9 @@ class CopyRun:
                 return run
             run.held, plan, run.result.segments_cleaned_up = begun
             run.plan = plan
+            if plan.replica is not None and plan.replica.skipped_reason is not None:
+                run._not_planned(plan.replica.skipped_reason)
+                return run
             view = run._held()[1]
             run.tally = Tally(view.tip, broker_id, attempt)
             run._first_copy = view.remote_log_start_offset is None
@@ -243,6 +241,16 @@ class CopyRun:
             raise
         run.result.planned = [p.to_dict() for p in plan.planned]
         return run
+
+    def _not_planned(self, reason: str) -> None:
+        """Another broker's replica is the one to copy (judged under the lease): let the partition
+        go at once, having copied nothing, and say why."""
+        self.release()
+        self.held = None
+        self.result.skipped_reason = reason
+        self.result.highest_copied_offset = self.plan.highest_copied_offset
+        self.result.last_stable_offset = self.plan.last_stable_offset
+        self.events(CopyNotPlanned(self.tp, reason))
 
     @property
     def candidates(self) -> tuple[CopyCandidate, ...]:
@@ -285,6 +293,7 @@ class CopyRun:
             abandon_upload(self.ctx.metadata, self.ctx.storage, upload, self._lease_if_held())
         self._held()
         fresh = tier_view(self.ctx, self.ctx.partition_log(self.tp))
+        self.plan = replace(self.plan, view=fresh)  # what the run's end reports: the broker moved on
         gap = tiering_gap_on(self.ctx.config, self.ctx.metadata, fresh, self.broker_id)
         if gap is None:
             raise CopyFailedError(
@@ -442,7 +451,7 @@ class CopyRun:
         if self.held is None:
             return self.result
         result, store = self.result, self.ctx.metadata
-        final = tier_view(self.ctx, self.ctx.partition_log(self.tp))
+        final = view_after_copies(store, self._held()[1])
         record_views(
             store,
             self.broker_id,

@@ -276,6 +276,7 @@ def copy_partitions(
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     tell_outcomes: bool = False,
+    report: ParallelCopyReport | None = None,
 ) -> ParallelCopyReport:
     """Copy every eligible segment of ``partitions``, at most ``executor.slots`` uploads at a time;
     see the module docstring. ``events`` hears what the run and its partitions' copy runs do;
@@ -288,10 +289,13 @@ def copy_partitions(
     ``clock`` reading): after it no segment and no partition starts; what is in flight finishes,
     and the rest is reported deferred (``CopyResult.deferred``) for the next run. ``tell_outcomes``:
     ``events`` also hears each partition's ``PartitionCopyOutcome`` as that partition ends.
+    ``report``: the report to fill (its ``announce`` hears the outcomes), for a caller that must
+    know which partitions ended should the run be stopped before it returns (a killed task).
     """
     started = time.monotonic()
     run = run_id or uuid.uuid4().hex
-    report = ParallelCopyReport(announce=events if tell_outcomes else None)
+    if report is None:
+        report = ParallelCopyReport(announce=events if tell_outcomes else None)
     queue = collections.deque(partitions)
 
     uploads: list[PartitionUpload] = []

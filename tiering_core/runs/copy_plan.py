@@ -12,28 +12,32 @@ writes nothing but, with a broker id, what that broker saw of each partition (``
 
 One ``CopyPlan`` holds all of it (the tier view it was read from, the skip reason, the replica
 choice, the gap, the candidates), so nothing downstream asks again. Read-only plans
-(``plan_copies``, ``plan_copy``: the sensor, the hook, the dry run) come from one view each. A run
-that writes plans in two steps around the partition's lease, because only a view read under the
-lease may decide what to upload (another run may have copied in between): ``plan_before_lease``
-decides whether to take the lease at all (the topic is tiered; on one broker of a cluster, this
-broker's replica is the one to copy, from a view read and observed for that alone), and
-``plan_under_lease`` makes the run's one plan from the view read once the lease is held.
+(``plan_copies``, ``plan_copy``: the sensor, the hook, the dry run) come from one view each; a
+scheduled run's sensor hands its plans on (their order and eligibility), so no later task reads
+the views again before a lane holds a partition. A run that writes plans in two steps around the
+partition's lease, because only a view read under the lease may decide what to upload (another
+run may have copied in between): ``plan_before_lease`` decides from the config alone whether to
+take the lease at all (the topic is tiered), and ``plan_under_lease`` makes the run's one plan
+from the view read once the lease is held: on one broker of a cluster, this broker's observation
+of it recorded first and the replica choice made from it. At the end the run reads no view
+again: ``view_after_copies`` is the lease-held view with what the run's own commits changed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tiering_core.config import not_tiered_reason
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.tier.observation import Observed, record_views
 from tiering_core.tier.replica import ReplicaChoice, choose_replica, in_cluster, tiering_gap_on
-from tiering_core.tier.view import tier_view
+from tiering_core.tier.view import global_log_start, highest_copied_offset, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.metadata.store import RemoteLogMetadataStore
     from tiering_core.tier.view import CopyCandidate, CopyDelay, OffsetRange, TierView
 
 
@@ -146,35 +150,55 @@ def _observed_views(ctx: TieringContext, tps: Sequence[TopicPartition], broker_i
     return views
 
 
-def plan_before_lease(ctx: TieringContext, tp: TopicPartition, *, broker_id: int | None = None) -> CopyPlan:
+def plan_before_lease(ctx: TieringContext, tp: TopicPartition) -> CopyPlan:
     """Whether a run takes the partition's lease at all: not when Kafka would not tier the topic
-    (the config alone) nor, on one broker of a cluster, when another broker's replica is the one
-    to copy (this broker's view read and observed first, so its own replica is among the fresh
-    ones). Never what to upload: that plan is read under the lease (``plan_under_lease``)."""
-    reason = skip_reason(ctx, tp)
-    if reason is not None or broker_id is None or not in_cluster(ctx.config):
-        return CopyPlan(tp, skipped_reason=reason)
-    (view,) = _observed_views(ctx, [tp], broker_id)
-    replica = replica_choice(ctx, view, broker_id)
-    return CopyPlan(tp, view, replica.skipped_reason if replica is not None else None, replica)
+    (the config alone, nothing read). Everything else, the replica choice on one broker of a
+    cluster included, is planned from the view read under the lease (``plan_under_lease``)."""
+    return CopyPlan(tp, skipped_reason=skip_reason(ctx, tp))
 
 
 def plan_under_lease(
     ctx: TieringContext, before: CopyPlan, view: TierView, *, broker_id: int | None = None, now_ms: int | None = None
 ) -> CopyPlan:
-    """A run's one plan, from ``view`` read while it holds the partition's lease: what it uploads
+    """A run's one plan, from ``view`` read while it holds the partition's lease: on one broker of a
+    cluster, whether this broker's replica is the one to copy (its observation of ``view`` recorded
+    first, so it is among the fresh ones; ``replica.skipped_reason`` says why not); what it uploads
     (nothing when the broker's log is behind the recorded lineage: then it is skipped; what the
-    delayed upload holds back waits, ``delay`` saying why) and the gap it records; ``before``'s
-    replica choice is kept, not made again."""
-    eligible = view.upload_eligibility(ctx.topic_config(before.topic_partition.topic), now_ms)
+    delayed upload holds back waits, ``delay`` saying why) and the gap it records."""
+    tp = before.topic_partition
+    topic = ctx.topic_config(tp.topic)
+    replica = None
+    if broker_id is not None and in_cluster(ctx.config):
+        record_views(ctx.metadata, broker_id, [(view, topic, None)], brokers=ctx.config.broker_ids)
+        replica = replica_choice(ctx, view, broker_id)
+    eligible = view.upload_eligibility(topic, now_ms)
     return CopyPlan(
-        topic_partition=before.topic_partition,
+        topic_partition=tp,
         view=view,
-        skipped_reason=view.behind_lineage or view.offsets_pending,
-        replica=before.replica,
+        skipped_reason=(replica.skipped_reason if replica is not None else None)
+        or view.behind_lineage
+        or view.offsets_pending,
+        replica=replica,
         gap=tiering_gap_on(ctx.config, ctx.metadata, view, broker_id),
         candidates=eligible.candidates,
         delay=eligible.delay,
+    )
+
+
+def view_after_copies(store: RemoteLogMetadataStore, view: TierView) -> TierView:
+    """``view`` (read under the lease) as the run's own commits left it: the highest copied offset
+    and the remote log start, which only the lease holder moves, read again from the store; the
+    broker's side stays as read, its later segments being the next run's (no view is read again)."""
+    remote_start = store.get_remote_log_start_offset(view.tip)
+    global_start = global_log_start(remote_start, view.delete_records_offset)
+    lineage = view.full_lineage.truncate_from_start(global_start) if global_start is not None else view.full_lineage
+    copied = highest_copied_offset(store, view.tip, view.full_lineage, view.log_end_offset)
+    return replace(
+        view,
+        remote_log_start_offset=remote_start,
+        global_log_start_offset=global_start,
+        lineage=lineage,
+        highest_copied_offset=copied,
     )
 
 

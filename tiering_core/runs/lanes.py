@@ -3,8 +3,9 @@
 Kafka's RLM runs one task per partition on a small thread pool; a scheduler maps one task per
 lane instead, so a run's task count stays at the bound (``lane_bound``) whatever the partition
 count. Where the partitions fit the bound a lane is one partition; beyond it each lane gets a
-balanced, deterministic share, dealt out in order of urgency (``by_urgency``) so that every lane
-starts with the partitions closest to losing data. A copy lane runs its share through the one
+balanced, deterministic share, dealt out in order of urgency so that every lane starts with the
+partitions closest to losing data: the copy sensor's plans give that order (``planned_order``, no
+view read again), else the views read now (``by_urgency``). A copy lane runs its share through the one
 multi-partition copy driver (``runs.copy_many.copy_partitions``), begun lazily most urgent first
 on ``copy.concurrency`` threads; a retention lane runs ``run_retention`` per partition. Both stop
 starting work at their deadline and report the rest deferred to the next run
@@ -24,6 +25,7 @@ from tiering_core.events import EventSink, discard
 from tiering_core.events.retention import PartitionRetentionOutcome
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.copy_many import copy_partitions
+from tiering_core.runs.copy_plan import CopyPlan
 from tiering_core.runs.copy_report import ParallelCopyReport
 from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.runs.retention import RetentionResult, run_retention
@@ -33,6 +35,7 @@ from tiering_core.tier.view import tier_view
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import TaskAttempt
+    from tiering_core.tier.view import TierView
 
 
 @dataclass(frozen=True)
@@ -99,15 +102,34 @@ class Urgency:
         return (not self.at_risk, headroom, -self.copy_lag_bytes, tp.topic, tp.partition)
 
 
+def urgency_of(ctx: TieringContext, view: TierView) -> Urgency:
+    """A partition's urgency from its tier view's local-retention risk and copy lag (the figures
+    ``status`` and the gauges report)."""
+    tp = view.tip.topic_partition
+    risk = view.local_retention_risk(ctx.topic_config(tp.topic))
+    return Urgency(tp, risk.at_risk, headroom_seconds(risk), risk.uncopied_bytes)
+
+
 def urgency(ctx: TieringContext, tp: TopicPartition) -> Urgency | None:
-    """The partition's urgency from its tier view's local-retention risk and copy lag (the figures
-    ``status`` and the gauges report); None when its view cannot be read (the copy reports why)."""
+    """The partition's urgency from its tier view, read now; None when it cannot be read (the copy
+    reports why)."""
     try:
-        view = tier_view(ctx, ctx.partition_log(tp))
-        risk = view.local_retention_risk(ctx.topic_config(tp.topic))
+        return urgency_of(ctx, tier_view(ctx, ctx.partition_log(tp)))
     except (TieringError, OSError):
         return None
-    return Urgency(tp, risk.at_risk, headroom_seconds(risk), risk.uncopied_bytes)
+
+
+def planned_order(ctx: TieringContext, plans: Sequence[CopyPlan]) -> list[TopicPartition]:
+    """A scheduled run's partitions from its sensor's plans, read nothing again: those with a
+    segment to copy now or a tiering gap to record, most urgent first (``Urgency.key``); the
+    others are left out (nothing to do, not this broker's replica, or waiting for their delayed
+    upload). The lanes' view under each lease still decides what is copied."""
+    urgencies = [
+        urgency_of(ctx, plan.view)
+        for plan in plans
+        if plan.view is not None and (plan.eligible or (plan.gap is not None and plan.skipped_reason is None))
+    ]
+    return [u.topic_partition for u in sorted(urgencies, key=lambda u: u.key)]
 
 
 def by_urgency(ctx: TieringContext, partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
@@ -134,12 +156,14 @@ def copy_lane(
     broker_id: int | None = None,
     events: EventSink = discard,
     clock: Callable[[], float] = time.monotonic,
+    report: ParallelCopyReport | None = None,
 ) -> ParallelCopyReport:
     """Copy a lane's partitions in the given order on ``copy.concurrency`` threads, each begun
     only as the one before has nothing left to hand out; no segment or partition starts after
-    ``budget_seconds``. One ``PartitionCopyOutcome`` per partition to ``events``, as it ends."""
+    ``budget_seconds``. One ``PartitionCopyOutcome`` per partition to ``events``, as it ends
+    (``report``: the report filled as partitions end, whose ``announce`` hears them instead)."""
     executor = InProcessExecutor(ctx.storage, threads=ctx.config.copy.concurrency)
-    report = copy_partitions(
+    return copy_partitions(
         ctx,
         partitions,
         executor,
@@ -151,8 +175,8 @@ def copy_lane(
         deadline=clock() + budget_seconds,
         clock=clock,
         tell_outcomes=True,
+        report=report,
     )
-    return report
 
 
 @dataclass

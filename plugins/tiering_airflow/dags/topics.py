@@ -4,8 +4,9 @@ For every topic named under ``topics:`` in the config file given by ``TIERING_CO
 Airflow Variable ``tiering_config``):
 
 - ``tiering_copy__<topic>``: a sensor waits until some partition has a segment eligible for
-  copy, a small task lists the topic's partitions on this broker and splits them into lanes, then
-  one mapped copy task per lane runs in the pool ``tiering_uploads``;
+  copy and plans the run, a small task splits the partitions of its plan (those with a segment to
+  copy or a gap to record, most urgent first) into lanes without reading them again, then one
+  mapped copy task per lane runs in the pool ``tiering_uploads``;
 - ``tiering_retention__<topic>``: one mapped retention task per lane.
 
 Their schedules are the config's ``dags.copy.schedule`` (default every 10 minutes) and
@@ -54,7 +55,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, TaskGroup, task
+from airflow.sdk import DAG, TaskGroup, XComArg, task
 
 from tiering_airflow.dag_ids import (
     DEFAULT_COPY_DAG_ID,
@@ -67,7 +68,7 @@ from tiering_airflow.dags.schedules import shortest_period
 from tiering_airflow.hooks.tiering import named_topics
 from tiering_airflow.operators.tiering import TieringCopyLaneOperator, TieringRetentionLaneOperator, as_bool
 from tiering_airflow.params import RETRY_DELAY, on_queue
-from tiering_airflow.sensors.tiering import EligibleSegmentSensor
+from tiering_airflow.sensors.tiering import PLAN_KEY, EligibleSegmentSensor
 from tiering_core.config import DEFAULT_TOPIC, BrokerConfig, PlatformConfig
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -158,9 +159,12 @@ def broker_name(broker_id: int | None) -> str:
 
 
 @task
-def list_partitions(topic: str, broker_id: int | None = None, urgent_first: bool = False) -> list[dict[str, Any]]:
+def list_partitions(
+    topic: str, broker_id: int | None = None, urgent_first: bool = False, plan: list[list[Any]] | None = None
+) -> list[dict[str, Any]]:
     """The lanes over the topic's partitions on the broker, found at run time, as the mapped
-    tasks' arguments; no partition -> the run is skipped."""
+    tasks' arguments (``plan``: the copy sensor's, whose partitions and order they keep, no view
+    read again); no partition -> the run is skipped."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from tiering_airflow.hooks.tiering import broker_config, broker_hook
@@ -171,12 +175,24 @@ def list_partitions(topic: str, broker_id: int | None = None, urgent_first: bool
     partitions = [TopicPartition(topic, p) for p in hook.partitions(topic, config)]
     if not partitions:
         raise AirflowSkipException(f"topic {topic!r} has no partition in {broker_name(broker_id)}'s log dirs")
-    return hook.lanes(partitions, config, urgent_first=urgent_first)
+    return planned_lanes(hook.lanes(partitions, config, urgent_first=urgent_first, plan=plan), broker_id)
+
+
+def planned_lanes(lanes: list[dict[str, Any]], broker_id: int | None) -> list[dict[str, Any]]:
+    """``lanes``; none (the sensor's plan names no partition still on the broker) skips the run."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    if not lanes:
+        raise AirflowSkipException(f"the run's plan names no partition in {broker_name(broker_id)}'s log dirs")
+    return lanes
 
 
 @task
-def list_default_partitions(broker_id: int | None = None, urgent_first: bool = False) -> list[dict[str, Any]]:
-    """The lanes over every partition on the broker of a topic the config does not name."""
+def list_default_partitions(
+    broker_id: int | None = None, urgent_first: bool = False, plan: list[list[Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The lanes over every partition on the broker of a topic the config does not name (``plan``:
+    as ``list_partitions``)."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from tiering_airflow.hooks.tiering import broker_config, broker_hook
@@ -186,15 +202,17 @@ def list_default_partitions(broker_id: int | None = None, urgent_first: bool = F
     partitions = hook.default_partitions(config)
     if not partitions:
         raise AirflowSkipException(f"every topic in {broker_name(broker_id)}'s log dirs has DAGs of its own")
-    return hook.lanes(partitions, config, urgent_first=urgent_first)
+    return planned_lanes(hook.lanes(partitions, config, urgent_first=urgent_first, plan=plan), broker_id)
 
 
-def listing(broker: BrokerConfig | None, topic: str | None = None, *, urgent_first: bool = False) -> Any:
+def listing(broker: BrokerConfig | None, topic: str | None = None, *, plan: Any = None) -> Any:
     """The ``list_partitions`` task of one broker: the lanes over the topic's partitions, or (no
-    topic) over those of every topic the config does not name; ``urgent_first`` for copy."""
+    topic) over those of every topic the config does not name; ``plan`` for copy: the sensor's
+    (its XCom), urgent first."""
     place = on_broker(broker)
     queue = {"queue": place["queue"]} if place else {}
-    broker_id, order = place.get("broker_id"), {"urgent_first": urgent_first}
+    broker_id = place.get("broker_id")
+    order: dict[str, Any] = {} if plan is None else {"urgent_first": True, "plan": plan}
     if topic is None:
         return list_default_partitions.override(task_id="list_partitions", **queue)(broker_id, **order)
     return list_partitions.override(task_id="list_partitions", **queue)(topic, broker_id, **order)
@@ -219,7 +237,7 @@ def copy_dag(dags: TopicDags, topic: str | None) -> DAG:
         for broker in dags.brokers:
             with broker_group(broker):
                 wait = dags.sensor(DEFAULT_TOPIC if topic is None else topic, broker)
-                lanes = listing(broker, topic, urgent_first=True)
+                lanes = listing(broker, topic, plan=XComArg(wait, key=PLAN_KEY))
                 copies = TieringCopyLaneOperator.partial(
                     task_id="copy", pool=UPLOAD_POOL, map_index_template=LANE_LABEL, **on_broker(broker)
                 ).expand_kwargs(lanes)

@@ -38,6 +38,9 @@ class Eligibility:
 
     partitions: list[int] | list[str]
     waiting: list[str] = field(default_factory=list)
+    #: The run's plan handed to its listing task: ``[topic, partition]`` pairs of the partitions with
+    #: a segment to copy now or a tiering gap to record, most urgent first (``runs.lanes``).
+    plan: list[list[Any]] = field(default_factory=list)
 
 
 def resolve_config_path(explicit: str | None = None) -> str:
@@ -276,20 +279,30 @@ class TieringHook(BaseHook):
         return [log.topic_partition for log in select_partitions(config) if log.topic_partition.topic not in named]
 
     def lanes(
-        self, partitions: list[TopicPartition], config: PlatformConfig | None = None, *, urgent_first: bool = False
+        self,
+        partitions: list[TopicPartition],
+        config: PlatformConfig | None = None,
+        *,
+        urgent_first: bool = False,
+        plan: list[list[Any]] | None = None,
     ) -> list[dict[str, Any]]:
         """The run's lanes over ``partitions`` as the mapped tasks' arguments (``runs.lanes``):
         at most ``copy.lanes``, and never more than the scheduler's ``[core] max_map_length``, read
-        now (a listing task runs this, not the DAG file's parse). ``urgent_first`` orders a share
-        beyond the bound most urgent first (copy); else by topic and partition (retention)."""
+        now (a listing task runs this, not the DAG file's parse). ``plan``: the sensor's
+        (``Eligibility.plan``), which keeps of ``partitions`` those it names, in its order, and
+        reads no view. Without it ``urgent_first`` orders a share beyond the bound most urgent
+        first, from views read now (copy); else by topic and partition (retention)."""
         from airflow.sdk import conf
 
-        from tiering_core.runs.lanes import by_urgency, lane_bound, split_into_lanes
+        from tiering_core.runs.lanes import by_urgency, lane_bound, lane_partitions, split_into_lanes
 
         config = config or self.get_config()
         bound = lane_bound(config.copy.lanes, conf.getint("core", "max_map_length"))
         ordered = sorted(partitions)
-        if urgent_first and len(ordered) > bound:
+        if plan is not None:
+            here = set(partitions)
+            ordered = [tp for tp in lane_partitions(plan) if tp in here]
+        elif urgent_first and len(ordered) > bound:
             with self.get_conn(config) as ctx:
                 ordered = by_urgency(ctx, ordered)
         return [lane.to_dict() for lane in split_into_lanes(ordered, bound)]
@@ -305,6 +318,7 @@ class TieringHook(BaseHook):
         from tiering_core.cli.output import copy_delay_words
         from tiering_core.config import DEFAULT_TOPIC
         from tiering_core.runs.copy_plan import plan_copies
+        from tiering_core.runs.lanes import planned_order
 
         default = topic == DEFAULT_TOPIC
         with self.get_conn(config) as ctx:
@@ -315,10 +329,12 @@ class TieringHook(BaseHook):
                 if (tp.topic not in named if default else tp.topic == topic)
             ]
             plans = plan_copies(ctx, selected, broker_id=observing_broker(ctx.config), now_ms=now_ms)
+            order = planned_order(ctx, plans)
         found = [plan.topic_partition for plan in plans if plan.eligible]
         waiting = [
             f"{plan.topic_partition}: {copy_delay_words(plan.delay.to_dict())}"
             for plan in plans
             if plan.delay is not None and plan.skipped_reason is None
         ]
-        return Eligibility([str(tp) for tp in found] if default else [tp.partition for tp in found], waiting)
+        labels = [str(tp) for tp in found] if default else [tp.partition for tp in found]
+        return Eligibility(labels, waiting, [[tp.topic, tp.partition] for tp in order])

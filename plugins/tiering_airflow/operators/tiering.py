@@ -1,6 +1,5 @@
 """Thin operators: one copy, retention, removal or DeleteRecords run for one partition, or a
 lane's copy or retention run over its share of a broker's partitions, over ``tiering_core``.
-
 Each returns the core's result (``to_dict()``) to XCom. Heavy modules are imported inside
 ``execute`` so that DAG files using these operators parse fast.
 
@@ -237,27 +236,42 @@ def results_of(report: Any) -> list[dict[str, Any]]:
 class TieringCopyLaneOperator(TieringLaneOperator):
     """Copy a lane's partitions, most urgent first, on ``copy.concurrency`` threads within
     ``copy.budget_seconds`` (what the budget leaves is the next run's); a tiering gap fails the
-    lane without retries once the other partitions ran."""
+    lane without retries once the other partitions ran. What ended so far is in the XCom while it
+    works and once it is stopped (``operators.progress``); ``on_kill`` ends the budget at once."""
+
+    PROGRESS_SECONDS = 10.0  # how often, at most, the results so far are pushed while it works
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
+        from tiering_airflow.operators.progress import LaneProgress
         from tiering_core.runs.lanes import copy_lane
 
-        tps = self.topic_partitions()
         hook = self.hook()
         config = broker_config(hook)
-        with hook.get_conn(config) as ctx:
-            report = copy_lane(
-                ctx,
-                tps,
-                run_id=context["run_id"],
-                budget_seconds=config.copy.budget_seconds,
-                attempt=task_attempt(context),
-                broker_id=observing_broker(config),
-                events=self.tell,
-            )
-        results = results_of(report)
-        self.finish(context, results, len(report.gaps), report.failures)
+        self.progress = progress = LaneProgress(context, self.tell, results_of, self.PROGRESS_SECONDS)
+        try:
+            with hook.get_conn(config) as ctx:
+                copy_lane(
+                    ctx,
+                    self.topic_partitions(),
+                    run_id=context["run_id"],
+                    budget_seconds=config.copy.budget_seconds,
+                    attempt=task_attempt(context),
+                    broker_id=observing_broker(config),
+                    events=self.tell,
+                    clock=progress.clock,
+                    report=progress.report,
+                )
+        except BaseException:
+            progress.push()  # what ended before the lane was stopped
+            raise
+        results = results_of(progress.report)
+        self.finish(context, results, len(progress.report.gaps), progress.report.failures)
         return results
+
+    def on_kill(self) -> None:
+        if getattr(self, "progress", None) is not None:
+            self.log.warning("lane %s: the task is being killed; nothing new starts", self.lane)
+            self.progress.killed = True
 
 
 class TieringRetentionLaneOperator(TieringLaneOperator):

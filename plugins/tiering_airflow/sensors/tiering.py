@@ -10,6 +10,10 @@ the reason in the task's log, and its copy tasks with it. A partition whose clos
 for their delayed upload (``remote.copy.lag.ms``/``remote.copy.lag.bytes``, KIP-1241) is not
 eligible yet; each check says in the log why it waits.
 
+The check is the run's plan, and it is handed on: the XCom ``copy_plan`` holds the partitions
+with a segment to copy now or a tiering gap to record, ``[topic, partition]`` pairs most urgent
+first, which the listing task splits into lanes without reading any view again.
+
 ``broker_id`` names the broker whose log dirs it plans on (the cluster form gives each broker's
 sensor its id and queue); its plans record that broker's observations. Its trigger carries the
 id too, so a deferred wait reads the same broker's disks: in the cluster form only a triggerer
@@ -27,6 +31,16 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from tiering_airflow.hooks.tiering import TieringHook, broker_config, broker_hook
 from tiering_airflow.triggers.tiering import EligibleSegmentTrigger
 from tiering_core.config import DEFAULT_TOPIC
+
+#: The XCom key of the run's plan (``Eligibility.plan``), which the listing task reads.
+PLAN_KEY = "copy_plan"
+
+
+def hand_on(context: Any, plan: list[list[Any]]) -> None:
+    """The run's plan to the listing task (XCom ``copy_plan``); a check outside a task run keeps it."""
+    ti = context.get("ti")
+    if ti is not None:
+        ti.xcom_push(key=PLAN_KEY, value=plan)
 
 
 class EligibilityCheckError(Exception):
@@ -75,6 +89,8 @@ class EligibleSegmentSensor(BaseSensorOperator):
         for line in eligibility.waiting:
             self.log.info("%s", line)
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, found or "none")
+        if found:
+            hand_on(context, eligibility.plan)
         return PokeReturnValue(is_done=bool(found), xcom_value=found)
 
     def execute(self, context: Any) -> Any:
@@ -100,4 +116,5 @@ class EligibleSegmentSensor(BaseSensorOperator):
         if event.get("status") != "eligible":
             raise EligibilityCheckError(f"{self.topic}: eligibility check failed: {event.get('message')}")
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, event["partitions"])
+        hand_on(context, list(event.get("plan", [])))
         return list(event["partitions"])

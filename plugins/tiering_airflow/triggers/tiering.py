@@ -23,7 +23,7 @@ DEFAULT_POLL_TIMEOUT = 300.0
 
 
 class EligibleSegmentTrigger(BaseTrigger):
-    """Fires ``{"status": "eligible", "topic", "partitions"}`` once; a failed poll fires ``status: error``.
+    """Fires ``{"status": "eligible", "topic", "partitions", "plan"}`` once; a failed poll fires ``status: error``.
 
     ``topic="*"`` watches every topic the config does not name (the ``"*"`` default); its
     partitions are then ``<topic>-<partition>`` labels rather than numbers. ``broker_id``: the
@@ -47,6 +47,8 @@ class EligibleSegmentTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.poll_timeout = poll_timeout
         self.broker_id = broker_id
+        #: The last poll's plan, handed to the task with the event that ends the wait.
+        self.plan: list[list[Any]] = []
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs: dict[str, Any] = {
@@ -61,11 +63,13 @@ class EligibleSegmentTrigger(BaseTrigger):
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     def eligible_partitions(self) -> list[int] | list[str]:
+        """The partitions eligible now; the poll's plan (``Eligibility.plan``) kept in ``plan``."""
         eligibility = TieringHook(
             config_path=self.config_path, aws_conn_id=self.aws_conn_id, broker_id=self.broker_id
         ).eligibility(self.topic)
         for line in eligibility.waiting:
             self.log.info("%s", line)
+        self.plan = eligibility.plan
         return eligibility.partitions
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -86,7 +90,8 @@ class EligibleSegmentTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "topic": self.topic, "message": f"{type(exc).__name__}: {exc}"})
                 return
             if partitions:
-                yield TriggerEvent({"status": "eligible", "topic": self.topic, "partitions": partitions})
+                event = {"status": "eligible", "topic": self.topic, "partitions": partitions, "plan": self.plan}
+                yield TriggerEvent(event)
                 return
             self.log.debug("%s: nothing eligible yet; next poll in %.0f s", self.topic, self.poll_interval)
             await asyncio.sleep(self.poll_interval)
