@@ -1,4 +1,4 @@
-"""Erasure by record key across the tiered log (``tiering erase``, docs/kafka-rules.md section 11).
+"""Erasure by record key across the tiered log (``tiering erase``, docs/kafka-rules.md section 12).
 
 Kafka cannot remove single records, and the tier keeps segments for years: an erasure copies
 each remote segment holding a record of the keys again without those records, as Kafka's log
