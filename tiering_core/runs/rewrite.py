@@ -42,6 +42,7 @@ from tiering_core.runs.segment_ops import (
     segment_ref,
     stored_epoch_index,
 )
+from tiering_core.storage.key_filter import with_key_filter
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CopyRecord, SegmentManifest
 
@@ -94,7 +95,8 @@ def run_rewrite(
                 result.segments_current += 1
                 continue
             result.stored_bytes_before += sum(e.stored_size or e.size for e in manifest.objects.values())
-            rewritten = _rewrite_segment(ctx, segment, [k for k in ObjectKind if k in manifest.objects], held)
+            kinds: list[ObjectKind] = [k for k in manifest.objects if k != ObjectKind.KEY_FILTER]  # made anew
+            rewritten = _rewrite_segment(ctx, segment, kinds, held)
             result.stored_bytes_after += rewritten
             result.segments_rewritten += 1
     result.seconds = time.monotonic() - started
@@ -125,7 +127,8 @@ def replace_segment(
     offsets and leader epochs; ``size_bytes``: its log's size when it differs) and put it in the
     segment's place: its FINISHED and the old one's DELETE_SEGMENT_STARTED in one fenced
     transaction, the old objects deleted after. Its manifest holds the segment's metadata, and as
-    its epoch index the leader-epoch checkpoint it uploads again. Rewrite and erase both do it here."""
+    its epoch index the leader-epoch checkpoint it uploads again; beside the log, its key filter
+    (made anew, so a segment copied before filters gets one). Rewrite and erase both do it here."""
     store, storage = ctx.metadata, ctx.storage
     started = segment if size_bytes is None else dataclasses.replace(segment, size_bytes=size_bytes)
     copy = start_index_repair(store, started, held.require())  # COPY_SEGMENT_STARTED, a fresh id
@@ -136,7 +139,7 @@ def replace_segment(
             key = segment_ref(segment).key(ObjectKind.LEADER_EPOCH_CHECKPOINT, storage.prefix)
             epoch_index = stored_epoch_index(checkpoint, key)
         facts = segment_facts(copy, epoch_index)
-        manifest = storage.copy_segment(segment_ref(copy), dict(files), facts=facts)
+        manifest = storage.copy_segment(segment_ref(copy), with_key_filter(files), facts=facts)
         held.renew()
         store.supersede_segment(
             segment.segment_id,
