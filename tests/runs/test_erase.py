@@ -30,9 +30,14 @@ from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.erasures import FINISHED as ERASURE_FINISHED
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.reader import FetchedRecord, IsolationLevel, open_reader
+from tiering_core.read.restore import download_object
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.erase import ErasureRequest, run_erase
+from tiering_core.runs.lease import held_partition
+from tiering_core.runs.rewrite import replace_segment
 from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.storage.key_filter import KeyFilter
+from tiering_core.storage.layout import ObjectKind
 
 pytestmark = pytest.mark.xdist_group("erase")
 
@@ -127,13 +132,15 @@ def test_erase_removes_the_keys_and_keeps_every_other_record_and_segment(tiering
     before = served(tiering_env, w)
     segments_before = finished(tiering_env, w)
     objects_before = objects(tiering_env, w)
+    read = maybe_holding(tiering_env, w, {ERASED, OTHER_ERASED})  # the 3 holding them, any false positive
     result = erase(tiering_env, ERASED, OTHER_ERASED)
 
     assert not result.failures
     (partition,) = result.partitions
     erased = [r for r in before if r.key in (ERASED, OTHER_ERASED)]
     assert partition.records_removed == len(erased) == 5
-    assert (partition.segments_read, len(partition.hits), partition.segments_unchanged) == (4, 3, 1)
+    assert (partition.segments_read, partition.segments_filtered_out, len(partition.hits)) == (read, 4 - read, 3)
+    assert partition.segments_unchanged == read - 3
     assert_erased(tiering_env, w, before, {ERASED, OTHER_ERASED})
     after = finished(tiering_env, w)
     assert [(s.start_offset, s.end_offset, s.leader_epochs) for s in after] == [
@@ -152,7 +159,7 @@ def test_erase_removes_the_keys_and_keeps_every_other_record_and_segment(tiering
         assert ctx.metadata.get_remote_log_start_offset(tip_of(w)) == segments_before[0].start_offset
 
     again = erase(tiering_env, ERASED, OTHER_ERASED)
-    assert (again.partitions[0].records_removed, again.partitions[0].segments_unchanged) == (0, 4)
+    assert (again.partitions[0].records_removed, len(again.partitions[0].hits)) == (0, 0)
     assert [s.segment_id for s in finished(tiering_env, w)] == [s.segment_id for s in after]
 
 
@@ -176,6 +183,7 @@ def test_the_audit_trail_holds_the_keys_hashes_and_never_a_key(
     tiering_env: TieringEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
     w = copied(tiering_env)
+    read = maybe_holding(tiering_env, w, {ERASED})
     result = erase(tiering_env, ERASED)
     with tiering_env.context() as ctx:
         (record,) = ctx.metadata.erasures("orders")
@@ -184,7 +192,7 @@ def test_the_audit_trail_holds_the_keys_hashes_and_never_a_key(
     assert [(s.old_segment_id, s.new_segment_id, s.records_removed) for s in record.segments] == [
         (h.segment_id, h.new_segment_id, h.records_removed) for h in result.partitions[0].hits
     ]
-    assert record.records_removed == 4 and record.segments_read == 4
+    assert record.records_removed == 4 and record.segments_read == read
     store_file = Path(tiering_env.metadata_url.removeprefix("sqlite:///"))
     stored = b"".join(p.read_bytes() for p in store_file.parent.glob(store_file.name + "*"))
     assert ERASED not in stored and ERASED.hex().encode() not in stored
@@ -310,3 +318,76 @@ def test_an_erasure_killed_is_finished_by_the_next_run(tiering_env: TieringEnv, 
     assert result.partitions[0].segments_cleaned_up == 1
     assert len(result.partitions[0].hits) == (1 if where == "upload" else 0)
     assert_erased(tiering_env, w, before, {ERASED})
+
+
+def copied_before_filters(env: TieringEnv, w: PartitionWriter, index: int, work: Path) -> str:
+    """The ``index``-th segment copied again as a release before key filters copied it: the same
+    objects without a key filter; its new segment id."""
+    with env.context() as ctx:
+        segment = finished(env, w)[index]
+        manifest = ctx.storage.read_manifest(segment_ref(segment))
+        assert manifest is not None and ObjectKind.KEY_FILTER in manifest.objects
+        files = {}
+        for kind in manifest.objects:
+            if kind != ObjectKind.KEY_FILTER:
+                download_object(ctx.storage, segment, kind, work / kind.value)
+                files[kind] = (work / kind.value).read_bytes()  # bytes: no filter is made of them
+        with held_partition(ctx.metadata, tip_of(w), holder="test:old-release") as held:
+            return replace_segment(ctx, segment, files, held).segment_id
+
+
+def maybe_holding(env: TieringEnv, w: PartitionWriter, keys: set[bytes]) -> int:
+    """How many finished segments have a key filter that may hold one of ``keys``."""
+    filters = [key_filter_of(env, s) for s in finished(env, w)]
+    assert all(f is not None for f in filters)
+    return sum(any(f.may_contain(k) for k in keys) for f in filters if f is not None)
+
+
+def key_filter_of(env: TieringEnv, segment) -> KeyFilter | None:  # type: ignore[no-untyped-def]
+    with env.context() as ctx:
+        manifest = ctx.storage.read_manifest(segment_ref(segment))
+        assert manifest is not None
+        if ObjectKind.KEY_FILTER not in manifest.objects:
+            return None
+        return KeyFilter.from_bytes(ctx.storage.fetch(segment_ref(segment), ObjectKind.KEY_FILTER))
+
+
+@SQLITE
+def test_only_segments_whose_filter_may_hold_a_key_are_read(tiering_env: TieringEnv, tmp_path: Path) -> None:
+    """Copy writes each segment's key filter (checked like every object of the manifest); erase
+    reads only the segments it may hold a key of, and every segment copied before filters, which
+    gets one when it is copied again."""
+    w = copied(tiering_env)
+    before = served(tiering_env, w)
+    segments = finished(tiering_env, w)
+    filters = [key_filter_of(tiering_env, s) for s in segments]
+    assert all(f is not None for f in filters)
+    maybe = [f is not None and f.may_contain(OTHER_ERASED) for f in filters]
+    assert maybe[1] and sum(maybe) < 4  # the segment holding it, and only a false positive beside it
+
+    result = erase(tiering_env, OTHER_ERASED)
+    (partition,) = result.partitions
+    assert (partition.segments_read, partition.segments_filtered_out) == (sum(maybe), 4 - sum(maybe))
+    assert [h.segment_id for h in partition.hits] == [str(segments[1].segment_id)]
+    new = finished(tiering_env, w)[1]
+    rebuilt = key_filter_of(tiering_env, new)
+    assert rebuilt is not None and rebuilt.may_contain(b"c")
+    assert_erased(tiering_env, w, before, {OTHER_ERASED})
+
+    (tmp_path / "0").mkdir()
+    (tmp_path / "3").mkdir()
+    first = copied_before_filters(tiering_env, w, 0, tmp_path / "0")  # holds ERASED
+    last = copied_before_filters(tiering_env, w, 3, tmp_path / "3")  # holds no key
+    current = finished(tiering_env, w)
+    assert key_filter_of(tiering_env, current[0]) is None and key_filter_of(tiering_env, current[3]) is None
+    filtered = key_filter_of(tiering_env, current[1])
+    assert filtered is not None
+    again = erase(tiering_env, ERASED).partitions[0]
+    expected_read = 2 + 1 + filtered.may_contain(ERASED)  # no filter: 0 and 3; the filter of 2 holds it
+    assert (again.segments_read, again.segments_filtered_out) == (expected_read, 4 - expected_read)
+    assert {h.segment_id for h in again.hits} == {first, str(current[2].segment_id)}
+    after = finished(tiering_env, w)
+    given = key_filter_of(tiering_env, after[0])  # copied again: now with a filter
+    assert given is not None and given.may_contain(b"a") and given.may_contain(b"b")
+    assert str(after[3].segment_id) == last and key_filter_of(tiering_env, after[3]) is None  # left alone
+    assert_erased(tiering_env, w, before, {ERASED, OTHER_ERASED})

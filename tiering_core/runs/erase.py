@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.errors import TieringError
+from tiering_core.errors import CorruptLogError, TieringError
 from tiering_core.kafka.cleaner import CleanerResult, clean_segment
+from tiering_core.kafka.files import read_regular
 from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.erasures import FINISHED, ErasureRecord, SegmentErasure
@@ -39,6 +40,7 @@ from tiering_core.runs.lease import held_partition
 from tiering_core.runs.rewrite import replace_segment
 from tiering_core.runs.segment_copy import recover_failed_copies
 from tiering_core.runs.segment_ops import segment_ref
+from tiering_core.storage.key_filter import HEADER, MAX_BITS, KeyFilter, KeyFilterError
 from tiering_core.storage.layout import ObjectKind
 
 if TYPE_CHECKING:
@@ -48,7 +50,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The objects an erasure makes anew: the log without the records, and its position indexes.
-REBUILT_KINDS = frozenset({ObjectKind.LOG, ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.MANIFEST})
+REBUILT_KINDS = frozenset(
+    {ObjectKind.LOG, ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.KEY_FILTER, ObjectKind.MANIFEST}
+)
+
+#: The largest key filter read: its header and the most bits a filter may have.
+MAX_KEY_FILTER_BYTES = HEADER.size + MAX_BITS // 8
 
 
 def key_sha256(key: bytes) -> str:
@@ -93,12 +100,14 @@ class SegmentHit:
 
 @dataclass
 class PartitionErasure:
-    """One partition's erasure: segments read, those holding the keys, and the cleanup of killed runs."""
+    """One partition's erasure: segments read, those whose key filter ruled every key out (never
+    read), those holding the keys, and the cleanup of killed runs."""
 
     topic: str
     partition: int
     topic_id: str
     segments_read: int = 0
+    segments_filtered_out: int = 0
     segments_unchanged: int = 0
     segments_cleaned_up: int = 0
     hits: list[SegmentHit] = field(default_factory=list)
@@ -201,6 +210,21 @@ def clean_remote_segment(
     return CleanedSegment(target, result)
 
 
+def may_hold_keys(ctx: TieringContext, segment: RemoteLogSegmentMetadata, keys: frozenset[bytes], work: Path) -> bool:
+    """False only when the segment's key filter, read through the checked reader, holds none of
+    ``keys``; True for a segment copied before filters (it has none: its log is read)."""
+    target = work / ObjectKind.KEY_FILTER.value
+    if download_object(ctx.storage, segment, ObjectKind.KEY_FILTER, target) < 0:
+        return True
+    try:
+        key_filter = KeyFilter.from_bytes(read_regular(target, MAX_KEY_FILTER_BYTES, "key filter"))
+    except (KeyFilterError, CorruptLogError) as exc:
+        raise TieringError(f"segment {segment.segment_id}: its key filter is unusable: {exc}") from None
+    finally:
+        target.unlink()
+    return any(key_filter.may_contain(k) for k in keys)
+
+
 def plan_partition_erasure(ctx: TieringContext, tip: TopicIdPartition, request: ErasureRequest) -> PartitionErasure:
     """What ``erase_partition`` would remove, read without the lease: writes nothing."""
     out = PartitionErasure(tip.topic, tip.partition, tip.topic_id, dry_run=True)
@@ -215,9 +239,13 @@ def plan_partition_erasure(ctx: TieringContext, tip: TopicIdPartition, request: 
 def _cleaned_segments(
     ctx: TieringContext, tip: TopicIdPartition, request: ErasureRequest, out: PartitionErasure
 ) -> Iterator[tuple[RemoteLogSegmentMetadata, CleanedSegment]]:
-    """Each finished segment of ``tip`` with its cleaned log, in a scratch directory alive until the next."""
+    """Each finished segment of ``tip`` that may hold a key with its cleaned log, in a scratch
+    directory alive until the next; a segment whose key filter rules every key out is not read."""
     for segment in _finished(ctx, tip):
         with tempfile.TemporaryDirectory(prefix="tiering-erase-") as work:
+            if not may_hold_keys(ctx, segment, request.keys, Path(work)):
+                out.segments_filtered_out += 1
+                continue
             cleaned = clean_remote_segment(ctx, segment, request.keys, Path(work))
             out.segments_read += 1
             yield segment, cleaned
