@@ -391,3 +391,29 @@ def test_only_segments_whose_filter_may_hold_a_key_are_read(tiering_env: Tiering
     assert given is not None and given.may_contain(b"a") and given.may_contain(b"b")
     assert str(after[3].segment_id) == last and key_filter_of(tiering_env, after[3]) is None  # left alone
     assert_erased(tiering_env, w, before, {ERASED, OTHER_ERASED})
+
+
+@SQLITE
+def test_a_segment_left_without_records_stays_empty_and_reads_go_on_after_it(tiering_env: TieringEnv) -> None:
+    """Every record of a segment erased (no producer id: no batch kept): the segment stays, with an
+    empty log, its offsets unchanged; a fetch inside it returns the next kept record."""
+    w = tiering_env.writer()
+    w.append([(b"a", b"1")])
+    w.roll()
+    w.append([(ERASED, b"2"), (ERASED, b"3")])
+    w.roll()
+    w.append([(b"b", b"4")])
+    w.roll()
+    w.set_high_watermark()
+    with tiering_env.context() as ctx:
+        run_copy(ctx, w.tp)
+    before = served(tiering_env, w)
+    assert erase(tiering_env, ERASED).partitions[0].records_removed == 2
+    assert [(s.start_offset, s.end_offset, s.size_bytes == 0) for s in finished(tiering_env, w)] == [
+        (0, 0, False),
+        (1, 2, True),
+        (3, 3, False),
+    ]
+    assert_erased(tiering_env, w, before, {ERASED})
+    with tiering_env.context() as ctx:
+        assert [(r.offset, r.value) for r in open_reader(ctx, w.tp).read(1, 10)] == [(3, b"4")]
