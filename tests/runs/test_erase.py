@@ -417,3 +417,28 @@ def test_a_segment_left_without_records_stays_empty_and_reads_go_on_after_it(tie
     assert_erased(tiering_env, w, before, {ERASED})
     with tiering_env.context() as ctx:
         assert [(r.offset, r.value) for r in open_reader(ctx, w.tp).read(1, 10)] == [(3, b"4")]
+
+
+@SQLITE
+def test_partition_selects_the_partitions_erased_and_an_unknown_one_is_refused(
+    tiering_env: TieringEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    writers = []
+    for partition in (0, 1):
+        w = tiering_env.writer(partition=partition)
+        w.append([(ERASED, b"x"), (b"kept", b"y")])
+        w.roll()
+        w.set_high_watermark()
+        with tiering_env.context() as ctx:
+            run_copy(ctx, w.tp)
+        writers.append(w)
+    config = str(tiering_env.config_path)
+    argv = ["--config", config, "--json", "erase", "--topic", "orders", "--key", ERASED.decode(), "--yes"]
+    assert main([*argv, "--partition", "7"]) == 1
+    assert (
+        capsys.readouterr().err.strip() == "tiering: partition(s) [7] of topic orders have nothing in the remote tier"
+    )
+    assert main([*argv, "--partition", "1"]) == 0
+    assert [p["partition"] for p in json.loads(capsys.readouterr().out)["partitions"]] == [1]
+    assert [r.key for r in served(tiering_env, writers[0])] == [ERASED, b"kept"]
+    assert [r.key for r in served(tiering_env, writers[1])] == [b"kept"]

@@ -146,20 +146,18 @@ class ErasureResult:
 def erasure_targets(ctx: TieringContext, request: ErasureRequest) -> list[TopicIdPartition]:
     """The partitions of the request the store holds (every topic id of the name: a topic deleted
     and recreated keeps its older tier until retention), live ones only (not being removed)."""
-    wanted = set(request.partitions)
-    found = [
+    held = [
         TopicIdPartition(p.topic_id, p.topic_partition)
         for p in ctx.metadata.list_partitions()
-        if p.topic == request.topic
-        and not p.dropped
-        and p.delete_state is None
-        and (not wanted or p.partition in wanted)
+        if p.topic == request.topic and not p.dropped and p.delete_state is None
     ]
-    missing = wanted - {t.partition for t in found}
-    if not found or missing:
-        which = f"partition(s) {sorted(missing)} of " if missing and found else ""
-        raise TieringError(f"{which}topic {request.topic} has nothing in the remote tier to erase from")
-    return found
+    if not held:
+        raise TieringError(f"topic {request.topic} has nothing in the remote tier to erase from")
+    wanted = set(request.partitions) or {t.partition for t in held}
+    missing = wanted - {t.partition for t in held}
+    if missing:
+        raise TieringError(f"partition(s) {sorted(missing)} of topic {request.topic} have nothing in the remote tier")
+    return [t for t in held if t.partition in wanted]
 
 
 def run_erase(
