@@ -18,7 +18,10 @@ def test_an_erasure_is_updated_as_it_goes_and_read_back_newest_first(metadata_ur
     with RemoteLogMetadataStore(metadata_url) as store:
         store.record_erasure(first)
         store.record_erasure(other)
-        going = replace(first, segments=(SegmentErasure("old-1", "new-1", 4),), segments_read=2)
+        going = replace(first, segments=(SegmentErasure("old-1", None, 4),), segments_read=2)
+        store.record_erasure(going)
+        assert store.erasures("orders") == [going] and going.records_removed == 0  # under way
+        going = replace(going, segments=(SegmentErasure("old-1", "new-1", 4),))
         store.record_erasure(going)
         done = replace(
             going, segments=(*going.segments, SegmentErasure("old-2", "new-2", 1)), outcome=FINISHED, finished_ms=30

@@ -110,7 +110,8 @@ def format_erasures(records: list[ErasureRecord]) -> str:
         return "no erasure recorded"
     return "\n".join(
         f"{r.erasure_id} {r.topic}-{r.partition} {r.outcome}: {len(r.key_sha256)} key(s), "
-        f"{len(r.segments)} segment(s) copied again, {r.records_removed} record(s) removed, "
+        f"{sum(s.new_segment_id is not None for s in r.segments)} segment(s) copied again, "
+        f"{r.records_removed} record(s) removed, "
         f"by {r.requested_by}, started {r.started_ms}"
         for r in records
     )

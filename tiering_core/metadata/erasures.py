@@ -25,10 +25,12 @@ FINISHED = "finished"
 
 @dataclass(frozen=True)
 class SegmentErasure:
-    """One segment copied again without the erased keys: the old and the new segment id."""
+    """One segment copied again without the erased keys: the old and the new segment id (None
+    while the copy is under way: a run killed then left it so, and its rerun erases it again
+    if the switch did not land)."""
 
     old_segment_id: str
-    new_segment_id: str
+    new_segment_id: str | None
     records_removed: int
 
 
@@ -50,7 +52,8 @@ class ErasureRecord:
 
     @property
     def records_removed(self) -> int:
-        return sum(s.records_removed for s in self.segments)
+        """Of the segments switched (a copy under way is not counted)."""
+        return sum(s.records_removed for s in self.segments if s.new_segment_id is not None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, for ``erase --status --json``."""
@@ -99,7 +102,10 @@ class ErasureStore(StoreCore):
                 tuple(json.loads(row.key_sha256)),
                 row.requested_by,
                 row.started_ms,
-                tuple(SegmentErasure(str(s[0]), str(s[1]), int(s[2])) for s in json.loads(row.segments)),
+                tuple(
+                    SegmentErasure(str(s[0]), None if s[1] is None else str(s[1]), int(s[2]))
+                    for s in json.loads(row.segments)
+                ),
                 row.segments_read,
                 row.outcome,
                 row.finished_ms,

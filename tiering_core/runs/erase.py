@@ -270,11 +270,13 @@ def erase_partition(
             if not cleaned.result.changed:
                 out.segments_unchanged += 1
                 continue
+            pending = SegmentErasure(str(segment.segment_id), None, cleaned.result.records_removed)
+            done = record.segments
+            record = replace(record, segments=(*done, pending), segments_read=out.segments_read)
+            ctx.metadata.record_erasure(record)  # before the switch: a kill after it leaves it named
             new_id = _copy_cleaned(ctx, segment, cleaned, held)
-            hit = _hit(segment, cleaned.result, new_id)
-            out.hits.append(hit)
-            erased = SegmentErasure(hit.segment_id, new_id, hit.records_removed)
-            record = replace(record, segments=(*record.segments, erased), segments_read=out.segments_read)
+            out.hits.append(_hit(segment, cleaned.result, new_id))
+            record = replace(record, segments=(*done, replace(pending, new_segment_id=new_id)))
             ctx.metadata.record_erasure(record)
         ctx.metadata.record_erasure(
             replace(record, segments_read=out.segments_read, outcome=FINISHED, finished_ms=_now_ms())
