@@ -1,21 +1,19 @@
-"""``tiering erase``: the right to erasure by record key across the remote tier (its options, its
-handler and its lines). No key is ever printed: the lines and ``--json`` name keys by SHA-256."""
+"""``tiering erase``: the right to erasure by record key across the remote tier (its options and
+its handler; its lines are ``runs/erase_report.py``'s). No key is ever printed: the lines and
+``--json`` name keys by SHA-256."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tiering_core.cli.commands import command_context
 from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from tiering_core.cli.output import output_for
 from tiering_core.errors import TieringError
-
-if TYPE_CHECKING:
-    from tiering_core.metadata.erasures import ErasureRecord
-    from tiering_core.runs.erase import ErasureResult
+from tiering_core.runs.erase_report import format_erasure, format_erasures
 
 
 def add_erase_command(sub: Any) -> None:
@@ -78,40 +76,3 @@ def _status(args: argparse.Namespace) -> int:
         records = ctx.metadata.erasures(args.topic)
     output_for(bool(args.json)).result([r.to_dict() for r in records], lambda: format_erasures(records))
     return EXIT_OK
-
-
-def format_erasure(result: ErasureResult) -> str:
-    """One line per segment holding the keys, one per partition, and the summary line."""
-    verb = "would remove" if result.dry_run else "removed"
-    lines = []
-    for p in result.partitions:
-        for hit in p.hits:
-            copied = f" (now {hit.new_segment_id})" if hit.new_segment_id else ""
-            lines.append(
-                f"{p.topic}-{p.partition}: segment {hit.segment_id} [{hit.start_offset}..{hit.end_offset}]: "
-                f"{verb} {hit.records_removed} record(s){copied}"
-            )
-        lines.append(
-            f"{p.topic}-{p.partition}: read {p.segments_read} segment(s), {len(p.hits)} held the key(s), "
-            f"{p.segments_unchanged} left as they were"
-        )
-    removed = sum(p.records_removed for p in result.partitions)
-    failed = f", {len(result.failures)} partition(s) failed" if result.failures else ""
-    lines.append(
-        f"erase{' (dry run)' if result.dry_run else ''} {result.erasure_id}: {len(result.key_sha256)} key(s), "
-        f"{len(result.partitions)} partition(s), {verb} {removed} record(s){failed}"
-    )
-    return "\n".join(lines)
-
-
-def format_erasures(records: list[ErasureRecord]) -> str:
-    """The audit trail, one line per erasure and partition, newest first."""
-    if not records:
-        return "no erasure recorded"
-    return "\n".join(
-        f"{r.erasure_id} {r.topic}-{r.partition} {r.outcome}: {len(r.key_sha256)} key(s), "
-        f"{sum(s.new_segment_id is not None for s in r.segments)} segment(s) copied again, "
-        f"{r.records_removed} record(s) removed, "
-        f"by {r.requested_by}, started {r.started_ms}"
-        for r in records
-    )
