@@ -294,13 +294,15 @@ KILL_DURING_ERASE = textwrap.dedent(
 
 @SQLITE
 @pytest.mark.parametrize("where", ["upload", "switch"])
-def test_an_erasure_killed_is_finished_by_the_next_run(tiering_env: TieringEnv, where: str) -> None:
+def test_an_erasure_killed_is_finished_by_the_next_run(tiering_env: TieringEnv, where: str, tmp_path: Path) -> None:
     w = copied(tiering_env)
     before = served(tiering_env, w)
+    scratch = tmp_path / "scratch"  # what the killed run could not remove stays in the test's directory
+    scratch.mkdir()
     proc = subprocess.run(
         [sys.executable, "-c", KILL_DURING_ERASE, str(tiering_env.config_path), where, ERASED.hex()],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)},
         capture_output=True,
         timeout=120,
     )
