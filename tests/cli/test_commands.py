@@ -56,7 +56,7 @@ def test_status_copy_segments_json_contract(fs_env: TieringEnv, capsys: pytest.C
         "objects",
     }
     assert seg["leader_epochs"] == {"0": 0, "3": 10} and seg["state"] == "COPY_SEGMENT_FINISHED"
-    assert set(seg["objects"]) == {"log", "index", "timeindex", "snapshot", "leader-epoch-checkpoint"}
+    assert set(seg["objects"]) == {"log", "index", "timeindex", "snapshot", "leader-epoch-checkpoint", "keyfilter"}
     code, out, _ = run(capsys, "--config", cfg, "status")
     assert code == 0 and "orders-0" in out
 

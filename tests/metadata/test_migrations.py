@@ -16,6 +16,7 @@ from sqlalchemy import Engine, create_engine, inspect, text
 
 import tiering_core.metadata.migrations
 from tests.metadata.support import finish, refused_then_upgraded, segment, start_in, tip, worker
+from tiering_core.metadata.erasures import ErasureRecord, SegmentErasure
 from tiering_core.metadata.errors import MetadataStoreError, SchemaAheadError
 from tiering_core.metadata.migrations import current_revision, downgrade, head_revision, upgrade
 from tiering_core.metadata.models import DIALECT_INDEXES, Base
@@ -385,6 +386,33 @@ def test_0011_trims_the_gaps_recorded_below_the_global_log_start(metadata_url: s
         assert stored() == kept
         upgrade(metadata_url)
         assert stored() == kept and schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_0013_adds_the_erasures_and_keeps_the_identity_0012_held(metadata_url: str) -> None:
+    """A store at 0012 (its identity row) is refused on open, then gains the erasures' audit trail
+    by the upgrade; an erasure is recorded and read back beside the identity kept; the way back
+    drops only the erasures."""
+    upgrade(metadata_url, "0012_store_identity")
+    engine = create_engine(metadata_url)
+    try:
+        with engine.connect() as conn:
+            identity = conn.execute(text("SELECT store_id FROM tiering_store")).scalar()
+        assert identity is not None and "tiering_erasures" not in tiering_tables(engine)
+        segment = SegmentErasure("old-id", "new-id", 3)
+        record = ErasureRecord("e-1", "orders", TIP.topic_id, 0, ("ab" * 32,), "tiering erase", 5, (segment,), 2)
+        refused_then_upgraded(metadata_url, "0012_store_identity")
+        with RemoteLogMetadataStore(metadata_url) as store:
+            store.record_erasure(record)
+            assert store.erasures("orders") == [record]
+            assert store.store_identity().store_id == identity
+        downgrade(metadata_url, "0012_store_identity")
+        assert "tiering_erasures" not in tiering_tables(engine)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT store_id FROM tiering_store")).scalar() == identity
+        upgrade(metadata_url)
+        assert schema_diffs(engine) == []
     finally:
         engine.dispose()
 

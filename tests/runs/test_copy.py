@@ -533,7 +533,7 @@ def test_concurrent_runs_one_copies_the_other_is_fenced(tiering_env: TieringEnv)
     assert proc.returncode == 0 and "copied 2 fenced False" in out
     assert finished_ranges(tiering_env, w) == [(0, 4), (5, 9)]
     with tiering_env.context() as ctx:
-        assert len(segment_objects(ctx, tip_of(w))) == 2 * 6  # log, 2 indexes, snapshot, epochs, manifest
+        assert len(segment_objects(ctx, tip_of(w))) == 2 * 7  # log, 2 indexes, snapshot, epochs, key filter, manifest
         assert_partition_state_published(ctx, tip_of(w))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import tiering_core.storage.key_filter as key_filter_module
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import CODEC_ZSTD
 from tiering_core.kafka.log_writer import PartitionWriter
@@ -23,7 +24,9 @@ from tiering_core.storage.key_filter import (
     build_key_filter,
     optimal_sizes,
     segment_key_filter,
+    with_key_filter,
 )
+from tiering_core.storage.layout import ObjectKind
 
 
 def keys(prefix: str, count: int) -> list[bytes]:
@@ -73,6 +76,24 @@ def test_a_segments_filter_holds_every_non_null_key_and_no_control_record(tmp_pa
     control_key = struct.pack(">hh", 0, 0)  # the abort marker's key
     assert not kf.may_contain(control_key)
     assert sum(kf.may_contain(k) for k in keys("absent", 10_000)) < 300
+
+
+def test_every_copy_carries_the_filter_of_its_log_unless_it_cannot_have_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside the log's file its filter; a log given as bytes, or with more keys than a filter may
+    hold, goes without one (an erasure then reads the whole segment)."""
+    w = PartitionWriter(tmp_path, TopicPartition("orders", 0), clock=lambda: 1_700_000_000_000)
+    w.append_records(40, key_prefix="user")
+    w.roll()
+    log_path = w.path / "00000000000000000000.log"
+    files = {ObjectKind.LOG: log_path, ObjectKind.OFFSET_INDEX: b"\0" * 8}
+    with_filter = with_key_filter(files)
+    assert with_filter == {**files, ObjectKind.KEY_FILTER: segment_key_filter(log_path).to_bytes()}
+    assert files == {ObjectKind.LOG: log_path, ObjectKind.OFFSET_INDEX: b"\0" * 8}  # the caller's left alone
+    assert with_key_filter({ObjectKind.LOG: log_path.read_bytes()}) == {ObjectKind.LOG: log_path.read_bytes()}
+    monkeypatch.setattr(key_filter_module, "MAX_BITS", 64)
+    assert with_key_filter(with_filter) == files  # a stale filter is never carried
 
 
 def test_a_damaged_segment_is_refused_by_the_reader(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ def test_key_layout_is_exact() -> None:
         "txnindex",
         "snapshot",
         "leader-epoch-checkpoint",
+        "keyfilter",
         "manifest.json",
     ]
 

@@ -72,6 +72,9 @@ def _context(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return TieringContext.open(_config(args))
 
 
+command_config, command_context = _config, _context  # for the handlers in the modules beside this one
+
+
 @contextmanager
 def _planning_context(args: argparse.Namespace) -> Iterator[Any]:
     """The context of a dry run, which creates no file: where the SQLite metadata store or the

@@ -30,6 +30,7 @@ from tiering_core.cli.commands import (
     cmd_status,
     cmd_verify,
 )
+from tiering_core.cli.erase import add_erase_command
 from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from tiering_core.errors import TieringError, one_line
 
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_partition_commands(sub)
     add_remote_tier_commands(sub)
     add_replay_command(sub)
+    add_erase_command(sub)
     add_setup_commands(sub)
 
     return parser

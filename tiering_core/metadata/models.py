@@ -129,6 +129,33 @@ class ReplayRow(Base):
     finished_ms: Mapped[int] = mapped_column(BigInteger)
 
 
+class ErasureRow(Base):
+    """One partition's part of an erasure by record key (``tiering erase``): the SHA-256 of each
+    erased key (JSON list of hex; never a key), who asked, when, the segments copied again
+    without the keys (JSON ``[[old id, new id, records removed], ...]``) and the records removed.
+    Updated as each segment is switched, so a run killed part-way leaves what it did."""
+
+    __tablename__ = "tiering_erasures"
+    __table_args__ = (
+        UniqueConstraint("erasure_id", "topic_id", "partition", name="uq_erasures_partition"),
+        Index("ix_erasures_finished", "finished_ms"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    erasure_id: Mapped[str] = mapped_column(String(36))
+    topic: Mapped[str] = mapped_column(String(249))
+    topic_id: Mapped[str] = mapped_column(String(22))
+    partition: Mapped[int] = mapped_column(Integer)
+    key_sha256: Mapped[str] = mapped_column(Text)
+    requested_by: Mapped[str] = mapped_column(String(1024))
+    segments: Mapped[str] = mapped_column(Text)
+    records_removed: Mapped[int] = mapped_column(BigInteger)
+    segments_read: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(String(16))
+    started_ms: Mapped[int] = mapped_column(BigInteger)
+    finished_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
 class StoreIdentityRow(Base):
     """The store's one identity row (``id`` is always 1): the id it was given when it was created,
     which the prefix it writes under records in its identity object (``runs.binding``), and the

@@ -37,6 +37,7 @@ from tiering_core.metadata.engine import (
     sqlite_file,
     writer,
 )
+from tiering_core.metadata.erasures import ErasureStore
 from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.metadata.export_commits import ExportCommitStore
 from tiering_core.metadata.identity import IdentityStore
@@ -97,10 +98,12 @@ class RemoteLogMetadataStore(
     ReplayStore,
     IdentityStore,
     CopyHistoryStore,
+    ErasureStore,
 ):
     """Segment metadata, partition delete states, fenced leases (of partitions and export tables),
     the export commits each table's export landed, the section-10 state, replica observations and
-    the counters of what runs did, the processes sharing each broker's quotas, and the last replays.
+    the counters of what runs did, the processes sharing each broker's quotas, the last replays and
+    the audit trail of erasures.
 
     ``url`` is any SQLAlchemy URL (``sqlite:///path`` embedded, ``postgresql+psycopg://`` in
     production); a new, empty database gets the schema at head on open, and a store at any other

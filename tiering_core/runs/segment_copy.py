@@ -37,6 +37,7 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
 from tiering_core.runs.partition_state import publish_partition_state
 from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_facts
+from tiering_core.storage.key_filter import with_key_filter
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.view import CopyCandidate, TierView
@@ -209,9 +210,9 @@ def prepare_segment_upload(
 
 def upload_segment(storage: RemoteStorage, upload: SegmentUpload) -> SegmentManifest:
     """Upload one segment's objects, manifest last, the manifest with the segment's metadata and
-    its leader-epoch index. Safe to run on any worker."""
+    its leader-epoch index, and the key filter of its log beside them. Safe to run on any worker."""
     facts = segment_facts(upload.metadata, upload.leader_epoch_index)
-    return storage.copy_segment(upload.ref, upload.files, facts=facts)
+    return storage.copy_segment(upload.ref, with_key_filter(upload.files), facts=facts)
 
 
 def finish_segment(

@@ -21,13 +21,14 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tiering_core.errors import TieringError
 from tiering_core.kafka.batch import iter_batch_headers
 from tiering_core.kafka.records import iter_batches
+from tiering_core.storage.layout import ObjectKind
 
 MAGIC = b"TKBF"
 VERSION = 1
@@ -179,3 +180,19 @@ def segment_key_filter(
             if record.key is not None:
                 builder.add(record.key)
     return builder.build()
+
+
+def with_key_filter(files: Mapping[ObjectKind, Path | bytes]) -> dict[ObjectKind, Path | bytes]:
+    """A segment's objects with the key filter of its log (a file) beside them, as every copy of a
+    segment (copy, rewrite, erase) uploads it. Without one when the log is not a file or has more
+    keys than a filter may hold: an erasure then reads the whole segment, as for one copied
+    before filters."""
+    log_path = files.get(ObjectKind.LOG)
+    out = dict(files)
+    if not isinstance(log_path, Path):
+        return out
+    try:
+        out[ObjectKind.KEY_FILTER] = segment_key_filter(log_path).to_bytes()
+    except KeyFilterError:
+        out.pop(ObjectKind.KEY_FILTER, None)
+    return out

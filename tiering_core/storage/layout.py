@@ -24,6 +24,8 @@ class ObjectKind(StrEnum):
     TRANSACTION_INDEX = "txnindex"
     PRODUCER_SNAPSHOT = "snapshot"
     LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+    #: A Bloom filter of the segment's record keys (``key_filter.py``): the segments an erasure reads.
+    KEY_FILTER = "keyfilter"
     MANIFEST = "manifest.json"
 
 

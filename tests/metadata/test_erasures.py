@@ -1,0 +1,32 @@
+"""The audit trail of erasures: a partition's row updated as its segments are switched, read back
+newest first, by topic; each erasure id, topic id and partition has one row."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.metadata.support import tip
+from tiering_core.metadata.erasures import FINISHED, ErasureRecord, SegmentErasure
+from tiering_core.metadata.store import RemoteLogMetadataStore
+
+TIP = tip("EEEEEEEEEEEEEEEEEEEEEE", "orders", 0)
+
+
+def test_an_erasure_is_updated_as_it_goes_and_read_back_newest_first(metadata_url: str) -> None:
+    first = ErasureRecord("e-1", "orders", TIP.topic_id, 0, ("aa" * 32, "bb" * 32), "tiering erase", 10)
+    other = ErasureRecord("e-2", "payments", "PPPPPPPPPPPPPPPPPPPPPP", 3, ("cc" * 32,), "dag run 7", 20)
+    with RemoteLogMetadataStore(metadata_url) as store:
+        store.record_erasure(first)
+        store.record_erasure(other)
+        going = replace(first, segments=(SegmentErasure("old-1", None, 4),), segments_read=2)
+        store.record_erasure(going)
+        assert store.erasures("orders") == [going] and going.records_removed == 0  # under way
+        going = replace(going, segments=(SegmentErasure("old-1", "new-1", 4),))
+        store.record_erasure(going)
+        done = replace(
+            going, segments=(*going.segments, SegmentErasure("old-2", "new-2", 1)), outcome=FINISHED, finished_ms=30
+        )
+        store.record_erasure(done)
+        assert store.erasures() == [other, done]
+        assert store.erasures("orders") == [done]
+        assert done.records_removed == 5 and done.to_dict()["records_removed"] == 5

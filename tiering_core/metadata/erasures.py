@@ -1,0 +1,114 @@
+"""The audit trail of erasures by record key (``tiering_erasures``, ``tiering erase``): per
+erasure and partition, the SHA-256 of each erased key, who asked, when, the segments copied
+again without the keys and the records removed. It never holds a key: only its digest, so the
+trail can show that a key was erased without being a copy of it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import Table, insert, select, update
+
+from tiering_core.metadata.models import ErasureRow
+from tiering_core.metadata.transactions import StoreCore
+
+_erasures = ErasureRow.__table__
+assert isinstance(_erasures, Table)
+ERASURES: Table = _erasures
+
+#: An erasure of a partition still going (or killed part-way), and one that ended.
+STARTED = "started"
+FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class SegmentErasure:
+    """One segment copied again without the erased keys: the old and the new segment id (None
+    while the copy is under way: a run killed then left it so, and its rerun erases it again
+    if the switch did not land)."""
+
+    old_segment_id: str
+    new_segment_id: str | None
+    records_removed: int
+
+
+@dataclass(frozen=True)
+class ErasureRecord:
+    """One partition's part of an erasure (``erasure_id`` names the request across partitions)."""
+
+    erasure_id: str
+    topic: str
+    topic_id: str
+    partition: int
+    key_sha256: tuple[str, ...]
+    requested_by: str
+    started_ms: int
+    segments: tuple[SegmentErasure, ...] = ()
+    segments_read: int = 0
+    outcome: str = STARTED
+    finished_ms: int | None = None
+
+    @property
+    def records_removed(self) -> int:
+        """Of the segments switched (a copy under way is not counted)."""
+        return sum(s.records_removed for s in self.segments if s.new_segment_id is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, for ``erase --status --json``."""
+        return {**asdict(self), "key_sha256": list(self.key_sha256), "records_removed": self.records_removed}
+
+
+class ErasureStore(StoreCore):
+    """Recording erasures as they go and reading them back (module docstring)."""
+
+    def record_erasure(self, record: ErasureRecord) -> None:
+        """Add or update ``record``'s row (one per erasure id, topic id and partition)."""
+        values = {
+            "topic": record.topic,
+            "key_sha256": json.dumps(list(record.key_sha256)),
+            "requested_by": record.requested_by,
+            "segments": json.dumps([[s.old_segment_id, s.new_segment_id, s.records_removed] for s in record.segments]),
+            "records_removed": record.records_removed,
+            "segments_read": record.segments_read,
+            "outcome": record.outcome,
+            "started_ms": record.started_ms,
+            "finished_ms": record.finished_ms,
+        }
+        e = ERASURES.c
+        where = (e.erasure_id == record.erasure_id, e.topic_id == record.topic_id, e.partition == record.partition)
+        with self._write() as conn:
+            if conn.execute(select(e.id).where(*where)).first() is None:
+                key = {"erasure_id": record.erasure_id, "topic_id": record.topic_id, "partition": record.partition}
+                conn.execute(insert(ERASURES), {**key, **values})
+            else:
+                conn.execute(update(ERASURES).where(*where).values(**values))
+
+    def erasures(self, topic: str | None = None, limit: int = 1000) -> list[ErasureRecord]:
+        """The newest ``limit`` erasures (of ``topic``), newest first."""
+        e = ERASURES.c
+        query = select(ERASURES).order_by(e.started_ms.desc(), e.id.desc()).limit(limit)
+        if topic is not None:
+            query = query.where(e.topic == topic)
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return [
+            ErasureRecord(
+                row.erasure_id,
+                row.topic,
+                row.topic_id,
+                row.partition,
+                tuple(json.loads(row.key_sha256)),
+                row.requested_by,
+                row.started_ms,
+                tuple(
+                    SegmentErasure(str(s[0]), None if s[1] is None else str(s[1]), int(s[2]))
+                    for s in json.loads(row.segments)
+                ),
+                row.segments_read,
+                row.outcome,
+                row.finished_ms,
+            )
+            for row in rows
+        ]
