@@ -28,13 +28,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
-from tiering_core.cli.output import event_line
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError, one_line
 from tiering_core.events import RunEvent
 from tiering_core.kafka.topic import TopicPartition
+from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
+from tiering_core.report.lines import event_line
 from tiering_core.runs.executor import Task, TaskOutcome, hand_out
 
 if TYPE_CHECKING:

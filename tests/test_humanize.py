@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tiering_core.cli.output import fmt_bytes as cli_fmt_bytes
 from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration, fmt_rate
+from tiering_core.report.lines import fmt_bytes as cli_fmt_bytes
 
 
 def test_sizes_are_binary_units() -> None:

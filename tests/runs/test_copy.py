@@ -22,7 +22,6 @@ from tests.engine_support import (
     wait_until,
     write_segments,
 )
-from tiering_core.cli.output import event_line
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.events import RunEvent
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
@@ -31,6 +30,7 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore
 from tiering_core.read.reader import open_reader
+from tiering_core.report.lines import event_line
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef

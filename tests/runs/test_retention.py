@@ -207,10 +207,10 @@ def assert_gaps_reported(env: TieringEnv, writer: PartitionWriter, gaps: list[li
     partition, and no other gap."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tiering_core.cli.tables import format_status_table
     from tiering_core.monitoring.collect import collect_metrics
     from tiering_core.monitoring.exposition import render
     from tiering_core.monitoring.overview import AlertEntry, collect_overview
+    from tiering_core.report.tables import format_status_table
     from tiering_core.tier.cluster import cluster_status
     from tiering_core.tier.status import collect_status
 

@@ -11,7 +11,7 @@ failed); at the end, the export's own uncommitted files and those killed attempt
 (``TableExport.finish``). A segment that fails (a corrupt batch, a record Arrow cannot hold, its
 Spark task lost) is reported with its id and offset, its files deleted, and the others go on; the
 run then names it in ``ExportResult.failed``. The driver emits ``events.export`` events; how they
-read is the caller's (``cli/output.py``).
+read is the caller's (``report/lines.py``).
 """
 
 from __future__ import annotations

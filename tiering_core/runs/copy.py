@@ -15,7 +15,7 @@ partition go, on the run's broker), with the time of the last copy and the run's
 
 What to copy is planned once per run (``runs.copy_plan``). While it works the run tells what it
 does as events (``tiering_core.events.copy``) to the sink its caller gives; how they read is
-``cli/output``'s business, never this module's.
+``report/lines``'s business, never this module's.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from dataclasses import fields
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.cli.summaries import failed_words
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import (
     CopyDeferred,
@@ -62,6 +61,7 @@ from tiering_core.events.rebuild import IndexChecked, IndexStatus, PartitionBusy
 from tiering_core.events.replay import ReplayCommitted, ReplayFinished, ReplayGap, ReplayStarted
 from tiering_core.events.retention import PartitionRetentionOutcome
 from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration
+from tiering_core.report.summaries import failed_words
 
 if TYPE_CHECKING:
     from tiering_core.export import ExportResult

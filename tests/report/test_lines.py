@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import pytest
 
 import tiering_core.events
-from tiering_core.cli.output import ConsoleOutput, JsonOutput, event_line, output_for
 from tiering_core.events import RunEvent
 from tiering_core.events.read import SegmentRestored
 from tiering_core.kafka.topic import TopicPartition
+from tiering_core.report.lines import ConsoleOutput, JsonOutput, event_line, output_for
 
 RESTORED = SegmentRestored(TopicPartition("orders", 0), 0, 99, 1, 3, 4096)
 
@@ -72,7 +72,7 @@ def test_json_keeps_stdout_one_document_and_progress_on_stderr(capsys: pytest.Ca
 def test_the_reporting_layer_loads_no_run() -> None:
     """The command starts fast: its lines and events import neither Arrow, pyiceberg nor boto3."""
     code = (
-        "import sys, tiering_core.cli.output, tiering_core.cli.main\n"
+        "import sys, tiering_core.report.lines, tiering_core.cli.main\n"
         "print(sorted(m for m in ('pyarrow', 'pyiceberg', 'boto3', 'numba') if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
@@ -159,7 +159,7 @@ def test_every_copy_line_reads_as_the_run_always_said_it() -> None:
 
 
 def test_orphans_read_in_human_units_and_their_json_keeps_the_raw_numbers() -> None:
-    from tiering_core.cli.output import format_orphans
+    from tiering_core.report.lines import format_orphans
     from tiering_core.runs.orphans import OrphanObject
 
     orphan = OrphanObject("p/orders-x/0/00000000000000000000-a.log", 62304, 3780950, deleted=False)
