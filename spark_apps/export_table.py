@@ -30,7 +30,7 @@ from spark_apps import runtime
 from tiering_core.export import export_partitions
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_OK
-from tiering_core.report.lines import format_export_totals
+from tiering_core.report.results import format_export_totals
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

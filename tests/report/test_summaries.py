@@ -8,8 +8,7 @@ import pytest
 from tests.cli.test_commands import run
 from tests.engine_support import TieringEnv, write_segments
 from tiering_core.replay.run import OUTCOME_FAILED, PartitionReplayResult, ReplayResult
-from tiering_core.report.lines import format_replay_summary
-from tiering_core.report.summaries import format_retention_summary, format_rewrite_summary
+from tiering_core.report.summaries import format_replay_summary, format_retention_summary, format_rewrite_summary
 from tiering_core.runs.retention import RetentionResult
 from tiering_core.runs.rewrite import RewriteResult
 

@@ -17,7 +17,7 @@ from tests.engine_support import (
 from tiering_core.kafka.index import parse_txn_index
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.report.lines import format_index_check
+from tiering_core.report.results import format_index_check
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rebuild import IndexStatus, rebuild_partition_indexes
 from tiering_core.runs.segment_ops import segment_ref

@@ -21,7 +21,7 @@ from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 from tiering_core.events import EventSink
 from tiering_core.humanize import fmt_bytes
 from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
-from tiering_core.report.lines import Output, output_for
+from tiering_core.report.output import Output, output_for
 
 log = logging.getLogger("tiering")
 
@@ -183,7 +183,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
-    from tiering_core.report.lines import format_orphans
+    from tiering_core.report.results import format_orphans
     from tiering_core.report.summaries import format_retention, format_retention_summary, with_summary
     from tiering_core.runs.orphans import find_orphans
     from tiering_core.runs.retention import run_retention
@@ -241,7 +241,7 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
 
 def cmd_delete_partition(args: argparse.Namespace) -> int:
     from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-    from tiering_core.report.lines import format_partition_deletion
+    from tiering_core.report.results import format_partition_deletion
     from tiering_core.runs.removal import delete_partition, lift_tombstone
 
     tp = TopicPartition(args.topic, args.partition)
@@ -272,7 +272,7 @@ def cmd_delete_partition(args: argparse.Namespace) -> int:
 
 def cmd_delete_records(args: argparse.Namespace) -> int:
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.report.lines import format_delete_records
+    from tiering_core.report.results import format_delete_records
     from tiering_core.runs.delete_records import apply_delete_records
 
     if not args.yes and not args.dry_run:
@@ -299,7 +299,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
     import time
 
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.report.lines import format_index_check, format_rebuild_summary
+    from tiering_core.report.results import format_index_check, format_rebuild_summary
     from tiering_core.runs.rebuild import rebuild_partition_indexes
 
     started = time.monotonic()
@@ -324,7 +324,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from tiering_core.export import run_export
     from tiering_core.kafka.isolation import IsolationLevel
-    from tiering_core.report.lines import format_export_summary
+    from tiering_core.report.results import format_export_summary
     from tiering_core.runs.executor import InProcessExecutor
 
     with _context(args) as ctx:
@@ -380,7 +380,7 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from tiering_core.read.verify import partitions_to_verify, run_verify
-    from tiering_core.report.lines import format_verification, format_verify_summary
+    from tiering_core.report.results import format_verification, format_verify_summary
     from tiering_core.runs.executor import InProcessExecutor
 
     with _context(args) as ctx:
@@ -417,7 +417,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from tiering_core.kafka.isolation import IsolationLevel
     from tiering_core.replay import Partitioning, RangeRequest, ReplayRequest, replay
     from tiering_core.replay.target import replay_cluster
-    from tiering_core.report.lines import format_replay_summary
+    from tiering_core.report.summaries import format_replay_summary
 
     request = ReplayRequest(
         topic=args.topic,
@@ -479,7 +479,7 @@ def _db_backup(args: argparse.Namespace, url: str) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     """Fails (exit 1) when a manifest could not be recovered: the prefix is then left unbound."""
-    from tiering_core.report.lines import format_recovery
+    from tiering_core.report.results import format_recovery
     from tiering_core.runs.recover import recover_store
 
     with _context(args) as ctx:

@@ -29,7 +29,8 @@ from tiering_core.kafka.demo_log_dir import build_demo_log_dir
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.read.reader import open_reader
 from tiering_core.read.verify import verify_partition
-from tiering_core.report.lines import event_line, format_verify_summary
+from tiering_core.report.lines import event_line
+from tiering_core.report.results import format_verify_summary
 from tiering_core.report.summaries import format_copy_summary
 from tiering_core.report.tables import format_status_table
 from tiering_core.runs.copy import run_copy

@@ -1,24 +1,18 @@
-"""Every human-readable line the ``tiering`` command, the demo, the Spark apps and the Airflow
-tasks print: the reporting layer above the runs.
+"""The line of every run event: what the ``tiering`` command, the demo, the Spark apps and the
+Airflow tasks print while a run works.
 
-The runs return values (and ``--json`` prints their ``to_dict``) and emit events
-(``tiering_core.events``) while they work; how either reads to a person is decided here, in one
-place. ``event_line`` has one registration per event type, beside the run's other lines; an
-``Output`` (console or JSON, as pyiceberg's CLI has) says where the words go. Beside it, by
-concern: ``tables`` (every table, through one formatter), ``summaries`` (the last line of a run
-over partitions) and ``records`` (``fetch``'s lines). This module imports only downward: the runs'
-values, never the command line.
+The runs emit events (``tiering_core.events``) as values; how each reads to a person is decided
+here, in one place: ``event_line`` has one registration per event type, grouped by the family of
+runs that emits it. Where the lines go is ``output``; the results at the end of a run are
+``results`` and ``summaries``. This module imports only downward: the events, never a run and
+never the command line.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import fields
 from functools import singledispatch
-from typing import TYPE_CHECKING, Any
 
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import (
@@ -50,177 +44,13 @@ from tiering_core.events.export import (
     SegmentExportFailed,
     SegmentWouldExport,
 )
-from tiering_core.events.read import (
-    RestoringFromTierAlone,
-    SegmentRestored,
-    SegmentVerification,
-    SegmentVerified,
-    VerifyPlanned,
-)
-from tiering_core.events.rebuild import IndexChecked, IndexStatus, PartitionBusy, RebuildPlanned
+from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored, SegmentVerified, VerifyPlanned
+from tiering_core.events.rebuild import IndexChecked, PartitionBusy, RebuildPlanned
 from tiering_core.events.replay import ReplayCommitted, ReplayFinished, ReplayGap, ReplayStarted
 from tiering_core.events.retention import PartitionRetentionOutcome
-from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration
-from tiering_core.report.summaries import failed_words
-
-if TYPE_CHECKING:
-    from tiering_core.export import ExportResult
-    from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.read.verify import SegmentVerification
-    from tiering_core.replay import ReplayResult
-    from tiering_core.runs.delete_records import DeleteRecordsResult
-    from tiering_core.runs.orphans import OrphanObject
-    from tiering_core.runs.rebuild import IndexCheck, RebuildResult
-    from tiering_core.runs.recover import RecoveryResult
-    from tiering_core.runs.removal import RemovalResult
-
-
-def format_recovery(result: RecoveryResult) -> str:
-    verb = "would record" if result.dry_run else "recorded"
-    lines = []
-    for p in result.partitions:
-        line = f"{p.topic}-{p.partition} (topic id {p.topic_id}): {p.segments} segment(s) in the bucket"
-        line += f", {verb} {p.recorded}"
-        if p.already_recorded:
-            line += f", {p.already_recorded} already recorded"
-        if p.superseded:
-            line += f", {p.superseded} superseded (deleted by the next run)"
-        if p.start_offset is not None:
-            line += f"; offsets {p.start_offset}..{p.end_offset}"
-        if p.remote_log_start_offset is not None:
-            line += f"; remote log start {p.remote_log_start_offset}"
-        if p.delete_records_offset is not None:
-            line += f"; DeleteRecords {p.delete_records_offset}"
-        if p.gaps:
-            line += "; gaps " + ", ".join(f"{s}..{e}" for s, e in p.gaps)
-        if not p.state_object:
-            line += "; no partition-state.json (log start and gaps from the segments)"
-        lines.append(line)
-        lines.extend(
-            f"  recovered from its objects (copied before manifests held its metadata): {s}" for s in p.from_objects
-        )
-        lines.extend(f"  NOT RECOVERED: {s}" for s in p.unreadable)
-    total = sum(p.recorded for p in result.partitions)
-    summary = f"recover: {verb} {total} segment(s) of {len(result.partitions)} partition(s) in {result.seconds:.1f}s"
-    if result.bound:
-        summary += f"; the prefix is bound to this store ({result.store_id})"
-        if result.previous_store_id not in (None, result.store_id):
-            summary += f", no longer to {result.previous_store_id}"
-    elif not result.dry_run:
-        summary += "; the prefix is not bound: fix what was not recovered and run it again"
-    lines.append(summary)
-    return "\n".join(lines)
-
-
-def format_orphans(orphans: list[OrphanObject]) -> str:
-    from tiering_core.runs.orphans import UNRECORDED
-
-    lines = [
-        f"{'deleted' if o.deleted else 'kept' if o.kind == UNRECORDED else 'orphan'} {o.kind} {o.key} "
-        f"({fmt_bytes(o.size)}, {fmt_duration(o.age_ms)} old)"
-        for o in orphans
-    ]
-    unrecorded = sum(1 for o in orphans if o.kind == UNRECORDED)
-    if unrecorded:
-        lines.append(
-            f"{unrecorded} object(s) of segments the metadata store has no record of are kept, never deleted: "
-            "if a finished segment's manifest lists them, `tiering recover` adds the segment back"
-        )
-    return "\n".join(lines) or "no orphaned objects"
-
-
-def format_partition_deletion(tp: TopicPartition, result: RemovalResult) -> str:
-    ids = ", ".join(result.topic_ids) or "none"
-    line = f"{tp} (topic id {ids}): " + (
-        f"would delete {len(result.planned)} segment(s) and {len(result.orphan_objects)} unreferenced object(s)"
-        if result.dry_run
-        else f"deleted {result.segments_deleted} segment(s), {fmt_bytes(result.bytes_deleted)}, "
-        f"{len(result.orphan_objects)} unreferenced object(s); state {result.state}"
-    )
-    if result.kept_topic_ids:
-        line += f"; kept topic id {', '.join(result.kept_topic_ids)} (still in the log dirs)"
-    return line
-
-
-def format_delete_records(result: DeleteRecordsResult) -> str:
-    """``tiering delete-records``: where the log start is (or would be), on the tier and the cluster."""
-    where = f"{result.topic}-{result.partition}"
-    if result.dry_run:
-        return (
-            f"{where}: a DeleteRecords to {result.before_offset} is within {result.bound} {result.high_watermark}; "
-            f"the log start offset would be {result.log_start_offset} (dry run: nothing applied)"
-        )
-    line = f"{where}: log start offset is now {result.log_start_offset}; retention deletes the remote data below it"
-    if result.sent_to_cluster:
-        line += f"; the cluster's log start offset is {result.cluster_log_start_offset}"
-    else:
-        line += "; the cluster was not asked (no kafka: section): send it the same DeleteRecords"
-    return line
-
-
-def format_verify_summary(results: list[SegmentVerification], seconds: float | None = None) -> str:
-    """What a verify found; with ``seconds``, how long it took and how fast it read."""
-    bad = sum(1 for r in results if not r.ok)
-    size = sum(r.size_bytes for r in results)
-    line = f"verify: {len(results)} finished segment(s) ({fmt_bytes(size)} of log), {bad} with problems"
-    if seconds is not None:
-        line += f" in {seconds:.2f} s ({fmt_bytes(size / seconds if seconds > 0 else 0.0)}/s)"
-    legacy = sum(1 for r in results if not r.tamper_evident)
-    if legacy:
-        line += f"; {legacy} not tamper-evident (copied before manifest digests: tiering rewrite makes them so)"
-    return line
-
-
-def format_index_check(check: IndexCheck) -> str:
-    """One segment's line: the segment, its verdict and what each index showed."""
-    end = "..active" if check.end_offset is None else f"..{check.end_offset}"
-    head = f"{check.topic}-{check.partition}: {check.location} segment {check.base_offset} [{check.base_offset}{end}]"
-    if check.error is not None:
-        return f"{head}: error: {check.error}"
-    parts = [f"{f.kind.value} {f.status.value}" + (f" ({f.detail})" if f.detail else "") for f in check.findings]
-    line = f"{head}: {check.status.value}: {', '.join(parts)}"
-    if check.repaired_as is not None:
-        line += f"; copied again as {check.repaired_as}"
-    return f"{line} [{fmt_bytes(check.log_bytes)} of log in {check.seconds:.2f} s]"
-
-
-def format_rebuild_summary(results: list[RebuildResult], seconds: float) -> str:
-    checks = [c for r in results for c in r.checks]
-    size = sum(c.log_bytes for c in checks)
-    counts = ", ".join(f"{sum(1 for c in checks if c.status == status)} {status.value}" for status in IndexStatus)
-    busy = sum(1 for r in results if r.busy)
-    speed = size / seconds if seconds > 0 else 0.0
-    line = (
-        f"rebuild-indexes: {len(results)} partition(s), {len(checks)} segment(s): {counts}; "
-        f"{fmt_bytes(size)} ({size} bytes) of log in {seconds:.2f} s ({fmt_bytes(speed)}/s)"
-    )
-    damaged = sum(1 for c in checks if c.damaged_log)
-    if damaged:
-        line += f"; {damaged} damaged segment(s) left unrepaired"
-    cleaned = sum(r.segments_cleaned_up for r in results)
-    if cleaned:
-        line += f"; {cleaned} unfinished copy(ies) of earlier runs cleaned up"
-    if busy:
-        line += f"; {busy} partition(s) held by another run"
-    return line
-
-
-def format_export_summary(result: ExportResult) -> str:
-    """``tiering export``: what was (or would be) exported, after the run's progress lines."""
-    if result.dry_run:
-        return f"{result.table}: {len(result.planned)} segment(s) to export"
-    line = (
-        f"{result.table}: exported {len(result.exported)} segment(s), {result.rows} row(s), {result.files} data "
-        f"file(s) in {len(result.snapshots)} snapshot(s)"
-    )
-    if not result.planned:
-        line = f"{result.table}: up to date, nothing to export"
-    if result.failed:
-        line += f"; {len(result.failed)} segment(s) failed"
-    return line
-
-
-# --- events and where the words go ----------------------------------------------------------
+from tiering_core.humanize import fmt_age, fmt_bytes
+from tiering_core.report.results import format_index_check, format_verification
+from tiering_core.report.summaries import throughput_words
 
 
 @singledispatch
@@ -249,60 +79,6 @@ def _partition_busy(event: PartitionBusy) -> str:
 @event_line.register
 def _index_checked(event: IndexChecked) -> str:
     return format_index_check(event.check)
-
-
-class Output(ABC):
-    """Where a command's words go: its runs' events while they work, its result at the end."""
-
-    @abstractmethod
-    def event(self, event: RunEvent) -> None:
-        """A run's progress, as it happens."""
-
-    @abstractmethod
-    def result(self, payload: Any, human: Callable[[], str]) -> None:
-        """The command's result: ``payload`` (plain values, the ``to_dict`` of the run's result)
-        or the lines ``human`` makes of it."""
-
-    def progress(self, line: str) -> None:
-        """A progress line made elsewhere (a run that emits lines, not events)."""
-        print(line, file=self.progress_stream(), flush=True)
-
-    def failure(self, line: str) -> None:
-        """A one-line failure on stderr, whatever the output."""
-        print(line, file=sys.stderr, flush=True)
-
-    def progress_stream(self) -> Any:
-        return sys.stdout
-
-
-class ConsoleOutput(Output):
-    """Lines for a person: progress and result on stdout."""
-
-    def event(self, event: RunEvent) -> None:
-        self.progress(event_line(event))
-
-    def result(self, payload: Any, human: Callable[[], str]) -> None:
-        text = human()
-        if text:
-            print(text)
-
-
-class JsonOutput(Output):
-    """The result as JSON on stdout (stable field names, docs/architecture.md); progress lines go
-    to stderr so stdout stays one JSON document."""
-
-    def event(self, event: RunEvent) -> None:
-        self.progress(event_line(event))
-
-    def result(self, payload: Any, human: Callable[[], str]) -> None:
-        print(json.dumps(payload, indent=2, sort_keys=False, default=str))
-
-    def progress_stream(self) -> Any:
-        return sys.stderr
-
-
-def output_for(as_json: bool) -> Output:
-    return JsonOutput() if as_json else ConsoleOutput()
 
 
 @event_line.register
@@ -500,22 +276,6 @@ def _partition_copy_outcome(event: PartitionCopyOutcome) -> str:
 # --- export and verify ------------------------------------------------------------------------
 
 
-def format_verification(result: SegmentVerification) -> str:
-    """One segment's verification: ``ok``, or its problems."""
-    head = (
-        f"{result.topic}-{result.partition}: segment {result.start_offset}..{result.end_offset} ({result.segment_id})"
-    )
-    legacy = "" if result.tamper_evident else " (not tamper-evident: tiering rewrite makes it so)"
-    return f"{head}: ok{legacy}" if result.ok else f"{head}: " + "; ".join(result.problems) + legacy
-
-
-def format_export_totals(results: list[ExportResult], seconds: float) -> str:
-    """The Spark export's last line: every table's commits and failures."""
-    committed = sum(len(r.exported) for r in results)
-    failed = sum(len(r.failed) for r in results)
-    return f"export: {committed} segment(s) committed, {failed} failed in {seconds:.2f} s"
-
-
 @event_line.register
 def _verify_planned(event: VerifyPlanned) -> str:
     return (
@@ -570,12 +330,6 @@ def _export_cleaned_up(event: ExportCleanedUp) -> str:
 # --- replay ------------------------------------------------------------------------------------
 
 
-def _rates(records: int, size: int, seconds: float) -> str:
-    if seconds <= 0:
-        return ""
-    return f", {records / seconds:,.0f} records/s, {fmt_bytes(size / seconds)}/s"
-
-
 @event_line.register
 def _replay_started(event: ReplayStarted) -> str:
     resumed = "" if event.resumed_after is None else f", resuming after offset {event.resumed_after}"
@@ -594,7 +348,7 @@ def _replay_gap(event: ReplayGap) -> str:
 def _replay_committed(event: ReplayCommitted) -> str:
     return (
         f"{event.topic_partition}: committed up to offset {event.up_to}: {event.records:,} record(s), "
-        f"{fmt_bytes(event.bytes)}{_rates(event.records, event.bytes, event.seconds)}"
+        f"{fmt_bytes(event.bytes)}{throughput_words(event.records, event.bytes, event.seconds)}"
     )
 
 
@@ -603,27 +357,5 @@ def _replay_finished(event: ReplayFinished) -> str:
     why = f": {event.detail}" if event.detail else ""
     return (
         f"{event.topic_partition}: {event.outcome}, {event.records:,} record(s), {fmt_bytes(event.bytes)} in "
-        f"{event.seconds:.1f} s{_rates(event.records, event.bytes, event.seconds)}{why}"
+        f"{event.seconds:.1f} s{throughput_words(event.records, event.bytes, event.seconds)}{why}"
     )
-
-
-def format_replay_summary(result: ReplayResult) -> str:
-    """A line per source partition, then the summary, which counts the failed partitions (each
-    also one line on stderr)."""
-    seconds = max((p.seconds for p in result.partitions), default=0.0)
-    lines = []
-    for p in result.partitions:
-        span = (
-            "nothing in range"
-            if p.first_offset is None or p.last_offset is None
-            else (f"offsets {p.first_offset}-{p.last_offset}")
-        )
-        gaps = "".join(f"; offsets {g.start}-{g.end} NOT replayed ({why})" for g, why in p.gaps)
-        why = f": {p.detail}" if p.detail else ""
-        lines.append(f"  {p.topic}-{p.partition}: {p.outcome}, {span}, {p.records:,} record(s){gaps}{why}")
-    lines.append(
-        f"replay {result.topic} (topic id {result.topic_id}) -> {result.target_topic}: "
-        f"{result.records:,} record(s), {fmt_bytes(result.bytes)} from {len(result.partitions)} partition(s)"
-        f"{_rates(result.records, result.bytes, seconds)}{failed_words(len(result.failed))}"
-    )
-    return "\n".join(lines)
