@@ -114,7 +114,7 @@ def assert_objects_match_metadata(env: TieringEnv, tip: TopicIdPartition) -> Non
             parsed = parse_segment_key(obj.key, ctx.storage.prefix)
             assert parsed is not None and parsed[0].segment_id in live, f"object without metadata: {obj.key}"
         for segment in live.values():
-            from tiering_core.runs.segment_ops import segment_ref
+            from tiering_core.engine.segment_ops import segment_ref
 
             assert ctx.storage.verify_segment(segment_ref(segment)) == [], segment
 
@@ -853,7 +853,7 @@ def test_divergent_segment_after_an_unclean_election(
 RETENTION_CRASH = textwrap.dedent(
     """
     import os, signal, sys
-    import tiering_core.runs.segment_ops as rs
+    import tiering_core.engine.segment_ops as rs
     import tiering_core.runs.retention as retention
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext

@@ -322,10 +322,10 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from tiering_core.engine.executor import InProcessExecutor
     from tiering_core.export import run_export
     from tiering_core.kafka.isolation import IsolationLevel
     from tiering_core.report.results import format_export_summary
-    from tiering_core.runs.executor import InProcessExecutor
 
     with _context(args) as ctx:
         result = run_export(
@@ -379,9 +379,9 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from tiering_core.engine.executor import InProcessExecutor
     from tiering_core.read.verify import partitions_to_verify, run_verify
     from tiering_core.report.results import format_verification, format_verify_summary
-    from tiering_core.runs.executor import InProcessExecutor
 
     with _context(args) as ctx:
         partitions = partitions_to_verify(ctx, args.topic, args.partition)

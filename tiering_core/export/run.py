@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.executor import Executor, InProcessExecutor
 from tiering_core.errors import ExportError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.export import (
@@ -39,7 +40,6 @@ from tiering_core.export.typed_write import SegmentSchemaError, TypedWrite, writ
 from tiering_core.export.write import ExportAttempt, SegmentExportError, write_segment_files
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.runs.executor import Executor, InProcessExecutor
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -28,6 +28,9 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.lease import HeldPartition, held_partition
+from tiering_core.engine.partition_state import publish_partition_state
+from tiering_core.engine.segment_ops import recover_failed_copies
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.copy import (
@@ -52,8 +55,6 @@ from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
 from tiering_core.runs.copy_plan import CopyPlan, plan_before_lease, plan_copy, plan_under_lease
 from tiering_core.runs.errors import CopyFailedError
-from tiering_core.runs.lease import HeldPartition, held_partition
-from tiering_core.runs.partition_state import publish_partition_state
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.observation import record_views
 from tiering_core.tier.replica import tiering_gap_on
@@ -71,7 +72,6 @@ from tiering_core.runs.segment_copy import (
     abandon_upload,
     finish_segment,
     prepare_segment_upload,
-    recover_failed_copies,
     repair_remote_log_start,
     upload_segment,
 )
