@@ -38,7 +38,6 @@ if str(ROOT) not in sys.path:
 
 from spark_apps import runtime  # noqa: E402
 from spark_apps.rebuild_indexes import run_rebuild  # noqa: E402
-from tiering_core.cli.output import format_index_check  # noqa: E402
 from tiering_core.config import load_config  # noqa: E402
 from tiering_core.context import TieringContext  # noqa: E402
 from tiering_core.kafka.checkpoints import (  # noqa: E402
@@ -50,6 +49,7 @@ from tiering_core.kafka.index_rebuild import rebuild_indexes  # noqa: E402
 from tiering_core.kafka.log_writer import PartitionWriter  # noqa: E402
 from tiering_core.kafka.records import RecordSpec  # noqa: E402
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition  # noqa: E402
+from tiering_core.report.results import format_index_check  # noqa: E402
 from tiering_core.runs.copy import run_copy  # noqa: E402
 from tiering_core.runs.copy_many import copy_partitions  # noqa: E402
 from tiering_core.runs.rebuild import examine_remote_segment, remote_index_tasks  # noqa: E402

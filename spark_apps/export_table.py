@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_OK
-from tiering_core.cli.output import format_export_totals
 from tiering_core.export import export_partitions
 from tiering_core.kafka.isolation import IsolationLevel
+from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_OK
+from tiering_core.report.results import format_export_totals
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

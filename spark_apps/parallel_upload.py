@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
+from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
 from tiering_core.runs.copy_many import copy_partitions
 from tiering_core.runs.copy_report import ParallelCopyReport
 

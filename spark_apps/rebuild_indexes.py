@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_OK
-from tiering_core.cli.output import event_line, format_index_check, format_rebuild_summary
 from tiering_core.context import TieringContext
+from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_OK
+from tiering_core.report.lines import event_line
+from tiering_core.report.results import format_index_check, format_rebuild_summary
 from tiering_core.runs.rebuild import IndexStatus, RebuildReport, rebuild_indexes
 
 if TYPE_CHECKING:

@@ -28,14 +28,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
-from tiering_core.cli.output import event_line
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
+from tiering_core.engine.executor import Task, TaskOutcome, hand_out
 from tiering_core.errors import TieringError, one_line
 from tiering_core.events import RunEvent
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.runs.executor import Task, TaskOutcome, hand_out
+from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
+from tiering_core.report.lines import event_line
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -450,7 +450,7 @@ def run_jobs(
 
 
 class SparkExecutor:
-    """The ``Executor`` of ``tiering_core.runs.executor`` on Spark: each item a one-task Spark job,
+    """The ``Executor`` of ``tiering_core.engine.executor`` on Spark: each item a one-task Spark job,
     ``slots`` at a time, run by Spark's executors against one storage backend per Python worker
     (``executor_storage``). A task that fails after Spark's retries is an outcome with an error,
     never an exception: the driver names the item and goes on, as the in-process runs do for a

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_OK
-from tiering_core.cli.output import format_verification, format_verify_summary
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.read.verify import partitions_to_verify, run_verify
+from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_OK
+from tiering_core.report.results import format_verification, format_verify_summary
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

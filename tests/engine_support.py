@@ -20,13 +20,13 @@ import yaml
 
 from tiering_core.config import PlatformConfig, load_config
 from tiering_core.context import TieringContext
+from tiering_core.engine.partition_state import partition_state
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
 from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
-from tiering_core.runs.partition_state import partition_state
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.objects import RemoteObject
 from tiering_core.storage.partition_state import PartitionState, partition_state_key
@@ -181,7 +181,7 @@ def select_count(statements: list[str]) -> int:
 def assert_manifest_holds_the_segment(ctx: TieringContext, segment: RemoteLogSegmentMetadata) -> SegmentFacts:
     """The segment's manifest (the one whose digest the store recorded) carries the store's row of
     it, and as its epoch index what its ``leader-epoch-checkpoint`` object holds; its facts."""
-    from tiering_core.runs.segment_ops import segment_ref
+    from tiering_core.engine.segment_ops import segment_ref
 
     ref = segment_ref(segment)
     assert ref.manifest_sha256 is not None

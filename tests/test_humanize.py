@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tiering_core.cli.output import fmt_bytes as cli_fmt_bytes
 from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration, fmt_rate
+from tiering_core.report.lines import fmt_bytes as report_fmt_bytes
 
 
 def test_sizes_are_binary_units() -> None:
@@ -14,7 +14,7 @@ def test_sizes_are_binary_units() -> None:
         "5.0 MiB",
         "3072.0 GiB",
     ]
-    assert cli_fmt_bytes is fmt_bytes
+    assert report_fmt_bytes is fmt_bytes
 
 
 def test_ages_round_down_to_the_largest_readable_unit() -> None:

@@ -58,7 +58,7 @@ class TieringContext:
         self.metadata = metadata
         self.storage = storage
         if storage.write_check is None:  # the prefix must be this store's before anything is written
-            from tiering_core.runs.binding import PrefixBinding
+            from tiering_core.engine.binding import PrefixBinding
 
             storage.write_check = PrefixBinding(metadata, storage)
         caps = config.quota_config

@@ -77,4 +77,4 @@ class ExportError(TieringError):
 class StoreBindingError(TieringError):
     """The metadata store may not write under the configured prefix: the prefix is bound to
     another store, or the store is empty while the prefix holds finished segments, or a recovery
-    into the store is unfinished (``runs.binding``). Nothing was written or deleted."""
+    into the store is unfinished (``engine.binding``). Nothing was written or deleted."""

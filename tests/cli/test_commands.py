@@ -123,7 +123,7 @@ def test_fetch_find_offset_and_verify_contracts(fs_env: TieringEnv, capsys: pyte
     assert code == 0 and [r["ok"] for r in json.loads(out)] == [True, True]
     with fs_env.context() as ctx:
         from tests.engine_support import tip_of
-        from tiering_core.runs.segment_ops import segment_ref
+        from tiering_core.engine.segment_ops import segment_ref
         from tiering_core.storage.layout import ObjectKind
 
         segment = ctx.metadata.list_segments(tip_of(w))[1]
@@ -138,7 +138,7 @@ def test_an_undecodable_manifest_is_its_segments_error_and_verify_goes_on(
 ) -> None:
     from tests.engine_support import tip_of
     from tests.storage.legacy_support import make_legacy
-    from tiering_core.runs.segment_ops import segment_ref
+    from tiering_core.engine.segment_ops import segment_ref
     from tiering_core.storage.layout import ObjectKind
 
     fs_env.remote.update(compression="zstd", chunk_size=8192)  # format 2: fetch reads the manifest too

@@ -24,13 +24,13 @@ from tests.export.support import (
     with_lease_ms,
 )
 from tiering_core.cli import main
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.export import load_catalog, open_table, table_name
 from tiering_core.export.write import ATTEMPTS_DIR, referenced_files
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.read.reader import open_reader
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 TOPIC = "orders.eu"

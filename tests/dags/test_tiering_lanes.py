@@ -185,8 +185,8 @@ class ProcessKilled(Exception):
 def first_try_killed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The first commit dies as a killed process would: the lane stops mid-copy and nothing gives
     its leases up (no release, no more renewals). Yields the holders whose release was lost."""
+    from tiering_core.engine.lease import HeldPartition
     from tiering_core.runs.copy import CopyRun
-    from tiering_core.runs.lease import HeldPartition
 
     real_commit, real_release = CopyRun.commit_finished_segment, HeldPartition._release
     killed: list[str] = []

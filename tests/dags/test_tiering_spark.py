@@ -12,8 +12,8 @@ import pytest
 from tests.airflow_support import ROOT
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.runs.test_rebuild import broker_file, build_partition
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED

@@ -10,11 +10,11 @@ from pathlib import Path
 from tests.engine_support import TieringEnv, tip_of
 from tests.export.support import build_partition, sqlite_catalog, with_export
 from tiering_core.cli import main
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.export import exported_segments, load_catalog, newest_copies, open_table, run_export, table_name
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.retention import run_retention
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED

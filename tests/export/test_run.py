@@ -10,11 +10,11 @@ from typing import TypeVar
 
 from tests.engine_support import TieringEnv
 from tests.export.support import build_partition, sqlite_catalog, with_export
+from tiering_core.engine.executor import InProcessExecutor, Task, TaskOutcome
 from tiering_core.events import RunEvent
 from tiering_core.events.export import ExportCommitted, ExportPlanned, SegmentExported
 from tiering_core.export import exported_segments, load_catalog, run_export
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.executor import InProcessExecutor, Task, TaskOutcome
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -11,10 +11,10 @@ import time
 import pytest
 
 from tests.metadata.support import start_in, worker
+from tiering_core.engine.lease import held_partition, held_table
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.store import RemoteLogMetadataStore, TaskAttempt
-from tiering_core.runs.lease import held_partition, held_table
 
 CATALOG, TABLE = "tiering", "kafka.orders.eu"
 FIRST = TaskAttempt("tiering_export", "scheduled__2026-11-25T00:00:00+00:00", "export_table", -1, 1)

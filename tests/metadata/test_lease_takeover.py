@@ -10,10 +10,10 @@ import pytest
 
 from tests.metadata.support import S, segment, tip
 from tests.metadata.test_leases import WRITES, snapshot
+from tiering_core.engine.lease import held_partition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, TaskAttempt
 from tiering_core.metadata.values import MAX_HOLDER_CHARS
-from tiering_core.runs.lease import held_partition
 
 TIP = tip("CCCCCCCCCCCCCCCCCCCCCC", "orders", 1)  # the partition of test_leases' WRITES
 FIRST = TaskAttempt("tiering_copy", "scheduled__2026-11-25T00:00:00+00:00", "copy.copy_partition", 3, 1)

@@ -284,10 +284,10 @@ def test_a_topic_s_chart_sums_each_partition_s_highest_replica(tiering_env: Tier
 def test_verify_rebuild_restore_and_find_offset_count_their_reads(
     tiering_env: TieringEnv, tmp_path: Path, s3_endpoint: S3Endpoint
 ) -> None:
+    from tiering_core.engine.segment_ops import segment_ref
     from tiering_core.read.restore import restore_partition
     from tiering_core.read.verify import verify_partition
     from tiering_core.runs.rebuild.run import rebuild_partition_indexes
-    from tiering_core.runs.segment_ops import segment_ref
     from tiering_core.storage.layout import ObjectKind
 
     w = tiering_env.writer()

@@ -26,11 +26,11 @@ from tests.storage.forgery_support import (
 )
 from tests.storage.keys_support import KeyPair, write_key_pair
 from tiering_core.cli import main
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.export import load_catalog
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 # One process runs this module's tests: they share what a module- or session-scoped fixture builds once.

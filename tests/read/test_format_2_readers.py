@@ -20,6 +20,7 @@ from tests.storage.countproxy import CountingProxy
 from tests.storage.keys_support import KeyPair, write_key_pair
 from tests.storage.legacy_support import make_legacy
 from tiering_core.cli import main
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import TieringError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.records import iter_batches
@@ -27,7 +28,6 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.reader import open_reader
 from tiering_core.read.restore import restore_partition
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CHUNKED_FORMAT, CopyRecord

@@ -11,6 +11,7 @@ import pytest
 
 from tests.engine_support import TieringEnv, tip_of
 from tiering_core.cli import main
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import TieringError
 from tiering_core.kafka.batch import RecordBatchHeader
 from tiering_core.kafka.index import AbortedTxn, collect_aborted_txns, read_txn_index
@@ -18,7 +19,6 @@ from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.records import Record, iter_batches
 from tiering_core.read.reader import IsolationLevel, open_reader
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 COMMITTED = IsolationLevel.READ_COMMITTED

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from tests.engine_support import TieringEnv, tip_of
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import TieringError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.records import Record, iter_records
@@ -17,7 +18,6 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.reader import OffsetOutOfRangeError, open_reader
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 INTERVAL = 128  # dense offset/time indexes, so seeks really start mid-segment

@@ -15,7 +15,7 @@ from kafka.record import MemoryRecords
 
 from tests.engine_support import TieringEnv, tip_of
 from tiering_core.cli import main
-from tiering_core.cli.output import event_line
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import TieringError
 from tiering_core.events import RunEvent
 from tiering_core.kafka.checkpoints import (
@@ -30,9 +30,9 @@ from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.restore import restore_partition
+from tiering_core.report.lines import event_line
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 SUFFIXES = ("log", "index", "timeindex", "txnindex")

@@ -10,14 +10,14 @@ import pytest
 
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.storage.legacy_support import make_legacy
-from tiering_core.cli.output import format_verification, format_verify_summary
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import TieringError
 from tiering_core.kafka.crc import crc32c
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.verify import partitions_to_verify, verify_partition
+from tiering_core.report.results import format_verification, format_verify_summary
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rewrite import run_rewrite
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.layout import ObjectKind
 

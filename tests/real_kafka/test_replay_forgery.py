@@ -17,10 +17,10 @@ from tests.storage.forgery_support import downgrade_to_format_1, rewrap_with_pub
 from tests.storage.keys_support import write_key_pair
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.kafka.checkpoints import uuid_to_topic_id
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 TARGET = "cluster"

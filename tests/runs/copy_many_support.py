@@ -13,12 +13,12 @@ from tests.engine_support import segment_objects, write_segments
 from tests.services import S3Endpoint
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import TieringError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.tier.view import load_tier_view
 

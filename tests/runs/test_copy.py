@@ -22,7 +22,6 @@ from tests.engine_support import (
     wait_until,
     write_segments,
 )
-from tiering_core.cli.output import event_line
 from tiering_core.errors import CorruptLogError, TieringError, TieringGapError
 from tiering_core.events import RunEvent
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
@@ -31,6 +30,7 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore
 from tiering_core.read.reader import open_reader
+from tiering_core.report.lines import event_line
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
@@ -677,7 +677,7 @@ def test_the_lease_is_kept_alive_during_an_upload_longer_than_its_ttl(
 
 def _stalled_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
     """A run that stops renewing (a stalled process): the heartbeat never beats."""
-    import tiering_core.runs.lease as lease_mod
+    import tiering_core.engine.lease as lease_mod
 
     monkeypatch.setattr(lease_mod, "renew_interval", lambda lease_ms: 3600.0)
 
@@ -868,7 +868,7 @@ def test_a_failed_upload_of_a_segment_the_broker_deleted_meanwhile_is_the_vanish
 
 
 def test_leases_are_renewed_at_a_third_of_their_time_to_live() -> None:
-    from tiering_core.runs.lease import renew_interval
+    from tiering_core.engine.lease import renew_interval
 
     assert renew_interval(600_000) == 200.0
     assert renew_interval(30) == 0.05  # tiny test leases: no busy loop

@@ -11,11 +11,11 @@ from tests.engine_support import counted_view_builds
 from tests.runs.copy_many_support import bases, copy_sequentially, make_config, make_log_dir, remote_state
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
+from tiering_core.engine.executor import InProcessExecutor
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import ParallelUploadFinished, SegmentCopied, SegmentNotFinished, UploadsPlanned
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.copy_many import UploadOutcome, copy_partitions, upload_task
-from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.runs.segment_copy import SegmentUpload
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.remote import RemoteStorage

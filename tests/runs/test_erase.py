@@ -25,17 +25,17 @@ from tests.engine_support import (
     tip_of,
 )
 from tiering_core.cli import main
+from tiering_core.engine.download import download_object
+from tiering_core.engine.lease import held_partition
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.kafka.batch import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.erasures import FINISHED as ERASURE_FINISHED
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.reader import FetchedRecord, IsolationLevel, open_reader
-from tiering_core.read.restore import download_object
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.erase import ErasureRequest, run_erase
-from tiering_core.runs.lease import held_partition
 from tiering_core.runs.rewrite import replace_segment
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.key_filter import KeyFilter
 from tiering_core.storage.layout import ObjectKind
 

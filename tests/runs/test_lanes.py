@@ -12,6 +12,7 @@ import yaml
 from tests.runs.copy_many_support import bases, copy_sequentially, make_config, make_log_dir, remote_state, tip
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
+from tiering_core.engine.executor import InProcessExecutor
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import CopyDeferred, PartitionCopyOutcome, SegmentCopied
 from tiering_core.events.retention import PartitionRetentionOutcome
@@ -26,7 +27,6 @@ from tiering_core.metadata.store import TaskAttempt
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.copy_many import copy_partitions
 from tiering_core.runs.copy_plan import plan_copies
-from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.runs.lanes import (
     Lane,
     by_urgency,

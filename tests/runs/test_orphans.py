@@ -234,7 +234,7 @@ def test_objects_of_deleted_segments_are_orphans(env: TieringEnv, tiered: Partit
         survivor = ref.key(ObjectKind.LOG, "t/")
         data = ctx.storage.get_range(survivor, 0, None)
         lease = ctx.metadata.acquire_lease(tip, holder="test")
-        from tiering_core.runs.segment_ops import delete_remote_segment
+        from tiering_core.engine.segment_ops import delete_remote_segment
 
         delete_remote_segment(ctx.metadata, ctx.storage, first, lease)
         ctx.metadata.release_lease(lease)

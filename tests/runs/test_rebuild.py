@@ -14,13 +14,13 @@ from tests.engine_support import (
     tip_of,
     wait_until,
 )
-from tiering_core.cli.output import format_index_check
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.kafka.index import parse_txn_index
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.report.results import format_index_check
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rebuild import IndexStatus, rebuild_partition_indexes
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.partition_state import PARTITION_STATE_NAME
 from tiering_core.tier.view import load_tier_view
@@ -440,7 +440,7 @@ def test_a_repair_fenced_before_its_finish_leaves_no_orphan_objects(fs_env: Tier
         return examination
 
     monkeypatch.setattr(rebuild, "examine_remote_segment", examine_then_lose_the_lease)
-    import tiering_core.runs.lease as lease_mod
+    import tiering_core.engine.lease as lease_mod
 
     monkeypatch.setattr(lease_mod, "renew_interval", lambda lease_ms: 3600.0)  # a stalled run: no beat
     with fs_env.context() as ctx, pytest.raises(TieringError, match="lost the partition's lease"):
@@ -519,8 +519,8 @@ def damage_like_the_repair_test(ctx, w: PartitionWriter) -> None:
 
 
 def test_the_driver_on_a_thread_pool_repairs_what_it_repairs_serially(fs_env: TieringEnv) -> None:
+    from tiering_core.engine.executor import InProcessExecutor
     from tiering_core.events import RunEvent
-    from tiering_core.runs.executor import InProcessExecutor
     from tiering_core.runs.rebuild import IndexChecked, RebuildPlanned, rebuild_indexes
 
     writers = [build_partition(fs_env, p) for p in range(3)]

@@ -23,6 +23,7 @@ from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.runs.test_retention import gapped_partition
 from tests.storage.legacy_support import make_legacy
 from tiering_core.cli import main
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import StoreBindingError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.read.reader import open_reader
@@ -33,7 +34,6 @@ from tiering_core.runs.orphans import find_orphans
 from tiering_core.runs.recover import recover_store
 from tiering_core.runs.retention import run_retention
 from tiering_core.runs.rewrite import run_rewrite
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.identity import read_identity
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.tier.status import collect_status, list_remote_segments

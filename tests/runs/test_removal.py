@@ -256,7 +256,7 @@ def test_rerun_after_the_drop_reports_the_removal_finished(fs_env: TieringEnv) -
 REMOVAL_CRASH = textwrap.dedent(
     """
     import os, signal, sys
-    import tiering_core.runs.segment_ops as rs
+    import tiering_core.engine.segment_ops as rs
     import tiering_core.runs.removal as removal
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext

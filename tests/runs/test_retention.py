@@ -114,7 +114,7 @@ def assert_objects_match_metadata(env: TieringEnv, tip: TopicIdPartition) -> Non
             parsed = parse_segment_key(obj.key, ctx.storage.prefix)
             assert parsed is not None and parsed[0].segment_id in live, f"object without metadata: {obj.key}"
         for segment in live.values():
-            from tiering_core.runs.segment_ops import segment_ref
+            from tiering_core.engine.segment_ops import segment_ref
 
             assert ctx.storage.verify_segment(segment_ref(segment)) == [], segment
 
@@ -207,10 +207,10 @@ def assert_gaps_reported(env: TieringEnv, writer: PartitionWriter, gaps: list[li
     partition, and no other gap."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tiering_core.cli.tables import format_status_table
     from tiering_core.monitoring.collect import collect_metrics
     from tiering_core.monitoring.exposition import render
     from tiering_core.monitoring.overview import AlertEntry, collect_overview
+    from tiering_core.report.tables import format_status_table
     from tiering_core.tier.cluster import cluster_status
     from tiering_core.tier.status import collect_status
 
@@ -853,7 +853,7 @@ def test_divergent_segment_after_an_unclean_election(
 RETENTION_CRASH = textwrap.dedent(
     """
     import os, signal, sys
-    import tiering_core.runs.segment_ops as rs
+    import tiering_core.engine.segment_ops as rs
     import tiering_core.runs.retention as retention
     from tiering_core.config import load_config
     from tiering_core.context import TieringContext

@@ -25,12 +25,12 @@ from tests.engine_support import (
 from tests.storage.keys_support import KeyPair, write_key_pair
 from tests.storage.legacy_support import make_legacy
 from tiering_core.cli import main
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.read.reader import open_reader
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rewrite import run_rewrite
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.manifest import CHUNKED_FORMAT, CopyRecord
 
 # One process runs this module's tests: they share what a module- or session-scoped fixture builds once.

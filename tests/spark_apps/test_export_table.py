@@ -180,9 +180,9 @@ def test_a_corrupt_batch_fails_its_segment_only_naming_its_id_and_offset(
     tmp_path: Path, fs_env: TieringEnv, spark, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from spark_apps.export_table import main
+    from tiering_core.engine.segment_ops import segment_ref
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.reader import open_reader
-    from tiering_core.runs.segment_ops import segment_ref
     from tiering_core.storage.layout import ObjectKind
 
     with_export(fs_env, tmp_path)

@@ -13,9 +13,9 @@ import pytest
 from tests.engine_support import tip_of, write_segments
 from tests.spark_apps.test_rebuild_indexes import s3_env
 from tests.storage.keys_support import write_key_pair
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy_many import copy_partitions
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CHUNKED_FORMAT, CopyRecord
 

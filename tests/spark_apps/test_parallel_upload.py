@@ -32,14 +32,14 @@ from tests.runs.copy_many_support import (
     tip,
 )
 from tests.services import S3Endpoint
-from tiering_core.cli.output import event_line
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.report.lines import event_line
 from tiering_core.runs.copy_many import Uploader, UploadOutcome, copy_partitions, upload_task
 from tiering_core.runs.copy_report import ParallelCopyReport
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 # One process runs this module's tests: they share what a module- or session-scoped fixture builds once.

@@ -15,11 +15,11 @@ from tests.runs.test_rebuild import (
 )
 from tests.runs.test_rebuild import remote_state as partition_state
 from tests.services import S3Endpoint
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rebuild import IndexStatus
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 
 # One process runs this module's tests: they share what a module- or session-scoped fixture builds once.

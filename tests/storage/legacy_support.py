@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import update
 
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.metadata.models import SegmentRow
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import FORMAT_VERSION, CopyRecord, ObjectEntry, SegmentManifest
 

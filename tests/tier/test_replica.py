@@ -19,13 +19,13 @@ import yaml
 
 from tests.engine_support import TieringEnv
 from tests.metadata.test_observations import age
-from tiering_core.cli.output import event_line
 from tiering_core.config import load_config, select_broker
 from tiering_core.context import TieringContext
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import UnknownBrokerError
 from tiering_core.read.reader import open_reader
+from tiering_core.report.lines import event_line
 from tiering_core.runs.copy import CopyRun, run_copy
 from tiering_core.runs.copy_plan import plan_copies
 from tiering_core.tier.status import collect_status

@@ -36,7 +36,7 @@ def first_try_killed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The first upload dies as a killed process would: the run stops mid-copy and nothing gives
     its lease up (no release, no more renewals). Yields the holders whose release was lost."""
     import tiering_core.runs.copy as copy_module
-    from tiering_core.runs.lease import HeldPartition
+    from tiering_core.engine.lease import HeldPartition
 
     real_upload, real_release = copy_module.upload_segment, HeldPartition._release
     killed: list[str] = []

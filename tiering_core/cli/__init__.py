@@ -1,5 +1,5 @@
-"""The ``tiering`` command (main: options and dispatch; commands: one handler per subcommand) and every
-human-readable format it prints (output)."""
+"""The ``tiering`` command: parsing and dispatch (main: options and dispatch; commands: one handler
+per subcommand) and the embedded demo; what it prints is ``tiering_core.report``'s."""
 
 from __future__ import annotations
 

@@ -17,11 +17,11 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
-from tiering_core.cli.output import Output, output_for
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 from tiering_core.events import EventSink
 from tiering_core.humanize import fmt_bytes
+from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_GAP, EXIT_OK
+from tiering_core.report.output import Output, output_for
 
 log = logging.getLogger("tiering")
 
@@ -113,7 +113,7 @@ def _events(args: argparse.Namespace) -> EventSink:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tiering_core.cli.tables import format_cluster_status, format_status_table
+    from tiering_core.report.tables import format_cluster_status, format_status_table
     from tiering_core.tier.status import collect_status
 
     if args.cluster:
@@ -152,8 +152,8 @@ def _exported_offsets(ctx: Any, rows: list[Any]) -> list[int | None] | None:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    from tiering_core.cli.summaries import format_copy_summary
     from tiering_core.errors import TieringGapError
+    from tiering_core.report.summaries import format_copy_summary
     from tiering_core.runs.copy import CopyResult, run_copy
 
     results = []
@@ -186,8 +186,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_orphans
-    from tiering_core.cli.summaries import format_retention, format_retention_summary, with_summary
+    from tiering_core.report.results import format_orphans
+    from tiering_core.report.summaries import format_retention, format_retention_summary, with_summary
     from tiering_core.runs.orphans import find_orphans
     from tiering_core.runs.retention import run_retention
 
@@ -223,7 +223,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
 
 
 def cmd_rewrite(args: argparse.Namespace) -> int:
-    from tiering_core.cli.summaries import format_rewrite, format_rewrite_summary, with_summary
+    from tiering_core.report.summaries import format_rewrite, format_rewrite_summary, with_summary
     from tiering_core.runs.rewrite import run_rewrite
 
     failures: list[str] = []
@@ -243,8 +243,8 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
 
 
 def cmd_delete_partition(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_partition_deletion
     from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+    from tiering_core.report.results import format_partition_deletion
     from tiering_core.runs.removal import delete_partition, lift_tombstone
 
     tp = TopicPartition(args.topic, args.partition)
@@ -274,8 +274,8 @@ def cmd_delete_partition(args: argparse.Namespace) -> int:
 
 
 def cmd_delete_records(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_delete_records
     from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.report.results import format_delete_records
     from tiering_core.runs.delete_records import apply_delete_records
 
     if not args.yes and not args.dry_run:
@@ -289,7 +289,7 @@ def cmd_delete_records(args: argparse.Namespace) -> int:
 
 
 def cmd_segments(args: argparse.Namespace) -> int:
-    from tiering_core.cli.tables import format_segments_table
+    from tiering_core.report.tables import format_segments_table
     from tiering_core.tier.status import list_remote_segments
 
     with _context(args) as ctx:
@@ -301,8 +301,8 @@ def cmd_segments(args: argparse.Namespace) -> int:
 def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
     import time
 
-    from tiering_core.cli.output import format_index_check, format_rebuild_summary
     from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.report.results import format_index_check, format_rebuild_summary
     from tiering_core.runs.rebuild import rebuild_partition_indexes
 
     started = time.monotonic()
@@ -325,10 +325,10 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_export_summary
+    from tiering_core.engine.executor import InProcessExecutor
     from tiering_core.export import run_export
     from tiering_core.kafka.isolation import IsolationLevel
-    from tiering_core.runs.executor import InProcessExecutor
+    from tiering_core.report.results import format_export_summary
 
     with _context(args) as ctx:
         result = run_export(
@@ -348,9 +348,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from tiering_core.cli.records import RecordFormat, format_records
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.read.reader import IsolationLevel, open_reader
+    from tiering_core.report.records import RecordFormat, format_records
 
     if args.max_records < 1:
         raise TieringError(f"--max-records must be at least 1, got {args.max_records}")
@@ -382,9 +382,9 @@ def cmd_find_offset(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_verification, format_verify_summary
+    from tiering_core.engine.executor import InProcessExecutor
     from tiering_core.read.verify import partitions_to_verify, run_verify
-    from tiering_core.runs.executor import InProcessExecutor
+    from tiering_core.report.results import format_verification, format_verify_summary
 
     with _context(args) as ctx:
         partitions = partitions_to_verify(ctx, args.topic, args.partition)
@@ -416,11 +416,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from tiering_core.cli.output import format_replay_summary
     from tiering_core.context import TieringContext
     from tiering_core.kafka.isolation import IsolationLevel
     from tiering_core.replay import Partitioning, RangeRequest, ReplayRequest, replay
     from tiering_core.replay.target import replay_cluster
+    from tiering_core.report.summaries import format_replay_summary
 
     request = ReplayRequest(
         topic=args.topic,
@@ -482,7 +482,7 @@ def _db_backup(args: argparse.Namespace, url: str) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     """Fails (exit 1) when a manifest could not be recovered: the prefix is then left unbound."""
-    from tiering_core.cli.output import format_recovery
+    from tiering_core.report.results import format_recovery
     from tiering_core.runs.recover import recover_store
 
     with _context(args) as ctx:

@@ -22,9 +22,6 @@ from pathlib import Path
 
 import yaml
 
-from tiering_core.cli.output import event_line, format_verify_summary
-from tiering_core.cli.summaries import format_copy_summary
-from tiering_core.cli.tables import format_status_table
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.errors import TieringError
@@ -32,6 +29,10 @@ from tiering_core.kafka.demo_log_dir import build_demo_log_dir
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.read.reader import open_reader
 from tiering_core.read.verify import verify_partition
+from tiering_core.report.lines import event_line
+from tiering_core.report.results import format_verify_summary
+from tiering_core.report.summaries import format_copy_summary
+from tiering_core.report.tables import format_status_table
 from tiering_core.runs.copy import run_copy
 from tiering_core.tier.status import collect_status
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from tiering_core.cli.commands import command_context
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_OK
-from tiering_core.cli.output import output_for
 from tiering_core.errors import TieringError
+from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_OK
+from tiering_core.report.output import output_for
 from tiering_core.runs.erase_report import format_erasure, format_erasures
 
 

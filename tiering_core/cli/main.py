@@ -31,8 +31,8 @@ from tiering_core.cli.commands import (
     cmd_verify,
 )
 from tiering_core.cli.erase import add_erase_command
-from tiering_core.cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from tiering_core.errors import TieringError, one_line
+from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 
 log = logging.getLogger("tiering")
 

@@ -5,7 +5,7 @@ A run (copy, retention, export, rebuild, verify) emits one frozen dataclass per 
 and returns its result at the end. The events are values at the bottom of the house: one module per
 family of runs in this package (``events.read``, ...), importing nothing but other values, so the
 reporting layer can import every event without loading a run (Arrow, pyiceberg). The run never
-decides how an event reads: the reporting module (``tiering_core/cli/output.py``) turns events into
+decides how an event reads: the reporting layer (``tiering_core/report/lines.py``) turns events into
 lines for the command, the Spark apps and the Airflow tasks' logs, or into JSON. Kafka's storage
 module works the same way: its tasks record metrics and log values, the tools above format them.
 """

@@ -36,8 +36,8 @@ from tiering_core.export.table import (
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
+    from tiering_core.engine.lease import HeldTable
     from tiering_core.metadata.store import ExportCommit
-    from tiering_core.runs.lease import HeldTable
 
 log = logging.getLogger(__name__)
 

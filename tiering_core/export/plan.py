@@ -25,6 +25,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import TieringError
 from tiering_core.export.table import ExportedRanges
 from tiering_core.kafka.index import AbortedTxn
@@ -33,7 +34,6 @@ from tiering_core.kafka.producer_snapshot import open_transactions, parse_produc
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 from tiering_core.read.reader import RemoteLogReader
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.tier.view import TierView, finished_in_lineage, load_remote_tier_view, load_tier_view

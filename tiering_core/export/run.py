@@ -11,7 +11,7 @@ failed); at the end, the export's own uncommitted files and those killed attempt
 (``TableExport.finish``). A segment that fails (a corrupt batch, a record Arrow cannot hold, its
 Spark task lost) is reported with its id and offset, its files deleted, and the others go on; the
 run then names it in ``ExportResult.failed``. The driver emits ``events.export`` events; how they
-read is the caller's (``cli/output.py``).
+read is the caller's (``report/lines.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.executor import Executor, InProcessExecutor
 from tiering_core.errors import ExportError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.export import (
@@ -39,7 +40,6 @@ from tiering_core.export.typed_write import SegmentSchemaError, TypedWrite, writ
 from tiering_core.export.write import ExportAttempt, SegmentExportError, write_segment_files
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.runs.executor import Executor, InProcessExecutor
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -1,7 +1,7 @@
 """An export holding its table: the rules every export runner follows (``tiering export`` and the
 Spark app alike), each in one place.
 
-``exporting`` takes the table's export lease (``runs.lease.held_table``: one export of a table at
+``exporting`` takes the table's export lease (``engine.lease.held_table``: one export of a table at
 a time, renewed in the background; a later try of the same scheduled task takes over its killed
 try's lease at once, anyone else gets ``TableBusyError``), opens the table (created on first use,
 migrated in place when written before topic ids) and notes the snapshot current when the lease
@@ -27,6 +27,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.lease import HeldTable, held_table
 from tiering_core.errors import ExportError, one_line
 from tiering_core.export.commit import CommitResult, TableLeaseLostError, commit_segments
 from tiering_core.export.plan import ExportSegment, newest_topic_ids, plan_export, require_remote_data
@@ -53,7 +54,6 @@ from tiering_core.export.write import (
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError, MetadataStoreError
-from tiering_core.runs.lease import HeldTable, held_table
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

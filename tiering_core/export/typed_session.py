@@ -51,8 +51,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from tiering_core.config import PlatformConfig
+    from tiering_core.engine.lease import HeldTable
     from tiering_core.metadata.store import RemoteLogMetadataStore
-    from tiering_core.runs.lease import HeldTable
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from tiering_core.engine.read_ahead import read_ahead
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import CorruptLogError
 from tiering_core.export.avro import UnsupportedSchemaError
 from tiering_core.export.plan import ExportSegment
@@ -31,15 +33,14 @@ from tiering_core.export.typed import (
     ValueSchemas,
 )
 from tiering_core.export.write import (
+    READ_AHEAD_GROUPS,
     DayFiles,
     ExportAttempt,
     SegmentExportError,
     delete_files,
-    read_ahead,
     segment_days,
 )
 from tiering_core.kafka.arrow import GroupBounds
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.errors import ManifestError, RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
@@ -209,7 +210,9 @@ def write_typed_segment_files(
     rows = 0
     try:
         files = _TableFiles(fs, directory, segment.segment_id, schemas.merged(typed.schema_ids))
-        for batch, parts in read_ahead(lambda: segment_days(storage, segment, where, bounds)):
+        for batch, parts in read_ahead(
+            lambda: segment_days(storage, segment, where, bounds), READ_AHEAD_GROUPS, thread_name="export-decode"
+        ):
             for day, part in parts:
                 decoded = _decode(part, schemas)
                 files.widen(_merged(files.columns, decoded.ids, schemas))

@@ -4,7 +4,7 @@ files under the table's data location, and the clean-up of attempts that never c
 An export attempt writes under ``<table location>/data/tiering-attempts/<attempt id>/``, whose
 marker (``_attempt.json``: the attempt id, the table's UUID, the export lease's token and holder,
 host, pid, start time) is written first. An attempt belongs to the export holding the table's
-lease (``runs.lease.held_table``), and is over only when that lease has passed to a newer export
+lease (``engine.lease.held_table``), and is over only when that lease has passed to a newer export
 (a greater token) and the table has moved on since (another snapshot is current than when the
 newer export took the lease): the older export could only commit on the snapshot current when it
 lost the lease, so once another is current nothing of it can land any more. Neither a process id
@@ -20,7 +20,7 @@ file holds one partition: a group's rows are ordered by day (stably, so by offse
 and sliced, and at most ``MAX_OPEN_FILES`` files are open at once (a day whose file was closed
 to make room starts another). A record's timestamp is clamped to the years a table can hold for
 ``timestamp`` and kept as Kafka holds it in ``timestamp_ms``, so any int64 a producer chose exports.
-The segment is fetched and decoded on a thread of its own,
+The segment is fetched and decoded on a thread of its own (``engine.read_ahead``),
 at most ``READ_AHEAD_GROUPS`` groups ahead of the Parquet writer (numba's kernels and pyarrow's
 compression release the GIL, so the two overlap); a decode error reaches the writer after the
 groups decoded before it, so what was written when a segment fails is as without the thread.
@@ -32,21 +32,21 @@ import datetime
 import itertools
 import json
 import os
-import queue
 import socket
-import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tiering_core.engine.read_ahead import read_ahead
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import CorruptLogError, ExportError, TieringError, one_line
 from tiering_core.export.plan import ExportSegment
 from tiering_core.export.table import (
@@ -59,7 +59,6 @@ from tiering_core.export.table import (
 from tiering_core.kafka import arrow
 from tiering_core.kafka.arrow import GroupBounds
 from tiering_core.kafka.records import read_batch_data
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.errors import ManifestError, RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
@@ -83,9 +82,6 @@ _EPOCH_DAY = datetime.date(1970, 1, 1)
 MAX_OPEN_FILES = 16
 #: Decoded groups waiting for the writer: the memory of a few groups, enough to keep both busy.
 READ_AHEAD_GROUPS = 2
-_POLL_SECONDS = 0.1
-
-T = TypeVar("T")
 
 
 class SegmentExportError(TieringError):
@@ -180,53 +176,6 @@ def _day_name(day: int) -> str:
     """A day (since the epoch) as data files name it: YYYYMMDD, years 0001 to 9999."""
     date = _EPOCH_DAY + datetime.timedelta(days=day)
     return f"{date.year:04d}{date.month:02d}{date.day:02d}"
-
-
-def read_ahead(produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD_GROUPS) -> Generator[T, None, None]:
-    """The items of ``produce()``, made on a thread of their own at most ``depth`` ahead of the
-    consumer. An exception of ``produce`` is raised here, after the items made before it; once
-    the consumer stops (done, an error of its own, ``close``), the thread stops at its next item
-    and is joined."""
-    items: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: tuple[bool, Any]) -> bool:
-        while not stop.is_set():
-            try:
-                items.put(item, timeout=_POLL_SECONDS)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def run() -> None:
-        made = produce()
-        try:
-            for item in made:
-                if not put((True, item)):
-                    return
-        except BaseException as exc:  # the consumer's to raise, in its thread
-            put((False, exc))
-        else:
-            put((False, None))
-        finally:
-            close = getattr(made, "close", None)
-            if close is not None:
-                close()
-
-    thread = threading.Thread(target=run, name="export-decode", daemon=True)
-    thread.start()
-    try:
-        while True:
-            more, value = items.get()
-            if not more:
-                if value is not None:
-                    raise value
-                return
-            yield value
-    finally:
-        stop.set()
-        thread.join()
 
 
 def table_rows(batch: pa.RecordBatch, topic_id: str) -> tuple[pa.RecordBatch, np.ndarray]:
@@ -356,7 +305,9 @@ def write_segment_files(
     next_offset = segment.start_offset
     where = Path(storage.describe(segment_ref(segment.segment).key(ObjectKind.LOG, storage.prefix)))
     try:
-        for batch, parts in read_ahead(lambda: segment_days(storage, segment, where, bounds)):
+        for batch, parts in read_ahead(
+            lambda: segment_days(storage, segment, where, bounds), READ_AHEAD_GROUPS, thread_name="export-decode"
+        ):
             for day, part in parts:
                 files.write(day, part)
             if on_batch is not None:

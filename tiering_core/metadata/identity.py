@@ -1,6 +1,6 @@
 """The store's identity (``tiering_store``): its id, and an unfinished ``tiering recover``.
 
-The prefix a store writes under names the store's id in an identity object (``runs.binding``), so
+The prefix a store writes under names the store's id in an identity object (``engine.binding``), so
 a store pointed at another deployment's prefix, or a new, empty store pointed at a tier it never
 wrote, writes and deletes nothing there. The id is given once, when the store's schema is created
 (or upgraded to the revision that brought it), and survives a backup and its restore.

@@ -158,7 +158,7 @@ class ErasureRow(Base):
 
 class StoreIdentityRow(Base):
     """The store's one identity row (``id`` is always 1): the id it was given when it was created,
-    which the prefix it writes under records in its identity object (``runs.binding``), and the
+    which the prefix it writes under records in its identity object (``engine.binding``), and the
     start of a ``tiering recover`` into it that has not finished (None: none)."""
 
     __tablename__ = "tiering_store"

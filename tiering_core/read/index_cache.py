@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.kafka.crc import crc32c
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.errors import RemoteObjectNotFoundError

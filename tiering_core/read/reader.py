@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 import numpy as np
 import pyarrow as pa
 
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import NoRemoteDataError, PartitionNotInLogDirsError, TieringError
 from tiering_core.kafka import arrow
 from tiering_core.kafka.batch import RecordBatchHeader
@@ -63,7 +64,6 @@ from tiering_core.kafka.records import Record, decode_batch, read_batch_data
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind

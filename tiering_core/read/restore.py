@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.download import download_object
 from tiering_core.errors import TieringError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored
@@ -51,28 +52,21 @@ from tiering_core.kafka.checkpoints import (
     write_leader_epoch_checkpoint,
     write_partition_metadata,
 )
-from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.log_dirs import META_PROPERTIES, delete_dir_name
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metrics import names
 from tiering_core.read.reader import open_reader, open_remote_reader
-from tiering_core.runs.segment_ops import segment_ref
-from tiering_core.storage.checksum import crc_hex
-from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
-from tiering_core.storage.manifest import CopyRecord
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import RemoteLogSegmentMetadata
     from tiering_core.read.reader import RemoteLogReader
-    from tiering_core.storage.remote import RemoteStorage
 
 log = logging.getLogger(__name__)
 
-CHUNK = 1 << 20
 #: The file a running broker holds a lock on, in each of its log dirs (``LogManager.LockFileName``).
 BROKER_LOCK_FILE = ".lock"
 #: The file a restore leaves in its target: more partitions may be restored there.
@@ -146,33 +140,6 @@ def served_chain(reader: RemoteLogReader) -> list[RemoteLogSegmentMetadata]:
         chain.append(segment)
         offset = segment.end_offset + 1
     return chain
-
-
-def download_object(storage: RemoteStorage, segment: RemoteLogSegmentMetadata, kind: ObjectKind, target: Path) -> int:
-    """Stream one object to ``target``, checking the CRC-32C recorded for it; its size, or -1 if absent."""
-    expected = CopyRecord.of_segment(segment).crc(kind)
-    value = size = 0
-    try:
-        with storage.open_stream(segment_ref(segment), kind) as source, target.open("wb") as out:
-            while chunk := source.read(CHUNK):
-                value = crc32c(chunk, value)
-                size += len(chunk)
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-    except RemoteObjectNotFoundError:
-        target.unlink(missing_ok=True)
-        if expected is not None:
-            raise TieringError(
-                f"segment {segment.segment_id}: its {kind.value} object is missing (run tiering verify)"
-            ) from None
-        return -1
-    if expected is not None and crc_hex(value) != expected:
-        raise TieringError(
-            f"segment {segment.segment_id}: {kind.value} crc32c {crc_hex(value)} != {expected} recorded at copy "
-            "time (run tiering verify)"
-        )
-    return size
 
 
 def staging_dir(target: Path, tp: TopicPartition, *, broker_log_dir: bool) -> Path:

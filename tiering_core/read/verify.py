@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tiering_core.engine.executor import Executor, InProcessExecutor
+from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import NoRemoteDataError, TieringError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.read import SegmentVerification, SegmentVerified, VerifyPlanned
@@ -28,8 +30,6 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally, tallied
-from tiering_core.runs.executor import Executor, InProcessExecutor
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.errors import ManifestError
 from tiering_core.storage.manifest import CopyRecord
 

@@ -17,10 +17,11 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.executor import InProcessExecutor
+from tiering_core.engine.read_ahead import read_ahead
 from tiering_core.errors import ClusterUnreachableError, TieringError, one_line
 from tiering_core.events import EventSink, discard
 from tiering_core.events.replay import ReplayCommitted, ReplayFinished, ReplayGap, ReplayStarted
-from tiering_core.export.write import read_ahead
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.metadata.values import ReplayRecord
 from tiering_core.replay.source import (
@@ -41,7 +42,6 @@ from tiering_core.replay.target import (
     is_client_error,
     record_bytes,
 )
-from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.tier.view import OffsetRange
 
 if TYPE_CHECKING:
@@ -350,7 +350,10 @@ def _replay(
             return
         events(ReplayStarted(tp, request.target_topic, span.first, span.last, result.resumed_after))
         shown = clock()
-        with closing(read_ahead(lambda: _transactions(reader, next_offset, span.last, request.isolation), 1)) as ahead:
+        transactions = read_ahead(
+            lambda: _transactions(reader, next_offset, span.last, request.isolation), 1, thread_name="replay-read"
+        )
+        with closing(transactions) as ahead:
             for records, size in ahead:
                 writer.write(records)
                 result.bytes += size

@@ -1,3 +1,4 @@
-"""What holds a partition's lease and writes: copy, retention, removal, rebuild, orphans."""
+"""What holds a partition's lease and writes: copy, retention, removal, rebuild, rewrite, recover,
+orphans, DeleteRecords; the machinery they share is ``tiering_core.engine``'s."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ partition go, on the run's broker), with the time of the last copy and the run's
 
 What to copy is planned once per run (``runs.copy_plan``). While it works the run tells what it
 does as events (``tiering_core.events.copy``) to the sink its caller gives; how they read is
-``cli/output``'s business, never this module's.
+``report/lines``'s business, never this module's.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.lease import HeldPartition, held_partition
+from tiering_core.engine.partition_state import publish_partition_state
+from tiering_core.engine.segment_ops import recover_failed_copies
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.copy import (
@@ -52,8 +55,6 @@ from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
 from tiering_core.runs.copy_plan import CopyPlan, plan_before_lease, plan_copy, plan_under_lease, view_after_copies
 from tiering_core.runs.errors import CopyFailedError
-from tiering_core.runs.lease import HeldPartition, held_partition
-from tiering_core.runs.partition_state import publish_partition_state
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.observation import record_views
 from tiering_core.tier.replica import tiering_gap_on
@@ -71,7 +72,6 @@ from tiering_core.runs.segment_copy import (
     abandon_upload,
     finish_segment,
     prepare_segment_upload,
-    recover_failed_copies,
     repair_remote_log_start,
     upload_segment,
 )

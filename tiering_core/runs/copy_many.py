@@ -33,6 +33,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tiering_core.engine.executor import Executor, TaskOutcome
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.copy import (
@@ -45,7 +46,6 @@ from tiering_core.events.copy import (
 from tiering_core.metadata.errors import FencedError
 from tiering_core.runs.copy import CopyResult, CopyRun
 from tiering_core.runs.copy_report import ParallelCopyReport
-from tiering_core.runs.executor import Executor, TaskOutcome
 from tiering_core.runs.segment_copy import SegmentUpload, upload_segment
 
 if TYPE_CHECKING:

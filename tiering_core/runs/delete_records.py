@@ -13,7 +13,7 @@ between, it is sent to the cluster through the admin API when there is a ``kafka
 recorded in the metadata store; the next retention run deletes the remote segments wholly below
 it. The cluster first: a DeleteRecords the cluster refuses is never recorded, so the remote tier
 never loses records the cluster still serves. Once recorded, the partition's state object is
-published (``runs.partition_state``).
+published (``engine.partition_state``).
 
 Idempotent: applying the same offset again (after a failure between the two steps, say) changes
 nothing more; an offset at or below one already applied leaves the log start where it is, as in
@@ -27,12 +27,12 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.lease import held_partition
+from tiering_core.engine.partition_state import publish_partition_state
 from tiering_core.errors import ClusterUnreachableError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import LeaseHeldError
 from tiering_core.runs.errors import DeleteRecordsRefusedError
-from tiering_core.runs.lease import held_partition
-from tiering_core.runs.partition_state import publish_partition_state
 from tiering_core.tier.retention_plan import removed_reason
 from tiering_core.tier.view import TierView, global_log_start, tier_view
 

@@ -28,6 +28,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.download import download_object
+from tiering_core.engine.lease import held_partition
+from tiering_core.engine.segment_ops import recover_failed_copies, segment_ref
 from tiering_core.errors import CorruptLogError, TieringError
 from tiering_core.kafka.cleaner import CleanerResult, clean_segment
 from tiering_core.kafka.files import read_regular
@@ -35,11 +38,7 @@ from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.erasures import FINISHED, ErasureRecord, SegmentErasure
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.read.restore import download_object
-from tiering_core.runs.lease import held_partition
 from tiering_core.runs.rewrite import replace_segment
-from tiering_core.runs.segment_copy import recover_failed_copies
-from tiering_core.runs.segment_ops import segment_ref
 from tiering_core.storage.key_filter import HEADER, MAX_BITS, KeyFilter, KeyFilterError
 from tiering_core.storage.layout import ObjectKind
 

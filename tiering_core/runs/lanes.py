@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.executor import InProcessExecutor
 from tiering_core.errors import TieringError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.retention import PartitionRetentionOutcome
@@ -27,7 +28,6 @@ from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.copy_many import copy_partitions
 from tiering_core.runs.copy_plan import CopyPlan
 from tiering_core.runs.copy_report import ParallelCopyReport
-from tiering_core.runs.executor import InProcessExecutor
 from tiering_core.runs.retention import RetentionResult, run_retention
 from tiering_core.tier.observation import headroom_seconds
 from tiering_core.tier.view import tier_view

@@ -15,7 +15,7 @@ configured prefix, besides those the metadata store knows.
 An object is live while any segment of its partition in a state other than
 DELETE_SEGMENT_FINISHED names it: a copy in flight writes COPY_SEGMENT_STARTED before its first
 object, so its objects are never orphans. Deleting is guarded twice more: the store must be the
-one bound to the prefix (``runs.binding``), and each partition's segment states are read again
+one bound to the prefix (``engine.binding``), and each partition's segment states are read again
 just before its orphans are deleted, so a copy that began after the listing started is not touched.
 The partition's own ``partition-state.json`` (``storage.partition_state``) is no orphan: it
 is not even listed (a partition's removal deletes it, last).

@@ -15,7 +15,7 @@ merged segment by segment), so the store rebuilt is the one lost; of two copies 
 (a rewrite cut short) the later one serves and the earlier is recorded as being deleted. Each
 partition's segments land under its lease in transactions of ``SEGMENTS_PER_TRANSACTION``; a
 segment already recorded is skipped, so a rerun after a kill picks up where the first stopped.
-While a recovery is unfinished the store writes nothing remote (``runs.binding``); at its end the
+While a recovery is unfinished the store writes nothing remote (``engine.binding``); at its end the
 prefix is bound to the store.
 """
 
@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.config.metadata import safe_url
+from tiering_core.engine.binding import bind
+from tiering_core.engine.executor import InProcessExecutor
+from tiering_core.engine.lease import held_partition
 from tiering_core.errors import CorruptLogError, StoreBindingError, TieringError
 from tiering_core.kafka.batch import scan_log
 from tiering_core.kafka.checkpoints import parse_leader_epoch_checkpoint
@@ -38,9 +41,6 @@ from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.values import RecoveredSegment, RemoteLogSegmentMetadata
-from tiering_core.runs.binding import bind
-from tiering_core.runs.executor import InProcessExecutor
-from tiering_core.runs.lease import held_partition
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.identity import read_identity
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef, parse_segment_key

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.engine.lease import HeldPartition, held_partition
+from tiering_core.engine.segment_ops import delete_remote_segment
 from tiering_core.errors import InvalidTopicError, TieringError
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition, validate_topic_name
 from tiering_core.metadata.errors import FencedError, LeaseHeldError, MetadataStoreError
@@ -43,11 +45,9 @@ from tiering_core.metadata.states import RemotePartitionDeleteState
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally, tallied
 from tiering_core.runs.errors import DeletionUnprovenError, RemovalRefusedError, RemovalRequestRefusedError
-from tiering_core.runs.lease import HeldPartition, held_partition
 from tiering_core.runs.orphans import delete_unreferenced_keys, unreferenced_object_keys
 from tiering_core.runs.removal_evidence import broker_topic_ids, deletion_unproven, reported_topic_ids
 from tiering_core.runs.removal_targets import RemovalTargets
-from tiering_core.runs.segment_ops import delete_remote_segment
 from tiering_core.storage.partition_state import partition_state_key
 
 if TYPE_CHECKING:

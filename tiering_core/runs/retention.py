@@ -2,7 +2,7 @@
 
 docs/kafka-rules.md section 6 read with section 10. What is due is planned read-only
 (``tier.retention_plan``); the run records the new remote log start offset **before** deleting
-any object (and publishes the partition's state object, ``runs.partition_state``), then deletes
+any object (and publishes the partition's state object, ``engine.partition_state``), then deletes
 each segment as DELETE_SEGMENT_STARTED -> objects -> DELETE_SEGMENT_FINISHED.
 
 A run holds the partition's lease, so a COPY_SEGMENT_STARTED segment it finds cannot be copied
@@ -24,15 +24,14 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tiering_core.config import TopicConfig, not_tiered_reason
+from tiering_core.engine.lease import HeldPartition, held_partition
+from tiering_core.engine.partition_state import publish_partition_state
+from tiering_core.engine.segment_ops import delete_remote_segment, recover_failed_copies
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally, tallied
-from tiering_core.runs.lease import HeldPartition, held_partition
-from tiering_core.runs.partition_state import publish_partition_state
-from tiering_core.runs.segment_copy import recover_failed_copies
-from tiering_core.runs.segment_ops import delete_remote_segment
 from tiering_core.tier.observation import Figures, record_views, reporting_gauges
 from tiering_core.tier.retention_plan import (
     REASON_COPY_LEFTOVER,

@@ -27,21 +27,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.errors import TieringError
-from tiering_core.kafka.epoch import EpochEntry
-from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.read.restore import download_object
-from tiering_core.runs.lease import held_partition
-from tiering_core.runs.rebuild.run import start_index_repair
-from tiering_core.runs.segment_copy import recover_failed_copies
-from tiering_core.runs.segment_ops import (
+from tiering_core.engine.download import download_object
+from tiering_core.engine.lease import held_partition
+from tiering_core.engine.segment_ops import (
     abandon_attempt,
     delete_remote_segment,
+    recover_failed_copies,
     segment_facts,
     segment_ref,
     stored_epoch_index,
 )
+from tiering_core.errors import TieringError
+from tiering_core.kafka.epoch import EpochEntry
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
+from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.runs.rebuild.run import start_index_repair
 from tiering_core.storage.key_filter import with_key_filter
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CopyRecord, SegmentManifest

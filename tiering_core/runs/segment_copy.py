@@ -1,8 +1,8 @@
 """One segment's copy, in the steps a run and the Spark parallel upload share (docs/kafka-rules.md
 sections 5 and 10): ``prepare_segment_upload`` (driver: verify and gather the files),
 ``upload_segment`` (anywhere, e.g. a Spark executor: objects, manifest last), ``finish_segment``
-or ``abandon_upload`` (driver, under the lease); and the recovery of what killed copies left in
-COPY_SEGMENT_STARTED.
+or ``abandon_upload`` (driver, under the lease); and the remote log start a partition's first
+copies left unset (``repair_remote_log_start``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tiering_core.engine.partition_state import publish_partition_state
+from tiering_core.engine.segment_ops import abandon_attempt, segment_facts
 from tiering_core.errors import CorruptLogError, TieringError
 from tiering_core.kafka.batch import scan_log
 from tiering_core.kafka.checkpoints import encode_leader_epoch_checkpoint
@@ -35,8 +37,6 @@ from tiering_core.kafka.producer_snapshot import encode_producer_snapshot, read_
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import Lease, RemoteLogSegmentMetadata
-from tiering_core.runs.partition_state import publish_partition_state
-from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_facts
 from tiering_core.storage.key_filter import with_key_filter
 from tiering_core.storage.layout import ObjectKind, RemoteSegmentRef
 from tiering_core.storage.manifest import CopyRecord
@@ -237,38 +237,12 @@ def abandon_upload(
     abandon_attempt(store, storage, upload.metadata, lease, "failed copy")
 
 
-def recover_failed_copies(
-    store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition, lease: Lease
-) -> int:
-    """Finish what killed or failed runs left behind (we hold the lease, so nobody is copying):
-    COPY_SEGMENT_STARTED segments are deleted, DELETE_SEGMENT_STARTED ones deleted again."""
-    cleaned = 0
-    for segment in store.list_segments(tip, custom_metadata=False):
-        if segment.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            what = "copy"
-        elif segment.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-            what = "deletion"
-        else:
-            continue
-        log.warning(
-            "%s: cleaning up %s of segment %s [%d..%d] left unfinished by an earlier run",
-            tip.topic_partition,
-            what,
-            segment.segment_id,
-            segment.start_offset,
-            segment.end_offset,
-        )
-        delete_remote_segment(store, storage, segment, lease)
-        cleaned += 1
-    return cleaned
-
-
 def repair_remote_log_start(
     store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition, lease: Lease
 ) -> None:
     """A partition with finished segments but no remote log start offset (written by a release
     that recorded them apart) gets the lowest offset a finished segment's epochs cover, never a
-    later one; its state object is published then (``runs.partition_state``)."""
+    later one; its state object is published then (``engine.partition_state``)."""
     if store.get_remote_log_start_offset(tip) is not None:
         return
     finished = store.finished_segments(tip, custom_metadata=False)

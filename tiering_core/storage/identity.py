@@ -1,6 +1,6 @@
 """The prefix's identity object, ``<prefix>tiering-store.json``: which metadata store writes here.
 
-Written by the first write of a store under the prefix (``runs.binding``) and by ``tiering
+Written by the first write of a store under the prefix (``engine.binding``) and by ``tiering
 recover`` once it has rebuilt a store; read before a process's first write or deletion. It sits
 beside the topics' directories, outside the segment layout, so no sweep ever takes it for an
 orphan. Small and bounded: a larger or malformed object is refused unread or unparsed.

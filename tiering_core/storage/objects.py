@@ -66,7 +66,7 @@ class ObjectStore(ABC):
     def __init__(self, prefix: str = "") -> None:
         self.prefix = validate_deployment_prefix(prefix)
         self.quotas = StorageQuotas()
-        #: What must pass before any write or deletion under the prefix (``runs.binding``: the
+        #: What must pass before any write or deletion under the prefix (``engine.binding``: the
         #: prefix is this metadata store's); None: nothing (a Spark executor's copy, whose driver
         #: passed it).
         self.write_check: Callable[[], None] | None = None

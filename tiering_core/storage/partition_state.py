@@ -4,7 +4,7 @@ Manifests carry each segment's metadata (``segment_facts.SegmentFacts``); the pa
 cannot live in any one of them: its remote log start offset, the highest DeleteRecords offset
 applied through the platform and its tiering gaps. One small JSON object per partition,
 ``<partition prefix>partition-state.json``, holds them, rewritten whole after every change the
-store commits (``runs.partition_state``), so the bucket alone says what the store said last::
+store commits (``engine.partition_state``), so the bucket alone says what the store said last::
 
     {"format_version": 1, "topic": "orders", "topic_id": "...", "partition": 0,
      "remote_log_start_offset": 120, "delete_records_offset": null,

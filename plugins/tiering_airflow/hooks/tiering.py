@@ -315,8 +315,8 @@ class TieringHook(BaseHook):
     def eligibility(self, topic: str, config: PlatformConfig | None = None, now_ms: int | None = None) -> Eligibility:
         """``eligible``, with why the partitions whose segments wait for their delayed upload wait
         (``now_ms``: the clock it is judged by; None: now)."""
-        from tiering_core.cli.output import copy_delay_words
         from tiering_core.config import DEFAULT_TOPIC
+        from tiering_core.report.lines import copy_delay_words
         from tiering_core.runs.copy_plan import plan_copies
         from tiering_core.runs.lanes import planned_order
 

@@ -106,8 +106,8 @@ class TieringCopyOperator(TieringPartitionOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tiering_core.cli.output import event_line
         from tiering_core.errors import TieringGapError
+        from tiering_core.report.lines import event_line
         from tiering_core.runs.copy import CopyResult, run_copy
 
         tp = self.topic_partition()
@@ -200,9 +200,9 @@ class TieringLaneOperator(BaseOperator):
 
     def tell(self, event: RunEvent) -> None:
         """A partition's outcome and the lane's summary in the log; a run's other events at debug."""
-        from tiering_core.cli.output import event_line
         from tiering_core.events.copy import ParallelUploadFinished, PartitionCopyOutcome
         from tiering_core.events.retention import PartitionRetentionOutcome
+        from tiering_core.report.lines import event_line
 
         outcome = isinstance(event, (PartitionCopyOutcome, PartitionRetentionOutcome, ParallelUploadFinished))
         self.log.log(logging.INFO if outcome else logging.DEBUG, "%s", event_line(event))
@@ -411,7 +411,7 @@ class TieringRewriteOperator(BaseOperator):
         self.broker_id = broker_id
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        from tiering_core.cli.summaries import format_rewrite
+        from tiering_core.report.summaries import format_rewrite
         from tiering_core.runs.rewrite import run_rewrite
 
         partition = None if self.partition in (None, "", "None") else int(str(self.partition))
@@ -456,7 +456,7 @@ class TieringReplayOperator(BaseOperator):
         self.aws_conn_id = aws_conn_id
 
     def tell(self, event: RunEvent) -> None:
-        from tiering_core.cli.output import event_line
+        from tiering_core.report.lines import event_line
 
         self.log.info("%s", event_line(event))
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tiering_core.engine.segment_ops import segment_facts, segment_ref, stored_epoch_index
 from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import verify_log_crc
 from tiering_core.kafka.crc import crc32c
@@ -22,7 +23,6 @@ from tiering_core.kafka.files import INDEX_READ_LIMIT, read_regular
 from tiering_core.kafka.index_rebuild import RebuiltIndexes, rebuild_indexes
 from tiering_core.kafka.producer_snapshot import open_transactions, parse_producer_snapshot
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
-from tiering_core.runs.segment_ops import segment_facts, segment_ref, stored_epoch_index
 from tiering_core.storage.checksum import crc_hex
 from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.errors import ManifestError, RemoteStorageError

@@ -38,6 +38,9 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tiering_core.engine.executor import Executor, InProcessExecutor
+from tiering_core.engine.lease import HeldPartition, held_partition
+from tiering_core.engine.segment_ops import abandon_attempt, delete_remote_segment, recover_failed_copies, segment_ref
 from tiering_core.errors import TieringError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.rebuild import IndexChecked, PartitionBusy, RebuildPlanned
@@ -47,10 +50,6 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally, tallied
-from tiering_core.runs.executor import Executor, InProcessExecutor
-from tiering_core.runs.lease import HeldPartition, held_partition
-from tiering_core.runs.segment_copy import recover_failed_copies
-from tiering_core.runs.segment_ops import abandon_attempt, delete_remote_segment, segment_ref
 from tiering_core.storage.manifest import CopyRecord
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Publishing a partition's state object (``runs/partition_state.py``): what the store holds, whole;
+"""Publishing a partition's state object (``engine/partition_state.py``): what the store holds, whole;
 not written again unchanged; a failure to write it is a warning naming the partition, never a
 failed run, and the next change mends it. Each run that changes the state publishes it: their own
 test modules check that (copy, retention, DeleteRecords), and orphans and removal what becomes of
@@ -11,10 +11,10 @@ import logging
 import pytest
 
 from tests.engine_support import TieringEnv, assert_partition_state_published, tip_of, write_segments
+from tiering_core.engine.partition_state import partition_state, publish_partition_state
 from tiering_core.metadata.errors import MetadataStoreError
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
-from tiering_core.runs.partition_state import partition_state, publish_partition_state
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.partition_state import PartitionState, partition_state_key
 

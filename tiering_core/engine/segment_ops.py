@@ -1,5 +1,7 @@
 """Deleting a remote segment the one way Kafka does it, for copy cleanup, retention and removal;
-and what every copy of a segment writes into its manifest of the segment's metadata.
+the clean-up of what killed runs left (``recover_failed_copies``, which every driver holding a
+partition does first); and what every copy of a segment writes into its manifest of the
+segment's metadata.
 
 DELETE_SEGMENT_STARTED is written before any object is touched and DELETE_SEGMENT_FINISHED
 only after every object is gone, so a crash anywhere leaves a state the next run finishes.
@@ -24,6 +26,7 @@ from tiering_core.storage.manifest import CopyRecord
 from tiering_core.storage.segment_facts import SegmentFacts
 
 if TYPE_CHECKING:
+    from tiering_core.kafka.topic import TopicIdPartition
     from tiering_core.metadata.store import Lease, RemoteLogMetadataStore, RemoteLogSegmentMetadata
     from tiering_core.storage.remote import RemoteStorage
 
@@ -125,3 +128,29 @@ def abandon_attempt(
         storage.delete_segment(segment_ref(attempt))
     except RemoteStorageError as exc:
         log.error("%s: could not delete the objects of %s %s: %s", tp, what, attempt.segment_id, exc)
+
+
+def recover_failed_copies(
+    store: RemoteLogMetadataStore, storage: RemoteStorage, tip: TopicIdPartition, lease: Lease
+) -> int:
+    """Finish what killed or failed runs left behind (we hold the lease, so nobody is copying):
+    COPY_SEGMENT_STARTED segments are deleted, DELETE_SEGMENT_STARTED ones deleted again."""
+    cleaned = 0
+    for segment in store.list_segments(tip, custom_metadata=False):
+        if segment.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            what = "copy"
+        elif segment.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            what = "deletion"
+        else:
+            continue
+        log.warning(
+            "%s: cleaning up %s of segment %s [%d..%d] left unfinished by an earlier run",
+            tip.topic_partition,
+            what,
+            segment.segment_id,
+            segment.start_offset,
+            segment.end_offset,
+        )
+        delete_remote_segment(store, storage, segment, lease)
+        cleaned += 1
+    return cleaned

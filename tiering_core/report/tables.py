@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tiering_core.cli.output import copy_delay_words
 from tiering_core.humanize import fmt_bytes, fmt_duration
+from tiering_core.report.lines import copy_delay_words
 
 if TYPE_CHECKING:
     from tiering_core.tier.cluster import ClusterPartitionStatus

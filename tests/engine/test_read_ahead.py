@@ -1,6 +1,6 @@
-"""A segment is decoded on a thread of its own, ahead of the writer: an error of the decode
-reaches the writer after every group decoded before it, and a writer that stops leaves no thread
-behind."""
+"""Items are made on a thread of their own, ahead of their consumer (as an export decodes a segment
+ahead of its writer): an error of the maker reaches the consumer after every item made before
+it, and a consumer that stops leaves no thread behind."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tiering_core.engine.read_ahead import read_ahead
 from tiering_core.errors import CorruptLogError
-from tiering_core.export.write import read_ahead
 
 
 def _groups(made: list[int], fail_after: int | None = None) -> Iterator[int]:
@@ -22,7 +22,7 @@ def _groups(made: list[int], fail_after: int | None = None) -> Iterator[int]:
 
 
 def _decode_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "export-decode"]
+    return [t for t in threading.enumerate() if t.name == "read-ahead"]
 
 
 def test_a_decode_error_comes_after_the_groups_before_it() -> None:

@@ -1,24 +1,17 @@
-"""The reporting layer: where the words go (console or JSON), a line for every run event, and an
-import that loads no run."""
+"""A line for every run event, in the words the command, the Spark apps and the Airflow tasks
+always printed."""
 
 from __future__ import annotations
 
 import importlib
-import json
 import pkgutil
-import subprocess
-import sys
 from dataclasses import dataclass
 
-import pytest
-
 import tiering_core.events
-from tiering_core.cli.output import ConsoleOutput, JsonOutput, event_line, output_for
 from tiering_core.events import RunEvent
 from tiering_core.events.read import SegmentRestored
 from tiering_core.kafka.topic import TopicPartition
-
-RESTORED = SegmentRestored(TopicPartition("orders", 0), 0, 99, 1, 3, 4096)
+from tiering_core.report.lines import event_line
 
 
 def all_event_types() -> list[type[RunEvent]]:
@@ -47,36 +40,6 @@ def test_an_event_without_a_line_still_reads_by_its_fields() -> None:
         segment: int
 
     assert event_line(Unheard(7)) == "Unheard: segment=7"
-
-
-def test_the_console_prints_events_and_the_human_result_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
-    out = output_for(False)
-    assert isinstance(out, ConsoleOutput)
-    out.event(RESTORED)
-    out.result({"segments": 1}, lambda: "restored 1 segment")
-    captured = capsys.readouterr()
-    assert captured.out == "orders-0: restored segment 0..99 (1/3, 4096 bytes)\nrestored 1 segment\n"
-    assert captured.err == ""
-
-
-def test_json_keeps_stdout_one_document_and_progress_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
-    out = output_for(True)
-    assert isinstance(out, JsonOutput)
-    out.event(RESTORED)
-    out.result({"segments": 1}, lambda: "never called")
-    captured = capsys.readouterr()
-    assert json.loads(captured.out) == {"segments": 1}
-    assert captured.err == "orders-0: restored segment 0..99 (1/3, 4096 bytes)\n"
-
-
-def test_the_reporting_layer_loads_no_run() -> None:
-    """The command starts fast: its lines and events import neither Arrow, pyiceberg nor boto3."""
-    code = (
-        "import sys, tiering_core.cli.output, tiering_core.cli.main\n"
-        "print(sorted(m for m in ('pyarrow', 'pyiceberg', 'boto3', 'numba') if m in sys.modules))"
-    )
-    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert loaded.strip() == "[]"
 
 
 def test_every_copy_line_reads_as_the_run_always_said_it() -> None:
@@ -156,12 +119,3 @@ def test_every_copy_line_reads_as_the_run_always_said_it() -> None:
         ),
     }
     assert {event: event_line(event) for event in lines} == lines
-
-
-def test_orphans_read_in_human_units_and_their_json_keeps_the_raw_numbers() -> None:
-    from tiering_core.cli.output import format_orphans
-    from tiering_core.runs.orphans import OrphanObject
-
-    orphan = OrphanObject("p/orders-x/0/00000000000000000000-a.log", 62304, 3780950, deleted=False)
-    assert format_orphans([orphan]) == "orphan object p/orders-x/0/00000000000000000000-a.log (60.8 KiB, 1h 3m old)"
-    assert (orphan.to_dict()["size"], orphan.to_dict()["age_ms"]) == (62304, 3780950)

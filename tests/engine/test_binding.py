@@ -1,4 +1,4 @@
-"""Store and prefix know each other (``runs.binding``), over moto's S3 server with SQLite and
+"""Store and prefix know each other (``engine.binding``), over moto's S3 server with SQLite and
 PostgreSQL stores: the first write binds the prefix; a store that is not the prefix's, an empty
 store over a tier it never wrote, and a store with an unfinished recovery write and delete nothing
 and say what to run; a store restored from its backup is the same store."""
@@ -15,10 +15,10 @@ import pytest
 from tests.cli.test_commands import run
 from tests.engine_support import TieringEnv, write_segments
 from tiering_core import __version__
+from tiering_core.engine.binding import check_binding
 from tiering_core.errors import StoreBindingError
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.backup import backup_store
-from tiering_core.runs.binding import check_binding
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.orphans import UNRECORDED, find_orphans
 from tiering_core.runs.retention import run_retention

@@ -7,15 +7,14 @@ import pytest
 
 from tests.cli.test_commands import run
 from tests.engine_support import TieringEnv, write_segments
-from tiering_core.cli.output import format_replay_summary
-from tiering_core.cli.summaries import format_retention_summary, format_rewrite_summary
 from tiering_core.replay.run import OUTCOME_FAILED, PartitionReplayResult, ReplayResult
+from tiering_core.report.summaries import format_replay_summary, format_retention_summary, format_rewrite_summary
 from tiering_core.runs.retention import RetentionResult
 from tiering_core.runs.rewrite import RewriteResult
 
 
 def test_a_copy_summary_counts_the_segments_a_dry_run_would_copy_and_the_partitions_that_failed() -> None:
-    from tiering_core.cli.summaries import format_copy_summary
+    from tiering_core.report.summaries import format_copy_summary
     from tiering_core.runs.copy import CopyResult
 
     def planned(*sizes: int) -> list[dict[str, int]]:

@@ -1,7 +1,7 @@
-"""What the runs over many partitions (``copy``, ``retention``, ``rewrite``) print at the end: a line
-per partition where the run has one, then one summary line that counts every partition tried and
-the ones that failed, so that it agrees with the failures' lines on stderr (one per failed
-partition). Sizes in human units (``tiering_core.humanize``); ``--json`` has the raw numbers.
+"""What the runs over many partitions (``copy``, ``retention``, ``rewrite``, ``replay``) print at
+the end: a line per partition where the run has one, then one summary line that counts every
+partition tried and the ones that failed, so that it agrees with the failures' lines on stderr
+(one per failed partition). Sizes in human units (``tiering_core.humanize``); ``--json`` has the raw numbers.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from tiering_core.humanize import fmt_bytes
 
 if TYPE_CHECKING:
+    from tiering_core.replay import ReplayResult
     from tiering_core.runs.copy import CopyResult
     from tiering_core.runs.retention import RetentionResult
     from tiering_core.runs.rewrite import RewriteResult
@@ -98,3 +99,32 @@ def format_rewrite_summary(results: list[RewriteResult], partitions: int, failed
 def with_summary(lines: str, summary: str) -> str:
     """A run's lines per partition, then its summary line."""
     return f"{lines}\n{summary}" if lines else summary
+
+
+def throughput_words(records: int, size: int, seconds: float) -> str:
+    """A replay's speed, records and bytes a second (nothing for no time at all)."""
+    if seconds <= 0:
+        return ""
+    return f", {records / seconds:,.0f} records/s, {fmt_bytes(size / seconds)}/s"
+
+
+def format_replay_summary(result: ReplayResult) -> str:
+    """A line per source partition, then the summary, which counts the failed partitions (each
+    also one line on stderr)."""
+    seconds = max((p.seconds for p in result.partitions), default=0.0)
+    lines = []
+    for p in result.partitions:
+        span = (
+            "nothing in range"
+            if p.first_offset is None or p.last_offset is None
+            else (f"offsets {p.first_offset}-{p.last_offset}")
+        )
+        gaps = "".join(f"; offsets {g.start}-{g.end} NOT replayed ({why})" for g, why in p.gaps)
+        why = f": {p.detail}" if p.detail else ""
+        lines.append(f"  {p.topic}-{p.partition}: {p.outcome}, {span}, {p.records:,} record(s){gaps}{why}")
+    lines.append(
+        f"replay {result.topic} (topic id {result.topic_id}) -> {result.target_topic}: "
+        f"{result.records:,} record(s), {fmt_bytes(result.bytes)} from {len(result.partitions)} partition(s)"
+        f"{throughput_words(result.records, result.bytes, seconds)}{failed_words(len(result.failed))}"
+    )
+    return "\n".join(lines)

@@ -11,8 +11,8 @@ import pytest
 
 from tests.cli.test_commands import run
 from tests.engine_support import TieringEnv, write_segments
-from tiering_core.cli.records import RecordFormat, format_records, printable, record_line
 from tiering_core.read.reader import FetchedRecord
+from tiering_core.report.records import RecordFormat, format_records, printable, record_line
 
 SELECT = ("--topic", "orders", "--partition", "0")
 

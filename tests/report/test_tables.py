@@ -11,8 +11,8 @@ import pytest
 
 from tests.cli.test_commands import run
 from tests.engine_support import TieringEnv, write_segments
-from tiering_core.cli.tables import LAG_OFFSETS, Column, format_table
 from tiering_core.humanize import fmt_bytes
+from tiering_core.report.tables import LAG_OFFSETS, Column, format_table
 
 
 def column_starts(header: str) -> list[int]:

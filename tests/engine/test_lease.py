@@ -1,4 +1,4 @@
-"""Holding a partition (``tiering_core/runs/lease.py``, docs/architecture.md): the lease taken for
+"""Holding a partition (``tiering_core/engine/lease.py``, docs/architecture.md): the lease taken for
 the block, renewed in the background past its time to live, given up at the end (also on an
 error), and a run whose lease was taken over knowing it and who took it. On a real SQLite store."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from tests.engine_support import expire_lease, wait_until
 from tests.metadata.support import tip
+from tiering_core.engine.lease import MIN_RENEW_INTERVAL_S, held_partition, held_table, renew_interval
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.store import RemoteLogMetadataStore
-from tiering_core.runs.lease import MIN_RENEW_INTERVAL_S, held_partition, held_table, renew_interval
 
 TIP = tip("LLLLLLLLLLLLLLLLLLLLLL", "orders", 0)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tiering_core.runs.executor import InProcessExecutor, TaskOutcome
+from tiering_core.engine.executor import InProcessExecutor, TaskOutcome
 
 STORAGE: Any = object()  # the executor hands its storage to every task untouched
 
