@@ -41,6 +41,9 @@ class Eligibility:
     #: The run's plan handed to its listing task: ``[topic, partition]`` pairs of the partitions with
     #: a segment to copy now or a tiering gap to record, most urgent first (``runs.lanes``).
     plan: list[list[Any]] = field(default_factory=list)
+    #: ``[topic, partition, reason]`` of each partition the run leaves to another broker or does
+    #: not copy at all (another broker's replica is ahead, not tiered, ...): the run's word on why.
+    skipped: list[list[Any]] = field(default_factory=list)
 
 
 def resolve_config_path(explicit: str | None = None) -> str:
@@ -337,4 +340,9 @@ class TieringHook(BaseHook):
             if plan.delay is not None and plan.skipped_reason is None
         ]
         labels = [str(tp) for tp in found] if default else [tp.partition for tp in found]
-        return Eligibility(labels, waiting, [[tp.topic, tp.partition] for tp in order])
+        skipped = [
+            [plan.topic_partition.topic, plan.topic_partition.partition, plan.skipped_reason]
+            for plan in plans
+            if plan.skipped_reason is not None
+        ]
+        return Eligibility(labels, waiting, [[tp.topic, tp.partition] for tp in order], skipped)

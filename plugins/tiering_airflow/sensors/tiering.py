@@ -12,7 +12,9 @@ eligible yet; each check says in the log why it waits.
 
 The check is the run's plan, and it is handed on: the XCom ``copy_plan`` holds the partitions
 with a segment to copy now or a tiering gap to record, ``[topic, partition]`` pairs most urgent
-first, which the listing task splits into lanes without reading any view again.
+first, which the listing task splits into lanes without reading any view again; the XCom
+``copy_skipped`` holds the partitions the run leaves out, ``[topic, partition, reason]`` (another
+broker's replica is ahead, ...), each also a line of the task's log.
 
 ``broker_id`` names the broker whose log dirs it plans on (the cluster form gives each broker's
 sensor its id and queue); its plans record that broker's observations. Its trigger carries the
@@ -34,13 +36,19 @@ from tiering_core.config import DEFAULT_TOPIC
 
 #: The XCom key of the run's plan (``Eligibility.plan``), which the listing task reads.
 PLAN_KEY = "copy_plan"
+#: The XCom key of the partitions the run skips, each with its reason (``Eligibility.skipped``).
+SKIPPED_KEY = "copy_skipped"
 
 
-def hand_on(context: Any, plan: list[list[Any]]) -> None:
-    """The run's plan to the listing task (XCom ``copy_plan``); a check outside a task run keeps it."""
+def hand_on(context: Any, plan: list[list[Any]], skipped: list[list[Any]], log: Any) -> None:
+    """The run's plan to the listing task (XCom ``copy_plan``), and each skipped partition's reason
+    to the task's log and XCom ``copy_skipped``; a check outside a task run keeps them."""
+    for topic, partition, reason in skipped:
+        log.info("%s-%s: skipped: %s", topic, partition, reason)
     ti = context.get("ti")
     if ti is not None:
         ti.xcom_push(key=PLAN_KEY, value=plan)
+        ti.xcom_push(key=SKIPPED_KEY, value=skipped)
 
 
 class EligibilityCheckError(Exception):
@@ -90,7 +98,7 @@ class EligibleSegmentSensor(BaseSensorOperator):
             self.log.info("%s", line)
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, found or "none")
         if found:
-            hand_on(context, eligibility.plan)
+            hand_on(context, eligibility.plan, eligibility.skipped, self.log)
         return PokeReturnValue(is_done=bool(found), xcom_value=found)
 
     def execute(self, context: Any) -> Any:
@@ -116,5 +124,5 @@ class EligibleSegmentSensor(BaseSensorOperator):
         if event.get("status") != "eligible":
             raise EligibilityCheckError(f"{self.topic}: eligibility check failed: {event.get('message')}")
         self.log.info("%s: partitions with segments eligible for copy: %s", self.topic, event["partitions"])
-        hand_on(context, list(event.get("plan", [])))
+        hand_on(context, list(event.get("plan", [])), list(event.get("skipped", [])), self.log)
         return list(event["partitions"])

@@ -49,6 +49,8 @@ class EligibleSegmentTrigger(BaseTrigger):
         self.broker_id = broker_id
         #: The last poll's plan, handed to the task with the event that ends the wait.
         self.plan: list[list[Any]] = []
+        #: The last poll's skipped partitions with their reasons (``Eligibility.skipped``).
+        self.skipped: list[list[Any]] = []
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs: dict[str, Any] = {
@@ -70,6 +72,7 @@ class EligibleSegmentTrigger(BaseTrigger):
         for line in eligibility.waiting:
             self.log.info("%s", line)
         self.plan = eligibility.plan
+        self.skipped = eligibility.skipped
         return eligibility.partitions
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -90,7 +93,13 @@ class EligibleSegmentTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "topic": self.topic, "message": f"{type(exc).__name__}: {exc}"})
                 return
             if partitions:
-                event = {"status": "eligible", "topic": self.topic, "partitions": partitions, "plan": self.plan}
+                event = {
+                    "status": "eligible",
+                    "topic": self.topic,
+                    "partitions": partitions,
+                    "plan": self.plan,
+                    "skipped": self.skipped,
+                }
                 yield TriggerEvent(event)
                 return
             self.log.debug("%s: nothing eligible yet; next poll in %.0f s", self.topic, self.poll_interval)

@@ -46,7 +46,13 @@ def test_trigger_waits_then_fires_when_a_segment_rolls(tiering: TieringEnv) -> N
     w.append_records(1)
     w.set_high_watermark()
     event = first_event(trigger, 60.0)
-    assert event.payload == {"status": "eligible", "topic": "orders", "partitions": [0], "plan": [["orders", 0]]}
+    assert event.payload == {
+        "status": "eligible",
+        "topic": "orders",
+        "partitions": [0],
+        "plan": [["orders", 0]],
+        "skipped": [],
+    }
 
 
 def test_trigger_serializes_to_an_importable_class_path(tiering: TieringEnv) -> None:
@@ -129,7 +135,13 @@ def test_trigger_for_the_default_topics_fires_with_partition_labels(tiering: Tie
     waiting.roll()
     waiting.set_high_watermark()
     event = first_event(trigger, 60.0)
-    assert event.payload == {"status": "eligible", "topic": "*", "partitions": ["audit-1"], "plan": [["audit", 1]]}
+    assert event.payload == {
+        "status": "eligible",
+        "topic": "*",
+        "partitions": ["audit-1"],
+        "plan": [["audit", 1]],
+        "skipped": [],
+    }
 
 
 def test_a_poll_that_hangs_ends_the_wait_with_an_error_event(
@@ -218,4 +230,10 @@ def test_the_trigger_waits_for_a_delayed_upload_and_logs_why(
     assert f"after it of remote.copy.lag.bytes {active + 1} B" in logs
     tiering.write_config(orders={"remote.copy.lag.ms": -1, "remote.copy.lag.bytes": active})
     event = first_event(trigger, 60.0)
-    assert event.payload == {"status": "eligible", "topic": "orders", "partitions": [0], "plan": [["orders", 0]]}
+    assert event.payload == {
+        "status": "eligible",
+        "topic": "orders",
+        "partitions": [0],
+        "plan": [["orders", 0]],
+        "skipped": [],
+    }
