@@ -31,9 +31,6 @@ from tests.test_docker_monitoring import FUNCTIONS, promql_names
 from tiering_core.metrics import names
 from tiering_core.monitoring.exposition import render
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("docker-alerts")
-
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = ROOT / "docker" / "prometheus"
 RULES = PROMETHEUS / "alerts.yml"

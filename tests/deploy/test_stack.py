@@ -45,7 +45,7 @@ from tests.metadata.test_migrations import MIGRATIONS, script_head
 from tests.real_kafka.cluster import BROKER_SETTINGS, fetch_jars
 from tests.services import ServiceUnavailable, free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000), pytest.mark.xdist_group("deploy-stack")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
 T = TypeVar("T")
 TOPIC = "orders"

@@ -33,9 +33,6 @@ from tiering_core.kafka.compression import XERIAL_BLOCK_SIZE, XERIAL_HEADER, Dec
 from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.records import RecordSpec, encode_batch, read_batches
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("decompression-bounds")
-
 BOMB_BYTES = 1 << 30
 RSS_LIMIT_MB = 512
 _CHUNK = bytes(1 << 20)

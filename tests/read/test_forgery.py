@@ -33,9 +33,6 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
 from tiering_core.storage.layout import ObjectKind
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("forgery")
-
 SEGMENTS = 3
 RECORDS = 120
 FORGED_KINDS = (ObjectKind.LOG, ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX)

@@ -32,9 +32,6 @@ from tiering_core.storage.chunks import ChunkError
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CHUNKED_FORMAT, CopyRecord
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("format-2-readers")
-
 CHUNK = 8192
 SUFFIXES = ("log", "index", "timeindex", "txnindex")
 

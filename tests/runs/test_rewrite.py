@@ -33,9 +33,6 @@ from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rewrite import run_rewrite
 from tiering_core.storage.manifest import CHUNKED_FORMAT, CopyRecord
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("rewrite")
-
 ROOT = Path(__file__).resolve().parents[2]
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 

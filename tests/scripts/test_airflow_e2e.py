@@ -20,9 +20,6 @@ import pytest
 
 from tests.airflow_support import load_e2e_script
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("airflow-e2e")
-
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "airflow_e2e.py"
 #: What the run saves in its ``--artifacts`` directory (the test's own; the committed screenshots in

@@ -23,9 +23,6 @@ from tiering_core.export import load_catalog
 from tiering_core.export.write import referenced_files
 from tiering_core.runs.copy import run_copy
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("spark")
-
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 

@@ -8,8 +8,6 @@ import re
 import uuid
 from pathlib import Path
 
-import pytest
-
 from tests.engine_support import tip_of, write_segments
 from tests.spark_apps.test_rebuild_indexes import s3_env
 from tests.storage.keys_support import write_key_pair
@@ -18,9 +16,6 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy_many import copy_partitions
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CHUNKED_FORMAT, CopyRecord
-
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("spark")
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 

@@ -42,9 +42,6 @@ from tiering_core.runs.copy_many import Uploader, UploadOutcome, copy_partitions
 from tiering_core.runs.copy_report import ParallelCopyReport
 from tiering_core.storage.layout import ObjectKind
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("spark")
-
 
 def run_parallel_upload(
     ctx: TieringContext,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.engine_support import TieringEnv, expire_lease, tip_of
 from tests.runs.test_rebuild import (
     MAX_TIMESTAMP_MSB,
@@ -21,9 +19,6 @@ from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.rebuild import IndexStatus
 from tiering_core.storage.layout import ObjectKind
-
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("spark")
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 INDEXES = (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX)

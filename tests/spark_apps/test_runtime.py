@@ -15,9 +15,6 @@ import pytest
 from tests.engine_support import wait_until
 from tests.runs.copy_many_support import make_config, make_log_dir
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("spark")
-
 APPS = ["parallel_upload", "rebuild_indexes", "verify_segments"]
 
 

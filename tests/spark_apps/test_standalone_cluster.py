@@ -22,7 +22,7 @@ from tests.spark_apps.test_rebuild_indexes import s3_env
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.slow
 
 
 def run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.engine_support import TieringEnv, tip_of, write_segments
 from tests.services import S3Endpoint
 from tests.spark_apps.test_rebuild_indexes import s3_env
@@ -14,9 +12,6 @@ from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.runs.copy import run_copy
 from tiering_core.storage.layout import ObjectKind
-
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("spark")
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 

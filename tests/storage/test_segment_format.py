@@ -27,9 +27,6 @@ from tiering_core.storage.manifest import CHUNKED_FORMAT, SegmentManifest
 from tiering_core.storage.remote import RemoteStorage
 from tiering_core.storage.s3 import S3RemoteStorage
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("segment-format")
-
 TIP = TopicIdPartition("EEEEEEEEEEEEEEEEEEEEEE", TopicPartition("orders", 1))
 CHUNK = 1024
 

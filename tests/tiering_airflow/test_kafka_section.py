@@ -17,9 +17,6 @@ from tiering_airflow.ui.app import create_app
 from tiering_core.config import load_config
 from tiering_core.runs.copy import run_copy
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("airflow-kafka-section")
-
 PASSWORD_ENV = "TIERING_TEST_UNSET_SASL_PASSWORD"
 
 

@@ -17,9 +17,6 @@ from tiering_core.runs.copy import run_copy
 from tiering_core.runs.copy_plan import plan_copies
 from tiering_core.runs.delete_records import apply_delete_records
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("ui-app")
-
 COOKIE = "_token"  # the cookie Airflow's UI keeps its JWT in (COOKIE_NAME_JWT_TOKEN)
 BROKER = 1  # the demo writer's broker (its log dir's meta.properties): runs record what they observe
 

@@ -32,9 +32,6 @@ from tiering_core.metadata.observations import POINTS
 from tiering_core.metadata.queries import HI
 from tiering_core.runs.copy_plan import plan_copies
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("ui-health")
-
 SCREENSHOTS_ENV = "TIERING_PAGE_SCREENSHOTS"
 GRAFANA = "https://grafana.example.com/d/kafka-tiering"
 HOUR_MS = 3_600_000

@@ -23,9 +23,6 @@ from tests.tiering_airflow.ui.test_app import COOKIE, token_for
 from tiering_airflow.ui.app import create_app
 from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 
-# One process runs this module's tests: they share what a module- or session-scoped fixture builds once.
-pytestmark = pytest.mark.xdist_group("ui-metrics")
-
 TOKEN = "scrape-token-7b1f0e2a9c4d4e31"
 
 
