@@ -24,6 +24,7 @@ from tests.engine_support import (
     segment_objects,
     tip_of,
 )
+from tests.runs.switch_faults import KILL_AT_SWITCH
 from tiering_core.cli import main
 from tiering_core.engine.download import download_object
 from tiering_core.engine.lease import held_partition
@@ -252,40 +253,9 @@ def test_a_dry_run_names_the_segments_and_writes_nothing(
     assert finished(tiering_env, w) == segments_before and served(tiering_env, w) == before
 
 
-KILL_DURING_ERASE = textwrap.dedent(
+KILL_DURING_ERASE = KILL_AT_SWITCH + textwrap.dedent(
     """
-    import os, signal, sys
-    from tiering_core.config import load_config
-    from tiering_core.context import TieringContext
-    from tiering_core.metadata.store import RemoteLogMetadataStore
     from tiering_core.runs.erase import ErasureRequest, run_erase
-    from tiering_core.storage.layout import ObjectKind
-    from tiering_core.storage.remote import RemoteStorage
-
-    where = sys.argv[2]
-    switch = RemoteLogMetadataStore.supersede_segment
-    copy = RemoteStorage.copy_segment
-    done = []
-
-    def switch_then_die(self, *args, **kwargs):  # the second segment's switch commits, then the end
-        meta = switch(self, *args, **kwargs)
-        done.append(meta)
-        if len(done) == 2:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return meta
-
-    def upload_then_die(self, ref, files, **kwargs):  # the second upload: its log, never its manifest
-        if done:
-            self.put_object(ref.key(ObjectKind.LOG, self.prefix), files[ObjectKind.LOG])
-            os.kill(os.getpid(), signal.SIGKILL)
-        manifest = copy(self, ref, files, **kwargs)
-        done.append(manifest)
-        return manifest
-
-    if where == "switch":
-        RemoteLogMetadataStore.supersede_segment = switch_then_die
-    else:
-        RemoteStorage.copy_segment = upload_then_die
     with TieringContext.open(load_config(sys.argv[1])) as ctx:
         run_erase(ctx, ErasureRequest("orders", frozenset({bytes.fromhex(sys.argv[3])})))
     """

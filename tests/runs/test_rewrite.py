@@ -22,6 +22,7 @@ from tests.engine_support import (
     tip_of,
     write_segments,
 )
+from tests.runs.switch_faults import KILL_AT_SWITCH
 from tests.storage.keys_support import KeyPair, write_key_pair
 from tests.storage.legacy_support import make_legacy
 from tiering_core.cli import main
@@ -132,41 +133,10 @@ def test_the_command_prints_what_it_rewrote(
     ]
 
 
-KILL_DURING_REWRITE = textwrap.dedent(
+KILL_DURING_REWRITE = KILL_AT_SWITCH + textwrap.dedent(
     """
-    import os, signal, sys
-    from tiering_core.config import load_config
-    from tiering_core.context import TieringContext
     from tiering_core.kafka.topic import TopicPartition
-    from tiering_core.metadata.store import RemoteLogMetadataStore
     from tiering_core.runs.rewrite import run_rewrite
-    from tiering_core.storage.layout import ObjectKind
-    from tiering_core.storage.remote import RemoteStorage
-
-    where = sys.argv[2]
-    switch = RemoteLogMetadataStore.supersede_segment
-    copy = RemoteStorage.copy_segment
-    switched = []
-
-    def switch_then_die(self, *args, **kwargs):  # the second segment's switch commits, then the end
-        meta = switch(self, *args, **kwargs)
-        switched.append(meta)
-        if len(switched) == 2:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return meta
-
-    def upload_then_die(self, ref, files, **kwargs):  # the second upload: its log, never its manifest
-        if switched:
-            self.put_object(ref.key(ObjectKind.LOG, self.prefix), files[ObjectKind.LOG])
-            os.kill(os.getpid(), signal.SIGKILL)
-        manifest = copy(self, ref, files, **kwargs)
-        switched.append(manifest)
-        return manifest
-
-    if where == "switch":
-        RemoteLogMetadataStore.supersede_segment = switch_then_die
-    else:
-        RemoteStorage.copy_segment = upload_then_die
     with TieringContext.open(load_config(sys.argv[1])) as ctx:
         run_rewrite(ctx, TopicPartition("orders", 0))
     """
