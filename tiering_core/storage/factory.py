@@ -52,14 +52,15 @@ def segment_encoding(
 def _kms_client(
     encryption: EncryptionConfig, region: str | None, session: boto3.Session | None, credentials: Mapping[str, str]
 ) -> Any:
-    import boto3.session
     from botocore.config import Config
 
+    from tiering_core.storage.s3.session import new_session
+
     if session is None:
-        session = boto3.session.Session(
-            aws_access_key_id=credentials.get("aws_access_key_id") or None,
-            aws_secret_access_key=credentials.get("aws_secret_access_key") or None,
-            aws_session_token=credentials.get("aws_session_token") or None,
+        session = new_session(
+            credentials.get("aws_access_key_id") or None,
+            credentials.get("aws_secret_access_key") or None,
+            credentials.get("aws_session_token") or None,
         )
     return session.client(
         "kms",

@@ -33,6 +33,7 @@ from tiering_core.storage.remote import RemoteStorage
 from tiering_core.storage.retry import RetryPolicy, attempt_time_left, call_with_retries, is_retryable
 from tiering_core.storage.s3.multipart import Abandoned, PartsInFlight, Window, b64, locked, window_crc
 from tiering_core.storage.s3.reads import READ_BUFFER, ResumableBody, next_part_marker, next_token, next_upload_marker
+from tiering_core.storage.s3.session import new_session
 
 __all__ = ["S3RemoteStorage", "is_retryable"]
 
@@ -112,11 +113,7 @@ class S3RemoteStorage(RemoteStorage):
         #: not double the time a dead endpoint costs.
         self.cleanup_policy = RetryPolicy(max_attempts=min(2, max_attempts), deadline_seconds=timeout_seconds)
         if session is None:
-            session = boto3.session.Session(
-                aws_access_key_id=aws_access_key_id,
-                aws_secret_access_key=aws_secret_access_key,
-                aws_session_token=aws_session_token,
-            )
+            session = new_session(aws_access_key_id, aws_secret_access_key, aws_session_token)
         self.client: Any = session.client(
             "s3",
             region_name=region,
