@@ -14,6 +14,7 @@ migration killed halfway leaves the previous revision.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -40,14 +41,17 @@ def _config() -> Config:
     return config
 
 
+@functools.cache
 def head_revision() -> str:
+    """The head of this code's migration scripts (read once: the scripts are part of the install)."""
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
     return head
 
 
-def known_revisions() -> set[str]:
-    return {script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()}
+@functools.cache
+def known_revisions() -> frozenset[str]:
+    return frozenset({script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()})
 
 
 def _for_migrations(timeouts: DatabaseTimeouts | None) -> DatabaseTimeouts:
