@@ -8,6 +8,10 @@ bash scripts/bootstrap.sh
 VENV=${TIERING_VENV:-$(pwd)/.venv}
 export PATH="$VENV/bin:$PATH"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
+# The suite starts Python hundreds of times (the CLI, Airflow's task processes, Spark's workers):
+# each reads the project's compiled modules from __pycache__ (ignored by git and by the image
+# build) rather than compiling every module again, whatever the machine's environment says.
+unset PYTHONDONTWRITEBYTECODE
 # The deployment test (tests/deploy) starts docker/'s stack on a Docker engine of its own: Debian's
 # docker.io, a Debian base image and every image of the stack are made now, while the network is
 # there, in the background beside the checks and the suite; the test waits for them.
