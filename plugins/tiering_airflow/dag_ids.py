@@ -22,6 +22,7 @@ DELETE_PARTITION_DAG_ID = "tiering_delete_partition"
 DELETE_RECORDS_DAG_ID = "tiering_delete_records"
 REWRITE_DAG_ID = "tiering_rewrite"
 REPLAY_DAG_ID = "tiering_replay"
+ERASE_DAG_ID = "tiering_erase"
 SPARK_BULK_UPLOAD_DAG_ID = "tiering_spark_bulk_upload"
 SPARK_REBUILD_INDEXES_DAG_ID = "tiering_spark_rebuild_indexes"
 SPARK_VERIFY_DAG_ID = "tiering_spark_verify"
@@ -34,6 +35,7 @@ FIXED_DAG_IDS = (
     DELETE_RECORDS_DAG_ID,
     REWRITE_DAG_ID,
     REPLAY_DAG_ID,
+    ERASE_DAG_ID,
     SPARK_BULK_UPLOAD_DAG_ID,
     SPARK_REBUILD_INDEXES_DAG_ID,
     SPARK_VERIFY_DAG_ID,

@@ -29,12 +29,14 @@ def test_schedules_and_queues_may_be_set(tmp_path: Path) -> None:
         "spark_bulk_upload": {"schedule": "0 3 * * MON-FRI"},
         "export": {"schedule": None, "queue": "spark"},
         "replay": {"queue": "tiering-replay"},
+        "erase": {"queue": "tiering-erase", "key_dir": "/srv/tiering/erase-requests"},
     }
     dags = parse_config({**base_doc(tmp_path), "dags": section}, base_dir=tmp_path).dags
     assert dags["copy"] == DagConfig("*/5 * * * *", "tiering-copy")
     assert dags["retention"] == DagConfig("@daily")
     assert dags["spark_bulk_upload"] == DagConfig("0 3 * * MON-FRI")
     assert dags["export"] == DagConfig(None, "spark") and dags["replay"] == DagConfig(None, "tiering-replay")
+    assert dags["erase"] == DagConfig(None, "tiering-erase", "/srv/tiering/erase-requests")
     assert dags["spark_verify"] == DagConfig("@weekly")  # the others keep their defaults
     assert set(PRESETS) >= {"@hourly", "@daily", "@weekly"}
 
@@ -42,7 +44,7 @@ def test_schedules_and_queues_may_be_set(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ({"copies": {}}, r"dags.copies: unknown key \(allowed: copy, delete_partition, delete_records, export, "),
+        ({"copies": {}}, r"dags.copies: unknown key \(allowed: copy, delete_partition, delete_records, erase, export"),
         ({"copy": {"budget_seconds": 60}}, r"dags.copy.budget_seconds: unknown key \(allowed: queue, schedule\)"),
         ({"replay": {"schedule": "@daily"}}, r"dags.replay.schedule: unknown key \(allowed: queue\)"),
         ({"copy": {"schedule": "*/10 * * *"}}, r"dags.copy.schedule: expected a cron expression of five fields"),
@@ -51,6 +53,9 @@ def test_schedules_and_queues_may_be_set(tmp_path: Path) -> None:
         ({"copy": {"schedule": None}}, r"dags.copy.schedule: copy runs on a schedule; null would never run it"),
         ({"rewrite": {"queue": "two words"}}, r"dags.rewrite.queue: expected a queue name .* got 'two words'"),
         ({"rewrite": {"queue": ""}}, r"dags.rewrite.queue: expected a queue name"),
+        ({"rewrite": {"key_dir": "/srv/keys"}}, r"dags.rewrite.key_dir: unknown key \(allowed: queue\)"),
+        ({"erase": {"key_dir": "keys"}}, r"dags.erase.key_dir: expected an absolute directory path .* got 'keys'"),
+        ({"erase": {"key_dir": 7}}, r"dags.erase.key_dir: expected an absolute directory path or null, got 7"),
         ({"copy": []}, r"dags.copy: expected a mapping, got list"),
         ([1], r"dags: expected a mapping, got list"),
     ],

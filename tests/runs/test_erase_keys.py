@@ -65,3 +65,34 @@ def test_a_key_file_above_the_bound_is_refused_before_it_is_read(
     path.write_text("a\n" * 9)
     with pytest.raises(TieringError, match="key file is 18 bytes, more than the 16"):
         read_key_file(path, KeyEncoding.UTF8)
+
+
+def test_a_key_file_is_read_only_from_under_the_configured_directory(tmp_path: Path) -> None:
+    """The erase DAG's Params name a key file relative to ``dags.erase.key_dir``: never an absolute
+    path, never ``..``, never a link that leads out of the directory."""
+    from tiering_core.runs.erase_keys import key_file_under
+    from tiering_core.runs.errors import ErasureRefusedError
+
+    key_dir = tmp_path / "requests"
+    (key_dir / "2026-11").mkdir(parents=True)
+    inside = key_dir / "2026-11" / "request-118.txt"
+    inside.write_text("user-1\n")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not a key file\n")
+    (key_dir / "escape").symlink_to(outside)
+    (key_dir / "up").symlink_to(tmp_path)
+
+    assert key_file_under(str(key_dir), "2026-11/request-118.txt") == inside
+    refused = {
+        str(outside): "expected a path relative to dags.erase.key_dir",
+        "../secret.txt": "expected a path relative to dags.erase.key_dir",
+        "2026-11/../../secret.txt": "expected a path relative to dags.erase.key_dir",
+        "": "expected a path relative to dags.erase.key_dir",
+        "escape": "leads out of dags.erase.key_dir",
+        "up/secret.txt": "leads out of dags.erase.key_dir",
+    }
+    for name, reason in refused.items():
+        with pytest.raises(ErasureRefusedError, match=reason):
+            key_file_under(str(key_dir), name)
+    with pytest.raises(ErasureRefusedError, match=r"dags\.erase\.key_dir is not set"):
+        key_file_under(None, "2026-11/request-118.txt")

@@ -40,8 +40,11 @@ SCHEDULED: Mapping[str, str | None] = {
     "spark_verify": "@weekly",
     "export": "@daily",
 }
-#: The DAGs an operator triggers by hand, with Params every run must give: a queue only.
-MANUAL = ("delete_partition", "delete_records", "rewrite", "replay")
+#: The DAGs an operator triggers by hand, with Params every run must give: a queue (and for
+#: ``erase`` the directory its key files are read from).
+MANUAL = ("delete_partition", "delete_records", "rewrite", "replay", "erase")
+#: Settings of one DAG beyond its schedule and queue.
+EXTRA_KEYS: Mapping[str, frozenset[str]] = {"erase": frozenset({"key_dir"})}
 #: The DAGs whose lanes run on each broker's own queue in the cluster form (``brokers.<id>.queue``).
 PER_BROKER = ("copy", "retention")
 
@@ -49,10 +52,12 @@ PER_BROKER = ("copy", "retention")
 @dataclass(frozen=True)
 class DagConfig:
     """One DAG's ``schedule`` (a cron expression or preset; None: manual only) and ``queue`` (None:
-    the executor's default queue)."""
+    the executor's default queue); ``key_dir``, the erase DAG's only: the directory under which its
+    runs may name key files (None: a run gives its keys as a list)."""
 
     schedule: str | None = None
     queue: str | None = None
+    key_dir: str | None = None
 
 
 def _defaults() -> Mapping[str, DagConfig]:
@@ -93,11 +98,20 @@ def parse_queue(value: Any, key: str) -> str | None:
     raise ConfigError(f"{key}: expected a queue name (letters, digits and . _ : @ -) or null, got {shown(value)}")
 
 
+def parse_key_dir(value: Any, key: str) -> str | None:
+    """An absolute directory path, or null."""
+    if value is None or (isinstance(value, str) and value.startswith("/") and "\0" not in value):
+        return value
+    raise ConfigError(f"{key}: expected an absolute directory path or null, got {shown(value)}")
+
+
 def parse_dag_config(raw: Any, name: str, cluster: bool) -> DagConfig:
-    """``dags.<name>``: ``{schedule, queue}`` for a scheduled DAG, ``{queue}`` for a manual one."""
+    """``dags.<name>``: ``{schedule, queue}`` for a scheduled DAG, ``{queue}`` for a manual one
+    (``{queue, key_dir}`` for erase)."""
     key = f"dags.{name}"
     section = require_mapping(raw if raw is not None else {}, key)
-    check_keys(section, {"schedule", "queue"} if name in SCHEDULED else {"queue"}, key)
+    allowed = {"schedule", "queue"} if name in SCHEDULED else {"queue"}
+    check_keys(section, allowed | EXTRA_KEYS.get(name, frozenset()), key)
     schedule = parse_schedule(section["schedule"], f"{key}.schedule") if "schedule" in section else SCHEDULED.get(name)
     if name in PER_BROKER and schedule is None:
         raise ConfigError(f"{key}.schedule: {name} runs on a schedule; null would never run it")
@@ -107,7 +121,7 @@ def parse_dag_config(raw: Any, name: str, cluster: bool) -> DagConfig:
             f"{key}.queue: the cluster form runs each broker's {name} lanes on that broker's queue "
             "(brokers.<id>.queue), on the host whose disks they read"
         )
-    return DagConfig(schedule, queue)
+    return DagConfig(schedule, queue, parse_key_dir(section.get("key_dir"), f"{key}.key_dir"))
 
 
 def parse_dags_config(raw: Any, *, cluster: bool = False) -> DagsConfig:

@@ -38,6 +38,7 @@ from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.erasures import FINISHED, ErasureRecord, SegmentErasure
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.runs.errors import ErasureRefusedError
 from tiering_core.runs.rewrite import replace_segment
 from tiering_core.storage.key_filter import HEADER, MAX_BITS, KeyFilter, KeyFilterError
 from tiering_core.storage.layout import ObjectKind
@@ -151,11 +152,13 @@ def erasure_targets(ctx: TieringContext, request: ErasureRequest) -> list[TopicI
         if p.topic == request.topic and not p.dropped and p.delete_state is None
     ]
     if not held:
-        raise TieringError(f"topic {request.topic} has nothing in the remote tier to erase from")
+        raise ErasureRefusedError(f"topic {request.topic} has nothing in the remote tier to erase from")
     wanted = set(request.partitions) or {t.partition for t in held}
     missing = wanted - {t.partition for t in held}
     if missing:
-        raise TieringError(f"partition(s) {sorted(missing)} of topic {request.topic} have nothing in the remote tier")
+        raise ErasureRefusedError(
+            f"partition(s) {sorted(missing)} of topic {request.topic} have nothing in the remote tier"
+        )
     return [t for t in held if t.partition in wanted]
 
 

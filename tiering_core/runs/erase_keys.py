@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tiering_core.errors import TieringError
 from tiering_core.kafka.files import read_regular
+from tiering_core.runs.errors import ErasureRefusedError
 
 #: The largest key file read (a list of keys to erase, not a data set).
 MAX_KEY_FILE_BYTES = 64 * 1024 * 1024
@@ -61,3 +62,19 @@ def read_key_file(path: Path, encoding: KeyEncoding) -> frozenset[bytes]:
     if not keys:
         raise TieringError(f"{path}: no key in the key file")
     return frozenset(keys)
+
+
+def key_file_under(key_dir: str | None, name: str) -> Path:
+    """The key file ``name`` (a path relative to ``key_dir``, the erase DAG's ``dags.erase.key_dir``)
+    as it resolves on this host; refused when no directory is configured, or when the name (or a
+    link on its way) leads out of it: a run's Params name a key file, never any file of the host."""
+    if key_dir is None:
+        raise ErasureRefusedError("key_file: dags.erase.key_dir is not set in the config; give the keys as a list")
+    relative = Path(name)
+    if not name or relative.is_absolute() or ".." in relative.parts:
+        raise ErasureRefusedError(f"key_file {name!r}: expected a path relative to dags.erase.key_dir, without '..'")
+    root = Path(key_dir).resolve()
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):
+        raise ErasureRefusedError(f"key_file {name!r}: leads out of dags.erase.key_dir {key_dir}")
+    return path

@@ -47,3 +47,8 @@ class DeleteRecordsRefusedError(TieringError):
     """A DeleteRecords refused before anything was applied (a negative offset or one beyond the high
     watermark, a partition not tiered or removed, a directory the cluster does not know, a cluster
     other than the log dirs', the cluster refusing it); retrying does not help."""
+
+
+class ErasureRefusedError(TieringError):
+    """An erasure refused before anything was read or written (keys given badly, a key file outside
+    its directory, a topic or partition with nothing in the remote tier); retrying does not help."""

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The groups of DAGs, in the order they are built.
-GROUPS = ("topics", "delete_partition", "delete_records", "rewrite", "replay", "spark")
+GROUPS = ("topics", "delete_partition", "delete_records", "rewrite", "replay", "erase", "spark")
 
 
 def settings_only(config_path: str | None) -> DagsConfig:
@@ -65,6 +65,11 @@ def builders() -> dict[str, Callable[[DagsConfig], list[DAG]]]:
 
         return [replay.build(dags["replay"])]
 
+    def erase(dags: DagsConfig) -> list[DAG]:
+        from tiering_airflow.dags import erase
+
+        return [erase.build(dags["erase"])]
+
     def spark(dags: DagsConfig) -> list[DAG]:
         from tiering_airflow.dags import spark
 
@@ -75,6 +80,7 @@ def builders() -> dict[str, Callable[[DagsConfig], list[DAG]]]:
         "delete_records": delete_records,
         "rewrite": rewrite,
         "replay": replay,
+        "erase": erase,
         "spark": spark,
     }
 

@@ -37,7 +37,7 @@ def test_the_three_line_file_builds_every_dag_of_the_repository_s_dags_folder(ti
     assert {"tiering_copy__orders", "tiering_retention_default_topics", "tiering_replay", "tiering_export"} <= set(
         ours.dag_ids
     )
-    assert len(ours.dag_ids) == 2 + 2 * 2 + 4 + 4  # catch-alls, two topics, manual, Spark
+    assert len(ours.dag_ids) == 2 + 2 * 2 + 5 + 4  # catch-alls, two topics, manual, Spark
     schedules = {d: getattr(ours.dags[d].timetable, "expression", None) for d in ours.dag_ids}
     assert schedules["tiering_copy__orders"] == "*/10 * * * *"
     assert schedules["tiering_retention_default_topics"] == "0 * * * *"  # @hourly
