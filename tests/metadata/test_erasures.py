@@ -30,3 +30,25 @@ def test_an_erasure_is_updated_as_it_goes_and_read_back_newest_first(metadata_ur
         assert store.erasures() == [other, done]
         assert store.erasures("orders") == [done]
         assert done.records_removed == 5 and done.to_dict()["records_removed"] == 5
+
+
+def test_the_figures_count_each_topic_s_erasures_by_outcome_and_sum_what_they_removed(metadata_url: str) -> None:
+    from tiering_core.metadata.erasures import STARTED, ErasureFigures
+
+    done = ErasureRecord(
+        "e-1", "orders", TIP.topic_id, 0, ("aa" * 32,), "tiering erase", 10,
+        segments=(SegmentErasure("old-1", "new-1", 4), SegmentErasure("old-2", "new-2", 2)), outcome=FINISHED,
+    )  # fmt: skip
+    with RemoteLogMetadataStore(metadata_url) as store:
+        assert store.erasure_figures() == []
+        store.record_erasure(done)
+        store.record_erasure(replace(done, partition=1, segments=(SegmentErasure("old-3", "new-3", 1),)))
+        killed = replace(done, erasure_id="e-2", segments=(SegmentErasure("old-4", None, 9),), outcome=STARTED)
+        store.record_erasure(killed)  # the copy under way is not counted as removed
+        store.record_erasure(replace(done, erasure_id="e-3", topic="payments", segments=()))
+        assert store.erasure_figures() == [
+            ErasureFigures("orders", FINISHED, 2, 7),
+            ErasureFigures("orders", STARTED, 1, 0),
+            ErasureFigures("payments", FINISHED, 1, 0),
+        ]
+        assert store.erasure_figures("payments") == [ErasureFigures("payments", FINISHED, 1, 0)]

@@ -8,6 +8,7 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tiering_core.metadata.erasures import ErasureFigures
 from tiering_core.metadata.quota_holders import ThrottleFigures
 from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 from tiering_core.metrics import names
@@ -88,6 +89,11 @@ def sample_snapshot() -> MetricsSnapshot:
         silent_brokers=[3, 6],
         throttles=throttles,
         dag_runs={"tiering_copy__orders": True, "tiering_retention_default_topics": False},
+        erasures=[
+            ErasureFigures("orders", "finished", 3, 40),
+            ErasureFigures("orders", "started", 1, 2),
+            ErasureFigures('we"ird\\to%pic\nx', "finished", 1, 5),
+        ],
     )
 
 
@@ -157,6 +163,10 @@ def expected(snapshot: MetricsSnapshot) -> dict[str, dict[tuple[tuple[str, str],
                 want[spec.prometheus_name][labels] = (value if average else f.stats.throttle_ms_max) / 1000
     for dag_id, failed in snapshot.dag_runs.items():
         want[names.DAG_RUN_FAILED.prometheus_name][(("dag_id", dag_id),)] = 1 if failed else 0
+    for e in snapshot.erasures:
+        want[names.ERASURES.prometheus_samples[0]][(("outcome", e.outcome), ("topic", e.topic))] = e.erasures
+        removed = want[names.ERASED_RECORDS.prometheus_samples[0]]
+        removed[(("topic", e.topic),)] = removed.get((("topic", e.topic),), 0) + e.records_removed
     return {sample: values for sample, values in want.items() if values}  # a family without samples
 
 
@@ -279,3 +289,20 @@ def test_ten_thousand_partitions_on_three_brokers_render_right() -> None:
     """The values at scale (its speed is measured by bench/bench_page.py, beside a bare query)."""
     snapshot = large_snapshot()
     assert parsed(render(snapshot)) == expected(snapshot)
+
+
+def test_erasures_are_counted_per_topic_and_outcome_and_their_records_per_topic() -> None:
+    """Erasures per topic and outcome; a topic's records removed summed over its outcomes (the
+    killed erasure's switched segments count too); no erasure yet: the families have no sample."""
+    from dataclasses import replace
+
+    samples = parsed(render(sample_snapshot()))
+    odd = 'we"ird\\to%pic\nx'
+    assert samples["tiering_erasures_total"] == {
+        (("outcome", "finished"), ("topic", "orders")): 3,
+        (("outcome", "started"), ("topic", "orders")): 1,
+        (("outcome", "finished"), ("topic", odd)): 1,
+    }
+    assert samples["tiering_erased_records_total"] == {(("topic", "orders"),): 42, (("topic", odd),): 5}
+    none_yet = parsed(render(replace(sample_snapshot(), erasures=[])))
+    assert "tiering_erasures_total" not in none_yet and "tiering_erased_records_total" not in none_yet

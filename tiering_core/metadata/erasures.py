@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, func, insert, select, update
 
 from tiering_core.metadata.models import ErasureRow
 from tiering_core.metadata.transactions import StoreCore
@@ -60,6 +60,16 @@ class ErasureRecord:
         return {**asdict(self), "key_sha256": list(self.key_sha256), "records_removed": self.records_removed}
 
 
+@dataclass(frozen=True)
+class ErasureFigures:
+    """A topic's erasures of one outcome: how many partitions' erasures, and the records they removed."""
+
+    topic: str
+    outcome: str
+    erasures: int
+    records_removed: int
+
+
 class ErasureStore(StoreCore):
     """Recording erasures as they go and reading them back (module docstring)."""
 
@@ -84,6 +94,20 @@ class ErasureStore(StoreCore):
                 conn.execute(insert(ERASURES), {**key, **values})
             else:
                 conn.execute(update(ERASURES).where(*where).values(**values))
+
+    def erasure_figures(self, topic: str | None = None) -> list[ErasureFigures]:
+        """Per topic and outcome, the erasures and the records removed (one grouped query: metrics)."""
+        e = ERASURES.c
+        query = (
+            select(e.topic, e.outcome, func.count(), func.coalesce(func.sum(e.records_removed), 0))
+            .group_by(e.topic, e.outcome)
+            .order_by(e.topic, e.outcome)
+        )
+        if topic is not None:
+            query = query.where(e.topic == topic)
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return [ErasureFigures(str(t), str(o), int(n), int(r)) for t, o, n, r in rows]
 
     def erasures(self, topic: str | None = None, limit: int = 1000) -> list[ErasureRecord]:
         """The newest ``limit`` erasures (of ``topic``), newest first."""

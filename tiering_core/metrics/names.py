@@ -32,6 +32,7 @@ PARTITION_LABELS = ("topic", "partition")
 REPLICA_LABELS = ("topic", "partition", "broker")
 BROKER_LABELS = ("broker",)
 DAG_LABELS = ("dag_id",)
+ERASURE_LABELS = ("topic", "outcome")
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +258,24 @@ DAG_RUN_FAILED = _gauge(
     "dag_run_failed", None, DAG_LABELS, "1 when the latest finished run of the platform's DAG failed"
 )
 
+#: Erasures by record key (``tiering erase``, the erase DAG), from the store's audit trail: each
+#: partition's erasure by its outcome (``started``: under way, or killed and left for a rerun;
+#: ``finished``), and the records they removed from the remote tier.
+ERASURES = _counter(
+    "erasures", None, ERASURE_LABELS, "Erasures by record key of a partition, by outcome (started or finished)"
+)
+ERASED_RECORDS = _counter(
+    "erased_records", None, ("topic",), "Records removed from the remote tier by erasures by record key"
+)
+
 #: What only the Prometheus exposition reports (computed from the store, never emitted by a run).
-PLATFORM_METRICS: tuple[MetricSpec, ...] = (SILENT_BROKER, *THROTTLE_METRICS, DAG_RUN_FAILED)
+PLATFORM_METRICS: tuple[MetricSpec, ...] = (
+    SILENT_BROKER,
+    *THROTTLE_METRICS,
+    DAG_RUN_FAILED,
+    ERASURES,
+    ERASED_RECORDS,
+)
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS + PLATFORM_METRICS}
 
 #: The field of ``PartitionCounters`` each counter metric is kept in.

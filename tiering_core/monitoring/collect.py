@@ -116,7 +116,8 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None, *, tasks: boo
             partitions[key].last_task = task_of_row(*row[5 + n :])
         ordered = sorted(partitions.values(), key=_PARTITION_ORDER)
     throttles = ctx.metadata.throttle_figures()
-    return MetricsSnapshot(now, ordered, sorted(silent_brokers(ctx.config.brokers, reporting)), throttles)
+    silent = sorted(silent_brokers(ctx.config.brokers, reporting))
+    return MetricsSnapshot(now, ordered, silent, throttles, erasures=ctx.metadata.erasure_figures(topic))
 
 
 _BROKER_OF_ROW = itemgetter(3)

@@ -196,6 +196,7 @@ def render(snapshot: MetricsSnapshot) -> str:
     dags = sorted(snapshot.dag_runs)
     lines = [_line(f'dag_id="{escape_label_value(d)}"') for d in dags]
     out.append(_samples(names.DAG_RUN_FAILED.prometheus_name, lines, [int(snapshot.dag_runs[d]) for d in dags]))
+    out.extend(_erasure_samples(snapshot))
     out.append("\n")
     out[0] = out[0].lstrip("\n")
     return "".join(out)
@@ -217,6 +218,26 @@ def _throttle_samples(snapshot: MetricsSnapshot, brokers: list[int]) -> list[str
         values = [v / 1000 for v in ms] + [0.0] * len(quiet)
         out.append(_samples(spec.prometheus_name, lines, _finite(list(values))))
     return out
+
+
+def _erasure_samples(snapshot: MetricsSnapshot) -> list[str]:
+    """The audit trail's erasures per topic and outcome, and the records they removed per topic."""
+    figures = snapshot.erasures
+    lines = [_line(f'topic="{escape_label_value(f.topic)}",outcome="{f.outcome}"') for f in figures]
+    removed: dict[str, int] = {}
+    for f in figures:
+        removed[f.topic] = removed.get(f.topic, 0) + f.records_removed
+    topics = sorted(removed)
+    return [
+        _header(names.ERASURES),
+        _samples(names.ERASURES.prometheus_samples[0], lines, [f.erasures for f in figures]),
+        _header(names.ERASED_RECORDS),
+        _samples(
+            names.ERASED_RECORDS.prometheus_samples[0],
+            [_line(f'topic="{escape_label_value(t)}"') for t in topics],
+            [removed[t] for t in topics],
+        ),
+    ]
 
 
 #: What a run computes only sometimes (the delete lag: retention and status; KIP-1257's percents):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tiering_core.metadata.erasures import ErasureFigures
 from tiering_core.metadata.quota_holders import ThrottleFigures
 from tiering_core.metadata.values import PartitionCounters, TaskAttempt
 
@@ -84,13 +85,15 @@ class MetricsSnapshot:
     """Every partition the store knows (or one topic's), with the database clock, the brokers
     of the config that reported nothing fresh (stale everywhere) and the throttle figures of the
     brokers' upload and fetch quotas; ``dag_runs`` is filled where Airflow's database is at hand
-    (the API server): each platform DAG's id and whether its latest finished run failed."""
+    (the API server): each platform DAG's id and whether its latest finished run failed;
+    ``erasures`` are the audit trail's figures per topic and outcome."""
 
     db_now_ms: int
     partitions: list[PartitionMetrics]
     silent_brokers: list[int] = field(default_factory=list)
     throttles: list[ThrottleFigures] = field(default_factory=list)
     dag_runs: dict[str, bool] = field(default_factory=dict)
+    erasures: list[ErasureFigures] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
