@@ -28,6 +28,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from tiering_airflow.dag_ids import dag_ids_of
 from tiering_airflow.hooks.tiering import named_topics
 from tiering_airflow.ui import view
+from tiering_airflow.ui.erasures import LAST_ERASURES
 from tiering_airflow.ui.failures import FailedTask, concerns, failed_tasks
 from tiering_airflow.ui.health import broker_filter, copy_history_dict, grafana_link, render_health
 from tiering_airflow.ui.metrics import metrics_router
@@ -35,6 +36,7 @@ from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, rea
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.metadata.erasures import ErasureRecord
     from tiering_core.metadata.values import ReplayRecord
     from tiering_core.monitoring.health import Health
     from tiering_core.monitoring.overview import Overview
@@ -70,6 +72,11 @@ def read_snapshot(
 def read_replays(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> list[ReplayRecord]:
     """The last replays into Kafka topics, newest first (``view.LAST_REPLAYS`` of them)."""
     return read_store(config_path, lambda ctx: ctx.metadata.recent_replays(view.LAST_REPLAYS), timeout)
+
+
+def read_erasures(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> list[ErasureRecord]:
+    """The last erasures by record key, newest first (``erasures.LAST_ERASURES`` of them)."""
+    return read_store(config_path, lambda ctx: ctx.metadata.erasures(limit=LAST_ERASURES), timeout)
 
 
 def read_overview(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> tuple[Overview, dict[str, str]]:
@@ -230,6 +237,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         try:
             overview, not_tiered = read_overview(config_path, status_timeout)
             replays = read_replays(config_path, status_timeout)
+            erasures = read_erasures(config_path, status_timeout)
             known = topic if topic in {s.topic for s in overview.topics} else None
             first = read_first_screen(config_path, broker, known, status_timeout)
         except StoreUnavailable as exc:
@@ -244,6 +252,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
                 overview,
                 not_tiered,
                 replays,
+                erasures,
                 first=render_health(first.health, overview, failures, broker=broker, topic=known),
                 nav=f"<div class='nav'>{nav}</div>" if nav else "",
                 data={"copy_history": copy_history_dict(first.health), "broker": broker},

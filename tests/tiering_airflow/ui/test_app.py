@@ -403,6 +403,40 @@ def test_the_page_lists_the_last_replays_newest_first_escaped(tiering: TieringEn
     assert ">100<" in section and "2.0 KiB" in section
 
 
+def test_the_page_lists_the_last_erasures_newest_first_with_no_key_nor_digest(
+    tiering: TieringEnv, client: TestClient
+) -> None:
+    from tiering_core.metadata.erasures import FINISHED, ErasureRecord, SegmentErasure
+
+    tiering.writer("orders", 0).append_records(1)
+    observe(tiering, TopicPartition("orders", 0))
+    assert "Last erasures" not in client.get("/").text  # none yet: no section
+    digest = "ab" * 32
+    with tiering.context() as ctx:
+        now = ctx.metadata.database_now_ms()
+        done = ErasureRecord(
+            "e-1", "orders", "AAAAAAAAAAAAAAAAAAAAAA", 0, (digest, "cd" * 32), "DAG run tiering_erase/<run 7>",
+            now - 120_000, (SegmentErasure("old-1", "new-1", 4), SegmentErasure("old-2", "new-2", 3)),
+            segments_read=5, outcome=FINISHED, finished_ms=now - 100_000,
+        )  # fmt: skip
+        killed = ErasureRecord(
+            "e-2", "orders", "AAAAAAAAAAAAAAAAAAAAAA", 1, (digest,), "tiering erase", now - 30_000,
+            (SegmentErasure("old-3", "new-3", 2), SegmentErasure("old-4", None, 9)),
+        )  # fmt: skip
+        ctx.metadata.record_erasure(done)
+        ctx.metadata.record_erasure(killed)
+    page = client.get("/").text
+    section = page[page.index("Last erasures") :]
+    assert section.index("orders-1") < section.index("orders-0")  # newest first
+    assert "DAG run tiering_erase/&lt;run 7&gt;" in section and "<run 7>" not in section
+    rows = section.split("<tr>")[2:]
+    assert '<td data-label="Keys">2</td>' in rows[1] and '<td data-label="Records removed">7</td>' in rows[1]
+    assert '<td data-label="Segments copied again">1</td>' in rows[0]  # the copy under way is not counted
+    assert '<td data-label="Records removed">2</td>' in rows[0]
+    assert '<td class="bad" data-label="Outcome">not finished' in rows[0] and ">finished<" in rows[1]
+    assert digest not in page and "cd" * 32 not in page
+
+
 def test_a_broker_s_view_shows_the_partitions_with_a_replica_on_it(tiering: TieringEnv, client: TestClient) -> None:
     w = tiering.writer("orders", 0)
     write_segments(w, 2)
