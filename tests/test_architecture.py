@@ -37,6 +37,7 @@ FLOOR = {package: level for level, floor in enumerate(FLOORS) for package in flo
 DRIVERS = {
     "copy": "copy",
     "copy_plan": "copy",
+    "copy_lease": "copy",
     "segment_copy": "copy",
     "copy_many": "copy",
     "copy_report": "copy",

@@ -44,8 +44,8 @@ from tiering_core.events.copy import (
     UploadsPlanned,
 )
 from tiering_core.metadata.errors import FencedError
-from tiering_core.runs.copy import CopyResult, CopyRun
-from tiering_core.runs.copy_report import ParallelCopyReport
+from tiering_core.runs.copy import CopyRun
+from tiering_core.runs.copy_report import CopyResult, ParallelCopyReport
 from tiering_core.runs.segment_copy import SegmentUpload, upload_segment
 
 if TYPE_CHECKING:
