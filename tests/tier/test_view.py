@@ -18,19 +18,15 @@ from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
-from tiering_core.tier.view import (
-    CopyDelay,
+from tiering_core.tier.offsets import (
     OffsetRange,
-    TierView,
-    finished_in_lineage,
     first_served_offset,
     global_log_start,
-    load_remote_tier_view,
-    load_tier_view,
     merge_offset_ranges,
     recorded_gaps,
     remote_only_offsets,
 )
+from tiering_core.tier.view import CopyDelay, TierView, finished_in_lineage, load_remote_tier_view, load_tier_view
 
 
 def view_of(env: TieringEnv, w: PartitionWriter) -> TierView:

@@ -56,8 +56,9 @@ from tiering_core.runs.copy_report import CopyResult
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.observation import record_views
+from tiering_core.tier.offsets import OffsetRange, recorded_gaps
 from tiering_core.tier.replica import tiering_gap_on
-from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps, tier_view
+from tiering_core.tier.view import CopyCandidate, TierView, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext

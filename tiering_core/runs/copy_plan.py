@@ -35,13 +35,15 @@ from tiering_core.events.copy import CopyDelayed, CopyNotPlanned, CopySkipped, D
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.copy_report import CopyResult
 from tiering_core.tier.observation import Observed, record_views
+from tiering_core.tier.offsets import global_log_start
 from tiering_core.tier.replica import ReplicaChoice, choose_replica, in_cluster, tiering_gap_on
-from tiering_core.tier.view import global_log_start, highest_copied_offset, tier_view
+from tiering_core.tier.view import highest_copied_offset, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import RemoteLogMetadataStore
-    from tiering_core.tier.view import CopyCandidate, CopyDelay, OffsetRange, TierView
+    from tiering_core.tier.offsets import OffsetRange
+    from tiering_core.tier.view import CopyCandidate, CopyDelay, TierView
 
 
 @dataclass(frozen=True)
