@@ -126,7 +126,7 @@ def export_the_old_way(ctx: Any, topic: str, segments: list[Any]) -> Any:
     from pyiceberg.transforms import DayTransform
 
     from tiering_core.export import DATA_SCHEMA, ExportAttempt, load_catalog, table_name, write_segment_files
-    from tiering_core.tier.view import merge_offset_ranges
+    from tiering_core.tier.offsets import merge_offset_ranges
 
     catalog = load_catalog(ctx.config)
     name = table_name(ctx.config.export, topic)

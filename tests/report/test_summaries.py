@@ -15,7 +15,7 @@ from tiering_core.runs.rewrite import RewriteResult
 
 def test_a_copy_summary_counts_the_segments_a_dry_run_would_copy_and_the_partitions_that_failed() -> None:
     from tiering_core.report.summaries import format_copy_summary
-    from tiering_core.runs.copy import CopyResult
+    from tiering_core.runs.copy_report import CopyResult
 
     def planned(*sizes: int) -> list[dict[str, int]]:
         return [{"base_offset": i, "end_offset": i, "size_bytes": size} for i, size in enumerate(sizes)]

@@ -33,7 +33,8 @@ from tiering_core.kafka.partition_log import PartitionLog
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.errors import TopicIdConflictError
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.runs.copy import CopyResult, run_copy
+from tiering_core.runs.copy import run_copy
+from tiering_core.runs.copy_report import CopyResult
 from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.runs.retention import run_retention
 from tiering_core.storage.layout import parse_segment_key

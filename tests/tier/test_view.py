@@ -18,19 +18,8 @@ from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
-from tiering_core.tier.view import (
-    CopyDelay,
-    OffsetRange,
-    TierView,
-    finished_in_lineage,
-    first_served_offset,
-    global_log_start,
-    load_remote_tier_view,
-    load_tier_view,
-    merge_offset_ranges,
-    recorded_gaps,
-    remote_only_offsets,
-)
+from tiering_core.tier.offsets import OffsetRange
+from tiering_core.tier.view import CopyDelay, TierView, finished_in_lineage, load_remote_tier_view, load_tier_view
 
 
 def view_of(env: TieringEnv, w: PartitionWriter) -> TierView:
@@ -345,44 +334,3 @@ def test_the_remote_tier_alone_is_viewed_from_the_store(fs_env: TieringEnv) -> N
     assert (view.log_end_offset, view.highest_copied_offset, view.global_log_start_offset) == (15, 14, 0)
     assert view.lineage.entries == (EpochEntry(0, 0), EpochEntry(1, 10))
     assert (view.high_watermark, view.last_stable_offset) == (None, None)
-
-
-def test_recorded_gaps_are_shown_merged(fs_env: TieringEnv) -> None:
-    """A gap seen again by a later run, wider, is one range in ``status``'s ``gaps``."""
-    w = fs_env.writer()
-    write_segments(w, 1)
-    w.set_high_watermark()
-    assert copy(fs_env, w) == 1
-    with fs_env.context() as ctx:
-        lease = ctx.metadata.acquire_lease(tip_of(w), "test")
-        for start, end in ((10, 14), (40, 44), (12, 19), (20, 24)):
-            ctx.metadata.record_gap(tip_of(w), start, end, lease)
-        ctx.metadata.release_lease(lease)
-        assert recorded_gaps(ctx.metadata, tip_of(w)) == [[10, 24], [40, 44]]
-
-
-def test_offset_ranges_merge_when_they_overlap_or_touch() -> None:
-    assert merge_offset_ranges([]) == []
-    assert merge_offset_ranges([(20, 24), (10, 14), (15, 16), (30, 31), (13, 19)]) == [
-        OffsetRange(10, 24),
-        OffsetRange(30, 31),
-    ]
-    assert OffsetRange(3, 7).as_list() == [3, 7]
-
-
-def test_the_log_starts_and_what_only_the_tier_serves() -> None:
-    assert global_log_start(None, None) is None
-    assert (global_log_start(5, None), global_log_start(None, 9), global_log_start(5, 9), global_log_start(9, 5)) == (
-        5,
-        9,
-        9,
-        9,
-    )
-    # The first served offset: the finished segments' first, raised by a DeleteRecords inside it.
-    assert (first_served_offset(7, None, 0), first_served_offset(7, 12, 7), first_served_offset(7, 3, 3)) == (7, 12, 7)
-    assert first_served_offset(None, None, 4) == 4  # nothing finished: the recorded remote log start
-    # Readable from the tier only: tiered offsets below the broker's local log start.
-    assert remote_only_offsets(None, 20, 10) is None
-    assert remote_only_offsets(0, 20, 10) == OffsetRange(0, 9)
-    assert remote_only_offsets(0, 5, 10) == OffsetRange(0, 5)
-    assert remote_only_offsets(10, 20, 10) is None  # the broker still holds every tiered offset

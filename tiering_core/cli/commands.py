@@ -154,7 +154,8 @@ def _exported_offsets(ctx: Any, rows: list[Any]) -> list[int | None] | None:
 def cmd_copy(args: argparse.Namespace) -> int:
     from tiering_core.errors import TieringGapError
     from tiering_core.report.summaries import format_copy_summary
-    from tiering_core.runs.copy import CopyResult, run_copy
+    from tiering_core.runs.copy import run_copy
+    from tiering_core.runs.copy_report import CopyResult
 
     results = []
     failures: list[str] = []

@@ -43,7 +43,7 @@ from tiering_core.config.export import (
 from tiering_core.errors import ExportError, one_line
 from tiering_core.kafka.arrow import SCHEMA
 from tiering_core.metadata.values import ExportCommit
-from tiering_core.tier.view import OffsetRange, merge_offset_ranges
+from tiering_core.tier.offsets import OffsetRange, merge_offset_ranges
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

@@ -17,8 +17,7 @@ What follows the broker (``UnifiedLog``, ``LocalLog``, ``LogSegment``, ``Produce
   cluster.id) unless it has one; ``delete()`` renames the partition directory to
   ``<topic>-<partition>.<uuid>-delete`` as the broker does when the partition is deleted.
 
-One deliberate difference: after ``truncate_to`` the bytes-since-last-index-entry counter is
-derived from the ``.log`` (as a rebuild would) where a broker resets it to 0.
+Truncation's files and the state read back from them are ``log_writer_reload.py``'s.
 """
 
 from __future__ import annotations
@@ -26,17 +25,11 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from tiering_core.kafka.batch import (
-    CODEC_NONE,
-    LogFile,
-    RecordBatchHeader,
-    iter_batch_headers,
-    parse_header,
-)
+from tiering_core.kafka.batch import CODEC_NONE, RecordBatchHeader, parse_header
 from tiering_core.kafka.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -51,20 +44,25 @@ from tiering_core.kafka.checkpoints import (
 from tiering_core.kafka.epoch import LeaderEpochCache
 from tiering_core.kafka.index import (
     DEFAULT_INDEX_INTERVAL_BYTES,
+    MAX_RELATIVE_OFFSET,
     OFFSET_ENTRY,
     TIME_ENTRY,
     AbortedTxn,
     encode_txn_index,
 )
-from tiering_core.kafka.index_rebuild import IndexBuilder, read_end_transaction_marker
+from tiering_core.kafka.index_rebuild import IndexBuilder
 from tiering_core.kafka.log_dirs import META_PROPERTIES, delete_dir_name, encode_meta_properties
+from tiering_core.kafka.log_writer_reload import (
+    delete_segment_files,
+    delete_snapshots_below,
+    reload_log,
+    truncate_segment_files,
+)
 from tiering_core.kafka.partition_log import LEADER_EPOCH_CHECKPOINT
 from tiering_core.kafka.producer_snapshot import (
     ProducerStateEntry,
     encode_producer_snapshot,
-    read_producer_snapshot,
     snapshot_file_name,
-    snapshot_offset,
 )
 from tiering_core.kafka.producer_state import ProducerState, ProducerStateTracker
 from tiering_core.kafka.records import (
@@ -82,8 +80,6 @@ DEFAULT_SEGMENT_BYTES = 1024 * 1024
 DEMO_NODE_ID = 1
 DEMO_CLUSTER_ID = "7KHd2BmURF-kU5B8_7ZOXQ"  # one cluster: every log dir a writer makes belongs to it
 DEFAULT_PREALLOCATE_INDEX_BYTES = 12 * 1024  # the broker's default is 10 MiB; small keeps tests light
-MAX_RELATIVE_OFFSET = 2**31 - 1
-_SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 
 RecordLike = RecordSpec | tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence[Header]]
 
@@ -432,22 +428,6 @@ class PartitionWriter:
 
     # --- the broker's own deletions --------------------------------------------------------
 
-    def _delete_segment_files(self, base: int, *, async_delete: bool = False) -> None:
-        for suffix in _SEGMENT_FILE_SUFFIXES:
-            path = self._stem(base).with_suffix(suffix)
-            if not path.exists():
-                continue
-            if async_delete:  # the broker renames first and deletes after file.delete.delay.ms
-                path.rename(path.with_name(path.name + ".deleted"))
-            else:
-                path.unlink()
-
-    def _snapshots(self) -> Iterator[tuple[int, Path]]:
-        for path in self.path.glob("*.snapshot"):
-            offset = snapshot_offset(path.name)
-            if offset is not None:
-                yield offset, path
-
     def delete_oldest_segments(self, count: int, *, async_delete: bool = False) -> int:
         """The broker's own local retention: drop the oldest closed segments (never the active one).
 
@@ -457,11 +437,9 @@ class PartitionWriter:
         bases = self.segment_bases()
         count = max(0, min(count, len(bases) - 1))
         for base in bases[:count]:
-            self._delete_segment_files(base, async_delete=async_delete)
+            delete_segment_files(self._stem(base), async_delete=async_delete)
         new_start = bases[count]
-        for offset, path in list(self._snapshots()):
-            if offset < new_start:
-                path.unlink()
+        delete_snapshots_below(self.path, new_start)
         self.log_start_offset = max(self.log_start_offset, new_start)
         self.truncate_epoch_cache_from_start(self.log_start_offset)
         self.write_checkpoints()
@@ -500,28 +478,7 @@ class PartitionWriter:
         """
         if not self.log_start_offset <= offset <= self.next_offset:
             raise ValueError(f"cannot truncate to {offset}: outside [{self.log_start_offset}, {self.next_offset}]")
-        bases = self.segment_bases()
-        keep_base = max(b for b in bases if b <= offset or b == bases[0])
-        log_path = self._stem(keep_base).with_suffix(".log")
-        cut = None
-        for header in iter_batch_headers(log_path):
-            if header.base_offset >= offset:
-                cut = header.position
-                break
-            if header.next_offset > offset:
-                raise ValueError(f"cannot truncate to {offset}: it falls inside the batch at {header.base_offset}")
-        for base in bases:
-            if base > keep_base:
-                self._delete_segment_files(base, async_delete=async_delete)
-        if cut is not None:
-            with log_path.open("r+b") as f:
-                f.truncate(cut)
-        for snap, path in list(self._snapshots()):
-            if snap > offset:
-                if async_delete:
-                    path.rename(path.with_name(path.name + ".deleted"))
-                else:
-                    path.unlink()
+        keep_base = truncate_segment_files(self.path, self.segment_bases(), offset, async_delete=async_delete)
         self.epochs = self.epochs.truncate_from_end(offset)
         self._write_epochs()
         self._reload(keep_base)
@@ -532,36 +489,9 @@ class PartitionWriter:
     def _reload(self, active_base: int) -> None:
         """Producer state and the active segment's bookkeeping, replayed from snapshot and ``.log`` files."""
         bases = [b for b in self.segment_bases() if b <= active_base]
-        snapshots = sorted((o, p) for o, p in self._snapshots() if o in bases)
-        start = snapshots[-1][0] if snapshots else bases[0]
-        entries = read_producer_snapshot(snapshots[-1][1]) if snapshots else []
-        self.state = ProducerStateTracker(entries)
+        reloaded = reload_log(self.path, bases, active_base, self.index_interval_bytes)
+        self.state = reloaded.state
         self.in_transaction = {pid for pid in self.in_transaction if pid in self.state.ongoing}
-        self.next_offset = active_base
-        for base in (b for b in bases if b >= start):
-            log_path = self._stem(base).with_suffix(".log")
-            if base == active_base:
-                self.active_base, self.active_size = base, 0
-                self.builder = IndexBuilder(base, self.index_interval_bytes)
-            for header in iter_batch_headers(log_path):
-                if base == active_base:
-                    self.builder.on_batch(header)
-                    self.active_size = header.position + header.size_in_bytes
-                self._replay(header, log_path, collect=base == active_base)
-                self.next_offset = header.next_offset
-        if not self.active_size:
-            self.next_offset = active_base
+        self.active_base, self.active_size, self.builder = active_base, reloaded.active_size, reloaded.builder
+        self.next_offset = reloaded.next_offset
         self._write_active_indexes()
-
-    def _replay(self, header: RecordBatchHeader, log_path: Path, *, collect: bool) -> None:
-        """Feed one batch to the producer state; with ``collect``, an abort joins the active ``.txnindex``."""
-        if not header.has_producer_id:
-            return
-        if not header.is_control:
-            self.state.on_data_batch(header)
-            return
-        with LogFile(log_path) as log_file:
-            marker = read_end_transaction_marker(log_file, header)
-        entry = self.state.on_end_marker(header, marker)
-        if entry is not None and collect:
-            self.builder.aborted.append(entry)

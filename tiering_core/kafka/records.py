@@ -246,6 +246,44 @@ def encode_control_batch(
 # --- decoding --------------------------------------------------------------------------------
 
 
+def records_data(header: RecordBatchHeader, body: bytes | memoryview, path: Path, max_decompressed: int) -> bytes:
+    """A batch's records as bytes (decompressed, refused past ``max_decompressed``), its record
+    count checked; a failure names file and batch."""
+    try:
+        data = decompress(header.codec, body, max_decompressed)
+    except (CompressionError, UnsupportedCodecError) as exc:
+        raise CorruptLogError(
+            path, header.position, f"cannot decompress batch at offset {header.base_offset}: {exc}"
+        ) from exc
+    count = header.records_count
+    if count < 0:
+        raise CorruptLogError(path, header.position, f"batch at offset {header.base_offset} has record count {count}")
+    return data
+
+
+def read_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
+    """A record's headers from their count at ``pos`` (apart from ``decode_records``' loop: most
+    records have none); ValueError or IndexError on a malformed one."""
+    header_count, pos = _read_varint(data, pos)
+    if header_count < 0:
+        raise ValueError(f"negative header count {header_count}")
+    items: list[Header] = []
+    for _h in range(header_count):
+        name_len, pos = _read_varint(data, pos)
+        if name_len < 0:
+            raise ValueError(f"header key length {name_len} (header keys cannot be null)")
+        name = data[pos : pos + name_len].decode("utf-8")
+        pos += name_len
+        hvalue_len, pos = _read_varint(data, pos)
+        if hvalue_len < 0:
+            hvalue = None
+        else:
+            hvalue = data[pos : pos + hvalue_len]
+            pos += hvalue_len
+        items.append((name, hvalue))
+    return tuple(items), pos
+
+
 def decode_records(
     header: RecordBatchHeader,
     body: bytes | memoryview,
@@ -259,15 +297,8 @@ def decode_records(
     Every malformation (a bad varint, a field running past the end, a record whose length
     disagrees with its fields, bytes left over after the last record) names file and batch.
     """
-    try:
-        data = decompress(header.codec, body, max_decompressed)
-    except (CompressionError, UnsupportedCodecError) as exc:
-        raise CorruptLogError(
-            path, header.position, f"cannot decompress batch at offset {header.base_offset}: {exc}"
-        ) from exc
+    data = records_data(header, body, path, max_decompressed)
     count = header.records_count
-    if count < 0:
-        raise CorruptLogError(path, header.position, f"batch at offset {header.base_offset} has record count {count}")
     base_offset = header.base_offset
     log_append = header.is_log_append_time
     base_ts = header.max_timestamp if log_append else header.base_timestamp
@@ -319,24 +350,7 @@ def decode_records(
             if data[pos] == 0:  # no headers: the common case
                 pos += 1
             else:
-                header_count, pos = read(data, pos)
-                if header_count < 0:
-                    raise ValueError(f"negative header count {header_count}")
-                items: list[Header] = []
-                for _h in range(header_count):
-                    name_len, pos = read(data, pos)
-                    if name_len < 0:
-                        raise ValueError(f"header key length {name_len} (header keys cannot be null)")
-                    name = data[pos : pos + name_len].decode("utf-8")
-                    pos += name_len
-                    hvalue_len, pos = read(data, pos)
-                    if hvalue_len < 0:
-                        hvalue = None
-                    else:
-                        hvalue = data[pos : pos + hvalue_len]
-                        pos += hvalue_len
-                    items.append((name, hvalue))
-                headers = tuple(items)
+                headers, pos = read_headers(data, pos)
             if pos != end:
                 raise ValueError(f"record length {length} does not match its fields ({length + pos - end} bytes)")
             record = new(Record)

@@ -7,6 +7,7 @@ are built here once and executed with parameters.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import (
@@ -149,9 +150,15 @@ class Statements:
             if postgres
             else bindparam("now", type_=BigInteger)
         )
-        dialect_insert = postgresql.insert if postgres else sqlite.insert
-        greatest = func.greatest if postgres else func.max  # SQLite's two-argument max() is scalar
+        dialect_insert: Callable[[Table], Any] = postgresql.insert if postgres else sqlite.insert
+        greatest: Callable[..., Any] = func.greatest if postgres else func.max  # SQLite's two-argument max() is scalar
+        self.build_leases(dialect_insert)
+        self.build_segments(dialect)
+        self.build_epochs(dialect_insert, greatest)
+        self.build_gaps(dialect_insert)
 
+    def build_leases(self, dialect_insert: Callable[[Table], Any]) -> None:
+        """A partition's and an export table's row, locked for a lease change or a write."""
         # The partition row, locked. The clock is read by a separate statement once the lock is
         # held (``clock``): a clock read inside this statement is taken before it waits for the
         # lock, so a lease that expired during the wait would still pass.
@@ -171,6 +178,8 @@ class Statements:
             X.c.lease_holder, X.c.lease_token, X.c.lease_expires_ms, self.now.label("db_now")
         ).where(*WHERE_TABLE)
 
+    def build_segments(self, dialect: Dialect) -> None:
+        """Segment rows: written, looked up, listed and counted; a partition's lineage."""
         self.insert_segment = insert(S)
         self.segment_by_id = select(*SEGMENT_COLUMNS).where(S.c.segment_id == bindparam("sid"))
         self.update_segment = update(S).where(S.c.segment_id == bindparam("sid"))
@@ -203,6 +212,8 @@ class Statements:
             S.c.partition_id == PARTITION_ID, LIVE, S.c.state.in_(bindparam("states", expanding=True))
         )
 
+    def build_epochs(self, dialect_insert: Callable[[Table], Any], greatest: Callable[..., Any]) -> None:
+        """The finished ranges per leader epoch: the highest copied offset and the segment serving an offset."""
         self.insert_epoch_ranges = insert(E)
         self.delete_epoch_ranges = delete(E).where(E.c.segment_id == bindparam("sid"))
         upsert: Any = dialect_insert(H)
@@ -249,6 +260,8 @@ class Statements:
         )
         self.segment_for = select(*SEGMENT_COLUMNS).where(S.c.segment_id == covering, IS_FINISHED)
 
+    def build_gaps(self, dialect_insert: Callable[[Table], Any]) -> None:
+        """Tiering gaps, and the highest DeleteRecords applied through the platform."""
         self.insert_gap = dialect_insert(G).on_conflict_do_nothing(
             index_elements=["partition_id", "start_offset", "end_offset"]
         )

@@ -37,6 +37,7 @@ from sqlalchemy import (
     Dialect,
     Integer,
     Select,
+    Subquery,
     bindparam,
     case,
     cast,
@@ -148,88 +149,107 @@ class OverviewRows:
     scrubs: list[tuple[Any, ...]]
 
 
+def shown_name(
+    topic_id: ColumnElement[Any], partition: ColumnElement[Any], not_dropped: ColumnElement[bool]
+) -> ColumnElement[Any]:
+    """The topic name a partition is shown under: its record's, else its lowest broker's
+    observation's (None: not shown)."""
+    record, first = P.alias("record"), LATEST.alias("first_seen")
+    kept = select(record.c.topic).where(
+        record.c.topic_id == topic_id, record.c.partition == partition, record.c.dropped == not_dropped
+    )
+    seen = (
+        select(first.c.topic)
+        .where(first.c.topic_id == topic_id, first.c.partition == partition)
+        .order_by(first.c.broker_id)
+        .limit(1)
+    )
+    return func.coalesce(kept.scalar_subquery(), seen.scalar_subquery())
+
+
+def shown_partitions(not_dropped: ColumnElement[bool]) -> Subquery:
+    """Every partition shown (topic id, partition, topic, its row id or None): those the store
+    knows and has not removed, and those only a broker observed, once (the lowest broker's)."""
+    o = LATEST
+    record, first = P.alias("record"), LATEST.alias("first_seen")
+    observed_only = select(o.c.topic_id, o.c.partition, o.c.topic, cast(null(), Integer)).where(
+        ~exists().where(
+            record.c.topic_id == o.c.topic_id, record.c.partition == o.c.partition, record.c.dropped == not_dropped
+        ),
+        ~exists().where(
+            first.c.topic_id == o.c.topic_id, first.c.partition == o.c.partition, first.c.broker_id < o.c.broker_id
+        ),
+    )
+    return union_all(
+        select(P.c.topic_id, P.c.partition, P.c.topic, P.c.id).where(P.c.dropped == not_dropped), observed_only
+    ).subquery("shown")
+
+
+def topic_figures(not_dropped: ColumnElement[bool], fresh: ColumnElement[bool]) -> Select[Any]:
+    """Per topic (``TOPIC_FIGURE_COLUMNS``): its shown partitions counted, their remote size, the
+    best fresh replica's copy lag of each summed, and the last copy."""
+    minus_one: ColumnElement[int] = literal_column("-1")
+    o = LATEST
+    shown = shown_partitions(not_dropped)
+    rank = func.row_number().over(
+        partition_by=(o.c.topic_id, o.c.partition),
+        order_by=(
+            func.coalesce(o.c.leader_epoch, minus_one).desc(),
+            func.coalesce(o.c.last_stable_offset, minus_one).desc(),
+            o.c.broker_id,
+        ),
+    )
+    ranked = (
+        select(o.c.topic_id, o.c.partition, o.c.copy_lag_bytes, o.c.copy_lag_segments, rank.label("rank"))
+        .where(fresh)
+        .subquery("ranked")
+    )
+    remote = (
+        select(S.c.partition_id, func.sum(S.c.size_bytes).label("size"))
+        .where(LIVE & IS_FINISHED)
+        .group_by(S.c.partition_id)
+        .subquery("remote")
+    )
+    copied = (
+        select(COUNTERS.c.topic_id, COUNTERS.c.partition, func.max(COUNTERS.c.last_copy_ms).label("at"))
+        .group_by(COUNTERS.c.topic_id, COUNTERS.c.partition)
+        .subquery("copied")
+    )
+    return (
+        select(
+            shown.c.topic,
+            func.count(),
+            func.coalesce(func.sum(remote.c.size), literal_column("0")),
+            func.sum(ranked.c.copy_lag_bytes),
+            func.sum(ranked.c.copy_lag_segments),
+            func.max(copied.c.at),
+        )
+        .select_from(
+            shown.outerjoin(remote, remote.c.partition_id == shown.c.id)
+            .outerjoin(
+                ranked,
+                (ranked.c.topic_id == shown.c.topic_id)
+                & (ranked.c.partition == shown.c.partition)
+                & (ranked.c.rank == literal_column("1")),
+            )
+            .outerjoin(copied, (copied.c.topic_id == shown.c.topic_id) & (copied.c.partition == shown.c.partition))
+        )
+        .group_by(shown.c.topic)
+    )
+
+
 class OverviewStatements:
     """The overview's statements for one dialect (module docstring). ``fresh_since``: the oldest
     observation that is fresh; ``brokers``: the config's brokers (a stale replica is not listed
     when its broker is one of them and reported nothing fresh: the broker is silent)."""
 
     def __init__(self, dialect: Dialect) -> None:
-        minus_one: ColumnElement[int] = literal_column("-1")
         not_dropped: ColumnElement[bool] = literal_column("false" if dialect.name == "postgresql" else "0")
         o = LATEST
-        record, first, fresh_one = P.alias("record"), LATEST.alias("first_seen"), LATEST.alias("fresh_one")
+        fresh_one = LATEST.alias("fresh_one")
         since = bindparam("fresh_since", type_=BigInteger)
         fresh = o.c.observed_ms >= since
-
-        def name_of(topic_id: ColumnElement[Any], partition: ColumnElement[Any]) -> ColumnElement[Any]:
-            """The topic name a partition is shown under (None: not shown)."""
-            kept = select(record.c.topic).where(
-                record.c.topic_id == topic_id, record.c.partition == partition, record.c.dropped == not_dropped
-            )
-            seen = (
-                select(first.c.topic)
-                .where(first.c.topic_id == topic_id, first.c.partition == partition)
-                .order_by(first.c.broker_id)
-                .limit(1)
-            )
-            return func.coalesce(kept.scalar_subquery(), seen.scalar_subquery())
-
-        observed_only = select(o.c.topic_id, o.c.partition, o.c.topic, cast(null(), Integer)).where(
-            ~exists().where(
-                record.c.topic_id == o.c.topic_id, record.c.partition == o.c.partition, record.c.dropped == not_dropped
-            ),
-            ~exists().where(
-                first.c.topic_id == o.c.topic_id, first.c.partition == o.c.partition, first.c.broker_id < o.c.broker_id
-            ),
-        )
-        shown = union_all(
-            select(P.c.topic_id, P.c.partition, P.c.topic, P.c.id).where(P.c.dropped == not_dropped), observed_only
-        ).subquery("shown")
-        rank = func.row_number().over(
-            partition_by=(o.c.topic_id, o.c.partition),
-            order_by=(
-                func.coalesce(o.c.leader_epoch, minus_one).desc(),
-                func.coalesce(o.c.last_stable_offset, minus_one).desc(),
-                o.c.broker_id,
-            ),
-        )
-        ranked = (
-            select(o.c.topic_id, o.c.partition, o.c.copy_lag_bytes, o.c.copy_lag_segments, rank.label("rank"))
-            .where(fresh)
-            .subquery("ranked")
-        )
-        remote = (
-            select(S.c.partition_id, func.sum(S.c.size_bytes).label("size"))
-            .where(LIVE & IS_FINISHED)
-            .group_by(S.c.partition_id)
-            .subquery("remote")
-        )
-        copied = (
-            select(COUNTERS.c.topic_id, COUNTERS.c.partition, func.max(COUNTERS.c.last_copy_ms).label("at"))
-            .group_by(COUNTERS.c.topic_id, COUNTERS.c.partition)
-            .subquery("copied")
-        )
-        self.topics: Select[Any] = (
-            select(
-                shown.c.topic,
-                func.count(),
-                func.coalesce(func.sum(remote.c.size), literal_column("0")),
-                func.sum(ranked.c.copy_lag_bytes),
-                func.sum(ranked.c.copy_lag_segments),
-                func.max(copied.c.at),
-            )
-            .select_from(
-                shown.outerjoin(remote, remote.c.partition_id == shown.c.id)
-                .outerjoin(
-                    ranked,
-                    (ranked.c.topic_id == shown.c.topic_id)
-                    & (ranked.c.partition == shown.c.partition)
-                    & (ranked.c.rank == literal_column("1")),
-                )
-                .outerjoin(copied, (copied.c.topic_id == shown.c.topic_id) & (copied.c.partition == shown.c.partition))
-            )
-            .group_by(shown.c.topic)
-        )
+        self.topics: Select[Any] = topic_figures(not_dropped, fresh)
         self.reporting: Select[Any] = select(o.c.broker_id).where(fresh).distinct()
         self.gaps: Select[Any] = (
             select(P.c.topic, P.c.partition, P.c.topic_id, G.c.start_offset, G.c.end_offset)
@@ -237,7 +257,7 @@ class OverviewStatements:
             .where(P.c.dropped == not_dropped)
         )
         self.risks: Select[Any] = (
-            select(name_of(o.c.topic_id, o.c.partition), o.c.partition, o.c.topic_id)
+            select(shown_name(o.c.topic_id, o.c.partition, not_dropped), o.c.partition, o.c.topic_id)
             .where(o.c.at_risk == true(), fresh)
             .distinct()
         )
@@ -246,7 +266,7 @@ class OverviewStatements:
             o.c.broker_id.not_in(bindparam("brokers", expanding=True)),
         )
         self.stale: Select[Any] = select(
-            name_of(o.c.topic_id, o.c.partition), o.c.partition, o.c.topic_id, o.c.broker_id
+            shown_name(o.c.topic_id, o.c.partition, not_dropped), o.c.partition, o.c.topic_id, o.c.broker_id
         ).where(o.c.observed_ms < since, silent_or_other)
         failed = (
             select(COUNTERS.c.topic_id, COUNTERS.c.partition, func.sum(COUNTERS.c.scrub_failures).label("failures"))
@@ -255,7 +275,10 @@ class OverviewStatements:
             .subquery("failed")
         )
         self.scrubs: Select[Any] = select(
-            name_of(failed.c.topic_id, failed.c.partition), failed.c.partition, failed.c.topic_id, failed.c.failures
+            shown_name(failed.c.topic_id, failed.c.partition, not_dropped),
+            failed.c.partition,
+            failed.c.topic_id,
+            failed.c.failures,
         )
 
 

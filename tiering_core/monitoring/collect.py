@@ -25,7 +25,7 @@ from tiering_core.metadata.observations import HOUR_MS, SERIES_RESOLUTIONS, is_f
 from tiering_core.metadata.values import PartitionCounters
 from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics, ReplicaMetrics, SeriesPoint
 from tiering_core.tier.cluster import silent_brokers
-from tiering_core.tier.view import first_served_offset, global_log_start, merge_offset_ranges, remote_only_offsets
+from tiering_core.tier.offsets import first_served_offset, global_log_start, merge_offset_ranges, remote_only_offsets
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext

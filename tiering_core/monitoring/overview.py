@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics
 from tiering_core.tier.cluster import silent_brokers
-from tiering_core.tier.view import merge_offset_ranges
+from tiering_core.tier.offsets import merge_offset_ranges
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext

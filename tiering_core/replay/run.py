@@ -42,7 +42,7 @@ from tiering_core.replay.target import (
     is_client_error,
     record_bytes,
 )
-from tiering_core.tier.view import OffsetRange
+from tiering_core.tier.offsets import OffsetRange
 
 if TYPE_CHECKING:
     from tiering_core.config import KafkaConfig

@@ -12,7 +12,7 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.isolation import IsolationLevel
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.read.reader import RemoteLogReader, open_reader, open_remote_reader
-from tiering_core.tier.view import OffsetRange, merge_offset_ranges
+from tiering_core.tier.offsets import OffsetRange, merge_offset_ranges
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext

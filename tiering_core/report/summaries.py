@@ -12,7 +12,7 @@ from tiering_core.humanize import fmt_bytes
 
 if TYPE_CHECKING:
     from tiering_core.replay import ReplayResult
-    from tiering_core.runs.copy import CopyResult
+    from tiering_core.runs.copy_report import CopyResult
     from tiering_core.runs.retention import RetentionResult
     from tiering_core.runs.rewrite import RewriteResult
 

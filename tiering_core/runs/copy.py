@@ -25,12 +25,11 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from tiering_core.engine.lease import HeldPartition, held_partition
+from tiering_core.engine.lease import HeldPartition
 from tiering_core.engine.partition_state import publish_partition_state
-from tiering_core.engine.segment_ops import recover_failed_copies
 from tiering_core.errors import TieringError, TieringGapError
 from tiering_core.events import EventSink, discard
 from tiering_core.events.copy import (
@@ -38,31 +37,31 @@ from tiering_core.events.copy import (
     CopyFinished,
     CopyNotPlanned,
     CopySkipped,
-    DryRunPlanned,
     FencedWhileCopying,
     LeaseExpiredWhileCopying,
     PartitionHeld,
     SegmentCopied,
     SegmentFailed,
     SegmentVanished,
-    WouldCopy,
 )
-from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.metadata.errors import FencedError, LeaseHeldError
+from tiering_core.kafka.topic import TopicPartition
+from tiering_core.metadata.errors import FencedError
 from tiering_core.metadata.observations import check_broker_id
 from tiering_core.metadata.store import Lease
 from tiering_core.metrics import names
 from tiering_core.metrics.tally import Tally
-from tiering_core.runs.copy_plan import CopyPlan, plan_before_lease, plan_copy, plan_under_lease, view_after_copies
+from tiering_core.runs.copy_lease import begin_copy_run
+from tiering_core.runs.copy_plan import CopyPlan, dry_run_copy, plan_before_lease, view_after_copies
+from tiering_core.runs.copy_report import CopyResult
 from tiering_core.runs.errors import CopyFailedError
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.tier.observation import record_views
+from tiering_core.tier.offsets import OffsetRange, recorded_gaps
 from tiering_core.tier.replica import tiering_gap_on
-from tiering_core.tier.view import CopyCandidate, OffsetRange, TierView, recorded_gaps, tier_view
+from tiering_core.tier.view import CopyCandidate, TierView, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
-    from tiering_core.kafka.partition_log import PartitionLog
     from tiering_core.metadata.store import TaskAttempt
     from tiering_core.storage.manifest import SegmentManifest
     from tiering_core.storage.partition_state import PartitionState
@@ -72,86 +71,12 @@ from tiering_core.runs.segment_copy import (
     abandon_upload,
     finish_segment,
     prepare_segment_upload,
-    repair_remote_log_start,
     upload_segment,
 )
 
 log = logging.getLogger(__name__)
 
 Uploader = Callable[["RemoteStorage", "SegmentUpload"], "SegmentManifest"]
-
-
-@dataclass
-class CopyResult:
-    topic: str
-    partition: int
-    dry_run: bool = False
-    fenced: bool = False
-    skipped_reason: str | None = None
-    #: A multi-partition run's deadline passed before the partition, or the rest of its segments,
-    #: started: the next run copies them (``runs.copy_many``).
-    deferred: bool = False
-    segments_copied: int = 0
-    bytes_copied: int = 0
-    segments_cleaned_up: int = 0
-    highest_copied_offset: int = -1
-    last_stable_offset: int | None = None
-    copy_lag_segments: int = 0
-    copy_lag_bytes: int = 0
-    gaps: list[list[int]] = field(default_factory=list)
-    planned: list[dict[str, int]] = field(default_factory=list)
-    seconds: float = 0.0
-    copy_delay: dict[str, int] | None = None  # why closed segments below the LSO wait (KIP-1241)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe, for ``--json`` and XCom."""
-        return {**asdict(self), "seconds": round(self.seconds, 3)}
-
-
-# --- the run ---------------------------------------------------------------------------------
-
-
-def begin_copy_run(
-    ctx: TieringContext,
-    before: CopyPlan,
-    run_id: str,
-    hold: ExitStack,
-    attempt: TaskAttempt | None = None,
-    broker_id: int | None = None,
-    now_ms: int | None = None,
-) -> tuple[HeldPartition, CopyPlan, int] | None:
-    """Hold the partition (until ``hold`` closes; ``attempt``: see ``held_partition``), recovery
-    and remote-log-start bookkeeping, then the run's plan from a view read under the lease
-    (``plan_under_lease``, its delayed upload judged at ``now_ms``); also how many failed copies
-    were cleaned up.
-
-    Returns None when another run holds the partition's lease.
-    """
-    store, tp = ctx.metadata, before.topic_partition
-    partition_log = ctx.partition_log(tp)
-    refuse_stale_directory(ctx, partition_log)
-    tip = TopicIdPartition(partition_log.topic_id, tp)
-    ctx.storage.require_writable()
-    store.register_partition(tip)
-    try:
-        held = hold.enter_context(held_partition(store, tip, holder=f"copy:{run_id}", run_id=run_id, attempt=attempt))
-    except LeaseHeldError as exc:
-        log.info("%s: another run holds the partition (%s); nothing to do", tp, exc)
-        return None
-    cleaned = recover_failed_copies(store, ctx.storage, tip, held.lease)
-    repair_remote_log_start(store, ctx.storage, tip, held.lease)
-    plan = plan_under_lease(ctx, before, tier_view(ctx, partition_log), broker_id=broker_id, now_ms=now_ms)
-    return held, plan, cleaned
-
-
-def refuse_stale_directory(ctx: TieringContext, partition_log: PartitionLog) -> None:
-    """With the cluster as a source: a directory whose topic id the cluster does not have (a stale
-    incarnation of a recreated topic) or a partition it does not know is never copied from."""
-    live = ctx.live_partition(partition_log)
-    if live is not None:
-        live = live.for_directory(partition_log.topic_id)
-        if live.offsets is None:
-            raise TieringError(live.problem or f"{partition_log.topic_partition}: no offsets from the cluster")
 
 
 class CopyRun:
@@ -506,7 +431,7 @@ def run_copy(
     ``now_ms``: the clock the delayed upload is judged by (None: now).
     """
     if dry_run:
-        return _dry_run(ctx, tp, events, broker_id, now_ms)
+        return dry_run_copy(ctx, tp, events, broker_id, now_ms)
     run = CopyRun.begin(
         ctx, tp, run_id=run_id or uuid.uuid4().hex, events=events, attempt=attempt, broker_id=broker_id, now_ms=now_ms
     )
@@ -536,28 +461,3 @@ def run_copy(
         run.release()
         raise
     return run.finish()
-
-
-def _dry_run(
-    ctx: TieringContext, tp: TopicPartition, events: EventSink, broker_id: int | None, now_ms: int | None
-) -> CopyResult:
-    result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
-    plan = plan_copy(ctx, tp, broker_id=broker_id, now_ms=now_ms)
-    result.skipped_reason = plan.skipped_reason
-    result.highest_copied_offset = plan.highest_copied_offset
-    result.last_stable_offset = plan.last_stable_offset
-    if plan.skipped_reason is not None:  # nothing planned
-        if plan.view is None:  # Kafka would not tier the topic: its directory was not read
-            events(CopySkipped(tp, plan.skipped_reason))
-        else:  # not this broker's to copy
-            events(CopyNotPlanned(tp, plan.skipped_reason))
-        return result
-    result.planned = [c.to_dict() for c in plan.planned]
-    result.gaps = [plan.gap.as_list()] if plan.gap else []
-    for c in plan.planned:
-        events(WouldCopy(tp, c.base_offset, c.end_offset, c.size_bytes))
-    if plan.delay is not None:
-        result.copy_delay = plan.delay.to_dict()
-        events(CopyDelayed(tp, **plan.delay.to_dict()))
-    events(DryRunPlanned(tp, len(plan.planned)))
-    return result

@@ -44,8 +44,8 @@ from tiering_core.events.copy import (
     UploadsPlanned,
 )
 from tiering_core.metadata.errors import FencedError
-from tiering_core.runs.copy import CopyResult, CopyRun
-from tiering_core.runs.copy_report import ParallelCopyReport
+from tiering_core.runs.copy import CopyRun
+from tiering_core.runs.copy_report import CopyResult, ParallelCopyReport
 from tiering_core.runs.segment_copy import SegmentUpload, upload_segment
 
 if TYPE_CHECKING:
@@ -262,6 +262,153 @@ def _abort(partitions: list[PartitionUpload], reason: BaseException) -> None:
             log.warning("%s: could not release the lease: %s", run.tp, exc)
 
 
+@dataclass
+class ParallelCopy:
+    """One multi-partition copy run as its steps share it: the partitions not begun yet (``queue``,
+    most urgent first), those begun (``uploads``), and each handed-out segment by the index of its
+    task's outcome (``handed``)."""
+
+    ctx: TieringContext
+    executor: Executor
+    run_id: str
+    events: EventSink
+    uploader: Uploader
+    attempt: TaskAttempt | None
+    broker_id: int | None
+    lazily: bool
+    deadline: float | None
+    clock: Callable[[], float]
+    report: ParallelCopyReport
+    queue: collections.deque[TopicPartition]
+    uploads: list[PartitionUpload] = field(default_factory=list)
+    handed: list[tuple[PartitionUpload, InFlight]] = field(default_factory=list)
+
+    def begin(self, tp: TopicPartition) -> PartitionUpload | None:
+        """The partition's copy run begun (lease, recovery, plan); None when that failed."""
+        try:
+            begun = CopyRun.begin(
+                self.ctx, tp, run_id=self.run_id, events=self.events, attempt=self.attempt, broker_id=self.broker_id
+            )
+        except (TieringError, OSError) as exc:
+            self.report.fail(tp, f"{tp}: {exc}")
+            self.report.add(CopyResult(topic=tp.topic, partition=tp.partition))
+            return None
+        self.uploads.append(PartitionUpload.of(begun))
+        return self.uploads[-1]
+
+    def begin_up_front(self) -> None:
+        """Every partition begun before any segment goes out (unless ``lazily``)."""
+        try:
+            while self.queue and not self.lazily:
+                self.begin(self.queue.popleft())
+        except BaseException:
+            for p in self.uploads:
+                p.run.release()
+            raise
+
+    def start(self, partition: PartitionUpload, candidate: CopyCandidate) -> SegmentUpload | None:
+        """The segment checked and STARTED on the driver; None when it was refused or the lease lost."""
+        t0 = time.monotonic()
+        try:
+            upload = partition.run.start_segment(candidate)
+        except FencedError as exc:
+            held = partition.run.held
+            if partition.pending and held is not None:
+                # Lost while earlier segments upload: the first of them, as it returns, tells
+                # whether a newer run took the partition or the lease merely expired.
+                held.lose(exc)
+            else:
+                partition.run.fenced_while_copying(candidate, None, exc)
+            partition.stop(None)
+            return None
+        except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
+            self.events(SegmentRefused(partition.tp, candidate.base_offset, str(exc)))
+            partition.refuse(candidate, exc)
+            return None
+        finally:
+            self.report.check_seconds += time.monotonic() - t0
+        item = InFlight(candidate, upload)
+        partition.pending.append(item)
+        self.handed.append((partition, item))
+        return upload
+
+    def defer(self) -> None:
+        """The deadline passed: nothing more starts; what waits is left to the next run."""
+        for p in self.uploads:
+            if p.handing_out:
+                self.events(CopyDeferred(p.tp, len(p.waiting)))
+                p.run.result.deferred = True
+                p.waiting.clear()
+                _finish_if_settled(p, self.report)
+        while self.queue:
+            tp = self.queue.popleft()
+            self.events(CopyDeferred(tp))
+            self.report.add(CopyResult(topic=tp.topic, partition=tp.partition, deferred=True))
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and self.clock() >= self.deadline
+
+    def segments(self) -> Iterator[tuple[PartitionUpload, CopyCandidate]]:
+        """Every partition's first segment, then every second one, ...: early offsets go out
+        first; when no begun partition has one left, the next partition is begun."""
+        while True:
+            if self.past_deadline():
+                self.defer()
+                return
+            ready = [p for p in self.uploads if p.handing_out]
+            if not ready:
+                if not self.queue:
+                    return
+                if (begun := self.begin(self.queue.popleft())) is not None:
+                    _finish_if_settled(begun, self.report)  # nothing to upload: done at once
+                continue
+            for p in ready:
+                if p.handing_out:
+                    yield p, p.waiting.popleft()
+                    if self.past_deadline():
+                        break
+
+    def hand_out(self) -> Iterator[SegmentUpload]:
+        """The executor pulls the next segment when a slot is free: round robin over the
+        partitions still going on, each segment checked and STARTED just before it goes out."""
+        for partition, candidate in self.segments():
+            upload = self.start(partition, candidate)
+            if upload is not None:
+                yield upload
+            else:
+                _commit_ready(partition, self.report)
+                _finish_if_settled(partition, self.report)
+
+    def upload(self) -> None:
+        """Hand the segments out on the executor and commit each partition's as they return; on
+        any failure of the driver, clean up and release every lease (``_abort``)."""
+        active = [p for p in self.uploads if p.run.active]
+        total = sum(len(p.waiting) for p in active)
+        size = sum(c.segment.size_bytes for p in active for c in p.waiting)
+        report = self.report
+        try:
+            if not self.lazily:
+                self.events(UploadsPlanned(total, size, len(active), self.executor.slots))
+            for p in self.uploads:  # nothing to upload: done at once
+                _finish_if_settled(p, report)
+            with closing(self.executor.run(self.hand_out(), self.uploader, describe=describe_upload)) as outcomes:
+                for outcome in outcomes:
+                    partition, item = self.handed[outcome.index]
+                    item.outcome = outcome
+                    _commit_ready(partition, report)
+                    _finish_if_settled(partition, report)
+            for p in self.uploads:
+                _commit_ready(p, report)
+                _finish_if_settled(p, report)
+        except BaseException as exc:  # closing the outcomes cancelled what was queued and running
+            _abort(self.uploads, exc)
+            raise
+
+
+def describe_upload(upload: SegmentUpload) -> str:
+    return f"upload {upload.metadata.topic_id_partition.topic_partition} segment {upload.metadata.start_offset}"
+
+
 def copy_partitions(
     ctx: TieringContext,
     partitions: Sequence[TopicPartition],
@@ -293,125 +440,24 @@ def copy_partitions(
     know which partitions ended should the run be stopped before it returns (a killed task).
     """
     started = time.monotonic()
-    run = run_id or uuid.uuid4().hex
     if report is None:
         report = ParallelCopyReport(announce=events if tell_outcomes else None)
-    queue = collections.deque(partitions)
-
-    uploads: list[PartitionUpload] = []
-
-    def begin(tp: TopicPartition) -> PartitionUpload | None:
-        try:
-            begun = CopyRun.begin(ctx, tp, run_id=run, events=events, attempt=attempt, broker_id=broker_id)
-        except (TieringError, OSError) as exc:
-            report.fail(tp, f"{tp}: {exc}")
-            report.add(CopyResult(topic=tp.topic, partition=tp.partition))
-            return None
-        uploads.append(PartitionUpload.of(begun))
-        return uploads[-1]
-
-    try:
-        while queue and not lazily:
-            begin(queue.popleft())
-    except BaseException:
-        for p in uploads:
-            p.run.release()
-        raise
-    active = [p for p in uploads if p.run.active]
-    total = sum(len(p.waiting) for p in active)
-    size = sum(c.segment.size_bytes for p in active for c in p.waiting)
-    handed: list[tuple[PartitionUpload, InFlight]] = []  # by the index of its task's outcome
-
-    def start(partition: PartitionUpload, candidate: CopyCandidate) -> SegmentUpload | None:
-        t0 = time.monotonic()
-        try:
-            upload = partition.run.start_segment(candidate)
-        except FencedError as exc:
-            held = partition.run.held
-            if partition.pending and held is not None:
-                # Lost while earlier segments upload: the first of them, as it returns, tells
-                # whether a newer run took the partition or the lease merely expired.
-                held.lose(exc)
-            else:
-                partition.run.fenced_while_copying(candidate, None, exc)
-            partition.stop(None)
-            return None
-        except (TieringError, OSError) as exc:  # a CRC failure, a vanished file, ...
-            events(SegmentRefused(partition.tp, candidate.base_offset, str(exc)))
-            partition.refuse(candidate, exc)
-            return None
-        finally:
-            report.check_seconds += time.monotonic() - t0
-        item = InFlight(candidate, upload)
-        partition.pending.append(item)
-        handed.append((partition, item))
-        return upload
-
-    def defer() -> None:
-        """The deadline passed: nothing more starts; what waits is left to the next run."""
-        for p in uploads:
-            if p.handing_out:
-                events(CopyDeferred(p.tp, len(p.waiting)))
-                p.run.result.deferred = True
-                p.waiting.clear()
-                _finish_if_settled(p, report)
-        while queue:
-            tp = queue.popleft()
-            events(CopyDeferred(tp))
-            report.add(CopyResult(topic=tp.topic, partition=tp.partition, deferred=True))
-
-    def segments() -> Iterator[tuple[PartitionUpload, CopyCandidate]]:
-        """Every partition's first segment, then every second one, ...: early offsets go out
-        first; when no begun partition has one left, the next partition is begun."""
-        while True:
-            if deadline is not None and clock() >= deadline:
-                defer()
-                return
-            ready = [p for p in uploads if p.handing_out]
-            if not ready:
-                if not queue:
-                    return
-                if (begun := begin(queue.popleft())) is not None:
-                    _finish_if_settled(begun, report)  # nothing to upload: done at once
-                continue
-            for p in ready:
-                if p.handing_out:
-                    yield p, p.waiting.popleft()
-                    if deadline is not None and clock() >= deadline:
-                        break
-
-    def hand_out() -> Iterator[SegmentUpload]:
-        """The executor pulls the next segment when a slot is free: round robin over the
-        partitions still going on, each segment checked and STARTED just before it goes out."""
-        for partition, candidate in segments():
-            upload = start(partition, candidate)
-            if upload is not None:
-                yield upload
-            else:
-                _commit_ready(partition, report)
-                _finish_if_settled(partition, report)
-
-    def describe(upload: SegmentUpload) -> str:
-        return f"upload {upload.metadata.topic_id_partition.topic_partition} segment {upload.metadata.start_offset}"
-
-    try:
-        if not lazily:
-            events(UploadsPlanned(total, size, len(active), executor.slots))
-        for p in uploads:  # nothing to upload: done at once
-            _finish_if_settled(p, report)
-        with closing(executor.run(hand_out(), uploader, describe=describe)) as outcomes:
-            for outcome in outcomes:
-                partition, item = handed[outcome.index]
-                item.outcome = outcome
-                _commit_ready(partition, report)
-                _finish_if_settled(partition, report)
-        for p in uploads:
-            _commit_ready(p, report)
-            _finish_if_settled(p, report)
-    except BaseException as exc:  # closing the outcomes cancelled what was queued and running
-        _abort(uploads, exc)
-        raise
-
+    copy = ParallelCopy(
+        ctx=ctx,
+        executor=executor,
+        run_id=run_id or uuid.uuid4().hex,
+        events=events,
+        uploader=uploader,
+        attempt=attempt,
+        broker_id=broker_id,
+        lazily=lazily,
+        deadline=deadline,
+        clock=clock,
+        report=report,
+        queue=collections.deque(partitions),
+    )
+    copy.begin_up_front()
+    copy.upload()
     report.results.sort(key=lambda r: (r.topic, r.partition))
     report.seconds = time.monotonic() - started
     events(report.finished())

@@ -12,7 +12,7 @@ writes nothing but, with a broker id, what that broker saw of each partition (``
 
 One ``CopyPlan`` holds all of it (the tier view it was read from, the skip reason, the replica
 choice, the gap, the candidates), so nothing downstream asks again. Read-only plans
-(``plan_copies``, ``plan_copy``: the sensor, the hook, the dry run) come from one view each; a
+(``plan_copies``, ``plan_copy``: the sensor, the hook, the dry run: ``dry_run_copy``) come from one view each; a
 scheduled run's sensor hands its plans on (their order and eligibility), so no later task reads
 the views again before a lane holds a partition. A run that writes plans in two steps around the
 partition's lease, because only a view read under the lease may decide what to upload (another
@@ -30,15 +30,20 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tiering_core.config import not_tiered_reason
+from tiering_core.events import EventSink
+from tiering_core.events.copy import CopyDelayed, CopyNotPlanned, CopySkipped, DryRunPlanned, WouldCopy
 from tiering_core.kafka.topic import TopicPartition
+from tiering_core.runs.copy_report import CopyResult
 from tiering_core.tier.observation import Observed, record_views
+from tiering_core.tier.offsets import global_log_start
 from tiering_core.tier.replica import ReplicaChoice, choose_replica, in_cluster, tiering_gap_on
-from tiering_core.tier.view import global_log_start, highest_copied_offset, tier_view
+from tiering_core.tier.view import highest_copied_offset, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.metadata.store import RemoteLogMetadataStore
-    from tiering_core.tier.view import CopyCandidate, CopyDelay, OffsetRange, TierView
+    from tiering_core.tier.offsets import OffsetRange
+    from tiering_core.tier.view import CopyCandidate, CopyDelay, TierView
 
 
 @dataclass(frozen=True)
@@ -210,3 +215,30 @@ def replica_choice(ctx: TieringContext, view: TierView, broker_id: int | None) -
     copied, deleted = view.highest_copied_offset, view.global_log_start_offset
     resume = max(copied + 1, deleted or 0) if copied >= 0 else None
     return choose_replica(ctx.metadata, view.tip, broker_id, ctx.config.observation_staleness_ms, resume=resume)
+
+
+def dry_run_copy(
+    ctx: TieringContext, tp: TopicPartition, events: EventSink, broker_id: int | None, now_ms: int | None
+) -> CopyResult:
+    """``--dry-run``: the read-only plan (``plan_copy``) told as events and a result; no lease is
+    taken and nothing is written but what planning records."""
+    result = CopyResult(topic=tp.topic, partition=tp.partition, dry_run=True)
+    plan = plan_copy(ctx, tp, broker_id=broker_id, now_ms=now_ms)
+    result.skipped_reason = plan.skipped_reason
+    result.highest_copied_offset = plan.highest_copied_offset
+    result.last_stable_offset = plan.last_stable_offset
+    if plan.skipped_reason is not None:  # nothing planned
+        if plan.view is None:  # Kafka would not tier the topic: its directory was not read
+            events(CopySkipped(tp, plan.skipped_reason))
+        else:  # not this broker's to copy
+            events(CopyNotPlanned(tp, plan.skipped_reason))
+        return result
+    result.planned = [c.to_dict() for c in plan.planned]
+    result.gaps = [plan.gap.as_list()] if plan.gap else []
+    for c in plan.planned:
+        events(WouldCopy(tp, c.base_offset, c.end_offset, c.size_bytes))
+    if plan.delay is not None:
+        result.copy_delay = plan.delay.to_dict()
+        events(CopyDelayed(tp, **plan.delay.to_dict()))
+    events(DryRunPlanned(tp, len(plan.planned)))
+    return result

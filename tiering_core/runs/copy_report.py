@@ -1,14 +1,42 @@
-"""What a parallel copy run did: each partition's result, why a partition failed or has a tiering
-gap, and the events that tell a partition's outcome and the run's summary."""
+"""What a copy run did: one partition's result (``CopyResult``, what ``run_copy`` returns and every
+caller reads), and a parallel run's report: each partition's result, why a partition failed or has
+a tiering gap, and the events that tell a partition's outcome and the run's summary."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from tiering_core.events import EventSink
 from tiering_core.events.copy import ParallelUploadFinished, PartitionCopyOutcome
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.runs.copy import CopyResult
+
+
+@dataclass
+class CopyResult:
+    topic: str
+    partition: int
+    dry_run: bool = False
+    fenced: bool = False
+    skipped_reason: str | None = None
+    #: A multi-partition run's deadline passed before the partition, or the rest of its segments,
+    #: started: the next run copies them (``runs.copy_many``).
+    deferred: bool = False
+    segments_copied: int = 0
+    bytes_copied: int = 0
+    segments_cleaned_up: int = 0
+    highest_copied_offset: int = -1
+    last_stable_offset: int | None = None
+    copy_lag_segments: int = 0
+    copy_lag_bytes: int = 0
+    gaps: list[list[int]] = field(default_factory=list)
+    planned: list[dict[str, int]] = field(default_factory=list)
+    seconds: float = 0.0
+    copy_delay: dict[str, int] | None = None  # why closed segments below the LSO wait (KIP-1241)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, for ``--json`` and XCom."""
+        return {**asdict(self), "seconds": round(self.seconds, 3)}
 
 
 @dataclass

@@ -41,7 +41,7 @@ from tiering_core.errors import TieringError
 from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
-from tiering_core.runs.rebuild.run import start_index_repair
+from tiering_core.runs.rebuild.repair import start_index_repair
 from tiering_core.storage.key_filter import with_key_filter
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.manifest import CopyRecord, SegmentManifest

@@ -98,16 +98,9 @@ def validated_index(kind: ObjectKind, path: Path, base_offset: int, end_offset: 
     return encode_txn_index(aborted)
 
 
-def prepare_segment_upload(
-    view: TierView, candidate: CopyCandidate, *, run_token: int, index_interval_bytes: int = 4096
-) -> SegmentUpload:
-    """Verify a candidate segment and gather its objects; reads only the broker's files.
-
-    Batches failing their CRC stop the copy (the segment is named); missing index files are
-    rebuilt from the ``.log``; the segment's leader epochs are the broker's epoch cache's in its
-    range (section 3), the leader-epoch index is the recorded lineage truncated at nextBase (so the
-    lineage keeps the epochs the broker's cache has dropped).
-    """
+def verified_log(view: TierView, candidate: CopyCandidate) -> int:
+    """The candidate's ``.log`` checked before anything of it is copied: still eligible, every
+    batch passing its CRC, none beyond the next segment's base; returns its largest timestamp."""
     segment = candidate.segment
     lso = view.require_lso()
     if candidate.end_offset >= lso or segment.base_offset == view.log.active_segment.base_offset:
@@ -126,9 +119,15 @@ def prepare_segment_upload(
             last.position,
             f"batch ends at offset {last.last_offset}, beyond the next segment's base {candidate.next_base_offset}",
         )
-    max_timestamp = max(h.max_timestamp for h in scan.headers)
+    return max(h.max_timestamp for h in scan.headers)
 
-    files: dict[ObjectKind, Path | bytes] = {ObjectKind.LOG: segment.log_path}
+
+def index_files(view: TierView, candidate: CopyCandidate, index_interval_bytes: int) -> dict[ObjectKind, Path | bytes]:
+    """The segment's offset, time and transaction indexes: the broker's files where they are
+    valid, else rebuilt from the ``.log`` (once for all of them); no transaction index when the
+    segment has no aborted transaction."""
+    segment = candidate.segment
+    files: dict[ObjectKind, Path | bytes] = {}
     rebuilt = None
     for kind, path in (
         (ObjectKind.OFFSET_INDEX, segment.index_path),
@@ -160,28 +159,45 @@ def prepare_segment_upload(
         }[kind]
     if files.get(ObjectKind.TRANSACTION_INDEX) == b"":
         del files[ObjectKind.TRANSACTION_INDEX]
+    return files
 
+
+def producer_snapshot_bytes(view: TierView, candidate: CopyCandidate) -> bytes:
+    """The producer snapshot at the next segment's base, re-encoded; rebuilt from the log when the
+    broker's is missing or unusable."""
     snapshot = view.log.producer_snapshot_path(candidate.next_base_offset)
     if snapshot is not None:
         try:
-            files[ObjectKind.PRODUCER_SNAPSHOT] = encode_producer_snapshot(read_producer_snapshot(snapshot))
+            return encode_producer_snapshot(read_producer_snapshot(snapshot))
         except (CorruptLogError, FileNotFoundError) as exc:
             log.warning("%s: unusable producer snapshot (%s)", view.log.topic_partition, exc)
-            snapshot = None
-    if snapshot is None:
-        # The broker writes one at every roll, but may have lost it (an unclean shutdown, a
-        # log dir copied by hand). An empty one would silently drop producer and transaction
-        # state for restores and replicas: rebuild it by replaying the batches instead.
-        log.warning(
-            "%s: no producer snapshot at %d for segment %d; rebuilding it from the log",
-            view.log.topic_partition,
-            candidate.next_base_offset,
-            segment.base_offset,
-        )
-        files[ObjectKind.PRODUCER_SNAPSHOT] = encode_producer_snapshot(
-            view.log.producer_state_at(candidate.next_base_offset)
-        )
+    # The broker writes one at every roll, but may have lost it (an unclean shutdown, a
+    # log dir copied by hand). An empty one would silently drop producer and transaction
+    # state for restores and replicas: rebuild it by replaying the batches instead.
+    log.warning(
+        "%s: no producer snapshot at %d for segment %d; rebuilding it from the log",
+        view.log.topic_partition,
+        candidate.next_base_offset,
+        candidate.segment.base_offset,
+    )
+    return encode_producer_snapshot(view.log.producer_state_at(candidate.next_base_offset))
 
+
+def prepare_segment_upload(
+    view: TierView, candidate: CopyCandidate, *, run_token: int, index_interval_bytes: int = 4096
+) -> SegmentUpload:
+    """Verify a candidate segment and gather its objects; reads only the broker's files.
+
+    Batches failing their CRC stop the copy (the segment is named); missing index files are
+    rebuilt from the ``.log``; the segment's leader epochs are the broker's epoch cache's in its
+    range (section 3), the leader-epoch index is the recorded lineage truncated at nextBase (so the
+    lineage keeps the epochs the broker's cache has dropped).
+    """
+    segment = candidate.segment
+    max_timestamp = verified_log(view, candidate)
+    files: dict[ObjectKind, Path | bytes] = {ObjectKind.LOG: segment.log_path}
+    files.update(index_files(view, candidate, index_interval_bytes))
+    files[ObjectKind.PRODUCER_SNAPSHOT] = producer_snapshot_bytes(view, candidate)
     epoch_index = view.full_lineage.leader_epoch_index_for_segment(candidate.next_base_offset)
     files[ObjectKind.LEADER_EPOCH_CHECKPOINT] = encode_leader_epoch_checkpoint(list(epoch_index.entries))
     # Kafka's epochEntriesInRange of the broker's cache as it is: truncated from the start at its

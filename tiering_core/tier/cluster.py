@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.observations import best_replica_of, is_fresh
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.tier.offsets import recorded_gaps
 from tiering_core.tier.status import copy_lag_offsets
-from tiering_core.tier.view import load_remote_tier_view, recorded_gaps
+from tiering_core.tier.view import load_remote_tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tiering_core.metadata.observations import best_replica_of
-from tiering_core.tier.view import OffsetRange
+from tiering_core.tier.offsets import OffsetRange
 
 if TYPE_CHECKING:
     from tiering_core.config import PlatformConfig

@@ -12,18 +12,16 @@ from tiering_core.kafka.topic import TopicIdPartition
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.storage.manifest import CopyRecord
 from tiering_core.tier.observation import Figures, Observed, record_views
-from tiering_core.tier.replica import tiering_gap_on
-from tiering_core.tier.retention_plan import delete_lag
-from tiering_core.tier.view import (
+from tiering_core.tier.offsets import (
     OffsetRange,
-    TierView,
-    finished_in_lineage,
     first_served_offset,
     merge_offset_ranges,
     recorded_gaps,
     remote_only_offsets,
-    tier_view,
 )
+from tiering_core.tier.replica import tiering_gap_on
+from tiering_core.tier.retention_plan import delete_lag
+from tiering_core.tier.view import TierView, finished_in_lineage, tier_view
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext

@@ -108,7 +108,8 @@ class TieringCopyOperator(TieringPartitionOperator):
 
         from tiering_core.errors import TieringGapError
         from tiering_core.report.lines import event_line
-        from tiering_core.runs.copy import CopyResult, run_copy
+        from tiering_core.runs.copy import run_copy
+        from tiering_core.runs.copy_report import CopyResult
 
         tp = self.topic_partition()
         hook = self.hook()

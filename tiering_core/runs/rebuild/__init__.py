@@ -1,6 +1,7 @@
 """Rebuilding and checking segment indexes against what copy recorded: findings (verdicts,
-comparison), examine (storage and files only, runs anywhere), run (the one driver: repairs under
-the lease, its tasks on any executor; ``tiering rebuild-indexes`` and the Spark app call it)."""
+comparison), examine (storage and files only, runs anywhere), repair (a repair's metadata steps
+under the lease), run (the one driver: repairs under the lease, its tasks on any executor;
+``tiering rebuild-indexes`` and the Spark app call it)."""
 
 from __future__ import annotations
 
@@ -25,23 +26,25 @@ from tiering_core.runs.rebuild.examine import (
     recorded_object,
 )
 from tiering_core.runs.rebuild.findings import CARRIED_KINDS, INDEX_KINDS, compare_index, judge_index
-from tiering_core.runs.rebuild.run import (
-    RebuildReport,
-    RebuildResult,
-    RebuildRun,
+from tiering_core.runs.rebuild.repair import (
     abandon_index_repair,
-    clean_up_before_repair,
     clean_up_interrupted_repairs,
     commit_index_repair,
     finish_index_repair,
     finished_segments,
-    hold_for_rebuild,
     predecessors,
-    rebuild_indexes,
-    rebuild_partition_indexes,
     remote_index_tasks,
     repair_task,
     start_index_repair,
+)
+from tiering_core.runs.rebuild.run import (
+    RebuildReport,
+    RebuildResult,
+    RebuildRun,
+    clean_up_before_repair,
+    hold_for_rebuild,
+    rebuild_indexes,
+    rebuild_partition_indexes,
 )
 
 __all__ = [

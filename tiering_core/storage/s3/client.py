@@ -2,21 +2,18 @@
 
 We retry ourselves (botocore's retries are off) so every call honours one deadline and a
 final failure says which bucket, key and operation, after how many attempts. Uploads stream
-from the file: each part is a window onto it that checksums bytes the first time they pass,
-so memory stays bounded by the socket buffers whatever the part size, a retried part is
-re-sent from its window, and the part CRCs combine into the object's CRC-32C. Streaming
-reads resume where a broken connection left them, pinned to the object's ETag.
+from the file, memory bounded by the socket buffers whatever the part size (``multipart.py``).
+Streaming reads resume where a broken connection left them, pinned to the object's ETag
+(``reads.py``).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import io
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -31,7 +28,7 @@ from tiering_core.storage.errors import InvalidRangeError, RemoteObjectNotFoundE
 from tiering_core.storage.objects import MULTIPART_UPLOAD, IncompleteUpload, Progress, RemoteObject
 from tiering_core.storage.remote import RemoteStorage
 from tiering_core.storage.retry import RetryPolicy, attempt_time_left, call_with_retries, is_retryable
-from tiering_core.storage.s3.multipart import Abandoned, PartsInFlight, Window, b64, locked, window_crc
+from tiering_core.storage.s3.multipart import Abandoned, Window, b64, locked, multipart_etag, send_parts, window_crc
 from tiering_core.storage.s3.reads import READ_BUFFER, ResumableBody, next_part_marker, next_token, next_upload_marker
 from tiering_core.storage.s3.session import new_session
 
@@ -45,7 +42,6 @@ MIN_PART = 5 * MiB  # S3's limits on every part but the last
 MAX_PART = 5 * 1024 * MiB
 NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
 NO_SUCH_UPLOAD = frozenset({"404", "NoSuchUpload"})
-WAIT_POLL = 0.1  # seconds between checks for an exception raised in the waiting thread
 LIST_PAGE_SIZE = 1000  # S3's maximum keys (or uploads) per listing page
 MIN_READ_TIMEOUT = 0.01  # an attempt capped below this is hopeless, but must not mean "no timeout"
 
@@ -237,14 +233,8 @@ class S3RemoteStorage(RemoteStorage):
             return crc, str(answer.get("ETag", ""))
 
     def _multipart(self, key: str, path: Path, size: int, progress: Progress | None) -> int:
-        """Parts go up in parallel (``max_concurrency``); a part is retried on its own.
-
-        Any failure, or an exception raised in this thread while it waits (KeyboardInterrupt,
-        a signal handler's SystemExit), stops the upload at once: no new part starts, parts
-        in flight end at their next read, queued ones are cancelled, and the upload is
-        aborted before the exception goes on. A part S3 was still receiving may be accepted
-        after the abort, so the last part in flight to end aborts the upload once more.
-        """
+        """Parts go up in parallel (``max_concurrency``); a part is retried on its own. Any failure
+        stops the upload at once and aborts it (``send_parts``)."""
         part_size = max(self.part_size, -(-size // MAX_PARTS))
         windows = [(n + 1, off, min(part_size, size - off)) for n, off in enumerate(range(0, size, part_size))]
         created = self._call(
@@ -253,53 +243,18 @@ class S3RemoteStorage(RemoteStorage):
             lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key, ChecksumAlgorithm="CRC32C"),
         )
         upload_id = str(created["UploadId"])
-        parts = PartsInFlight()
 
-        def upload_part(number: int, offset: int, length: int) -> tuple[int, str]:
-            with parts.lock:
-                if parts.stop.is_set():  # another part failed for good, or the upload was stopped
-                    raise Abandoned()
-                parts.running += 1
-            try:
-                return self._upload_window(key, path, offset, length, progress, (upload_id, number), parts.stop)
-            except BaseException:
-                parts.stop.set()
-                raise
-            finally:
-                with parts.lock:
-                    parts.running -= 1
-                    abort_again = parts.aborting and parts.running == 0
-                if abort_again:
-                    self._abort(key, upload_id)
+        def send(number: int, offset: int, length: int, stop: threading.Event) -> tuple[int, str]:
+            return self._upload_window(key, path, offset, length, progress, (upload_id, number), stop)
 
-        pool = ThreadPoolExecutor(max_workers=max(1, self.concurrency), thread_name_prefix="s3-part")
-        futures: list[Future[tuple[int, str]]] = []
-        try:
-            futures = [pool.submit(upload_part, number, off, length) for number, off, length in windows]
-            pending = set(futures)
-            while pending and not parts.stop.is_set():
-                # a bounded wait, so that an exception meant for this thread is raised promptly
-                _, pending = wait(pending, timeout=WAIT_POLL, return_when=FIRST_EXCEPTION)
-            if parts.stop.is_set():
-                wait(futures)  # those in flight end at their next read; the rest never start
-                errors = [f.exception() for f in futures if not f.cancelled()]
-                raise next(e for e in errors if e is not None and not isinstance(e, Abandoned))
-            results = [f.result() for f in futures]
+        def complete(results: list[tuple[int, str]]) -> None:
             done = [
                 {"PartNumber": number, "ETag": etag, "ChecksumCRC32C": b64(crc)}
                 for (number, _, _), (crc, etag) in zip(windows, results, strict=True)
             ]
             self._call("CompleteMultipartUpload", key, self._completer(key, upload_id, done, size))
-        except BaseException:
-            parts.stop.set()
-            for f in futures:
-                f.cancel()
-            pool.shutdown(wait=False, cancel_futures=True)
-            with parts.lock:
-                parts.aborting = True
-            self._abort(key, upload_id)
-            raise
-        pool.shutdown(wait=False)
+
+        results = send_parts(windows, send, complete, lambda: self._abort(key, upload_id), self.concurrency)
         crc = results[0][0]
         for (_, _, length), (part_crc, _) in zip(windows[1:], results[1:], strict=True):
             crc = crc32c_combine(crc, part_crc, length)
@@ -331,11 +286,7 @@ class S3RemoteStorage(RemoteStorage):
         our size and the ETag S3 derives from our parts' ETags (MD5 of their MD5s, ``-N``),
         and that is success. Anything else stays an error (the caller uploads again)."""
         attempts = [0]
-        try:
-            digests = b"".join(bytes.fromhex(str(p["ETag"]).strip('"')) for p in parts)
-            expected_etag: str | None = f'"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"'
-        except ValueError:  # part ETags that are not MD5s: no way to recognise our object
-            expected_etag = None
+        expected_etag = multipart_etag(parts)
 
         def complete() -> None:
             attempts[0] += 1

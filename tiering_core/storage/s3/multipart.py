@@ -1,22 +1,30 @@
 """Streamed multipart uploads: each part is a window onto the file that checksums bytes the first
 time they pass, so memory stays bounded whatever the part size, a retried part is re-sent from
-its window, and the part CRCs combine into the object's CRC-32C.
+its window, and the part CRCs combine into the object's CRC-32C. The parts go up in parallel and
+stop together (``send_parts``); the ETag S3 derives from them recognises a completed upload.
+
+Apart from the client (``client.py``) because none of this calls S3: the client hands in how a
+part is sent, how the upload completes and how it is aborted.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tiering_core.storage.checksum import crc32c
 from tiering_core.storage.errors import RemoteStorageError
 from tiering_core.storage.objects import Progress
 
 CRC_CHUNK = 1 << 20  # per read of the checksum pass over a window
+WAIT_POLL = 0.1  # seconds between checks for an exception raised in the waiting thread
 
 
 class Abandoned(Exception):
@@ -126,3 +134,75 @@ def window_crc(fd: int, offset: int, length: int, path: Path) -> int:
 def b64(crc: int) -> str:
     """A CRC-32C as S3's ``x-amz-checksum-crc32c`` header spells it: base64 of 4 big-endian bytes."""
     return base64.b64encode((crc & 0xFFFFFFFF).to_bytes(4, "big")).decode()
+
+
+def multipart_etag(parts: Sequence[dict[str, Any]]) -> str | None:
+    """The ETag S3 gives the object of a completed multipart upload: the MD5 of its parts' MD5s
+    and ``-N``; None when the part ETags are not MD5s (no way to recognise the object)."""
+    try:
+        digests = b"".join(bytes.fromhex(str(p["ETag"]).strip('"')) for p in parts)
+    except ValueError:
+        return None
+    return f'"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"'
+
+
+def send_parts(
+    windows: list[tuple[int, int, int]],
+    send: Callable[[int, int, int, threading.Event], tuple[int, str]],
+    complete: Callable[[list[tuple[int, str]]], None],
+    abort: Callable[[], None],
+    concurrency: int,
+) -> list[tuple[int, str]]:
+    """Each (part number, offset, length) sent in parallel by ``send`` (its CRC-32C and ETag),
+    then ``complete`` with the results in part order; returns them.
+
+    Any failure, or an exception raised in this thread while it waits (KeyboardInterrupt,
+    a signal handler's SystemExit), stops the upload at once: no new part starts, parts
+    in flight end at their next read, queued ones are cancelled, and the upload is
+    aborted before the exception goes on. A part S3 was still receiving may be accepted
+    after the abort, so the last part in flight to end aborts the upload once more.
+    """
+    parts = PartsInFlight()
+
+    def upload_part(number: int, offset: int, length: int) -> tuple[int, str]:
+        with parts.lock:
+            if parts.stop.is_set():  # another part failed for good, or the upload was stopped
+                raise Abandoned()
+            parts.running += 1
+        try:
+            return send(number, offset, length, parts.stop)
+        except BaseException:
+            parts.stop.set()
+            raise
+        finally:
+            with parts.lock:
+                parts.running -= 1
+                abort_again = parts.aborting and parts.running == 0
+            if abort_again:
+                abort()
+
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="s3-part")
+    futures: list[Future[tuple[int, str]]] = []
+    try:
+        futures = [pool.submit(upload_part, number, off, length) for number, off, length in windows]
+        pending = set(futures)
+        while pending and not parts.stop.is_set():
+            # a bounded wait, so that an exception meant for this thread is raised promptly
+            _, pending = wait(pending, timeout=WAIT_POLL, return_when=FIRST_EXCEPTION)
+        if parts.stop.is_set():
+            wait(futures)  # those in flight end at their next read; the rest never start
+            errors = [f.exception() for f in futures if not f.cancelled()]
+            raise next(e for e in errors if e is not None and not isinstance(e, Abandoned))
+        results = [f.result() for f in futures]
+        complete(results)
+    except BaseException:
+        parts.stop.set()
+        for f in futures:
+            f.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        with parts.lock:
+            parts.aborting = True
+        abort()
+        raise
+    pool.shutdown(wait=False)
+    return results
