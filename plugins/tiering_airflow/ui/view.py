@@ -23,6 +23,7 @@ from types import MappingProxyType
 
 from tiering_airflow.dag_ids import dag_ids_of
 from tiering_airflow.ui.erasures import erasures_html
+from tiering_airflow.ui.tables import titled_table
 from tiering_core.humanize import fmt_age, fmt_bytes
 from tiering_core.metadata.erasures import ErasureRecord
 from tiering_core.metadata.values import ReplayRecord, TaskAttempt
@@ -352,7 +353,6 @@ def _show(topic: str) -> str:
 
 #: The replays the page lists, newest first.
 LAST_REPLAYS = 10
-BAD = ' class="bad"'
 REPLAY_COLUMNS = ("Source", "Target", "Offsets", "Records", "Size", "Outcome", "Not replayed", "Finished")
 
 
@@ -370,32 +370,19 @@ def replays_html(replays: Iterable[ReplayRecord], now_ms: int) -> str:
             offsets += f" (resumed after {r.resumed_after:,})"
         outcome = r.outcome + (f": {r.detail}" if r.detail else "")
         missing = "; ".join(f"{start:,}-{end:,} ({why})" for start, end, why in r.gaps) or "none"
-        values = (
-            (f"{r.topic}-{r.partition}", False),
-            (r.target_topic, False),
-            (offsets, False),
-            (f"{r.records:,}", False),
-            (_size(r.bytes), False),
-            (outcome, r.outcome not in ("replayed", "up to date")),
-            (missing, bool(r.gaps)),
-            (_ago(now_ms, r.finished_ms), False),
-        )
         rows.append(
-            "<tr>"
-            + "".join(
-                f'<td{BAD if bad else ""} data-label="{_e(title)}">{_e(value)}</td>'
-                for title, (value, bad) in zip(REPLAY_COLUMNS, values, strict=True)
+            (
+                (f"{r.topic}-{r.partition}", False),
+                (r.target_topic, False),
+                (offsets, False),
+                (f"{r.records:,}", False),
+                (_size(r.bytes), False),
+                (outcome, r.outcome not in ("replayed", "up to date")),
+                (missing, bool(r.gaps)),
+                (_ago(now_ms, r.finished_ms), False),
             )
-            + "</tr>"
         )
-    if not rows:
-        return ""
-    head = "".join(f"<th>{_e(t)}</th>" for t in REPLAY_COLUMNS)
-    return (
-        "<section class='replays' aria-label='Last replays'><h2>Last replays</h2>"
-        f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-        "</section>"
-    )
+    return titled_table("replays", "Last replays", REPLAY_COLUMNS, rows)
 
 
 def render_page(
