@@ -3,7 +3,8 @@
 A pom's runtime dependencies are copied (``mvn dependency:copy-dependencies``) into a staging
 directory and renamed into place, one fetch at a time; a finished fetch is marked with the pom's
 digest, so a changed pom fetches again. The test command fetches before the suite, while the
-network is there; a fetch that cannot run is ``ServiceUnavailable`` in one line.
+network is there, and installs Debian's ``maven`` first where ``mvn`` is missing; a fetch that
+cannot run is ``ServiceUnavailable`` in one line.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def fetch_dependencies(pom: Path, home: Path, what: str, expect: str) -> Path:
 
     if fetched():
         return libs
+    # Imported here: tests.deploy.engine imports tests.real_kafka.cluster, which imports this module.
+    from tests.deploy.engine import install_debian_packages
+
+    install_debian_packages({"mvn": "maven"}, f"cannot fetch {what}")  # before its first use
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ServiceUnavailable(f"cannot fetch {what}: mvn is not on PATH")
