@@ -28,6 +28,7 @@ from tests.services import (
     postgres_server,
     redis_server,
     spark_standalone,
+    use_test_jvm_options,
 )
 
 # The package tiering_airflow lives in Airflow's plugins folder, which Airflow puts on sys.path
@@ -39,6 +40,7 @@ if PLUGINS not in sys.path:
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+use_test_jvm_options(os.environ)
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 

@@ -78,6 +78,23 @@ class StartedService:
         return f"{self.name} on {self.address} from {self.source}"
 
 
+#: The JIT and collector of every JVM the tests start (Kafka, the registry, the REST catalog,
+#: Spark's drivers, launchers and daemons): C1 only and the serial collector, for JVMs that live
+#: seconds to minutes on a 2-core machine, where C2's compiler threads and a parallel collector
+#: cost more CPU than they save. Semantics do not change; only the machine's time does.
+TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+#: The environment variables Spark's scripts add to a JVM's options: spark-submit's driver (and
+#: pyspark's), the launcher spark-class runs first, and a standalone master's and worker's.
+SPARK_JVM_OPTIONS_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS", "SPARK_DAEMON_JAVA_OPTS")
+
+
+def use_test_jvm_options(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Give Spark's JVMs started with ``environ`` the tests' options (``TEST_JVM_OPTIONS``), where
+    the environment names none of its own."""
+    for variable in SPARK_JVM_OPTIONS_VARIABLES:
+        environ.setdefault(variable, " ".join(TEST_JVM_OPTIONS))
+
+
 #: Every server started in this process, in order (read by the terminal summary).
 STARTED: list[StartedService] = []
 

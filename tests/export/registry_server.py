@@ -25,6 +25,7 @@ from tests.maven import FETCH_TIMEOUT
 from tests.real_kafka.cluster import cache_root
 from tests.services import (
     STARTED,
+    TEST_JVM_OPTIONS,
     ServerProcess,
     ServiceUnavailable,
     StartedService,
@@ -104,8 +105,7 @@ def registry_server(scratch: Path) -> Iterator[RegistryServer]:
     args = [
         java,
         "-Xmx256m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
+        *TEST_JVM_OPTIONS,
         f"-Dquarkus.http.port={port}",
         "-Dquarkus.http.host=127.0.0.1",
         f"-Dquarkus.management.port={management}",

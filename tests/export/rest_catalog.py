@@ -21,7 +21,15 @@ from pathlib import Path
 
 from tests.maven import fetch_dependencies
 from tests.real_kafka.cluster import cache_root
-from tests.services import STARTED, ServerProcess, ServiceUnavailable, StartedService, current_account, free_port
+from tests.services import (
+    STARTED,
+    TEST_JVM_OPTIONS,
+    ServerProcess,
+    ServiceUnavailable,
+    StartedService,
+    current_account,
+    free_port,
+)
 
 POM = Path(__file__).with_name("rest_catalog_pom.xml")
 VERSION = "1.10.1"
@@ -59,7 +67,7 @@ def rest_catalog_server(scratch: Path) -> Iterator[RestCatalogServer]:
     port = free_port()
     warehouse = scratch / "warehouse"
     warehouse.mkdir(parents=True, exist_ok=True)
-    args = [java, "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{libs}/*", MAIN]
+    args = [java, "-Xmx384m", *TEST_JVM_OPTIONS, "-cp", f"{libs}/*", MAIN]
     env = {**os.environ, "CATALOG_REST_PORT": str(port), "CATALOG_WAREHOUSE": warehouse.as_uri()}
     server = ServerProcess.start(
         "the REST catalog", args, log=scratch / "rest-catalog.log", account=current_account(), env=env

@@ -36,6 +36,7 @@ from typing import Any
 from tests.maven import fetch_dependencies
 from tests.services import (
     STARTED,
+    TEST_JVM_OPTIONS,
     ServerProcess,
     ServiceUnavailable,
     StartedService,
@@ -53,8 +54,7 @@ START_TIMEOUT = 90.0
 JVM_OPTIONS = (
     "-Xmx384m",
     "-Xms64m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
+    *TEST_JVM_OPTIONS,
     "-Djava.awt.headless=true",
     "-Dorg.slf4j.simpleLogger.showDateTime=true",
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
@@ -108,7 +108,7 @@ class KafkaDistribution:
     def classpath(self) -> str:
         return f"{self.libs}/*"
 
-    def java(self, main: str, *args: str, jvm: tuple[str, ...] = ("-Xmx256m",)) -> list[str]:
+    def java(self, main: str, *args: str, jvm: tuple[str, ...] = ("-Xmx256m", *TEST_JVM_OPTIONS)) -> list[str]:
         java = shutil.which("java")
         if java is None:
             raise ServiceUnavailable("cannot run Kafka: java is not on PATH (Java 17 is needed)")

@@ -15,7 +15,7 @@ import pytest
 
 from tests.engine_support import write_segments
 from tests.export import support as export_support
-from tests.services import S3Endpoint, SparkStandalone
+from tests.services import TEST_JVM_OPTIONS, S3Endpoint, SparkStandalone
 from tests.spark_apps.test_export_table import read_back
 from tests.spark_apps.test_rebuild_indexes import s3_env
 
@@ -39,6 +39,7 @@ def run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
 def submit(cluster: SparkStandalone, app: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     command = [str(BIN / "spark-submit"), "--master", cluster.master_url, "--conf", "spark.ui.enabled=false"]
     command += ["--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2"]
+    command += ["--conf", f"spark.executor.extraJavaOptions={' '.join(TEST_JVM_OPTIONS)}"]
     return run([*command, str(ROOT / "spark_apps" / app), *args], cwd)
 
 
