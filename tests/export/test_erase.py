@@ -3,7 +3,8 @@ keys, every other row kept with its offset, the snapshots that named a file hold
 and those files gone from the S3 warehouse while every file a remaining snapshot names is there;
 the export's exactly-once progress survives (a rerun of the export adds nothing); a tag holding
 such a snapshot is refused by name and left alone; a dry run writes nothing; an erasure failing
-between its delete and its expiry, or before its files are deleted, is finished by the next."""
+between its delete and its expiry, or before its files are deleted, is finished by the next; a
+typed table's dead letters are erased with it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 
 import tiering_core.export.erase as table_erase
 from tests.engine_support import TieringEnv
+from tests.export.registry_server import RegistryServer
 from tests.export.support import sqlite_catalog, table_of, with_export
+from tests.export.typed_support import PAYMENT, Avro, payment, tier, with_typed_export
 from tests.services import S3Endpoint
 from tiering_core.export import exported_so_far, run_export
 from tiering_core.export.erase import ERASURE_PROPERTY, References, erase_topic
@@ -30,6 +33,8 @@ TOPIC = "orders"
 #: Keys no other byte string of the test holds.
 ERASED = b"subject-4be1d7-erase-me"
 OTHER = b"subject-90c3aa-erase-me"
+#: A key only another writer of the table wrote.
+FOREIGN = b"subject-e61f08-foreign"
 
 
 def write_segments(w: PartitionWriter) -> None:
@@ -290,3 +295,69 @@ def test_a_topic_without_an_export_table_is_left_alone(tiering_env: TieringEnv, 
     result = erase(tiering_env, ERASED)
     assert result.failures == [] and result.partitions[0].records_removed == 3
     assert [(t.table, t.skipped) for t in result.tables] == [("kafka.orders", "the topic has no export table")]
+
+
+@SQLITE
+def test_a_typed_table_and_its_dead_letters_are_both_erased(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "refunds")
+    good = avro.serialize(PAYMENT, [payment(i) for i in range(3)])
+    tier(tiering_env, "refunds", [[good[0], b"plain text", good[1]], [b"\x00\x01", good[2]]])  # keys k0, k1, ...
+    with_typed_export(tiering_env, tmp_path, schema_registry, refunds={"value": "avro"})
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "refunds")
+        assert not result.failed and result.dead_letters == 2 and result.rows == 3
+        tables = [table_of(ctx, "refunds"), table_of(ctx, "refunds_dead_letters")]
+        holding = {
+            url
+            for t in tables
+            for url in table_erase.find_holding(t, table_erase.key_row_filter(request_of(b"k1"))).files
+        }
+        assert len(holding) == 2  # one file in each table
+        erased = erase_topic(ctx, ErasureRequest("refunds", frozenset({b"k1"})))
+    assert erased.failures == [] and erased.partitions[0].records_removed == 2
+    assert [(t.table, t.rows_deleted, t.data_files_deleted) for t in erased.tables] == [
+        ("kafka.refunds", 1, 1),
+        ("kafka.refunds_dead_letters", 1, 1),
+    ]
+    with tiering_env.context() as ctx:
+        for name, kept in (("refunds", [0, 2]), ("refunds_dead_letters", [3])):
+            table = table_of(ctx, name)
+            for snapshot in table.snapshots():
+                assert b"k1" not in table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()["key"].to_pylist()
+            assert sorted(table.scan().to_arrow()["offset"].to_pylist()) == kept
+        assert not [url for url in holding if Path(url.removeprefix("file://")).exists()]
+        again = run_export(ctx, "refunds")
+        assert again.planned == [] and again.snapshots == []
+
+
+@SQLITE
+def test_another_writer_s_rows_of_the_keys_after_the_last_export_commit_keep_the_export_s_progress(
+    tiering_env: TieringEnv, warehouse: str, s3_endpoint: S3Endpoint
+) -> None:
+    """Another writer added rows of the key after the last export commit, then deleted them, then
+    committed again: the snapshots naming their file lie between the export commit and the current
+    snapshot. Expiring them alone would hide the export commit from the walk while it stays in the
+    table; the erasure expires it too, and the store's record of it answers."""
+    import pyarrow as pa
+    from pyiceberg.expressions import EqualTo
+
+    exported(tiering_env)
+    with tiering_env.context() as ctx:
+        table = table_of(ctx, TOPIC)
+        progress = exported_so_far(ctx, table)
+        last_export = table.current_snapshot().snapshot_id
+        added = table.scan(row_filter="offset = 0").to_arrow()
+        table.append(added.set_column(added.schema.get_field_index("key"), "key", pa.array([FOREIGN], pa.binary())))
+        table.delete(EqualTo("key", FOREIGN))
+        table.append(table.scan(row_filter="offset = 1").to_arrow())  # its manifests no longer name the file
+        table.refresh()
+        assert FOREIGN not in {r[2] for r in rows(table)}
+        result = erase_topic(ctx, ErasureRequest(TOPIC, frozenset({FOREIGN})))
+        assert result.failures == [] and result.tables[0].rows_deleted == 0
+        table = table_of(ctx, TOPIC)
+        assert last_export not in {s.snapshot_id for s in table.snapshots()}  # expired with them
+        assert_no_row_of(table, {FOREIGN}, s3_endpoint, warehouse)
+        assert exported_so_far(ctx, table) == progress
+        assert run_export(ctx, TOPIC).planned == []

@@ -260,13 +260,13 @@ def snapshots_holding(
 
 def plan_table_erasure(name: str, table: Table, erasure: ErasureRequest) -> TableErasure:
     """What ``erase_table`` would do, read without the lease: writes nothing. The current snapshot
-    counts among those expired when it holds rows (the erasure's own commit replaces it)."""
+    counts among those expired when it names a holding file (the erasure's own commit replaces it)."""
     holding = find_holding(table, key_row_filter(erasure))
     out = TableErasure(name, str(table.metadata.table_uuid), dry_run=True)
     out.rows_deleted, out.data_files_deleted = holding.current_rows, len(holding.files)
     if holding.files:
         current = table.current_snapshot()
-        replaced = current.snapshot_id if current is not None and holding.current_rows else None
+        replaced = None if current is None else current.snapshot_id
         expire, out.held = snapshots_holding(table, holding.files, References(table), replaced=replaced)
         out.snapshots_expired = len(expire)
     return out
@@ -277,13 +277,12 @@ def erase_table(ctx: TieringContext, name: str, table: Table, erasure: ErasureRe
     store = ctx.metadata
     table_uuid = str(table.metadata.table_uuid)
     finish_killed(store, table, table_uuid)
-    row_filter = key_row_filter(erasure)
-    holding = find_holding(table, row_filter)
+    holding = find_holding(table, key_row_filter(erasure))
     record = TableErasureRecord(erasure.erasure_id, erasure.topic, name, table_uuid, _now_ms())
     out = TableErasure(name, table_uuid)
     if holding.files:
         store.record_table_erasure(record)
-        out.rows_deleted = delete_rows(store, table, row_filter, erasure.erasure_id, held)
+        out.rows_deleted = delete_rows(store, table, erasure, holding, held)
         record = replace(record, rows_deleted=out.rows_deleted)
         store.record_table_erasure(record)
         references = References(table)
@@ -313,25 +312,24 @@ def erase_table(ctx: TieringContext, name: str, table: Table, erasure: ErasureRe
 
 
 def delete_rows(
-    store: RemoteLogMetadataStore, table: Table, row_filter: BooleanExpression, erasure_id: str, held: HeldTable
+    store: RemoteLogMetadataStore, table: Table, erasure: ErasureRequest, holding: Holding, held: HeldTable
 ) -> int:
-    """Delete the rows matching ``row_filter`` from the main branch, then commit an empty snapshot
-    on top whose manifests name live files only (a delete's manifests name the files it removed,
-    with their bounds); both carry the export's ranges forward, and the last is recorded in the
-    store as an export commit. The rows deleted (0: the current snapshot held none, nothing
-    committed)."""
+    """Delete the request's rows from the main branch, then, while the current snapshot still
+    names a holding file (a delete's manifests name the files it removed, with their bounds),
+    commit an empty snapshot on top whose manifests name live files only; both carry the export's
+    ranges forward, and the last is recorded in the store as an export commit. The rows deleted."""
     before = table.current_snapshot()
     ranges = exported_progress(table, store)
-    properties = {ERASURE_PROPERTY: erasure_id, LEASE_PROPERTY: str(held.require().token)}
+    properties = {ERASURE_PROPERTY: erasure.erasure_id, LEASE_PROPERTY: str(held.require().token)}
     if ranges.by_topic_id:
         properties[EXPORTED_PROPERTY] = ranges.to_json()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "did not match any records": a rerun's rows are gone
-        table.delete(row_filter, snapshot_properties=properties)
+        table.delete(key_row_filter(erasure), snapshot_properties=properties)
     table.refresh()
     current = table.current_snapshot()
-    if current is None or (before is not None and current.snapshot_id == before.snapshot_id):
-        return 0
+    if current is None or not References(table).of(current) & set(holding.files):
+        return _total_records(before) - _total_records(current)
     held.require()
     with table.transaction() as tx, tx.update_snapshot(snapshot_properties=properties).fast_append():
         pass
