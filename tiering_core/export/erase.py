@@ -16,9 +16,12 @@ dead-letter table), under the table's export lease, so that no export of ours co
    ranges forward (``tiering.exported-by-topic-id``, recorded in the store like an export commit)
    and the erasure id;
 4. every other snapshot naming a holding file (in any manifest entry) is expired; one a tag or
-   another branch holds cannot be, and is a failure line naming it;
-5. the holding files, the expired snapshots' manifest lists and the manifests no remaining
-   snapshot names are deleted through the table's FileIO, never a file a remaining snapshot names.
+   another branch holds cannot be, and is a failure line naming it. When those snapshots lie
+   between the last export commit and the current snapshot (another writer's rows of the keys),
+   that export commit is expired with them: left alone, hidden from the walk, ``export.progress``
+   would read it as rolled back (its record in the store answers once it is expired);
+5. the holding files and what only the expired snapshots named (their manifest lists, manifests
+   and data files) are deleted through the table's FileIO, never a file a remaining snapshot names.
 
 The files of step 5 are recorded in the audit trail (``metadata/erasures.py``) before the expiry
 commit: a run killed after it leaves them named, and the next erasure of the table deletes them
@@ -293,6 +296,7 @@ def erase_table(ctx: TieringContext, name: str, table: Table, erasure: ErasureRe
         record = replace(record, pending=tuple(sorted(doomed - kept)))
         store.record_table_erasure(record)  # before the expiry: a kill after it leaves them named
         if expire:
+            held.require()  # an erasure that lost the table expires nothing
             table.maintenance.expire_snapshots().by_ids(expire).commit()
         out.snapshots_expired = len(expire)
         deleted = delete_unreferenced(table, record.pending)
