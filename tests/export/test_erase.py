@@ -354,10 +354,37 @@ def test_another_writer_s_rows_of_the_keys_after_the_last_export_commit_keep_the
         table.append(table.scan(row_filter="offset = 1").to_arrow())  # its manifests no longer name the file
         table.refresh()
         assert FOREIGN not in {r[2] for r in rows(table)}
+        planned = erase_topic(ctx, ErasureRequest(TOPIC, frozenset({FOREIGN})), dry_run=True).tables[0]
+        assert (planned.rows_deleted, planned.data_files_deleted, planned.snapshots_expired) == (0, 1, 3)
         result = erase_topic(ctx, ErasureRequest(TOPIC, frozenset({FOREIGN})))
-        assert result.failures == [] and result.tables[0].rows_deleted == 0
+        assert result.failures == [] and (result.tables[0].rows_deleted, result.tables[0].snapshots_expired) == (0, 3)
         table = table_of(ctx, TOPIC)
         assert last_export not in {s.snapshot_id for s in table.snapshots()}  # expired with them
         assert_no_row_of(table, {FOREIGN}, s3_endpoint, warehouse)
         assert exported_so_far(ctx, table) == progress
         assert run_export(ctx, TOPIC).planned == []
+
+
+@SQLITE
+def test_a_topic_the_tier_holds_nothing_of_is_still_erased_from_its_table(
+    tiering_env: TieringEnv, warehouse: str, s3_endpoint: S3Endpoint
+) -> None:
+    """The topic's partition is being removed from the tier (the erasure of the tier has nothing to
+    read), its table stays: the whole topic's erasure still reaches the table; a partition named
+    that the tier does not hold is refused as before."""
+    from tests.engine_support import tip_of
+    from tiering_core.engine.lease import held_partition
+    from tiering_core.runs.errors import ErasureRefusedError
+
+    w = exported(tiering_env)
+    with tiering_env.context() as ctx:
+        with held_partition(ctx.metadata, tip_of(w), holder="test:removal") as held:
+            ctx.metadata.mark_partition_for_deletion(tip_of(w), held.require())
+        before = rows(table_of(ctx, TOPIC))
+    with pytest.raises(ErasureRefusedError):
+        erase(tiering_env, ERASED, partitions=(0,))
+    result = erase(tiering_env, ERASED)
+    assert result.partitions == [] and result.failures == [] and result.tables[0].rows_deleted == 3
+    with tiering_env.context() as ctx:
+        assert rows(table_of(ctx, TOPIC)) == [r for r in before if r[2] != ERASED]
+        assert_no_row_of(table_of(ctx, TOPIC), {ERASED}, s3_endpoint, warehouse)

@@ -100,8 +100,8 @@ def erase_topic(
     is each snapshot a tag or a branch keeps holding the keys."""
     try:
         result = run_erase(ctx, request, dry_run=dry_run, attempt=attempt)
-    except ErasureRefusedError:  # the tier holds nothing of it (retention may have deleted it all)
-        if not _has_table(ctx, request.topic):
+    except ErasureRefusedError:  # the tier holds nothing of the topic (removed, or retention deleted it all)
+        if request.partitions or not _has_table(ctx, request.topic):
             raise
         result = ErasureResult(request.erasure_id, request.key_sha256, dry_run=dry_run)
     try:
@@ -271,6 +271,8 @@ def plan_table_erasure(name: str, table: Table, erasure: ErasureRequest) -> Tabl
         current = table.current_snapshot()
         replaced = None if current is None else current.snapshot_id
         expire, out.held = snapshots_holding(table, holding.files, References(table), replaced=replaced)
+        if replaced not in expire:  # no commit of the erasure's own to carry the ranges forward
+            expire = keep_progress(table, expire)
         out.snapshots_expired = len(expire)
     return out
 
