@@ -4,7 +4,9 @@ and those files gone from the S3 warehouse while every file a remaining snapshot
 the export's exactly-once progress survives (a rerun of the export adds nothing); a tag holding
 such a snapshot is refused by name and left alone; a dry run writes nothing; an erasure failing
 between its delete and its expiry, or before its files are deleted, is finished by the next; a
-typed table's dead letters are erased with it."""
+typed table's dead letters are erased with it; another writer's rows of a key after the last
+export commit keep the export's progress; a table an export holds is a failure line, the tier
+erased all the same."""
 
 from __future__ import annotations
 
@@ -388,3 +390,22 @@ def test_a_topic_the_tier_holds_nothing_of_is_still_erased_from_its_table(
     with tiering_env.context() as ctx:
         assert rows(table_of(ctx, TOPIC)) == [r for r in before if r[2] != ERASED]
         assert_no_row_of(table_of(ctx, TOPIC), {ERASED}, s3_endpoint, warehouse)
+
+
+@SQLITE
+def test_a_table_an_export_holds_is_a_failure_line_and_the_tier_is_erased_all_the_same(
+    tiering_env: TieringEnv, warehouse: str
+) -> None:
+    from tiering_core.engine.lease import held_table
+
+    exported(tiering_env)
+    with tiering_env.context() as ctx:
+        location = table_of(ctx, TOPIC).metadata_location
+        with held_table(ctx.metadata, "tiering", "kafka.orders", holder="export:other-run"):
+            result = erase(tiering_env, ERASED)
+        assert table_of(ctx, TOPIC).metadata_location == location  # the table untouched
+    assert result.partitions[0].records_removed == 3 and result.tables == []
+    (failure,) = result.failures
+    assert failure.startswith("export table of orders: erase from kafka.orders: an export holds the table, try again")
+    again = erase(tiering_env, ERASED)  # once the export is done
+    assert again.failures == [] and again.tables[0].rows_deleted == 3
