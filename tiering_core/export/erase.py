@@ -35,7 +35,7 @@ import logging
 import time
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -153,11 +153,9 @@ def _named(name: TableName) -> Iterator[None]:
     """pyiceberg's and the warehouse's errors, of many kinds, as one ``ExportError`` line naming the table."""
     try:
         yield
-    except ExportError:
+    except TieringError:
         raise
     except Exception as exc:
-        if isinstance(exc, TieringError):
-            raise
         raise ExportError(f"erase from {name}: {one_line(exc)}") from exc
 
 
@@ -166,13 +164,18 @@ def _held(
     ctx: TieringContext, catalog: str, name: TableName, erasure_id: str, attempt: TaskAttempt | None
 ) -> Iterator[HeldTable]:
     """The table's export lease (a typed table's lease holds its dead letters too)."""
-    try:
-        with held_table(
-            ctx.metadata, catalog, str(name), holder=f"erase:{erasure_id}", run_id=erasure_id, attempt=attempt
-        ) as held:
-            yield held
-    except LeaseHeldError as exc:
-        raise ExportError(f"erase from {name}: an export holds the table, try again later: {one_line(exc)}") from exc
+    with ExitStack() as stack:
+        try:
+            held = stack.enter_context(
+                held_table(
+                    ctx.metadata, catalog, str(name), holder=f"erase:{erasure_id}", run_id=erasure_id, attempt=attempt
+                )
+            )
+        except LeaseHeldError as exc:
+            raise ExportError(
+                f"erase from {name}: an export holds the table, try again later: {one_line(exc)}"
+            ) from exc
+        yield held
 
 
 def find_holding(table: Table, row_filter: BooleanExpression) -> Holding:
