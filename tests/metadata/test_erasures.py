@@ -1,12 +1,13 @@
 """The audit trail of erasures: a partition's row updated as its segments are switched, read back
-newest first, by topic; each erasure id, topic id and partition has one row."""
+newest first, by topic; each erasure id, topic id and partition has one row; an export table's
+row likewise, one per erasure id and table UUID, its pending files emptied at the end."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from tests.metadata.support import tip
-from tiering_core.metadata.erasures import FINISHED, ErasureRecord, SegmentErasure
+from tiering_core.metadata.erasures import FINISHED, HELD, ErasureRecord, SegmentErasure, TableErasureRecord
 from tiering_core.metadata.store import RemoteLogMetadataStore
 
 TIP = tip("EEEEEEEEEEEEEEEEEEEEEE", "orders", 0)
@@ -52,3 +53,22 @@ def test_the_figures_count_each_topic_s_erasures_by_outcome_and_sum_what_they_re
             ErasureFigures("payments", FINISHED, 1, 0),
         ]
         assert store.erasure_figures("payments") == [ErasureFigures("payments", FINISHED, 1, 0)]
+
+
+def test_a_table_s_erasure_is_updated_as_it_goes_and_read_back_by_topic_and_table(metadata_url: str) -> None:
+    going = TableErasureRecord("e-1", "orders", "kafka.orders", "1" * 36, 10, rows_deleted=3)
+    other = TableErasureRecord("e-2", "payments", "kafka.payments", "2" * 36, 20)
+    dead_letters = TableErasureRecord("e-1", "orders", "kafka.orders_dead_letters", "3" * 36, 11)
+    with RemoteLogMetadataStore(metadata_url) as store:
+        for record in (going, other, dead_letters):
+            store.record_table_erasure(record)
+        going = replace(going, snapshots_expired=4, pending=("s3://w/a.parquet", "s3://w/snap-1.avro"))
+        store.record_table_erasure(going)
+        assert store.table_erasures("orders") == [dead_letters, going]
+        assert going.to_dict()["pending"] == 2  # by count
+        done = replace(going, data_files_deleted=1, pending=(), outcome=FINISHED, finished_ms=30)
+        store.record_table_erasure(done)
+        held = replace(dead_letters, outcome=HELD, finished_ms=31)
+        store.record_table_erasure(held)
+        assert store.table_erasures() == [other, held, done]
+        assert store.table_erasures(table_uuid="1" * 36) == [done]

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, create_engine, inspect, text
 
 import tiering_core.metadata.migrations
 from tests.metadata.support import finish, refused_then_upgraded, segment, start_in, tip, worker
-from tiering_core.metadata.erasures import ErasureRecord, SegmentErasure
+from tiering_core.metadata.erasures import ErasureRecord, SegmentErasure, TableErasureRecord
 from tiering_core.metadata.errors import MetadataStoreError, SchemaAheadError
 from tiering_core.metadata.migrations import current_revision, downgrade, head_revision, upgrade
 from tiering_core.metadata.models import DIALECT_INDEXES, Base
@@ -411,6 +411,43 @@ def test_0013_adds_the_erasures_and_keeps_the_identity_0012_held(metadata_url: s
         assert "tiering_erasures" not in tiering_tables(engine)
         with engine.connect() as conn:
             assert conn.execute(text("SELECT store_id FROM tiering_store")).scalar() == identity
+        upgrade(metadata_url)
+        assert schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_0014_adds_the_table_erasures_and_keeps_the_partitions_erasures(metadata_url: str) -> None:
+    """A store at 0013 (a partition's erasure in it) is refused on open, then gains the export
+    tables' erasures by the upgrade; a table's erasure is recorded and read back beside the
+    partition's kept; the way back drops only the tables' erasures."""
+    upgrade(metadata_url, "0013_erasures")
+    engine = create_engine(metadata_url)
+
+    def partition_erasures() -> list[tuple[str, int, int]]:
+        with engine.connect() as conn:
+            query = "SELECT erasure_id, partition, records_removed FROM tiering_erasures"
+            return [tuple(r) for r in conn.execute(text(query))]
+
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_erasures (erasure_id, topic, topic_id, partition, key_sha256, requested_by, "
+                    "segments, records_removed, segments_read, outcome, started_ms) VALUES ('e-1', 'orders', "
+                    f"'{TIP.topic_id}', 0, '[]', 'tiering erase', '[]', 3, 2, 'finished', 5)"
+                )
+            )
+        assert "tiering_table_erasures" not in tiering_tables(engine)
+        table = TableErasureRecord("e-1", "orders", "kafka.orders", "u" * 36, 6, 3, 2, 4, ("s3://b/m.avro",))
+        refused_then_upgraded(metadata_url, "0013_erasures")
+        with RemoteLogMetadataStore(metadata_url) as store:
+            store.record_table_erasure(table)
+            assert store.table_erasures("orders") == [table]
+            assert [(r.erasure_id, r.records_removed) for r in store.erasures("orders")] == [("e-1", 0)]
+        downgrade(metadata_url, "0013_erasures")
+        assert "tiering_table_erasures" not in tiering_tables(engine)
+        assert partition_erasures() == [("e-1", 0, 3)]
         upgrade(metadata_url)
         assert schema_diffs(engine) == []
     finally:

@@ -1,10 +1,12 @@
-"""An erasure's lines name each segment and the counts, and the audit trail's one line per
-erasure and partition; no key, only counts and ids."""
+"""An erasure's lines name each segment, each export table and the counts, and the audit trail's
+one line per erasure and partition or table; no key, only counts and ids."""
 
 from __future__ import annotations
 
-from tiering_core.metadata.erasures import ErasureRecord, SegmentErasure
-from tiering_core.runs.erase import ErasureResult, PartitionErasure, SegmentHit
+from dataclasses import replace
+
+from tiering_core.metadata.erasures import HELD, ErasureRecord, SegmentErasure, TableErasureRecord
+from tiering_core.runs.erase import ErasureResult, PartitionErasure, SegmentHit, TableErasure
 from tiering_core.runs.erase_report import format_erasure, format_erasures
 
 
@@ -25,3 +27,28 @@ def test_the_lines_name_each_segment_and_the_counts() -> None:
         "e-1 orders-0 started: 1 key(s), 1 segment(s) copied again, 4 record(s) removed, by dag run 7, started 5"
     )
     assert format_erasures([]) == "no erasure recorded"
+
+
+def test_an_export_table_s_part_is_a_line_of_its_own_and_a_held_snapshot_is_named_in_a_dry_run() -> None:
+    partition = PartitionErasure("orders", 0, "T" * 22, segments_read=1, hits=[SegmentHit("s-1", 0, 9, 2)])
+    held = "snapshot 7 is held by tag audit and still holds rows of the erased keys: drop the tag and run erase again"
+    table = TableErasure("kafka.orders", "u-1", rows_deleted=2, data_files_deleted=1, snapshots_expired=3, held=[held])
+    result = ErasureResult("e-1", ("aa" * 32,), [partition], failures=[f"kafka.orders: {held}"], tables=[table])
+    lines = format_erasure(result).splitlines()
+    assert lines[-2:] == [
+        "table kafka.orders: deleted 2 row(s) and 1 data file(s) holding the key(s), expired 3 snapshot(s); "
+        "1 snapshot(s) held by a tag or branch",
+        "erase e-1: 1 key(s), 1 partition(s), removed 2 record(s), 1 table(s): 2 row(s), 1 failure(s)",
+    ]
+    planned = ErasureResult("e-2", ("aa" * 32,), [], dry_run=True, tables=[replace(table, dry_run=True)])
+    assert format_erasure(planned).splitlines()[:2] == [
+        "table kafka.orders: would delete 2 row(s) and 1 data file(s) holding the key(s), would expire 3 "
+        "snapshot(s); 1 snapshot(s) held by a tag or branch",
+        f"table kafka.orders: {held}",
+    ]
+    alone = ErasureResult("e-3", ("aa" * 32,), [], tables=[TableErasure("kafka.orders", skipped="no table")])
+    assert format_erasure(alone).splitlines()[0] == "table kafka.orders: left alone: no table"
+    record = TableErasureRecord("e-1", "orders", "kafka.orders", "u-1", 5, 2, 1, 3, outcome=HELD)
+    assert format_erasures([], [record]) == (
+        "e-1 table kafka.orders held: 2 row(s) deleted, 1 data file(s) deleted, 3 snapshot(s) expired, started 5"
+    )

@@ -1,6 +1,6 @@
-"""``tiering erase``: the right to erasure by record key across the remote tier (its options and
-its handler; its lines are ``runs/erase_report.py``'s). No key is ever printed: the lines and
-``--json`` name keys by SHA-256."""
+"""``tiering erase``: the right to erasure by record key across the remote tier and the topic's
+export tables (its options and its handler; its lines are ``runs/erase_report.py``'s). No key is
+ever printed: the lines and ``--json`` name keys by SHA-256."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def add_erase_command(sub: Any) -> None:
     """``erase``: its keys (``--key`` or ``--key-file``), their encoding, the partitions, and ``--status``."""
     p = sub.add_parser(
         "erase",
-        help="erase every record of some keys from a topic's remote tier (needs --yes); --status lists erasures",
+        help="erase every record of some keys from a topic's remote tier and export tables (needs --yes); "
+        "--status lists erasures",
     )
     p.add_argument("--topic", help="the topic (required unless --status)")
     p.add_argument(
@@ -48,7 +49,8 @@ def add_erase_command(sub: Any) -> None:
 
 
 def cmd_erase(args: argparse.Namespace) -> int:
-    from tiering_core.runs.erase import ErasureRequest, run_erase
+    from tiering_core.export.erase import erase_topic
+    from tiering_core.runs.erase import ErasureRequest
     from tiering_core.runs.erase_keys import KeyEncoding, decode_keys, read_key_file
 
     out = output_for(bool(args.json))
@@ -64,7 +66,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
     keys = read_key_file(args.key_file, encoding) if args.key_file is not None else decode_keys(args.keys, encoding)
     request = ErasureRequest(args.topic, keys, tuple(args.partitions or ()), args.requested_by)
     with command_context(args) as ctx:
-        result = run_erase(ctx, request, dry_run=args.dry_run)
+        result = erase_topic(ctx, request, dry_run=args.dry_run)
     out.result(result.to_dict(), lambda: format_erasure(result))
     for failure in result.failures:
         print(f"tiering: erase failed: {failure}", file=sys.stderr)
@@ -74,5 +76,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     with command_context(args) as ctx:
         records = ctx.metadata.erasures(args.topic)
-    output_for(bool(args.json)).result([r.to_dict() for r in records], lambda: format_erasures(records))
+        tables = ctx.metadata.table_erasures(args.topic)
+    rows = [*(r.to_dict() for r in records), *(t.to_dict() for t in tables)]
+    output_for(bool(args.json)).result(rows, lambda: format_erasures(records, tables))
     return EXIT_OK

@@ -1,7 +1,9 @@
 """The audit trail of erasures by record key (``tiering_erasures``, ``tiering erase``): per
 erasure and partition, the SHA-256 of each erased key, who asked, when, the segments copied
-again without the keys and the records removed. It never holds a key: only its digest, so the
-trail can show that a key was erased without being a copy of it."""
+again without the keys and the records removed; per erasure and export table
+(``tiering_table_erasures``), the rows deleted from the table, the data files holding the keys
+deleted and the snapshots expired. It never holds a key: only its digest, so the trail can show
+that a key was erased without being a copy of it."""
 
 from __future__ import annotations
 
@@ -11,16 +13,21 @@ from typing import Any
 
 from sqlalchemy import Table, func, insert, select, update
 
-from tiering_core.metadata.models import ErasureRow
+from tiering_core.metadata.models import ErasureRow, TableErasureRow
 from tiering_core.metadata.transactions import StoreCore
 
 _erasures = ErasureRow.__table__
 assert isinstance(_erasures, Table)
 ERASURES: Table = _erasures
+_table_erasures = TableErasureRow.__table__
+assert isinstance(_table_erasures, Table)
+TABLE_ERASURES: Table = _table_erasures
 
 #: An erasure of a partition still going (or killed part-way), and one that ended.
 STARTED = "started"
 FINISHED = "finished"
+#: A table's erasure that could not expire a snapshot holding the keys (a tag or a branch holds it).
+HELD = "held"
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,31 @@ class ErasureRecord:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, for ``erase --status --json``."""
         return {**asdict(self), "key_sha256": list(self.key_sha256), "records_removed": self.records_removed}
+
+
+@dataclass(frozen=True)
+class TableErasureRecord:
+    """One export table's part of an erasure: the table by name and Iceberg UUID, what was
+    deleted and expired, and ``pending``: the files to delete once the expiry landed (emptied when
+    they are deleted, by this run or by the next after a kill)."""
+
+    erasure_id: str
+    topic: str
+    table: str
+    table_uuid: str
+    started_ms: int
+    rows_deleted: int = 0
+    data_files_deleted: int = 0
+    snapshots_expired: int = 0
+    pending: tuple[str, ...] = ()
+    outcome: str = STARTED
+    finished_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, for ``erase --status --json`` (the pending files by count)."""
+        found = asdict(self)
+        found["pending"] = len(self.pending)
+        return found
 
 
 @dataclass(frozen=True)
@@ -131,6 +163,57 @@ class ErasureStore(StoreCore):
                     for s in json.loads(row.segments)
                 ),
                 row.segments_read,
+                row.outcome,
+                row.finished_ms,
+            )
+            for row in rows
+        ]
+
+    def record_table_erasure(self, record: TableErasureRecord) -> None:
+        """Add or update ``record``'s row (one per erasure id and table UUID)."""
+        values = {
+            "topic": record.topic,
+            "table_name": record.table,
+            "rows_deleted": record.rows_deleted,
+            "data_files_deleted": record.data_files_deleted,
+            "snapshots_expired": record.snapshots_expired,
+            "pending": json.dumps(list(record.pending)),
+            "outcome": record.outcome,
+            "started_ms": record.started_ms,
+            "finished_ms": record.finished_ms,
+        }
+        t = TABLE_ERASURES.c
+        where = (t.erasure_id == record.erasure_id, t.table_uuid == record.table_uuid)
+        with self._write() as conn:
+            if conn.execute(select(t.id).where(*where)).first() is None:
+                key = {"erasure_id": record.erasure_id, "table_uuid": record.table_uuid}
+                conn.execute(insert(TABLE_ERASURES), {**key, **values})
+            else:
+                conn.execute(update(TABLE_ERASURES).where(*where).values(**values))
+
+    def table_erasures(
+        self, topic: str | None = None, *, table_uuid: str | None = None, limit: int = 1000
+    ) -> list[TableErasureRecord]:
+        """The newest ``limit`` table erasures (of ``topic``, of the table ``table_uuid``), newest first."""
+        t = TABLE_ERASURES.c
+        query = select(TABLE_ERASURES).order_by(t.started_ms.desc(), t.id.desc()).limit(limit)
+        if topic is not None:
+            query = query.where(t.topic == topic)
+        if table_uuid is not None:
+            query = query.where(t.table_uuid == table_uuid)
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return [
+            TableErasureRecord(
+                row.erasure_id,
+                row.topic,
+                row.table_name,
+                row.table_uuid,
+                row.started_ms,
+                row.rows_deleted,
+                row.data_files_deleted,
+                row.snapshots_expired,
+                tuple(str(p) for p in json.loads(row.pending)),
                 row.outcome,
                 row.finished_ms,
             )

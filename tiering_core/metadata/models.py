@@ -156,6 +156,33 @@ class ErasureRow(Base):
     finished_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
+class TableErasureRow(Base):
+    """One export table's part of an erasure by record key (``export/erase.py``): the table (name
+    and Iceberg UUID), the rows deleted, the data files holding the keys deleted, the snapshots
+    expired and the outcome; ``pending`` (JSON list of URLs) names the files the erasure is about
+    to delete once its expiry landed, so that a run killed then leaves them named for the next.
+    Never a key: the erasure's partitions' rows hold the keys' SHA-256."""
+
+    __tablename__ = "tiering_table_erasures"
+    __table_args__ = (
+        UniqueConstraint("erasure_id", "table_uuid", name="uq_table_erasures_table"),
+        Index("ix_table_erasures_finished", "finished_ms"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    erasure_id: Mapped[str] = mapped_column(String(36))
+    topic: Mapped[str] = mapped_column(String(249))
+    table_name: Mapped[str] = mapped_column(String(1024))
+    table_uuid: Mapped[str] = mapped_column(String(36))
+    rows_deleted: Mapped[int] = mapped_column(BigInteger)
+    data_files_deleted: Mapped[int] = mapped_column(Integer)
+    snapshots_expired: Mapped[int] = mapped_column(Integer)
+    pending: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(String(16))
+    started_ms: Mapped[int] = mapped_column(BigInteger)
+    finished_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
 class StoreIdentityRow(Base):
     """The store's one identity row (``id`` is always 1): the id it was given when it was created,
     which the prefix it writes under records in its identity object (``engine.binding``), and the

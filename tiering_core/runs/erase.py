@@ -123,14 +123,37 @@ class PartitionErasure:
 
 
 @dataclass
+class TableErasure:
+    """One export table's part of an erasure (``export/erase.py``): rows deleted from its current
+    snapshot, data files holding the keys deleted, snapshots expired (in a dry run: what would
+    be), the snapshots a tag or a branch holds (``held``: failure lines), or why the table was
+    left alone (``skipped``)."""
+
+    table: str
+    table_uuid: str | None = None
+    rows_deleted: int = 0
+    data_files_deleted: int = 0
+    snapshots_expired: int = 0
+    held: list[str] = field(default_factory=list)
+    skipped: str | None = None
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, for ``--json`` and XCom."""
+        return asdict(self)
+
+
+@dataclass
 class ErasureResult:
-    """An erasure over its partitions, with the partitions that failed (one line each)."""
+    """An erasure over its partitions and the topic's export tables, with the partitions and
+    tables that failed (one line each)."""
 
     erasure_id: str
     key_sha256: tuple[str, ...]
     partitions: list[PartitionErasure] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     dry_run: bool = False
+    tables: list[TableErasure] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +162,7 @@ class ErasureResult:
             "dry_run": self.dry_run,
             "partitions": [p.to_dict() for p in self.partitions],
             "records_removed": sum(p.records_removed for p in self.partitions),
+            "tables": [t.to_dict() for t in self.tables],
             "failures": list(self.failures),
         }
 

@@ -4,15 +4,17 @@ by count and erasures by id, never a key."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tiering_core.metadata.erasures import ErasureRecord
-    from tiering_core.runs.erase import ErasureResult
+    from tiering_core.metadata.erasures import ErasureRecord, TableErasureRecord
+    from tiering_core.runs.erase import ErasureResult, TableErasure
 
 
 def format_erasure(result: ErasureResult) -> str:
-    """One line per segment holding the keys, one per partition, and the summary line."""
+    """One line per segment holding the keys, one per partition, one per export table (and in a
+    dry run one per snapshot a tag or a branch holds), and the summary line."""
     verb = "would remove" if result.dry_run else "removed"
     lines = []
     for p in result.partitions:
@@ -26,20 +28,51 @@ def format_erasure(result: ErasureResult) -> str:
             f"{p.topic}-{p.partition}: read {p.segments_read} segment(s) ({p.segments_filtered_out} ruled out "
             f"by their key filter), {len(p.hits)} held the key(s), {p.segments_unchanged} left as they were"
         )
+    lines.extend(_table_line(t, result.dry_run) for t in result.tables)
     removed = sum(p.records_removed for p in result.partitions)
-    failed = f", {len(result.failures)} partition(s) failed" if result.failures else ""
+    failed = f", {len(result.failures)} failure(s)" if result.failures else ""
+    tables = [t for t in result.tables if t.skipped is None]
+    rows = f", {len(tables)} table(s): {sum(t.rows_deleted for t in tables)} row(s)" if tables else ""
     lines.append(
         f"erase{' (dry run)' if result.dry_run else ''} {result.erasure_id}: {len(result.key_sha256)} key(s), "
-        f"{len(result.partitions)} partition(s), {verb} {removed} record(s){failed}"
+        f"{len(result.partitions)} partition(s), {verb} {removed} record(s){rows}{failed}"
     )
     return "\n".join(lines)
 
 
-def format_erasures(records: list[ErasureRecord]) -> str:
-    """The audit trail, one line per erasure and partition, newest first."""
-    if not records:
+def _table_line(table: TableErasure, dry_run: bool) -> str:
+    """An export table's part: what was (or would be) deleted and expired, or why it was left alone."""
+    if table.skipped is not None:
+        return f"table {table.table}: left alone: {table.skipped}"
+    verbs = ("would delete", "would expire") if dry_run else ("deleted", "expired")
+    held = f"; {len(table.held)} snapshot(s) held by a tag or branch" if table.held else ""
+    line = (
+        f"table {table.table}: {verbs[0]} {table.rows_deleted} row(s) and {table.data_files_deleted} data file(s) "
+        f"holding the key(s), {verbs[1]} {table.snapshots_expired} snapshot(s){held}"
+    )
+    return "\n".join([line, *(f"table {table.table}: {h}" for h in table.held)]) if dry_run else line
+
+
+def format_erasures(records: list[ErasureRecord], tables: Sequence[TableErasureRecord] = ()) -> str:
+    """The audit trail, one line per erasure and partition, then one per erasure and export
+    table, newest first."""
+    if not records and not tables:
         return "no erasure recorded"
     return "\n".join(
+        [
+            *_partition_lines(records),
+            *(
+                f"{t.erasure_id} table {t.table} {t.outcome}: {t.rows_deleted} row(s) deleted, "
+                f"{t.data_files_deleted} data file(s) deleted, {t.snapshots_expired} snapshot(s) expired, "
+                f"started {t.started_ms}"
+                for t in tables
+            ),
+        ]
+    )
+
+
+def _partition_lines(records: list[ErasureRecord]) -> list[str]:
+    return list(
         f"{r.erasure_id} {r.topic}-{r.partition} {r.outcome}: {len(r.key_sha256)} key(s), "
         f"{sum(s.new_segment_id is not None for s in r.segments)} segment(s) copied again, "
         f"{r.records_removed} record(s) removed, "

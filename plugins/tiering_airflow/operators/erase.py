@@ -1,5 +1,6 @@
-"""``TieringEraseOperator``: the erase DAG's task (``runs.erase``), apart from the partition
-operators because it reads no broker's disk: only the metadata store and the bucket."""
+"""``TieringEraseOperator``: the erase DAG's task (``export.erase.erase_topic``: the tier, then the
+topic's export tables), apart from the partition operators because it reads no broker's disk:
+only the metadata store, the bucket and the export catalog."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def from_json(value: Any, name: str) -> Any:
 
 
 class TieringEraseOperator(BaseOperator):
-    """Erase every record of some keys from a topic's remote tier. The keys come either as
-    ``keys`` (a list) or as ``key_file``, a path relative to ``key_dir`` (the config's
+    """Erase every record of some keys from a topic's remote tier and its export tables. The keys
+    come either as ``keys`` (a list) or as ``key_file``, a path relative to ``key_dir`` (the config's
     ``dags.erase.key_dir``), written in ``key_encoding``. ``confirm`` must repeat the topic;
     ``plan_only`` names what would be removed and writes nothing. A refusal fails the task without
     retries; a partition that failed fails it after the others ran (the retry takes over its lease).
@@ -97,7 +98,8 @@ class TieringEraseOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from tiering_core.runs.erase import ErasureRequest, run_erase
+        from tiering_core.export.erase import erase_topic
+        from tiering_core.runs.erase import ErasureRequest
         from tiering_core.runs.erase_report import format_erasure
         from tiering_core.runs.errors import ErasureRefusedError
 
@@ -111,7 +113,7 @@ class TieringEraseOperator(BaseOperator):
         try:
             request = ErasureRequest(self.topic, self.request_keys(), tuple(int(p) for p in partitions), asked_by)
             with TieringHook(config_path=self.config_path, aws_conn_id=self.aws_conn_id).get_conn() as ctx:
-                result = run_erase(
+                result = erase_topic(
                     ctx, request, dry_run=as_bool(self.plan_only, "plan_only"), attempt=task_attempt(context)
                 )
         except ErasureRefusedError as exc:
@@ -121,6 +123,7 @@ class TieringEraseOperator(BaseOperator):
             for failure in result.failures:
                 self.log.error("erase failed: %s", failure)
             raise AirflowException(
-                f"{len(result.failures)} partition(s) failed; the others are erased; the retry finishes them"
+                f"{len(result.failures)} partition(s) or table(s) failed; the others are erased; "
+                "the retry finishes them"
             )
         return result.to_dict()
