@@ -12,6 +12,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
+#: The uv version the bootstrap installs its pins with.
+UV_VERSION = next(
+    line.split("=", 1)[1]
+    for line in (ROOT / "scripts" / "bootstrap.sh").read_text().splitlines()
+    if line.startswith("UV_VERSION=")
+)
 SEARCHED = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
@@ -103,16 +109,62 @@ def test_postgresql_server_binaries_are_found_where_the_tests_look(tmp_path: Pat
     assert f"bootstrap: postgresql server binaries: {expected}\n" in proc.stdout
 
 
+def recorder(path: Path, calls: Path) -> Path:
+    """A stand-in command at ``path`` that appends its arguments to ``calls`` and succeeds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/bin/sh\necho "$(basename "$0") $*" >> {calls}\n')
+    path.chmod(0o755)
+    return path
+
+
+def stand_in_bootstrap(tmp_path: Path, *, uv: bool) -> list[str]:
+    """The install commands the bootstrap gives a stand-in venv (and, with ``uv``, a stand-in uv
+    in the cache), one line each: nothing real is installed."""
+    calls = tmp_path / "calls"
+    venv = tmp_path / "venv"
+    recorder(venv / "bin" / "python", calls)
+    cache = tmp_path / "cache"
+    if uv:
+        recorder(cache / "tiering-bootstrap" / f"uv-{UV_VERSION}" / "bin" / "uv", calls)
+    subprocess.run(
+        ["/bin/bash", str(ROOT / "scripts" / "bootstrap.sh")],
+        env={**os.environ, "TIERING_VENV": str(venv), "TIERING_CHROMIUM": "true", "XDG_CACHE_HOME": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    return [line for line in calls.read_text().splitlines() if " install " in f" {line} "]
+
+
+def test_the_pins_are_installed_by_uv_from_the_cache_else_by_pip(tmp_path: Path) -> None:
+    """uv, the bootstrap's own tool, installs exactly the pins pip would: the requirements under
+    constraints.txt, pyspark again last, the project without build isolation; where uv cannot be
+    had (here: its install leaves nothing), pip installs the same."""
+    venv_python = tmp_path / "with-uv" / "venv" / "bin" / "python"
+    with_uv = stand_in_bootstrap(tmp_path / "with-uv", uv=True)
+    uv = f"uv pip install --quiet --python {venv_python}"
+    assert with_uv[1:] == [
+        f"{uv} -r requirements.txt -c constraints.txt",
+        f"{uv} --no-deps --reinstall -c constraints.txt pyspark",
+        f"{uv} --no-deps --no-build-isolation -e .",
+    ]
+    without = stand_in_bootstrap(tmp_path / "without", uv=False)
+    assert without[1].startswith("python -m pip install -q --target ") and without[1].endswith(f" uv=={UV_VERSION}")
+    assert without[2:] == [
+        "python -m pip install -q -r requirements.txt -c constraints.txt",
+        "python -m pip install -q --no-deps --force-reinstall -c constraints.txt pyspark",
+        "python -m pip install -q --no-deps --no-build-isolation -e .",
+    ]
+
+
 def test_pip_and_setuptools_move_to_the_pinned_versions_first(tmp_path: Path) -> None:
     """A new venv carries pip and setuptools with known vulnerabilities: the bootstrap upgrades both,
     to the versions constraints.txt pins, before installing anything. A stand-in venv records what
     its python is asked to do, so no real environment changes."""
     calls = tmp_path / "calls"
     venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    python = venv / "bin" / "python"
-    python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
-    python.chmod(0o755)
+    recorder(venv / "bin" / "python", calls)
     pins = dict(
         line.strip().split("==")
         for line in (ROOT / "constraints.txt").read_text().splitlines()
@@ -124,11 +176,11 @@ def test_pip_and_setuptools_move_to_the_pinned_versions_first(tmp_path: Path) ->
     assert tuple(int(p) for p in pins["setuptools"].split(".")[:3]) >= (78, 1, 1)
     subprocess.run(
         ["/bin/bash", str(ROOT / "scripts" / "bootstrap.sh")],
-        env={**os.environ, "TIERING_VENV": str(venv), "TIERING_CHROMIUM": "true"},
+        env={**os.environ, "TIERING_VENV": str(venv), "TIERING_CHROMIUM": "true", "XDG_CACHE_HOME": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=300,
         cwd=ROOT,
     )
     first = calls.read_text().splitlines()[0]
-    assert first == f"-m pip install -q pip=={pins['pip']} setuptools=={pins['setuptools']}"
+    assert first == f"python -m pip install -q pip=={pins['pip']} setuptools=={pins['setuptools']}"
