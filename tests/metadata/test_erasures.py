@@ -7,7 +7,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.metadata.support import tip
-from tiering_core.metadata.erasures import FINISHED, HELD, ErasureRecord, SegmentErasure, TableErasureRecord
+from tiering_core.metadata.erasures import (
+    FINISHED,
+    HELD,
+    ErasureRecord,
+    SegmentErasure,
+    TableErasureFigures,
+    TableErasureRecord,
+)
 from tiering_core.metadata.store import RemoteLogMetadataStore
 
 TIP = tip("EEEEEEEEEEEEEEEEEEEEEE", "orders", 0)
@@ -41,18 +48,18 @@ def test_the_figures_count_each_topic_s_erasures_by_outcome_and_sum_what_they_re
         segments=(SegmentErasure("old-1", "new-1", 4), SegmentErasure("old-2", "new-2", 2)), outcome=FINISHED,
     )  # fmt: skip
     with RemoteLogMetadataStore(metadata_url) as store:
-        assert store.erasure_figures() == []
+        assert store.erasure_figures().partitions == ()
         store.record_erasure(done)
         store.record_erasure(replace(done, partition=1, segments=(SegmentErasure("old-3", "new-3", 1),)))
         killed = replace(done, erasure_id="e-2", segments=(SegmentErasure("old-4", None, 9),), outcome=STARTED)
         store.record_erasure(killed)  # the copy under way is not counted as removed
         store.record_erasure(replace(done, erasure_id="e-3", topic="payments", segments=()))
-        assert store.erasure_figures() == [
+        assert store.erasure_figures().partitions == (
             ErasureFigures("orders", FINISHED, 2, 7),
             ErasureFigures("orders", STARTED, 1, 0),
             ErasureFigures("payments", FINISHED, 1, 0),
-        ]
-        assert store.erasure_figures("payments") == [ErasureFigures("payments", FINISHED, 1, 0)]
+        )
+        assert store.erasure_figures("payments").partitions == (ErasureFigures("payments", FINISHED, 1, 0),)
 
 
 def test_a_table_s_erasure_is_updated_as_it_goes_and_read_back_by_topic_and_table(metadata_url: str) -> None:
@@ -72,3 +79,8 @@ def test_a_table_s_erasure_is_updated_as_it_goes_and_read_back_by_topic_and_tabl
         store.record_table_erasure(held)
         assert store.table_erasures() == [other, held, done]
         assert store.table_erasures(table_uuid="1" * 36) == [done]
+        assert store.erasure_figures().tables == (
+            TableErasureFigures("orders", 2, 3, 4),
+            TableErasureFigures("payments", 1, 0, 0),
+        )
+        assert store.erasure_figures("payments").tables == (TableErasureFigures("payments", 1, 0, 0),)

@@ -8,7 +8,7 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tiering_core.metadata.erasures import ErasureFigures
+from tiering_core.metadata.erasures import ErasureFigures, TableErasureFigures
 from tiering_core.metadata.quota_holders import ThrottleFigures
 from tiering_core.metadata.values import NO_BROKER, PartitionCounters
 from tiering_core.metrics import names
@@ -94,6 +94,7 @@ def sample_snapshot() -> MetricsSnapshot:
             ErasureFigures("orders", "started", 1, 2),
             ErasureFigures('we"ird\\to%pic\nx', "finished", 1, 5),
         ],
+        table_erasures=[TableErasureFigures("orders", 2, 17, 3), TableErasureFigures("payments", 1, 0, 0)],
     )
 
 
@@ -167,6 +168,9 @@ def expected(snapshot: MetricsSnapshot) -> dict[str, dict[tuple[tuple[str, str],
         want[names.ERASURES.prometheus_samples[0]][(("outcome", e.outcome), ("topic", e.topic))] = e.erasures
         removed = want[names.ERASED_RECORDS.prometheus_samples[0]]
         removed[(("topic", e.topic),)] = removed.get((("topic", e.topic),), 0) + e.records_removed
+    for t in snapshot.table_erasures:
+        want[names.ERASED_TABLE_ROWS.prometheus_samples[0]][(("topic", t.topic),)] = t.rows_deleted
+        want[names.ERASURE_EXPIRED_SNAPSHOTS.prometheus_samples[0]][(("topic", t.topic),)] = t.snapshots_expired
     return {sample: values for sample, values in want.items() if values}  # a family without samples
 
 
@@ -304,5 +308,12 @@ def test_erasures_are_counted_per_topic_and_outcome_and_their_records_per_topic(
         (("outcome", "finished"), ("topic", odd)): 1,
     }
     assert samples["tiering_erased_records_total"] == {(("topic", "orders"),): 42, (("topic", odd),): 5}
-    none_yet = parsed(render(replace(sample_snapshot(), erasures=[])))
+    tables = {(("topic", "orders"),): 17, (("topic", "payments"),): 0}
+    assert samples["tiering_erased_table_rows_total"] == tables  # a topic whose table held no row: a 0
+    assert samples["tiering_erasure_expired_snapshots_total"] == {
+        (("topic", "orders"),): 3,
+        (("topic", "payments"),): 0,
+    }
+    none_yet = parsed(render(replace(sample_snapshot(), erasures=[], table_erasures=[])))
     assert "tiering_erasures_total" not in none_yet and "tiering_erased_records_total" not in none_yet
+    assert "tiering_erased_table_rows_total" not in none_yet

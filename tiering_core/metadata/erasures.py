@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Table, func, insert, literal_column, select, union_all, update
 
 from tiering_core.metadata.models import ErasureRow, TableErasureRow
 from tiering_core.metadata.transactions import StoreCore
@@ -93,6 +93,17 @@ class TableErasureRecord:
 
 
 @dataclass(frozen=True)
+class TableErasureFigures:
+    """A topic's erasures from its export tables: how many tables' erasures, the rows they deleted
+    and the snapshots they expired."""
+
+    topic: str
+    erasures: int
+    rows_deleted: int
+    snapshots_expired: int
+
+
+@dataclass(frozen=True)
 class ErasureFigures:
     """A topic's erasures of one outcome: how many partitions' erasures, and the records they removed."""
 
@@ -100,6 +111,15 @@ class ErasureFigures:
     outcome: str
     erasures: int
     records_removed: int
+
+
+@dataclass(frozen=True)
+class ErasureTotals:
+    """The audit trail's figures: the partitions' erasures per topic and outcome, the export
+    tables' per topic."""
+
+    partitions: tuple[ErasureFigures, ...] = ()
+    tables: tuple[TableErasureFigures, ...] = ()
 
 
 class ErasureStore(StoreCore):
@@ -127,19 +147,35 @@ class ErasureStore(StoreCore):
             else:
                 conn.execute(update(ERASURES).where(*where).values(**values))
 
-    def erasure_figures(self, topic: str | None = None) -> list[ErasureFigures]:
-        """Per topic and outcome, the erasures and the records removed (one grouped query: metrics)."""
-        e = ERASURES.c
-        query = (
-            select(e.topic, e.outcome, func.count(), func.coalesce(func.sum(e.records_removed), 0))
-            .group_by(e.topic, e.outcome)
-            .order_by(e.topic, e.outcome)
-        )
+    def erasure_figures(self, topic: str | None = None) -> ErasureTotals:
+        """Per topic and outcome, the partitions' erasures and the records removed; per topic, the
+        export tables' erasures, the rows deleted and the snapshots expired (one statement, the two
+        trails' groups in a union: metrics)."""
+        e, t = ERASURES.c, TABLE_ERASURES.c
+        partitions = select(
+            literal_column("'partition'"),
+            e.topic,
+            e.outcome,
+            func.count(),
+            func.coalesce(func.sum(e.records_removed), 0),
+            literal_column("0"),
+        ).group_by(e.topic, e.outcome)
+        tables = select(
+            literal_column("'table'"),
+            t.topic,
+            literal_column("''"),
+            func.count(),
+            func.coalesce(func.sum(t.rows_deleted), 0),
+            func.coalesce(func.sum(t.snapshots_expired), 0),
+        ).group_by(t.topic)
         if topic is not None:
-            query = query.where(e.topic == topic)
+            partitions, tables = partitions.where(e.topic == topic), tables.where(t.topic == topic)
         with self._read() as conn:
-            rows = conn.execute(query).all()
-        return [ErasureFigures(str(t), str(o), int(n), int(r)) for t, o, n, r in rows]
+            rows = sorted(conn.execute(union_all(partitions, tables)).all(), key=lambda r: (str(r[1]), str(r[2])))
+        return ErasureTotals(
+            tuple(ErasureFigures(str(tp), str(o), int(n), int(a)) for k, tp, o, n, a, _ in rows if k == "partition"),
+            tuple(TableErasureFigures(str(tp), int(n), int(a), int(b)) for k, tp, _, n, a, b in rows if k == "table"),
+        )
 
     def erasures(self, topic: str | None = None, limit: int = 1000) -> list[ErasureRecord]:
         """The newest ``limit`` erasures (of ``topic``), newest first."""

@@ -267,6 +267,17 @@ ERASURES = _counter(
 ERASED_RECORDS = _counter(
     "erased_records", None, ("topic",), "Records removed from the remote tier by erasures by record key"
 )
+#: The export tables' part of those erasures: the rows deleted from a topic's tables, and the
+#: snapshots expired because they named a data file holding rows of the keys.
+ERASED_TABLE_ROWS = _counter(
+    "erased_table_rows", None, ("topic",), "Rows deleted from a topic's export tables by erasures by record key"
+)
+ERASURE_EXPIRED_SNAPSHOTS = _counter(
+    "erasure_expired_snapshots",
+    None,
+    ("topic",),
+    "Export table snapshots expired by erasures by record key (they named files holding erased rows)",
+)
 
 #: What only the Prometheus exposition reports (computed from the store, never emitted by a run).
 PLATFORM_METRICS: tuple[MetricSpec, ...] = (
@@ -275,6 +286,8 @@ PLATFORM_METRICS: tuple[MetricSpec, ...] = (
     DAG_RUN_FAILED,
     ERASURES,
     ERASED_RECORDS,
+    ERASED_TABLE_ROWS,
+    ERASURE_EXPIRED_SNAPSHOTS,
 )
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS + PLATFORM_METRICS}
 

@@ -117,7 +117,10 @@ def collect_metrics(ctx: TieringContext, topic: str | None = None, *, tasks: boo
         ordered = sorted(partitions.values(), key=_PARTITION_ORDER)
     throttles = ctx.metadata.throttle_figures()
     silent = sorted(silent_brokers(ctx.config.brokers, reporting))
-    return MetricsSnapshot(now, ordered, silent, throttles, erasures=ctx.metadata.erasure_figures(topic))
+    erasures = ctx.metadata.erasure_figures(topic)
+    return MetricsSnapshot(
+        now, ordered, silent, throttles, erasures=list(erasures.partitions), table_erasures=list(erasures.tables)
+    )
 
 
 _BROKER_OF_ROW = itemgetter(3)

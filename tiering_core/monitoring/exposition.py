@@ -221,7 +221,8 @@ def _throttle_samples(snapshot: MetricsSnapshot, brokers: list[int]) -> list[str
 
 
 def _erasure_samples(snapshot: MetricsSnapshot) -> list[str]:
-    """The audit trail's erasures per topic and outcome, and the records they removed per topic."""
+    """The audit trail's erasures per topic and outcome, the records they removed per topic, and
+    per topic the rows they deleted from its export tables and the snapshots they expired."""
     figures = snapshot.erasures
     lines = [_line(f'topic="{escape_label_value(f.topic)}",outcome="{f.outcome}"') for f in figures]
     removed: dict[str, int] = {}
@@ -237,6 +238,18 @@ def _erasure_samples(snapshot: MetricsSnapshot) -> list[str]:
             [_line(f'topic="{escape_label_value(t)}"') for t in topics],
             [removed[t] for t in topics],
         ),
+        *_table_erasure_samples(snapshot),
+    ]
+
+
+def _table_erasure_samples(snapshot: MetricsSnapshot) -> list[str]:
+    tables = snapshot.table_erasures
+    lines = [_line(f'topic="{escape_label_value(f.topic)}"') for f in tables]
+    return [
+        _header(names.ERASED_TABLE_ROWS),
+        _samples(names.ERASED_TABLE_ROWS.prometheus_samples[0], lines, [f.rows_deleted for f in tables]),
+        _header(names.ERASURE_EXPIRED_SNAPSHOTS),
+        _samples(names.ERASURE_EXPIRED_SNAPSHOTS.prometheus_samples[0], lines, [f.snapshots_expired for f in tables]),
     ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tiering_core.metadata.erasures import ErasureFigures
+from tiering_core.metadata.erasures import ErasureFigures, TableErasureFigures
 from tiering_core.metadata.quota_holders import ThrottleFigures
 from tiering_core.metadata.values import PartitionCounters, TaskAttempt
 
@@ -86,7 +86,8 @@ class MetricsSnapshot:
     of the config that reported nothing fresh (stale everywhere) and the throttle figures of the
     brokers' upload and fetch quotas; ``dag_runs`` is filled where Airflow's database is at hand
     (the API server): each platform DAG's id and whether its latest finished run failed;
-    ``erasures`` are the audit trail's figures per topic and outcome."""
+    ``erasures`` are the audit trail's figures per topic and outcome, ``table_erasures`` its
+    export tables' figures per topic."""
 
     db_now_ms: int
     partitions: list[PartitionMetrics]
@@ -94,6 +95,7 @@ class MetricsSnapshot:
     throttles: list[ThrottleFigures] = field(default_factory=list)
     dag_runs: dict[str, bool] = field(default_factory=dict)
     erasures: list[ErasureFigures] = field(default_factory=list)
+    table_erasures: list[TableErasureFigures] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

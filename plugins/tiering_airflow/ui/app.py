@@ -36,7 +36,7 @@ from tiering_airflow.ui.reads import DEFAULT_READ_TIMEOUT, StoreUnavailable, rea
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
-    from tiering_core.metadata.erasures import ErasureRecord
+    from tiering_core.metadata.erasures import ErasureRecord, TableErasureRecord
     from tiering_core.metadata.values import ReplayRecord
     from tiering_core.monitoring.health import Health
     from tiering_core.monitoring.overview import Overview
@@ -74,9 +74,16 @@ def read_replays(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOU
     return read_store(config_path, lambda ctx: ctx.metadata.recent_replays(view.LAST_REPLAYS), timeout)
 
 
-def read_erasures(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> list[ErasureRecord]:
-    """The last erasures by record key, newest first (``erasures.LAST_ERASURES`` of them)."""
-    return read_store(config_path, lambda ctx: ctx.metadata.erasures(limit=LAST_ERASURES), timeout)
+def read_erasures(
+    config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT
+) -> tuple[list[ErasureRecord], list[TableErasureRecord]]:
+    """The last erasures by record key of partitions and of export tables, newest first
+    (``erasures.LAST_ERASURES`` of each)."""
+
+    def read(ctx: TieringContext) -> tuple[list[ErasureRecord], list[TableErasureRecord]]:
+        return ctx.metadata.erasures(limit=LAST_ERASURES), ctx.metadata.table_erasures(limit=LAST_ERASURES)
+
+    return read_store(config_path, read, timeout)
 
 
 def read_overview(config_path: str | None, timeout: float = DEFAULT_STATUS_TIMEOUT) -> tuple[Overview, dict[str, str]]:
@@ -237,7 +244,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
         try:
             overview, not_tiered = read_overview(config_path, status_timeout)
             replays = read_replays(config_path, status_timeout)
-            erasures = read_erasures(config_path, status_timeout)
+            erasures, table_erasures = read_erasures(config_path, status_timeout)
             known = topic if topic in {s.topic for s in overview.topics} else None
             first = read_first_screen(config_path, broker, known, status_timeout)
         except StoreUnavailable as exc:
@@ -253,6 +260,7 @@ def create_app(config_path: str | None = None, status_timeout: float = DEFAULT_S
                 not_tiered,
                 replays,
                 erasures,
+                table_erasures=table_erasures,
                 first=render_health(first.health, overview, failures, broker=broker, topic=known),
                 nav=f"<div class='nav'>{nav}</div>" if nav else "",
                 data={"copy_history": copy_history_dict(first.health), "broker": broker},

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from tiering_airflow.dag_ids import dag_ids_of
-from tiering_airflow.ui.erasures import erasures_html
+from tiering_airflow.ui.erasures import erasures_html, table_erasures_html
 from tiering_airflow.ui.tables import titled_table
 from tiering_core.humanize import fmt_age, fmt_bytes
-from tiering_core.metadata.erasures import ErasureRecord
+from tiering_core.metadata.erasures import ErasureRecord, TableErasureRecord
 from tiering_core.metadata.values import ReplayRecord, TaskAttempt
 from tiering_core.monitoring.overview import Overview, TopicSummary, overview_of
 from tiering_core.monitoring.snapshot import MetricsSnapshot, PartitionMetrics, SeriesPoint
@@ -391,6 +391,7 @@ def render_page(
     replays: Iterable[ReplayRecord] = (),
     erasures: Iterable[ErasureRecord] = (),
     *,
+    table_erasures: Iterable[TableErasureRecord] = (),
     first: str = "",
     nav: str = "",
     data: Mapping[str, object] = EMPTY_DATA,
@@ -399,9 +400,9 @@ def render_page(
     """The whole page: the first screen (``first``: ``health.render_health``'s), alerts, the topics
     not tiered and why, totals, one summary row per topic (see the module docstring), from the
     store's overview or a snapshot's; ``not_tiered``: topic -> why the config says it is not
-    tiered; then the last replays and the last erasures, if any. ``nav``: links beside the title (brokers, Grafana);
-    ``data``: more for the page's script (the copy history); ``topic_links``: HTML of links shown in
-    an opened topic (Grafana)."""
+    tiered; then the last replays and the last erasures (of partitions, then of export tables), if
+    any. ``nav``: links beside the title (brokers, Grafana); ``data``: more for the page's script
+    (the copy history); ``topic_links``: HTML of links shown in an opened topic (Grafana)."""
     overview = source if isinstance(source, Overview) else overview_of(source)
     summaries = overview.topics
     found = alerts(overview)
@@ -444,6 +445,7 @@ def render_page(
         f"remote tier; {_e(fmt_bytes(lag))} waiting for copy. JSON: <a href='api/partitions'>api/partitions</a></p>"
         f"<div class='topics'><div class='row head' aria-hidden='true'>{head}</div>{topics}</div>"
         f"{replays_html(replays, overview.db_now_ms)}{erasures_html(erasures, overview.db_now_ms)}"
+        f"{table_erasures_html(table_erasures, overview.db_now_ms)}"
         f"<script id='tiering-data' type='application/json'>{_script_json({**data, 'windows': list(WINDOWS)})}</script>"
         "<script src='static/uPlot.iife.min.js'></script><script src='static/tiering.js'></script>"
         "</body></html>"

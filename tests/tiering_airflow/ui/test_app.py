@@ -437,6 +437,39 @@ def test_the_page_lists_the_last_erasures_newest_first_with_no_key_nor_digest(
     assert digest not in page and "cd" * 32 not in page
 
 
+def test_the_page_lists_the_last_erasures_from_export_tables_after_the_partitions(
+    tiering: TieringEnv, client: TestClient
+) -> None:
+    from tiering_core.metadata.erasures import FINISHED, HELD, ErasureRecord, TableErasureRecord
+
+    tiering.writer("orders", 0).append_records(1)
+    observe(tiering, TopicPartition("orders", 0))
+    assert "Last erasures from export tables" not in client.get("/").text  # none yet: no section
+    with tiering.context() as ctx:
+        now = ctx.metadata.database_now_ms()
+        ctx.metadata.record_erasure(
+            ErasureRecord("e-1", "orders", "AAAAAAAAAAAAAAAAAAAAAA", 0, ("ab" * 32,), "tiering erase", now - 60_000)
+        )
+        ctx.metadata.record_table_erasure(
+            TableErasureRecord(
+                "e-1", "orders", "kafka.orders", "1" * 36, now - 50_000, rows_deleted=1_234,
+                data_files_deleted=2, snapshots_expired=3, outcome=FINISHED, finished_ms=now - 40_000,
+            )
+        )  # fmt: skip
+        ctx.metadata.record_table_erasure(
+            TableErasureRecord("e-1", "orders", "kafka.orders_dead_letters", "2" * 36, now - 45_000, outcome=HELD)
+        )
+    page = client.get("/").text
+    assert page.index("Last erasures") < page.index("Last erasures from export tables")
+    section = page[page.index("Last erasures from export tables") :]
+    rows = section.split("<tr>")[2:]
+    assert '<td data-label="Table">kafka.orders_dead_letters</td>' in rows[0]  # newest first
+    assert '<td class="bad" data-label="Outcome">held: a tag or branch keeps a snapshot' in rows[0]
+    assert '<td data-label="Rows deleted">1,234</td><td data-label="Snapshots expired">3</td>' in rows[1]
+    assert '<td data-label="Data files deleted">2</td><td data-label="Outcome">finished</td>' in rows[1]
+    assert "ab" * 32 not in page
+
+
 def test_a_broker_s_view_shows_the_partitions_with_a_replica_on_it(tiering: TieringEnv, client: TestClient) -> None:
     w = tiering.writer("orders", 0)
     write_segments(w, 2)
