@@ -43,9 +43,9 @@ def test_no_false_negatives_and_false_positives_near_the_target(rate: float) -> 
     assert rate / 2 < measured < rate * 1.5, f"measured {measured:.5f} for a target of {rate}"
 
 
-def test_the_default_is_a_one_percent_filter_sized_from_the_count() -> None:
+def test_the_default_is_a_one_per_mille_filter_sized_from_the_count() -> None:
     bits, hashes = optimal_sizes(1000)
-    assert (bits, hashes) == (9586, 7)  # -n ln(0.01) / ln(2)^2 bits, (m / n) ln 2 hashes
+    assert (bits, hashes) == (14378, 10)  # -n ln(0.001) / ln(2)^2 bits, (m / n) ln 2 hashes
     kf = build_key_filter(keys("k", 1000), 1000)
     assert (kf.bits, kf.hashes) == (bits, hashes) and len(kf.bit_array) == (bits + 7) // 8
 
