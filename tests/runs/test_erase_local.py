@@ -165,6 +165,24 @@ def test_a_partition_without_a_log_dir_here_is_named_as_not_checked_and_still_er
 
 
 @SQLITE
+def test_a_directory_of_another_incarnation_of_the_topic_is_not_read(tiering_env: TieringEnv) -> None:
+    """The topic was deleted and made again: the log dir's ``orders-0`` is the new topic's, not
+    the tier's; its segments (holding the key too) are not named as the erased topic id's."""
+    old = copied(tiering_env)
+    old.delete()
+    new = tiering_env.writer()
+    new.append([(ERASED, b"new topic")])
+    result = erase(tiering_env, ERASED)
+    (partition,) = result.partitions
+    assert partition.topic_id == old.topic_id and partition.records_removed == 4 and not result.failures
+    local = partition.local_segments
+    assert local is not None and local.segments == () and local.log_dir is None
+    assert local.not_checked == (
+        f"no log dir of orders-0 on this host: {new.path} holds topic id {new.topic_id}, another incarnation of orders"
+    )
+
+
+@SQLITE
 def test_a_dry_run_names_the_same_local_segments_and_writes_nothing(tiering_env: TieringEnv) -> None:
     w = with_late_records(tiering_env, CODEC_ZSTD)
     store_file = Path(tiering_env.metadata_url.removeprefix("sqlite:///"))

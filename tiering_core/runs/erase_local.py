@@ -3,13 +3,15 @@
 
 An erasure rewrites the remote tier; the broker's own log is the broker's, and the platform never
 writes into it. What it can do is say what is left there: on the host where the erasure runs,
-each partition's directory in the log dirs the platform config names is read (read-only, each
-segment bounded by its size when opened, the active one up to its valid prefix) and every
-segment holding a record of the keys is named, with when Kafka's local retention removes it:
-its largest record timestamp plus the topic's effective ``local.retention.ms`` (as Kafka's
-``UnifiedLog.deleteRetentionMsBreachedSegments`` measures it), never while it is the active
-segment (a tiered topic's local segment goes only once copied, and the active one is never
-copied). ``local.retention.bytes`` may remove it sooner, at no time that can be known.
+each partition's directory in the log dirs the platform config names is read whole (read-only,
+one batch in memory at a time, each segment bounded by its size when opened, the active one up
+to its valid prefix: a local segment has no key filter, and one the tier holds may differ from
+the tier's copy, which an earlier erasure cleaned) and every segment holding a record of the
+keys is named, with when Kafka's local retention removes it: its largest record timestamp plus
+the topic's effective ``local.retention.ms`` (as Kafka's ``UnifiedLog`` measures a segment's
+age), never while it is the active segment (a tiered topic's local segment goes only once
+copied, and the active one is never copied). ``local.retention.bytes`` may remove it sooner, at
+no time that can be known.
 
 A partition with no directory here (the erasure runs on another host, or the partition's
 replicas are on other brokers) is named as not checked: never a failure.
@@ -105,11 +107,14 @@ def _holding(
         is_active = segment is active
         try:
             offsets = offsets_of_keys(segment.log_path, keys, valid_prefix=is_active)
+            named = None
+            if offsets:
+                named = _named(partition, segment, len(offsets), is_active, highest_copied, retention_ms)
         except FileNotFoundError:
-            continue  # deleted by the broker's retention meanwhile
+            continue  # deleted by the broker's retention meanwhile: it holds nothing any more
         read += 1
-        if offsets:
-            holding.append(_named(partition, segment, len(offsets), is_active, highest_copied, retention_ms))
+        if named is not None:
+            holding.append(named)
     return holding, read
 
 
