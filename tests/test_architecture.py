@@ -43,6 +43,7 @@ DRIVERS = {
     "copy_report": "copy",
     "erase": "erase",
     "erase_keys": "erase",
+    "erase_local": "erase",
     "erase_report": "erase",
     "removal": "removal",
     "removal_evidence": "removal",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration, fmt_rate
+from tiering_core.humanize import fmt_age, fmt_bytes, fmt_duration, fmt_rate, fmt_utc
 from tiering_core.report.lines import fmt_bytes as report_fmt_bytes
 
 
@@ -44,3 +44,8 @@ def test_durations_read_in_their_two_largest_units() -> None:
 def test_rates_keep_a_trickle_visible_and_use_the_size_units_above() -> None:
     assert fmt_rate(0) == "0.0 B/s" and fmt_rate(0.35) == "0.3 B/s" and fmt_rate(9.96) == "10.0 B/s"
     assert fmt_rate(512) == "512 B/s" and fmt_rate(1536) == "1.5 KiB/s" and fmt_rate(3 * 1024**2) == "3.0 MiB/s"
+
+
+def test_a_time_reads_in_utc_to_the_second() -> None:
+    assert fmt_utc(0) == "1970-01-01 00:00:00 UTC"
+    assert fmt_utc(1_700_000_000_999) == "2023-11-14 22:13:20 UTC"  # the milliseconds dropped, not rounded

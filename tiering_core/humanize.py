@@ -7,6 +7,8 @@ to the largest unit that still reads as a small number.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 
 def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -55,3 +57,8 @@ def fmt_rate(bytes_per_second: float) -> str:
     if abs(bytes_per_second) < 10:
         return f"{bytes_per_second:.1f} B/s"
     return f"{fmt_bytes(bytes_per_second)}/s"
+
+
+def fmt_utc(ms: int) -> str:
+    """``2026-11-30 02:28:15 UTC``: a time in milliseconds since the epoch, in UTC."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

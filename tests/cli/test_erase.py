@@ -83,4 +83,7 @@ def test_the_command_erases_the_tier_and_the_export_table_and_its_status_shows_b
     ]
     assert main([*config, "erase", "--status", "--topic", "orders"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].startswith(f"{result['erasure_id']} table kafka.orders finished: 2 row(s) deleted, 2 data file(s)")
+    assert lines[0].startswith(f"{result['erasure_id']} orders-0 ")  # the partition's lines, then the table's
+    table = [line for line in lines if line.startswith(f"{result['erasure_id']} table ")]
+    assert table == [line for line in lines[1:] if " table " in line] and len(table) == 1, lines
+    assert table[0].startswith(f"{result['erasure_id']} table kafka.orders finished: 2 row(s) deleted, 2 data file(s)")

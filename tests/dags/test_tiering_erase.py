@@ -114,6 +114,13 @@ def test_keys_from_a_file_under_the_key_dir_are_erased_and_the_trail_names_the_r
     assert record.key_sha256 == (key_sha256(ERASED),)
     logged = "".join(capfd.readouterr()) + caplog.text
     assert ERASED.hex() not in logged and ERASED.decode() not in logged
+    local = record.local_segments  # the broker's segments on the worker's host, named and left alone
+    assert local is not None and [(s.base_offset, s.records, s.copied) for s in local.segments] == [
+        (0, 1, True),
+        (5, 1, True),
+    ]
+    assert task.result["partitions"][0]["local_segments"] == local.to_dict()
+    assert "orders-0: local segment 00000000000000000005.log (base offset 5): 1 record(s)" in logged
     # run again: nothing more to remove
     run = erase_dag.test(run_conf=conf)
     (task,) = task_runs(erase_dag.dag_id, run.run_id, "erase").values()

@@ -31,7 +31,7 @@ from tiering_core.kafka.batch import (
     iter_batch_headers,
     verify_log_crc,
 )
-from tiering_core.kafka.cleaner import CleanedLog, clean_log, clean_segment
+from tiering_core.kafka.cleaner import CleanedLog, clean_log, clean_segment, offsets_of_keys
 from tiering_core.kafka.crc import crc32c
 from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.log_writer import PartitionWriter
@@ -302,6 +302,44 @@ def test_many_random_erasures_agree_with_a_plain_filter(make_writer, tmp_path: P
     expected = {o: r for o, r in records_by_offset(original).items() if r.key not in erased}
     assert records_by_offset(cleaned.log) == expected
     assert_indexes_are_the_rebuilds(tmp_path, cleaned, base)
+
+
+@pytest.mark.parametrize("codec", list(CODECS.values()), ids=list(CODECS))
+def test_the_read_only_scan_finds_what_the_cleaner_removes_and_writes_nothing(
+    make_writer, tmp_path: Path, codec: int
+) -> None:
+    """``offsets_of_keys`` names the records ``clean_segment`` removes, in every codec's batches,
+    control batches and null keys aside; the segment's bytes and time stay as they were."""
+    w = make_writer(codec=codec, segment_bytes=10**6)
+    w.append_records(12, per_batch=4, key_prefix="a")
+    w.append([(b"user-1", b"x"), (None, b"null key"), (b"user-2", b"y")])
+    w.begin_transaction(5)
+    w.append([(b"user-1", b"in a transaction")], producer_id=5, producer_epoch=0)
+    w.commit(5)
+    w.append_records(8, per_batch=3, key_prefix="b")
+    log_path, _base = closed_segment(w)
+    before = (log_path.read_bytes(), log_path.stat().st_mtime_ns)
+    erased = {b"user-1", b"b-4"}
+    found = offsets_of_keys(log_path, erased)
+    assert (log_path.read_bytes(), log_path.stat().st_mtime_ns) == before
+    removed = clean_segment(log_path, tmp_path / "cleaned.log", erased).removed_offsets
+    assert found == removed and len(found) == 3
+    assert offsets_of_keys(log_path, {b"absent"}) == ()
+
+
+def test_the_scan_of_a_segment_being_written_stops_at_its_valid_prefix(make_writer, tmp_path: Path) -> None:
+    """The active segment's last batch may be half written: ``valid_prefix`` reads what precedes
+    it, as Kafka's recovery keeps a log's valid prefix; a closed segment cut short is refused."""
+    w = make_writer(codec=CODEC_ZSTD)
+    w.append([(b"user-1", b"whole")])
+    w.append([(b"user-1", b"being written"), (b"other", b"z")])
+    log_path, _base = closed_segment(w)
+    headers = list(iter_batch_headers(log_path))
+    cut = tmp_path / "00000000000000000000.log"
+    cut.write_bytes(log_path.read_bytes()[: headers[-1].position + HEADER_SIZE + 3])
+    assert offsets_of_keys(cut, {b"user-1"}, valid_prefix=True) == (headers[0].base_offset,)
+    with pytest.raises(CorruptLogError):
+        offsets_of_keys(cut, {b"user-1"})
 
 
 # --- hostile input ---------------------------------------------------------------------------

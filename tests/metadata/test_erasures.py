@@ -11,6 +11,8 @@ from tiering_core.metadata.erasures import (
     FINISHED,
     HELD,
     ErasureRecord,
+    LocalSegment,
+    LocalSegments,
     SegmentErasure,
     TableErasureFigures,
     TableErasureRecord,
@@ -38,6 +40,25 @@ def test_an_erasure_is_updated_as_it_goes_and_read_back_newest_first(metadata_ur
         assert store.erasures() == [other, done]
         assert store.erasures("orders") == [done]
         assert done.records_removed == 5 and done.to_dict()["records_removed"] == 5
+        assert done.local_segments is None  # not looked at
+
+        local = LocalSegments(
+            "/var/lib/kafka",
+            (
+                LocalSegment(0, "00000000000000000000.log", 3, 1_000, copied=True, removed_by_time_ms=61_000),
+                LocalSegment(9, "00000000000000000009.log", 1, 2_000, active=True, copied=False),
+            ),
+            segments_read=2,
+            local_retention_ms=60_000,
+            local_retention_bytes=-1,
+            checked_ms=40,
+        )
+        named = replace(done, local_segments=local)
+        store.record_erasure(named)
+        assert store.erasures("orders") == [named] and named.to_dict()["local_segments"]["records"] == 4
+        elsewhere = replace(done, local_segments=LocalSegments(None, not_checked="no log dir of orders-0 on this host"))
+        store.record_erasure(elsewhere)
+        assert store.erasures("orders") == [elsewhere]
 
 
 def test_the_figures_count_each_topic_s_erasures_by_outcome_and_sum_what_they_removed(metadata_url: str) -> None:

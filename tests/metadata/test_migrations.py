@@ -16,7 +16,13 @@ from sqlalchemy import Engine, create_engine, inspect, text
 
 import tiering_core.metadata.migrations
 from tests.metadata.support import finish, refused_then_upgraded, segment, start_in, tip, worker
-from tiering_core.metadata.erasures import ErasureRecord, SegmentErasure, TableErasureRecord
+from tiering_core.metadata.erasures import (
+    ErasureRecord,
+    LocalSegment,
+    LocalSegments,
+    SegmentErasure,
+    TableErasureRecord,
+)
 from tiering_core.metadata.errors import MetadataStoreError, SchemaAheadError
 from tiering_core.metadata.migrations import current_revision, downgrade, head_revision, upgrade
 from tiering_core.metadata.models import DIALECT_INDEXES, Base
@@ -448,6 +454,42 @@ def test_0014_adds_the_table_erasures_and_keeps_the_partitions_erasures(metadata
         downgrade(metadata_url, "0013_erasures")
         assert "tiering_table_erasures" not in tiering_tables(engine)
         assert partition_erasures() == [("e-1", 0, 3)]
+        upgrade(metadata_url)
+        assert schema_diffs(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_0015_adds_the_local_segments_to_the_erasures_and_keeps_those_recorded_before(metadata_url: str) -> None:
+    """A store at 0014 (a partition's erasure in it) is refused on open, then gains the broker's
+    local segments in each partition's erasure by the upgrade (NULL for the one recorded before:
+    it did not look); an erasure naming them is read back as recorded; the way back drops only
+    the column."""
+    upgrade(metadata_url, "0014_table_erasures")
+    engine = create_engine(metadata_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tiering_erasures (erasure_id, topic, topic_id, partition, key_sha256, requested_by, "
+                    "segments, records_removed, segments_read, outcome, started_ms) VALUES ('e-1', 'orders', "
+                    f"'{TIP.topic_id}', 0, '[]', 'tiering erase', '[]', 3, 2, 'finished', 5)"
+                )
+            )
+        local = LocalSegments(
+            "/var/lib/kafka", (LocalSegment(40, "00000000000000000040.log", 2, 1_000, False, True, 61_000),), 3, 60_000
+        )
+        record = ErasureRecord("e-2", "orders", TIP.topic_id, 1, ("ab" * 32,), "me", 6, local_segments=local)
+        refused_then_upgraded(metadata_url, "0014_table_erasures")
+        with RemoteLogMetadataStore(metadata_url) as store:
+            store.record_erasure(record)
+            found = {r.erasure_id: r for r in store.erasures("orders")}
+            assert found["e-2"] == record and found["e-1"].local_segments is None
+        downgrade(metadata_url, "0014_table_erasures")
+        assert "local_segments" not in {c["name"] for c in inspect(engine).get_columns("tiering_erasures")}
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT erasure_id, records_removed FROM tiering_erasures ORDER BY erasure_id"))
+            assert [tuple(r) for r in rows] == [("e-1", 3), ("e-2", 0)]
         upgrade(metadata_url)
         assert schema_diffs(engine) == []
     finally:

@@ -18,7 +18,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 from tests.real_kafka.cluster import BROKER_SETTINGS, KafkaCluster
 from tests.real_kafka.conftest import PrivateKafka
 from tests.real_kafka.test_broker_files import settled_end
-from tiering_core.kafka.cleaner import CleanedLog, clean_log
+from tiering_core.kafka.cleaner import CleanedLog, clean_log, offsets_of_keys
 from tiering_core.kafka.records import Record, iter_batches
 
 TOPIC = "erasure"
@@ -118,6 +118,7 @@ def clean_closed_segments(partition: Path, into: Path) -> dict[int, tuple[bytes,
         base = int(log_path.stem)
         original = log_path.read_bytes()
         result = clean_log(original, ERASED, base, where=log_path, index_interval_bytes=INDEX_INTERVAL)
+        assert offsets_of_keys(log_path, ERASED) == result.result.removed_offsets  # the erasure's local scan
         (into / log_path.name).write_bytes(result.log)
         (into / f"{log_path.stem}.index").write_bytes(result.offset_index)
         (into / f"{log_path.stem}.timeindex").write_bytes(result.time_index)

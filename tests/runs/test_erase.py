@@ -222,8 +222,13 @@ def test_the_command_erases_names_what_it_did_and_never_echoes_a_key(
     assert main([*argv, "--yes"]) == 0
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
-    assert len(lines) == 4 and lines[-1].endswith("1 key(s), 1 partition(s), removed 4 record(s)")
+    assert len(lines) == 7 and lines[-1].endswith("1 key(s), 1 partition(s), removed 4 record(s)")
     assert all("removed" in line for line in lines[:2])
+    assert lines[3].startswith(f"orders-0: 2 local segment(s) in {tiering_env.log_dir} still hold 4 record(s)")
+    holding = [w.segment_bases()[i] for i in (0, 2)]  # the local segments holding it: the broker's, untouched
+    assert [line.split(": ")[1] for line in lines[4:6]] == [
+        f"local segment {b:020d}.log (base offset {b})" for b in holding
+    ]
     assert ERASED.decode() not in captured.out + captured.err
     assert_erased(tiering_env, w, before, {ERASED})
 

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tiering_core.metadata.erasures import HELD, ErasureRecord, SegmentErasure, TableErasureRecord
+from tiering_core.metadata.erasures import (
+    HELD,
+    ErasureRecord,
+    LocalSegment,
+    LocalSegments,
+    SegmentErasure,
+    TableErasureRecord,
+)
 from tiering_core.runs.erase import ErasureResult, PartitionErasure, SegmentHit, TableErasure
-from tiering_core.runs.erase_report import format_erasure, format_erasures
+from tiering_core.runs.erase_report import format_erasure, format_erasures, local_segment_lines
 
 
 def test_the_lines_name_each_segment_and_the_counts() -> None:
@@ -52,3 +59,38 @@ def test_an_export_table_s_part_is_a_line_of_its_own_and_a_held_snapshot_is_name
     assert format_erasures([], [record]) == (
         "e-1 table kafka.orders held: 2 row(s) deleted, 1 data file(s) deleted, 3 snapshot(s) expired, started 5"
     )
+
+
+def test_the_local_segments_lines_say_when_retention_removes_each_or_why_it_cannot_be_said() -> None:
+    """Never by time (-1), not known here (None), the active segment, one not yet copied, and the
+    size limit named without a time; a partition not checked, or holding none, in one line."""
+    segments = (
+        LocalSegment(0, "00000000000000000000.log", 2, 1_700_000_000_000),
+        LocalSegment(10, "00000000000000000010.log", 1, 1_700_000_100_000, copied=False),
+        LocalSegment(20, "00000000000000000020.log", 1, 1_700_000_200_000, active=True),
+    )
+    never = LocalSegments("/kafka", segments, 3, local_retention_ms=-1, local_retention_bytes=-1)
+    assert local_segment_lines("orders-0", never) == [
+        "orders-0: 3 local segment(s) in /kafka still hold 4 record(s) of the key(s): the broker's files, which "
+        "the platform cannot change; local retention removes them",
+        "orders-0: local segment 00000000000000000000.log (base offset 0): 2 record(s); never by time "
+        "(local.retention.ms -1); never by size (local.retention.bytes -1)",
+        "orders-0: local segment 00000000000000000010.log (base offset 10): 1 record(s); never by time "
+        "(local.retention.ms -1) once copied to the tier (not yet: the next copy tiers the key(s) again); "
+        "never by size (local.retention.bytes -1)",
+        "orders-0: local segment 00000000000000000020.log (base offset 20): 1 record(s); the active segment: "
+        "retention never removes it before it rolls; never by size (local.retention.bytes -1)",
+    ]
+    unknown = LocalSegments("/kafka", segments[:1], 1)
+    assert local_segment_lines("orders-0", unknown)[1].endswith(
+        "by time: not known here (local.retention.ms not known); by size: not known here "
+        "(local.retention.bytes not known)"
+    )
+    none = LocalSegments("/kafka", (), 4, 60_000, -1)
+    assert local_segment_lines("orders-0", none) == ["orders-0: no local segment holds the key(s) (4 read in /kafka)"]
+    elsewhere = LocalSegments(None, not_checked="no log dir of orders-0 on this host")
+    assert local_segment_lines("e-1 orders-0", elsewhere) == [
+        "e-1 orders-0: local segments not checked: no log dir of orders-0 on this host"
+    ]
+    record = ErasureRecord("e-1", "orders", "T" * 22, 0, ("aa" * 32,), "me", 5, local_segments=elsewhere)
+    assert format_erasures([record]).splitlines()[1] == local_segment_lines("e-1 orders-0", elsewhere)[0]

@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from tiering_core import __version__
 from tiering_core.config.metadata import safe_url
 from tiering_core.errors import StoreBindingError
+from tiering_core.humanize import fmt_utc
 from tiering_core.storage.identity import PrefixIdentity, identity_key, read_identity, write_identity
 from tiering_core.storage.layout import ObjectKind, parse_segment_key
 
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from tiering_core.storage.remote import RemoteStorage
 
 log = logging.getLogger(__name__)
-
-
-def _when(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def first_finished_manifest(storage: RemoteStorage) -> str | None:
@@ -71,14 +67,14 @@ def check_binding(store: RemoteLogMetadataStore, storage: RemoteStorage) -> Pref
     url = safe_url(store.url)
     if me.recovering:
         raise StoreBindingError(
-            f"metadata store {url}: a `tiering recover` into it started {_when(me.recovery_started_ms or 0)} "
+            f"metadata store {url}: a `tiering recover` into it started {fmt_utc(me.recovery_started_ms or 0)} "
             "and has not finished; nothing was written: run `tiering recover` again to finish it"
         )
     found = read_identity(storage)
     if found is not None:
         if found.store_id != me.store_id:
             raise StoreBindingError(
-                f"{where} binds the prefix to metadata store {found.store_id} (since {_when(found.bound_at_ms)}, "
+                f"{where} binds the prefix to metadata store {found.store_id} (since {fmt_utc(found.bound_at_ms)}, "
                 f"platform {found.platform_version}), not to {url} ({me.store_id}); nothing was written: point "
                 "metadata.url at that store, or if it is lost, rebuild a store with `tiering recover`"
             )

@@ -31,6 +31,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tiering_core.errors import CorruptLogError
 from tiering_core.kafka.batch import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
@@ -275,3 +276,35 @@ def clean_segment(
             target.unlink(missing_ok=True)  # never leave half a segment behind
             raise
     return tally.result()
+
+
+def offsets_of_keys(
+    source: Path,
+    erase: KeyPredicate | Collection[bytes],
+    *,
+    max_batch_bytes: int | None = None,
+    valid_prefix: bool = False,
+) -> tuple[int, ...]:
+    """The offsets of the records whose key ``erase`` names in the ``.log`` at ``source``: what
+    ``clean_segment`` would remove, read-only (a broker's own segment, which the platform never
+    writes), each batch decoded as the cleaner decodes it (CRC checked, decompression capped).
+
+    ``valid_prefix`` stops quietly where a batch cannot be framed, as Kafka's recovery keeps a
+    log's valid prefix: the active segment, whose last batch the broker may be writing.
+    """
+    predicate = key_predicate(erase)
+    found: list[int] = []
+    frames = iter_batch_data(source, max_batch_bytes=max_batch_bytes)
+    while True:
+        try:
+            position, data = next(frames)
+        except StopIteration:
+            break
+        except CorruptLogError:
+            if valid_prefix:
+                break
+            raise
+        header, records = decode_batch(data, Path(source), position)
+        if not header.is_control:
+            found.extend(r.offset for r in records if r.key is not None and predicate(r.key))
+    return tuple(found)

@@ -2,8 +2,10 @@
 erasure and partition, the SHA-256 of each erased key, who asked, when, the segments copied
 again without the keys and the records removed; per erasure and export table
 (``tiering_table_erasures``), the rows deleted from the table, the data files holding the keys
-deleted and the snapshots expired. It never holds a key: only its digest, so the trail can show
-that a key was erased without being a copy of it."""
+deleted and the snapshots expired. Per partition it also names the broker's local segments that
+still held the keys on the erasing host (``LocalSegments``): the platform cannot change the
+broker's files, so the trail says which and when local retention removes them. It never holds a
+key: only its digest, so the trail can show that a key was erased without being a copy of it."""
 
 from __future__ import annotations
 
@@ -42,6 +44,55 @@ class SegmentErasure:
 
 
 @dataclass(frozen=True)
+class LocalSegment:
+    """A segment of the broker's local log still holding records of the erased keys: by base
+    offset and file name, the count of those records, its largest record timestamp (what local
+    retention by time measures, -1: none), whether it is the active segment (retention never
+    removes it before it rolls) and whether the tier holds its offsets (a tiered topic's local
+    segment is removed only once copied; one not copied yet is copied with the keys).
+    ``removed_by_time_ms``: its largest timestamp plus the effective ``local.retention.ms``
+    (None: never by time, unknown, or the active segment)."""
+
+    base_offset: int
+    file_name: str
+    records: int
+    largest_timestamp_ms: int
+    active: bool = False
+    copied: bool = True
+    removed_by_time_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class LocalSegments:
+    """What a partition's local log on the erasing host still held of the keys: ``log_dir`` read
+    (None: not checked, ``not_checked`` says why), the segments holding them, and the topic's
+    effective ``local.retention.ms`` and ``local.retention.bytes`` then (None: not known here)."""
+
+    log_dir: str | None
+    segments: tuple[LocalSegment, ...] = ()
+    segments_read: int = 0
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
+    not_checked: str | None = None
+    checked_ms: int = 0
+
+    @property
+    def records(self) -> int:
+        """The keys' records the local segments still held."""
+        return sum(s.records for s in self.segments)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: the store's column, ``--json`` and XCom."""
+        return {**asdict(self), "segments": [asdict(s) for s in self.segments], "records": self.records}
+
+    @classmethod
+    def from_dict(cls, found: dict[str, Any]) -> LocalSegments:
+        """Back from ``to_dict`` (the store's column)."""
+        values = {k: v for k, v in found.items() if k not in ("segments", "records")}
+        return cls(**values, segments=tuple(LocalSegment(**s) for s in found.get("segments", ())))
+
+
+@dataclass(frozen=True)
 class ErasureRecord:
     """One partition's part of an erasure (``erasure_id`` names the request across partitions)."""
 
@@ -56,6 +107,8 @@ class ErasureRecord:
     segments_read: int = 0
     outcome: str = STARTED
     finished_ms: int | None = None
+    #: The broker's local segments still holding the keys (None: not looked at).
+    local_segments: LocalSegments | None = None
 
     @property
     def records_removed(self) -> int:
@@ -64,7 +117,9 @@ class ErasureRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, for ``erase --status --json``."""
-        return {**asdict(self), "key_sha256": list(self.key_sha256), "records_removed": self.records_removed}
+        local = None if self.local_segments is None else self.local_segments.to_dict()
+        found = {**asdict(self), "key_sha256": list(self.key_sha256), "records_removed": self.records_removed}
+        return {**found, "local_segments": local}
 
 
 @dataclass(frozen=True)
@@ -137,6 +192,7 @@ class ErasureStore(StoreCore):
             "outcome": record.outcome,
             "started_ms": record.started_ms,
             "finished_ms": record.finished_ms,
+            "local_segments": None if record.local_segments is None else json.dumps(record.local_segments.to_dict()),
         }
         e = ERASURES.c
         where = (e.erasure_id == record.erasure_id, e.topic_id == record.topic_id, e.partition == record.partition)
@@ -201,6 +257,7 @@ class ErasureStore(StoreCore):
                 row.segments_read,
                 row.outcome,
                 row.finished_ms,
+                None if row.local_segments is None else LocalSegments.from_dict(json.loads(row.local_segments)),
             )
             for row in rows
         ]

@@ -133,7 +133,9 @@ class ErasureRow(Base):
     """One partition's part of an erasure by record key (``tiering erase``): the SHA-256 of each
     erased key (JSON list of hex; never a key), who asked, when, the segments copied again
     without the keys (JSON ``[[old id, new id, records removed], ...]``) and the records removed.
-    Updated as each segment is switched, so a run killed part-way leaves what it did."""
+    Updated as each segment is switched, so a run killed part-way leaves what it did.
+    ``local_segments`` (JSON, revision 0015) names the broker's local segments still holding the
+    keys on the erasing host (NULL: not looked at)."""
 
     __tablename__ = "tiering_erasures"
     __table_args__ = (
@@ -154,6 +156,7 @@ class ErasureRow(Base):
     outcome: Mapped[str] = mapped_column(String(16))
     started_ms: Mapped[int] = mapped_column(BigInteger)
     finished_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    local_segments: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class TableErasureRow(Base):

@@ -13,7 +13,9 @@ are untouched); the old objects are deleted after. A run killed anywhere leaves 
 a started deletion, which the next run finishes before it erases again.
 
 The audit trail (``metadata/erasures.py``) records each partition's erasure as it goes: the
-SHA-256 of each key, never a key, and no key appears in a log line or message either.
+SHA-256 of each key, never a key, and no key appears in a log line or message either. It ends
+with the broker's local segments on this host that still hold the keys (``erase_local.py``): the
+platform cannot change them, so the trail names them and when local retention removes them.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from tiering_core.kafka.cleaner import CleanerResult, clean_segment
 from tiering_core.kafka.files import read_regular
 from tiering_core.kafka.index_rebuild import rebuild_indexes
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.metadata.erasures import FINISHED, ErasureRecord, SegmentErasure
+from tiering_core.metadata.erasures import FINISHED, ErasureRecord, LocalSegments, SegmentErasure
 from tiering_core.metadata.states import RemoteLogSegmentState
+from tiering_core.runs.erase_local import local_segments_holding
 from tiering_core.runs.errors import ErasureRefusedError
 from tiering_core.runs.rewrite import replace_segment
 from tiering_core.storage.key_filter import HEADER, MAX_BITS, KeyFilter, KeyFilterError
@@ -101,7 +104,8 @@ class SegmentHit:
 @dataclass
 class PartitionErasure:
     """One partition's erasure: segments read, those whose key filter ruled every key out (never
-    read), those holding the keys, and the cleanup of killed runs."""
+    read), those holding the keys, the cleanup of killed runs, and the broker's local segments
+    on this host still holding the keys."""
 
     topic: str
     partition: int
@@ -112,6 +116,7 @@ class PartitionErasure:
     segments_cleaned_up: int = 0
     hits: list[SegmentHit] = field(default_factory=list)
     dry_run: bool = False
+    local_segments: LocalSegments | None = None
 
     @property
     def records_removed(self) -> int:
@@ -119,7 +124,8 @@ class PartitionErasure:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, for ``--json`` and XCom."""
-        return {**asdict(self), "records_removed": self.records_removed}
+        local = None if self.local_segments is None else self.local_segments.to_dict()
+        return {**asdict(self), "records_removed": self.records_removed, "local_segments": local}
 
 
 @dataclass
@@ -257,6 +263,7 @@ def plan_partition_erasure(ctx: TieringContext, tip: TopicIdPartition, request: 
             out.hits.append(_hit(segment, cleaned.result))
         else:
             out.segments_unchanged += 1
+    out.local_segments = local_segments_holding(ctx, tip, request.keys)
     return out
 
 
@@ -304,8 +311,15 @@ def erase_partition(
             out.hits.append(_hit(segment, cleaned.result, new_id))
             record = replace(record, segments=(*done, replace(pending, new_segment_id=new_id)))
             ctx.metadata.record_erasure(record)
+        out.local_segments = local_segments_holding(ctx, tip, request.keys)
         ctx.metadata.record_erasure(
-            replace(record, segments_read=out.segments_read, outcome=FINISHED, finished_ms=_now_ms())
+            replace(
+                record,
+                segments_read=out.segments_read,
+                outcome=FINISHED,
+                finished_ms=_now_ms(),
+                local_segments=out.local_segments,
+            )
         )
     log.info(
         "%s: erasure %s read %d segment(s), copied %d again, removed %d record(s)",

@@ -1,14 +1,17 @@
 """The lines of an erasure and of the audit trail, for the command and the DAG tasks' logs (a
 module of their own, beside the driver, until the reporting layer takes them). They name keys
-by count and erasures by id, never a key."""
+by count and erasures by id, never a key; the broker's local segments still holding the keys by
+base offset and file name."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tiering_core.humanize import fmt_duration, fmt_utc
+
 if TYPE_CHECKING:
-    from tiering_core.metadata.erasures import ErasureRecord, TableErasureRecord
+    from tiering_core.metadata.erasures import ErasureRecord, LocalSegment, LocalSegments, TableErasureRecord
     from tiering_core.runs.erase import ErasureResult, TableErasure
 
 
@@ -28,6 +31,8 @@ def format_erasure(result: ErasureResult) -> str:
             f"{p.topic}-{p.partition}: read {p.segments_read} segment(s) ({p.segments_filtered_out} ruled out "
             f"by their key filter), {len(p.hits)} held the key(s), {p.segments_unchanged} left as they were"
         )
+        if p.local_segments is not None:
+            lines.extend(local_segment_lines(f"{p.topic}-{p.partition}", p.local_segments))
     lines.extend(_table_line(t, result.dry_run) for t in result.tables)
     removed = sum(p.records_removed for p in result.partitions)
     failed = f", {len(result.failures)} failure(s)" if result.failures else ""
@@ -72,10 +77,60 @@ def format_erasures(records: list[ErasureRecord], tables: Sequence[TableErasureR
 
 
 def _partition_lines(records: list[ErasureRecord]) -> list[str]:
-    return list(
-        f"{r.erasure_id} {r.topic}-{r.partition} {r.outcome}: {len(r.key_sha256)} key(s), "
-        f"{sum(s.new_segment_id is not None for s in r.segments)} segment(s) copied again, "
-        f"{r.records_removed} record(s) removed, "
-        f"by {r.requested_by}, started {r.started_ms}"
-        for r in records
+    lines = []
+    for r in records:
+        lines.append(
+            f"{r.erasure_id} {r.topic}-{r.partition} {r.outcome}: {len(r.key_sha256)} key(s), "
+            f"{sum(s.new_segment_id is not None for s in r.segments)} segment(s) copied again, "
+            f"{r.records_removed} record(s) removed, "
+            f"by {r.requested_by}, started {r.started_ms}"
+        )
+        if r.local_segments is not None:
+            lines.extend(local_segment_lines(f"{r.erasure_id} {r.topic}-{r.partition}", r.local_segments))
+    return lines
+
+
+def local_segment_lines(where: str, local: LocalSegments) -> list[str]:
+    """The broker's local segments still holding the keys: why they were not checked, none, or
+    one line each with when local retention removes it (the platform never changes them)."""
+    if local.not_checked is not None:
+        return [f"{where}: local segments not checked: {local.not_checked}"]
+    if not local.segments:
+        return [f"{where}: no local segment holds the key(s) ({local.segments_read} read in {local.log_dir})"]
+    lines = [
+        f"{where}: {len(local.segments)} local segment(s) in {local.log_dir} still hold {local.records} record(s) "
+        "of the key(s): the broker's files, which the platform cannot change; local retention removes them"
+    ]
+    size = _by_size(local.local_retention_bytes)
+    for segment in local.segments:
+        lines.append(
+            f"{where}: local segment {segment.file_name} (base offset {segment.base_offset}): "
+            f"{segment.records} record(s); {_by_time(segment, local.local_retention_ms)}; {size}"
+        )
+    return lines
+
+
+def _by_time(segment: LocalSegment, retention_ms: int | None) -> str:
+    """When local retention by time removes ``segment`` (Kafka's rule: its largest timestamp plus
+    the effective ``local.retention.ms``, once copied to the tier, never the active segment)."""
+    if segment.active:
+        return "the active segment: retention never removes it before it rolls"
+    not_copied = "" if segment.copied else " once copied to the tier (not yet: the next copy tiers the key(s) again)"
+    if retention_ms is None:
+        return f"by time: not known here (local.retention.ms not known){not_copied}"
+    if retention_ms < 0:
+        return f"never by time (local.retention.ms -1){not_copied}"
+    if segment.removed_by_time_ms is None:
+        return f"by time: not known (no timestamp){not_copied}"
+    return (
+        f"by time from {fmt_utc(segment.removed_by_time_ms)} (largest timestamp {fmt_utc(segment.largest_timestamp_ms)}"
+        f" + local.retention.ms {fmt_duration(retention_ms)}){not_copied}"
     )
+
+
+def _by_size(retention_bytes: int | None) -> str:
+    if retention_bytes is None:
+        return "by size: not known here (local.retention.bytes not known)"
+    if retention_bytes < 0:
+        return "never by size (local.retention.bytes -1)"
+    return f"local.retention.bytes {retention_bytes} applies: sooner once the local log outgrows it (no time known)"

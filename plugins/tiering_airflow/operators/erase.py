@@ -1,6 +1,8 @@
 """``TieringEraseOperator``: the erase DAG's task (``export.erase.erase_topic``: the tier, then the
-topic's export tables), apart from the partition operators because it reads no broker's disk:
-only the metadata store, the bucket and the export catalog."""
+topic's export tables), apart from the partition operators because it needs no broker's disk:
+it writes only the metadata store, the bucket and the export catalog, and reads a broker's log dir
+(read-only) only to name the local segments still holding the keys where the worker has one; a
+worker without it names them as not checked."""
 
 from __future__ import annotations
 
