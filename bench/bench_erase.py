@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--segments", type=int, default=100, help="closed segments per partition (default 100)")
-    parser.add_argument("--records", type=int, default=1000, help="records per segment (default 1000)")
+    parser.add_argument("--records", type=int, default=4000, help="records per segment (default 4000: 880 KiB)")
     parser.add_argument("--quick", action="store_true", help="2 partitions x 50 segments of 200 records")
     args = parser.parse_args(argv)
     if args.quick:
