@@ -1,4 +1,5 @@
-"""Offset, time and transaction indexes: codecs, Kafka's lookups, and rebuilds equal to the written files."""
+"""Offset, time and transaction indexes: codecs, Kafka's lookups, and what the writer's files hold
+(their rebuild from the ``.log``: test_index_rebuild.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tiering_core.errors import CorruptLogError
-from tiering_core.kafka.batch import LogFile, iter_batch_headers
+from tiering_core.kafka.batch import iter_batch_headers
 from tiering_core.kafka.index import (
     AbortedTxn,
     OffsetIndexEntry,
@@ -24,97 +25,8 @@ from tiering_core.kafka.index import (
     parse_txn_index,
     read_offset_index,
     read_time_index,
-    read_txn_index,
 )
-from tiering_core.kafka.index_rebuild import decode_end_transaction_marker, rebuild_indexes
 from tiering_core.kafka.partition_log import PartitionLog
-from tiering_core.kafka.records import ControlRecordType, RecordSpec, encode_batch, encode_control_batch
-
-
-def _assert_rebuilds_equal_files(log: PartitionLog, interval: int) -> None:
-    ongoing: dict[int, int] = {}
-    for segment in log.segments:
-        active = segment == log.active_segment
-        rebuilt = rebuild_indexes(
-            segment.log_path,
-            segment.base_offset,
-            index_interval_bytes=interval,
-            is_active=active,
-            open_txn_first_offsets=ongoing,
-        )
-        ongoing = rebuilt.open_transactions
-        offset_index = segment.index_path.read_bytes()
-        time_index = segment.time_index_path.read_bytes()
-        if active:  # pre-allocated, zero-filled tail
-            assert not offset_index[len(rebuilt.offset_index) :].strip(b"\0")
-            assert not time_index[len(rebuilt.time_index) :].strip(b"\0")
-            offset_index = offset_index[: len(rebuilt.offset_index)]
-            time_index = time_index[: len(rebuilt.time_index)]
-        assert offset_index == rebuilt.offset_index, segment
-        assert time_index == rebuilt.time_index, segment
-        stored_txn = segment.txn_index_path.read_bytes() if segment.txn_index_path else b""
-        assert stored_txn == rebuilt.txn_index, segment
-
-
-@pytest.mark.parametrize("interval", [0, 1, 512, 4096, 1 << 20])
-def test_rebuilt_indexes_equal_the_written_ones(make_writer, interval: int) -> None:
-    w = make_writer(segment_bytes=4000, index_interval_bytes=interval)
-    for i in range(12):
-        w.append_records(40, value_size=30, per_batch=5, key_prefix=f"r{i}")
-        w.append([(b"t", b"x")], producer_id=9, transactional=True)
-        w.append_records(3, value_size=10)
-        if i % 2:
-            w.abort(9)
-        else:
-            w.commit(9)
-    w.set_high_watermark()
-    log = PartitionLog(w.path)
-    assert len(log.segments) > 3
-    _assert_rebuilds_equal_files(log, interval)
-    aborted = [a for s in log.segments if s.txn_index_path for a in read_txn_index(s.txn_index_path)]
-    assert len(aborted) == 6
-    assert all(a.first_offset < a.last_offset < a.last_stable_offset for a in aborted)
-
-
-def test_rebuild_with_timestamps_going_back_and_forth(make_writer) -> None:
-    w = make_writer(segment_bytes=3000, index_interval_bytes=300)
-    stamps = [5000, 4000, 9000, 9000, 100, 12000, 11000, 12001, 3, 20000] * 6
-    for i, ts in enumerate(stamps):
-        w.append([RecordSpec(b"k%d" % i, b"v" * 90, ts), RecordSpec(b"j", b"w", ts - 50)])
-    w.set_high_watermark()
-    log = PartitionLog(w.path)
-    assert len(log.segments) > 2
-    _assert_rebuilds_equal_files(log, 300)
-    for segment in log.closed_segments:
-        times = read_time_index(segment.time_index_path, segment.base_offset)
-        headers = list(iter_batch_headers(segment.log_path))
-        true_max = max(h.max_timestamp for h in headers)
-        # The roll entry: the segment's max timestamp and the last offset of the first batch carrying it.
-        assert times[-1] == TimeIndexEntry(
-            true_max, next(h.last_offset for h in headers if h.max_timestamp == true_max)
-        )
-        assert [t.timestamp for t in times] == sorted({t.timestamp for t in times})
-
-
-def test_a_transaction_begun_in_an_earlier_segment_needs_the_producer_state(make_writer) -> None:
-    w = make_writer(segment_bytes=10**9, index_interval_bytes=100)
-    first, _ = w.append([(b"a", b"1")], producer_id=1, transactional=True)
-    w.append_records(5)
-    w.roll()
-    other, _ = w.append([(b"b", b"2")], producer_id=2, transactional=True)
-    marker = w.abort(1)
-    marker2 = w.abort(2)
-    w.set_high_watermark()
-    log = PartitionLog(w.path)
-    second = log.segments[1]
-    assert read_txn_index(second.txn_index_path) == [
-        AbortedTxn(1, first, marker, other),  # producer 2's transaction was still open: LSO = its first offset
-        AbortedTxn(2, other, marker2, marker2 + 1),
-    ]
-    good = rebuild_indexes(second.log_path, second.base_offset, is_active=True, open_txn_first_offsets={1: first})
-    assert good.txn_index == second.txn_index_path.read_bytes() and good.open_transactions == {}
-    blind = parse_txn_index(rebuild_indexes(second.log_path, second.base_offset, is_active=True).txn_index)
-    assert blind[0] == AbortedTxn(1, marker, marker, other)  # without it, Kafka too starts the txn at the marker
 
 
 def test_active_index_reads_stop_at_the_zero_tail(make_writer) -> None:
@@ -212,84 +124,3 @@ def test_malformed_index_names_file_and_position(
         parse(data, 0, path) if parse is not parse_txn_index else parse(data, path)
     assert err.value.path == path and err.value.position == position
     assert f"{path}: at byte {position}" in str(err.value)
-
-
-def test_missing_index_is_rebuildable(make_writer) -> None:
-    w = make_writer(segment_bytes=5000, index_interval_bytes=256)
-    w.append_records(200, value_size=40)
-    w.set_high_watermark()
-    seg = PartitionLog(w.path).segments[0]
-    original = (seg.index_path.read_bytes(), seg.time_index_path.read_bytes())
-    seg.index_path.unlink()
-    seg.time_index_path.unlink()
-    assert not PartitionLog(w.path).segments[0].has_index
-    rebuilt = rebuild_indexes(seg.log_path, seg.base_offset, index_interval_bytes=256)
-    assert (rebuilt.offset_index, rebuilt.time_index) == original and original[0]
-
-
-def test_rebuild_reports_damage_and_bad_markers(tmp_path: Path) -> None:
-    log = tmp_path / "00000000000000000000.log"
-    good = encode_batch(
-        [RecordSpec(b"a", b"1", 5)],
-        base_offset=0,
-        partition_leader_epoch=0,
-        producer_id=4,
-        producer_epoch=0,
-        base_sequence=0,
-        transactional=True,
-    )
-    leader_change = encode_control_batch(
-        ControlRecordType.LEADER_CHANGE,
-        base_offset=1,
-        partition_leader_epoch=0,
-        producer_id=4,
-        producer_epoch=0,
-        coordinator_epoch=0,
-        timestamp=6,
-    )
-    log.write_bytes(good + leader_change)
-    with pytest.raises(CorruptLogError, match="LEADER_CHANGE record, not a transaction marker") as err:
-        rebuild_indexes(log, 0)
-    assert err.value.position == len(good)
-    log.write_bytes(good + good[:40])
-    with pytest.raises(CorruptLogError, match="header needs 61 bytes") as err:
-        rebuild_indexes(log, 0)
-    assert err.value.position == len(good)
-    empty = tmp_path / "00000000000000000009.log"
-    empty.write_bytes(b"")
-    assert rebuild_indexes(empty, 9).offset_index == b""
-
-
-def test_a_marker_is_decoded_from_its_batch_bytes_and_named_at_its_position(tmp_path: Path) -> None:
-    log = tmp_path / "00000000000000000000.log"
-    good = encode_batch(
-        [RecordSpec(b"a", b"1", 5)],
-        base_offset=0,
-        partition_leader_epoch=0,
-        producer_id=4,
-        producer_epoch=0,
-        base_sequence=0,
-        transactional=True,
-    )
-    markers = {
-        kind: encode_control_batch(
-            kind,
-            base_offset=1,
-            partition_leader_epoch=0,
-            producer_id=4,
-            producer_epoch=0,
-            coordinator_epoch=3,
-            timestamp=6,
-        )
-        for kind in (ControlRecordType.COMMIT, ControlRecordType.LEADER_CHANGE)
-    }
-    log.write_bytes(good + markers[ControlRecordType.COMMIT])
-    (header,) = list(iter_batch_headers(log, len(good)))
-    with LogFile(log) as log_file:
-        marker = decode_end_transaction_marker(log_file.batch_bytes(header), header, log)
-    assert (marker.type, marker.coordinator_epoch) == (ControlRecordType.COMMIT, 3)
-    log.write_bytes(good + markers[ControlRecordType.LEADER_CHANGE])
-    (header,) = list(iter_batch_headers(log, len(good)))
-    with LogFile(log) as log_file, pytest.raises(CorruptLogError, match="not a transaction marker") as err:
-        decode_end_transaction_marker(log_file.batch_bytes(header), header, log)
-    assert err.value.path == log and err.value.position == len(good)

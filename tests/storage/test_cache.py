@@ -65,3 +65,11 @@ def test_concurrent_puts_keep_both_bounds() -> None:
         thread.join()
     assert len(cache.items) <= 50 and cache.weight <= 10_000
     assert cache.weight == 300 * len(cache.items)
+
+
+def test_without_a_budget_only_the_count_bounds_it() -> None:
+    cache: RecentCache[str, int] = RecentCache(3)
+    for n, key in enumerate("abcd"):
+        cache.put(key, n, 10**12)
+    assert [key for key in "abcd" if cache.get(key) is not None] == ["b", "c", "d"]
+    assert cache.weight == 3 * 10**12
