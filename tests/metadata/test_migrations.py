@@ -496,19 +496,6 @@ def test_0015_adds_the_local_segments_to_the_erasures_and_keeps_those_recorded_b
         engine.dispose()
 
 
-def test_only_the_newest_replays_are_kept(metadata_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tiering_core.metadata.replays as replays
-
-    monkeypatch.setattr(replays, "KEPT_REPLAYS", 3)
-    with RemoteLogMetadataStore(metadata_url) as store:
-        for n in range(5):
-            store.record_replay(
-                ReplayRecord("orders", TIP.topic_id, n, "t", None, None, None, n, 0, "up to date", None, (), n, n)
-            )
-        assert store.replay_count() == 3
-        assert [r.partition for r in store.recent_replays(10)] == [4, 3, 2]
-
-
 def test_the_store_creates_a_fresh_database_at_head_and_refuses_a_newer_schema(metadata_url: str) -> None:
     with RemoteLogMetadataStore(metadata_url) as store:
         store.register_partition(TIP)
