@@ -612,24 +612,6 @@ def test_delete_lag_counts_breaches_and_started_deletions_once(fs_env: TieringEn
     assert remote_ranges(fs_env, w) == [(20, 24)]
 
 
-def test_delete_lag_of_unknown_and_removed_partitions(fs_env: TieringEnv) -> None:
-    w = fs_env.writer()
-    write_segments(w, 3)
-    w.set_high_watermark()
-    with fs_env.context() as ctx:
-        view = load_tier_view(ctx.partitions("orders", 0)[0], ctx.metadata)
-        topic = ctx.config.topic_config("orders")
-        assert delete_lag(view, ctx.metadata, topic, 0) == (0, 0)
-        assert ctx.metadata.get_partition(tip_of(w)) is None  # nothing registered by reading
-        run_copy(ctx, w.tp)
-        sizes = [s.size_bytes for s in ctx.metadata.list_segments(tip_of(w))]
-        lease = ctx.metadata.acquire_lease(tip_of(w), holder="removal")
-        ctx.metadata.mark_partition_for_deletion(tip_of(w), lease)
-        ctx.metadata.release_lease(lease)
-        view = load_tier_view(ctx.partitions("orders", 0)[0], ctx.metadata)
-        assert delete_lag(view, ctx.metadata, topic, 0) == (3, sum(sizes))
-
-
 # --- copies in flight and killed copies -------------------------------------------------------
 
 
