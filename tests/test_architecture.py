@@ -175,3 +175,26 @@ def test_no_module_over_500_lines_and_no_function_over_100() -> None:
             if (lines := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_FUNCTION_LINES:
                 too_long.append(f"{name}:{node.lineno}: {node.name}, {lines} lines")
     assert too_long == []
+
+
+#: The least share of the library's modules with logic that have their own test file.
+MIN_MIRRORED = 0.85
+
+
+def test_most_modules_have_their_own_test_file() -> None:
+    """Tests mirror the source: ``tiering_core/<package>/<module>.py`` is tested in
+    ``tests/<package>/test_<module>.py``. Counted over the modules that define a function (the
+    migration scripts aside: ``tests/metadata/test_migrations.py`` runs them all, in order)."""
+    with_logic, mirrored = [], []
+    for path in sorted(LIBRARY.rglob("*.py")):
+        relative = path.relative_to(LIBRARY)
+        if path.name == "__init__.py" or "migrations" in relative.parts:
+            continue
+        tree = ast.parse(path.read_text())
+        if not any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) for node in ast.walk(tree)):
+            continue
+        with_logic.append(relative.as_posix())
+        if (ROOT / "tests" / relative.parent / f"test_{path.name}").exists():
+            mirrored.append(relative.as_posix())
+    missing = sorted(set(with_logic) - set(mirrored))
+    assert len(mirrored) / len(with_logic) >= MIN_MIRRORED, f"{len(mirrored)} of {len(with_logic)}; none: {missing}"
