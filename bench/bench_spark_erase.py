@@ -1,0 +1,216 @@
+"""Erasure by record key on Spark beside one process: the same keys erased from two identical tiers.
+
+A topic of ``--partitions`` x ``--segments`` closed segments (``--records`` records of distinct keys
+each) is written once; each round copies it into two identical tiers (a bucket or a directory, and
+a metadata store, each), then erases a key file holding one key of every segment (every segment
+copied again without it) from one tier with ``tiering erase``'s driver in this process
+(``export.erase.erase_topic``) and from the other with ``spark_apps/erase_keys.py`` on local[2];
+the sides take turns going first, so neither always gets the warmer machine. Each side's time
+counts reading the key file and opening the context; the Spark session's start and its Python
+workers' start do not (their first import of the project falls in the first round, as a real
+run pays it).
+
+``--backend s3`` puts both tiers on one moto S3 server (a process of its own, as in
+``bench_spark.py``): a single Python process serving every request, which both sides share;
+``--backend filesystem`` (the default) leaves only the erasure's own work to measure.
+
+    python bench/bench_spark_erase.py [--backend filesystem|s3] [--partitions 8] [--segments 40]
+        [--records 1000] [--rounds 2] [--quick]
+
+Prints each round's times and ``RATIO spark_erase_speedup/one_process`` (target >= 1.6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench_spark import start_moto  # noqa: E402
+
+from spark_apps import runtime  # noqa: E402
+from spark_apps.erase_keys import main as erase_app  # noqa: E402
+from tests.engine_support import TieringEnv  # noqa: E402
+from tiering_core.export.erase import erase_topic  # noqa: E402
+from tiering_core.kafka.topic import TopicPartition  # noqa: E402
+from tiering_core.runs.copy import run_copy  # noqa: E402
+from tiering_core.runs.erase import ErasureRequest, ErasureResult  # noqa: E402
+from tiering_core.runs.erase_keys import KeyEncoding, read_key_file  # noqa: E402
+
+TOPIC = "bench-spark-erase"
+TARGET = 1.6
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def write_topic(env: TieringEnv, partitions: int, segments: int, records: int) -> tuple[list[TopicPartition], int]:
+    """Each partition's closed segments of distinct keys (and an active one); the partitions and
+    the bytes of the closed segments."""
+    value = os.urandom(200)
+    tps = []
+    for p in range(partitions):
+        w = env.writer(TOPIC, p)
+        for s in range(segments):
+            batch = [(f"key-{p}-{s}-{i}".encode(), value) for i in range(records)]
+            for at in range(0, records, 100):
+                w.append(batch[at : at + 100])
+            w.roll()
+        w.append([(b"active", value)])
+        w.set_high_watermark()
+        tps.append(w.tp)
+    size = sum(f.stat().st_size for f in env.log_dir.rglob("*.log"))
+    return tps, size
+
+
+class Tiers:
+    """Fresh identical tiers of the one log dir: each a config of its own (bucket or directory,
+    SQLite store), the topic copied into it."""
+
+    def __init__(self, root: Path, log_dir: Path, backend: str, endpoint: str | None) -> None:
+        self.root, self.log_dir, self.backend, self.endpoint = root, log_dir, backend, endpoint
+
+    def fresh(self, name: str, tps: list[TopicPartition]) -> TieringEnv:
+        if self.backend == "s3":
+            import boto3
+
+            boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+            remote: dict[str, Any] = {"backend": "s3", "bucket": name, "prefix": "t/", "endpoint_url": self.endpoint}
+        else:
+            remote = {"backend": "filesystem", "root": str(self.root / name)}
+        url = f"sqlite:///{self.root / f'{name}.db'}"
+        env = TieringEnv(self.root, self.log_dir, self.root / f"{name}.yaml", remote, url)
+        env.write_config()
+        with env.context() as ctx:
+            for tp in tps:
+                run_copy(ctx, tp)
+        return env
+
+
+def one_process(env: TieringEnv, key_file: Path) -> dict[str, Any]:
+    """``tiering erase``'s driver in this process: the key file read, every partition in turn."""
+    with env.context() as ctx:
+        request = ErasureRequest(TOPIC, read_key_file(key_file, KeyEncoding.UTF8), requested_by="bench")
+        result: ErasureResult = erase_topic(ctx, request)
+    return result.to_dict()
+
+
+def on_spark(spark: Any, env: TieringEnv, key_file: Path) -> dict[str, Any]:
+    """The Spark app on this session, its JSON read back."""
+    argv = ["--config", str(env.config_path), "--topic", TOPIC, "--key-file", str(key_file), "--yes", "--json"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = erase_app(argv, spark=spark)
+    if code != 0:
+        raise RuntimeError(f"erase_keys exited {code}")
+    document: dict[str, Any] = json.loads(out.getvalue())
+    return document
+
+
+def timed(fn: Callable[[], dict[str, Any]]) -> tuple[float, dict[str, Any]]:
+    t0 = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - t0, value
+
+
+@contextlib.contextmanager
+def endpoint(backend: str) -> Iterator[str | None]:
+    """moto's S3 server in a process of its own for ``s3``; nothing for ``filesystem``."""
+    if backend != "s3":
+        yield None
+        return
+    server, url = start_moto()
+    try:
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=("filesystem", "s3"), default="filesystem")
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--segments", type=int, default=40, help="closed segments per partition (default 40)")
+    parser.add_argument("--records", type=int, default=1000, help="records per segment (default 1000)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds; the sides alternate going first")
+    parser.add_argument("--quick", action="store_true", help="4 partitions x 5 segments of 200 records, one round")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.partitions, args.segments, args.records, args.rounds = 4, 5, 200, 1
+    for name, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench")):
+        os.environ.setdefault(name, value)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    total = args.partitions * args.segments
+    root = Path(tempfile.mkdtemp(prefix="bench-spark-erase-"))
+    t_start, spark = timed_session()
+    say(f"Spark session (local[2]) started in {t_start:.1f} s (not counted below)")
+    try:
+        with endpoint(args.backend) as url:
+            log_dir = root / "kafka-logs"
+            log_dir.mkdir()
+            writer_env = TieringEnv(root, log_dir, root / "writer.yaml", {}, "")
+            tps, size = write_topic(writer_env, args.partitions, args.segments, args.records)
+            keys = [f"key-{p}-{s}-0" for p in range(args.partitions) for s in range(args.segments)]
+            key_file = root / "keys.txt"
+            key_file.write_text("".join(k + "\n" for k in keys))
+            say(
+                f"{args.partitions} partitions x {args.segments} segments x {args.records} records = "
+                f"{size / 2**20:.1f} MiB, {args.backend} tier, {len(keys)} keys (one per segment), "
+                f"{args.rounds} round(s), sides alternating first"
+            )
+            tiers = Tiers(root, log_dir, args.backend, url)
+            times: dict[str, float] = {"one": 0.0, "spark": 0.0}
+            for r in range(args.rounds):
+                envs = {side: tiers.fresh(f"{side}-{r}", tps) for side in ("one", "spark")}
+                order = ("one", "spark") if r % 2 == 0 else ("spark", "one")
+                seconds: dict[str, float] = {}
+                for side in order:
+                    env = envs[side]
+                    run = functools.partial(one_process, env, key_file)
+                    if side == "spark":
+                        run = functools.partial(on_spark, spark, env, key_file)
+                    seconds[side], done = timed(run)
+                    copied = sum(len(p["hits"]) for p in done["partitions"])
+                    assert copied == total and done["records_removed"] == total and not done["failures"], side
+                    times[side] += seconds[side]
+                first = "one process" if order[0] == "one" else "local[2]"
+                say(
+                    f"  round {r + 1} ({first} first): one process {seconds['one']:7.2f} s "
+                    f"{total / seconds['one']:6.1f} segments/s | erase_keys, local[2] {seconds['spark']:7.2f} s "
+                    f"{total / seconds['spark']:6.1f} segments/s | speed-up {seconds['one'] / seconds['spark']:.2f}"
+                )
+            say(f"RATIO spark_erase_speedup/one_process = {times['one'] / times['spark']:.2f} (target >= {TARGET})")
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def timed_session() -> tuple[float, Any]:
+    """A local[2] session, its two Python workers started (not counted: a submit pays them once)."""
+    t0 = time.perf_counter()
+    spark = runtime.spark_session("tiering-bench-erase", "local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.parallelize(range(2), 2).map(lambda x: x).collect()
+    return time.perf_counter() - t0, spark
+
+
+if __name__ == "__main__":
+    sys.exit(main())
