@@ -142,7 +142,7 @@ class SparkTierErasure:
                 else:
                     done[outcome.index] = outcome.result
         finally:
-            shipped.unpersist()
+            shipped.destroy()  # the executors' copies and the driver's file of the keys, gone
         for index in range(len(targets)):
             one = done[index]
             if isinstance(one, str):
