@@ -15,7 +15,7 @@ import pytest
 from tests.engine_support import wait_until
 from tests.runs.copy_many_support import make_config, make_log_dir
 
-APPS = ["parallel_upload", "rebuild_indexes", "verify_segments"]
+APPS = ["erase_keys", "parallel_upload", "rebuild_indexes", "verify_segments"]
 
 
 @pytest.mark.parametrize("app", APPS)
