@@ -112,11 +112,11 @@ def erase_on_executor(
 class SparkTierErasure:
     """``runs.erase.run_erase`` with each partition a Spark task: the request broadcast once, the
     partitions in the order the command takes them, a task that fails after Spark's retries one
-    failure line."""
+    failure line. Spark starts only once there are partitions to erase (a topic the tier holds
+    nothing of is refused, or erased from its table alone, without it)."""
 
-    def __init__(self, spark: SparkSession, slots: int | None = None) -> None:
-        self.spark = spark
-        self.slots = slots or max(1, spark.sparkContext.defaultParallelism)
+    def __init__(self, app: runtime.AppRun) -> None:
+        self.app = app
 
     def __call__(
         self, ctx: TieringContext, request: ErasureRequest, *, dry_run: bool = False, attempt: TaskAttempt | None = None
@@ -124,7 +124,8 @@ class SparkTierErasure:
         targets = erasure_targets(ctx, request)
         result = ErasureResult(request.erasure_id, request.key_sha256, dry_run=dry_run)
         config = replace(ctx.config, kafka=None)  # the tasks read the tier and the store, never the cluster
-        sc = self.spark.sparkContext
+        sc = self.app.spark.sparkContext
+        slots = self.app.args.parallelism or max(1, sc.defaultParallelism)
         shipped = sc.broadcast(request)  # once per executor, however many keys and partitions
         try:
 
@@ -133,7 +134,7 @@ class SparkTierErasure:
 
             done: dict[int, PartitionErasure | str] = {}
             outcomes = runtime.run_jobs(
-                sc, targets, task, slots=self.slots, describe=lambda tip: f"erase {tip.topic_partition}"
+                sc, targets, task, slots=slots, describe=lambda tip: f"erase {tip.topic_partition}"
             )
             for outcome in outcomes:
                 tip = targets[outcome.index]
@@ -156,7 +157,7 @@ def erase(app: runtime.AppRun) -> int:
     args = app.args
     out = output_for(bool(args.json))
     request = read_request(args, app.selection)  # refused before Spark starts
-    tier = SparkTierErasure(app.spark, args.parallelism)
+    tier = SparkTierErasure(app)
     result = erase_topic(app.ctx, request, dry_run=args.dry_run, attempt=runtime.task_attempt(), erase_tier=tier)
     out.result(result.to_dict(), lambda: format_erasure(result))
     for failure in result.failures:
@@ -165,7 +166,7 @@ def erase(app: runtime.AppRun) -> int:
 
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
-    return runtime.run_app(APP, argv, spark, build_parser, erase, remote_only=True)
+    return runtime.run_app(APP, argv, spark, build_parser, erase, store_selects=True)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,11 @@ def test_a_dry_run_names_what_it_would_remove_and_writes_nothing(tmp_path: Path,
     assert [segment_ids(env, w) for w in writers] == ids
     assert main(argv, spark=spark) == 1  # neither --yes nor --dry-run: refused
     assert "without --yes" in capsys.readouterr().err
+    other = ["--config", str(env.config_path), "--topic", "payments", "--key-file", str(key_file), "--dry-run"]
+    assert main(other, spark=spark) == 1  # a topic the tier holds nothing of: refused as the command refuses it
+    assert capsys.readouterr().err.strip() == (
+        "erase_keys: failed: topic payments has nothing in the remote tier to erase from"
+    )
 
 
 def test_a_partition_that_fails_is_one_line_and_the_others_are_erased(
