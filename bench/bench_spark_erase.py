@@ -17,7 +17,9 @@ run pays it).
     python bench/bench_spark_erase.py [--backend filesystem|s3] [--partitions 8] [--segments 40]
         [--records 1000] [--rounds 2] [--quick]
 
-Prints each round's times and ``RATIO spark_erase_speedup/one_process`` (target >= 1.6).
+Prints each round's times, the cores each side's processes kept busy and the cores every other
+process of the machine did meanwhile (on a shared 2-core machine the speed-up is capped by what
+the others leave), and ``RATIO spark_erase_speedup/one_process`` (target >= 1.6).
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -122,10 +127,41 @@ def on_spark(spark: Any, env: TieringEnv, key_file: Path) -> dict[str, Any]:
     return document
 
 
-def timed(fn: Callable[[], dict[str, Any]]) -> tuple[float, dict[str, Any]]:
-    t0 = time.perf_counter()
+def tree_cpu() -> float:
+    """CPU seconds of this process and every process under it (Spark's JVM, its Python workers,
+    the S3 server), the children they reaped included."""
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def busy_cpu() -> float:
+    """CPU seconds the whole machine spent busy (every core, every process)."""
+    t = psutil.cpu_times()
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's run: wall seconds, the cores its processes kept busy, the cores others did."""
+
+    seconds: float
+    cores: float
+    others: float
+
+
+def timed(fn: Callable[[], dict[str, Any]]) -> tuple[Side, dict[str, Any]]:
+    own, busy, t0 = tree_cpu(), busy_cpu(), time.perf_counter()
     value = fn()
-    return time.perf_counter() - t0, value
+    seconds = time.perf_counter() - t0
+    own, busy = tree_cpu() - own, busy_cpu() - busy
+    return Side(seconds, own / seconds, max(0.0, busy - own) / seconds), value
 
 
 @contextlib.contextmanager
@@ -180,27 +216,39 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 envs = {side: tiers.fresh(f"{side}-{r}", tps) for side in ("one", "spark")}
                 order = ("one", "spark") if r % 2 == 0 else ("spark", "one")
-                seconds: dict[str, float] = {}
+                sides: dict[str, Side] = {}
                 for side in order:
                     env = envs[side]
                     run = functools.partial(one_process, env, key_file)
                     if side == "spark":
                         run = functools.partial(on_spark, spark, env, key_file)
-                    seconds[side], done = timed(run)
+                    sides[side], done = timed(run)
                     copied = sum(len(p["hits"]) for p in done["partitions"])
                     assert copied == total and done["records_removed"] == total and not done["failures"], side
-                    times[side] += seconds[side]
-                first = "one process" if order[0] == "one" else "local[2]"
-                say(
-                    f"  round {r + 1} ({first} first): one process {seconds['one']:7.2f} s "
-                    f"{total / seconds['one']:6.1f} segments/s | erase_keys, local[2] {seconds['spark']:7.2f} s "
-                    f"{total / seconds['spark']:6.1f} segments/s | speed-up {seconds['one'] / seconds['spark']:.2f}"
-                )
+                    times[side] += sides[side].seconds
+                say(round_line(r, order[0], sides, total))
             say(f"RATIO spark_erase_speedup/one_process = {times['one'] / times['spark']:.2f} (target >= {TARGET})")
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def round_line(r: int, first: str, sides: dict[str, Side], segments: int) -> str:
+    """A round's times, segments per second and cores (the side's processes; every other process
+    of the machine meanwhile), and its speed-up."""
+
+    def shown(name: str, side: Side) -> str:
+        return (
+            f"{name} {side.seconds:7.2f} s {segments / side.seconds:6.1f} segments/s "
+            f"({side.cores:.2f} cores; others {side.others:.2f})"
+        )
+
+    one, spark = sides["one"], sides["spark"]
+    return (
+        f"  round {r + 1} ({'one process' if first == 'one' else 'local[2]'} first): {shown('one process', one)} | "
+        f"{shown('erase_keys, local[2]', spark)} | speed-up {one.seconds / spark.seconds:.2f}"
+    )
 
 
 def timed_session() -> tuple[float, Any]:
