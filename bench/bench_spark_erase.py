@@ -6,16 +6,18 @@ a metadata store, each), then erases a key file holding one key of every segment
 copied again without it) from one tier with ``tiering erase``'s driver in this process
 (``export.erase.erase_topic``) and from the other with ``spark_apps/erase_keys.py`` on local[2];
 the sides take turns going first, so neither always gets the warmer machine. Each side's time
-counts reading the key file and opening the context; the Spark session's start and its Python
-workers' start do not (their first import of the project falls in the first round, as a real
-run pays it).
+counts reading the key file and opening the context; the Spark session's start, its Python
+workers' start and their first import of the project (a dry run of two partitions before the
+rounds: about 2 CPU-seconds per worker, paid once per executor by a real run) do not. Spark's
+JVM runs C1-only with the serial collector, as the tests run it (``tests/services.py``): for a JVM
+living a minute on 2 cores, C2's compiler threads cost more CPU than they save.
 
 ``--backend s3`` puts both tiers on one moto S3 server (a process of its own, as in
 ``bench_spark.py``): a single Python process serving every request, which both sides share;
 ``--backend filesystem`` (the default) leaves only the erasure's own work to measure.
 
     python bench/bench_spark_erase.py [--backend filesystem|s3] [--partitions 8] [--segments 40]
-        [--records 1000] [--rounds 2] [--quick]
+        [--records 1000] [--rounds 2] [--dir /dev/shm] [--quick]
 
 Prints each round's times, the cores each side's processes kept busy and the cores every other
 process of the machine did meanwhile (on a shared 2-core machine the speed-up is capped by what
@@ -50,6 +52,7 @@ from bench_spark import start_moto  # noqa: E402
 from spark_apps import runtime  # noqa: E402
 from spark_apps.erase_keys import main as erase_app  # noqa: E402
 from tests.engine_support import TieringEnv  # noqa: E402
+from tests.services import use_test_jvm_options  # noqa: E402
 from tiering_core.export.erase import erase_topic  # noqa: E402
 from tiering_core.kafka.topic import TopicPartition  # noqa: E402
 from tiering_core.runs.copy import run_copy  # noqa: E402
@@ -58,6 +61,8 @@ from tiering_core.runs.erase_keys import KeyEncoding, read_key_file  # noqa: E40
 
 TOPIC = "bench-spark-erase"
 TARGET = 1.6
+#: The partitions of the warm-up's dry run: one task for each of local[2]'s Python workers.
+WARM_UP = ("--partition", "0", "--partition", "1")
 
 
 def say(line: str) -> None:
@@ -115,9 +120,10 @@ def one_process(env: TieringEnv, key_file: Path) -> dict[str, Any]:
     return result.to_dict()
 
 
-def on_spark(spark: Any, env: TieringEnv, key_file: Path) -> dict[str, Any]:
-    """The Spark app on this session, its JSON read back."""
-    argv = ["--config", str(env.config_path), "--topic", TOPIC, "--key-file", str(key_file), "--yes", "--json"]
+def on_spark(spark: Any, env: TieringEnv, key_file: Path, *extra: str) -> dict[str, Any]:
+    """The Spark app on this session (``--yes`` unless ``extra`` says ``--dry-run``), its JSON read back."""
+    argv = ["--config", str(env.config_path), "--topic", TOPIC, "--key-file", str(key_file), "--json"]
+    argv.extend(extra or ["--yes"])
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = erase_app(argv, spark=spark)
@@ -186,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1000, help="records per segment (default 1000)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds; the sides alternate going first")
     parser.add_argument("--quick", action="store_true", help="4 partitions x 5 segments of 200 records, one round")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the log dir, tiers, stores and scratch files go (/dev/shm: no disk)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.partitions, args.segments, args.records, args.rounds = 4, 5, 200, 1
@@ -193,10 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(name, value)
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.dir is not None:  # the erasures' scratch files too, in this process and in Spark's workers
+        os.environ["TMPDIR"] = tempfile.tempdir = str(args.dir)
+    use_test_jvm_options(os.environ)  # a JVM living a minute on 2 cores: C1 only, serial collector
     total = args.partitions * args.segments
     root = Path(tempfile.mkdtemp(prefix="bench-spark-erase-"))
     t_start, spark = timed_session()
-    say(f"Spark session (local[2]) started in {t_start:.1f} s (not counted below)")
+    say(f"Spark session (local[2], JVM options {os.environ['SPARK_SUBMIT_OPTS']}) started in {t_start:.1f} s")
     try:
         with endpoint(args.backend) as url:
             log_dir = root / "kafka-logs"
@@ -212,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.rounds} round(s), sides alternating first"
             )
             tiers = Tiers(root, log_dir, args.backend, url)
+            warm = tiers.fresh("warm-up", tps)
+            t_warm, _ = timed(functools.partial(on_spark, spark, warm, key_file, "--dry-run", *WARM_UP))
+            say(
+                f"Spark's Python workers' first import of the project and a dry run of two partitions: "
+                f"{t_warm.seconds:.1f} s ({t_warm.cores:.2f} cores); these and the session's start not counted"
+            )
             times: dict[str, float] = {"one": 0.0, "spark": 0.0}
             for r in range(args.rounds):
                 envs = {side: tiers.fresh(f"{side}-{r}", tps) for side in ("one", "spark")}
