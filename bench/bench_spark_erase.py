@@ -61,8 +61,8 @@ from tiering_core.runs.erase_keys import KeyEncoding, read_key_file  # noqa: E40
 
 TOPIC = "bench-spark-erase"
 TARGET = 1.6
-#: The partitions of the warm-up's dry run: one task for each of local[2]'s Python workers.
-WARM_UP = ("--partition", "0", "--partition", "1")
+#: The warm-up's dry run: a partition for each of local[2]'s Python workers.
+WARM_UP_PARTITIONS = 2
 
 
 def say(line: str) -> None:
@@ -228,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             tiers = Tiers(root, log_dir, args.backend, url)
             warm = tiers.fresh("warm-up", tps)
-            t_warm, _ = timed(functools.partial(on_spark, spark, warm, key_file, "--dry-run", *WARM_UP))
+            t_warm, _ = timed(
+                functools.partial(on_spark, spark, warm, key_file, "--dry-run", *warm_up(args.partitions))
+            )
             say(
                 f"Spark's Python workers' first import of the project and a dry run of two partitions: "
                 f"{t_warm.seconds:.1f} s ({t_warm.cores:.2f} cores); these and the session's start not counted"
@@ -270,6 +272,11 @@ def round_line(r: int, first: str, sides: dict[str, Side], segments: int) -> str
         f"  round {r + 1} ({'one process' if first == 'one' else 'local[2]'} first): {shown('one process', one)} | "
         f"{shown('erase_keys, local[2]', spark)} | speed-up {one.seconds / spark.seconds:.2f}"
     )
+
+
+def warm_up(partitions: int) -> list[str]:
+    """The warm-up's ``--partition`` options: as many as local[2] has Python workers, at most."""
+    return [arg for p in range(min(WARM_UP_PARTITIONS, partitions)) for arg in ("--partition", str(p))]
 
 
 def timed_session() -> tuple[float, Any]:
