@@ -284,6 +284,7 @@ def run_app(
     body: Callable[[AppRun], int],
     *,
     remote_only: bool = False,
+    store_selects: bool = False,
 ) -> int:
     """What every app's ``main`` does: parse ``argv`` with ``build_parser()`` (which adds
     ``add_common_arguments``), log to stderr, read the selection and the config, open the run's
@@ -293,7 +294,9 @@ def run_app(
     An error that ends the run is one line on stderr and its exit code (``report_failure``).
     ``remote_only``: the app reads only the remote tier and the metadata store, so where the
     process serves no broker (a cluster's worker without a broker disk) nothing is resolved in
-    log dirs: the body selects from the metadata store (``AppRun.partitions`` is empty)."""
+    log dirs: the body selects from the metadata store (``AppRun.partitions`` is empty).
+    ``store_selects``: the body always selects from the metadata store (the erasure: a topic's tier
+    outlives its log dirs), so nothing is resolved in log dirs anywhere."""
     args = build_parser().parse_args(argv)
     configure_logging(args)
     run: AppRun | None = None
@@ -301,7 +304,8 @@ def run_app(
         selection = parse_selection(args)
         config = load_config(config_path(args))
         with TieringContext.open(config) as ctx:
-            partitions = [] if remote_only and ctx.config.serves_no_broker else selection.resolve(ctx)
+            in_store = store_selects or (remote_only and ctx.config.serves_no_broker)
+            partitions = [] if in_store else selection.resolve(ctx)
             run = AppRun(app, args, ctx, selection, partitions, spark)
             return body(run)
     except (Exception, KeyboardInterrupt) as exc:

@@ -15,10 +15,12 @@ import pytest
 from tests.engine_support import wait_until
 from tests.runs.copy_many_support import make_config, make_log_dir
 
-APPS = ["parallel_upload", "rebuild_indexes", "verify_segments"]
+#: The apps that resolve their selection in the log dirs; the erasure selects in the metadata store.
+LOG_DIR_APPS = ["parallel_upload", "rebuild_indexes", "verify_segments"]
+APPS = ["erase_keys", *LOG_DIR_APPS]
 
 
-@pytest.mark.parametrize("app", APPS)
+@pytest.mark.parametrize("app", LOG_DIR_APPS)
 def test_an_os_error_ends_an_app_with_one_line_and_the_traceback_in_the_debug_log(
     app: str, tmp_path: Path, spark, monkeypatch, capsys, caplog
 ) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -92,14 +92,24 @@ class Holding:
     current_rows: int
 
 
+#: The remote tier's part of an erasure: ``runs.erase.run_erase`` in this process, or a run that
+#: hands the partitions to other workers (the Spark app ``erase_keys``) with the same result.
+TierErasure = Callable[..., ErasureResult]
+
+
 def erase_topic(
-    ctx: TieringContext, request: ErasureRequest, *, dry_run: bool = False, attempt: TaskAttempt | None = None
+    ctx: TieringContext,
+    request: ErasureRequest,
+    *,
+    dry_run: bool = False,
+    attempt: TaskAttempt | None = None,
+    erase_tier: TierErasure = run_erase,
 ) -> ErasureResult:
-    """Erase ``request``'s keys from the topic's remote tier (``runs.erase.run_erase``), then from
-    its export tables; a table that fails is one line in ``failures``, as a partition is, and so
-    is each snapshot a tag or a branch keeps holding the keys."""
+    """Erase ``request``'s keys from the topic's remote tier (``erase_tier(ctx, request, dry_run=,
+    attempt=)``), then from its export tables on this process; a table that fails is one line in
+    ``failures``, as a partition is, and so is each snapshot a tag or a branch keeps holding the keys."""
     try:
-        result = run_erase(ctx, request, dry_run=dry_run, attempt=attempt)
+        result = erase_tier(ctx, request, dry_run=dry_run, attempt=attempt)
     except ErasureRefusedError:  # the tier holds nothing of the topic (removed, or retention deleted it all)
         if request.partitions or not _has_table(ctx, request.topic):
             raise

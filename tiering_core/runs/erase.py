@@ -204,13 +204,30 @@ def run_erase(
     result = ErasureResult(request.erasure_id, request.key_sha256, dry_run=dry_run)
     for tip in erasure_targets(ctx, request):
         try:
-            if dry_run:
-                result.partitions.append(plan_partition_erasure(ctx, tip, request))
-            else:
-                result.partitions.append(erase_partition(ctx, tip, request, attempt=attempt))
+            result.partitions.append(erase_target(ctx, tip, request, dry_run=dry_run, attempt=attempt))
         except TieringError as exc:
-            result.failures.append(f"{tip.topic_partition}: {exc}")
+            result.failures.append(partition_failure(tip, exc))
     return result
+
+
+def erase_target(
+    ctx: TieringContext,
+    tip: TopicIdPartition,
+    request: ErasureRequest,
+    *,
+    dry_run: bool = False,
+    attempt: TaskAttempt | None = None,
+) -> PartitionErasure:
+    """One partition's part of ``run_erase``: its plan in a dry run, else its erasure under its
+    lease; one function, so a run that hands partitions out elsewhere (a Spark task) does the same."""
+    if dry_run:
+        return plan_partition_erasure(ctx, tip, request)
+    return erase_partition(ctx, tip, request, attempt=attempt)
+
+
+def partition_failure(tip: TopicIdPartition, reason: BaseException | str) -> str:
+    """A partition's failure line in ``ErasureResult.failures``."""
+    return f"{tip.topic_partition}: {reason}"
 
 
 def _finished(ctx: TieringContext, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
