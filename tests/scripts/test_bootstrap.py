@@ -118,8 +118,8 @@ def recorder(path: Path, calls: Path) -> Path:
 
 
 def stand_in_bootstrap(tmp_path: Path, *, uv: bool) -> list[str]:
-    """The install commands the bootstrap gives a stand-in venv (and, with ``uv``, a stand-in uv
-    in the cache), one line each: nothing real is installed."""
+    """The commands the bootstrap gives a stand-in venv's python (and, with ``uv``, a stand-in uv
+    in the cache), in order, one line each: nothing real is installed."""
     calls = tmp_path / "calls"
     venv = tmp_path / "venv"
     recorder(venv / "bin" / "python", calls)
@@ -134,7 +134,11 @@ def stand_in_bootstrap(tmp_path: Path, *, uv: bool) -> list[str]:
         timeout=300,
         cwd=ROOT,
     )
-    return [line for line in calls.read_text().splitlines() if " install " in f" {line} "]
+    return calls.read_text().splitlines()
+
+
+def installs(commands: list[str]) -> list[str]:
+    return [line for line in commands if " install " in line]
 
 
 def test_the_pins_are_installed_by_uv_from_the_cache_else_by_pip(tmp_path: Path) -> None:
@@ -142,14 +146,14 @@ def test_the_pins_are_installed_by_uv_from_the_cache_else_by_pip(tmp_path: Path)
     constraints.txt, pyspark again last, the project without build isolation; where uv cannot be
     had (here: its install leaves nothing), pip installs the same."""
     venv_python = tmp_path / "with-uv" / "venv" / "bin" / "python"
-    with_uv = stand_in_bootstrap(tmp_path / "with-uv", uv=True)
+    with_uv = installs(stand_in_bootstrap(tmp_path / "with-uv", uv=True))
     uv = f"uv pip install --quiet --python {venv_python}"
     assert with_uv[1:] == [
         f"{uv} -r requirements.txt -c constraints.txt",
         f"{uv} --no-deps --reinstall -c constraints.txt pyspark",
         f"{uv} --no-deps --no-build-isolation -e .",
     ]
-    without = stand_in_bootstrap(tmp_path / "without", uv=False)
+    without = installs(stand_in_bootstrap(tmp_path / "without", uv=False))
     assert without[1].startswith("python -m pip install -q --target ") and without[1].endswith(f" uv=={UV_VERSION}")
     assert without[2:] == [
         "python -m pip install -q -r requirements.txt -c constraints.txt",
@@ -162,9 +166,6 @@ def test_pip_and_setuptools_move_to_the_pinned_versions_first(tmp_path: Path) ->
     """A new venv carries pip and setuptools with known vulnerabilities: the bootstrap upgrades both,
     to the versions constraints.txt pins, before installing anything. A stand-in venv records what
     its python is asked to do, so no real environment changes."""
-    calls = tmp_path / "calls"
-    venv = tmp_path / "venv"
-    recorder(venv / "bin" / "python", calls)
     pins = dict(
         line.strip().split("==")
         for line in (ROOT / "constraints.txt").read_text().splitlines()
@@ -174,13 +175,5 @@ def test_pip_and_setuptools_move_to_the_pinned_versions_first(tmp_path: Path) ->
     # Versions with the fixes of CVE-2025-8869 (pip 25.3) and CVE-2025-47273 (setuptools 78.1.1).
     assert tuple(int(p) for p in pins["pip"].split(".")[:2]) >= (25, 3)
     assert tuple(int(p) for p in pins["setuptools"].split(".")[:3]) >= (78, 1, 1)
-    subprocess.run(
-        ["/bin/bash", str(ROOT / "scripts" / "bootstrap.sh")],
-        env={**os.environ, "TIERING_VENV": str(venv), "TIERING_CHROMIUM": "true", "XDG_CACHE_HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    first = calls.read_text().splitlines()[0]
+    first = stand_in_bootstrap(tmp_path, uv=False)[0]
     assert first == f"python -m pip install -q pip=={pins['pip']} setuptools=={pins['setuptools']}"
