@@ -129,9 +129,9 @@ def test_missing_index_is_rebuildable(make_writer) -> None:
     assert (rebuilt.offset_index, rebuilt.time_index) == original and original[0]
 
 
-def test_rebuild_reports_damage_and_bad_markers(tmp_path: Path) -> None:
-    log = tmp_path / "00000000000000000000.log"
-    good = encode_batch(
+def transactional_batch() -> bytes:
+    """One transactional record at offset 0 of producer 4, before a marker at offset 1."""
+    return encode_batch(
         [RecordSpec(b"a", b"1", 5)],
         base_offset=0,
         partition_leader_epoch=0,
@@ -140,6 +140,11 @@ def test_rebuild_reports_damage_and_bad_markers(tmp_path: Path) -> None:
         base_sequence=0,
         transactional=True,
     )
+
+
+def test_rebuild_reports_damage_and_bad_markers(tmp_path: Path) -> None:
+    log = tmp_path / "00000000000000000000.log"
+    good = transactional_batch()
     leader_change = encode_control_batch(
         ControlRecordType.LEADER_CHANGE,
         base_offset=1,
@@ -164,15 +169,7 @@ def test_rebuild_reports_damage_and_bad_markers(tmp_path: Path) -> None:
 
 def test_a_marker_is_decoded_from_its_batch_bytes_and_named_at_its_position(tmp_path: Path) -> None:
     log = tmp_path / "00000000000000000000.log"
-    good = encode_batch(
-        [RecordSpec(b"a", b"1", 5)],
-        base_offset=0,
-        partition_leader_epoch=0,
-        producer_id=4,
-        producer_epoch=0,
-        base_sequence=0,
-        transactional=True,
-    )
+    good = transactional_batch()
     markers = {
         kind: encode_control_batch(
             kind,
