@@ -423,6 +423,18 @@ def test_0013_adds_the_erasures_and_keeps_the_identity_0012_held(metadata_url: s
         engine.dispose()
 
 
+def insert_finished_erasure(engine: Engine) -> None:
+    """Erasure e-1 of orders-0, finished (3 records removed), as revision 0013's columns hold it."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO tiering_erasures (erasure_id, topic, topic_id, partition, key_sha256, requested_by, "
+                "segments, records_removed, segments_read, outcome, started_ms) VALUES ('e-1', 'orders', "
+                f"'{TIP.topic_id}', 0, '[]', 'tiering erase', '[]', 3, 2, 'finished', 5)"
+            )
+        )
+
+
 def test_0014_adds_the_table_erasures_and_keeps_the_partitions_erasures(metadata_url: str) -> None:
     """A store at 0013 (a partition's erasure in it) is refused on open, then gains the export
     tables' erasures by the upgrade; a table's erasure is recorded and read back beside the
@@ -436,14 +448,7 @@ def test_0014_adds_the_table_erasures_and_keeps_the_partitions_erasures(metadata
             return [tuple(r) for r in conn.execute(text(query))]
 
     try:
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO tiering_erasures (erasure_id, topic, topic_id, partition, key_sha256, requested_by, "
-                    "segments, records_removed, segments_read, outcome, started_ms) VALUES ('e-1', 'orders', "
-                    f"'{TIP.topic_id}', 0, '[]', 'tiering erase', '[]', 3, 2, 'finished', 5)"
-                )
-            )
+        insert_finished_erasure(engine)
         assert "tiering_table_erasures" not in tiering_tables(engine)
         table = TableErasureRecord("e-1", "orders", "kafka.orders", "u" * 36, 6, 3, 2, 4, ("s3://b/m.avro",))
         refused_then_upgraded(metadata_url, "0013_erasures")
@@ -468,14 +473,7 @@ def test_0015_adds_the_local_segments_to_the_erasures_and_keeps_those_recorded_b
     upgrade(metadata_url, "0014_table_erasures")
     engine = create_engine(metadata_url)
     try:
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO tiering_erasures (erasure_id, topic, topic_id, partition, key_sha256, requested_by, "
-                    "segments, records_removed, segments_read, outcome, started_ms) VALUES ('e-1', 'orders', "
-                    f"'{TIP.topic_id}', 0, '[]', 'tiering erase', '[]', 3, 2, 'finished', 5)"
-                )
-            )
+        insert_finished_erasure(engine)
         local = LocalSegments(
             "/var/lib/kafka", (LocalSegment(40, "00000000000000000040.log", 2, 1_000, False, True, 61_000),), 3, 60_000
         )
