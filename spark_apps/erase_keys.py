@@ -1,7 +1,7 @@
 """Erase every record of some keys from a topic's remote tier and export tables on Spark, as ``tiering erase`` does.
 
-    spark-submit spark_apps/erase_keys.py --config FILE --topic T (--key K ... | --key-file FILE)
-        [--key-encoding utf8|hex|base64] [--partition P ...] [--requested-by WHO] (--yes | --dry-run) [--json]
+    spark-submit spark_apps/erase_keys.py --config FILE --topic T (--key K ... | --key-file FILE [--key-dir DIR])
+        [--key-encoding utf8|hex|base64] [--partition P[,P...] ...] [--requested-by WHO] (--yes | --dry-run) [--json]
 
 The logic is the core's (``tiering_core.export.erase.erase_topic``); this app hands the remote
 tier's partitions to Spark. The driver reads and decodes the keys (``runs.erase_keys``), resolves
@@ -38,7 +38,7 @@ from tiering_core.runs.erase import (
     erasure_targets,
     partition_failure,
 )
-from tiering_core.runs.erase_keys import KeyEncoding, decode_keys, read_key_file
+from tiering_core.runs.erase_keys import KeyEncoding, decode_keys, key_file_under, read_key_file
 from tiering_core.runs.erase_report import format_erasure
 
 if TYPE_CHECKING:
@@ -60,15 +60,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(partition=None)  # the common --partition gives way to the command's repeatable one
     parser.add_argument(
         "--partition",
-        type=int,
-        action="append",
+        type=partition_numbers,
+        action="extend",
         dest="erase_partitions",
         default=None,
-        help="only this partition (repeat for several; default: every partition the tier holds)",
+        help="only this partition, or a comma-separated list (repeat for several; default: every partition "
+        "the tier holds; blank: none named)",
     )
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument("--key", action="append", dest="keys", default=None, help="a record key (repeat for several)")
     keys.add_argument("--key-file", type=Path, default=None, help="a file of record keys, one per line")
+    parser.add_argument(
+        "--key-dir",
+        default=None,
+        help="--key-file is a path relative to this directory and may not lead out of it (the erase DAG's "
+        "dags.erase.key_dir)",
+    )
     parser.add_argument("--key-encoding", choices=("utf8", "hex", "base64"), default="utf8", help="default utf8")
     parser.add_argument("--requested-by", default="tiering erase", help="who asked, for the audit trail")
     parser.add_argument("--dry-run", action="store_true", help="name what it would remove, write nothing")
@@ -76,6 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="the result as one JSON document on stdout")
     parser.add_argument("--parallelism", type=int, default=None, help="partitions at a time (default: Spark's)")
     return parser
+
+
+def partition_numbers(text: str) -> list[int]:
+    """``--partition``'s value: one partition number or a comma-separated list of them; blank (a
+    templated argument left unset) names none."""
+    try:
+        numbers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected partition numbers separated by commas, got {text!r}") from None
+    if any(n < 0 for n in numbers):
+        raise argparse.ArgumentTypeError(f"a partition number is at least 0, got {text!r}")
+    return numbers
 
 
 def read_request(args: argparse.Namespace, selection: runtime.Selection) -> ErasureRequest:
@@ -91,7 +110,11 @@ def read_request(args: argparse.Namespace, selection: runtime.Selection) -> Eras
             f"refusing to erase records of {selection.topic} without --yes (use --dry-run to see what)"
         )
     encoding = KeyEncoding(args.key_encoding)
-    keys = read_key_file(args.key_file, encoding) if args.key_file is not None else decode_keys(args.keys, encoding)
+    if args.key_file is None:
+        keys = decode_keys(args.keys, encoding)
+    else:
+        key_file = args.key_file if args.key_dir is None else key_file_under(args.key_dir, str(args.key_file))
+        keys = read_key_file(key_file, encoding)
     return ErasureRequest(selection.topic, keys, tuple(args.erase_partitions or ()), args.requested_by)
 
 

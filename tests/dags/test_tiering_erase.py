@@ -5,6 +5,7 @@ DAG run and no key."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,77 @@ def test_keys_from_a_file_under_the_key_dir_are_erased_and_the_trail_names_the_r
     (task,) = task_runs(erase_dag.dag_id, run.run_id, "erase").values()
     assert (run.state, task.result["records_removed"]) == ("success", 0)
     assert tier(copied)[0] == after_segments
+
+
+def test_on_spark_the_erase_app_erases_the_keys_and_the_local_task_is_skipped(
+    erase_dag, copied, key_dir: Path, tiering: TieringEnv, capfd: pytest.CaptureFixture[str], caplog
+) -> None:
+    (segments, served) = tier(copied)
+    (key_dir / "request-7.txt").write_text(ERASED.decode() + "\n")
+    conf = {"topic": "orders", "key_file": "request-7.txt", "confirm": "orders", "dry_run": False, "spark": True}
+    run = erase_dag.test(run_conf=conf)
+    assert run.state == "success"
+    states = {t: [r.state for r in task_runs(erase_dag.dag_id, run.run_id, t).values()] for t in erase_dag.task_ids}
+    assert states == {"route": ["success"], "erase": ["skipped"], "erase_on_spark": ["success"]}
+    after_segments, after_served = tier(copied)
+    assert after_served == [(offset, key) for offset, key in served if key != ERASED]  # offsets kept
+    assert after_segments[1] == segments[1] and after_segments[0] != segments[0]
+    with tiering.context() as ctx:
+        (record,) = ctx.metadata.erasures("orders")
+    assert (record.requested_by, record.records_removed) == (f"DAG run tiering_erase/{run.run_id}", 2)
+    logged = "".join(capfd.readouterr()) + caplog.text
+    assert ERASED.decode() not in logged and "1 partition(s), removed 2 record(s)" in logged  # the app's summary
+
+
+def test_on_spark_the_submitted_command_names_the_key_file_under_the_key_dir_and_no_key(
+    erase_dag, key_dir: Path, tiering: TieringEnv
+) -> None:
+    task = copy.deepcopy(erase_dag.get_task("erase_on_spark"))  # rendering replaces the templates
+    params = {
+        "topic": "orders",
+        "key_file": "2026-11/request-9.txt",
+        "key_encoding": "hex",
+        "partitions": [0, 2],
+        "dry_run": False,
+    }
+    context = {"var": {"value": {}}, "dag": erase_dag, "run_id": "manual__9"}
+    task.render_template_fields({"params": params, **context})  # type: ignore[arg-type]
+    with task.submission() as submission:
+        command = submission.hook._build_spark_submit_command(task.application)
+    args = command[command.index(task.application) + 1 :]
+    assert Path(task.application).name == "erase_keys.py"
+    named = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
+    assert named["--config"] == str(tiering.config_path)
+    assert (named["--key-dir"], named["--key-file"]) == (str(key_dir), "2026-11/request-9.txt")
+    assert (named["--topic"], named["--key-encoding"], named["--partition"]) == ("orders", "hex", "0,2")
+    assert named["--requested-by"] == "DAG run tiering_erase/manual__9"
+    assert args[-1] == "--yes" and "--dry-run" not in args
+    dry = copy.deepcopy(erase_dag.get_task("erase_on_spark"))
+    dry.render_template_fields({"params": {**params, "dry_run": True, "partitions": None}, **context})  # type: ignore[arg-type]
+    assert dry.application_args[-1] == "--dry-run"
+    assert dry.application_args[dry.application_args.index("--partition") + 1] == ""  # every partition
+
+
+@pytest.mark.parametrize(
+    ("conf", "reason"),
+    [
+        ({"keys": [ERASED.decode()], "confirm": "orders"}, "on Spark, give the keys as key_file"),
+        ({"key_file": "r.txt", "confirm": "order"}, "confirm must repeat the topic name 'orders'"),
+    ],
+)
+def test_on_spark_a_key_list_or_a_wrong_confirmation_fails_the_route_and_changes_nothing(
+    erase_dag, copied, key_dir: Path, tiering: TieringEnv, conf: dict, reason: str, capfd, caplog
+) -> None:
+    (key_dir / "r.txt").write_text(ERASED.decode() + "\n")
+    before = tier(copied)
+    run = erase_dag.test(run_conf={"topic": "orders", "dry_run": False, "spark": True, **conf})
+    assert run.state == "failed"
+    (route,) = task_runs(erase_dag.dag_id, run.run_id, "route").values()
+    assert (route.state, route.try_number) == ("failed", 1)  # a refusal is not retried
+    assert reason in "".join(capfd.readouterr()) + caplog.text
+    assert tier(copied) == before
+    with tiering.context() as ctx:
+        assert ctx.metadata.erasures("orders") == []
 
 
 @pytest.mark.parametrize(

@@ -179,3 +179,42 @@ def test_a_partition_that_fails_is_one_line_and_the_others_are_erased(
     for p in (0, 2):
         assert served(env, writers[p]) == [r for r in before[p] if r.key != ERASED]
     assert served(env, writers[1]) == before[1]  # the held partition untouched
+
+
+def test_partitions_come_repeated_or_as_a_comma_list_and_blank_names_none(tmp_path: Path) -> None:
+    from spark_apps.erase_keys import build_parser
+
+    def partitions(*values: str) -> list[int] | None:
+        argv = ["--topic", "orders", "--key", "k"] + [arg for v in values for arg in ("--partition", v)]
+        return build_parser().parse_args(argv).erase_partitions
+
+    assert partitions("0", "3") == [0, 3]
+    assert partitions("0,2", "5") == [0, 2, 5]
+    assert partitions(" 1 , 4 ") == [1, 4]
+    assert partitions("") == []  # a templated argument left unset: every partition
+    assert partitions() is None
+    for bad in ("x", "1,-2", "1;2"):
+        with pytest.raises(SystemExit):
+            partitions(bad)
+
+
+def test_with_a_key_dir_the_key_file_is_read_only_from_under_it(tmp_path: Path) -> None:
+    from spark_apps import runtime
+    from spark_apps.erase_keys import build_parser, read_request
+    from tiering_core.runs.errors import ErasureRefusedError
+
+    key_dir = tmp_path / "requests"
+    key_dir.mkdir()
+    (key_dir / "r-1.txt").write_text("user-1\n")
+    (tmp_path / "outside.txt").write_text("user-2\n")
+    (key_dir / "escape.txt").symlink_to(tmp_path / "outside.txt")
+
+    def request(key_file: str, *more: str):  # type: ignore[no-untyped-def]
+        args = build_parser().parse_args(["--topic", "orders", "--key-file", key_file, "--yes", *more])
+        return read_request(args, runtime.parse_selection(args))
+
+    assert request("r-1.txt", "--key-dir", str(key_dir)).keys == {b"user-1"}
+    for name, reason in [("escape.txt", "leads out of dags.erase.key_dir"), ("../outside.txt", "without '..'")]:
+        with pytest.raises(ErasureRefusedError, match=reason):
+            request(name, "--key-dir", str(key_dir))
+    assert request(str(tmp_path / "outside.txt")).keys == {b"user-2"}  # no --key-dir: the path as given

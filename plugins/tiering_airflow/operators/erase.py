@@ -7,7 +7,7 @@ worker without it names them as not checked."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -24,6 +24,35 @@ def from_json(value: Any, name: str) -> Any:
         return json.loads(value)
     except ValueError:
         raise ValueError(f"{name}: expected JSON, got text of {len(value)} characters") from None
+
+
+#: The erase DAG's two ways: the erasure in the task's own process, or on Spark.
+LOCAL_TASK_ID = "erase"
+SPARK_TASK_ID = "erase_on_spark"
+
+
+def erasure_route(params: Mapping[str, Any], key_dir: str | None) -> str:
+    """The erase DAG's branch: the task that runs the erasure (``spark`` false: ``erase``, which
+    checks the request itself; true: ``erase_on_spark``, ``spark_apps/erase_keys.py``). On Spark the
+    keys come only from a key file under ``key_dir``, so that no key travels in spark-submit's argv,
+    and the confirmation is checked here, before the submit; a refusal fails without retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    if not as_bool(params.get("spark", False), "spark"):
+        return LOCAL_TASK_ID
+    topic, confirm = params.get("topic"), params.get("confirm")
+    if confirm != topic:
+        raise AirflowFailException(f"confirm must repeat the topic name {topic!r} (got {confirm!r}); nothing erased")
+    if params.get("keys") is not None or not params.get("key_file"):
+        raise AirflowFailException(
+            "on Spark, give the keys as key_file (a list would travel in spark-submit's argv); nothing erased"
+        )
+    if key_dir is None:
+        raise AirflowFailException(
+            "on Spark the keys come from a key file under dags.erase.key_dir, which the config does not set; "
+            "nothing erased"
+        )
+    return SPARK_TASK_ID
 
 
 class TieringEraseOperator(BaseOperator):

@@ -47,3 +47,34 @@ def test_bad_requests_are_refused_naming_the_problem(tmp_path: Path, kwargs: dic
     with pytest.raises(ErasureRefusedError) as refused:
         operator(**kwargs).request_keys()
     assert reason in str(refused.value)
+
+
+def test_the_route_is_the_local_task_unless_spark_is_asked() -> None:
+    from tiering_airflow.operators.erase import LOCAL_TASK_ID, SPARK_TASK_ID, erasure_route
+
+    request = {"topic": "orders", "confirm": "orders", "key_file": "r.txt", "keys": None}
+    assert erasure_route(request, "/keys") == LOCAL_TASK_ID
+    assert erasure_route({**request, "spark": False}, None) == LOCAL_TASK_ID  # the local task checks the rest
+    assert erasure_route({**request, "spark": True}, "/keys") == SPARK_TASK_ID
+
+
+@pytest.mark.parametrize(
+    ("change", "key_dir", "reason"),
+    [
+        ({"confirm": "order"}, "/keys", "confirm must repeat the topic name 'orders'"),
+        ({"keys": ["k"], "key_file": None}, "/keys", "on Spark, give the keys as key_file"),
+        ({"keys": ["k"]}, "/keys", "on Spark, give the keys as key_file"),
+        ({"key_file": None}, "/keys", "on Spark, give the keys as key_file"),
+        ({}, None, "dags.erase.key_dir, which the config does not set"),
+    ],
+)
+def test_on_spark_a_request_the_app_cannot_take_safely_is_refused(
+    change: dict[str, object], key_dir: str | None, reason: str
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tiering_airflow.operators.erase import erasure_route
+
+    request = {"topic": "orders", "confirm": "orders", "key_file": "r.txt", "keys": None, "spark": True}
+    with pytest.raises(AirflowFailException, match=reason):
+        erasure_route({**request, **change}, key_dir)
