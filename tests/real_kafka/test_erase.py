@@ -241,14 +241,32 @@ def _tier_and_export_twice(cluster: KafkaCluster, platform: BesideKafka) -> int:
     return hco
 
 
-def _dry_run_writes_nothing(platform: BesideKafka, s3: S3Endpoint, key_file: Path, erased: int) -> set[str]:
-    """A dry run names the segments holding the keys and the records it would remove, and
-    writes nothing; the segment ids it names."""
+def _local_holding(cluster: KafkaCluster, records: list[ConsumedRecord]) -> list[tuple[int, str, int]]:
+    """The broker's own segments holding records of the keys, by base offset and file name, with
+    the count of those records (``records``: all the partition holds)."""
+    bases = sorted(int(p.stem) for p in cluster.partition_dir(1, TOPIC, 0).glob("*.log"))
+    found = []
+    for base, end in zip(bases, [*bases[1:], None], strict=True):
+        n = sum(r.key in ERASED for r in records if r.offset >= base and (end is None or r.offset < end))
+        if n:
+            found.append((base, f"{base:020d}.log", n))
+    return found
+
+
+def _dry_run_writes_nothing(
+    platform: BesideKafka, s3: S3Endpoint, key_file: Path, erased: int, local: list[tuple[int, str, int]]
+) -> set[str]:
+    """A dry run names the segments holding the keys, the records it would remove and the
+    broker's own segments still holding them (``local``), and writes nothing; the segment ids it
+    names."""
     untouched = _store_and_lake(platform, s3)
     dry = _erase(platform, key_file, "--dry-run")
     assert _store_and_lake(platform, s3) == untouched
     (planned,) = dry["partitions"]
     assert dry["records_removed"] == erased and dry["dry_run"], dry
+    named = planned["local_segments"]["segments"]
+    assert [(s["base_offset"], s["file_name"], s["records"]) for s in named] == local
+    assert all(s["copied"] and not s["active"] for s in named), named
     return {h["segment_id"] for h in planned["hits"]}
 
 
@@ -318,7 +336,8 @@ def test_an_erasure_of_a_real_brokers_records_leaves_no_key_on_any_path(
         segments_before = _segments(platform)
         objects_before = bucket_objects(s3_endpoint, platform)
 
-        hits = _dry_run_writes_nothing(platform, s3_endpoint, key_file, erased)
+        local = _local_holding(cluster, consume(cluster, TOPIC, 0))
+        hits = _dry_run_writes_nothing(platform, s3_endpoint, key_file, erased, local)
         assert 3 <= len(hits) < len(segments_before), "the keys in several segments, not in all"
         _killed_then_rerun(platform, key_file, tmp_path, topic_id, erased)
         _assert_other_segments_kept(platform, s3_endpoint, segments_before, objects_before, hits)
