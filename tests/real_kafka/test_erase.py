@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from tests.export.support import sqlite_catalog
 from tests.real_kafka.cluster import KafkaCluster
 from tests.real_kafka.conftest import PrivateKafka
 from tests.real_kafka.support import BesideKafka, ConsumedRecord, consume
+from tests.real_kafka.test_cleaner import dump, dumped
 from tests.real_kafka.test_recover import bucket_objects
 from tests.runs.switch_faults import KILL_AT_SWITCH
 from tests.services import S3Endpoint
@@ -57,6 +59,9 @@ KILL_DURING_ERASE = KILL_AT_SWITCH + textwrap.dedent(
     sys.exit(main(["--config", sys.argv[1], "erase", "--topic", sys.argv[3], "--key-file", sys.argv[4], "--yes"]))
     """
 )
+
+#: A data record's line of DumpLogSegments (its key may be null: not the cleaner test's pattern).
+_DATA_RECORD = re.compile(r"^\| offset: (\d+) (?!.*endTxnMarker)")
 
 Selected = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]
 
@@ -220,12 +225,23 @@ def _assert_restored_partition_serves_no_key(
         "restore", "--topic", TOPIC, "--partition", "0", "--to", str(path.parent), "--force", "--json"
     ).json()
     assert restored["end_offset"] == hco and restored["log_start_offset"] == 0
+    # Kafka's own DumpLogSegments reads every restored batch (decompressed) and index entry.
+    output = dump(cluster, sorted(f for f in path.iterdir() if f.suffix in (".log", ".index", ".timeindex")))
+    valid, _keyed = dumped(output)
+    assert valid and set(valid) == {"true"}, "every batch's CRC valid"
+    assert "mismatch" not in output.lower(), "the indexes agree with the logs"
+    listed = [int(m.group(1)) for line in output.splitlines() if (m := _DATA_RECORD.match(line))]
+    assert listed == [r.offset for r in _kept(before["read_uncommitted"])]
+    assert not any(key.decode() in output for key in ERASED)
     cluster.start_node(1)
     cluster.wait_ready()
     cluster.wait_until("the partition's leader", lambda: cluster.leader(TOPIC, 0) == 1)
     for level, records in before.items():
         after = consume(cluster, TOPIC, 0, isolation_level=level, until=hco + 1)
         assert after == _kept(records), level
+    producer = cluster.producer()  # and the broker goes on from the restored end
+    assert producer.send(TOPIC, value=b"after the restore").get(timeout=30).offset == hco + 1
+    producer.close()
 
 
 def _tier_and_export_twice(cluster: KafkaCluster, platform: BesideKafka) -> int:
