@@ -3,12 +3,14 @@
 Real producers write plain, lz4 and zstd batches and committed and aborted transactions, records
 of two keys to erase among them over several segments (some segments hold none); ``tiering copy``
 tiers the closed segments and ``tiering export`` exports them twice, so the Iceberg table holds
-the keys' rows at more than one snapshot. A dry run writes nothing; an erasure killed with
-SIGKILL right after its second segment's switch is finished by a rerun. Then no path gives a key
-back and every other record is what a real consumer read at its offset: ``tiering fetch`` at both
-isolation levels, the table at every snapshot it keeps (a new export adds nothing), ``tiering
-replay`` into another topic, and ``tiering restore`` of the partition, which a restarted broker
-loads and serves to a consumer. Segments without the keys keep their ids and objects.
+the keys' rows at more than one snapshot. A dry run writes nothing and names the broker's own
+segments still holding the keys; an erasure killed with SIGKILL right after its second segment's
+switch is finished by a rerun. Then no path gives a key back and every other record is what a
+real consumer read at its offset: ``tiering fetch`` at both isolation levels, the table at every
+snapshot it keeps (a new export adds nothing), ``tiering replay`` into another topic, and
+``tiering restore`` of the partition, which Kafka's ``DumpLogSegments`` finds valid and a
+restarted broker loads and serves to a consumer. Segments without the keys keep their ids and
+objects.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ pytestmark = pytest.mark.xdist_group("erase")
 
 TOPIC = "erased"
 SEGMENT_BYTES = 16 * 1024
-#: Keys no other record holds; the first in every kind of batch, the second in plain batches only.
+#: Keys no other record holds; the first in every kind of batch, the second outside transactions only.
 ERASED = (b"subject-7f3a9c-erase-me", b"subject-51d2e0-erase-me")
 ROOT = Path(__file__).resolve().parents[2]
 #: The test cluster as the config's replay target.
