@@ -1,7 +1,7 @@
 """Thin operators: one copy, retention, removal or DeleteRecords run for one partition, or a
 lane's copy or retention run over its share of a broker's partitions, over ``tiering_core``.
-Each returns the core's result (``to_dict()``) to XCom. Heavy modules are imported inside
-``execute`` so that DAG files using these operators parse fast.
+Each returns the core's result (``to_dict()``) to XCom. Heavy modules are imported when a task
+runs, so that DAG files using these operators parse fast.
 
 ``broker_id`` names the broker whose log dirs the task reads (the cluster form's DAGs give each
 task its broker's id and queue); the run records its observations under that id. A broker id
