@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow.sdk import BaseOperator
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import TaskAttempt
     from tiering_core.runs.copy_report import CopyResult, ParallelCopyReport
-    from tiering_core.runs.lanes import RetentionLaneReport
+    from tiering_core.runs.lanes import LaneRun, RetentionLaneReport
     from tiering_core.runs.retention import RetentionResult
 
     #: What a partition's scheduled run returns.
@@ -214,8 +215,8 @@ class TieringLaneOperator(TieringBrokerOperator, Generic[LaneReport]):
         """What surrounds the lane's run while it works (nothing unless a subclass says)."""
         return nullcontext()
 
-    def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], **arguments: Any) -> LaneReport:
-        """The core's lane (``runs.lanes``) over ``partitions`` with the arguments both lanes take."""
+    def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], run: LaneRun) -> LaneReport:
+        """The core's lane (``runs.lanes``) over ``partitions``."""
         raise NotImplementedError
 
     def problems(self, report: LaneReport) -> tuple[int, list[str]]:
@@ -223,19 +224,15 @@ class TieringLaneOperator(TieringBrokerOperator, Generic[LaneReport]):
         raise NotImplementedError
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
+        from tiering_core.runs.lanes import LaneRun
+
         tps = self.topic_partitions()
         hook = self.hook()
         config = broker_config(hook)
         with self.working(context), hook.get_conn(config) as ctx:
-            report = self.run_lane(
-                ctx,
-                tps,
-                run_id=context["run_id"],
-                budget_seconds=getattr(config.copy, self.budget_key),
-                attempt=task_attempt(context),
-                broker_id=observing_broker(config),
-                events=self.tell,
-            )
+            budget = getattr(config.copy, self.budget_key)
+            run = LaneRun(context["run_id"], budget, task_attempt(context), observing_broker(config), self.tell)
+            report = self.run_lane(ctx, tps, run)
         results = results_of(report)
         self.finish(context, results, *self.problems(report))
         return results
@@ -280,10 +277,10 @@ class TieringCopyLaneOperator(TieringLaneOperator["ParallelCopyReport"]):
         self.progress = LaneProgress(context, self.tell, results_of, self.PROGRESS_SECONDS)
         return self.progress
 
-    def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], **arguments: Any) -> ParallelCopyReport:
+    def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], run: LaneRun) -> ParallelCopyReport:
         from tiering_core.runs.lanes import copy_lane
 
-        return copy_lane(ctx, partitions, clock=self.progress.clock, report=self.progress.report, **arguments)
+        return copy_lane(ctx, partitions, replace(run, clock=self.progress.clock), report=self.progress.report)
 
     def problems(self, report: ParallelCopyReport) -> tuple[int, list[str]]:
         return len(report.gaps), report.failures
@@ -300,10 +297,10 @@ class TieringRetentionLaneOperator(TieringLaneOperator["RetentionLaneReport"]):
 
     budget_key = "retention_budget_seconds"
 
-    def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], **arguments: Any) -> RetentionLaneReport:
+    def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], run: LaneRun) -> RetentionLaneReport:
         from tiering_core.runs.lanes import retention_lane
 
-        return retention_lane(ctx, partitions, **arguments)
+        return retention_lane(ctx, partitions, run)
 
     def problems(self, report: RetentionLaneReport) -> tuple[int, list[str]]:
         return 0, list(report.failures.values())
