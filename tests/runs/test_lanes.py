@@ -30,6 +30,7 @@ from tiering_core.runs.copy_plan import plan_copies
 from tiering_core.runs.lanes import (
     Lane,
     LaneRun,
+    RetentionLaneReport,
     by_urgency,
     copy_lane,
     lane_bound,
@@ -38,6 +39,7 @@ from tiering_core.runs.lanes import (
     retention_lane,
     split_into_lanes,
 )
+from tiering_core.runs.retention import RetentionResult
 
 PARTITIONS = 4
 
@@ -282,6 +284,20 @@ def test_a_partition_not_checkpointed_yet_is_skipped_in_the_lane_not_failed(tmp_
         write_offset_checkpoint(checkpoint, entries)
         report = copy_lane(ctx, orders(1), LaneRun("r2", 60, clock=Clock()))
     assert [r.segments_copied for r in report.results] == [3]
+
+
+def test_a_retention_outcome_names_a_failure_first_then_fenced_deferred_skipped_else_deleted() -> None:
+    report = RetentionLaneReport([], {"orders-0": "orders-0: store unreachable"})
+    failed = report.outcome(RetentionResult("orders", 0, fenced=True, segments_deleted=1, bytes_deleted=9))
+    assert (failed.outcome, failed.detail, failed.segments_deleted) == ("failed", "orders-0: store unreachable", 1)
+    fenced = report.outcome(RetentionResult("orders", 1, fenced=True, deferred=True, skipped_reason="not tiered"))
+    assert (fenced.outcome, fenced.detail) == ("fenced", "another run holds the partition")
+    deferred = report.outcome(RetentionResult("orders", 1, deferred=True, skipped_reason="not tiered"))
+    assert (deferred.outcome, deferred.detail) == ("deferred", "the time budget ran out; the next run does it")
+    skipped = report.outcome(RetentionResult("orders", 1, skipped_reason="not tiered"))
+    assert (skipped.outcome, skipped.detail) == ("skipped", "not tiered")
+    deleted = report.outcome(RetentionResult("orders", 1, segments_deleted=2, bytes_deleted=20))
+    assert (deleted.outcome, deleted.detail, deleted.bytes_deleted) == ("deleted", None, 20)
 
 
 def test_a_retention_lane_stops_starting_partitions_at_its_deadline(tmp_path: Path) -> None:

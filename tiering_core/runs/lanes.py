@@ -27,7 +27,7 @@ from tiering_core.events.retention import PartitionRetentionOutcome
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.copy_many import copy_partitions
 from tiering_core.runs.copy_plan import CopyPlan
-from tiering_core.runs.copy_report import ParallelCopyReport
+from tiering_core.runs.copy_report import ParallelCopyReport, partition_outcome
 from tiering_core.runs.retention import RetentionResult, run_retention
 from tiering_core.tier.observation import headroom_seconds
 from tiering_core.tier.view import tier_view
@@ -197,15 +197,8 @@ class RetentionLaneReport:
 
     def outcome(self, result: RetentionResult) -> PartitionRetentionOutcome:
         tp = TopicPartition(result.topic, result.partition)
-        outcome, detail = "deleted", None
-        if str(tp) in self.failures:
-            outcome, detail = "failed", self.failures[str(tp)]
-        elif result.fenced:
-            outcome, detail = "fenced", "another run holds the partition"
-        elif result.deferred:
-            outcome, detail = "deferred", "the time budget ran out; the next run does it"
-        elif result.skipped_reason is not None:
-            outcome, detail = "skipped", result.skipped_reason
+        failed = ("failed", self.failures[str(tp)]) if str(tp) in self.failures else None
+        outcome, detail = partition_outcome(result, failed, "deleted", "does it")
         return PartitionRetentionOutcome(tp, outcome, result.segments_deleted, result.bytes_deleted, detail)
 
 
