@@ -29,6 +29,8 @@ from tiering_core.runs.copy_many import copy_partitions
 from tiering_core.runs.copy_plan import plan_copies
 from tiering_core.runs.lanes import (
     Lane,
+    LaneRun,
+    RetentionLaneReport,
     by_urgency,
     copy_lane,
     lane_bound,
@@ -37,6 +39,7 @@ from tiering_core.runs.lanes import (
     retention_lane,
     split_into_lanes,
 )
+from tiering_core.runs.retention import RetentionResult
 
 PARTITIONS = 4
 
@@ -229,7 +232,7 @@ def test_a_copy_lane_tells_one_outcome_per_partition(tmp_path: Path) -> None:
     clock = Clock()
     events: list[RunEvent] = []
     with TieringContext.open(load_config(config)) as ctx:
-        report = copy_lane(ctx, orders(0, 1, 2, 3), run_id="r1", budget_seconds=60, events=events.append, clock=clock)
+        report = copy_lane(ctx, orders(0, 1, 2, 3), LaneRun("r1", 60, events=events.append, clock=clock))
     # Told as each partition ends: the failed one first; one outcome each.
     outcomes = sorted((e for e in events if isinstance(e, PartitionCopyOutcome)), key=lambda e: e.topic_partition)
     assert [(str(e.topic_partition), e.outcome) for e in outcomes] == [
@@ -249,7 +252,7 @@ def test_a_copy_lane_tells_each_partition_as_it_ends_not_at_the_end_of_the_lane(
     config = make_config(tmp_path, log_dir, "as-they-end")
     events: list[RunEvent] = []
     with TieringContext.open(load_config(config)) as ctx:
-        copy_lane(ctx, orders(0, 1, 2, 3), run_id="r1", budget_seconds=60, events=events.append, clock=Clock())
+        copy_lane(ctx, orders(0, 1, 2, 3), LaneRun("r1", 60, events=events.append, clock=Clock()))
     told = {str(e.topic_partition): i for i, e in enumerate(events) if isinstance(e, PartitionCopyOutcome)}
     last_starts = min(
         i for i, e in enumerate(events) if isinstance(e, SegmentCopied) and e.topic_partition.partition == 3
@@ -269,7 +272,7 @@ def test_a_partition_not_checkpointed_yet_is_skipped_in_the_lane_not_failed(tmp_
     write_offset_checkpoint(checkpoint, {tp: hw for tp, hw in entries.items() if tp != TopicPartition("orders", 1)})
     events: list[RunEvent] = []
     with TieringContext.open(load_config(config)) as ctx:
-        report = copy_lane(ctx, orders(0, 1, 2), run_id="r1", budget_seconds=60, events=events.append, clock=Clock())
+        report = copy_lane(ctx, orders(0, 1, 2), LaneRun("r1", 60, events=events.append, clock=Clock()))
         outcomes = sorted((e for e in events if isinstance(e, PartitionCopyOutcome)), key=lambda e: e.topic_partition)
         assert [(str(e.topic_partition), e.outcome) for e in outcomes] == [
             ("orders-0", "copied"),
@@ -279,8 +282,22 @@ def test_a_partition_not_checkpointed_yet_is_skipped_in_the_lane_not_failed(tmp_
         assert outcomes[1].detail is not None and "has not checkpointed" in outcomes[1].detail
         assert [r.segments_copied for r in report.results] == [2, 0, 4]
         write_offset_checkpoint(checkpoint, entries)
-        report = copy_lane(ctx, orders(1), run_id="r2", budget_seconds=60, clock=Clock())
+        report = copy_lane(ctx, orders(1), LaneRun("r2", 60, clock=Clock()))
     assert [r.segments_copied for r in report.results] == [3]
+
+
+def test_a_retention_outcome_names_a_failure_first_then_fenced_deferred_skipped_else_deleted() -> None:
+    report = RetentionLaneReport([], {"orders-0": "orders-0: store unreachable"})
+    failed = report.outcome(RetentionResult("orders", 0, fenced=True, segments_deleted=1, bytes_deleted=9))
+    assert (failed.outcome, failed.detail, failed.segments_deleted) == ("failed", "orders-0: store unreachable", 1)
+    fenced = report.outcome(RetentionResult("orders", 1, fenced=True, deferred=True, skipped_reason="not tiered"))
+    assert (fenced.outcome, fenced.detail) == ("fenced", "another run holds the partition")
+    deferred = report.outcome(RetentionResult("orders", 1, deferred=True, skipped_reason="not tiered"))
+    assert (deferred.outcome, deferred.detail) == ("deferred", "the time budget ran out; the next run does it")
+    skipped = report.outcome(RetentionResult("orders", 1, skipped_reason="not tiered"))
+    assert (skipped.outcome, skipped.detail) == ("skipped", "not tiered")
+    deleted = report.outcome(RetentionResult("orders", 1, segments_deleted=2, bytes_deleted=20))
+    assert (deleted.outcome, deleted.detail, deleted.bytes_deleted) == ("deleted", None, 20)
 
 
 def test_a_retention_lane_stops_starting_partitions_at_its_deadline(tmp_path: Path) -> None:
@@ -298,7 +315,7 @@ def test_a_retention_lane_stops_starting_partitions_at_its_deadline(tmp_path: Pa
         clock.now = 100.0  # the first partition's retention used the budget up
 
     with TieringContext.open(load_config(config)) as ctx:
-        report = retention_lane(ctx, orders(1, 0, 2), run_id="r1", budget_seconds=60, events=tell, clock=clock)
+        report = retention_lane(ctx, orders(1, 0, 2), LaneRun("r1", 60, events=tell, clock=clock))
     assert [(str(e.topic_partition), e.outcome) for e in events if isinstance(e, PartitionRetentionOutcome)] == [
         ("orders-1", "deleted"),
         ("orders-0", "deferred"),

@@ -5,11 +5,36 @@ a tiering gap, and the events that tell a partition's outcome and the run's summ
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tiering_core.events import EventSink
 from tiering_core.events.copy import ParallelUploadFinished, PartitionCopyOutcome
 from tiering_core.kafka.topic import TopicPartition
+
+
+class PartitionRun(Protocol):
+    """What a copy or a retention result tells of how its partition's run ended."""
+
+    fenced: bool
+    deferred: bool
+    skipped_reason: str | None
+
+
+def partition_outcome(
+    result: PartitionRun, problem: tuple[str, str] | None, done: str, next_run: str
+) -> tuple[str, str | None]:
+    """How a lane's partition ended, and why, for its copy or retention outcome event: its problem
+    (``failed``, a tiering ``gap``) first, then fenced, deferred (``next_run``: what the next run
+    does), skipped; else ``done``."""
+    if problem is not None:
+        return problem
+    if result.fenced:
+        return "fenced", "another run holds the partition"
+    if result.deferred:
+        return "deferred", f"the time budget ran out; the next run {next_run}"
+    if result.skipped_reason is not None:
+        return "skipped", result.skipped_reason
+    return done, None
 
 
 @dataclass
@@ -92,14 +117,7 @@ class ParallelCopyReport:
         """What the run did with one partition (a failure or gap first, then fenced, deferred,
         skipped; else copied), as the event that tells it."""
         tp = TopicPartition(result.topic, result.partition)
-        outcome, detail = self.problems.get(str(tp), ("copied", None))
-        if outcome == "copied":
-            if result.fenced:
-                outcome, detail = "fenced", "another run holds the partition"
-            elif result.deferred:
-                outcome, detail = "deferred", "the time budget ran out; the next run copies the rest"
-            elif result.skipped_reason is not None:
-                outcome, detail = "skipped", result.skipped_reason
+        outcome, detail = partition_outcome(result, self.problems.get(str(tp)), "copied", "copies the rest")
         return PartitionCopyOutcome(
             tp,
             outcome,

@@ -27,7 +27,7 @@ from tiering_core.events.retention import PartitionRetentionOutcome
 from tiering_core.kafka.topic import TopicPartition
 from tiering_core.runs.copy_many import copy_partitions
 from tiering_core.runs.copy_plan import CopyPlan
-from tiering_core.runs.copy_report import ParallelCopyReport
+from tiering_core.runs.copy_report import ParallelCopyReport, partition_outcome
 from tiering_core.runs.retention import RetentionResult, run_retention
 from tiering_core.tier.observation import headroom_seconds
 from tiering_core.tier.view import tier_view
@@ -146,34 +146,43 @@ def by_urgency(ctx: TieringContext, partitions: Sequence[TopicPartition]) -> lis
     return [u.topic_partition for u in sorted(known, key=lambda u: u.key)] + unknown
 
 
+@dataclass(frozen=True)
+class LaneRun:
+    """What a lane of either kind runs under: its run's id, its time budget from when it starts,
+    the task's attempt (a retry takes over its killed try's leases), the broker observing, where
+    each partition's outcome goes, and the clock that keeps the budget."""
+
+    run_id: str
+    budget_seconds: float
+    attempt: TaskAttempt | None = None
+    broker_id: int | None = None
+    events: EventSink = discard
+    clock: Callable[[], float] = time.monotonic
+
+    def deadline(self) -> float:
+        """The budget from now: nothing starts after it."""
+        return self.clock() + self.budget_seconds
+
+
 def copy_lane(
-    ctx: TieringContext,
-    partitions: Sequence[TopicPartition],
-    *,
-    run_id: str,
-    budget_seconds: float,
-    attempt: TaskAttempt | None = None,
-    broker_id: int | None = None,
-    events: EventSink = discard,
-    clock: Callable[[], float] = time.monotonic,
-    report: ParallelCopyReport | None = None,
+    ctx: TieringContext, partitions: Sequence[TopicPartition], run: LaneRun, *, report: ParallelCopyReport | None = None
 ) -> ParallelCopyReport:
     """Copy a lane's partitions in the given order on ``copy.concurrency`` threads, each begun
     only as the one before has nothing left to hand out; no segment or partition starts after
-    ``budget_seconds``. One ``PartitionCopyOutcome`` per partition to ``events``, as it ends
+    ``run.budget_seconds``. One ``PartitionCopyOutcome`` per partition to ``run.events``, as it ends
     (``report``: the report filled as partitions end, whose ``announce`` hears them instead)."""
     executor = InProcessExecutor(ctx.storage, threads=ctx.config.copy.concurrency)
     return copy_partitions(
         ctx,
         partitions,
         executor,
-        run_id=run_id,
-        events=events,
-        attempt=attempt,
-        broker_id=broker_id,
+        run_id=run.run_id,
+        events=run.events,
+        attempt=run.attempt,
+        broker_id=run.broker_id,
         lazily=True,
-        deadline=clock() + budget_seconds,
-        clock=clock,
+        deadline=run.deadline(),
+        clock=run.clock,
         tell_outcomes=True,
         report=report,
     )
@@ -188,42 +197,25 @@ class RetentionLaneReport:
 
     def outcome(self, result: RetentionResult) -> PartitionRetentionOutcome:
         tp = TopicPartition(result.topic, result.partition)
-        outcome, detail = "deleted", None
-        if str(tp) in self.failures:
-            outcome, detail = "failed", self.failures[str(tp)]
-        elif result.fenced:
-            outcome, detail = "fenced", "another run holds the partition"
-        elif result.deferred:
-            outcome, detail = "deferred", "the time budget ran out; the next run does it"
-        elif result.skipped_reason is not None:
-            outcome, detail = "skipped", result.skipped_reason
+        failed = ("failed", self.failures[str(tp)]) if str(tp) in self.failures else None
+        outcome, detail = partition_outcome(result, failed, "deleted", "does it")
         return PartitionRetentionOutcome(tp, outcome, result.segments_deleted, result.bytes_deleted, detail)
 
 
-def retention_lane(
-    ctx: TieringContext,
-    partitions: Sequence[TopicPartition],
-    *,
-    run_id: str,
-    budget_seconds: float,
-    attempt: TaskAttempt | None = None,
-    broker_id: int | None = None,
-    events: EventSink = discard,
-    clock: Callable[[], float] = time.monotonic,
-) -> RetentionLaneReport:
+def retention_lane(ctx: TieringContext, partitions: Sequence[TopicPartition], run: LaneRun) -> RetentionLaneReport:
     """``run_retention`` for each of a lane's partitions in turn, a failure stopping only its
-    partition; none starts after ``budget_seconds``. One ``PartitionRetentionOutcome`` each."""
-    deadline = clock() + budget_seconds
+    partition; none starts after ``run.budget_seconds``. One ``PartitionRetentionOutcome`` each."""
+    deadline = run.deadline()
     report = RetentionLaneReport([], {})
     for tp in partitions:
-        if clock() >= deadline:
+        if run.clock() >= deadline:
             result = RetentionResult(topic=tp.topic, partition=tp.partition, deferred=True)
         else:
             try:
-                result = run_retention(ctx, tp, run_id=run_id, attempt=attempt, broker_id=broker_id)
+                result = run_retention(ctx, tp, run_id=run.run_id, attempt=run.attempt, broker_id=run.broker_id)
             except (TieringError, OSError) as exc:
                 result = RetentionResult(topic=tp.topic, partition=tp.partition)
                 report.failures[str(tp)] = str(exc) if str(exc).startswith(f"{tp}:") else f"{tp}: {exc}"
         report.results.append(result)
-        events(report.outcome(result))
+        run.events(report.outcome(result))
     return report

@@ -11,6 +11,7 @@ from croniter import croniter
 from tiering_core.config.dags import PRESETS
 from tiering_core.errors import ConfigError
 
+#: The copy and retention DAGs' start date, from which their schedules' fires are walked.
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 #: Fire days looked at after the first: enough for day-of-week and day-of-month patterns.

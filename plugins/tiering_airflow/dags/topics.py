@@ -50,9 +50,10 @@ everything heavy is imported inside the tasks.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG, TaskGroup, XComArg, task
@@ -64,14 +65,13 @@ from tiering_airflow.dag_ids import (
     fit,
     retention_dag_id,
 )
-from tiering_airflow.dags.schedules import shortest_period
+from tiering_airflow.dags.schedules import START, shortest_period
 from tiering_airflow.hooks.tiering import named_topics
 from tiering_airflow.operators.tiering import TieringCopyLaneOperator, TieringRetentionLaneOperator, as_bool
 from tiering_airflow.params import RETRY_DELAY, on_queue
 from tiering_airflow.sensors.tiering import PLAN_KEY, EligibleSegmentSensor
 from tiering_core.config import DEFAULT_TOPIC, BrokerConfig, PlatformConfig
 
-START = datetime(2026, 1, 1, tzinfo=UTC)
 UPLOAD_POOL = "tiering_uploads"
 SENSOR_TIMEOUT = timedelta(minutes=9)
 #: A lane's label: ``<topic>-<partition>`` for a lane of one partition (``runs.lanes.Lane``).
@@ -165,26 +165,7 @@ def list_partitions(
     """The lanes over the topic's partitions on the broker, found at run time, as the mapped
     tasks' arguments (``plan``: the copy sensor's, whose partitions and order they keep, no view
     read again); no partition -> the run is skipped."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
-    from tiering_airflow.hooks.tiering import broker_config, broker_hook
-    from tiering_core.kafka.topic import TopicPartition
-
-    hook = broker_hook(broker_id)
-    config = broker_config(hook)
-    partitions = [TopicPartition(topic, p) for p in hook.partitions(topic, config)]
-    if not partitions:
-        raise AirflowSkipException(f"topic {topic!r} has no partition in {broker_name(broker_id)}'s log dirs")
-    return planned_lanes(hook.lanes(partitions, config, urgent_first=urgent_first, plan=plan), broker_id)
-
-
-def planned_lanes(lanes: list[dict[str, Any]], broker_id: int | None) -> list[dict[str, Any]]:
-    """``lanes``; none (the sensor's plan names no partition still on the broker) skips the run."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
-    if not lanes:
-        raise AirflowSkipException(f"the run's plan names no partition in {broker_name(broker_id)}'s log dirs")
-    return lanes
+    return broker_lanes(broker_id, topic, urgent_first, plan)
 
 
 @task
@@ -193,16 +174,33 @@ def list_default_partitions(
 ) -> list[dict[str, Any]]:
     """The lanes over every partition on the broker of a topic the config does not name (``plan``:
     as ``list_partitions``)."""
+    return broker_lanes(broker_id, None, urgent_first, plan)
+
+
+def broker_lanes(
+    broker_id: int | None, topic: str | None, urgent_first: bool, plan: list[list[Any]] | None
+) -> list[dict[str, Any]]:
+    """The listing tasks' lanes over the broker's partitions of ``topic``, or (None) of every topic
+    the config does not name; no partition, or none of the plan's still on the broker, skips the run."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from tiering_airflow.hooks.tiering import broker_config, broker_hook
+    from tiering_core.kafka.topic import TopicPartition
 
     hook = broker_hook(broker_id)
     config = broker_config(hook)
-    partitions = hook.default_partitions(config)
+    if topic is None:
+        partitions = hook.default_partitions(config)
+        none = f"every topic in {broker_name(broker_id)}'s log dirs has DAGs of its own"
+    else:
+        partitions = [TopicPartition(topic, p) for p in hook.partitions(topic, config)]
+        none = f"topic {topic!r} has no partition in {broker_name(broker_id)}'s log dirs"
     if not partitions:
-        raise AirflowSkipException(f"every topic in {broker_name(broker_id)}'s log dirs has DAGs of its own")
-    return planned_lanes(hook.lanes(partitions, config, urgent_first=urgent_first, plan=plan), broker_id)
+        raise AirflowSkipException(none)
+    lanes = hook.lanes(partitions, config, urgent_first=urgent_first, plan=plan)
+    if not lanes:
+        raise AirflowSkipException(f"the run's plan names no partition in {broker_name(broker_id)}'s log dirs")
+    return lanes
 
 
 def listing(broker: BrokerConfig | None, topic: str | None = None, *, plan: Any = None) -> Any:
@@ -218,55 +216,64 @@ def listing(broker: BrokerConfig | None, topic: str | None = None, *, plan: Any 
     return list_partitions.override(task_id="list_partitions", **queue)(topic, broker_id, **order)
 
 
-def copy_dag(dags: TopicDags, topic: str | None) -> DAG:
-    """The copy DAG of a named topic, or (None) the catch-all one of the ``"*"`` default."""
+def topic_dag(
+    dags: TopicDags,
+    kind: str,
+    topic: str | None,
+    dag_id: str,
+    description: str,
+    lane_tasks: Callable[[BrokerConfig | None], Any],
+) -> DAG:
+    """A scheduled DAG of ``kind`` (``copy`` or ``retention``: its ``dags.<kind>`` schedule and
+    queue) for a named topic or (None) the catch-all one, one run at a time, holding for each broker
+    in its group the tasks ``lane_tasks`` adds."""
     with DAG(
-        dag_id=DEFAULT_COPY_DAG_ID if topic is None else copy_dag_id(topic),
-        description=(
-            "Copy closed segments below the LSO of every topic without DAGs of its own (the '*' default)"
-            if topic is None
-            else dags.described(f"Copy closed segments of {topic} below the LSO to the remote tier", topic)
-        ),
-        schedule=dags.config.dags["copy"].schedule,
+        dag_id=dag_id,
+        description=description,
+        schedule=dags.config.dags[kind].schedule,
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        tags=["tiering", "copy", "default-topics" if topic is None else fit(topic, MAX_TAG)],
-        default_args=dags.default_args("copy"),
+        tags=["tiering", kind, "default-topics" if topic is None else fit(topic, MAX_TAG)],
+        default_args=dags.default_args(kind),
     ) as dag:
         for broker in dags.brokers:
             with broker_group(broker):
-                wait = dags.sensor(DEFAULT_TOPIC if topic is None else topic, broker)
-                lanes = listing(broker, topic, plan=XComArg(wait, key=PLAN_KEY))
-                copies = TieringCopyLaneOperator.partial(
-                    task_id="copy", pool=UPLOAD_POOL, map_index_template=LANE_LABEL, **on_broker(broker)
-                ).expand_kwargs(lanes)
-                wait >> lanes >> copies
+                lane_tasks(broker)
     return dag
+
+
+def copy_dag(dags: TopicDags, topic: str | None) -> DAG:
+    """The copy DAG of a named topic, or (None) the catch-all one of the ``"*"`` default."""
+
+    def copy_lanes(broker: BrokerConfig | None) -> None:
+        wait = dags.sensor(DEFAULT_TOPIC if topic is None else topic, broker)
+        lanes = listing(broker, topic, plan=XComArg(wait, key=PLAN_KEY))
+        copies = TieringCopyLaneOperator.partial(
+            task_id="copy", pool=UPLOAD_POOL, map_index_template=LANE_LABEL, **on_broker(broker)
+        ).expand_kwargs(lanes)
+        wait >> lanes >> copies
+
+    if topic is None:
+        every = "Copy closed segments below the LSO of every topic without DAGs of its own (the '*' default)"
+        return topic_dag(dags, "copy", None, DEFAULT_COPY_DAG_ID, every, copy_lanes)
+    described = dags.described(f"Copy closed segments of {topic} below the LSO to the remote tier", topic)
+    return topic_dag(dags, "copy", topic, copy_dag_id(topic), described, copy_lanes)
 
 
 def retention_dag(dags: TopicDags, topic: str | None) -> DAG:
     """The retention DAG of a named topic, or (None) the catch-all one of the ``"*"`` default."""
-    with DAG(
-        dag_id=DEFAULT_RETENTION_DAG_ID if topic is None else retention_dag_id(topic),
-        description=(
-            "Delete remote segments that breach retention, for every topic without DAGs of its own"
-            if topic is None
-            else dags.described(f"Delete remote segments of {topic} that breach its retention", topic)
-        ),
-        schedule=dags.config.dags["retention"].schedule,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        tags=["tiering", "retention", "default-topics" if topic is None else fit(topic, MAX_TAG)],
-        default_args=dags.default_args("retention"),
-    ) as dag:
-        for broker in dags.brokers:
-            with broker_group(broker):
-                TieringRetentionLaneOperator.partial(
-                    task_id="retention", map_index_template=LANE_LABEL, **on_broker(broker)
-                ).expand_kwargs(listing(broker, topic))
-    return dag
+
+    def retention_lanes(broker: BrokerConfig | None) -> None:
+        TieringRetentionLaneOperator.partial(
+            task_id="retention", map_index_template=LANE_LABEL, **on_broker(broker)
+        ).expand_kwargs(listing(broker, topic))
+
+    if topic is None:
+        every = "Delete remote segments that breach retention, for every topic without DAGs of its own"
+        return topic_dag(dags, "retention", None, DEFAULT_RETENTION_DAG_ID, every, retention_lanes)
+    described = dags.described(f"Delete remote segments of {topic} that breach its retention", topic)
+    return topic_dag(dags, "retention", topic, retention_dag_id(topic), described, retention_lanes)
 
 
 def build(config: PlatformConfig) -> list[DAG]:

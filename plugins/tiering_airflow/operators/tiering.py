@@ -1,7 +1,7 @@
 """Thin operators: one copy, retention, removal or DeleteRecords run for one partition, or a
 lane's copy or retention run over its share of a broker's partitions, over ``tiering_core``.
-Each returns the core's result (``to_dict()``) to XCom. Heavy modules are imported inside
-``execute`` so that DAG files using these operators parse fast.
+Each returns the core's result (``to_dict()``) to XCom. Heavy modules are imported when a task
+runs, so that DAG files using these operators parse fast.
 
 ``broker_id`` names the broker whose log dirs the task reads (the cluster form's DAGs give each
 task its broker's id and queue); the run records its observations under that id. A broker id
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow.sdk import BaseOperator
 
@@ -20,9 +22,19 @@ from tiering_airflow.hooks.tiering import TieringHook, broker_config, broker_hoo
 
 if TYPE_CHECKING:
     from tiering_core.config import PlatformConfig
+    from tiering_core.context import TieringContext
     from tiering_core.events import RunEvent
     from tiering_core.kafka.topic import TopicPartition
     from tiering_core.metadata.store import TaskAttempt
+    from tiering_core.runs.copy_report import CopyResult, ParallelCopyReport
+    from tiering_core.runs.lanes import LaneRun, RetentionLaneReport
+    from tiering_core.runs.retention import RetentionResult
+
+    #: What a partition's scheduled run returns.
+    ScheduledResult = CopyResult | RetentionResult
+
+#: What a lane's run returns: ``runs.lanes``' report of a copy or a retention lane.
+LaneReport = TypeVar("LaneReport")
 
 
 def as_bool(value: bool | str, name: str) -> bool:
@@ -55,37 +67,43 @@ def task_attempt(context: Any) -> TaskAttempt | None:
     )
 
 
-class TieringPartitionOperator(BaseOperator):
-    """Common arguments: the partition, its broker, the config path and the ``aws`` connection.
+class TieringBrokerOperator(BaseOperator):
+    """What every task on one broker's log dirs takes: the config path, the ``aws`` connection and
+    the broker (``broker_id`` None: this worker's, ``TIERING_BROKER_ID`` or the only one configured)."""
 
-    ``plan_only`` is the core's ``dry_run`` (``BaseOperator.dry_run`` is a method already).
-    ``broker_id`` None: this worker's broker (``TIERING_BROKER_ID``, or the only one configured).
-    """
-
-    template_fields: Sequence[str] = ("topic", "partition", "config_path", "aws_conn_id", "plan_only", "broker_id")
+    template_fields: Sequence[str] = ("config_path", "aws_conn_id", "broker_id")
     ui_color = "#e8f1fb"
 
     def __init__(
         self,
         *,
-        topic: str,
-        partition: int | str,
         config_path: str | None = None,
         aws_conn_id: str | None = TieringHook.default_conn_name,
-        plan_only: bool | str = False,
         broker_id: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.topic = topic
-        self.partition = partition
         self.config_path = config_path
         self.aws_conn_id = aws_conn_id
-        self.plan_only = plan_only
         self.broker_id = broker_id
 
     def hook(self) -> TieringHook:
         return broker_hook(self.broker_id, config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+
+
+class TieringPartitionOperator(TieringBrokerOperator):
+    """Common arguments: the partition, its broker, the config path and the ``aws`` connection.
+
+    ``plan_only`` is the core's ``dry_run`` (``BaseOperator.dry_run`` is a method already).
+    """
+
+    template_fields: Sequence[str] = ("topic", "partition", "config_path", "aws_conn_id", "plan_only", "broker_id")
+
+    def __init__(self, *, topic: str, partition: int | str, plan_only: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.topic = topic
+        self.partition = partition
+        self.plan_only = plan_only
 
     def broker_config(self, hook: TieringHook) -> PlatformConfig:
         """The config of the task's broker; a broker the config does not have fails the task now."""
@@ -100,52 +118,22 @@ class TieringPartitionOperator(BaseOperator):
         return as_bool(self.plan_only, "plan_only")
 
 
-class TieringCopyOperator(TieringPartitionOperator):
-    """Copy every eligible segment of one partition; a tiering gap fails the task without retries."""
+class TieringScheduledOperator(TieringPartitionOperator):
+    """One partition's scheduled run, copy or retention (Kafka's RLM copy and expiration tasks):
+    ``run_partition`` on the task's broker, the result to XCom; a partition another run holds is a warning,
+    since the next scheduled run catches up."""
+
+    def run_partition(self, context: Any, ctx: TieringContext, tp: TopicPartition, **arguments: Any) -> ScheduledResult:
+        """The core's run of the partition with the arguments both runs take."""
+        raise NotImplementedError
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from tiering_core.errors import TieringGapError
-        from tiering_core.report.lines import event_line
-        from tiering_core.runs.copy import run_copy
-        from tiering_core.runs.copy_report import CopyResult
-
         tp = self.topic_partition()
         hook = self.hook()
         config = self.broker_config(hook)
         with hook.get_conn(config) as ctx:
-            try:
-                result = run_copy(
-                    ctx,
-                    tp,
-                    dry_run=self.is_plan_only(),
-                    run_id=context["run_id"],
-                    events=lambda event: self.log.info("%s", event_line(event)),
-                    attempt=task_attempt(context),
-                    broker_id=observing_broker(config),
-                )
-            except TieringGapError as exc:
-                # What remained was copied; the gap is permanent, so retrying would only hide it.
-                if isinstance(exc.result, CopyResult):
-                    context["ti"].xcom_push(key="return_value", value=exc.result.to_dict())
-                raise AirflowFailException(f"{tp}: {exc}") from exc
-        if result.fenced:
-            self.log.warning("%s: another run holds the partition; the next scheduled run catches up", tp)
-        return result.to_dict()
-
-
-class TieringRetentionOperator(TieringPartitionOperator):
-    """Delete the remote segments of one partition that breach its retention."""
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        from tiering_core.runs.retention import run_retention
-
-        tp = self.topic_partition()
-        hook = self.hook()
-        config = self.broker_config(hook)
-        with hook.get_conn(config) as ctx:
-            result = run_retention(
+            result = self.run_partition(
+                context,
                 ctx,
                 tp,
                 dry_run=self.is_plan_only(),
@@ -158,34 +146,49 @@ class TieringRetentionOperator(TieringPartitionOperator):
         return result.to_dict()
 
 
-class TieringLaneOperator(BaseOperator):
+class TieringCopyOperator(TieringScheduledOperator):
+    """Copy every eligible segment of one partition; a tiering gap fails the task without retries."""
+
+    def run_partition(self, context: Any, ctx: TieringContext, tp: TopicPartition, **arguments: Any) -> ScheduledResult:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tiering_core.errors import TieringGapError
+        from tiering_core.report.lines import event_line
+        from tiering_core.runs.copy import run_copy
+        from tiering_core.runs.copy_report import CopyResult
+
+        try:
+            return run_copy(ctx, tp, events=lambda event: self.log.info("%s", event_line(event)), **arguments)
+        except TieringGapError as exc:
+            # What remained was copied; the gap is permanent, so retrying would only hide it.
+            if isinstance(exc.result, CopyResult):
+                context["ti"].xcom_push(key="return_value", value=exc.result.to_dict())
+            raise AirflowFailException(f"{tp}: {exc}") from exc
+
+
+class TieringRetentionOperator(TieringScheduledOperator):
+    """Delete the remote segments of one partition that breach its retention."""
+
+    def run_partition(self, context: Any, ctx: TieringContext, tp: TopicPartition, **arguments: Any) -> ScheduledResult:
+        from tiering_core.runs.retention import run_retention
+
+        return run_retention(ctx, tp, **arguments)
+
+
+class TieringLaneOperator(TieringBrokerOperator, Generic[LaneReport]):
     """A lane of a scheduled run (``runs.lanes``): ``partitions`` are ``[topic, partition]`` pairs
     in the order the listing task chose (its XCom, so a retry works the same share), ``lane`` the
     label the grid shows. The log holds one line per partition; the XCom, a result per partition
-    (``to_dict()`` with its ``outcome`` and ``detail``)."""
+    (``to_dict()`` with its ``outcome`` and ``detail``). A subclass names its lane's run
+    (``run_lane``), its time budget under ``copy:`` (``budget_key``) and its failures (``problems``)."""
 
-    template_fields: Sequence[str] = ("config_path", "aws_conn_id", "broker_id")
-    ui_color = "#e8f1fb"
+    #: The key under ``copy:`` of the lane's time budget in seconds.
+    budget_key = "budget_seconds"
 
-    def __init__(
-        self,
-        *,
-        partitions: Sequence[Sequence[Any]],
-        lane: str,
-        config_path: str | None = None,
-        aws_conn_id: str | None = TieringHook.default_conn_name,
-        broker_id: int | str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, partitions: Sequence[Sequence[Any]], lane: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.partitions = partitions
         self.lane = lane
-        self.config_path = config_path
-        self.aws_conn_id = aws_conn_id
-        self.broker_id = broker_id
-
-    def hook(self) -> TieringHook:
-        return broker_hook(self.broker_id, config_path=self.config_path, aws_conn_id=self.aws_conn_id)
 
     def topic_partitions(self) -> list[TopicPartition]:
         """The lane's partitions; a malformed list fails the task without retries."""
@@ -207,6 +210,32 @@ class TieringLaneOperator(BaseOperator):
 
         outcome = isinstance(event, (PartitionCopyOutcome, PartitionRetentionOutcome, ParallelUploadFinished))
         self.log.log(logging.INFO if outcome else logging.DEBUG, "%s", event_line(event))
+
+    def working(self, context: Any) -> AbstractContextManager[Any]:
+        """What surrounds the lane's run while it works (nothing unless a subclass says)."""
+        return nullcontext()
+
+    def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], run: LaneRun) -> LaneReport:
+        """The core's lane (``runs.lanes``) over ``partitions``."""
+        raise NotImplementedError
+
+    def problems(self, report: LaneReport) -> tuple[int, list[str]]:
+        """How many partitions have a tiering gap, and why the failed ones failed."""
+        raise NotImplementedError
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from tiering_core.runs.lanes import LaneRun
+
+        tps = self.topic_partitions()
+        hook = self.hook()
+        config = broker_config(hook)
+        with self.working(context), hook.get_conn(config) as ctx:
+            budget = getattr(config.copy, self.budget_key)
+            run = LaneRun(context["run_id"], budget, task_attempt(context), observing_broker(config), self.tell)
+            report = self.run_lane(ctx, tps, run)
+        results = results_of(report)
+        self.finish(context, results, *self.problems(report))
+        return results
 
     def finish(self, context: Any, results: list[dict[str, Any]], gaps: int, failures: list[str]) -> None:
         """Fail the lane after every partition ran: a tiering gap without retries (permanent),
@@ -234,7 +263,7 @@ def results_of(report: Any) -> list[dict[str, Any]]:
     return results
 
 
-class TieringCopyLaneOperator(TieringLaneOperator):
+class TieringCopyLaneOperator(TieringLaneOperator["ParallelCopyReport"]):
     """Copy a lane's partitions, most urgent first, on ``copy.concurrency`` threads within
     ``copy.budget_seconds`` (what the budget leaves is the next run's); a tiering gap fails the
     lane without retries once the other partitions ran. What ended so far is in the XCom while it
@@ -242,32 +271,19 @@ class TieringCopyLaneOperator(TieringLaneOperator):
 
     PROGRESS_SECONDS = 10.0  # how often, at most, the results so far are pushed while it works
 
-    def execute(self, context: Any) -> list[dict[str, Any]]:
+    def working(self, context: Any) -> AbstractContextManager[Any]:
         from tiering_airflow.operators.progress import LaneProgress
+
+        self.progress = LaneProgress(context, self.tell, results_of, self.PROGRESS_SECONDS)
+        return self.progress
+
+    def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], run: LaneRun) -> ParallelCopyReport:
         from tiering_core.runs.lanes import copy_lane
 
-        hook = self.hook()
-        config = broker_config(hook)
-        self.progress = progress = LaneProgress(context, self.tell, results_of, self.PROGRESS_SECONDS)
-        try:
-            with hook.get_conn(config) as ctx:
-                copy_lane(
-                    ctx,
-                    self.topic_partitions(),
-                    run_id=context["run_id"],
-                    budget_seconds=config.copy.budget_seconds,
-                    attempt=task_attempt(context),
-                    broker_id=observing_broker(config),
-                    events=self.tell,
-                    clock=progress.clock,
-                    report=progress.report,
-                )
-        except BaseException:
-            progress.push()  # what ended before the lane was stopped
-            raise
-        results = results_of(progress.report)
-        self.finish(context, results, len(progress.report.gaps), progress.report.failures)
-        return results
+        return copy_lane(ctx, partitions, replace(run, clock=self.progress.clock), report=self.progress.report)
+
+    def problems(self, report: ParallelCopyReport) -> tuple[int, list[str]]:
+        return len(report.gaps), report.failures
 
     def on_kill(self) -> None:
         if getattr(self, "progress", None) is not None:
@@ -275,29 +291,19 @@ class TieringCopyLaneOperator(TieringLaneOperator):
             self.progress.killed = True
 
 
-class TieringRetentionLaneOperator(TieringLaneOperator):
+class TieringRetentionLaneOperator(TieringLaneOperator["RetentionLaneReport"]):
     """Delete what breaches retention for each of a lane's partitions within
     ``copy.retention_budget_seconds``; a failed partition fails the lane after the others ran."""
 
-    def execute(self, context: Any) -> list[dict[str, Any]]:
+    budget_key = "retention_budget_seconds"
+
+    def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], run: LaneRun) -> RetentionLaneReport:
         from tiering_core.runs.lanes import retention_lane
 
-        tps = self.topic_partitions()
-        hook = self.hook()
-        config = broker_config(hook)
-        with hook.get_conn(config) as ctx:
-            report = retention_lane(
-                ctx,
-                tps,
-                run_id=context["run_id"],
-                budget_seconds=config.copy.retention_budget_seconds,
-                attempt=task_attempt(context),
-                broker_id=observing_broker(config),
-                events=self.tell,
-            )
-        results = results_of(report)
-        self.finish(context, results, 0, list(report.failures.values()))
-        return results
+        return retention_lane(ctx, partitions, run)
+
+    def problems(self, report: RetentionLaneReport) -> tuple[int, list[str]]:
+        return 0, list(report.failures.values())
 
 
 class TieringDeletePartitionOperator(TieringPartitionOperator):
@@ -385,38 +391,25 @@ class TieringDeleteRecordsOperator(TieringPartitionOperator):
         return result.to_dict()
 
 
-class TieringRewriteOperator(BaseOperator):
+class TieringRewriteOperator(TieringBrokerOperator):
     """Re-encode a topic's remote segments (or one partition's) in the current ``remote:`` format
     (``runs.rewrite``): a key rotation or a compression backfill. ``partition`` None (or rendered
     "None") covers every partition of the topic in this broker's log dirs. A partition held by
     another run, or a passing fault, fails the task, and its retry resumes where it stopped."""
 
     template_fields: Sequence[str] = ("topic", "partition", "config_path", "aws_conn_id", "broker_id")
-    ui_color = "#e8f1fb"
 
-    def __init__(
-        self,
-        *,
-        topic: str,
-        partition: int | str | None = None,
-        config_path: str | None = None,
-        aws_conn_id: str | None = TieringHook.default_conn_name,
-        broker_id: int | str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, topic: str, partition: int | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topic = topic
         self.partition = partition
-        self.config_path = config_path
-        self.aws_conn_id = aws_conn_id
-        self.broker_id = broker_id
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         from tiering_core.report.summaries import format_rewrite
         from tiering_core.runs.rewrite import run_rewrite
 
         partition = None if self.partition in (None, "", "None") else int(str(self.partition))
-        hook = broker_hook(self.broker_id, config_path=self.config_path, aws_conn_id=self.aws_conn_id)
+        hook = self.hook()
         results = []
         with hook.get_conn(broker_config(hook)) as ctx:
             for partition_log in ctx.partitions(self.topic, partition):

@@ -16,7 +16,7 @@ from tiering_core.context import TieringContext
 from tiering_core.events import RunEvent
 from tiering_core.events.copy import PartitionCopyOutcome
 from tiering_core.kafka.topic import TopicPartition
-from tiering_core.runs.lanes import copy_lane
+from tiering_core.runs.lanes import LaneRun, copy_lane
 
 PARTITIONS = 3
 
@@ -39,7 +39,7 @@ def test_a_lane_killed_after_its_first_partition_starts_nothing_new_and_reports_
     doc["copy"] = {"concurrency": 1}  # one upload at a time: the kill finds partition 1 barely begun
     config.write_text(yaml.safe_dump(doc))
     with TieringContext.open(load_config(config)) as ctx:
-        copy_lane(ctx, tps, run_id="killed", budget_seconds=3600, clock=progress.clock, report=progress.report)
+        copy_lane(ctx, tps, LaneRun("killed", 3600, clock=progress.clock), report=progress.report)
     results = {r["partition"]: r for r in results_of(progress.report)}
     assert (results[0]["outcome"], results[0]["segments_copied"]) == ("copied", 2)
     assert all(results[p]["outcome"] == "deferred" for p in range(1, PARTITIONS))
