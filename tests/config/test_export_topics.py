@@ -23,13 +23,18 @@ def parsed(tmp_path: Path, **export: Any) -> Any:
     return parse_config({**base_doc(tmp_path), "export": {"catalog": CATALOG, **export}}, base_dir=tmp_path).export
 
 
-def test_bytes_by_default_avro_by_topic_and_a_table_alias(tmp_path: Path) -> None:
+def test_bytes_by_default_avro_or_json_schema_by_topic_and_a_table_alias(tmp_path: Path) -> None:
     export = parsed(
         tmp_path,
-        topics={"orders": {"value": "avro", "table": "orders_typed"}, "clicks": {"key": "bytes", "value": "bytes"}},
+        topics={
+            "orders": {"value": "avro", "table": "orders_typed"},
+            "clicks": {"key": "bytes", "value": "bytes"},
+            "carts": {"value": "json_schema"},
+        },
         schema_registry=REGISTRY,
     )
     assert export.topic("orders") == TopicExport(value="avro", table="orders_typed")
+    assert export.topic("carts") == TopicExport(value="json_schema") and export.topic("carts").typed
     assert export.topic("clicks") == TopicExport() and not export.topic("clicks").typed
     assert export.topic("other") == TopicExport() and not export.topic("other").typed
     assert export.topic("orders").typed
@@ -51,6 +56,7 @@ def test_bytes_by_default_avro_by_topic_and_a_table_alias(tmp_path: Path) -> Non
         ({"topics": {"orders": {"table": 3}}}, "export.topics.orders.table", "expected a non-empty string"),
         ({"topics": ["orders"]}, "export.topics", "expected a mapping"),
         ({"topics": {"orders": {"value": "avro"}}}, "export.schema_registry", "export.topics.orders"),
+        ({"topics": {"carts": {"value": "json_schema"}}}, "export.schema_registry", "export.topics.carts"),
         ({"schema_registry": {"url": "ftp://r:1"}}, "export.schema_registry.url", "http"),
         ({"schema_registry": {"url": "http://u:pw@r:1"}}, "export.schema_registry.url", "credentials"),
         ({"schema_registry": {"url": "http://r", "token": "x"}}, "export.schema_registry.token", "unknown key"),

@@ -12,6 +12,7 @@ import pytest
 from tests.export.typed_support import with_fields
 from tiering_core.errors import ExportError
 from tiering_core.export.avro import AvroColumns
+from tiering_core.export.json_schema import JsonSchemaColumns
 from tiering_core.export.table import TableName
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
@@ -116,3 +117,47 @@ def test_the_schema_ids_property_and_the_dead_letter_table() -> None:
         schema_ids_of({SCHEMA_IDS_PROPERTY: "[1, 'x'"})
     assert dead_letter_table(TableName("kafka", "orders.eu")) == TableName("kafka", "orders.eu_dead_letters")
     assert DEAD_LETTER_SCHEMA.names[-2:] == ["reason", "schema_id"] and "value" in DEAD_LETTER_SCHEMA.names
+
+
+JSON_BASE: dict[str, Any] = {
+    "type": "object",
+    "properties": {"id": {"type": "integer"}, "who": {"type": "object", "properties": {"age": {"type": "integer"}}}},
+    "required": ["id"],
+}
+
+
+def json_columns(*schemas: dict[str, Any]) -> ValueColumns:
+    merged = ValueColumns()
+    for i, schema in enumerate(schemas, 1):
+        merged = merged.with_schema(JsonSchemaColumns.of(i, json.dumps(schema)))
+    return merged
+
+
+def test_json_schema_columns_evolve_by_the_same_rules() -> None:
+    added = {
+        **JSON_BASE,
+        "properties": {
+            **JSON_BASE["properties"],
+            "note": {"type": "string"},  # not required: optional
+            "rate": {"type": ["number", "null"]},
+            "currency": {"type": "string", "default": "EUR"},
+        },
+        "required": ["id", "rate", "currency"],
+    }
+    merged = json_columns(JSON_BASE, added)
+    assert merged.schema_ids == (1, 2)
+    assert {f.name: f.type for f in merged.value_type} == {
+        "id": pa.int64(),
+        "who": pa.struct([pa.field("age", pa.int64())]),
+        "note": pa.string(),
+        "rate": pa.float64(),
+        "currency": pa.string(),
+    }
+    required = {**JSON_BASE, "properties": {**JSON_BASE["properties"], "region": {"type": "string"}}}
+    with pytest.raises(
+        SchemaChangeError, match=r"from schema id 1.*field region is added as required without a default"
+    ):
+        json_columns(JSON_BASE, {**required, "required": ["id", "region"]})
+    retyped = {**JSON_BASE, "properties": {**JSON_BASE["properties"], "id": {"type": "string"}}}
+    with pytest.raises(SchemaChangeError, match="field id changes from int64 to string"):
+        json_columns(JSON_BASE, retyped)

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.engine_support import TieringEnv
@@ -112,6 +113,24 @@ class Avro:
         return plain(value)
 
 
+class Json:
+    """Confluent's JSON Schema serializer and deserializer of one topic's values, on the real
+    registry."""
+
+    def __init__(self, registry: RegistryServer, topic: str) -> None:
+        self.client = SchemaRegistryClient({"url": registry.url})
+        self.ctx = SerializationContext(topic, MessageField.VALUE)
+        self.deserializer = JSONDeserializer(None, schema_registry_client=self.client)
+
+    def serialize(self, schema: dict[str, Any], values: list[Any]) -> list[bytes]:
+        serializer = JSONSerializer(json.dumps(schema), self.client, conf={"auto.register.schemas": True})
+        return [bytes(serializer(v, self.ctx) or b"") for v in values]
+
+    def deserialize(self, data: bytes, schema: dict[str, Any]) -> Any:
+        """The deserializer's value in the Python values a row holds for ``schema`` (``json_columns``)."""
+        return json_columns(self.deserializer(data, self.ctx), schema)
+
+
 def plain(value: Any) -> Any:
     """A value in the plain Python types a table's rows read back as (maps as dicts, uuids as
     strings)."""
@@ -121,6 +140,54 @@ def plain(value: Any) -> Any:
         if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
             return {k: plain(v) for k, v in value}
         return [plain(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def json_columns(value: Any, schema: dict[str, Any]) -> Any:
+    """A value as Confluent's JSONDeserializer gives it, in the Python values a typed table's row
+    holds for ``schema`` (local ``$ref``\\ s followed): dates and instants parsed (an instant equals
+    itself at any UTC offset), a property left out null, a map as its (key, value) pairs."""
+    return _json_columns(value, schema, schema)
+
+
+def _json_columns(value: Any, schema: dict[str, Any], root: dict[str, Any]) -> Any:
+    if "$ref" in schema:
+        node: Any = root
+        for part in schema["$ref"].lstrip("#").strip("/").split("/"):
+            node = node[part] if part else node
+        return _json_columns(value, node, root)
+    for combinator in ("anyOf", "oneOf"):
+        if combinator in schema:
+            kept = [b for b in schema[combinator] if b.get("type") != "null"]
+            return _json_columns(value, kept[0], root)
+    if value is None:
+        return None
+    fmt = schema.get("format")
+    if fmt == "date":
+        return dt.date.fromisoformat(value)
+    if fmt == "date-time":
+        return dt.datetime.fromisoformat(value)
+    if "properties" in schema:
+        return {k: _json_columns(value.get(k), sub, root) for k, sub in schema["properties"].items()}
+    if isinstance(schema.get("additionalProperties"), dict):
+        return [(k, _json_columns(v, schema["additionalProperties"], root)) for k, v in value.items()]
+    if schema.get("type") == "array" or (isinstance(schema.get("type"), list) and "array" in schema["type"]):
+        return [_json_columns(v, schema["items"], root) for v in value]
+    if schema.get("type") == "number" or (isinstance(schema.get("type"), list) and "number" in schema["type"]):
+        return float(value)
+    return value
+
+
+def row_columns(value: Any) -> Any:
+    """A typed table's row (or a part of it) with its uuids as their strings, as JSON holds them."""
+    if isinstance(value, dict):
+        return {k: row_columns(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [row_columns(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(row_columns(v) for v in value)
     if isinstance(value, uuid.UUID):
         return str(value)
     return value

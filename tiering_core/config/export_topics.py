@@ -2,9 +2,9 @@
 (``export.schema_registry``).
 
 A topic's value exports as the bytes Kafka holds (``bytes``, the default) or decoded with the
-Schema Registry schema its Confluent wire-format header names (``avro``), as typed columns; its
-key as bytes. ``avro`` keys and the registry's other formats (``protobuf``, ``json_schema``) are
-named, and refused as not supported yet.
+Schema Registry schema its Confluent wire-format header names (``avro``, ``json_schema``), as typed
+columns; its key as bytes. Decoded keys and the registry's other format (``protobuf``) are named,
+and refused as not supported yet.
 
 The registry's password is never in the file: ``auth.password_env`` names the environment
 variable holding it, or ``auth.password_file`` a file (a mounted secret, such as one an Airflow
@@ -27,11 +27,12 @@ from tiering_core.errors import ConfigError
 #: How a key or value is exported: as Kafka's bytes, or decoded by its registry schema.
 BYTES = "bytes"
 AVRO = "avro"
-FORMATS = (BYTES, AVRO)
+JSON_SCHEMA = "json_schema"
+FORMATS = (BYTES, AVRO, JSON_SCHEMA)
 #: A key exports as bytes: decoded keys are not supported yet.
 KEY_FORMATS = (BYTES,)
-#: The registry's other formats: known names, not supported yet.
-NOT_YET = ("protobuf", "json_schema")
+#: The registry's other format: a known name, not supported yet.
+NOT_YET = ("protobuf",)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class TopicExport:
     @property
     def typed(self) -> bool:
         """Whether the key or the value is decoded by a registry schema."""
-        return AVRO in (self.key, self.value)
+        return (self.key, self.value) != (BYTES, BYTES)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def _format(section: Mapping[str, Any], name: str, where: str, supported: tuple[
 
 
 def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
-    """``export.topics: {TOPIC: {key: bytes|avro, value: bytes|avro, table: NAME}}``."""
+    """``export.topics: {TOPIC: {key: bytes, value: bytes|avro|json_schema, table: NAME}}``."""
     section = require_mapping(raw if raw is not None else {}, "export.topics")
     topics: dict[str, TopicExport] = {}
     for topic, entry in section.items():

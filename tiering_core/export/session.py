@@ -239,7 +239,8 @@ def exporting(
         export = TableExport(ctx, name, iceberg, held, current_snapshot_id(iceberg), created=existing is None)
         try:
             if endpoint is not None:
-                export.dead_letters = DeadLetters.open(ctx.metadata, catalog, name, held, endpoint)
+                value_format = config.topic(topic).value
+                export.dead_letters = DeadLetters.open(ctx.metadata, catalog, name, held, endpoint, value_format)
             export.record(None)
             yield export
         except TableLeaseLostError:

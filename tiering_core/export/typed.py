@@ -1,15 +1,17 @@
-"""Typed tables: a topic whose values are Schema Registry-encoded Avro (``export.topics.T.value:
-avro``) exports the value's fields as columns, beside the Kafka columns of every export table.
+"""Typed tables: a topic whose values are Schema Registry-encoded Avro or JSON Schema
+(``export.topics.T.value: avro | json_schema``) exports the value's fields as columns, beside the
+Kafka columns of every export table.
 
 The table's columns are ``DATA_SCHEMA``'s but ``value`` (the bytes are decoded), then
 ``value_schema_id`` (the registry id each row was written with), then the value's fields (the
-mapping of ``export.avro``), all optional: a row of an older schema reads null in a field added
-since. The value's columns are the merge, in order, of the writer schemas the table has met; the
+mapping of ``export.avro`` or ``export.json_schema``), all optional: a row of an older schema reads
+null in a field added since. The value's columns are the merge, in order, of the writer schemas the table has met; the
 ids are kept in the table property ``tiering.value-schema-ids``, set in the same commit as the
 rows that brought them, so whoever writes next rebuilds the same columns from the registry.
 
-A writer schema merges when its change is one Avro and Iceberg both read old data through: a
-field added that is optional or has a default, a field removed (its column stays, null from then
+A writer schema merges when its change is one the format and Iceberg both read old data through: a
+field added that is optional (Avro: a union with null; JSON Schema: a property not required, or
+one admitting null) or has a default, a field removed (its column stays, null from then
 on), int widened to long, float to double. Anything else (a type changed, a required field added
 without a default, a field named like a Kafka column) is a ``SchemaChangeError`` naming both
 schema ids: the topic's export stops before the segment holding it is committed to either table.
@@ -24,13 +26,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
+from tiering_core.config.export_topics import AVRO as AVRO_FORMAT
+from tiering_core.config.export_topics import JSON_SCHEMA as JSON_SCHEMA_FORMAT
 from tiering_core.errors import ExportError
 from tiering_core.export.avro import DEFAULT_METADATA, AvroColumns
-from tiering_core.export.registry import AVRO, RegistryEndpoint, SchemaRegistry, UnknownSchemaError
+from tiering_core.export.json_schema import JsonSchemaColumns
+from tiering_core.export.registry import AVRO, JSON_SCHEMA, RegistryEndpoint, SchemaRegistry, UndecodableValue
 from tiering_core.export.table import DATA_SCHEMA, TableName
 
 #: The column of the registry id each row's value was written with.
@@ -51,6 +56,24 @@ DEAD_LETTER_SCHEMA = pa.schema(
     ]
 )
 _WIDER = {pa.int32(): pa.int64(), pa.float32(): pa.float64()}
+#: The registry's schema type of each format a topic's values may have, and its columns' maker.
+_SCHEMA_TYPES: dict[str, tuple[str, Any]] = {
+    AVRO_FORMAT: (AVRO, AvroColumns.of),
+    JSON_SCHEMA_FORMAT: (JSON_SCHEMA, JsonSchemaColumns.of),
+}
+
+
+class WriterSchema(Protocol):
+    """One registry schema as columns (``AvroColumns``, ``JsonSchemaColumns``): its id, its
+    columns' type, and its payloads' decoder."""
+
+    @property
+    def schema_id(self) -> int: ...
+
+    @property
+    def arrow_type(self) -> pa.StructType: ...
+
+    def decode(self, payload: bytes) -> Any: ...
 
 
 class SchemaChangeError(ExportError):
@@ -119,7 +142,7 @@ class ValueColumns:
     def schema(self) -> pa.Schema:
         return typed_schema(self.value_type)
 
-    def with_schema(self, columns: AvroColumns) -> ValueColumns:
+    def with_schema(self, columns: WriterSchema) -> ValueColumns:
         """These columns with the writer schema ``columns`` merged (itself when it changes
         nothing); a ``SchemaChangeError`` naming both ids when it cannot merge."""
         if columns.schema_id in self.schema_ids:
@@ -154,25 +177,33 @@ def schema_ids_of(properties: Mapping[str, str]) -> tuple[int, ...]:
 
 
 class ValueSchemas:
-    """The writer schemas of one registry, each fetched and mapped once per process."""
+    """The writer schemas of one registry, each fetched and mapped once per process, read as the
+    topic's format (``value_format``: ``avro`` or ``json_schema``)."""
 
     _registries: dict[RegistryEndpoint, SchemaRegistry] = {}
-    _columns: dict[tuple[str, int], AvroColumns] = {}
+    _columns: dict[tuple[str, str, int], WriterSchema] = {}
 
-    def __init__(self, endpoint: RegistryEndpoint) -> None:
+    def __init__(self, endpoint: RegistryEndpoint, value_format: str = AVRO_FORMAT) -> None:
+        if value_format not in _SCHEMA_TYPES:
+            raise ExportError(f"values in {value_format} have no typed columns")
         self.endpoint = endpoint
+        self.value_format = value_format
         self.registry = self._registries.setdefault(endpoint, SchemaRegistry(endpoint))
 
-    def columns(self, schema_id: int) -> AvroColumns:
-        """The Avro schema of ``schema_id`` as columns (``UndecodableValue`` when the registry
-        does not know it or it is not Avro: a dead letter)."""
-        key = (self.endpoint.url, schema_id)
+    def columns(self, schema_id: int) -> WriterSchema:
+        """The schema of ``schema_id`` as columns (``UndecodableValue`` when the registry does
+        not know it or it is not of the topic's format: a dead letter)."""
+        key = (self.endpoint.url, self.value_format, schema_id)
+        schema_type, make = _SCHEMA_TYPES[self.value_format]
         known = self._columns.get(key)
         if known is None:
             registered = self.registry.schema(schema_id)
-            if registered.schema_type != AVRO:
-                raise UnknownSchemaError(schema_id)
-            known = self._columns.setdefault(key, AvroColumns.of(schema_id, registered.text))
+            if registered.schema_type != schema_type:
+                raise UndecodableValue(
+                    f"schema id {schema_id} is a {registered.schema_type} schema, not the topic's {self.value_format}",
+                    schema_id,
+                )
+            known = self._columns.setdefault(key, make(schema_id, registered.text))
         return known
 
     def merged(self, schema_ids: Sequence[int]) -> ValueColumns:
@@ -181,9 +212,3 @@ class ValueSchemas:
         for schema_id in schema_ids:
             columns = columns.with_schema(self.columns(schema_id))
         return columns
-
-
-def arrow_value_type(values: Sequence[Any], value_type: pa.StructType) -> pa.StructArray:
-    """Decoded values as one struct column of the table's value type (fields a value's schema
-    lacks are null)."""
-    return pa.array(values, type=value_type)

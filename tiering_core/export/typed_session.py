@@ -89,6 +89,7 @@ class DeadLetters:
     held: HeldTable
     since: int | None
     endpoint: RegistryEndpoint
+    value_format: str
     created: bool = False
     attempts: list[ExportAttempt] = field(default_factory=list)
 
@@ -100,12 +101,14 @@ class DeadLetters:
         name: TableName,
         held: HeldTable,
         endpoint: RegistryEndpoint,
+        value_format: str,
     ) -> DeadLetters:
         dead = dead_letter_table(name)
         existing = open_table(catalog, dead, create=False)
         table = existing if existing is not None else open_table(catalog, dead, columns=DEAD_LETTER_SCHEMA)
         assert table is not None
-        letters = cls(store, dead, table, held, current_snapshot_id(table), endpoint, created=existing is None)
+        since = current_snapshot_id(table)
+        letters = cls(store, dead, table, held, since, endpoint, value_format, created=existing is None)
         record_ancestry(store, held.lease, table)
         return letters
 
@@ -118,7 +121,7 @@ class DeadLetters:
         attempt = start_attempt(self.table, self.held.lease)
         self.attempts.append(attempt)
         main.refresh()
-        return TypedWrite(self.endpoint, schema_ids_of(main.properties), attempt)
+        return TypedWrite(self.endpoint, schema_ids_of(main.properties), attempt, self.value_format)
 
     def commit(self, attempt: ExportAttempt, written: Sequence[tuple[ExportSegment, Sequence[str]]]) -> CommitResult:
         """The dead letters of ``written`` in one snapshot (those the table holds already, from
@@ -142,7 +145,7 @@ class DeadLetters:
             wanted.extend(i for i in ids if i not in wanted)
         if tuple(wanted) == held:
             return None
-        return ValueSchemas(self.endpoint).merged(wanted)
+        return ValueSchemas(self.endpoint, self.value_format).merged(wanted)
 
     def evolver(self, schema_ids: Sequence[tuple[int, ...]]) -> Callable[[Any, Table], None]:
         """The table commit's ``evolve``: its columns widened (``widened``) in the same commit."""

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from tiering_core.config.export_topics import AVRO
 from tiering_core.engine.read_ahead import read_ahead
 from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import CorruptLogError
 from tiering_core.export.avro import UnsupportedSchemaError
 from tiering_core.export.plan import ExportSegment
 from tiering_core.export.registry import RegistryEndpoint, SchemaRegistryError, UndecodableValue, WireValue
+from tiering_core.export.schema import typed_array
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
     SCHEMA_ID_COLUMN,
@@ -58,14 +60,19 @@ class SegmentSchemaError(SegmentExportError):
 @dataclass(frozen=True)
 class TypedWrite:
     """What a typed segment's task needs (picklable): the registry, the value schema ids the
-    table's columns merge when the export planned, and the dead-letter table's attempt."""
+    table's columns merge when the export planned, the dead-letter table's attempt, and the
+    values' format (``export.topics.T.value``)."""
 
     endpoint: RegistryEndpoint
     schema_ids: tuple[int, ...]
     dead_letters: ExportAttempt
+    value_format: str = AVRO
 
     def __repr__(self) -> str:  # the endpoint's password, the attempt's FileIO credentials
-        return f"TypedWrite(registry={self.endpoint.shown!r}, schema_ids={self.schema_ids!r})"
+        return (
+            f"TypedWrite(registry={self.endpoint.shown!r}, schema_ids={self.schema_ids!r}, "
+            f"value_format={self.value_format!r})"
+        )
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,7 @@ def _decode(part: pa.RecordBatch, schemas: ValueSchemas) -> _Decoded:
 
 def _typed_rows(part: pa.RecordBatch, decoded: _Decoded, columns: ValueColumns) -> pa.RecordBatch:
     rows = part.take(pa.array(decoded.good, pa.int64()))
-    values = pa.array(decoded.values, type=columns.value_type)
+    values = typed_array(decoded.values, columns.value_type)
     by_name = {name: rows.column(name) for name in rows.schema.names}
     by_name[SCHEMA_ID_COLUMN] = pa.array(decoded.ids, pa.int32())
     for f, child in zip(columns.value_type, values.flatten(), strict=True):
@@ -202,7 +209,7 @@ def write_typed_segment_files(
     fs, root = attempt.filesystem()
     directory = f"{root}/partition={segment.partition}"
     fs.create_dir(directory, recursive=True)
-    schemas = ValueSchemas(typed.endpoint)
+    schemas = ValueSchemas(typed.endpoint, typed.value_format)
     next_offset = segment.start_offset
     where = Path(storage.describe(segment_ref(segment.segment).key(ObjectKind.LOG, storage.prefix)))
     dead = _DeadLetterFiles(typed.dead_letters, segment)
