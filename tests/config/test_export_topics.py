@@ -23,18 +23,20 @@ def parsed(tmp_path: Path, **export: Any) -> Any:
     return parse_config({**base_doc(tmp_path), "export": {"catalog": CATALOG, **export}}, base_dir=tmp_path).export
 
 
-def test_bytes_by_default_avro_or_json_schema_by_topic_and_a_table_alias(tmp_path: Path) -> None:
+def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path: Path) -> None:
     export = parsed(
         tmp_path,
         topics={
             "orders": {"value": "avro", "table": "orders_typed"},
             "clicks": {"key": "bytes", "value": "bytes"},
             "carts": {"value": "json_schema"},
+            "refunds": {"value": "protobuf"},
         },
         schema_registry=REGISTRY,
     )
     assert export.topic("orders") == TopicExport(value="avro", table="orders_typed")
     assert export.topic("carts") == TopicExport(value="json_schema") and export.topic("carts").typed
+    assert export.topic("refunds") == TopicExport(value="protobuf") and export.topic("refunds").typed
     assert export.topic("clicks") == TopicExport() and not export.topic("clicks").typed
     assert export.topic("other") == TopicExport() and not export.topic("other").typed
     assert export.topic("orders").typed
@@ -47,7 +49,6 @@ def test_bytes_by_default_avro_or_json_schema_by_topic_and_a_table_alias(tmp_pat
 @pytest.mark.parametrize(
     ("export", "key", "says"),
     [
-        ({"topics": {"orders": {"value": "protobuf"}}}, "export.topics.orders.value", "not supported yet"),
         ({"topics": {"orders": {"key": "json_schema"}}}, "export.topics.orders.key", "not supported yet"),
         ({"topics": {"orders": {"key": "avro"}}}, "export.topics.orders.key", "not supported yet"),
         ({"topics": {"orders": {"value": "thrift"}}}, "export.topics.orders.value", "expected one of"),

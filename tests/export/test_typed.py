@@ -3,16 +3,19 @@ merged when old rows read through the change, and one line naming both ids when 
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from tests.export.proto_files import F, payment_file
 from tests.export.typed_support import with_fields
 from tiering_core.errors import ExportError
 from tiering_core.export.avro import AvroColumns
 from tiering_core.export.json_schema import JsonSchemaColumns
+from tiering_core.export.protobuf import ProtobufColumns
 from tiering_core.export.table import TableName
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
@@ -161,3 +164,16 @@ def test_json_schema_columns_evolve_by_the_same_rules() -> None:
     retyped = {**JSON_BASE, "properties": {**JSON_BASE["properties"], "id": {"type": "string"}}}
     with pytest.raises(SchemaChangeError, match="field id changes from int64 to string"):
         json_columns(JSON_BASE, retyped)
+
+
+def proto_columns(schema_id: int, file: Any) -> ProtobufColumns:
+    return ProtobufColumns.of(schema_id, base64.b64encode(file.SerializeToString()).decode())
+
+
+def test_protobuf_columns_evolve_by_the_same_rules_every_field_having_a_default() -> None:
+    merged = ValueColumns().with_schema(proto_columns(1, payment_file(1)))
+    wider = merged.with_schema(proto_columns(2, payment_file(2, F.TYPE_INT64)))  # a field added, count widened
+    types = {f.name: f.type for f in wider.value_type}
+    assert types["channel"] == pa.string() and types["count"] == pa.int64() and wider.schema_ids == (1, 2)
+    with pytest.raises(SchemaChangeError, match=r"from schema id 1.*field count changes from int32 to string"):
+        merged.with_schema(proto_columns(3, payment_file(1, F.TYPE_STRING)))

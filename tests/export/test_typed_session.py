@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,17 @@ import duckdb
 import pytest
 
 from tests.engine_support import TieringEnv
+from tests.export.proto_files import Proto, message_class, payment_file
+from tests.export.proto_files import payment as proto_payment
 from tests.export.registry_server import RegistryServer
 from tests.export.support import table_of, wait_until_table_is_free, with_lease_ms
 from tests.export.typed_support import (
+    CART,
+    CART_V2,
     PAYMENT,
     Avro,
     Json,
+    cart,
     iceberg_types,
     payment,
     row_columns,
@@ -346,46 +350,6 @@ def test_a_topic_turned_typed_needs_a_table_of_its_own(
         assert run_export(ctx, "counters").snapshots == []  # its own `value` column (a long) is no table of bytes
 
 
-CART: dict[str, Any] = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Cart",
-    "type": "object",
-    "properties": {
-        "id": {"type": "integer"},
-        "total": {"type": "number"},
-        "note": {"type": ["string", "null"]},
-        "lines": {
-            "type": "array",
-            "items": {"type": "object", "properties": {"sku": {"type": "string"}, "n": {"type": "integer"}}},
-        },
-        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
-        "at": {"type": "string", "format": "date-time"},
-        "day": {"type": "string", "format": "date"},
-        "ref": {"type": "string", "format": "uuid"},
-    },
-    "required": ["id", "total", "lines", "at", "day", "ref"],
-}
-#: A compatible change: a property added that is not required.
-CART_V2 = {**CART, "properties": {**CART["properties"], "coupon": {"type": "string"}}}
-
-
-def cart(i: int, version: int = 1) -> dict[str, Any]:
-    value: dict[str, Any] = {
-        "id": 2**40 + i,
-        "total": i + 0.5,
-        "lines": [{"sku": f"s{j}", "n": j} for j in range(i % 3)],
-        "counts": {"a": i} if i % 2 else {},
-        "at": f"2026-11-29T1{i % 10}:00:00.{i:03d}+02:00",
-        "day": f"2026-02-{1 + i % 28:02d}",
-        "ref": str(uuid.UUID(int=i + 7)),
-    }
-    if i % 3:
-        value["note"] = None if i % 3 == 1 else f"n{i}"
-    if version == 2 and i % 2:
-        value["coupon"] = f"c{i}"
-    return value
-
-
 def test_json_schema_values_read_back_as_the_deserializer_reads_them_dead_letters_and_evolution(
     tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
 ) -> None:
@@ -460,3 +424,49 @@ def test_an_incompatible_json_schema_change_stops_the_export(
         assert f"value schema id {new} cannot evolve the table's columns (from schema id {old})" in str(caught.value)
         assert "field coupon is added as required without a default" in str(caught.value)
         assert sorted(o for _p, o in rows_by_offset(table_of(ctx, "carts-required"))) == [0, 1]
+
+
+def test_protobuf_values_read_back_as_the_deserializer_reads_them_dead_letters_and_evolution(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    proto = Proto(schema_registry, "proto-payments")
+    v1, v2 = message_class(payment_file(1), name="shop.Payment"), message_class(payment_file(2), name="shop.Payment")
+    one = proto.serialize(v1, [proto_payment(v1, i) for i in range(6)])
+    two = proto.serialize(v2, [proto_payment(v2, i, 2) for i in range(6, 12)])
+    class_of = {WireValue.parse(v).schema_id: c for vs, c in ((one, v1), (two, v2)) for v in vs}
+    assert len(class_of) == 2
+    corrupt = one[0][:6] + b"\x0a\xff"  # a length beyond the payload
+    other_message = one[0][:5] + b"\x02\x02" + one[0][6:]  # names the file's second message
+    unknown_id = b"\x00" + (2**31 - 11).to_bytes(4, "big") + one[0][5:]
+    json_id = Json(schema_registry, "proto-json").serialize(CART, [cart(1)])[0]
+    dead_values = [corrupt, other_message, unknown_id, json_id]
+    segments = [[*one[:4], corrupt], [*two[:3], one[4], other_message], [unknown_id, json_id, *two[3:], one[5]]]
+    sent = tier(tiering_env, "proto-payments", segments)
+    with_typed_export(tiering_env, tmp_path, schema_registry, **{"proto-payments": {"value": "protobuf"}})
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "proto-payments", commit_bytes=1)
+        assert not result.failed and result.dead_letters == len(dead_values) and result.rows == 12
+        table = table_of(ctx, "proto-payments")
+        rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
+        dead = dead_letters_of(ctx, "proto-payments")
+    assert set(rows) | set(dead) == set(sent) and not set(rows) & set(dead)
+    for offset, row in rows.items():
+        data = sent[offset] or b""
+        cls = class_of[WireValue.parse(data).schema_id]
+        want = proto.deserialize(cls, data)
+        assert {k: row[k] for k in want} == want and row["value_schema_id"] == WireValue.parse(data).schema_id
+        if cls is v1:
+            assert row["channel"] is None
+    by_value = {sent[o]: row["reason"] for o, row in dead.items()}
+    assert "corrupt Protobuf payload" in by_value[corrupt] and "names message [1]" in by_value[other_message]
+    assert f"schema id {2**31 - 11} is unknown" in by_value[unknown_id]
+    assert "is a JSON schema, not the topic's protobuf" in by_value[json_id]
+    types = iceberg_types(table)
+    assert (types["big"], types["at"], types["state"], types["count"]) == (
+        "decimal(20, 0)",
+        "timestamptz",
+        "string",
+        "int",
+    )
+    assert types["counts"] == "map<string, long>" and types["channel"] == "string"
+    assert json.loads(table.properties["tiering.value-schema-ids"]) == list(class_of)

@@ -61,6 +61,46 @@ PAYMENT: dict[str, Any] = {
 }
 
 
+CART: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Cart",
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "total": {"type": "number"},
+        "note": {"type": ["string", "null"]},
+        "lines": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"sku": {"type": "string"}, "n": {"type": "integer"}}},
+        },
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "at": {"type": "string", "format": "date-time"},
+        "day": {"type": "string", "format": "date"},
+        "ref": {"type": "string", "format": "uuid"},
+    },
+    "required": ["id", "total", "lines", "at", "day", "ref"],
+}
+#: A compatible change: a property added that is not required.
+CART_V2 = {**CART, "properties": {**CART["properties"], "coupon": {"type": "string"}}}
+
+
+def cart(i: int, version: int = 1) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "id": 2**40 + i,
+        "total": i + 0.5,
+        "lines": [{"sku": f"s{j}", "n": j} for j in range(i % 3)],
+        "counts": {"a": i} if i % 2 else {},
+        "at": f"2026-11-29T1{i % 10}:00:00.{i:03d}+02:00",
+        "day": f"2026-02-{1 + i % 28:02d}",
+        "ref": str(uuid.UUID(int=i + 7)),
+    }
+    if i % 3:
+        value["note"] = None if i % 3 == 1 else f"n{i}"
+    if version == 2 and i % 2:
+        value["coupon"] = f"c{i}"
+    return value
+
+
 def with_fields(schema: dict[str, Any], *fields: dict[str, Any], **types: Any) -> dict[str, Any]:
     """``schema`` with ``fields`` added and the named fields' types replaced."""
     changed = [{**f, "type": types[f["name"]]} if f["name"] in types else f for f in schema["fields"]]

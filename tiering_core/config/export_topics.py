@@ -2,9 +2,9 @@
 (``export.schema_registry``).
 
 A topic's value exports as the bytes Kafka holds (``bytes``, the default) or decoded with the
-Schema Registry schema its Confluent wire-format header names (``avro``, ``json_schema``), as typed
-columns; its key as bytes. Decoded keys and the registry's other format (``protobuf``) are named,
-and refused as not supported yet.
+Schema Registry schema its Confluent wire-format header names (``avro``, ``json_schema``,
+``protobuf``), as typed columns; its key as bytes. Decoded keys are named, and refused as not
+supported yet.
 
 The registry's password is never in the file: ``auth.password_env`` names the environment
 variable holding it, or ``auth.password_file`` a file (a mounted secret, such as one an Airflow
@@ -28,11 +28,10 @@ from tiering_core.errors import ConfigError
 BYTES = "bytes"
 AVRO = "avro"
 JSON_SCHEMA = "json_schema"
-FORMATS = (BYTES, AVRO, JSON_SCHEMA)
+PROTOBUF = "protobuf"
+FORMATS = (BYTES, AVRO, JSON_SCHEMA, PROTOBUF)
 #: A key exports as bytes: decoded keys are not supported yet.
 KEY_FORMATS = (BYTES,)
-#: The registry's other format: a known name, not supported yet.
-NOT_YET = ("protobuf",)
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class SchemaRegistryConfig:
 
 def _format(section: Mapping[str, Any], name: str, where: str, supported: tuple[str, ...] = FORMATS) -> str:
     value = section.get(name, BYTES)
-    if value in (*FORMATS, *NOT_YET) and value not in supported:
+    if value in FORMATS and value not in supported:
         raise ConfigError(f"{where}.{name}: {value} is not supported yet (supported: {', '.join(supported)})")
     if value not in supported:
         raise ConfigError(f"{where}.{name}: expected one of {', '.join(supported)}, got {shown(value)}")
@@ -98,7 +97,7 @@ def _format(section: Mapping[str, Any], name: str, where: str, supported: tuple[
 
 
 def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
-    """``export.topics: {TOPIC: {key: bytes, value: bytes|avro|json_schema, table: NAME}}``."""
+    """``export.topics: {TOPIC: {key: bytes, value: bytes|avro|json_schema|protobuf, table: NAME}}``."""
     section = require_mapping(raw if raw is not None else {}, "export.topics")
     topics: dict[str, TopicExport] = {}
     for topic, entry in section.items():

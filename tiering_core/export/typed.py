@@ -1,20 +1,22 @@
-"""Typed tables: a topic whose values are Schema Registry-encoded Avro or JSON Schema
-(``export.topics.T.value: avro | json_schema``) exports the value's fields as columns, beside the
-Kafka columns of every export table.
+"""Typed tables: a topic whose values are Schema Registry-encoded Avro, JSON Schema or Protobuf
+(``export.topics.T.value: avro | json_schema | protobuf``) exports the value's fields as columns,
+beside the Kafka columns of every export table.
 
 The table's columns are ``DATA_SCHEMA``'s but ``value`` (the bytes are decoded), then
 ``value_schema_id`` (the registry id each row was written with), then the value's fields (the
-mapping of ``export.avro`` or ``export.json_schema``), all optional: a row of an older schema reads
-null in a field added since. The value's columns are the merge, in order, of the writer schemas the table has met; the
-ids are kept in the table property ``tiering.value-schema-ids``, set in the same commit as the
-rows that brought them, so whoever writes next rebuilds the same columns from the registry.
+mapping of ``export.avro``, ``export.json_schema`` or ``export.protobuf``), all optional: a row of
+an older schema reads null in a field added since. The value's columns are the merge, in order, of
+the writer schemas the table has met; the ids are kept in the table property
+``tiering.value-schema-ids``, set in the same commit as the rows that brought them, so whoever
+writes next rebuilds the same columns from the registry.
 
 A writer schema merges when its change is one the format and Iceberg both read old data through: a
-field added that is optional (Avro: a union with null; JSON Schema: a property not required, or
-one admitting null) or has a default, a field removed (its column stays, null from then
-on), int widened to long, float to double. Anything else (a type changed, a required field added
-without a default, a field named like a Kafka column) is a ``SchemaChangeError`` naming both
-schema ids: the topic's export stops before the segment holding it is committed to either table.
+field added that is optional (Avro: a union with null; JSON Schema: a property not required, or one
+admitting null; Protobuf: any field, each has a default) or has a default, a field removed (its
+column stays, null from then on), int widened to long, float to double. Anything else (a type
+changed, a required field added without a default, a field named like a Kafka column) is a
+``SchemaChangeError`` naming both schema ids: the topic's export stops before the segment holding
+it is committed to either table.
 
 A value that cannot be decoded (no magic byte, an unknown schema id, a corrupt payload) is a dead
 letter: its raw record and the reason go to the table ``<table>_dead_letters`` (``DEAD_LETTER_SCHEMA``),
@@ -24,7 +26,7 @@ committed with the same exactly-once marks, before the main table's commit of th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,10 +34,20 @@ import pyarrow as pa
 
 from tiering_core.config.export_topics import AVRO as AVRO_FORMAT
 from tiering_core.config.export_topics import JSON_SCHEMA as JSON_SCHEMA_FORMAT
+from tiering_core.config.export_topics import PROTOBUF as PROTOBUF_FORMAT
 from tiering_core.errors import ExportError
 from tiering_core.export.avro import DEFAULT_METADATA, AvroColumns
 from tiering_core.export.json_schema import JsonSchemaColumns
-from tiering_core.export.registry import AVRO, JSON_SCHEMA, RegistryEndpoint, SchemaRegistry, UndecodableValue
+from tiering_core.export.protobuf import ProtobufColumns
+from tiering_core.export.registry import (
+    AVRO,
+    JSON_SCHEMA,
+    PROTOBUF,
+    RegisteredSchema,
+    RegistryEndpoint,
+    SchemaRegistry,
+    UndecodableValue,
+)
 from tiering_core.export.table import DATA_SCHEMA, TableName
 
 #: The column of the registry id each row's value was written with.
@@ -56,10 +68,21 @@ DEAD_LETTER_SCHEMA = pa.schema(
     ]
 )
 _WIDER = {pa.int32(): pa.int64(), pa.float32(): pa.float64()}
+
+
+def _protobuf_columns(registry: SchemaRegistry, schema: RegisteredSchema) -> ProtobufColumns:
+    def fetch(subject: str, version: int) -> tuple[str, tuple[Any, ...]]:
+        reference = registry.reference(subject, version)
+        return reference.text, reference.references
+
+    return ProtobufColumns.of(schema.schema_id, schema.text, schema.references, fetch)
+
+
 #: The registry's schema type of each format a topic's values may have, and its columns' maker.
-_SCHEMA_TYPES: dict[str, tuple[str, Any]] = {
-    AVRO_FORMAT: (AVRO, AvroColumns.of),
-    JSON_SCHEMA_FORMAT: (JSON_SCHEMA, JsonSchemaColumns.of),
+_SCHEMA_TYPES: dict[str, tuple[str, Callable[[SchemaRegistry, RegisteredSchema], Any]]] = {
+    AVRO_FORMAT: (AVRO, lambda _registry, schema: AvroColumns.of(schema.schema_id, schema.text)),
+    JSON_SCHEMA_FORMAT: (JSON_SCHEMA, lambda _registry, schema: JsonSchemaColumns.of(schema.schema_id, schema.text)),
+    PROTOBUF_FORMAT: (PROTOBUF, _protobuf_columns),
 }
 
 
@@ -178,7 +201,7 @@ def schema_ids_of(properties: Mapping[str, str]) -> tuple[int, ...]:
 
 class ValueSchemas:
     """The writer schemas of one registry, each fetched and mapped once per process, read as the
-    topic's format (``value_format``: ``avro`` or ``json_schema``)."""
+    topic's format (``value_format``: ``avro``, ``json_schema`` or ``protobuf``)."""
 
     _registries: dict[RegistryEndpoint, SchemaRegistry] = {}
     _columns: dict[tuple[str, str, int], WriterSchema] = {}
@@ -203,7 +226,7 @@ class ValueSchemas:
                     f"schema id {schema_id} is a {registered.schema_type} schema, not the topic's {self.value_format}",
                     schema_id,
                 )
-            known = self._columns.setdefault(key, make(schema_id, registered.text))
+            known = self._columns.setdefault(key, make(self.registry, registered))
         return known
 
     def merged(self, schema_ids: Sequence[int]) -> ValueColumns:
