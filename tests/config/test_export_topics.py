@@ -31,12 +31,14 @@ def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path:
             "clicks": {"key": "bytes", "value": "bytes"},
             "carts": {"value": "json_schema"},
             "refunds": {"value": "protobuf"},
+            "users": {"key": "avro"},
         },
         schema_registry=REGISTRY,
     )
     assert export.topic("orders") == TopicExport(value="avro", table="orders_typed")
     assert export.topic("carts") == TopicExport(value="json_schema") and export.topic("carts").typed
     assert export.topic("refunds") == TopicExport(value="protobuf") and export.topic("refunds").typed
+    assert export.topic("users") == TopicExport(key="avro") and export.topic("users").typed  # a decoded key alone
     assert export.topic("clicks") == TopicExport() and not export.topic("clicks").typed
     assert export.topic("other") == TopicExport() and not export.topic("other").typed
     assert export.topic("orders").typed
@@ -49,8 +51,8 @@ def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path:
 @pytest.mark.parametrize(
     ("export", "key", "says"),
     [
-        ({"topics": {"orders": {"key": "json_schema"}}}, "export.topics.orders.key", "not supported yet"),
-        ({"topics": {"orders": {"key": "avro"}}}, "export.topics.orders.key", "not supported yet"),
+        ({"topics": {"orders": {"key": "thrift"}}}, "export.topics.orders.key", "expected one of"),
+        ({"topics": {"orders": {"key": "avro"}}}, "export.schema_registry", "export.topics.orders"),
         ({"topics": {"orders": {"value": "thrift"}}}, "export.topics.orders.value", "expected one of"),
         ({"topics": {"orders": {"value": "avro", "schema": 1}}}, "export.topics.orders.schema", "unknown key"),
         ({"topics": {"orders": {"table": "a.b"}}}, "export.topics.orders.table", "without dots"),

@@ -39,6 +39,13 @@ def map_entry(name: str, key: int, value: int, value_type: str = "") -> descript
     return entry
 
 
+def descriptor_file(name: str, *messages: Any, dependency: list[str] | None = None) -> Any:
+    """A proto3 file of package ``shop`` holding ``messages``."""
+    return descriptor_pb2.FileDescriptorProto(
+        name=name, package="shop", syntax="proto3", message_type=list(messages), dependency=dependency or []
+    )
+
+
 def payment_file(version: int = 1, count_type: int = F.TYPE_INT32) -> descriptor_pb2.FileDescriptorProto:
     """``shop/payment.proto``: a value of every kind the table maps (``version`` 2 adds a field)."""
     address = message("Address", field("city", 1, F.TYPE_STRING), field("zip", 2, F.TYPE_INT32))
@@ -136,9 +143,9 @@ def payment(cls: Any, i: int, version: int = 1) -> Any:
 class Proto:
     """Confluent's Protobuf serializer and deserializer of one topic's values, on the real registry."""
 
-    def __init__(self, registry: RegistryServer, topic: str) -> None:
+    def __init__(self, registry: RegistryServer, topic: str, part: str = MessageField.VALUE) -> None:
         self.client = SchemaRegistryClient({"url": registry.url})
-        self.ctx = SerializationContext(topic, MessageField.VALUE)
+        self.ctx = SerializationContext(topic, part)
 
     def serialize(self, cls: Any, values: list[Any]) -> list[bytes]:
         serializer = ProtobufSerializer(cls, self.client, {"use.deprecated.format": False})

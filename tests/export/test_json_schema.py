@@ -1,11 +1,13 @@
 """JSON Schema values as typed columns: what Confluent's JSONSerializer wrote through a real
 registry reads back as Confluent's JSONDeserializer reads it, field by field, in the Arrow types
-the table maps; what the schema refuses or no column holds is a reason, never a row."""
+the table maps; what the schema refuses or no column holds is a reason, never a row. End to end,
+such a topic tiered and exported: its rows, its dead letters, its table evolving or refusing."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -14,11 +16,30 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from tests.engine_support import TieringEnv
 from tests.export.registry_server import RegistryServer
-from tests.export.typed_support import json_columns, row_columns
+from tests.export.support import table_of
+from tests.export.typed_support import (
+    CART,
+    CART_V2,
+    PAYMENT,
+    Avro,
+    Json,
+    cart,
+    dead_letters_of,
+    iceberg_types,
+    json_columns,
+    payment,
+    row_columns,
+    rows_by_offset,
+    tier,
+    with_typed_export,
+)
+from tiering_core.export import run_export
 from tiering_core.export.avro import UnsupportedSchemaError
 from tiering_core.export.json_schema import JsonSchemaColumns
 from tiering_core.export.registry import RegistryEndpoint, SchemaRegistry, UndecodableValue, WireValue
+from tiering_core.export.typed import SchemaChangeError
 
 WIDE: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-07/schema#",
@@ -205,3 +226,82 @@ def test_a_schema_that_is_no_json_schema_is_refused() -> None:
         UnsupportedSchemaError, match=r"^JSON schema id 3: not a JSON Schema at properties/c/properties/d/type: "
     ):
         JsonSchemaColumns.of(3, json.dumps(bad))
+
+
+# End to end: a topic of JSON Schema values tiered, exported, read back.
+
+
+def test_json_schema_values_read_back_as_the_deserializer_reads_them_dead_letters_and_evolution(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    js = Json(schema_registry, "carts")
+    one = js.serialize(CART, [cart(i) for i in range(5)])
+    two = js.serialize(CART_V2, [cart(i, 2) for i in range(5, 10)])
+    schema_of = {WireValue.parse(v).schema_id: s for vs, s in ((one, CART), (two, CART_V2)) for v in vs}
+    assert len(schema_of) == 2
+    header = one[0][:5]
+    refused = header + json.dumps({**cart(0), "id": "seven"}).encode()  # JSON its schema refuses
+    not_json = header + b'{"id": 1,'
+    no_date = header + json.dumps({**cart(3), "day": "someday"}).encode()
+    unknown_id = b"\x00" + (2**31 - 9).to_bytes(4, "big") + one[0][5:]
+    avro_id = Avro(schema_registry, "carts-avro").serialize(PAYMENT, [payment(1)])[0]  # not the topic's format
+    dead_values = [refused, not_json, no_date, unknown_id, avro_id]
+    sent = tier(
+        tiering_env,
+        "carts",
+        [[*one[:3], refused, not_json], [*two[:3], one[3]], [no_date, unknown_id, avro_id, *two[3:], one[4]]],
+    )
+    with_typed_export(tiering_env, tmp_path, schema_registry, carts={"value": "json_schema"})
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "carts", commit_bytes=1)
+        assert not result.failed and result.dead_letters == len(dead_values) and result.rows == 10
+        table = table_of(ctx, "carts")
+        rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
+        dead = dead_letters_of(ctx, "carts")
+    assert set(rows) | set(dead) == set(sent) and not set(rows) & set(dead)
+    for offset, row in rows.items():
+        data = sent[offset] or b""
+        writer = schema_of[WireValue.parse(data).schema_id]
+        assert row["value_schema_id"] == WireValue.parse(data).schema_id
+        want = js.deserialize(data, writer)
+        assert {k: row_columns(row[k]) for k in want} == want, offset
+        if writer is CART:
+            assert row["coupon"] is None
+    by_value = {sent[o]: row["reason"] for o, row in dead.items()}
+    assert "fails its schema at id: 'seven' is not of type 'integer'" in by_value[refused]
+    assert "is not JSON" in by_value[not_json] and "has no column value" in by_value[no_date]
+    assert f"schema id {2**31 - 9} is unknown" in by_value[unknown_id]
+    assert (
+        f"schema id {WireValue.parse(avro_id).schema_id} is a AVRO schema, not the topic's json_schema"
+        in by_value[avro_id]
+    )
+    assert all(row["value"] == sent[o] for o, row in dead.items())
+    types = iceberg_types(table)
+    assert (types["id"], types["total"], types["at"], types["day"], types["ref"]) == (
+        "long",
+        "double",
+        "timestamptz",
+        "date",
+        "uuid",
+    )
+    assert types["lines"] == "list<struct<sku: string, n: long>>" and types["counts"] == "map<string, long>"
+    assert types["coupon"] == "string" and "value" not in types
+    assert json.loads(table.properties["tiering.value-schema-ids"]) == list(schema_of)
+
+
+def test_an_incompatible_json_schema_change_stops_the_export(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    js = Json(schema_registry, "carts-required")
+    first = js.serialize(CART, [cart(i) for i in range(3)])
+    required = {**CART_V2, "required": [*CART["required"], "coupon"]}
+    bad = js.serialize(required, [{**cart(4), "coupon": "c"}])[0]
+    tier(tiering_env, "carts-required", [first[:2], [bad, first[2]]])
+    with_typed_export(tiering_env, tmp_path, schema_registry, **{"carts-required": {"value": "json_schema"}})
+    with tiering_env.context() as ctx:
+        with pytest.raises(SchemaChangeError) as caught:
+            run_export(ctx, "carts-required", commit_bytes=1)
+        old, new = WireValue.parse(first[0]).schema_id, WireValue.parse(bad).schema_id
+        assert f"value schema id {new} cannot evolve the table's columns (from schema id {old})" in str(caught.value)
+        assert "field coupon is added as required without a default" in str(caught.value)
+        assert sorted(o for _p, o in rows_by_offset(table_of(ctx, "carts-required"))) == [0, 1]

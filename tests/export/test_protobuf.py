@@ -1,27 +1,44 @@
 """Protobuf values as typed columns: what Confluent's ProtobufSerializer wrote through a real
 registry (its file served serialized, its imports as references) reads back as Confluent's
-ProtobufDeserializer reads it, field by field, in the Arrow types the table maps."""
+ProtobufDeserializer reads it, field by field, in the Arrow types the table maps. End to end, such
+a topic tiered and exported: its rows, its dead letters, its table evolving."""
 
 from __future__ import annotations
 
 import base64
+import json
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from tests.engine_support import TieringEnv
 from tests.export.proto_files import (
     OPTIONAL,
     REPEATED,
     F,
     Proto,
+    descriptor_file,
     field,
     message,
     message_class,
-    payment,
     payment_file,
 )
+from tests.export.proto_files import payment as proto_payment
 from tests.export.registry_server import RegistryServer
+from tests.export.support import table_of
+from tests.export.typed_support import (
+    CART,
+    Json,
+    cart,
+    dead_letters_of,
+    iceberg_types,
+    rows_by_offset,
+    tier,
+    with_typed_export,
+)
+from tiering_core.export import run_export
 from tiering_core.export.avro import UnsupportedSchemaError
 from tiering_core.export.protobuf import ProtobufColumns, message_indexes
 from tiering_core.export.registry import RegistryEndpoint, SchemaRegistry, UndecodableValue, WireValue
@@ -30,8 +47,8 @@ from tiering_core.export.typed import ValueSchemas
 
 def test_every_mapped_type_reads_back_as_the_deserializer_reads_it(schema_registry: RegistryServer) -> None:
     cls = message_class(payment_file(), name="shop.Payment")
-    proto = Proto(schema_registry, "proto-payments")
-    payloads = proto.serialize(cls, [payment(cls, i) for i in range(12)])
+    proto = Proto(schema_registry, "proto-wide")
+    payloads = proto.serialize(cls, [proto_payment(cls, i) for i in range(12)])
     wires = [WireValue.parse(p) for p in payloads]
     assert len({w.schema_id for w in wires}) == 1
     registered = SchemaRegistry(RegistryEndpoint(schema_registry.url)).schema(wires[0].schema_id)
@@ -83,14 +100,6 @@ def test_an_imported_file_is_fetched_as_the_schemas_reference(schema_registry: R
     assert columns.decode(wire.payload) == proto.deserialize(cls, data) == {"total": {"units": 2**40}, "n": 3}
     with pytest.raises(UnsupportedSchemaError, match=r"imports shop/money.proto, and no registry to fetch it from"):
         ProtobufColumns.of(wire.schema_id, registered.text, registered.references)
-
-
-def descriptor_file(name: str, *messages: Any, dependency: list[str] | None = None) -> Any:
-    from google.protobuf import descriptor_pb2
-
-    return descriptor_pb2.FileDescriptorProto(
-        name=name, package="shop", syntax="proto3", message_type=list(messages), dependency=dependency or []
-    )
 
 
 def encoded(file: Any) -> str:
@@ -157,3 +166,49 @@ def test_repeated_labels_hold_lists() -> None:
     )
     columns = ProtobufColumns.of(2, encoded(file))
     assert columns.decode(b"\x00\x0a\x02\x01\x02") == {"xs": [1, 2], "y": 0}  # packed 1, 2; y unset reads 0
+
+
+def test_protobuf_values_read_back_as_the_deserializer_reads_them_dead_letters_and_evolution(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    proto = Proto(schema_registry, "proto-payments")
+    v1, v2 = message_class(payment_file(1), name="shop.Payment"), message_class(payment_file(2), name="shop.Payment")
+    one = proto.serialize(v1, [proto_payment(v1, i) for i in range(6)])
+    two = proto.serialize(v2, [proto_payment(v2, i, 2) for i in range(6, 12)])
+    class_of = {WireValue.parse(v).schema_id: c for vs, c in ((one, v1), (two, v2)) for v in vs}
+    assert len(class_of) == 2
+    corrupt = one[0][:6] + b"\x0a\xff"  # a length beyond the payload
+    other_message = one[0][:5] + b"\x02\x02" + one[0][6:]  # names the file's second message
+    unknown_id = b"\x00" + (2**31 - 11).to_bytes(4, "big") + one[0][5:]
+    json_id = Json(schema_registry, "proto-json").serialize(CART, [cart(1)])[0]
+    dead_values = [corrupt, other_message, unknown_id, json_id]
+    segments = [[*one[:4], corrupt], [*two[:3], one[4], other_message], [unknown_id, json_id, *two[3:], one[5]]]
+    sent = tier(tiering_env, "proto-payments", segments)
+    with_typed_export(tiering_env, tmp_path, schema_registry, **{"proto-payments": {"value": "protobuf"}})
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "proto-payments", commit_bytes=1)
+        assert not result.failed and result.dead_letters == len(dead_values) and result.rows == 12
+        table = table_of(ctx, "proto-payments")
+        rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
+        dead = dead_letters_of(ctx, "proto-payments")
+    assert set(rows) | set(dead) == set(sent) and not set(rows) & set(dead)
+    for offset, row in rows.items():
+        data = sent[offset] or b""
+        cls = class_of[WireValue.parse(data).schema_id]
+        want = proto.deserialize(cls, data)
+        assert {k: row[k] for k in want} == want and row["value_schema_id"] == WireValue.parse(data).schema_id
+        if cls is v1:
+            assert row["channel"] is None
+    by_value = {sent[o]: row["reason"] for o, row in dead.items()}
+    assert "corrupt Protobuf payload" in by_value[corrupt] and "names message [1]" in by_value[other_message]
+    assert f"schema id {2**31 - 11} is unknown" in by_value[unknown_id]
+    assert "is a JSON schema, not the topic's protobuf" in by_value[json_id]
+    types = iceberg_types(table)
+    assert (types["big"], types["at"], types["state"], types["count"]) == (
+        "decimal(20, 0)",
+        "timestamptz",
+        "string",
+        "int",
+    )
+    assert types["counts"] == "map<string, long>" and types["channel"] == "string"
+    assert json.loads(table.properties["tiering.value-schema-ids"]) == list(class_of)

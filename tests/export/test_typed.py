@@ -16,13 +16,18 @@ from tiering_core.errors import ExportError
 from tiering_core.export.avro import AvroColumns
 from tiering_core.export.json_schema import JsonSchemaColumns
 from tiering_core.export.protobuf import ProtobufColumns
-from tiering_core.export.table import TableName
+from tiering_core.export.table import DATA_SCHEMA, TableName
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
     KAFKA_COLUMNS,
+    KEY,
+    KEY_FIELDS_COLUMN,
+    KEY_SCHEMA_ID_COLUMN,
+    KEY_SCHEMA_IDS_PROPERTY,
     SCHEMA_ID_COLUMN,
     SCHEMA_IDS_PROPERTY,
     SchemaChangeError,
+    TypedColumns,
     ValueColumns,
     dead_letter_table,
     schema_ids_of,
@@ -177,3 +182,33 @@ def test_protobuf_columns_evolve_by_the_same_rules_every_field_having_a_default(
     assert types["channel"] == pa.string() and types["count"] == pa.int64() and wider.schema_ids == (1, 2)
     with pytest.raises(SchemaChangeError, match=r"from schema id 1.*field count changes from int32 to string"):
         merged.with_schema(proto_columns(3, payment_file(1, F.TYPE_STRING)))
+
+
+def test_a_decoded_key_is_one_struct_column_beside_its_bytes() -> None:
+    key = {"type": "record", "name": "K", "fields": [{"name": "offset", "type": "int"}]}  # a Kafka column's name
+    none_yet = TypedColumns(None, ValueColumns(side=KEY))
+    assert none_yet.schema.names == DATA_SCHEMA.names and none_yet.properties() == {}  # no key schema met yet
+    keyed = TypedColumns(None, none_yet.key.with_schema(AvroColumns.of(4, json.dumps(key))))  # type: ignore[union-attr]
+    assert keyed.schema.names == [*DATA_SCHEMA.names, KEY_SCHEMA_ID_COLUMN, KEY_FIELDS_COLUMN]
+    assert keyed.schema.field(KEY_FIELDS_COLUMN).type == pa.struct([pa.field("offset", pa.int32())])
+    assert (
+        keyed.properties() == {KEY_SCHEMA_IDS_PROPERTY: "[4]"} and keyed.ids(KEY) == (4,) and keyed.ids("value") == ()
+    )
+    both = TypedColumns(columns(BASE), keyed.key)
+    assert both.schema.names == [
+        *KAFKA_COLUMNS.names,
+        SCHEMA_ID_COLUMN,
+        "id",
+        "total",
+        "lines",
+        "who",
+        KEY_SCHEMA_ID_COLUMN,
+        KEY_FIELDS_COLUMN,
+    ]
+    assert both.properties() == {SCHEMA_IDS_PROPERTY: "[1]", KEY_SCHEMA_IDS_PROPERTY: "[4]"}
+    with pytest.raises(
+        SchemaChangeError, match=r"^key schema id 5 cannot evolve the table's columns \(from schema id 4\)"
+    ):
+        keyed.key.with_schema(AvroColumns.of(5, json.dumps(with_fields(key, offset="string"))))  # type: ignore[union-attr]
+    with pytest.raises(SchemaChangeError, match="field key_fields is named like a column"):
+        columns(with_fields(BASE, {"name": "key_fields", "type": ["null", "long"], "default": None}))

@@ -15,30 +15,28 @@ from typing import Any
 
 import duckdb
 import pytest
+from confluent_kafka.serialization import MessageField
 
 from tests.engine_support import TieringEnv
-from tests.export.proto_files import Proto, message_class, payment_file
-from tests.export.proto_files import payment as proto_payment
+from tests.export.proto_files import F, Proto, descriptor_file, field, message, message_class
 from tests.export.registry_server import RegistryServer
 from tests.export.support import table_of, wait_until_table_is_free, with_lease_ms
 from tests.export.typed_support import (
-    CART,
-    CART_V2,
     PAYMENT,
     Avro,
     Json,
-    cart,
+    dead_letters_of,
     iceberg_types,
     payment,
-    row_columns,
     rows_by_offset,
     tier,
+    tier_records,
     value_of,
     with_fields,
     with_typed_export,
 )
 from tiering_core.errors import ExportError
-from tiering_core.export import TableName, load_catalog, open_table, run_export
+from tiering_core.export import run_export
 from tiering_core.export.registry import WireValue
 from tiering_core.export.typed import SchemaChangeError
 from tiering_core.export.write import referenced_files
@@ -103,12 +101,6 @@ def test_every_value_reads_back_as_the_deserializer_reads_it(
         # an export that is up to date commits nothing
         again = run_export(ctx, "payments")
         assert again.planned == [] and again.snapshots == []
-
-
-def dead_letters_of(ctx: Any, topic: str) -> dict[int, dict[str, Any]]:
-    """The topic's dead letters by offset (none without a dead-letter table)."""
-    table = open_table(load_catalog(ctx.config), TableName("kafka", f"{topic}_dead_letters"), create=False)
-    return {} if table is None else {o: row for (_p, o), row in rows_by_offset(table).items()}
 
 
 def test_undecodable_values_are_dead_letters_each_record_once(
@@ -350,123 +342,55 @@ def test_a_topic_turned_typed_needs_a_table_of_its_own(
         assert run_export(ctx, "counters").snapshots == []  # its own `value` column (a long) is no table of bytes
 
 
-def test_json_schema_values_read_back_as_the_deserializer_reads_them_dead_letters_and_evolution(
+KEY: dict[str, Any] = {
+    "type": "object",
+    "properties": {"user": {"type": "integer"}, "region": {"type": "string"}},
+    "required": ["user"],
+}
+
+
+def test_decoded_keys_are_a_column_beside_their_bytes_with_the_value_decoded_or_not(
     tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
 ) -> None:
-    js = Json(schema_registry, "carts")
-    one = js.serialize(CART, [cart(i) for i in range(5)])
-    two = js.serialize(CART_V2, [cart(i, 2) for i in range(5, 10)])
-    schema_of = {WireValue.parse(v).schema_id: s for vs, s in ((one, CART), (two, CART_V2)) for v in vs}
-    assert len(schema_of) == 2
-    header = one[0][:5]
-    refused = header + json.dumps({**cart(0), "id": "seven"}).encode()  # JSON its schema refuses
-    not_json = header + b'{"id": 1,'
-    no_date = header + json.dumps({**cart(3), "day": "someday"}).encode()
-    unknown_id = b"\x00" + (2**31 - 9).to_bytes(4, "big") + one[0][5:]
-    avro_id = Avro(schema_registry, "carts-avro").serialize(PAYMENT, [payment(1)])[0]  # not the topic's format
-    dead_values = [refused, not_json, no_date, unknown_id, avro_id]
-    sent = tier(
+    keys = Json(schema_registry, "keyed", MessageField.KEY)
+    avro = Avro(schema_registry, "keyed")
+    values = avro.serialize(PAYMENT, [payment(i) for i in range(6)])
+    key_bytes = keys.serialize(KEY, [{"user": i} | ({"region": "eu"} if i % 2 else {}) for i in range(6)])
+    refused_key = key_bytes[0][:5] + b'{"user": "x"}'
+    records = [*zip(key_bytes, values, strict=True), (None, values[0]), (refused_key, values[1]), (key_bytes[1], b"x")]
+    sent = tier_records(tiering_env, "keyed", [records[:4], records[4:]])
+    Key = message_class(descriptor_file("k.proto", message("K", field("id", 1, F.TYPE_INT64))), name="shop.K")
+    proto_keys = Proto(schema_registry, "keyed-bytes", MessageField.KEY)
+    raw = proto_keys.serialize(Key, [Key(id=i) for i in range(3)])
+    bytes_sent = tier_records(tiering_env, "keyed-bytes", [[(k, f"v{i}".encode()) for i, k in enumerate(raw)]])
+    with_typed_export(
         tiering_env,
-        "carts",
-        [[*one[:3], refused, not_json], [*two[:3], one[3]], [no_date, unknown_id, avro_id, *two[3:], one[4]]],
+        tmp_path,
+        schema_registry,
+        keyed={"key": "json_schema", "value": "avro"},
+        **{"keyed-bytes": {"key": "protobuf"}},
     )
-    with_typed_export(tiering_env, tmp_path, schema_registry, carts={"value": "json_schema"})
     with tiering_env.context() as ctx:
-        result = run_export(ctx, "carts", commit_bytes=1)
-        assert not result.failed and result.dead_letters == len(dead_values) and result.rows == 10
-        table = table_of(ctx, "carts")
+        result = run_export(ctx, "keyed")
+        assert not result.failed and result.rows == 7 and result.dead_letters == 2
+        table = table_of(ctx, "keyed")
         rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
-        dead = dead_letters_of(ctx, "carts")
-    assert set(rows) | set(dead) == set(sent) and not set(rows) & set(dead)
+        dead = dead_letters_of(ctx, "keyed")
+        assert run_export(ctx, "keyed-bytes").rows == 3
+        plain = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "keyed-bytes")).items()}
     for offset, row in rows.items():
-        data = sent[offset] or b""
-        writer = schema_of[WireValue.parse(data).schema_id]
-        assert row["value_schema_id"] == WireValue.parse(data).schema_id
-        want = js.deserialize(data, writer)
-        assert {k: row_columns(row[k]) for k in want} == want, offset
-        if writer is CART:
-            assert row["coupon"] is None
-    by_value = {sent[o]: row["reason"] for o, row in dead.items()}
-    assert "fails its schema at id: 'seven' is not of type 'integer'" in by_value[refused]
-    assert "is not JSON" in by_value[not_json] and "has no column value" in by_value[no_date]
-    assert f"schema id {2**31 - 9} is unknown" in by_value[unknown_id]
-    assert (
-        f"schema id {WireValue.parse(avro_id).schema_id} is a AVRO schema, not the topic's json_schema"
-        in by_value[avro_id]
-    )
-    assert all(row["value"] == sent[o] for o, row in dead.items())
-    types = iceberg_types(table)
-    assert (types["id"], types["total"], types["at"], types["day"], types["ref"]) == (
-        "long",
-        "double",
-        "timestamptz",
-        "date",
-        "uuid",
-    )
-    assert types["lines"] == "list<struct<sku: string, n: long>>" and types["counts"] == "map<string, long>"
-    assert types["coupon"] == "string" and "value" not in types
-    assert json.loads(table.properties["tiering.value-schema-ids"]) == list(schema_of)
-
-
-def test_an_incompatible_json_schema_change_stops_the_export(
-    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
-) -> None:
-    js = Json(schema_registry, "carts-required")
-    first = js.serialize(CART, [cart(i) for i in range(3)])
-    required = {**CART_V2, "required": [*CART["required"], "coupon"]}
-    bad = js.serialize(required, [{**cart(4), "coupon": "c"}])[0]
-    tier(tiering_env, "carts-required", [first[:2], [bad, first[2]]])
-    with_typed_export(tiering_env, tmp_path, schema_registry, **{"carts-required": {"value": "json_schema"}})
-    with tiering_env.context() as ctx:
-        with pytest.raises(SchemaChangeError) as caught:
-            run_export(ctx, "carts-required", commit_bytes=1)
-        old, new = WireValue.parse(first[0]).schema_id, WireValue.parse(bad).schema_id
-        assert f"value schema id {new} cannot evolve the table's columns (from schema id {old})" in str(caught.value)
-        assert "field coupon is added as required without a default" in str(caught.value)
-        assert sorted(o for _p, o in rows_by_offset(table_of(ctx, "carts-required"))) == [0, 1]
-
-
-def test_protobuf_values_read_back_as_the_deserializer_reads_them_dead_letters_and_evolution(
-    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
-) -> None:
-    proto = Proto(schema_registry, "proto-payments")
-    v1, v2 = message_class(payment_file(1), name="shop.Payment"), message_class(payment_file(2), name="shop.Payment")
-    one = proto.serialize(v1, [proto_payment(v1, i) for i in range(6)])
-    two = proto.serialize(v2, [proto_payment(v2, i, 2) for i in range(6, 12)])
-    class_of = {WireValue.parse(v).schema_id: c for vs, c in ((one, v1), (two, v2)) for v in vs}
-    assert len(class_of) == 2
-    corrupt = one[0][:6] + b"\x0a\xff"  # a length beyond the payload
-    other_message = one[0][:5] + b"\x02\x02" + one[0][6:]  # names the file's second message
-    unknown_id = b"\x00" + (2**31 - 11).to_bytes(4, "big") + one[0][5:]
-    json_id = Json(schema_registry, "proto-json").serialize(CART, [cart(1)])[0]
-    dead_values = [corrupt, other_message, unknown_id, json_id]
-    segments = [[*one[:4], corrupt], [*two[:3], one[4], other_message], [unknown_id, json_id, *two[3:], one[5]]]
-    sent = tier(tiering_env, "proto-payments", segments)
-    with_typed_export(tiering_env, tmp_path, schema_registry, **{"proto-payments": {"value": "protobuf"}})
-    with tiering_env.context() as ctx:
-        result = run_export(ctx, "proto-payments", commit_bytes=1)
-        assert not result.failed and result.dead_letters == len(dead_values) and result.rows == 12
-        table = table_of(ctx, "proto-payments")
-        rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
-        dead = dead_letters_of(ctx, "proto-payments")
-    assert set(rows) | set(dead) == set(sent) and not set(rows) & set(dead)
-    for offset, row in rows.items():
-        data = sent[offset] or b""
-        cls = class_of[WireValue.parse(data).schema_id]
-        want = proto.deserialize(cls, data)
-        assert {k: row[k] for k in want} == want and row["value_schema_id"] == WireValue.parse(data).schema_id
-        if cls is v1:
-            assert row["channel"] is None
-    by_value = {sent[o]: row["reason"] for o, row in dead.items()}
-    assert "corrupt Protobuf payload" in by_value[corrupt] and "names message [1]" in by_value[other_message]
-    assert f"schema id {2**31 - 11} is unknown" in by_value[unknown_id]
-    assert "is a JSON schema, not the topic's protobuf" in by_value[json_id]
-    types = iceberg_types(table)
-    assert (types["big"], types["at"], types["state"], types["count"]) == (
-        "decimal(20, 0)",
-        "timestamptz",
-        "string",
-        "int",
-    )
-    assert types["counts"] == "map<string, long>" and types["channel"] == "string"
-    assert json.loads(table.properties["tiering.value-schema-ids"]) == list(class_of)
+        key, value = sent[offset]
+        assert row["key"] == key and value_of(row, PAYMENT) == avro.deserialize(value or b"")
+        if key is None:  # a null key is no dead letter: its columns are null
+            assert row["key_fields"] is None and row["key_schema_id"] is None
+        else:
+            assert row["key_fields"] == keys.deserialize(key, KEY)
+            assert row["key_schema_id"] == WireValue.parse(key).schema_id
+    assert "the key: JSON payload for schema id" in dead[7]["reason"] and dead[7]["key"] == refused_key
+    assert dead[8]["reason"].startswith("the value has 1 byte(s), fewer than")  # the value's, the key's good
+    assert iceberg_types(table)["key_fields"] == "struct<user: long, region: string>"
+    assert json.loads(table.properties["tiering.key-schema-ids"]) == [WireValue.parse(key_bytes[0]).schema_id]
+    for offset, row in plain.items():
+        key, value = bytes_sent[offset]
+        assert row["value"] == value and row["key"] == key
+        assert row["key_fields"] == proto_keys.deserialize(Key, key or b"") and "value_schema_id" not in row

@@ -157,9 +157,9 @@ class Json:
     """Confluent's JSON Schema serializer and deserializer of one topic's values, on the real
     registry."""
 
-    def __init__(self, registry: RegistryServer, topic: str) -> None:
+    def __init__(self, registry: RegistryServer, topic: str, part: str = MessageField.VALUE) -> None:
         self.client = SchemaRegistryClient({"url": registry.url})
-        self.ctx = SerializationContext(topic, MessageField.VALUE)
+        self.ctx = SerializationContext(topic, part)
         self.deserializer = JSONDeserializer(None, schema_registry_client=self.client)
 
     def serialize(self, schema: dict[str, Any], values: list[Any]) -> list[bytes]:
@@ -262,6 +262,14 @@ def value_of(row: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def dead_letters_of(ctx: Any, topic: str) -> dict[int, dict[str, Any]]:
+    """The topic's dead letters by offset (none without a dead-letter table)."""
+    from tiering_core.export import TableName, load_catalog, open_table
+
+    table = open_table(load_catalog(ctx.config), TableName("kafka", f"{topic}_dead_letters"), create=False)
+    return {} if table is None else {o: row for (_p, o), row in rows_by_offset(table).items()}
+
+
 def iceberg_types(table: Any) -> dict[str, str]:
     """The table's columns' Iceberg types, as Iceberg prints them (field ids left out)."""
     noise = re.compile(r"\d+: | \(required\)|required |optional ")
@@ -273,13 +281,22 @@ def tier(
 ) -> dict[int, bytes | None]:
     """Each list of values as one closed segment of keyed records (and an active segment after
     them, never tiered), tiered by the platform's copy; the values by offset."""
+    keyed = [[(f"k{i}".encode(), v) for i, v in enumerate(values)] for values in segments]
+    return {offset: value for offset, (_key, value) in tier_records(env, topic, keyed, partition).items()}
+
+
+def tier_records(
+    env: TieringEnv, topic: str, segments: list[list[tuple[bytes | None, bytes | None]]], partition: int = 0
+) -> dict[int, tuple[bytes | None, bytes | None]]:
+    """Each list of (key, value) as one closed segment (and an active segment after them, never
+    tiered), tiered by the platform's copy; the records by offset."""
     from tiering_core.runs.copy import run_copy
 
     w = env.writer(topic, partition)
-    sent: dict[int, bytes | None] = {}
-    for values in segments:
-        first, _last = w.append([(f"k{i}".encode(), v) for i, v in enumerate(values)])
-        sent.update({first + i: v for i, v in enumerate(values)})
+    sent: dict[int, tuple[bytes | None, bytes | None]] = {}
+    for records in segments:
+        first, _last = w.append(records)
+        sent.update({first + i: r for i, r in enumerate(records)})
         w.roll()
     w.append([(b"active", b"never tiered")])
     w.set_high_watermark()

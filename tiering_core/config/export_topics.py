@@ -3,8 +3,8 @@
 
 A topic's value exports as the bytes Kafka holds (``bytes``, the default) or decoded with the
 Schema Registry schema its Confluent wire-format header names (``avro``, ``json_schema``,
-``protobuf``), as typed columns; its key as bytes. Decoded keys are named, and refused as not
-supported yet.
+``protobuf``), as typed columns; its key likewise, as bytes or, decoded, as one more column (a
+struct of its fields) beside its bytes.
 
 The registry's password is never in the file: ``auth.password_env`` names the environment
 variable holding it, or ``auth.password_file`` a file (a mounted secret, such as one an Airflow
@@ -30,8 +30,6 @@ AVRO = "avro"
 JSON_SCHEMA = "json_schema"
 PROTOBUF = "protobuf"
 FORMATS = (BYTES, AVRO, JSON_SCHEMA, PROTOBUF)
-#: A key exports as bytes: decoded keys are not supported yet.
-KEY_FORMATS = (BYTES,)
 
 
 @dataclass(frozen=True)
@@ -87,17 +85,16 @@ class SchemaRegistryConfig:
         return None
 
 
-def _format(section: Mapping[str, Any], name: str, where: str, supported: tuple[str, ...] = FORMATS) -> str:
+def _format(section: Mapping[str, Any], name: str, where: str) -> str:
     value = section.get(name, BYTES)
-    if value in FORMATS and value not in supported:
-        raise ConfigError(f"{where}.{name}: {value} is not supported yet (supported: {', '.join(supported)})")
-    if value not in supported:
-        raise ConfigError(f"{where}.{name}: expected one of {', '.join(supported)}, got {shown(value)}")
+    if value not in FORMATS:
+        raise ConfigError(f"{where}.{name}: expected one of {', '.join(FORMATS)}, got {shown(value)}")
     return str(value)
 
 
 def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
-    """``export.topics: {TOPIC: {key: bytes, value: bytes|avro|json_schema|protobuf, table: NAME}}``."""
+    """``export.topics: {TOPIC: {key: FORMAT, value: FORMAT, table: NAME}}``, a ``FORMAT`` one of
+    bytes, avro, json_schema and protobuf."""
     section = require_mapping(raw if raw is not None else {}, "export.topics")
     topics: dict[str, TopicExport] = {}
     for topic, entry in section.items():
@@ -109,7 +106,7 @@ def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
         table = optional_str(entry, "table", f"{where}.table")
         if table is not None and ("." in table or table.strip() != table):
             raise ConfigError(f"{where}.table: {shown(table)} must be one name without dots or spaces")
-        key = _format(entry, "key", where, KEY_FORMATS)
+        key = _format(entry, "key", where)
         topics[topic] = TopicExport(key, _format(entry, "value", where), table)
     return topics
 

@@ -27,6 +27,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.config.export_topics import BYTES
 from tiering_core.engine.lease import HeldTable, held_table
 from tiering_core.errors import ExportError, one_line
 from tiering_core.export.commit import CommitResult, TableLeaseLostError, commit_segments
@@ -231,7 +232,11 @@ def exporting(
             ) from exc
         typed = config.topic(topic).typed
         endpoint = registry_endpoint(ctx.config) if typed else None
-        opened = functools.partial(open_typed_table if typed else open_table, catalog, name)
+        if typed:
+            value_typed = config.topic(topic).value != BYTES
+            opened = functools.partial(open_typed_table, catalog, name, value_typed=value_typed)
+        else:
+            opened = functools.partial(open_table, catalog, name)
         existing = opened(create=False)
         iceberg = existing if existing is not None else opened(create=True)
         assert iceberg is not None
@@ -239,8 +244,10 @@ def exporting(
         export = TableExport(ctx, name, iceberg, held, current_snapshot_id(iceberg), created=existing is None)
         try:
             if endpoint is not None:
-                value_format = config.topic(topic).value
-                export.dead_letters = DeadLetters.open(ctx.metadata, catalog, name, held, endpoint, value_format)
+                formats = config.topic(topic)
+                export.dead_letters = DeadLetters.open(
+                    ctx.metadata, catalog, name, held, endpoint, formats.value, formats.key
+                )
             export.record(None)
             yield export
         except TableLeaseLostError:

@@ -10,6 +10,11 @@ the writer schemas the table has met; the ids are kept in the table property
 ``tiering.value-schema-ids``, set in the same commit as the rows that brought them, so whoever
 writes next rebuilds the same columns from the registry.
 
+A decoded key (``export.topics.T.key`` not ``bytes``) keeps its bytes in ``key`` and adds
+``key_schema_id`` and ``key_fields`` (a struct of its fields), merged and evolved as the value's
+columns are (``side`` ``key``), their ids in the property ``tiering.key-schema-ids``; a topic
+whose value stays ``bytes`` keeps its ``value`` column.
+
 A writer schema merges when its change is one the format and Iceberg both read old data through: a
 field added that is optional (Avro: a union with null; JSON Schema: a property not required, or one
 admitting null; Protobuf: any field, each has a default) or has a default, a field removed (its
@@ -33,6 +38,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from tiering_core.config.export_topics import AVRO as AVRO_FORMAT
+from tiering_core.config.export_topics import BYTES
 from tiering_core.config.export_topics import JSON_SCHEMA as JSON_SCHEMA_FORMAT
 from tiering_core.config.export_topics import PROTOBUF as PROTOBUF_FORMAT
 from tiering_core.errors import ExportError
@@ -54,6 +60,15 @@ from tiering_core.export.table import DATA_SCHEMA, TableName
 SCHEMA_ID_COLUMN = "value_schema_id"
 #: The table property listing the value schema ids merged into the table's columns, in order.
 SCHEMA_IDS_PROPERTY = "tiering.value-schema-ids"
+#: A decoded key's columns (``export.topics.T.key`` not ``bytes``): the registry id it was written
+#: with, and its fields as one struct; its bytes stay in ``key``.
+KEY_SCHEMA_ID_COLUMN = "key_schema_id"
+KEY_FIELDS_COLUMN = "key_fields"
+#: The table property listing the key schema ids merged into ``key_fields``, in order.
+KEY_SCHEMA_IDS_PROPERTY = "tiering.key-schema-ids"
+#: The two parts of a record a registry schema decodes.
+VALUE = "value"
+KEY = "key"
 #: The suffix of a typed table's dead-letter table.
 DEAD_LETTERS_SUFFIX = "_dead_letters"
 
@@ -145,24 +160,34 @@ def _merge(table: pa.DataType, writer: pa.DataType, path: str) -> pa.DataType:
     raise ValueError(f"field {path or 'the value'} changes from {table} to {writer}")
 
 
-def typed_schema(value_type: pa.StructType) -> pa.Schema:
-    """The typed table's Arrow schema for the value columns ``value_type``."""
-    taken = {*KAFKA_COLUMNS.names, SCHEMA_ID_COLUMN}
-    clash = [f.name for f in value_type if f.name in taken]
-    if clash:
-        raise ValueError(f"field {clash[0]} is named like a column of the Kafka record")
-    return pa.schema([*KAFKA_COLUMNS, pa.field(SCHEMA_ID_COLUMN, pa.int32()), *value_type])
+def typed_schema(value_type: pa.StructType | None, key_type: pa.StructType | None = None) -> pa.Schema:
+    """The typed table's Arrow schema for the value columns ``value_type`` (None: the value's
+    bytes) and the key's fields ``key_type`` (None: the key's bytes alone)."""
+    if value_type is None:
+        columns = [*DATA_SCHEMA]
+    else:
+        taken = {*KAFKA_COLUMNS.names, SCHEMA_ID_COLUMN, KEY_SCHEMA_ID_COLUMN, KEY_FIELDS_COLUMN}
+        clash = [f.name for f in value_type if f.name in taken]
+        if clash:
+            raise ValueError(f"field {clash[0]} is named like a column of the Kafka record")
+        columns = [*KAFKA_COLUMNS, pa.field(SCHEMA_ID_COLUMN, pa.int32()), *value_type]
+    if key_type is not None:
+        columns += [pa.field(KEY_SCHEMA_ID_COLUMN, pa.int32()), pa.field(KEY_FIELDS_COLUMN, key_type)]
+    return pa.schema(columns)
 
 
 @dataclass(frozen=True)
 class ValueColumns:
-    """The table's value columns: the merge of the writer schemas ``schema_ids`` (in order)."""
+    """The table's value columns (or, ``side`` ``key``, its key's fields): the merge of the writer
+    schemas ``schema_ids`` (in order)."""
 
     schema_ids: tuple[int, ...] = ()
     value_type: pa.StructType = field(default_factory=lambda: pa.struct([]))
+    side: str = VALUE
 
     @property
     def schema(self) -> pa.Schema:
+        """The table's schema with these value columns (the key as bytes)."""
         return typed_schema(self.value_type)
 
     def with_schema(self, columns: WriterSchema) -> ValueColumns:
@@ -173,30 +198,58 @@ class ValueColumns:
         try:
             first = not self.schema_ids  # the first schema seen shapes the columns
             merged = relaxed(columns.arrow_type) if first else _merge(self.value_type, columns.arrow_type, "")
-            typed_schema(merged)
+            if self.side == VALUE:  # a key's fields are in a column of their own
+                typed_schema(merged)
         except ValueError as exc:
             since = f"schema id {self.schema_ids[-1]}" if self.schema_ids else "no schema"
             raise SchemaChangeError(
-                f"value schema id {columns.schema_id} cannot evolve the table's columns (from {since}): {exc}"
+                f"{self.side} schema id {columns.schema_id} cannot evolve the table's columns (from {since}): {exc}"
             ) from exc
         if merged.equals(self.value_type, check_metadata=False) and self.schema_ids:
-            return ValueColumns((*self.schema_ids, columns.schema_id), self.value_type)
-        return ValueColumns((*self.schema_ids, columns.schema_id), merged)
+            return ValueColumns((*self.schema_ids, columns.schema_id), self.value_type, self.side)
+        return ValueColumns((*self.schema_ids, columns.schema_id), merged, self.side)
+
+    @property
+    def property_name(self) -> str:
+        return SCHEMA_IDS_PROPERTY if self.side == VALUE else KEY_SCHEMA_IDS_PROPERTY
 
     def property_value(self) -> str:
         return json.dumps(list(self.schema_ids))
 
 
-def schema_ids_of(properties: Mapping[str, str]) -> tuple[int, ...]:
-    """The value schema ids a table's properties say its columns merge (none: a new table)."""
-    raw = properties.get(SCHEMA_IDS_PROPERTY)
+@dataclass(frozen=True)
+class TypedColumns:
+    """A typed table's decoded columns: the value's (None: the value's bytes) and the key's
+    (None: the key's bytes alone; its columns appear with the first key schema)."""
+
+    value: ValueColumns | None = None
+    key: ValueColumns | None = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        key = self.key.value_type if self.key is not None and self.key.schema_ids else None
+        return typed_schema(None if self.value is None else self.value.value_type, key)
+
+    def properties(self) -> dict[str, str]:
+        """The table properties naming the schema ids these columns merge."""
+        return {c.property_name: c.property_value() for c in (self.value, self.key) if c is not None and c.schema_ids}
+
+    def ids(self, side: str) -> tuple[int, ...]:
+        columns = self.value if side == VALUE else self.key
+        return () if columns is None else columns.schema_ids
+
+
+def schema_ids_of(properties: Mapping[str, str], name: str = SCHEMA_IDS_PROPERTY) -> tuple[int, ...]:
+    """The schema ids a table's property ``name`` (the value's, or the key's) says its columns
+    merge (none: a new table)."""
+    raw = properties.get(name)
     if not raw:
         return ()
     try:
         ids = json.loads(raw)
         return tuple(int(i) for i in ids)
     except (ValueError, TypeError) as exc:
-        raise ExportError(f"the table property {SCHEMA_IDS_PROPERTY} is not a list of schema ids: {raw!r}") from exc
+        raise ExportError(f"the table property {name} is not a list of schema ids: {raw!r}") from exc
 
 
 class ValueSchemas:
@@ -229,9 +282,27 @@ class ValueSchemas:
             known = self._columns.setdefault(key, make(self.registry, registered))
         return known
 
-    def merged(self, schema_ids: Sequence[int]) -> ValueColumns:
+    def merged(self, schema_ids: Sequence[int], side: str = VALUE) -> ValueColumns:
         """The columns of a table whose property lists ``schema_ids``."""
-        columns = ValueColumns()
+        columns = ValueColumns(side=side)
         for schema_id in schema_ids:
             columns = columns.with_schema(self.columns(schema_id))
         return columns
+
+
+def typed_columns(
+    endpoint: RegistryEndpoint,
+    formats: tuple[str, str],
+    schema_ids: Sequence[int],
+    key_schema_ids: Sequence[int] = (),
+) -> tuple[ValueSchemas | None, ValueSchemas | None, TypedColumns]:
+    """The schemas of a topic's values and keys (``formats``: the value's and the key's; None for
+    ``bytes``, not decoded) and the columns the schema ids of each merge to."""
+    value_format, key_format = formats
+    values = ValueSchemas(endpoint, value_format) if value_format != BYTES else None
+    keys = ValueSchemas(endpoint, key_format) if key_format != BYTES else None
+    columns = TypedColumns(
+        None if values is None else values.merged(schema_ids),
+        None if keys is None else keys.merged(key_schema_ids, side=KEY),
+    )
+    return values, keys, columns
