@@ -31,14 +31,15 @@ def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path:
             "clicks": {"key": "bytes", "value": "bytes"},
             "carts": {"value": "json_schema"},
             "refunds": {"value": "protobuf"},
-            "users": {"key": "avro"},
+            "users": {"key": "avro", "subject_strategy": "topic_record"},
         },
         schema_registry=REGISTRY,
     )
     assert export.topic("orders") == TopicExport(value="avro", table="orders_typed")
     assert export.topic("carts") == TopicExport(value="json_schema") and export.topic("carts").typed
     assert export.topic("refunds") == TopicExport(value="protobuf") and export.topic("refunds").typed
-    assert export.topic("users") == TopicExport(key="avro") and export.topic("users").typed  # a decoded key alone
+    assert export.topic("users") == TopicExport(key="avro", subject_strategy="topic_record")
+    assert export.topic("users").typed and export.topic("orders").subject_strategy == "topic"  # the default
     assert export.topic("clicks") == TopicExport() and not export.topic("clicks").typed
     assert export.topic("other") == TopicExport() and not export.topic("other").typed
     assert export.topic("orders").typed
@@ -52,6 +53,11 @@ def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path:
     ("export", "key", "says"),
     [
         ({"topics": {"orders": {"key": "thrift"}}}, "export.topics.orders.key", "expected one of"),
+        (
+            {"topics": {"orders": {"subject_strategy": "record_name"}}},
+            "export.topics.orders.subject_strategy",
+            "expected one of topic, record, topic_record",
+        ),
         ({"topics": {"orders": {"key": "avro"}}}, "export.schema_registry", "export.topics.orders"),
         ({"topics": {"orders": {"value": "thrift"}}}, "export.topics.orders.value", "expected one of"),
         ({"topics": {"orders": {"value": "avro", "schema": 1}}}, "export.topics.orders.schema", "unknown key"),

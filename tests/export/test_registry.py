@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -48,6 +48,24 @@ def test_a_serialized_value_names_the_schema_the_registry_serves(schema_registry
     assert json.loads(got.text)["name"] in ("Order", "shop.Order")
     assert wire.payload == data[5:]
     assert registry.schema(wire.schema_id) is got  # fetched once
+
+
+def test_the_subjects_of_a_schema_id_are_those_it_was_registered_under(schema_registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    schema = {**ORDER, "name": "Receipt"}
+    ctx = SerializationContext("registry-receipts", MessageField.VALUE)
+    by_topic = AvroSerializer(client, json.dumps(schema))({"id": 1, "note": None}, ctx)
+    registry = SchemaRegistry(RegistryEndpoint(schema_registry.url))
+    schema_id = WireValue.parse(by_topic).schema_id
+    assert registry.subjects(schema_id) == {"registry-receipts-value"}
+    conf = {"subject.name.strategy": record_subject_name_strategy}
+    by_record = AvroSerializer(client, json.dumps(schema), conf=conf)({"id": 2, "note": None}, ctx)
+    assert WireValue.parse(by_record).schema_id == schema_id  # the same schema: the same id
+    assert registry.subjects(schema_id) == {"registry-receipts-value"}  # kept
+    assert registry.subjects(schema_id, fresh=True) == {"registry-receipts-value", "shop.Receipt"}  # asked again
+    assert registry.subjects(schema_id) == {"registry-receipts-value", "shop.Receipt"}
+    with pytest.raises(UnknownSchemaError):
+        registry.subjects(987655)
 
 
 def test_an_unknown_id_is_a_dead_letter_reason_not_a_failure(schema_registry: RegistryServer) -> None:

@@ -27,6 +27,7 @@ from tiering_core.export.typed import (
     SCHEMA_ID_COLUMN,
     SCHEMA_IDS_PROPERTY,
     SchemaChangeError,
+    SubjectStrategy,
     TypedColumns,
     ValueColumns,
     dead_letter_table,
@@ -212,3 +213,16 @@ def test_a_decoded_key_is_one_struct_column_beside_its_bytes() -> None:
         keyed.key.with_schema(AvroColumns.of(5, json.dumps(with_fields(key, offset="string"))))  # type: ignore[union-attr]
     with pytest.raises(SchemaChangeError, match="field key_fields is named like a column"):
         columns(with_fields(BASE, {"name": "key_fields", "type": ["null", "long"], "default": None}))
+
+
+def test_the_subject_strategies_name_confluents_subjects() -> None:
+    assert SubjectStrategy("orders").subject("value", "shop.Order") == "orders-value"
+    assert SubjectStrategy("orders").subject(KEY, None) == "orders-key"
+    assert SubjectStrategy("orders", "record").subject("value", "shop.Order") == "shop.Order"
+    assert SubjectStrategy("orders", "topic_record").subject(KEY, "shop.Order") == "orders-shop.Order"
+    assert SubjectStrategy("orders", "record").subject("value", None) is None  # a primitive schema has no record
+    assert (
+        AvroColumns.of(1, json.dumps(BASE)).record_name == "Order" and AvroColumns.of(2, '"long"').record_name is None
+    )
+    assert JsonSchemaColumns.of(3, json.dumps({**JSON_BASE, "title": "shop.Cart"})).record_name == "shop.Cart"
+    assert proto_columns(4, payment_file()).record_name == "shop.Payment"

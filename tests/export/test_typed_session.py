@@ -15,6 +15,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from confluent_kafka.schema_registry import record_subject_name_strategy
 from confluent_kafka.serialization import MessageField
 
 from tests.engine_support import TieringEnv
@@ -394,3 +395,39 @@ def test_decoded_keys_are_a_column_beside_their_bytes_with_the_value_decoded_or_
         key, value = bytes_sent[offset]
         assert row["value"] == value and row["key"] == key
         assert row["key_fields"] == proto_keys.deserialize(Key, key or b"") and "value_schema_id" not in row
+
+
+def test_a_schema_outside_the_subject_the_strategy_names_is_a_dead_letter(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    by_record = Avro(schema_registry, "by-record", conf={"subject.name.strategy": record_subject_name_strategy})
+    own = by_record.serialize(V1, [tip(i, 1) for i in range(3)])  # under the subject shop.Tip
+    by_topic = Avro(schema_registry, "by-record").serialize(V2, [tip(9, 2)])[0]  # under by-record-value alone
+    elsewhere = Avro(schema_registry, "elsewhere").serialize(V3, [tip(8, 3)])[0]  # under elsewhere-value alone
+    sent = tier(tiering_env, "by-record", [[*own, by_topic]])
+    sent_topic = tier(
+        tiering_env, "by-topic", [[*Avro(schema_registry, "by-topic").serialize(V1, [tip(5, 1)]), elsewhere]]
+    )
+    with_typed_export(
+        tiering_env,
+        tmp_path,
+        schema_registry,
+        **{"by-record": {"value": "avro", "subject_strategy": "record"}, "by-topic": {"value": "avro"}},
+    )
+    with tiering_env.context() as ctx:
+        assert run_export(ctx, "by-record").rows == 3 and run_export(ctx, "by-topic").rows == 1
+        rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "by-record")).items()}
+        dead = dead_letters_of(ctx, "by-record")
+        dead_topic = dead_letters_of(ctx, "by-topic")
+    assert sorted(rows) == [0, 1, 2] and all(
+        value_of(rows[o], V1) == by_record.deserialize(sent[o] or b"") for o in rows
+    )
+    by_topic_id, elsewhere_id = WireValue.parse(by_topic).schema_id, WireValue.parse(elsewhere).schema_id
+    assert (
+        dead[3]["reason"]
+        == f"schema id {by_topic_id} is no version of the subject 'shop.Tip' (record subject strategy)"
+    )
+    assert dead_topic[1]["reason"] == (
+        f"schema id {elsewhere_id} is no version of the subject 'by-topic-value' (topic subject strategy)"
+    )
+    assert dead_topic[1]["value"] == sent_topic[1] == elsewhere

@@ -131,13 +131,14 @@ def payment(i: int) -> dict[str, Any]:
 class Avro:
     """Confluent's serializer and deserializer of one topic's values, on the real registry."""
 
-    def __init__(self, registry: RegistryServer, topic: str) -> None:
+    def __init__(self, registry: RegistryServer, topic: str, conf: dict[str, Any] | None = None) -> None:
         self.client = SchemaRegistryClient({"url": registry.url})
         self.ctx = SerializationContext(topic, MessageField.VALUE)
         self.deserializer = AvroDeserializer(self.client)
+        self.conf = {"auto.register.schemas": True, **(conf or {})}
 
     def serialize(self, schema: dict[str, Any], values: list[dict[str, Any]]) -> list[bytes]:
-        serializer = AvroSerializer(self.client, json.dumps(schema), conf={"auto.register.schemas": True})
+        serializer = AvroSerializer(self.client, json.dumps(schema), conf=self.conf)
         out = [serializer(v, self.ctx) for v in values]
         assert all(o is not None for o in out)
         return [bytes(o) for o in out if o is not None]

@@ -4,7 +4,8 @@
 A topic's value exports as the bytes Kafka holds (``bytes``, the default) or decoded with the
 Schema Registry schema its Confluent wire-format header names (``avro``, ``json_schema``,
 ``protobuf``), as typed columns; its key likewise, as bytes or, decoded, as one more column (a
-struct of its fields) beside its bytes.
+struct of its fields) beside its bytes. A decoded key's or value's schema must be a version of the
+subject its ``subject_strategy`` names (Confluent's subject name strategies).
 
 The registry's password is never in the file: ``auth.password_env`` names the environment
 variable holding it, or ``auth.password_file`` a file (a mounted secret, such as one an Airflow
@@ -30,16 +31,24 @@ AVRO = "avro"
 JSON_SCHEMA = "json_schema"
 PROTOBUF = "protobuf"
 FORMATS = (BYTES, AVRO, JSON_SCHEMA, PROTOBUF)
+#: Confluent's subject name strategies: which subject a topic's key or value schema is registered
+#: under (``<topic>-key``/``-value``, the record's full name, or both joined by ``-``).
+TOPIC_STRATEGY = "topic"
+RECORD_STRATEGY = "record"
+TOPIC_RECORD_STRATEGY = "topic_record"
+SUBJECT_STRATEGIES = (TOPIC_STRATEGY, RECORD_STRATEGY, TOPIC_RECORD_STRATEGY)
 
 
 @dataclass(frozen=True)
 class TopicExport:
-    """How one topic exports: its key's and value's format, and its table's name (None: the
-    topic's name) in the export's namespace."""
+    """How one topic exports: its key's and value's format, its table's name (None: the topic's
+    name) in the export's namespace, and the subject name strategy its producers register their
+    schemas by."""
 
     key: str = BYTES
     value: str = BYTES
     table: str | None = None
+    subject_strategy: str = TOPIC_STRATEGY
 
     @property
     def typed(self) -> bool:
@@ -93,8 +102,9 @@ def _format(section: Mapping[str, Any], name: str, where: str) -> str:
 
 
 def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
-    """``export.topics: {TOPIC: {key: FORMAT, value: FORMAT, table: NAME}}``, a ``FORMAT`` one of
-    bytes, avro, json_schema and protobuf."""
+    """``export.topics: {TOPIC: {key: FORMAT, value: FORMAT, table: NAME, subject_strategy: S}}``,
+    a ``FORMAT`` one of bytes, avro, json_schema and protobuf, ``S`` one of topic (the default),
+    record and topic_record."""
     section = require_mapping(raw if raw is not None else {}, "export.topics")
     topics: dict[str, TopicExport] = {}
     for topic, entry in section.items():
@@ -102,12 +112,17 @@ def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"{where}: a topic name must be a non-empty string")
         entry = require_mapping(entry if entry is not None else {}, where)
-        check_keys(entry, {"key", "value", "table"}, where)
+        check_keys(entry, {"key", "value", "table", "subject_strategy"}, where)
         table = optional_str(entry, "table", f"{where}.table")
         if table is not None and ("." in table or table.strip() != table):
             raise ConfigError(f"{where}.table: {shown(table)} must be one name without dots or spaces")
         key = _format(entry, "key", where)
-        topics[topic] = TopicExport(key, _format(entry, "value", where), table)
+        strategy = entry.get("subject_strategy", TOPIC_STRATEGY)
+        if strategy not in SUBJECT_STRATEGIES:
+            raise ConfigError(
+                f"{where}.subject_strategy: expected one of {', '.join(SUBJECT_STRATEGIES)}, got {shown(strategy)}"
+            )
+        topics[topic] = TopicExport(key, _format(entry, "value", where), table, str(strategy))
     return topics
 
 

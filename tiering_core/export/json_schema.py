@@ -228,6 +228,8 @@ class JsonSchemaColumns:
     wrapped: bool
     validator: Any
     convert: Convert
+    #: The schema's ``title``: the record name the record subject strategies name a subject by.
+    record_name: str | None = None
 
     @classmethod
     def of(cls, schema_id: int, schema_text: str) -> JsonSchemaColumns:
@@ -253,7 +255,9 @@ class JsonSchemaColumns:
             convert: Convert = lambda value: {VALUE_COLUMN: inner(value)}  # noqa: E731
         else:
             arrow_type, convert = top.arrow, top.convert
-        return cls(schema_id, arrow_type, wrapped, validator_class(schema), convert)
+        title = schema.get("title") if isinstance(schema, dict) else None
+        record_name = title if isinstance(title, str) else None
+        return cls(schema_id, arrow_type, wrapped, validator_class(schema), convert, record_name)
 
     def decode(self, payload: bytes) -> Any:
         """One payload's value (a dict of columns), or UndecodableValue."""

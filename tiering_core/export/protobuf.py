@@ -292,6 +292,12 @@ class ProtobufColumns:
             raise UnsupportedSchemaError(f"{where}: {exc}") from exc
         return cls(schema_id, mapped.arrow, descriptor.full_name, GetMessageClass(descriptor), mapped.convert)
 
+    @property
+    def record_name(self) -> str:
+        """The full name of the message the columns are, as the record subject strategies name a
+        subject."""
+        return self.message
+
     def decode(self, payload: bytes) -> Any:
         """One payload's value (a dict of columns), or UndecodableValue."""
         try:

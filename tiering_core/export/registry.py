@@ -119,6 +119,7 @@ class SchemaRegistry:
         self.timeout = timeout
         self._schemas: dict[int, RegisteredSchema] = {}
         self._references: dict[tuple[str, int], RegisteredSchema] = {}
+        self._subjects: dict[int, frozenset[str]] = {}
         self._lock = threading.Lock()
 
     def schema(self, schema_id: int) -> RegisteredSchema:
@@ -137,6 +138,26 @@ class SchemaRegistry:
             path = f"/schemas/ids/{schema_id}?format=serialized"
             text, schema_type, references = self._parse(self._get(path, schema_id), what)
         return RegisteredSchema(schema_id, schema_type, text, references)
+
+    def subjects(self, schema_id: int, *, fresh: bool = False) -> frozenset[str]:
+        """The subjects the schema of ``schema_id`` is a version of (``GET
+        /schemas/ids/{id}/versions``), fetched once, or again when ``fresh`` (a schema registered
+        under one more subject keeps its id: the list grows)."""
+        with self._lock:
+            known = None if fresh else self._subjects.get(schema_id)
+        if known is not None:
+            return known
+        raw = self._get(f"/schemas/ids/{schema_id}/versions", schema_id)
+        try:
+            fetched = frozenset(str(v["subject"]) for v in json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SchemaRegistryError(
+                f"schema registry {self.endpoint.shown}: schema id {schema_id}: not a list of subject versions "
+                f"({one_line(exc)})"
+            ) from exc
+        with self._lock:
+            self._subjects[schema_id] = fetched
+        return fetched
 
     def reference(self, subject: str, version: int) -> RegisteredSchema:
         """A schema's reference (a Protobuf file it imports) by its subject and version, fetched

@@ -42,6 +42,7 @@ from tiering_core.export.table import (
     open_table,
     table_name,
 )
+from tiering_core.export.typed import SubjectStrategy
 from tiering_core.export.typed_session import DeadLetters, open_typed_table, registry_endpoint
 from tiering_core.export.typed_write import TypedWrite
 from tiering_core.export.write import (
@@ -245,8 +246,9 @@ def exporting(
         try:
             if endpoint is not None:
                 formats = config.topic(topic)
+                subjects = SubjectStrategy(topic, formats.subject_strategy)
                 export.dead_letters = DeadLetters.open(
-                    ctx.metadata, catalog, name, held, endpoint, formats.value, formats.key
+                    ctx.metadata, catalog, name, held, endpoint, formats.value, formats.key, subjects
                 )
             export.record(None)
             yield export

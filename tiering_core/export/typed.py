@@ -23,7 +23,8 @@ changed, a required field added without a default, a field named like a Kafka co
 ``SchemaChangeError`` naming both schema ids: the topic's export stops before the segment holding
 it is committed to either table.
 
-A value that cannot be decoded (no magic byte, an unknown schema id, a corrupt payload) is a dead
+A value that cannot be decoded (no magic byte, an unknown schema id, a schema that is no version of
+the subject the topic's ``subject_strategy`` names, a corrupt payload) is a dead
 letter: its raw record and the reason go to the table ``<table>_dead_letters`` (``DEAD_LETTER_SCHEMA``),
 committed with the same exactly-once marks, before the main table's commit of the same segments.
 """
@@ -38,7 +39,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from tiering_core.config.export_topics import AVRO as AVRO_FORMAT
-from tiering_core.config.export_topics import BYTES
+from tiering_core.config.export_topics import BYTES, RECORD_STRATEGY, TOPIC_STRATEGY
 from tiering_core.config.export_topics import JSON_SCHEMA as JSON_SCHEMA_FORMAT
 from tiering_core.config.export_topics import PROTOBUF as PROTOBUF_FORMAT
 from tiering_core.errors import ExportError
@@ -111,7 +112,29 @@ class WriterSchema(Protocol):
     @property
     def arrow_type(self) -> pa.StructType: ...
 
+    @property
+    def record_name(self) -> str | None: ...
+
     def decode(self, payload: bytes) -> Any: ...
+
+
+@dataclass(frozen=True)
+class SubjectStrategy:
+    """Which subject a topic's key or value schema is a version of: Confluent's subject name
+    strategies (``topic``: ``<topic>-key``/``<topic>-value``; ``record``: the record's full name;
+    ``topic_record``: ``<topic>-<record>``)."""
+
+    topic: str
+    strategy: str = TOPIC_STRATEGY
+
+    def subject(self, side: str, record_name: str | None) -> str | None:
+        """The subject of a ``side`` (key or value) schema whose record is ``record_name`` (None:
+        the strategy names no subject for a schema without a record)."""
+        if self.strategy == TOPIC_STRATEGY:
+            return f"{self.topic}-{side}"
+        if record_name is None:
+            return None
+        return record_name if self.strategy == RECORD_STRATEGY else f"{self.topic}-{record_name}"
 
 
 class SchemaChangeError(ExportError):
@@ -259,12 +282,42 @@ class ValueSchemas:
     _registries: dict[RegistryEndpoint, SchemaRegistry] = {}
     _columns: dict[tuple[str, str, int], WriterSchema] = {}
 
-    def __init__(self, endpoint: RegistryEndpoint, value_format: str = AVRO_FORMAT) -> None:
+    def __init__(
+        self,
+        endpoint: RegistryEndpoint,
+        value_format: str = AVRO_FORMAT,
+        side: str = VALUE,
+        subjects: SubjectStrategy | None = None,
+    ) -> None:
         if value_format not in _SCHEMA_TYPES:
             raise ExportError(f"values in {value_format} have no typed columns")
         self.endpoint = endpoint
         self.value_format = value_format
+        self.side = side
+        self.subjects = subjects
         self.registry = self._registries.setdefault(endpoint, SchemaRegistry(endpoint))
+        self._checked: set[int] = set()
+        self._refused: dict[int, str] = {}
+
+    def checked(self, schema_id: int) -> WriterSchema:
+        """``columns``, once the schema is known to be a version of the subject the topic's
+        strategy names (``UndecodableValue`` when not: a value of another topic or producer)."""
+        columns = self.columns(schema_id)
+        if self.subjects is None or schema_id in self._checked:
+            return columns
+        if schema_id in self._refused:  # asked once per writer
+            raise UndecodableValue(self._refused[schema_id], schema_id)
+        strategy = self.subjects.strategy
+        subject = self.subjects.subject(self.side, columns.record_name)
+        if subject is None:
+            reason = f"schema id {schema_id} has no record name: the {strategy} subject strategy names no subject"
+        elif subject in self.registry.subjects(schema_id) or subject in self.registry.subjects(schema_id, fresh=True):
+            self._checked.add(schema_id)
+            return columns
+        else:
+            reason = f"schema id {schema_id} is no version of the subject {subject!r} ({strategy} subject strategy)"
+        self._refused[schema_id] = reason
+        raise UndecodableValue(reason, schema_id)
 
     def columns(self, schema_id: int) -> WriterSchema:
         """The schema of ``schema_id`` as columns (``UndecodableValue`` when the registry does
@@ -295,12 +348,14 @@ def typed_columns(
     formats: tuple[str, str],
     schema_ids: Sequence[int],
     key_schema_ids: Sequence[int] = (),
+    subjects: SubjectStrategy | None = None,
 ) -> tuple[ValueSchemas | None, ValueSchemas | None, TypedColumns]:
     """The schemas of a topic's values and keys (``formats``: the value's and the key's; None for
-    ``bytes``, not decoded) and the columns the schema ids of each merge to."""
+    ``bytes``, not decoded; ``subjects``: the subjects their schemas must be versions of) and the
+    columns the schema ids of each merge to."""
     value_format, key_format = formats
-    values = ValueSchemas(endpoint, value_format) if value_format != BYTES else None
-    keys = ValueSchemas(endpoint, key_format) if key_format != BYTES else None
+    values = ValueSchemas(endpoint, value_format, VALUE, subjects) if value_format != BYTES else None
+    keys = ValueSchemas(endpoint, key_format, KEY, subjects) if key_format != BYTES else None
     columns = TypedColumns(
         None if values is None else values.merged(schema_ids),
         None if keys is None else keys.merged(key_schema_ids, side=KEY),

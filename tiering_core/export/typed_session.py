@@ -31,6 +31,7 @@ from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
     KEY_SCHEMA_IDS_PROPERTY,
     SCHEMA_ID_COLUMN,
+    SubjectStrategy,
     TypedColumns,
     dead_letter_table,
     schema_ids_of,
@@ -93,6 +94,7 @@ class DeadLetters:
     endpoint: RegistryEndpoint
     value_format: str
     key_format: str = BYTES
+    subjects: SubjectStrategy | None = None
     created: bool = False
     attempts: list[ExportAttempt] = field(default_factory=list)
 
@@ -106,13 +108,15 @@ class DeadLetters:
         endpoint: RegistryEndpoint,
         value_format: str,
         key_format: str = BYTES,
+        subjects: SubjectStrategy | None = None,
     ) -> DeadLetters:
         dead = dead_letter_table(name)
         existing = open_table(catalog, dead, create=False)
         table = existing if existing is not None else open_table(catalog, dead, columns=DEAD_LETTER_SCHEMA)
         assert table is not None
         since = current_snapshot_id(table)
-        letters = cls(store, dead, table, held, since, endpoint, value_format, key_format, created=existing is None)
+        created = existing is None
+        letters = cls(store, dead, table, held, since, endpoint, value_format, key_format, subjects, created)
         record_ancestry(store, held.lease, table)
         return letters
 
@@ -127,7 +131,8 @@ class DeadLetters:
         main.refresh()
         key_ids = schema_ids_of(main.properties, KEY_SCHEMA_IDS_PROPERTY)
         value_ids = schema_ids_of(main.properties)
-        return TypedWrite(self.endpoint, value_ids, attempt, self.value_format, self.key_format, key_ids)
+        formats = (self.value_format, self.key_format)
+        return TypedWrite(self.endpoint, value_ids, attempt, *formats, key_ids, self.subjects)
 
     def commit(self, attempt: ExportAttempt, written: Sequence[tuple[ExportSegment, Sequence[str]]]) -> CommitResult:
         """The dead letters of ``written`` in one snapshot (those the table holds already, from

@@ -35,6 +35,7 @@ from tiering_core.export.typed import (
     SCHEMA_ID_COLUMN,
     VALUE,
     SchemaChangeError,
+    SubjectStrategy,
     TypedColumns,
     ValueSchemas,
     typed_columns,
@@ -75,18 +76,19 @@ class TypedWrite:
     value_format: str = AVRO
     key_format: str = BYTES
     key_schema_ids: tuple[int, ...] = ()
+    subjects: SubjectStrategy | None = None
 
     def __repr__(self) -> str:  # the endpoint's password, the attempt's FileIO credentials
         return (
             f"TypedWrite(registry={self.endpoint.shown!r}, schema_ids={self.schema_ids!r}, "
             f"value_format={self.value_format!r}, key_format={self.key_format!r}, "
-            f"key_schema_ids={self.key_schema_ids!r})"
+            f"key_schema_ids={self.key_schema_ids!r}, subjects={self.subjects!r})"
         )
 
     def columns(self) -> tuple[ValueSchemas | None, ValueSchemas | None, TypedColumns]:
         """The value's and the key's schemas (None: as bytes), and the columns as planned."""
         formats = (self.value_format, self.key_format)
-        return typed_columns(self.endpoint, formats, self.schema_ids, self.key_schema_ids)
+        return typed_columns(self.endpoint, formats, self.schema_ids, self.key_schema_ids, self.subjects)
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def _decode_key(raw: bytes | None, keys: ValueSchemas) -> tuple[Any, int | None]
         return None, None
     try:
         wire = WireValue.parse(raw)
-        return keys.columns(wire.schema_id).decode(wire.payload), wire.schema_id
+        return keys.checked(wire.schema_id).decode(wire.payload), wire.schema_id
     except UndecodableValue as exc:
         raise UndecodableValue(f"the key: {exc.reason}", exc.schema_id) from exc
 
@@ -138,7 +140,7 @@ def _decode(part: pa.RecordBatch, values: ValueSchemas | None, keys: ValueSchema
                 key, key_id = _decode_key(raw_keys[i], keys)
             if values is not None:
                 wire = WireValue.parse(raw_values[i])
-                value, schema_id = values.columns(wire.schema_id).decode(wire.payload), wire.schema_id
+                value, schema_id = values.checked(wire.schema_id).decode(wire.payload), wire.schema_id
         except UndecodableValue as exc:
             decoded.bad.append(i)
             decoded.reasons.append(exc.reason)
