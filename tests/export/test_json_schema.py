@@ -167,6 +167,7 @@ def test_a_schema_whose_top_level_is_not_an_object_is_one_value_column(schema_re
         (b'{"id": 1, "at": "2026-01-01T00:00:00"}', "has no column value: date-time '2026-01-01T00:00:00' has no UTC"),
         (b'{"id": 36893488147419103232}', "has no column value: 36893488147419103232 is not a 64-bit integer"),
         (b'{"id": 1, "ref": "not-a-uuid"}', "has no column value"),
+        (b'{"id": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "is not JSON: maximum recursion depth"),
     ],
 )
 def test_values_the_schema_refuses_or_no_column_holds_are_reasons(payload: bytes, reason: str) -> None:

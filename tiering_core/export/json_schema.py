@@ -263,11 +263,16 @@ class JsonSchemaColumns:
         """One payload's value (a dict of columns), or UndecodableValue."""
         try:
             document = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # nested deeper than Python recurses
             raise UndecodableValue(
                 f"JSON payload for schema id {self.schema_id} is not JSON: {one_line(exc)}", self.schema_id
             ) from exc
-        error = jsonschema.exceptions.best_match(self.validator.iter_errors(document))
+        try:
+            error = jsonschema.exceptions.best_match(self.validator.iter_errors(document))
+        except RecursionError as exc:
+            raise UndecodableValue(
+                f"JSON payload for schema id {self.schema_id} is nested too deep to validate", self.schema_id
+            ) from exc
         if error is not None:
             at = "/".join(str(p) for p in error.absolute_path) or "the value"
             raise UndecodableValue(
@@ -276,7 +281,7 @@ class JsonSchemaColumns:
             )
         try:
             return self.convert(document)
-        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
             raise UndecodableValue(
                 f"JSON payload for schema id {self.schema_id} has no column value: {one_line(exc)}", self.schema_id
             ) from exc
