@@ -39,7 +39,7 @@ def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path:
     assert export.topic("carts") == TopicExport(value="json_schema") and export.topic("carts").typed
     assert export.topic("refunds") == TopicExport(value="protobuf") and export.topic("refunds").typed
     assert export.topic("users") == TopicExport(key="avro", subject_strategy="topic_record")
-    assert export.topic("users").typed and export.topic("orders").subject_strategy == "topic"  # the default
+    assert export.topic("users").typed and export.topic("orders").subject_strategy is None  # unchecked
     assert export.topic("clicks") == TopicExport() and not export.topic("clicks").typed
     assert export.topic("other") == TopicExport() and not export.topic("other").typed
     assert export.topic("orders").typed

@@ -408,17 +408,23 @@ def test_a_schema_outside_the_subject_the_strategy_names_is_a_dead_letter(
     sent_topic = tier(
         tiering_env, "by-topic", [[*Avro(schema_registry, "by-topic").serialize(V1, [tip(5, 1)]), elsewhere]]
     )
+    tier(tiering_env, "unchecked", [[elsewhere]])  # no strategy set: ids alone, as before strategies
     with_typed_export(
         tiering_env,
         tmp_path,
         schema_registry,
-        **{"by-record": {"value": "avro", "subject_strategy": "record"}, "by-topic": {"value": "avro"}},
+        **{
+            "by-record": {"value": "avro", "subject_strategy": "record"},
+            "by-topic": {"value": "avro", "subject_strategy": "topic"},
+            "unchecked": {"value": "avro"},
+        },
     )
     with tiering_env.context() as ctx:
         assert run_export(ctx, "by-record").rows == 3 and run_export(ctx, "by-topic").rows == 1
         rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "by-record")).items()}
         dead = dead_letters_of(ctx, "by-record")
         dead_topic = dead_letters_of(ctx, "by-topic")
+        assert run_export(ctx, "unchecked").rows == 1 and dead_letters_of(ctx, "unchecked") == {}
     assert sorted(rows) == [0, 1, 2] and all(
         value_of(rows[o], V1) == by_record.deserialize(sent[o] or b"") for o in rows
     )

@@ -4,8 +4,9 @@
 A topic's value exports as the bytes Kafka holds (``bytes``, the default) or decoded with the
 Schema Registry schema its Confluent wire-format header names (``avro``, ``json_schema``,
 ``protobuf``), as typed columns; its key likewise, as bytes or, decoded, as one more column (a
-struct of its fields) beside its bytes. A decoded key's or value's schema must be a version of the
-subject its ``subject_strategy`` names (Confluent's subject name strategies).
+struct of its fields) beside its bytes. With ``subject_strategy`` set, a decoded key's or value's
+schema must be a version of the subject it names (Confluent's subject name strategies); unset,
+schemas are taken by id alone, as before strategies existed.
 
 The registry's password is never in the file: ``auth.password_env`` names the environment
 variable holding it, or ``auth.password_file`` a file (a mounted secret, such as one an Airflow
@@ -43,12 +44,12 @@ SUBJECT_STRATEGIES = (TOPIC_STRATEGY, RECORD_STRATEGY, TOPIC_RECORD_STRATEGY)
 class TopicExport:
     """How one topic exports: its key's and value's format, its table's name (None: the topic's
     name) in the export's namespace, and the subject name strategy its producers register their
-    schemas by."""
+    schemas by (None: not checked, ids alone)."""
 
     key: str = BYTES
     value: str = BYTES
     table: str | None = None
-    subject_strategy: str = TOPIC_STRATEGY
+    subject_strategy: str | None = None
 
     @property
     def typed(self) -> bool:
@@ -103,8 +104,8 @@ def _format(section: Mapping[str, Any], name: str, where: str) -> str:
 
 def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
     """``export.topics: {TOPIC: {key: FORMAT, value: FORMAT, table: NAME, subject_strategy: S}}``,
-    a ``FORMAT`` one of bytes, avro, json_schema and protobuf, ``S`` one of topic (the default),
-    record and topic_record."""
+    a ``FORMAT`` one of bytes, avro, json_schema and protobuf, ``S`` one of topic, record and
+    topic_record (unset: no subject check)."""
     section = require_mapping(raw if raw is not None else {}, "export.topics")
     topics: dict[str, TopicExport] = {}
     for topic, entry in section.items():
@@ -117,12 +118,12 @@ def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
         if table is not None and ("." in table or table.strip() != table):
             raise ConfigError(f"{where}.table: {shown(table)} must be one name without dots or spaces")
         key = _format(entry, "key", where)
-        strategy = entry.get("subject_strategy", TOPIC_STRATEGY)
-        if strategy not in SUBJECT_STRATEGIES:
+        strategy = entry.get("subject_strategy")
+        if strategy is not None and strategy not in SUBJECT_STRATEGIES:
             raise ConfigError(
                 f"{where}.subject_strategy: expected one of {', '.join(SUBJECT_STRATEGIES)}, got {shown(strategy)}"
             )
-        topics[topic] = TopicExport(key, _format(entry, "value", where), table, str(strategy))
+        topics[topic] = TopicExport(key, _format(entry, "value", where), table, strategy)
     return topics
 
 

@@ -246,7 +246,8 @@ def exporting(
         try:
             if endpoint is not None:
                 formats = config.topic(topic)
-                subjects = SubjectStrategy(topic, formats.subject_strategy)
+                strategy = formats.subject_strategy
+                subjects = SubjectStrategy(topic, strategy) if strategy is not None else None
                 export.dead_letters = DeadLetters.open(
                     ctx.metadata, catalog, name, held, endpoint, formats.value, formats.key, subjects
                 )
