@@ -23,13 +23,23 @@ def parsed(tmp_path: Path, **export: Any) -> Any:
     return parse_config({**base_doc(tmp_path), "export": {"catalog": CATALOG, **export}}, base_dir=tmp_path).export
 
 
-def test_bytes_by_default_avro_by_topic_and_a_table_alias(tmp_path: Path) -> None:
+def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path: Path) -> None:
     export = parsed(
         tmp_path,
-        topics={"orders": {"value": "avro", "table": "orders_typed"}, "clicks": {"key": "bytes", "value": "bytes"}},
+        topics={
+            "orders": {"value": "avro", "table": "orders_typed"},
+            "clicks": {"key": "bytes", "value": "bytes"},
+            "carts": {"value": "json_schema"},
+            "refunds": {"value": "protobuf"},
+            "users": {"key": "avro", "subject_strategy": "topic_record"},
+        },
         schema_registry=REGISTRY,
     )
     assert export.topic("orders") == TopicExport(value="avro", table="orders_typed")
+    assert export.topic("carts") == TopicExport(value="json_schema") and export.topic("carts").typed
+    assert export.topic("refunds") == TopicExport(value="protobuf") and export.topic("refunds").typed
+    assert export.topic("users") == TopicExport(key="avro", subject_strategy="topic_record")
+    assert export.topic("users").typed and export.topic("orders").subject_strategy is None  # unchecked
     assert export.topic("clicks") == TopicExport() and not export.topic("clicks").typed
     assert export.topic("other") == TopicExport() and not export.topic("other").typed
     assert export.topic("orders").typed
@@ -42,15 +52,20 @@ def test_bytes_by_default_avro_by_topic_and_a_table_alias(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("export", "key", "says"),
     [
-        ({"topics": {"orders": {"value": "protobuf"}}}, "export.topics.orders.value", "not supported yet"),
-        ({"topics": {"orders": {"key": "json_schema"}}}, "export.topics.orders.key", "not supported yet"),
-        ({"topics": {"orders": {"key": "avro"}}}, "export.topics.orders.key", "not supported yet"),
+        ({"topics": {"orders": {"key": "thrift"}}}, "export.topics.orders.key", "expected one of"),
+        (
+            {"topics": {"orders": {"subject_strategy": "record_name"}}},
+            "export.topics.orders.subject_strategy",
+            "expected one of topic, record, topic_record",
+        ),
+        ({"topics": {"orders": {"key": "avro"}}}, "export.schema_registry", "export.topics.orders"),
         ({"topics": {"orders": {"value": "thrift"}}}, "export.topics.orders.value", "expected one of"),
         ({"topics": {"orders": {"value": "avro", "schema": 1}}}, "export.topics.orders.schema", "unknown key"),
         ({"topics": {"orders": {"table": "a.b"}}}, "export.topics.orders.table", "without dots"),
         ({"topics": {"orders": {"table": 3}}}, "export.topics.orders.table", "expected a non-empty string"),
         ({"topics": ["orders"]}, "export.topics", "expected a mapping"),
         ({"topics": {"orders": {"value": "avro"}}}, "export.schema_registry", "export.topics.orders"),
+        ({"topics": {"carts": {"value": "json_schema"}}}, "export.schema_registry", "export.topics.carts"),
         ({"schema_registry": {"url": "ftp://r:1"}}, "export.schema_registry.url", "http"),
         ({"schema_registry": {"url": "http://u:pw@r:1"}}, "export.schema_registry.url", "credentials"),
         ({"schema_registry": {"url": "http://r", "token": "x"}}, "export.schema_registry.token", "unknown key"),

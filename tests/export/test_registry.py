@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -50,6 +50,24 @@ def test_a_serialized_value_names_the_schema_the_registry_serves(schema_registry
     assert registry.schema(wire.schema_id) is got  # fetched once
 
 
+def test_the_subjects_of_a_schema_id_are_those_it_was_registered_under(schema_registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    schema = {**ORDER, "name": "Receipt"}
+    ctx = SerializationContext("registry-receipts", MessageField.VALUE)
+    by_topic = AvroSerializer(client, json.dumps(schema))({"id": 1, "note": None}, ctx)
+    registry = SchemaRegistry(RegistryEndpoint(schema_registry.url))
+    schema_id = WireValue.parse(by_topic).schema_id
+    assert registry.subjects(schema_id) == {"registry-receipts-value"}
+    conf = {"subject.name.strategy": record_subject_name_strategy}
+    by_record = AvroSerializer(client, json.dumps(schema), conf=conf)({"id": 2, "note": None}, ctx)
+    assert WireValue.parse(by_record).schema_id == schema_id  # the same schema: the same id
+    assert registry.subjects(schema_id) == {"registry-receipts-value"}  # kept
+    assert registry.subjects(schema_id, fresh=True) == {"registry-receipts-value", "shop.Receipt"}  # asked again
+    assert registry.subjects(schema_id) == {"registry-receipts-value", "shop.Receipt"}
+    with pytest.raises(UnknownSchemaError):
+        registry.subjects(987655)
+
+
 def test_an_unknown_id_is_a_dead_letter_reason_not_a_failure(schema_registry: RegistryServer) -> None:
     registry = SchemaRegistry(RegistryEndpoint(schema_registry.url))
     with pytest.raises(UnknownSchemaError, match="schema id 987654 is unknown") as caught:
@@ -74,9 +92,11 @@ class _Answers(BaseHTTPRequestHandler):
     body = b""
     status = 200
     seen_auth: list[str] = []
+    seen_paths: list[str] = []
 
     def do_GET(self) -> None:
         self.seen_auth.append(self.headers.get("Authorization", ""))
+        self.seen_paths.append(self.path)
         self.send_response(self.status)
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
@@ -89,7 +109,7 @@ class _Answers(BaseHTTPRequestHandler):
 @pytest.fixture()
 def fake_registry() -> Iterator[tuple[str, type[_Answers]]]:
     """A registry that answers what a test sets: for faults the real one never shows."""
-    handler = type("Answers", (_Answers,), {"seen_auth": []})
+    handler = type("Answers", (_Answers,), {"seen_auth": [], "seen_paths": []})
     server = HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -135,3 +155,25 @@ def test_an_unreachable_registry_is_one_line() -> None:
     with pytest.raises(SchemaRegistryError, match="did not answer") as caught:
         registry.schema(1)
     assert "\n" not in str(caught.value)
+
+
+def test_a_protobuf_schema_and_its_references_are_asked_serialized(fake_registry: tuple[str, type[_Answers]]) -> None:
+    url, handler = fake_registry
+    handler.body = b'{"schema": "CgFh", "schemaType": "PROTOBUF", "id": 4, "references": [{"name": "b.proto"}]}'
+    registry = SchemaRegistry(RegistryEndpoint(url + "/ccompat"))
+    got = registry.schema(4)
+    assert (got.schema_type, got.text, got.references) == ("PROTOBUF", "CgFh", ({"name": "b.proto"},))
+    reference = registry.reference("shop/b.proto", 2)
+    assert registry.reference("shop/b.proto", 2) is reference and reference.schema_id == 4  # fetched once
+    assert handler.seen_paths == [
+        "/ccompat/schemas/ids/4",
+        "/ccompat/schemas/ids/4?format=serialized",
+        "/ccompat/subjects/shop%2Fb.proto/versions/2?format=serialized",
+    ]
+
+
+def test_a_missing_reference_names_its_subject_and_version(schema_registry: RegistryServer) -> None:
+    registry = SchemaRegistry(RegistryEndpoint(schema_registry.url))
+    with pytest.raises(SchemaRegistryError, match=r"subject 'no/such\.proto' version 3: HTTP 404") as caught:
+        registry.reference("no/such.proto", 3)
+    assert not isinstance(caught.value, UndecodableValue)

@@ -15,23 +15,29 @@ from typing import Any
 
 import duckdb
 import pytest
+from confluent_kafka.schema_registry import record_subject_name_strategy
+from confluent_kafka.serialization import MessageField
 
 from tests.engine_support import TieringEnv
+from tests.export.proto_files import F, Proto, descriptor_file, field, message, message_class
 from tests.export.registry_server import RegistryServer
 from tests.export.support import table_of, wait_until_table_is_free, with_lease_ms
 from tests.export.typed_support import (
     PAYMENT,
     Avro,
+    Json,
+    dead_letters_of,
     iceberg_types,
     payment,
     rows_by_offset,
     tier,
+    tier_records,
     value_of,
     with_fields,
     with_typed_export,
 )
 from tiering_core.errors import ExportError
-from tiering_core.export import TableName, load_catalog, open_table, run_export
+from tiering_core.export import run_export
 from tiering_core.export.registry import WireValue
 from tiering_core.export.typed import SchemaChangeError
 from tiering_core.export.write import referenced_files
@@ -96,12 +102,6 @@ def test_every_value_reads_back_as_the_deserializer_reads_it(
         # an export that is up to date commits nothing
         again = run_export(ctx, "payments")
         assert again.planned == [] and again.snapshots == []
-
-
-def dead_letters_of(ctx: Any, topic: str) -> dict[int, dict[str, Any]]:
-    """The topic's dead letters by offset (none without a dead-letter table)."""
-    table = open_table(load_catalog(ctx.config), TableName("kafka", f"{topic}_dead_letters"), create=False)
-    return {} if table is None else {o: row for (_p, o), row in rows_by_offset(table).items()}
 
 
 def test_undecodable_values_are_dead_letters_each_record_once(
@@ -341,3 +341,99 @@ def test_a_topic_turned_typed_needs_a_table_of_its_own(
         want = {o: avro.deserializer(v, avro.ctx) for o, v in sent.items()}
         assert {o: row["value"] for o, row in rows.items()} == want
         assert run_export(ctx, "counters").snapshots == []  # its own `value` column (a long) is no table of bytes
+
+
+KEY: dict[str, Any] = {
+    "type": "object",
+    "properties": {"user": {"type": "integer"}, "region": {"type": "string"}},
+    "required": ["user"],
+}
+
+
+def test_decoded_keys_are_a_column_beside_their_bytes_with_the_value_decoded_or_not(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    keys = Json(schema_registry, "keyed", MessageField.KEY)
+    avro = Avro(schema_registry, "keyed")
+    values = avro.serialize(PAYMENT, [payment(i) for i in range(6)])
+    key_bytes = keys.serialize(KEY, [{"user": i} | ({"region": "eu"} if i % 2 else {}) for i in range(6)])
+    refused_key = key_bytes[0][:5] + b'{"user": "x"}'
+    records = [*zip(key_bytes, values, strict=True), (None, values[0]), (refused_key, values[1]), (key_bytes[1], b"x")]
+    sent = tier_records(tiering_env, "keyed", [records[:4], records[4:]])
+    Key = message_class(descriptor_file("k.proto", message("K", field("id", 1, F.TYPE_INT64))), name="shop.K")
+    proto_keys = Proto(schema_registry, "keyed-bytes", MessageField.KEY)
+    raw = proto_keys.serialize(Key, [Key(id=i) for i in range(3)])
+    bytes_sent = tier_records(tiering_env, "keyed-bytes", [[(k, f"v{i}".encode()) for i, k in enumerate(raw)]])
+    with_typed_export(
+        tiering_env,
+        tmp_path,
+        schema_registry,
+        keyed={"key": "json_schema", "value": "avro"},
+        **{"keyed-bytes": {"key": "protobuf"}},
+    )
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "keyed")
+        assert not result.failed and result.rows == 7 and result.dead_letters == 2
+        table = table_of(ctx, "keyed")
+        rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
+        dead = dead_letters_of(ctx, "keyed")
+        assert run_export(ctx, "keyed-bytes").rows == 3
+        plain = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "keyed-bytes")).items()}
+    for offset, row in rows.items():
+        key, value = sent[offset]
+        assert row["key"] == key and value_of(row, PAYMENT) == avro.deserialize(value or b"")
+        if key is None:  # a null key is no dead letter: its columns are null
+            assert row["key_fields"] is None and row["key_schema_id"] is None
+        else:
+            assert row["key_fields"] == keys.deserialize(key, KEY)
+            assert row["key_schema_id"] == WireValue.parse(key).schema_id
+    assert "the key: JSON payload for schema id" in dead[7]["reason"] and dead[7]["key"] == refused_key
+    assert dead[8]["reason"].startswith("the value has 1 byte(s), fewer than")  # the value's, the key's good
+    assert iceberg_types(table)["key_fields"] == "struct<user: long, region: string>"
+    assert json.loads(table.properties["tiering.key-schema-ids"]) == [WireValue.parse(key_bytes[0]).schema_id]
+    for offset, row in plain.items():
+        key, value = bytes_sent[offset]
+        assert row["value"] == value and row["key"] == key
+        assert row["key_fields"] == proto_keys.deserialize(Key, key or b"") and "value_schema_id" not in row
+
+
+def test_a_schema_outside_the_subject_the_strategy_names_is_a_dead_letter(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    by_record = Avro(schema_registry, "by-record", conf={"subject.name.strategy": record_subject_name_strategy})
+    own = by_record.serialize(V1, [tip(i, 1) for i in range(3)])  # under the subject shop.Tip
+    by_topic = Avro(schema_registry, "by-record").serialize(V2, [tip(9, 2)])[0]  # under by-record-value alone
+    elsewhere = Avro(schema_registry, "elsewhere").serialize(V3, [tip(8, 3)])[0]  # under elsewhere-value alone
+    sent = tier(tiering_env, "by-record", [[*own, by_topic]])
+    sent_topic = tier(
+        tiering_env, "by-topic", [[*Avro(schema_registry, "by-topic").serialize(V1, [tip(5, 1)]), elsewhere]]
+    )
+    tier(tiering_env, "unchecked", [[elsewhere]])  # no strategy set: ids alone, as before strategies
+    with_typed_export(
+        tiering_env,
+        tmp_path,
+        schema_registry,
+        **{
+            "by-record": {"value": "avro", "subject_strategy": "record"},
+            "by-topic": {"value": "avro", "subject_strategy": "topic"},
+            "unchecked": {"value": "avro"},
+        },
+    )
+    with tiering_env.context() as ctx:
+        assert run_export(ctx, "by-record").rows == 3 and run_export(ctx, "by-topic").rows == 1
+        rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "by-record")).items()}
+        dead = dead_letters_of(ctx, "by-record")
+        dead_topic = dead_letters_of(ctx, "by-topic")
+        assert run_export(ctx, "unchecked").rows == 1 and dead_letters_of(ctx, "unchecked") == {}
+    assert sorted(rows) == [0, 1, 2] and all(
+        value_of(rows[o], V1) == by_record.deserialize(sent[o] or b"") for o in rows
+    )
+    by_topic_id, elsewhere_id = WireValue.parse(by_topic).schema_id, WireValue.parse(elsewhere).schema_id
+    assert (
+        dead[3]["reason"]
+        == f"schema id {by_topic_id} is no version of the subject 'shop.Tip' (record subject strategy)"
+    )
+    assert dead_topic[1]["reason"] == (
+        f"schema id {elsewhere_id} is no version of the subject 'by-topic-value' (topic subject strategy)"
+    )
+    assert dead_topic[1]["value"] == sent_topic[1] == elsewhere

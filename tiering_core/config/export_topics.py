@@ -2,9 +2,11 @@
 (``export.schema_registry``).
 
 A topic's value exports as the bytes Kafka holds (``bytes``, the default) or decoded with the
-Schema Registry schema its Confluent wire-format header names (``avro``), as typed columns; its
-key as bytes. ``avro`` keys and the registry's other formats (``protobuf``, ``json_schema``) are
-named, and refused as not supported yet.
+Schema Registry schema its Confluent wire-format header names (``avro``, ``json_schema``,
+``protobuf``), as typed columns; its key likewise, as bytes or, decoded, as one more column (a
+struct of its fields) beside its bytes. With ``subject_strategy`` set, a decoded key's or value's
+schema must be a version of the subject it names (Confluent's subject name strategies); unset,
+schemas are taken by id alone, as before strategies existed.
 
 The registry's password is never in the file: ``auth.password_env`` names the environment
 variable holding it, or ``auth.password_file`` a file (a mounted secret, such as one an Airflow
@@ -27,26 +29,32 @@ from tiering_core.errors import ConfigError
 #: How a key or value is exported: as Kafka's bytes, or decoded by its registry schema.
 BYTES = "bytes"
 AVRO = "avro"
-FORMATS = (BYTES, AVRO)
-#: A key exports as bytes: decoded keys are not supported yet.
-KEY_FORMATS = (BYTES,)
-#: The registry's other formats: known names, not supported yet.
-NOT_YET = ("protobuf", "json_schema")
+JSON_SCHEMA = "json_schema"
+PROTOBUF = "protobuf"
+FORMATS = (BYTES, AVRO, JSON_SCHEMA, PROTOBUF)
+#: Confluent's subject name strategies: which subject a topic's key or value schema is registered
+#: under (``<topic>-key``/``-value``, the record's full name, or both joined by ``-``).
+TOPIC_STRATEGY = "topic"
+RECORD_STRATEGY = "record"
+TOPIC_RECORD_STRATEGY = "topic_record"
+SUBJECT_STRATEGIES = (TOPIC_STRATEGY, RECORD_STRATEGY, TOPIC_RECORD_STRATEGY)
 
 
 @dataclass(frozen=True)
 class TopicExport:
-    """How one topic exports: its key's and value's format, and its table's name (None: the
-    topic's name) in the export's namespace."""
+    """How one topic exports: its key's and value's format, its table's name (None: the topic's
+    name) in the export's namespace, and the subject name strategy its producers register their
+    schemas by (None: not checked, ids alone)."""
 
     key: str = BYTES
     value: str = BYTES
     table: str | None = None
+    subject_strategy: str | None = None
 
     @property
     def typed(self) -> bool:
         """Whether the key or the value is decoded by a registry schema."""
-        return AVRO in (self.key, self.value)
+        return (self.key, self.value) != (BYTES, BYTES)
 
 
 @dataclass(frozen=True)
@@ -87,17 +95,17 @@ class SchemaRegistryConfig:
         return None
 
 
-def _format(section: Mapping[str, Any], name: str, where: str, supported: tuple[str, ...] = FORMATS) -> str:
+def _format(section: Mapping[str, Any], name: str, where: str) -> str:
     value = section.get(name, BYTES)
-    if value in (*FORMATS, *NOT_YET) and value not in supported:
-        raise ConfigError(f"{where}.{name}: {value} is not supported yet (supported: {', '.join(supported)})")
-    if value not in supported:
-        raise ConfigError(f"{where}.{name}: expected one of {', '.join(supported)}, got {shown(value)}")
+    if value not in FORMATS:
+        raise ConfigError(f"{where}.{name}: expected one of {', '.join(FORMATS)}, got {shown(value)}")
     return str(value)
 
 
 def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
-    """``export.topics: {TOPIC: {key: bytes|avro, value: bytes|avro, table: NAME}}``."""
+    """``export.topics: {TOPIC: {key: FORMAT, value: FORMAT, table: NAME, subject_strategy: S}}``,
+    a ``FORMAT`` one of bytes, avro, json_schema and protobuf, ``S`` one of topic, record and
+    topic_record (unset: no subject check)."""
     section = require_mapping(raw if raw is not None else {}, "export.topics")
     topics: dict[str, TopicExport] = {}
     for topic, entry in section.items():
@@ -105,12 +113,17 @@ def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"{where}: a topic name must be a non-empty string")
         entry = require_mapping(entry if entry is not None else {}, where)
-        check_keys(entry, {"key", "value", "table"}, where)
+        check_keys(entry, {"key", "value", "table", "subject_strategy"}, where)
         table = optional_str(entry, "table", f"{where}.table")
         if table is not None and ("." in table or table.strip() != table):
             raise ConfigError(f"{where}.table: {shown(table)} must be one name without dots or spaces")
-        key = _format(entry, "key", where, KEY_FORMATS)
-        topics[topic] = TopicExport(key, _format(entry, "value", where), table)
+        key = _format(entry, "key", where)
+        strategy = entry.get("subject_strategy")
+        if strategy is not None and strategy not in SUBJECT_STRATEGIES:
+            raise ConfigError(
+                f"{where}.subject_strategy: expected one of {', '.join(SUBJECT_STRATEGIES)}, got {shown(strategy)}"
+            )
+        topics[topic] = TopicExport(key, _format(entry, "value", where), table, strategy)
     return topics
 
 

@@ -98,6 +98,12 @@ class AvroColumns:
             raise UnsupportedSchemaError(f"Avro schema id {schema_id}: {one_line(exc)}") from exc
         return cls(schema_id, arrow_type, wrapped, parsed)
 
+    @property
+    def record_name(self) -> str | None:
+        """The full name of the schema's top-level record (None: not a record), as the record
+        subject strategies name a subject."""
+        return str(self.parsed["name"]) if isinstance(self.parsed, dict) and "name" in self.parsed else None
+
     def decode(self, payload: bytes) -> Any:
         """One payload's value (a dict of columns), or UndecodableValue."""
         buffer = io.BytesIO(payload)

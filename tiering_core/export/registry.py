@@ -3,8 +3,9 @@
 A producer's serializer (Confluent's Avro, Protobuf and JSON Schema serializers, and the
 registries that speak its API) writes each value as one magic byte 0, the schema's id as a 4-byte
 big-endian integer, then the payload. An export decodes a value with the schema its id names,
-fetched once per id from the registry's Confluent-compatible API (``GET /schemas/ids/{id}``) and
-kept for the run: a schema id never changes its schema.
+fetched once per id from the registry's Confluent-compatible API (``GET /schemas/ids/{id}``; a
+Protobuf schema as its serialized file descriptor, ``?format=serialized``) and kept for the run: a
+schema id never changes its schema.
 
 What cannot be decoded is never dropped: ``UndecodableValue`` says why (bad magic, too short,
 an id the registry does not know), so the caller can keep the record's raw bytes as a dead letter.
@@ -117,6 +118,8 @@ class SchemaRegistry:
         self.endpoint = endpoint
         self.timeout = timeout
         self._schemas: dict[int, RegisteredSchema] = {}
+        self._references: dict[tuple[str, int], RegisteredSchema] = {}
+        self._subjects: dict[int, frozenset[str]] = {}
         self._lock = threading.Lock()
 
     def schema(self, schema_id: int) -> RegisteredSchema:
@@ -129,7 +132,53 @@ class SchemaRegistry:
             return self._schemas.setdefault(schema_id, fetched)
 
     def _fetch(self, schema_id: int) -> RegisteredSchema:
-        raw = self._get(f"/schemas/ids/{schema_id}", schema_id)
+        what = f"schema id {schema_id}"
+        text, schema_type, references = self._parse(self._get(f"/schemas/ids/{schema_id}", schema_id), what)
+        if schema_type == PROTOBUF:  # its file as a FileDescriptorProto, not .proto text to parse
+            path = f"/schemas/ids/{schema_id}?format=serialized"
+            text, schema_type, references = self._parse(self._get(path, schema_id), what)
+        return RegisteredSchema(schema_id, schema_type, text, references)
+
+    def subjects(self, schema_id: int, *, fresh: bool = False) -> frozenset[str]:
+        """The subjects the schema of ``schema_id`` is a version of (``GET
+        /schemas/ids/{id}/versions``), fetched once, or again when ``fresh`` (a schema registered
+        under one more subject keeps its id: the list grows)."""
+        with self._lock:
+            known = None if fresh else self._subjects.get(schema_id)
+        if known is not None:
+            return known
+        raw = self._get(f"/schemas/ids/{schema_id}/versions", schema_id)
+        try:
+            fetched = frozenset(str(v["subject"]) for v in json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SchemaRegistryError(
+                f"schema registry {self.endpoint.shown}: schema id {schema_id}: not a list of subject versions "
+                f"({one_line(exc)})"
+            ) from exc
+        with self._lock:
+            self._subjects[schema_id] = fetched
+        return fetched
+
+    def reference(self, subject: str, version: int) -> RegisteredSchema:
+        """A schema's reference (a Protobuf file it imports) by its subject and version, fetched
+        once, serialized as ids are (``schema_id`` is the registry's id of that version)."""
+        with self._lock:
+            known = self._references.get((subject, version))
+        if known is not None:
+            return known
+        what = f"subject {subject!r} version {version}"
+        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{int(version)}?format=serialized"
+        raw = self._get(path, None, what)
+        text, schema_type, references = self._parse(raw, what)
+        try:
+            schema_id = int(json.loads(raw).get("id", -1))
+        except (ValueError, TypeError, AttributeError):
+            schema_id = -1
+        fetched = RegisteredSchema(schema_id, schema_type, text, references)
+        with self._lock:
+            return self._references.setdefault((subject, version), fetched)
+
+    def _parse(self, raw: bytes, what: str) -> tuple[str, str, tuple[Mapping[str, object], ...]]:
         try:
             answer = json.loads(raw)
             text = answer["schema"]
@@ -137,16 +186,17 @@ class SchemaRegistry:
             references = tuple(answer.get("references") or ())
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SchemaRegistryError(
-                f"schema registry {self.endpoint.shown}: schema id {schema_id}: not a schema ({one_line(exc)})"
+                f"schema registry {self.endpoint.shown}: {what}: not a schema ({one_line(exc)})"
             ) from exc
         if not isinstance(text, str) or schema_type not in SCHEMA_TYPES:
             raise SchemaRegistryError(
-                f"schema registry {self.endpoint.shown}: schema id {schema_id} has type {schema_type!r}, "
+                f"schema registry {self.endpoint.shown}: {what} has type {schema_type!r}, "
                 f"not one of {', '.join(SCHEMA_TYPES)}"
             )
-        return RegisteredSchema(schema_id, schema_type, text, references)
+        return text, schema_type, references
 
-    def _get(self, path: str, schema_id: int) -> bytes:
+    def _get(self, path: str, schema_id: int | None, what: str | None = None) -> bytes:
+        what = what or f"schema id {schema_id}"
         request = urllib.request.Request(self.endpoint.url.rstrip("/") + path)
         request.add_header("Accept", "application/vnd.schemaregistry.v1+json, application/json")
         if self.endpoint.username is not None:
@@ -156,10 +206,10 @@ class SchemaRegistry:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 body: bytes = response.read(MAX_SCHEMA_BYTES + 1)
         except urllib.error.HTTPError as exc:
-            if exc.code == 404:
+            if exc.code == 404 and schema_id is not None:
                 raise UnknownSchemaError(schema_id) from exc
             raise SchemaRegistryError(
-                f"schema registry {self.endpoint.shown}: schema id {schema_id}: HTTP {exc.code} {exc.reason}"
+                f"schema registry {self.endpoint.shown}: {what}: HTTP {exc.code} {exc.reason}"
             ) from exc
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -168,6 +218,6 @@ class SchemaRegistry:
             ) from exc
         if len(body) > MAX_SCHEMA_BYTES:
             raise SchemaRegistryError(
-                f"schema registry {self.endpoint.shown}: schema id {schema_id} is larger than {MAX_SCHEMA_BYTES} bytes"
+                f"schema registry {self.endpoint.shown}: {what} is larger than {MAX_SCHEMA_BYTES} bytes"
             )
         return body

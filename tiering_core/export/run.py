@@ -56,13 +56,14 @@ COMMIT_BYTES = 256 * 1024 * 1024
 @dataclass(frozen=True)
 class WrittenSegment:
     """What a task wrote for one segment: its data files (URLs) and rows; of a typed topic also
-    its dead letters' files and count, and the value schema ids the table must merge for it."""
+    its dead letters' files and count, and the value and key schema ids the table must merge for it."""
 
     files: list[str]
     rows: int
     dead_letter_files: list[str] = field(default_factory=list)
     dead_letters: int = 0
     schema_ids: tuple[int, ...] = ()
+    key_schema_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,9 @@ def write_segment(
     try:
         if typed is not None:
             out = write_typed_segment_files(storage, segment, attempt, typed)
-            return WrittenSegment(out.files, out.rows, out.dead_letter_files, out.dead_letters, out.schema_ids)
+            return WrittenSegment(
+                out.files, out.rows, out.dead_letter_files, out.dead_letters, out.schema_ids, out.key_schema_ids
+            )
         files = write_segment_files(storage, segment, attempt, on_batch=count)
     except SegmentExportError as exc:
         return SegmentFailure(exc.segment_id, exc.offset, str(exc), stops=isinstance(exc, SegmentSchemaError))
@@ -356,13 +359,14 @@ class Commits:
         evolve = None
         if self.typed is not None and self.export.dead_letters is not None:
             needed = [w.schema_ids for _segment, w in written]
+            keys = [w.key_schema_ids for _segment, w in written]
             self.export.table.refresh()
-            self.export.dead_letters.widened(self.export.table, needed)  # a SchemaChangeError commits nothing
+            self.export.dead_letters.widened(self.export.table, needed, keys)  # a SchemaChangeError commits nothing
             dead = [(segment, w.dead_letter_files) for segment, w in written if w.dead_letter_files]
             if dead:  # before the table's commit: a rerun finds them committed and adds none again
                 taken = {id(s) for s in self.export.dead_letters.commit(self.typed.dead_letters, dead).committed}
                 self.result.dead_letters += sum(w.dead_letters for s, w in written if id(s) in taken)
-            evolve = self.export.dead_letters.evolver(needed)
+            evolve = self.export.dead_letters.evolver(needed, keys)
         outcome = self.export.commit(self.attempt, [(segment, w.files) for segment, w in written], evolve=evolve)
         committed = {id(s) for s in outcome.committed}
         self.result.exported.extend(outcome.committed)

@@ -3,6 +3,7 @@ mapped to the table's columns by name), and a table is created from the Arrow sc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -32,3 +33,24 @@ def iceberg_schema(columns: pa.Schema = DATA_SCHEMA) -> Any:
 
     fields = [mapped(f) for f in columns]
     return pyarrow_to_schema(columns, name_mapping=NameMapping(fields))
+
+
+def storage_type(type_: pa.DataType) -> pa.DataType:
+    """``type_`` with each extension type (a uuid) replaced by its storage type, nested ones too."""
+    if isinstance(type_, pa.BaseExtensionType):
+        return type_.storage_type
+    if pa.types.is_struct(type_):
+        return pa.struct([f.with_type(storage_type(f.type)) for f in type_])
+    if pa.types.is_list(type_):
+        return pa.list_(type_.value_field.with_type(storage_type(type_.value_type)))
+    if pa.types.is_map(type_):
+        return pa.map_(type_.key_field, type_.item_field.with_type(storage_type(type_.item_type)))
+    return type_
+
+
+def typed_array(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
+    """Python values as an array of ``type_``: Arrow builds no extension type (a uuid column) from
+    Python values, so they are built as its storage (a uuid's 16 bytes) and cast."""
+    storage = storage_type(type_)
+    array = pa.array(values, type=storage)
+    return array if storage.equals(type_) else array.cast(type_)

@@ -27,6 +27,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tiering_core.config.export_topics import BYTES
 from tiering_core.engine.lease import HeldTable, held_table
 from tiering_core.errors import ExportError, one_line
 from tiering_core.export.commit import CommitResult, TableLeaseLostError, commit_segments
@@ -41,6 +42,7 @@ from tiering_core.export.table import (
     open_table,
     table_name,
 )
+from tiering_core.export.typed import SubjectStrategy
 from tiering_core.export.typed_session import DeadLetters, open_typed_table, registry_endpoint
 from tiering_core.export.typed_write import TypedWrite
 from tiering_core.export.write import (
@@ -231,7 +233,11 @@ def exporting(
             ) from exc
         typed = config.topic(topic).typed
         endpoint = registry_endpoint(ctx.config) if typed else None
-        opened = functools.partial(open_typed_table if typed else open_table, catalog, name)
+        if typed:
+            value_typed = config.topic(topic).value != BYTES
+            opened = functools.partial(open_typed_table, catalog, name, value_typed=value_typed)
+        else:
+            opened = functools.partial(open_table, catalog, name)
         existing = opened(create=False)
         iceberg = existing if existing is not None else opened(create=True)
         assert iceberg is not None
@@ -239,7 +245,12 @@ def exporting(
         export = TableExport(ctx, name, iceberg, held, current_snapshot_id(iceberg), created=existing is None)
         try:
             if endpoint is not None:
-                export.dead_letters = DeadLetters.open(ctx.metadata, catalog, name, held, endpoint)
+                formats = config.topic(topic)
+                strategy = formats.subject_strategy
+                subjects = SubjectStrategy(topic, strategy) if strategy is not None else None
+                export.dead_letters = DeadLetters.open(
+                    ctx.metadata, catalog, name, held, endpoint, formats.value, formats.key, subjects
+                )
             export.record(None)
             yield export
         except TableLeaseLostError:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from tiering_core.config.export_topics import BYTES
 from tiering_core.errors import ExportError, one_line
 from tiering_core.export.commit import CommitResult, commit_segments
 from tiering_core.export.plan import ExportSegment
@@ -28,12 +29,13 @@ from tiering_core.export.registry import RegistryEndpoint
 from tiering_core.export.table import ExportedRanges, TableName, open_table
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
+    KEY_SCHEMA_IDS_PROPERTY,
     SCHEMA_ID_COLUMN,
-    SCHEMA_IDS_PROPERTY,
-    ValueColumns,
-    ValueSchemas,
+    SubjectStrategy,
+    TypedColumns,
     dead_letter_table,
     schema_ids_of,
+    typed_columns,
     typed_schema,
 )
 from tiering_core.export.typed_write import TypedWrite
@@ -65,11 +67,12 @@ def registry_endpoint(config: PlatformConfig) -> RegistryEndpoint:
     return RegistryEndpoint(registry.url, registry.username, registry.password())
 
 
-def open_typed_table(catalog: Catalog, name: TableName, *, create: bool) -> Table | None:
-    """A typed table (created with the Kafka columns; the value's are added by the first commit,
-    with its rows); a table that holds the value as bytes is refused."""
-    table = open_table(catalog, name, create=create, columns=typed_schema(pa.struct([])))
-    if table is not None:
+def open_typed_table(catalog: Catalog, name: TableName, *, create: bool, value_typed: bool = True) -> Table | None:
+    """A typed table (created with the Kafka columns; the value's and the key's are added by the
+    first commit, with its rows); a table that holds the value as bytes is refused when the value
+    is decoded (``value_typed``)."""
+    table = open_table(catalog, name, create=create, columns=typed_schema(pa.struct([]) if value_typed else None))
+    if table is not None and value_typed:
         names = {f.name for f in table.schema().fields}
         if SCHEMA_ID_COLUMN not in names and "value" in names:  # a table of bytes (a typed one has it from the start)
             raise ExportError(
@@ -89,6 +92,9 @@ class DeadLetters:
     held: HeldTable
     since: int | None
     endpoint: RegistryEndpoint
+    value_format: str
+    key_format: str = BYTES
+    subjects: SubjectStrategy | None = None
     created: bool = False
     attempts: list[ExportAttempt] = field(default_factory=list)
 
@@ -100,12 +106,17 @@ class DeadLetters:
         name: TableName,
         held: HeldTable,
         endpoint: RegistryEndpoint,
+        value_format: str,
+        key_format: str = BYTES,
+        subjects: SubjectStrategy | None = None,
     ) -> DeadLetters:
         dead = dead_letter_table(name)
         existing = open_table(catalog, dead, create=False)
         table = existing if existing is not None else open_table(catalog, dead, columns=DEAD_LETTER_SCHEMA)
         assert table is not None
-        letters = cls(store, dead, table, held, current_snapshot_id(table), endpoint, created=existing is None)
+        since = current_snapshot_id(table)
+        created = existing is None
+        letters = cls(store, dead, table, held, since, endpoint, value_format, key_format, subjects, created)
         record_ancestry(store, held.lease, table)
         return letters
 
@@ -118,7 +129,10 @@ class DeadLetters:
         attempt = start_attempt(self.table, self.held.lease)
         self.attempts.append(attempt)
         main.refresh()
-        return TypedWrite(self.endpoint, schema_ids_of(main.properties), attempt)
+        key_ids = schema_ids_of(main.properties, KEY_SCHEMA_IDS_PROPERTY)
+        value_ids = schema_ids_of(main.properties)
+        formats = (self.value_format, self.key_format)
+        return TypedWrite(self.endpoint, value_ids, attempt, *formats, key_ids, self.subjects)
 
     def commit(self, attempt: ExportAttempt, written: Sequence[tuple[ExportSegment, Sequence[str]]]) -> CommitResult:
         """The dead letters of ``written`` in one snapshot (those the table holds already, from
@@ -132,28 +146,31 @@ class DeadLetters:
             record_commit(self.store, self.held.lease, result.record)
         return result
 
-    def widened(self, table: Table, schema_ids: Sequence[tuple[int, ...]]) -> ValueColumns | None:
-        """The table's columns with the value schema ids its files need (each segment's, in plan
-        order) merged after its own; None when it holds them all. A ``SchemaChangeError`` when
-        they cannot merge: checked before either table's commit, so nothing of it lands."""
+    def widened(
+        self, table: Table, schema_ids: Sequence[tuple[int, ...]], key_schema_ids: Sequence[tuple[int, ...]] = ()
+    ) -> TypedColumns | None:
+        """The table's columns with the value and key schema ids its files need (each segment's,
+        in plan order) merged after its own; None when it holds them all. A ``SchemaChangeError``
+        when they cannot merge: checked before either table's commit, so nothing of it lands."""
         held = schema_ids_of(table.properties)
-        wanted = list(held)
-        for ids in schema_ids:
-            wanted.extend(i for i in ids if i not in wanted)
-        if tuple(wanted) == held:
+        held_keys = schema_ids_of(table.properties, KEY_SCHEMA_IDS_PROPERTY)
+        wanted, wanted_keys = _wanted(held, schema_ids), _wanted(held_keys, key_schema_ids)
+        if (wanted, wanted_keys) == (held, held_keys):
             return None
-        return ValueSchemas(self.endpoint).merged(wanted)
+        return typed_columns(self.endpoint, (self.value_format, self.key_format), wanted, wanted_keys)[2]
 
-    def evolver(self, schema_ids: Sequence[tuple[int, ...]]) -> Callable[[Any, Table], None]:
+    def evolver(
+        self, schema_ids: Sequence[tuple[int, ...]], key_schema_ids: Sequence[tuple[int, ...]] = ()
+    ) -> Callable[[Any, Table], None]:
         """The table commit's ``evolve``: its columns widened (``widened``) in the same commit."""
 
         def evolve(tx: Any, table: Table) -> None:
-            columns = self.widened(table, schema_ids)
+            columns = self.widened(table, schema_ids, key_schema_ids)
             if columns is None:
                 return
             with tx.update_schema() as update:
                 update.union_by_name(columns.schema)
-            tx.set_properties({SCHEMA_IDS_PROPERTY: columns.property_value()})
+            tx.set_properties(columns.properties())
 
         return evolve
 
@@ -181,3 +198,10 @@ class DeadLetters:
                 self.attempts = []  # purged with the table
         except Exception as exc:  # the failure that brought us here is the one to report
             log.warning("%s: could not drop the table this failed export created: %s", self.name, one_line(exc))
+
+
+def _wanted(held: tuple[int, ...], needed: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    wanted = list(held)
+    for ids in needed:
+        wanted.extend(i for i in ids if i not in wanted)
+    return tuple(wanted)

@@ -12,25 +12,33 @@ export stops there. The ids merged are handed back, for the commit to evolve the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from tiering_core.config.export_topics import AVRO, BYTES
 from tiering_core.engine.read_ahead import read_ahead
 from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import CorruptLogError
 from tiering_core.export.avro import UnsupportedSchemaError
 from tiering_core.export.plan import ExportSegment
 from tiering_core.export.registry import RegistryEndpoint, SchemaRegistryError, UndecodableValue, WireValue
+from tiering_core.export.schema import typed_array
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
+    KEY,
+    KEY_FIELDS_COLUMN,
+    KEY_SCHEMA_ID_COLUMN,
     SCHEMA_ID_COLUMN,
+    VALUE,
     SchemaChangeError,
-    ValueColumns,
+    SubjectStrategy,
+    TypedColumns,
     ValueSchemas,
+    typed_columns,
 )
 from tiering_core.export.write import (
     READ_AHEAD_GROUPS,
@@ -58,14 +66,29 @@ class SegmentSchemaError(SegmentExportError):
 @dataclass(frozen=True)
 class TypedWrite:
     """What a typed segment's task needs (picklable): the registry, the value schema ids the
-    table's columns merge when the export planned, and the dead-letter table's attempt."""
+    table's columns merge when the export planned, the dead-letter table's attempt, the values'
+    and keys' formats (``export.topics.T.value``, ``.key``: ``bytes`` is not decoded) and the key
+    schema ids the table's ``key_fields`` merge."""
 
     endpoint: RegistryEndpoint
     schema_ids: tuple[int, ...]
     dead_letters: ExportAttempt
+    value_format: str = AVRO
+    key_format: str = BYTES
+    key_schema_ids: tuple[int, ...] = ()
+    subjects: SubjectStrategy | None = None
 
     def __repr__(self) -> str:  # the endpoint's password, the attempt's FileIO credentials
-        return f"TypedWrite(registry={self.endpoint.shown!r}, schema_ids={self.schema_ids!r})"
+        return (
+            f"TypedWrite(registry={self.endpoint.shown!r}, schema_ids={self.schema_ids!r}, "
+            f"value_format={self.value_format!r}, key_format={self.key_format!r}, "
+            f"key_schema_ids={self.key_schema_ids!r}, subjects={self.subjects!r})"
+        )
+
+    def columns(self) -> tuple[ValueSchemas | None, ValueSchemas | None, TypedColumns]:
+        """The value's and the key's schemas (None: as bytes), and the columns as planned."""
+        formats = (self.value_format, self.key_format)
+        return typed_columns(self.endpoint, formats, self.schema_ids, self.key_schema_ids, self.subjects)
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,7 @@ class TypedFiles:
     rows: int = 0
     dead_letters: int = 0
     schema_ids: tuple[int, ...] = ()
+    key_schema_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -87,17 +111,36 @@ class _Decoded:
     good: list[int] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)
+    keys: list[Any] = field(default_factory=list)
+    key_ids: list[int | None] = field(default_factory=list)
     bad: list[int] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     bad_ids: list[int | None] = field(default_factory=list)
 
 
-def _decode(part: pa.RecordBatch, schemas: ValueSchemas) -> _Decoded:
+def _decode_key(raw: bytes | None, keys: ValueSchemas) -> tuple[Any, int | None]:
+    """A key's fields and schema id (a null key: none, not a dead letter)."""
+    if raw is None:
+        return None, None
+    try:
+        wire = WireValue.parse(raw)
+        return keys.checked(wire.schema_id).decode(wire.payload), wire.schema_id
+    except UndecodableValue as exc:
+        raise UndecodableValue(f"the key: {exc.reason}", exc.schema_id) from exc
+
+
+def _decode(part: pa.RecordBatch, values: ValueSchemas | None, keys: ValueSchemas | None) -> _Decoded:
     decoded = _Decoded()
-    for i, raw in enumerate(part.column("value").to_pylist()):
+    raw_values = part.column("value").to_pylist() if values is not None else []
+    raw_keys = part.column("key").to_pylist() if keys is not None else []
+    for i in range(part.num_rows):
+        value, schema_id, key, key_id = None, 0, None, None
         try:
-            wire = WireValue.parse(raw)
-            value = schemas.columns(wire.schema_id).decode(wire.payload)
+            if keys is not None:
+                key, key_id = _decode_key(raw_keys[i], keys)
+            if values is not None:
+                wire = WireValue.parse(raw_values[i])
+                value, schema_id = values.checked(wire.schema_id).decode(wire.payload), wire.schema_id
         except UndecodableValue as exc:
             decoded.bad.append(i)
             decoded.reasons.append(exc.reason)
@@ -105,18 +148,25 @@ def _decode(part: pa.RecordBatch, schemas: ValueSchemas) -> _Decoded:
             continue
         decoded.good.append(i)
         decoded.values.append(value)
-        decoded.ids.append(wire.schema_id)
+        decoded.ids.append(schema_id)
+        decoded.keys.append(key)
+        decoded.key_ids.append(key_id)
     return decoded
 
 
-def _typed_rows(part: pa.RecordBatch, decoded: _Decoded, columns: ValueColumns) -> pa.RecordBatch:
+def _typed_rows(part: pa.RecordBatch, decoded: _Decoded, columns: TypedColumns) -> pa.RecordBatch:
     rows = part.take(pa.array(decoded.good, pa.int64()))
-    values = pa.array(decoded.values, type=columns.value_type)
     by_name = {name: rows.column(name) for name in rows.schema.names}
-    by_name[SCHEMA_ID_COLUMN] = pa.array(decoded.ids, pa.int32())
-    for f, child in zip(columns.value_type, values.flatten(), strict=True):
-        by_name[f.name] = child
-    return pa.RecordBatch.from_arrays([by_name[f.name] for f in columns.schema], schema=columns.schema)
+    if columns.value is not None:
+        values = typed_array(decoded.values, columns.value.value_type)
+        by_name[SCHEMA_ID_COLUMN] = pa.array(decoded.ids, pa.int32())
+        for f, child in zip(columns.value.value_type, values.flatten(), strict=True):
+            by_name[f.name] = child
+    if columns.key is not None and columns.key.schema_ids:
+        by_name[KEY_SCHEMA_ID_COLUMN] = pa.array(decoded.key_ids, pa.int32())
+        by_name[KEY_FIELDS_COLUMN] = typed_array(decoded.keys, columns.key.value_type)
+    schema = columns.schema
+    return pa.RecordBatch.from_arrays([by_name[f.name] for f in schema], schema=schema)
 
 
 def _dead_rows(part: pa.RecordBatch, decoded: _Decoded) -> pa.RecordBatch:
@@ -159,15 +209,15 @@ class _TableFiles:
     """The segment's files of the table: day files of the current columns, new ones (another
     name) once the columns widen."""
 
-    def __init__(self, fs: FileSystem, directory: str, segment_id: str, columns: ValueColumns) -> None:
+    def __init__(self, fs: FileSystem, directory: str, segment_id: str, columns: TypedColumns) -> None:
         self.fs, self.directory, self.segment_id = fs, directory, segment_id
         self.columns = columns
         self.generation = 0
         self.closed: list[str] = []
         self.days = DayFiles(fs, directory, segment_id, schema=columns.schema)
 
-    def widen(self, columns: ValueColumns) -> None:
-        if columns.value_type.equals(self.columns.value_type):
+    def widen(self, columns: TypedColumns) -> None:
+        if columns.schema.equals(self.columns.schema):
             self.columns = columns
             return
         self.days.close()
@@ -202,20 +252,20 @@ def write_typed_segment_files(
     fs, root = attempt.filesystem()
     directory = f"{root}/partition={segment.partition}"
     fs.create_dir(directory, recursive=True)
-    schemas = ValueSchemas(typed.endpoint)
     next_offset = segment.start_offset
     where = Path(storage.describe(segment_ref(segment.segment).key(ObjectKind.LOG, storage.prefix)))
     dead = _DeadLetterFiles(typed.dead_letters, segment)
     files: _TableFiles | None = None
     rows = 0
     try:
-        files = _TableFiles(fs, directory, segment.segment_id, schemas.merged(typed.schema_ids))
+        values, keys, planned = typed.columns()
+        files = _TableFiles(fs, directory, segment.segment_id, planned)
         for batch, parts in read_ahead(
             lambda: segment_days(storage, segment, where, bounds), READ_AHEAD_GROUPS, thread_name="export-decode"
         ):
             for day, part in parts:
-                decoded = _decode(part, schemas)
-                files.widen(_merged(files.columns, decoded.ids, schemas))
+                decoded = _decode(part, values, keys)
+                files.widen(_merged(files.columns, decoded, values, keys))
                 if decoded.good:
                     files.days.write(day, _typed_rows(part, decoded, files.columns))
                     rows += len(decoded.good)
@@ -244,13 +294,21 @@ def write_typed_segment_files(
     except BaseException:
         _abandon(files, dead)
         raise
-    return TypedFiles([attempt.url(p) for p in files.paths], dead_files, rows, dead.rows, files.columns.schema_ids)
+    ids = files.columns.ids
+    return TypedFiles([attempt.url(p) for p in files.paths], dead_files, rows, dead.rows, ids(VALUE), ids(KEY))
 
 
-def _merged(columns: ValueColumns, ids: Sequence[int], schemas: ValueSchemas) -> ValueColumns:
-    for schema_id in dict.fromkeys(ids):  # new ids in the order the records bring them
-        columns = columns.with_schema(schemas.columns(schema_id))
-    return columns
+def _merged(
+    columns: TypedColumns, decoded: _Decoded, values: ValueSchemas | None, keys: ValueSchemas | None
+) -> TypedColumns:
+    value, key = columns.value, columns.key
+    if value is not None and values is not None:
+        for schema_id in dict.fromkeys(decoded.ids):  # new ids in the order the records bring them
+            value = value.with_schema(values.columns(schema_id))
+    if key is not None and keys is not None:
+        for key_id in dict.fromkeys(i for i in decoded.key_ids if i is not None):
+            key = key.with_schema(keys.columns(key_id))
+    return TypedColumns(value, key)
 
 
 def _abandon(files: _TableFiles | None, dead: _DeadLetterFiles) -> None:

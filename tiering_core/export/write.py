@@ -333,10 +333,18 @@ def delete_files(fs: FileSystem, paths: Iterable[str]) -> None:
 
 
 def referenced_files(table: Table) -> set[str]:
-    """The data files any snapshot of the table references."""
-    if table.current_snapshot() is None:
-        return set()
-    return set(table.inspect.all_data_files().column("file_path").to_pylist())
+    """The data files any snapshot of the table references (its manifests read once each, for
+    their paths alone: ``inspect.all_data_files`` also renders each file's column bounds, and
+    fails on a column pyarrow builds no Python bounds of, a uuid)."""
+    from pyiceberg.manifest import DataFileContent
+
+    manifests = {m.manifest_path: m for snapshot in table.snapshots() for m in snapshot.manifests(table.io)}
+    return {
+        entry.data_file.file_path
+        for manifest in manifests.values()
+        for entry in manifest.fetch_manifest_entry(table.io)
+        if entry.data_file.content == DataFileContent.DATA
+    }
 
 
 def current_snapshot_id(table: Table) -> int | None:
