@@ -3,31 +3,26 @@
 Apps run under ``spark-submit`` (local, standalone, YARN or Kubernetes). The driver imports
 ``tiering_core`` and ``spark_apps`` as installed packages (``pip install .``); executors import
 them from a zip the driver ships with ``addPyFile``, so workers need only the third-party
-packages, never this checkout. Segment files are read from the log
+packages, never this checkout (``spark_apps.bundle``). Segment files are read from the log
 dir path, so in a cluster the broker's log dirs must be mounted (read-only) on the executors.
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
-import hashlib
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
-import zipfile
 from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from spark_apps.bundle import ship_packages
 from tiering_core.config import load_config
 from tiering_core.context import TieringContext
 from tiering_core.engine.executor import Task, TaskOutcome, hand_out
@@ -52,8 +47,6 @@ DEFAULT_MASTER = "local[*]"
 #: The environment variable a scheduled task's spark-submit carries its try in
 #: (``TaskAttempt.to_json``; set by ``tiering_airflow.operators.spark``).
 TASK_ATTEMPT_ENV = "TIERING_TASK_ATTEMPT"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHIPPED_PACKAGES = ("tiering_core", "spark_apps")
 
 log = logging.getLogger(__name__)
 
@@ -148,48 +141,6 @@ def spark_session(app_name: str, master: str | None = None) -> SparkSession:
     spark.sparkContext.setLogLevel("WARN")
     ship_packages(spark.sparkContext)
     return spark
-
-
-#: This process's code bundle, in a directory only this process created (see ``_package_zip``).
-_BUNDLE: Path | None = None
-
-
-def _package_zip() -> Path:
-    """A zip of our packages' Python sources, built once per process in a private directory.
-
-    ``addPyFile`` puts the bundle first on every executor's path, so whoever can write it runs
-    code with the job's credentials: it is never looked up at a predictable shared path (another
-    local user could plant one there), only written into a fresh ``mkdtemp`` directory (mode
-    0700, ours) and removed when the process exits.
-    """
-    global _BUNDLE
-    if _BUNDLE is not None and _BUNDLE.is_file():
-        return _BUNDLE
-    files: list[tuple[Path, str]] = []
-    for package in SHIPPED_PACKAGES:
-        for path in sorted((REPO_ROOT / package).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".ini", ".mako"):
-                files.append((path, str(path.relative_to(REPO_ROOT))))
-    digest = hashlib.sha256()
-    for path, name in files:
-        digest.update(name.encode())
-        digest.update(path.read_bytes())
-    private = Path(tempfile.mkdtemp(prefix="tiering-spark-"))
-    atexit.register(shutil.rmtree, private, ignore_errors=True)
-    target = private / f"tiering-spark-{digest.hexdigest()[:16]}.zip"
-    with zipfile.ZipFile(target, "x", zipfile.ZIP_DEFLATED) as archive:
-        for path, name in files:
-            archive.write(path, name)
-    _BUNDLE = target
-    return target
-
-
-def ship_packages(sc: SparkContext) -> None:
-    """Make ``tiering_core`` and ``spark_apps`` importable on every executor (once per context)."""
-    if getattr(sc, "_tiering_packages_shipped", False):
-        return
-    sc.addPyFile(str(_package_zip()))
-    sc._tiering_packages_shipped = True  # type: ignore[attr-defined]
 
 
 def task_attempt() -> TaskAttempt | None:
