@@ -3,8 +3,10 @@
 Apps run under ``spark-submit`` (local, standalone, YARN or Kubernetes). The driver imports
 ``tiering_core`` and ``spark_apps`` as installed packages (``pip install .``); executors import
 them from a zip the driver ships with ``addPyFile``, so workers need only the third-party
-packages, never this checkout (``spark_apps.bundle``). Segment files are read from the log
-dir path, so in a cluster the broker's log dirs must be mounted (read-only) on the executors.
+packages, never this checkout (``spark_apps.bundle``). Segment files are read from the log dir
+path, so in a cluster the broker's log dirs must be mounted (read-only) on the executors of the
+apps that read them (the bulk upload; ``rebuild_indexes --local``); the others run where the
+process serves no broker too, on what the metadata store holds (``run_app``'s ``remote_only``).
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_apps.bundle import ship_packages
-from tiering_core.config import load_config
+from tiering_core.config import load_config, select_broker
 from tiering_core.context import TieringContext
 from tiering_core.engine.executor import Task, TaskOutcome, hand_out
 from tiering_core.errors import TieringError, one_line
 from tiering_core.events import RunEvent
-from tiering_core.kafka.topic import TopicPartition
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from tiering_core.report.lines import event_line
 
@@ -73,6 +75,15 @@ class Selection:
                 ctx.partitions(tp.topic, tp.partition)  # raises when absent
             return sorted(set(self.partitions))
         return [log.topic_partition for log in ctx.partitions(self.topic, self.partition)]
+
+    def tiered(self, ctx: TieringContext) -> list[TopicIdPartition]:
+        """The selected partitions the metadata store holds live remote data of, as a process that
+        serves no broker selects them (``TieringContext.tiered_partitions``); a topic or partition
+        named that the store holds none of is an error naming it."""
+        if not self.partitions:
+            return ctx.tiered_partitions(self.topic, self.partition)
+        found = {tip for tp in self.partitions for tip in ctx.tiered_partitions(tp.topic, tp.partition)}
+        return sorted(found, key=lambda tip: (tip.topic, tip.partition, tip.topic_id))
 
 
 def _unset(value: str | None) -> bool:
@@ -202,13 +213,22 @@ class AppRun:
         selection: Selection,
         partitions: list[TopicPartition],
         spark: SparkSession | None,
+        tiered: list[TopicIdPartition] | None = None,
     ) -> None:
         self.app = app
         self.args = args
         self.ctx = ctx
         self.selection = selection
         self.partitions = partitions
+        self.tiered = tiered
         self._spark = spark
+
+    @property
+    def selected(self) -> Sequence[TopicPartition | TopicIdPartition]:
+        """What a ``remote_only`` app works on: on a broker, the selection in its log dirs
+        (``partitions``); where the process serves no broker, the selected partitions the
+        metadata store holds, each with its topic id (``tiered``)."""
+        return self.partitions if self.tiered is None else self.tiered
 
     @property
     def spark(self) -> SparkSession:
@@ -245,7 +265,8 @@ def run_app(
     An error that ends the run is one line on stderr and its exit code (``report_failure``).
     ``remote_only``: the app reads only the remote tier and the metadata store, so where the
     process serves no broker (a cluster's worker without a broker disk) nothing is resolved in
-    log dirs: the body selects from the metadata store (``AppRun.partitions`` is empty).
+    log dirs: the selection is resolved in the metadata store instead (``AppRun.tiered``, and
+    ``AppRun.selected`` either way; ``AppRun.partitions`` is then empty).
     ``store_selects``: the body always selects from the metadata store (the erasure: a topic's tier
     outlives its log dirs), so nothing is resolved in log dirs anywhere."""
     args = build_parser().parse_args(argv)
@@ -253,11 +274,11 @@ def run_app(
     run: AppRun | None = None
     try:
         selection = parse_selection(args)
-        config = load_config(config_path(args))
+        config = select_broker(load_config(config_path(args)))  # as ``tiering`` chooses it
         with TieringContext.open(config) as ctx:
-            in_store = store_selects or (remote_only and ctx.config.serves_no_broker)
-            partitions = [] if in_store else selection.resolve(ctx)
-            run = AppRun(app, args, ctx, selection, partitions, spark)
+            tiered = selection.tiered(ctx) if remote_only and ctx.config.serves_no_broker else None
+            partitions = [] if store_selects or tiered is not None else selection.resolve(ctx)
+            run = AppRun(app, args, ctx, selection, partitions, spark, tiered)
             return body(run)
     except (Exception, KeyboardInterrupt) as exc:
         return report_failure(app, exc)
