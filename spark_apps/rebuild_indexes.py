@@ -62,7 +62,9 @@ def run_rebuild(
     done = rebuild_indexes(
         ctx,
         partitions,
-        runtime.SparkExecutor(spark.sparkContext, ctx.config.remote, parallelism),
+        runtime.SparkExecutor(  # a repair uploads: its tasks share the copy quota
+            spark.sparkContext, ctx.config.remote, parallelism, copy_quota=ctx.storage.quotas.copy if repair else None
+        ),
         repair=repair,
         local=local,
         run_id=run_id or f"spark-{uuid.uuid4().hex}",

@@ -33,6 +33,7 @@ from tiering_core.events import RunEvent
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from tiering_core.report.lines import event_line
+from tiering_core.storage.quota import SplitQuota, capped_copies
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
     from tiering_core.config import RemoteConfig
     from tiering_core.metadata.store import TaskAttempt
+    from tiering_core.storage.quota import TokenBucket
     from tiering_core.storage.remote import RemoteStorage
 
 #: How long an abort waits for cancelled Spark jobs to end before it cleans up around them.
@@ -241,10 +243,16 @@ class AppRun:
         """The session, if one was given or started."""
         return self._spark
 
-    def executor(self) -> SparkExecutor:
+    def executor(self, *, uploads: bool = False) -> SparkExecutor:
         """The run's executor on this session, ``--parallelism`` tasks at a time (Spark's default
-        parallelism when not given)."""
-        return SparkExecutor(self.spark.sparkContext, self.ctx.config.remote, getattr(self.args, "parallelism", None))
+        parallelism when not given); ``uploads``: its tasks upload segments, so they share this
+        process's copy quota (``SparkExecutor``)."""
+        return SparkExecutor(
+            self.spark.sparkContext,
+            self.ctx.config.remote,
+            getattr(self.args, "parallelism", None),
+            copy_quota=self.ctx.storage.quotas.copy if uploads else None,
+        )
 
 
 def run_app(
@@ -430,12 +438,16 @@ class SparkExecutor:
     ``slots`` at a time, run by Spark's executors against one storage backend per Python worker
     (``executor_storage``). A task that fails after Spark's retries is an outcome with an error,
     never an exception: the driver names the item and goes on, as the in-process runs do for a
-    bad segment."""
+    bad segment. ``copy_quota``: the driver's bucket of its broker's copy quota, whose bytes the
+    tasks send: its share is split among the slots (``storage.quota.SplitQuota``)."""
 
-    def __init__(self, sc: SparkContext, remote: RemoteConfig, slots: int | None = None) -> None:
+    def __init__(
+        self, sc: SparkContext, remote: RemoteConfig, slots: int | None = None, *, copy_quota: TokenBucket | None = None
+    ) -> None:
         self.sc = sc
         self.remote = remote
         self.slots = slots or max(1, sc.defaultParallelism)
+        self.copy_quota = copy_quota
 
     def run(
         self,
@@ -445,10 +457,24 @@ class SparkExecutor:
         describe: Callable[[T], str],
         on_wait: Callable[[], None] | None = None,
     ) -> Generator[TaskOutcome[R], None, None]:
-        remote = self.remote
+        remote, split = self.remote, SplitQuota(self.copy_quota, self.slots)
 
-        def on_executor(item: T) -> R:
-            return task(executor_storage(remote), item)
+        def on_executor(paced: tuple[T, float | None]) -> R:
+            storage = executor_storage(remote)
+            with capped_copies(storage, paced[1]):
+                return task(storage, paced[0])
+
+        def heartbeat() -> None:
+            split.rate()  # the driver stays a holder of the cap while its tasks send
+            if on_wait is not None:
+                on_wait()
 
         # closed early: queued jobs dropped, running ones cancelled (``run_jobs``)
-        return run_jobs(self.sc, items, on_executor, slots=self.slots, describe=describe, on_wait=on_wait)
+        return run_jobs(
+            self.sc,
+            ((item, split.rate()) for item in items),  # each item's cap read as its slot frees
+            on_executor,
+            slots=self.slots,
+            describe=lambda paced: describe(paced[0]),
+            on_wait=heartbeat,
+        )
