@@ -15,7 +15,10 @@ segment ids in the snapshot summary (and the commit in the metadata store). Comm
 the driver: a task writes files no snapshot points to, so a killed run leaves the table holding
 what its commits held, and its rerun removes the other files and exports the rest. No JVM Iceberg
 runtime and no Spark-side catalog: executors reach the warehouse and the remote tier with pyarrow
-and boto3, as the other apps do.
+and boto3, as the other apps do. The app reads no log dir it does not have: where the process
+serves no broker (a cluster's default-queue worker), the selection is what the metadata store
+holds (``runtime.run_app``'s ``remote_only``), and a topic or partition named that it holds none
+of fails the run naming it before Spark starts.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING
 from spark_apps import runtime
 from tiering_core.export import export_partitions
 from tiering_core.kafka.isolation import IsolationLevel
+from tiering_core.kafka.topic import TopicPartition
 from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_OK
 from tiering_core.report.results import format_export_totals
 
@@ -66,7 +70,7 @@ def export(app: runtime.AppRun) -> int:
     isolation = parse_isolation(args.isolation)  # before Spark starts
     results = export_partitions(
         app.ctx,
-        app.partitions,
+        sorted({tp if isinstance(tp, TopicPartition) else tp.topic_partition for tp in app.selected}),
         whole_topics=not selection.partitions and selection.partition is None,
         isolation=isolation,
         table=None if args.table is None or not args.table.strip() else args.table.strip(),
@@ -84,7 +88,7 @@ def export(app: runtime.AppRun) -> int:
 
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
-    return runtime.run_app(APP, argv, spark, build_parser, export)
+    return runtime.run_app(APP, argv, spark, build_parser, export, remote_only=True)
 
 
 if __name__ == "__main__":

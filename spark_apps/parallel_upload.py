@@ -6,6 +6,12 @@ The driver is the core's (``tiering_core.runs.copy_many.copy_partitions``: each 
 its ``CopyRun``, committed in offset order); this app gives it a ``SparkExecutor``, so each upload
 is a one-task Spark job and a failed or killed task costs only its segment. Executors build the
 storage backend from the config and stream the files from the log dir path (S3 through boto3).
+As ``tiering copy`` does, the run records what it saw of each partition as an observation of the
+broker it serves (``--broker``'s choice: ``TIERING_BROKER_ID``, the only broker, or in the
+single-broker form the broker its log dirs' ``meta.properties`` name), and its uploads keep to the
+broker's copy quota (``remote.log.manager.copy.max.bytes.per.second``): the driver holds a share
+of the cap as one process of the broker and splits it evenly among the slots, so the tasks running
+at once together never send faster than it (``runtime.SparkExecutor``).
 Exit 1 on failures, 3 after a tiering gap (the rest is copied first).
 """
 
@@ -46,9 +52,10 @@ def upload(app: runtime.AppRun) -> int:
     report = copy_partitions(
         app.ctx,
         app.partitions,
-        app.executor(),
+        app.executor(uploads=True),
         run_id=app.args.run_id or f"spark-{uuid.uuid4().hex}",
         events=runtime.say_event,
+        broker_id=app.ctx.config.broker_id,
     )
     for line in report.failures:
         runtime.fail(APP, line)

@@ -9,8 +9,10 @@ executors download each finished remote segment's ``.log``, rebuild its offset, 
 transaction indexes and compare (``--local`` also checks the broker's own segments,
 read-only). In repair mode the driver then writes COPY_SEGMENT_STARTED for a new copy of each
 damaged segment, an executor uploads it with the rebuilt indexes, and the driver finishes it
-and deletes the damaged attempt. One line per segment (ok / missing / differed / repaired /
-error) and a summary; exit 1 if damage remains.
+and deletes the damaged attempt. Where the process serves no broker (a cluster's default-queue
+worker) the selection is what the metadata store holds (``runtime.run_app``'s ``remote_only``)
+and ``--local``, which needs the broker's disk, is skipped, said in one line. One line per
+segment (ok / missing / differed / repaired / error) and a summary; exit 1 if damage remains.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from tiering_core.runs.rebuild import IndexStatus, RebuildReport, rebuild_indexe
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 
 APP = "rebuild_indexes"
 MAX_NAMED = 20  # unresolved segments named on stderr, one line each
@@ -47,7 +49,7 @@ class Report(RebuildReport):
 
 def run_rebuild(
     ctx: TieringContext,
-    partitions: Sequence[TopicPartition],
+    partitions: Sequence[TopicPartition | TopicIdPartition],
     spark: SparkSession,
     *,
     repair: bool = True,
@@ -60,7 +62,9 @@ def run_rebuild(
     done = rebuild_indexes(
         ctx,
         partitions,
-        runtime.SparkExecutor(spark.sparkContext, ctx.config.remote, parallelism),
+        runtime.SparkExecutor(  # a repair uploads: its tasks share the copy quota
+            spark.sparkContext, ctx.config.remote, parallelism, copy_quota=ctx.storage.quotas.copy if repair else None
+        ),
         repair=repair,
         local=local,
         run_id=run_id or f"spark-{uuid.uuid4().hex}",
@@ -99,7 +103,7 @@ def rebuild(app: runtime.AppRun) -> int:
     args = app.args
     report = run_rebuild(
         app.ctx,
-        app.partitions,
+        app.selected,
         app.spark,
         repair=args.mode == "repair",
         local=args.local == "yes",
@@ -126,7 +130,7 @@ def rebuild(app: runtime.AppRun) -> int:
 
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
-    return runtime.run_app(APP, argv, spark, build_parser, rebuild)
+    return runtime.run_app(APP, argv, spark, build_parser, rebuild, remote_only=True)
 
 
 if __name__ == "__main__":

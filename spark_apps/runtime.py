@@ -3,39 +3,37 @@
 Apps run under ``spark-submit`` (local, standalone, YARN or Kubernetes). The driver imports
 ``tiering_core`` and ``spark_apps`` as installed packages (``pip install .``); executors import
 them from a zip the driver ships with ``addPyFile``, so workers need only the third-party
-packages, never this checkout. Segment files are read from the log
-dir path, so in a cluster the broker's log dirs must be mounted (read-only) on the executors.
+packages, never this checkout (``spark_apps.bundle``). Segment files are read from the log dir
+path, so in a cluster the broker's log dirs must be mounted (read-only) on the executors of the
+apps that read them (the bulk upload; ``rebuild_indexes --local``); the others run where the
+process serves no broker too, on what the metadata store holds (``run_app``'s ``remote_only``).
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
-import hashlib
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
-import zipfile
 from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tiering_core.config import load_config
+from spark_apps.bundle import ship_packages
+from tiering_core.config import load_config, select_broker
 from tiering_core.context import TieringContext
 from tiering_core.engine.executor import Task, TaskOutcome, hand_out
 from tiering_core.errors import TieringError, one_line
 from tiering_core.events import RunEvent
-from tiering_core.kafka.topic import TopicPartition
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from tiering_core.report.lines import event_line
+from tiering_core.storage.quota import SplitQuota, capped_copies
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -43,6 +41,7 @@ if TYPE_CHECKING:
 
     from tiering_core.config import RemoteConfig
     from tiering_core.metadata.store import TaskAttempt
+    from tiering_core.storage.quota import TokenBucket
     from tiering_core.storage.remote import RemoteStorage
 
 #: How long an abort waits for cancelled Spark jobs to end before it cleans up around them.
@@ -52,8 +51,6 @@ DEFAULT_MASTER = "local[*]"
 #: The environment variable a scheduled task's spark-submit carries its try in
 #: (``TaskAttempt.to_json``; set by ``tiering_airflow.operators.spark``).
 TASK_ATTEMPT_ENV = "TIERING_TASK_ATTEMPT"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHIPPED_PACKAGES = ("tiering_core", "spark_apps")
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +77,15 @@ class Selection:
                 ctx.partitions(tp.topic, tp.partition)  # raises when absent
             return sorted(set(self.partitions))
         return [log.topic_partition for log in ctx.partitions(self.topic, self.partition)]
+
+    def tiered(self, ctx: TieringContext) -> list[TopicIdPartition]:
+        """The selected partitions the metadata store holds live remote data of, as a process that
+        serves no broker selects them (``TieringContext.tiered_partitions``); a topic or partition
+        named that the store holds none of is an error naming it."""
+        if not self.partitions:
+            return ctx.tiered_partitions(self.topic, self.partition)
+        found = {tip for tp in self.partitions for tip in ctx.tiered_partitions(tp.topic, tp.partition)}
+        return sorted(found, key=lambda tip: (tip.topic, tip.partition, tip.topic_id))
 
 
 def _unset(value: str | None) -> bool:
@@ -150,48 +156,6 @@ def spark_session(app_name: str, master: str | None = None) -> SparkSession:
     return spark
 
 
-#: This process's code bundle, in a directory only this process created (see ``_package_zip``).
-_BUNDLE: Path | None = None
-
-
-def _package_zip() -> Path:
-    """A zip of our packages' Python sources, built once per process in a private directory.
-
-    ``addPyFile`` puts the bundle first on every executor's path, so whoever can write it runs
-    code with the job's credentials: it is never looked up at a predictable shared path (another
-    local user could plant one there), only written into a fresh ``mkdtemp`` directory (mode
-    0700, ours) and removed when the process exits.
-    """
-    global _BUNDLE
-    if _BUNDLE is not None and _BUNDLE.is_file():
-        return _BUNDLE
-    files: list[tuple[Path, str]] = []
-    for package in SHIPPED_PACKAGES:
-        for path in sorted((REPO_ROOT / package).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".ini", ".mako"):
-                files.append((path, str(path.relative_to(REPO_ROOT))))
-    digest = hashlib.sha256()
-    for path, name in files:
-        digest.update(name.encode())
-        digest.update(path.read_bytes())
-    private = Path(tempfile.mkdtemp(prefix="tiering-spark-"))
-    atexit.register(shutil.rmtree, private, ignore_errors=True)
-    target = private / f"tiering-spark-{digest.hexdigest()[:16]}.zip"
-    with zipfile.ZipFile(target, "x", zipfile.ZIP_DEFLATED) as archive:
-        for path, name in files:
-            archive.write(path, name)
-    _BUNDLE = target
-    return target
-
-
-def ship_packages(sc: SparkContext) -> None:
-    """Make ``tiering_core`` and ``spark_apps`` importable on every executor (once per context)."""
-    if getattr(sc, "_tiering_packages_shipped", False):
-        return
-    sc.addPyFile(str(_package_zip()))
-    sc._tiering_packages_shipped = True  # type: ignore[attr-defined]
-
-
 def task_attempt() -> TaskAttempt | None:
     """The try of the scheduled task that submitted this app (``TASK_ATTEMPT_ENV``), None when
     none did: its leases are named after its task instance, so its retry takes them over."""
@@ -251,13 +215,22 @@ class AppRun:
         selection: Selection,
         partitions: list[TopicPartition],
         spark: SparkSession | None,
+        tiered: list[TopicIdPartition] | None = None,
     ) -> None:
         self.app = app
         self.args = args
         self.ctx = ctx
         self.selection = selection
         self.partitions = partitions
+        self.tiered = tiered
         self._spark = spark
+
+    @property
+    def selected(self) -> Sequence[TopicPartition | TopicIdPartition]:
+        """What a ``remote_only`` app works on: on a broker, the selection in its log dirs
+        (``partitions``); where the process serves no broker, the selected partitions the
+        metadata store holds, each with its topic id (``tiered``)."""
+        return self.partitions if self.tiered is None else self.tiered
 
     @property
     def spark(self) -> SparkSession:
@@ -270,10 +243,16 @@ class AppRun:
         """The session, if one was given or started."""
         return self._spark
 
-    def executor(self) -> SparkExecutor:
+    def executor(self, *, uploads: bool = False) -> SparkExecutor:
         """The run's executor on this session, ``--parallelism`` tasks at a time (Spark's default
-        parallelism when not given)."""
-        return SparkExecutor(self.spark.sparkContext, self.ctx.config.remote, getattr(self.args, "parallelism", None))
+        parallelism when not given); ``uploads``: its tasks upload segments, so they share this
+        process's copy quota (``SparkExecutor``)."""
+        return SparkExecutor(
+            self.spark.sparkContext,
+            self.ctx.config.remote,
+            getattr(self.args, "parallelism", None),
+            copy_quota=self.ctx.storage.quotas.copy if uploads else None,
+        )
 
 
 def run_app(
@@ -294,7 +273,8 @@ def run_app(
     An error that ends the run is one line on stderr and its exit code (``report_failure``).
     ``remote_only``: the app reads only the remote tier and the metadata store, so where the
     process serves no broker (a cluster's worker without a broker disk) nothing is resolved in
-    log dirs: the body selects from the metadata store (``AppRun.partitions`` is empty).
+    log dirs: the selection is resolved in the metadata store instead (``AppRun.tiered``, and
+    ``AppRun.selected`` either way; ``AppRun.partitions`` is then empty).
     ``store_selects``: the body always selects from the metadata store (the erasure: a topic's tier
     outlives its log dirs), so nothing is resolved in log dirs anywhere."""
     args = build_parser().parse_args(argv)
@@ -302,11 +282,11 @@ def run_app(
     run: AppRun | None = None
     try:
         selection = parse_selection(args)
-        config = load_config(config_path(args))
+        config = select_broker(load_config(config_path(args)))  # as ``tiering`` chooses it
         with TieringContext.open(config) as ctx:
-            in_store = store_selects or (remote_only and ctx.config.serves_no_broker)
-            partitions = [] if in_store else selection.resolve(ctx)
-            run = AppRun(app, args, ctx, selection, partitions, spark)
+            tiered = selection.tiered(ctx) if remote_only and ctx.config.serves_no_broker else None
+            partitions = [] if store_selects or tiered is not None else selection.resolve(ctx)
+            run = AppRun(app, args, ctx, selection, partitions, spark, tiered)
             return body(run)
     except (Exception, KeyboardInterrupt) as exc:
         return report_failure(app, exc)
@@ -458,12 +438,16 @@ class SparkExecutor:
     ``slots`` at a time, run by Spark's executors against one storage backend per Python worker
     (``executor_storage``). A task that fails after Spark's retries is an outcome with an error,
     never an exception: the driver names the item and goes on, as the in-process runs do for a
-    bad segment."""
+    bad segment. ``copy_quota``: the driver's bucket of its broker's copy quota, whose bytes the
+    tasks send: its share is split among the slots (``storage.quota.SplitQuota``)."""
 
-    def __init__(self, sc: SparkContext, remote: RemoteConfig, slots: int | None = None) -> None:
+    def __init__(
+        self, sc: SparkContext, remote: RemoteConfig, slots: int | None = None, *, copy_quota: TokenBucket | None = None
+    ) -> None:
         self.sc = sc
         self.remote = remote
         self.slots = slots or max(1, sc.defaultParallelism)
+        self.copy_quota = copy_quota
 
     def run(
         self,
@@ -473,10 +457,24 @@ class SparkExecutor:
         describe: Callable[[T], str],
         on_wait: Callable[[], None] | None = None,
     ) -> Generator[TaskOutcome[R], None, None]:
-        remote = self.remote
+        remote, split = self.remote, SplitQuota(self.copy_quota, self.slots)
 
-        def on_executor(item: T) -> R:
-            return task(executor_storage(remote), item)
+        def on_executor(paced: tuple[T, float | None]) -> R:
+            storage = executor_storage(remote)
+            with capped_copies(storage, paced[1]):
+                return task(storage, paced[0])
+
+        def heartbeat() -> None:
+            split.rate()  # the driver stays a holder of the cap while its tasks send
+            if on_wait is not None:
+                on_wait()
 
         # closed early: queued jobs dropped, running ones cancelled (``run_jobs``)
-        return run_jobs(self.sc, items, on_executor, slots=self.slots, describe=describe, on_wait=on_wait)
+        return run_jobs(
+            self.sc,
+            ((item, split.rate()) for item in items),  # each item's cap read as its slot frees
+            on_executor,
+            slots=self.slots,
+            describe=lambda paced: describe(paced[0]),
+            on_wait=heartbeat,
+        )

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spark_apps import runtime
-from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
-from tiering_core.read.verify import partitions_to_verify, run_verify
+from tiering_core.read.verify import run_verify
 from tiering_core.report.exit_codes import EXIT_FAILURE, EXIT_OK
 from tiering_core.report.results import format_verification, format_verify_summary
 
@@ -37,20 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def selected(app: runtime.AppRun) -> Sequence[TopicPartition | TopicIdPartition]:
-    """On a broker, the selection in its log dirs; where the process serves no broker (a
-    cluster's default-queue worker), every selected partition the metadata store holds live
-    remote data of, as ``tiering verify`` selects them."""
-    if not app.ctx.config.serves_no_broker:
-        return app.partitions
-    chosen = app.selection
-    if chosen.partitions:
-        return [tip for tp in chosen.partitions for tip in partitions_to_verify(app.ctx, tp.topic, tp.partition)]
-    return partitions_to_verify(app.ctx, chosen.topic, chosen.partition)
-
-
 def verify(app: runtime.AppRun) -> int:
-    result = run_verify(app.ctx, selected(app), app.executor(), runtime.say_event)
+    result = run_verify(app.ctx, app.selected, app.executor(), runtime.say_event)
     runtime.say(format_verify_summary(result.results, result.seconds))
     if not result.damaged:
         return EXIT_OK

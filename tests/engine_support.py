@@ -3,7 +3,8 @@ how every test waits for something to happen (``wait_until``) or for a lease to 
 (``expire_lease``) on a machine that may be busy; what every copy's manifest must say of its
 segment (``assert_manifest_holds_the_segment``) and the partition's state object of the store
 (``assert_partition_state_published``); how often a run builds each partition's tier view
-(``counted_view_builds``)."""
+(``counted_view_builds``); the config a cluster's worker without a broker disk reads
+(``serving_no_broker``)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,17 @@ class TieringEnv:
         kwargs.setdefault("clock", lambda: next(_clock))
         kwargs.setdefault("segment_bytes", 10**9)
         return PartitionWriter(self.log_dir, TopicPartition(topic, partition), **kwargs)
+
+
+def serving_no_broker(config: Path, root: Path) -> Path:
+    """``config`` as a cluster's default-queue worker reads it (``serves_no_broker``): its log dirs
+    broker 1's, a broker 2 beside it, and no broker chosen, so no log dir is read. Written to
+    ``root/cluster.yaml``; the caller clears ``TIERING_BROKER_ID``."""
+    doc = yaml.safe_load(config.read_text())
+    doc["brokers"] = {1: {"log_dirs": doc.pop("log_dirs")}, 2: {"log_dirs": [str(root / "broker-2")]}}
+    path = root / "cluster.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 def tip_of(writer: PartitionWriter) -> TopicIdPartition:

@@ -1,4 +1,5 @@
-"""``find_partition``: one partition's directory by name, as listing the log dirs would find it."""
+"""``find_partition``: one partition's directory by name, as listing the log dirs would find it;
+where the process serves no broker, the selection is what the metadata store holds instead."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 
 from tests.config.support import base_doc
 from tiering_core.config import parse_config
-from tiering_core.context import find_partition, select_partitions
-from tiering_core.errors import ConfigError, TieringError
-from tiering_core.kafka.topic import TopicPartition
+from tiering_core.context import TieringContext, find_partition, select_partitions
+from tiering_core.errors import ConfigError, NoRemoteDataError, TieringError
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 
 
 def two_log_dirs(tmp_path: Path) -> tuple[Path, Path]:
@@ -50,3 +51,34 @@ def test_a_missing_log_dir_or_an_unchosen_broker_is_an_error(tmp_path: Path) -> 
     doc["brokers"] = {1: {"log_dirs": [str(tmp_path / "b1")]}, 2: {"log_dirs": [str(tmp_path / "b2")]}}
     with pytest.raises(ConfigError, match=r"brokers: 2 brokers are configured"):
         find_partition(parse_config(doc), TopicPartition("orders", 0))
+
+
+def test_serving_no_broker_the_selection_is_every_topic_id_the_store_holds_live(tmp_path: Path) -> None:
+    """No log dir is read (the brokers' disks are not even there): the store's live partitions of
+    the selection, each topic id of a topic made again; a name it holds nothing of is named."""
+    doc = base_doc(tmp_path)
+    del doc["log_dirs"]
+    doc["brokers"] = {1: {"log_dirs": [str(tmp_path / "b1")]}, 2: {"log_dirs": [str(tmp_path / "b2")]}}
+    doc["remote"] = {"backend": "filesystem", "root": str(tmp_path / "tier")}
+    first, again, clicks = "A" * 21 + "Q", "B" * 21 + "Q", "C" * 21 + "Q"
+    held = [
+        TopicIdPartition(first, TopicPartition("orders", 0)),
+        TopicIdPartition(again, TopicPartition("orders", 0)),
+        TopicIdPartition(again, TopicPartition("orders", 1)),
+        TopicIdPartition(clicks, TopicPartition("clicks", 0)),
+    ]
+    with TieringContext.open(parse_config(doc)) as ctx:
+        assert ctx.config.serves_no_broker
+        for tip in held:
+            ctx.metadata.register_partition(tip)
+        assert ctx.selected_partitions() == sorted(held, key=lambda t: (t.topic, t.partition, t.topic_id))
+        assert ctx.selected_partitions("orders") == held[:3]
+        assert ctx.selected_partitions("orders", 1) == [held[2]]
+        for topic, partition, named in (("orders", 7, "orders-7"), ("payments", None, "payments")):
+            with pytest.raises(NoRemoteDataError, match=f"^partition {named} has no remote data"):
+                ctx.selected_partitions(topic, partition)
+        assert ctx.selected_partition("orders", 1) == held[2]
+        with pytest.raises(TieringError, match=r"^orders-0: the metadata store holds remote data of 2 topic ids"):
+            ctx.selected_partition("orders", 0)  # only the broker holding it knows which is current
+        with pytest.raises(TieringError, match=r"^--partition needs --topic$"):
+            ctx.tiered_partitions(None, 1)

@@ -3,15 +3,16 @@ with a ``kafka:`` section, the cluster (one admin client per context, closed wit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from tiering_core.config import PlatformConfig, TopicConfig
-from tiering_core.errors import PartitionNotInLogDirsError, TieringError
+from tiering_core.errors import NoRemoteDataError, PartitionNotInLogDirsError, TieringError
 from tiering_core.kafka.partition_log import CLUSTER_METADATA_TOPIC, PartitionLog, discover_partitions
-from tiering_core.kafka.topic import TopicPartition
+from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 
 if TYPE_CHECKING:
     from tiering_core.live.partition import LivePartition
@@ -134,6 +135,47 @@ class TieringContext:
         if self.cluster is not None:
             self.cluster.want(log.topic_partition for log in logs)
         return logs
+
+    def tiered_partitions(self, topic: str | None = None, partition: int | None = None) -> list[TopicIdPartition]:
+        """The partitions of the ``--topic/--partition`` selection the metadata store holds live
+        remote data of, whichever broker copied them (every topic id of each), by topic, partition
+        and topic id: what a process that serves no broker selects, reading no log dir. A topic or
+        partition named that the store holds none of is ``NoRemoteDataError`` naming it."""
+        if partition is not None and topic is None:
+            raise TieringError("--partition needs --topic")
+        found = sorted(
+            (
+                r.topic_id_partition
+                for r in self.metadata.list_partitions()
+                if r.live and topic in (None, r.topic) and partition in (None, r.partition)
+            ),
+            key=lambda tip: (tip.topic, tip.partition, tip.topic_id),
+        )
+        if not found and topic is not None:
+            raise NoRemoteDataError(topic if partition is None else f"{topic}-{partition}")
+        return found
+
+    def selected_partitions(
+        self, topic: str | None = None, partition: int | None = None
+    ) -> Sequence[TopicPartition | TopicIdPartition]:
+        """The selection of a run that needs the metadata store and the remote tier, not the
+        broker's disk: on a broker, its partitions in the log dirs; where the process serves no
+        broker (a cluster's default-queue worker), those the store holds (``tiered_partitions``)."""
+        if self.config.serves_no_broker:
+            return self.tiered_partitions(topic, partition)
+        return [log.topic_partition for log in self.partitions(topic, partition)]
+
+    def selected_partition(self, topic: str, partition: int) -> TopicPartition | TopicIdPartition:
+        """One named partition as ``selected_partitions`` takes it. Held by the store under several
+        topic ids (a topic made again, the old one's data not removed yet) it is an error naming
+        them: only the broker that holds the partition knows which one is current."""
+        found = self.selected_partitions(topic, partition)
+        if len(found) > 1:
+            raise TieringError(
+                f"{topic}-{partition}: the metadata store holds remote data of {len(found)} topic ids "
+                f"({', '.join(str(tp) for tp in found)}); run this on the broker that holds the partition"
+            )
+        return found[0]
 
     def partition_log(self, tp: TopicPartition) -> PartitionLog:
         """One partition's directory, looked up by name rather than by listing the log dirs."""

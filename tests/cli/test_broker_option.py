@@ -108,7 +108,8 @@ def test_unknown_or_wrong_broker_ids_are_one_line_errors(
         ("retention", False, True),
         ("delete-partition", False, True),
         ("delete-records", False, True),
-        ("rebuild-indexes", False, True),
+        ("rebuild-indexes", False, False),  # what the store holds; --local skips the broker's files
+        ("rewrite", False, False),
         ("segments", False, False),
         ("fetch", False, False),
         ("find-offset", False, False),
@@ -166,6 +167,18 @@ SEL_1 = ("--topic", "orders", "--partition", "1")  # broker 2's
         ),
         (("verify", *SEL_1), lambda out: [(r["partition"], r["ok"]) for r in out] == [(1, True), (1, True)]),
         (("export", "--topic", "orders"), lambda out: not out["failed"] and out["rows"] == 20),
+        (("export", *SEL_1), lambda out: not out["failed"] and out["rows"] == 10),
+        (  # the broker's own files are not read here: its remote segments only
+            ("rebuild-indexes", *SEL_1, "--local"),
+            lambda out: (out["partition"], out["segments"], out["ok"]) == (1, 2, 2),
+        ),
+        (  # nothing stored in another format: each partition's segments left as they are
+            ("rewrite", "--topic", "orders"),
+            lambda out: (
+                [(r["partition"], r["segments_current"], r["segments_rewritten"]) for r in out]
+                == [(0, 2, 0), (1, 2, 0)]
+            ),
+        ),
         (("status", "--cluster"), lambda out: [(r["partition"], r["best_broker"]) for r in out] == [(0, 1), (1, 2)]),
         (("retention", "--orphans"), lambda out: out == []),
         (("db", "current"), lambda out: bool(out["revision"])),
@@ -196,7 +209,15 @@ def test_a_tombstone_is_lifted_without_a_broker_id(tiered: Path, capsys: pytest.
 
 
 @pytest.mark.parametrize(
-    "argv", [("segments",), ("fetch", "--offset", "0"), ("verify",), ("find-offset", "--timestamp", "0")]
+    "argv",
+    [
+        ("segments",),
+        ("fetch", "--offset", "0"),
+        ("verify",),
+        ("find-offset", "--timestamp", "0"),
+        ("rebuild-indexes",),
+        ("rewrite",),
+    ],
 )
 def test_a_partition_the_store_does_not_know_is_named_not_a_missing_broker_id(
     tiered: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
@@ -204,6 +225,30 @@ def test_a_partition_the_store_does_not_know_is_named_not_a_missing_broker_id(
     code, _, err = run(capsys, "--config", str(tiered), *argv, "--topic", "orders", "--partition", "7")
     assert code == 1 and err.count("\n") == 1, err
     assert "partition orders-7 has no remote data (unknown to the metadata store)" in err
+
+
+def test_serving_no_broker_the_local_indexes_are_skipped_in_one_line_and_a_rewrite_takes_the_store_s_partitions(
+    tiered: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``rebuild-indexes --local`` where no log dir is read says why the broker's files are not
+    checked; ``rewrite`` with a new format re-encodes what each broker copied, reading no log dir."""
+    cfg = str(tiered)
+    code, out, err = run(capsys, "--config", cfg, "rebuild-indexes", *SEL_0, "--local", "--check-only")
+    skipped = [line for line in out.splitlines() if "local indexes" in line]
+    assert code == 0 and skipped == [
+        "rebuild-indexes: local indexes of 1 partition(s) skipped: this process serves no broker (no log dir to "
+        "read); the remote segments are checked"
+    ], (out, err)
+    doc = yaml.safe_load(tiered.read_text())
+    doc["remote"].update(chunk_size=8192, compression="zstd")
+    tiered.write_text(yaml.safe_dump(doc))
+    code, out, err = run(capsys, "--config", cfg, "--json", "rewrite", "--topic", "orders")
+    rewritten = [(r["partition"], r["segments_rewritten"], r["segments_current"]) for r in json.loads(out)]
+    assert code == 0 and rewritten == [(0, 2, 0), (1, 2, 0)], err
+    code, out, err = run(capsys, "--config", cfg, "--json", "verify")
+    assert code == 0 and len(json.loads(out)) == 4 and all(r["ok"] for r in json.loads(out)), err
+    code, _, err = run(capsys, "--config", cfg, "export", "--topic", "orders", "--partition", "7")
+    assert code == 1 and err == "tiering: topic orders partition 7 has no remote data\n"
 
 
 @pytest.mark.parametrize(
@@ -214,7 +259,6 @@ def test_a_partition_the_store_does_not_know_is_named_not_a_missing_broker_id(
         ("retention",),
         ("delete-partition", "--topic", "orders", "--partition", "0", "--yes"),
         ("delete-records", "--topic", "orders", "--partition", "0", "--before-offset", "3", "--yes"),
-        ("rebuild-indexes", "--topic", "orders", "--partition", "0"),
     ],
 )
 def test_commands_that_read_log_dirs_still_need_the_broker_id(

@@ -119,3 +119,12 @@ def test_every_copy_line_reads_as_the_run_always_said_it() -> None:
         ),
     }
     assert {event: event_line(event) for event in lines} == lines
+
+
+def test_the_broker_s_own_indexes_skipped_where_no_log_dir_is_read_is_one_line_saying_why() -> None:
+    from tiering_core.events.rebuild import LocalIndexesSkipped
+
+    assert event_line(LocalIndexesSkipped(3)) == (
+        "rebuild-indexes: local indexes of 3 partition(s) skipped: this process serves no broker (no log dir to "
+        "read); the remote segments are checked"
+    )

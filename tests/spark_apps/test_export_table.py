@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.engine_support import TieringEnv, write_segments
+from tests.engine_support import TieringEnv, serving_no_broker, write_segments
 from tests.export import support as export_support
 from tiering_core.config import load_config
 from tiering_core.export import load_catalog
@@ -84,6 +84,35 @@ def test_spark_export_holds_every_offset_once_and_a_rerun_commits_nothing(
     assert main(["--config", config, "--topic", "orders"], spark=spark) == 0  # up to date
     table.refresh()
     assert len(table.snapshots()) == snapshots
+
+
+def test_a_worker_serving_no_broker_exports_what_the_metadata_store_holds(
+    tmp_path: Path, fs_env: TieringEnv, spark, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's default-queue worker, without the broker's disk: the selection is what the
+    store holds (as ``tiering export`` there), and a partition it holds nothing of is named."""
+    import shutil
+
+    from spark_apps.export_table import main
+
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    with_export(fs_env, tmp_path)
+    expected = tiered(fs_env, "orders", 2, 2)
+    cluster = str(serving_no_broker(fs_env.config_path, tmp_path))
+    shutil.rmtree(fs_env.log_dir)  # no broker disk on this host
+    assert main(["--config", cluster, "--partitions", "orders-1"], spark=spark) == 0
+    _, found = read_back(fs_env.config_path, "orders")
+    assert {p: sorted(o) for p, o in found.items()} == {1: sorted(expected[1])}
+    assert main(["--config", cluster, "--topic", "orders"], spark=spark) == 0
+    table, found = read_back(fs_env.config_path, "orders")
+    assert {p: sorted(o) for p, o in found.items()} == {p: sorted(o) for p, o in expected.items()}
+    snapshots = len(table.snapshots())
+    capsys.readouterr()
+    assert main(["--config", cluster, "--partitions", "orders-0,orders-7"], spark=spark) == 1
+    err = capsys.readouterr().err
+    assert err == "export_table: failed: partition orders-7 has no remote data (unknown to the metadata store)\n"
+    table.refresh()
+    assert len(table.snapshots()) == snapshots  # refused before anything was exported
 
 
 def spark_submit(args: list[str], cwd: Path) -> subprocess.Popen[str]:

@@ -447,3 +447,76 @@ def test_tiering_gap_fails_after_copying_the_rest(tmp_path: Path, spark) -> None
         assert [[g.start, g.end] for g in ctx.metadata.list_gaps(tip0)] == [[20, 29]]
         finished = [(s.start_offset, s.end_offset) for s in ctx.metadata.list_segments(tip0) if s.state == FINISHED]
     assert finished == [(0, 9), (10, 19), (30, 39), (40, 49)]
+
+
+# --- what the run records, and the copy quota ------------------------------------------------
+
+
+def observed(config: Path) -> dict[str, dict[int, tuple[object, ...]]]:
+    """Per partition, per broker: what the latest observation recorded of it (its time aside)."""
+    with TieringContext.open(load_config(config)) as ctx:
+        replicas = ctx.metadata.latest_observations().replicas
+    fields = ("high_watermark", "last_stable_offset", "log_end_offset", "local_log_start_offset", "local_bytes")
+    lags = ("leader_epoch", "copy_lag_segments", "copy_lag_bytes", "remote_segments", "remote_bytes")
+    return {
+        str(tip.topic_partition): {b: tuple(getattr(o, f) for f in (*fields, *lags)) for b, o in by_broker.items()}
+        for tip, by_broker in replicas.items()
+    }
+
+
+def test_the_app_records_its_broker_s_observations_as_tiering_copy_does(
+    tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The single-broker form: the run records under the broker its log dir's ``meta.properties``
+    names, the same observations ``tiering copy`` records of the same log dir."""
+    from spark_apps.parallel_upload import main
+    from tiering_core.cli import main as tiering
+    from tiering_core.config import implied_broker_id
+
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    log_dir = make_log_dir(tmp_path, partitions=2)
+    sequential = make_config(tmp_path, log_dir, "seq")
+    parallel = make_config(tmp_path, log_dir, "par")
+    assert tiering(["--config", str(sequential), "copy"]) == 0
+    assert main(["--config", str(parallel)], spark=spark) == 0
+    broker = implied_broker_id(load_config(parallel))
+    found = observed(parallel)
+    assert broker is not None and sorted(found) == ["orders-0", "orders-1"]
+    assert all(list(by_broker) == [broker] for by_broker in found.values())
+    assert all(row[6] == 0 for by_broker in found.values() for row in by_broker.values())  # no copy lag left
+    assert found == observed(sequential)
+
+
+def test_the_uploads_on_spark_keep_together_to_the_broker_s_copy_quota(
+    tmp_path: Path, spark, s3_endpoint: S3Endpoint
+) -> None:
+    """``remote.log.manager.copy.max.bytes.per.second`` bounds the bytes the endpoint receives from
+    all the tasks together, counted there as they arrive (uploads stream, taking tokens as they
+    read): over any few seconds no more than the cap allows plus a burst, and over the run no
+    more than the cap since it started. Each slot sends at its part of the driver's share; at the
+    whole cap each, the two uploads here would arrive twice as fast."""
+    from spark_apps.parallel_upload import main
+    from tests.storage.countproxy import CountingProxy
+    from tests.storage.quota_support import COPY_KEY, MiB, quota_env
+
+    cap, window = 2 * MiB, 3.0
+    with CountingProxy.before(s3_endpoint.url) as proxy:
+        env = quota_env(tmp_path, s3_endpoint.new_bucket(), proxy.url, {COPY_KEY: cap})
+        for partition in range(2):  # one closed segment of about 8 MiB each: both slots upload at once
+            w = env.writer("orders", partition)
+            w.append_records(8 * 1000, value_size=1000, per_batch=50)
+            w.roll()
+            w.set_high_watermark()
+        started = time.monotonic()
+        assert main(["--config", str(env.config_path), "--parallelism", "2"], spark=spark) == 0
+        elapsed = time.monotonic() - started
+        with env.context() as ctx:
+            tips = [r.topic_id_partition for r in ctx.metadata.list_partitions()]
+            stored = sum(s.size_bytes for tip in tips for s in ctx.metadata.list_segments(tip))
+        received, span = proxy.uploaded.total, proxy.uploaded.span()
+        busiest = proxy.uploaded.max_over_windows(window)
+    assert span is not None and received >= stored > 15 * MiB  # every segment through the endpoint
+    burst = cap  # one second of each slot's part of the cap, both slots at once
+    assert busiest <= cap * window + burst + MiB // 2, (busiest, window)
+    assert received <= cap * (span[1] - started) + burst, (received, span[1] - started)
+    assert elapsed >= (stored - burst) / cap  # no faster than the cap allows (a busy machine is only slower)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.engine_support import TieringEnv, expire_lease, tip_of
+from tests.engine_support import TieringEnv, expire_lease, serving_no_broker, tip_of
 from tests.runs.test_rebuild import (
     MAX_TIMESTAMP_MSB,
     broker_file,
@@ -22,6 +22,7 @@ from tiering_core.storage.layout import ObjectKind
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 INDEXES = (ObjectKind.OFFSET_INDEX, ObjectKind.TIME_INDEX, ObjectKind.TRANSACTION_INDEX)
+TIME_INDEX = ObjectKind.TIME_INDEX
 
 
 def s3_env(tmp_path: Path, endpoint: S3Endpoint) -> TieringEnv:
@@ -171,3 +172,48 @@ def test_a_rebuild_on_spark_counts_its_remote_reads_and_index_repairs(tmp_path: 
     reads = metrics.counters_by_broker[NO_BROKER]
     assert (reads.fetch_requests, reads.fetch_errors, reads.index_repairs) == (3, 0, 1)
     assert reads.fetch_bytes == seg0.size_bytes + seg1.size_bytes + seg2.size_bytes  # each .log read whole once
+
+
+def test_a_worker_serving_no_broker_repairs_what_the_store_holds_and_says_local_indexes_are_skipped(
+    tmp_path: Path, spark, s3_endpoint, capsys, monkeypatch
+) -> None:
+    """A cluster's default-queue worker, without the broker's disk: every partition of the topic
+    the store holds is checked and repaired; ``--local`` is skipped in one line saying why; a
+    partition the store holds nothing of is named, before anything is held or changed."""
+    import shutil
+
+    from spark_apps.rebuild_indexes import main
+
+    monkeypatch.delenv("TIERING_BROKER_ID", raising=False)
+    env = s3_env(tmp_path, s3_endpoint)
+    writers = [build_partition(env, p) for p in range(2)]
+    expected: dict[int, dict[int, bytes | None]] = {}
+    with env.context() as ctx:
+        for w in writers:
+            run_copy(ctx, w.tp)
+            tiered = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
+            expected[w.tp.partition] = {s.start_offset: broker_file(w, s.start_offset, TIME_INDEX) for s in tiered}
+        damaged = tiered[1]  # orders-1's second segment loses its time index
+        ctx.storage.delete_keys([segment_ref(damaged).key(TIME_INDEX, ctx.storage.prefix)])
+        before = [(s.segment_id, s.state) for s in ctx.metadata.list_segments(tip_of(writers[1]))]
+    cluster = str(serving_no_broker(env.config_path, tmp_path))
+    shutil.rmtree(env.log_dir)  # no broker disk on this host
+    capsys.readouterr()
+    assert main(["--config", cluster, "--partitions", "orders-1,orders-9", "--local"], spark=spark) == 1
+    err = capsys.readouterr().err
+    assert err == "rebuild_indexes: failed: partition orders-9 has no remote data (unknown to the metadata store)\n"
+    with env.context() as ctx:  # nothing held, nothing changed
+        assert [(s.segment_id, s.state) for s in ctx.metadata.list_segments(tip_of(writers[1]))] == before
+    assert main(["--config", cluster, "--topic", "orders", "--local"], spark=spark) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if "local indexes" in line] == [
+        "rebuild-indexes: local indexes of 2 partition(s) skipped: this process serves no broker (no log dir to "
+        "read); the remote segments are checked"
+    ]
+    assert sum(": repaired: " in line for line in out) == 1, out
+    with env.context() as ctx:
+        for w in writers:
+            finished = [s for s in ctx.metadata.list_segments(tip_of(w)) if s.state == FINISHED]
+            assert damaged.segment_id not in {s.segment_id for s in finished} and len(finished) == 3
+            stored = {s.start_offset: ctx.storage.fetch(segment_ref(s), TIME_INDEX) for s in finished}
+            assert stored == expected[w.tp.partition]  # byte for byte what the broker wrote

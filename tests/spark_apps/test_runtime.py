@@ -115,53 +115,6 @@ def test_jobs_are_cancelled_when_their_consumer_stops_early(tmp_path: Path, spar
     assert sorted(p.name for p in markers.iterdir()) == ["0", "1", "2"]  # nor afterwards
 
 
-def _shared_bundle_path(tempdir: Path) -> Path:
-    """Where the bundle used to be looked up: a name any local user can compute."""
-    import hashlib
-
-    from spark_apps import runtime
-
-    digest = hashlib.sha256()
-    for package in runtime.SHIPPED_PACKAGES:
-        for path in sorted((runtime.REPO_ROOT / package).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed", ".ini", ".mako"):
-                digest.update(str(path.relative_to(runtime.REPO_ROOT)).encode())
-                digest.update(path.read_bytes())
-    return tempdir / f"tiering-spark-{digest.hexdigest()[:16]}.zip"
-
-
-def test_the_code_bundle_is_built_in_a_private_directory_never_at_a_planted_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Another local user may plant a zip at a predictable path in the shared temp dir: the
-    executors would import it first. The bundle is only ever written into a fresh directory that
-    is this user's and closed to everyone else."""
-    import os
-    import stat
-    import tempfile
-    import zipfile
-
-    from spark_apps import runtime
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(runtime, "_BUNDLE", None, raising=False)
-    planted = _shared_bundle_path(tmp_path)
-    with zipfile.ZipFile(planted, "w") as archive:
-        archive.writestr("tiering_core/__init__.py", "raise SystemExit('planted code ran')\n")
-    planted_bytes = planted.read_bytes()
-
-    bundle = runtime._package_zip()
-    assert bundle != planted and bundle.parent != tmp_path
-    assert planted.read_bytes() == planted_bytes  # neither used nor touched
-    info = bundle.parent.stat()
-    assert info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700
-    assert sorted(p.name for p in bundle.parent.iterdir()) == [bundle.name]  # no staging file beside it
-    with zipfile.ZipFile(bundle) as archive:
-        shipped = archive.read("tiering_core/__init__.py")
-    assert shipped == (runtime.REPO_ROOT / "tiering_core" / "__init__.py").read_bytes()
-    assert runtime._package_zip() == bundle  # built once per process
-
-
 def test_the_spark_executor_runs_each_item_against_the_workers_storage_and_names_a_failed_task(
     tmp_path: Path, spark
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.engine_support import TieringEnv, tip_of, write_segments
+from tests.engine_support import TieringEnv, serving_no_broker, tip_of, write_segments
 from tests.services import S3Endpoint
 from tests.spark_apps.test_rebuild_indexes import s3_env
 from tiering_core.engine.segment_ops import segment_ref
@@ -62,15 +62,10 @@ def test_a_worker_serving_no_broker_verifies_what_the_metadata_store_holds(tmp_p
     """A cluster's default-queue worker has no broker disk and no broker id: the app verifies the
     selected partitions the metadata store holds remote data of, as ``tiering verify`` does there,
     instead of refusing for want of ``--broker``."""
-    import yaml
-
     from spark_apps.verify_segments import main
 
     env, _ = tiered_orders(tmp_path, s3_endpoint)
-    doc = yaml.safe_load(env.config_path.read_text())
-    doc["brokers"] = {1: {"log_dirs": doc.pop("log_dirs")}, 2: {"log_dirs": [str(tmp_path / "broker-2")]}}
-    cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(yaml.safe_dump(doc))
+    cluster = serving_no_broker(env.config_path, tmp_path)
     assert main(["--config", str(cluster), "--topic", "orders"], spark=spark) == 0
     assert main(["--config", str(cluster), "--partitions", "orders-1"], spark=spark) == 0
     assert main(["--config", str(cluster), "--topic", "payments"], spark=spark) == 1  # nothing tiered: named

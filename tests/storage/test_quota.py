@@ -13,9 +13,11 @@ from collections.abc import Callable
 import pytest
 
 from tiering_core.storage.quota import (
+    SplitQuota,
     StorageQuotas,
     ThrottleStats,
     TokenBucket,
+    capped_copies,
     release_bucket,
     shared_bucket,
     throttled,
@@ -143,6 +145,38 @@ def test_the_cap_is_split_among_the_live_holders_re_read_when_due() -> None:
     assert bucket.rate == 1000 and len(share.refreshes) == 2
     bucket.close()
     assert share.left == [bucket.stats]
+
+
+def test_a_process_handing_its_bytes_to_workers_splits_its_share_among_them_and_stays_a_holder() -> None:
+    """A Spark driver sends nothing itself: asking the split heartbeats its holder entry when due
+    (no take needed), and each of its slots gets the share over the slots."""
+    clock = FakeClock()
+    holders = [2]
+    share = FakeShare(lambda: holders[0])
+    split = SplitQuota(bucket_on(clock, 1200, share=share, refresh_seconds=5.0), 3)
+    assert split.rate() == 200 and len(share.refreshes) == 1  # 1200 over 2 holders, over 3 slots
+    holders[0] = 1
+    assert split.rate() == 200 and len(share.refreshes) == 1  # not due yet
+    clock.advance(5)
+    assert split.rate() == 400 and len(share.refreshes) == 2
+    assert SplitQuota(None, 3).rate() is None  # uncapped
+
+
+def test_a_worker_s_uploads_go_through_a_bucket_of_its_own_rate_for_the_block_only() -> None:
+    class Storage:
+        quotas = StorageQuotas(fetch=TokenBucket(10))
+
+    storage = Storage()
+    before = storage.quotas
+    with capped_copies(storage, 250.7):
+        copy = storage.quotas.copy
+        assert copy is not None and copy.rate == 250 and storage.quotas.fetch is before.fetch
+    assert storage.quotas is before
+    with capped_copies(storage, None):
+        assert storage.quotas is before
+    with pytest.raises(RuntimeError), capped_copies(storage, 100):
+        raise RuntimeError("the upload failed")
+    assert storage.quotas is before
 
 
 def test_a_failing_share_keeps_the_last_known_share_and_says_so(caplog: pytest.LogCaptureFixture) -> None:

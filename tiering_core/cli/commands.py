@@ -39,11 +39,10 @@ def _output(args: argparse.Namespace) -> Output:
 #: Commands that read the broker's log dirs: with several brokers configured they need to know
 #: which one this process serves (``--broker`` or ``TIERING_BROKER_ID``). ``status --cluster``,
 #: ``retention --orphans`` and ``delete-partition --lift-tombstone`` read none; nor do the other
-#: commands (segments, fetch, find-offset, verify, restore, export, db), which then work on the
-#: metadata store and the remote tier alone.
-LOG_DIR_COMMANDS = frozenset(
-    {"status", "copy", "retention", "delete-partition", "delete-records", "rebuild-indexes", "rewrite"}
-)
+#: commands (segments, fetch, find-offset, verify, restore, export, rebuild-indexes, rewrite,
+#: replay, db), which then work on what the metadata store holds and the remote tier alone
+#: (``TieringContext.selected_partitions``; ``rebuild-indexes --local`` skips the broker's files).
+LOG_DIR_COMMANDS = frozenset({"status", "copy", "retention", "delete-partition", "delete-records"})
 #: The flag of a log-dir command under which it reads none.
 NO_LOG_DIR_FLAGS = {
     "status": ("cluster",),
@@ -230,12 +229,12 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
     failures: list[str] = []
     results = []
     with _context(args) as ctx:
-        partitions = ctx.partitions(args.topic, args.partition)
-        for partition_log in partitions:
+        partitions = ctx.selected_partitions(args.topic, args.partition)
+        for partition in partitions:
             try:
-                results.append(run_rewrite(ctx, partition_log.topic_partition))
+                results.append(run_rewrite(ctx, partition))
             except TieringError as exc:
-                failures.append(f"{partition_log.topic_partition}: {exc}")
+                failures.append(f"{partition}: {exc}")
     summary = format_rewrite_summary(results, len(partitions), len(failures))
     _emit(args, [r.to_dict() for r in results], lambda: with_summary(format_rewrite(results), summary))
     for failure in failures:
@@ -302,7 +301,6 @@ def cmd_segments(args: argparse.Namespace) -> int:
 def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
     import time
 
-    from tiering_core.kafka.topic import TopicPartition
     from tiering_core.report.results import format_index_check, format_rebuild_summary
     from tiering_core.runs.rebuild import rebuild_partition_indexes
 
@@ -310,7 +308,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace) -> int:
     with _context(args) as ctx:
         result = rebuild_partition_indexes(
             ctx,
-            TopicPartition(args.topic, args.partition),
+            ctx.selected_partition(args.topic, args.partition),
             repair=not args.check_only,
             local=args.local,
             events=_events(args),

@@ -1,5 +1,6 @@
-"""What a rebuild of segment indexes tells: its plan, a partition another run holds, and each
-segment's verdict (the values ``tiering rebuild-indexes`` and the Spark app report)."""
+"""What a rebuild of segment indexes tells: its plan, a partition another run holds, the broker's
+segments skipped where no log dir is read, and each segment's verdict (the values ``tiering
+rebuild-indexes`` and the Spark app report)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,14 @@ class RebuildPlanned(RunEvent):
     remote_bytes: int
     local_segments: int
     repair: bool
+
+
+@dataclass(frozen=True)
+class LocalIndexesSkipped(RunEvent):
+    """The broker's own segments were asked for (``local``) but this process serves no broker:
+    it has no log dir to read, so only the remote segments of ``partitions`` are checked."""
+
+    partitions: int
 
 
 @dataclass(frozen=True)

@@ -87,32 +87,17 @@ def partitions_to_verify(
     id of their directory); where the process serves no broker, every partition the metadata store
     holds live remote data of, whichever broker copied it (verify reads no log dir); so does a
     broker for a topic or partition named that its log dirs no longer hold (its data is in the tier)."""
-    if partition is not None and topic is None:
-        raise TieringError("--partition needs --topic")
     if not ctx.config.serves_no_broker:
         try:
             return [TopicIdPartition(log.topic_id, log.topic_partition) for log in ctx.partitions(topic, partition)]
         except TieringError as gone:
-            held = _held_by_the_store(ctx, topic, partition) if topic is not None else []
-            if not held:
+            if topic is None:
+                raise
+            try:
+                return ctx.tiered_partitions(topic, partition)
+            except NoRemoteDataError:
                 raise gone from None
-            return held
-    found = _held_by_the_store(ctx, topic, partition)
-    if not found and topic is not None:
-        raise NoRemoteDataError(topic if partition is None else f"{topic}-{partition}")
-    return found
-
-
-def _held_by_the_store(ctx: TieringContext, topic: str | None, partition: int | None) -> list[TopicIdPartition]:
-    """The partitions of the selection the metadata store holds live remote data of."""
-    return sorted(
-        (
-            r.topic_id_partition
-            for r in ctx.metadata.list_partitions()
-            if r.live and topic in (None, r.topic) and partition in (None, r.partition)
-        ),
-        key=lambda tip: (tip.topic, tip.partition, tip.topic_id),
-    )
+    return ctx.tiered_partitions(topic, partition)
 
 
 def segments_to_verify(ctx: TieringContext, tp: TopicPartition | TopicIdPartition) -> list[RemoteLogSegmentMetadata]:

@@ -45,7 +45,7 @@ from tiering_core.events.export import (
     SegmentWouldExport,
 )
 from tiering_core.events.read import RestoringFromTierAlone, SegmentRestored, SegmentVerified, VerifyPlanned
-from tiering_core.events.rebuild import IndexChecked, PartitionBusy, RebuildPlanned
+from tiering_core.events.rebuild import IndexChecked, LocalIndexesSkipped, PartitionBusy, RebuildPlanned
 from tiering_core.events.replay import ReplayCommitted, ReplayFinished, ReplayGap, ReplayStarted
 from tiering_core.events.retention import PartitionRetentionOutcome
 from tiering_core.humanize import fmt_age, fmt_bytes
@@ -67,6 +67,14 @@ def _rebuild_planned(event: RebuildPlanned) -> str:
         f"rebuild-indexes: {event.remote_segments} remote segment(s) ({fmt_bytes(event.remote_bytes)}) and "
         f"{event.local_segments} local segment(s) of {event.partitions} partition(s); "
         f"mode {'repair' if event.repair else 'check'}"
+    )
+
+
+@event_line.register
+def _local_indexes_skipped(event: LocalIndexesSkipped) -> str:
+    return (
+        f"rebuild-indexes: local indexes of {event.partitions} partition(s) skipped: this process serves no "
+        "broker (no log dir to read); the remote segments are checked"
     )
 
 

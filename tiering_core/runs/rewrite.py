@@ -73,12 +73,22 @@ class RewriteResult:
 
 
 def run_rewrite(
-    ctx: TieringContext, tp: TopicPartition, *, run_id: str | None = None, attempt: TaskAttempt | None = None
+    ctx: TieringContext,
+    partition: TopicPartition | TopicIdPartition,
+    *,
+    run_id: str | None = None,
+    attempt: TaskAttempt | None = None,
 ) -> RewriteResult:
-    """Re-encode ``tp``'s finished remote segments not stored in the current format."""
+    """Re-encode ``partition``'s finished remote segments not stored in the current format; named
+    without its topic id, it is the one in this broker's log dirs (with it, as the metadata store
+    holds it: a process that serves no broker reads no log dir, ``TieringContext.selected_partitions``)."""
     started = time.monotonic()
+    if isinstance(partition, TopicIdPartition):
+        tip = partition
+    else:
+        tip = TopicIdPartition(ctx.partition_log(partition).topic_id, partition)
+    tp = tip.topic_partition
     result = RewriteResult(tp.topic, tp.partition)
-    tip = TopicIdPartition(ctx.partition_log(tp).topic_id, tp)
     run = run_id or uuid.uuid4().hex
     ctx.storage.require_writable()
     ctx.metadata.register_partition(tip)

@@ -21,7 +21,8 @@ import io
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
@@ -128,6 +129,13 @@ class TokenBucket:
         with self._lock:
             return self._stats
 
+    def current_rate(self) -> float:
+        """This process's share of the cap now, its holder entry heartbeated when due: a process
+        whose bytes others send (a Spark driver, whose tasks upload) stays a holder of the cap
+        while it hands the work out, and splits its share among them."""
+        self._maybe_refresh()
+        return self.rate
+
     def set_cap(self, cap: int) -> None:
         with self._lock:
             self._refill(self._clock())
@@ -212,6 +220,38 @@ class StorageQuotas:
     def take_fetch(self, n: int) -> None:
         if self.fetch is not None and n > 0:
             self.fetch.take(n)
+
+
+class SplitQuota:
+    """A process's share of a cap, split evenly among the ``slots`` workers it hands the bytes to
+    (a Spark driver's tasks, each uploading in a Python worker of its own): the process stays one
+    holder of the cap (``TokenBucket.current_rate``, heartbeated as long as ``rate`` is asked),
+    and each worker sends through a bucket of ``rate()``, read as its work is handed out
+    (``capped_copies``). At most ``slots`` run at once, so together they send no more than the
+    process's share; a share that shrinks meanwhile binds from the next piece of work on."""
+
+    def __init__(self, bucket: TokenBucket | None, slots: int) -> None:
+        self.bucket = bucket
+        self.slots = max(1, slots)
+
+    def rate(self) -> float | None:
+        """Each worker's bytes per second now (None: uncapped)."""
+        return None if self.bucket is None else self.bucket.current_rate() / self.slots
+
+
+@contextmanager
+def capped_copies(holder: Any, bytes_per_second: float | None) -> Iterator[None]:
+    """``holder``'s (a storage's) uploads through a bucket of ``bytes_per_second`` of its own while
+    the block runs (None: as they are), its quotas put back after."""
+    if bytes_per_second is None:
+        yield
+        return
+    before: StorageQuotas = holder.quotas
+    holder.quotas = StorageQuotas(copy=TokenBucket(max(1, int(bytes_per_second))), fetch=before.fetch)
+    try:
+        yield
+    finally:
+        holder.quotas = before
 
 
 class ThrottledReader(io.RawIOBase):

@@ -9,8 +9,11 @@ Every finished remote segment of the topic (or of one partition) not stored as a
 would be is copied again under a new segment id, switched in one transaction and its old objects
 deleted, as ``tiering rewrite`` does (docs/segment-format.md). A killed or failed try is resumed
 by its retry, which takes over its lease. The task reads the log dirs of the worker's broker
-(``TIERING_BROKER_ID``, or the only one). Its tasks run on ``dags.rewrite.queue``; built apart from
-the topics' DAGs it loads even when the config is broken (``tiering_airflow.dags.factory``).
+(``TIERING_BROKER_ID``, or the only one); on a worker that serves none of a cluster's brokers (the
+default queue) it reads no log dir and rewrites the partitions the metadata store holds of the
+topic (a partition it holds nothing of fails the task naming it). Its tasks run on
+``dags.rewrite.queue``; built apart from the topics' DAGs it loads even when the config is broken
+(``tiering_airflow.dags.factory``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def build(settings: DagConfig) -> DAG:
                 type=["null", "integer"],
                 minimum=0,
                 title="Partition",
-                description="Only this partition (default: every partition of the topic on this broker).",
+                description="Only this partition (default: every one of the topic on this broker, or in the tier).",
             ),
         },
         "rewrite",

@@ -14,7 +14,9 @@
   per remote segment writes its data files, the driver commits them; a rerun finishes what a
   killed run left).
 
-Params select the partitions (empty: all in the log dirs). The Spark master comes from the
+Params select the partitions (empty: all in the log dirs; on a worker that serves none of a
+cluster's brokers, verify, rebuild and export take them from the metadata store instead, and a
+partition it holds nothing of fails the run naming it). The Spark master comes from the
 ``spark_default`` connection (``local[2]``, ``spark://...``, ``yarn``, ``k8s://...``); without
 that connection it is ``local[*]``. S3 credentials come from the ``aws_default`` connection at
 run time (see ``tiering_airflow/operators/spark.py``). The config file is the deployment's only:

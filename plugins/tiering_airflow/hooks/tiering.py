@@ -12,7 +12,7 @@ endpoint from its extra ``endpoint_url``; the metadata DB password may come from
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,7 @@ from airflow.sdk import BaseHook
 if TYPE_CHECKING:
     from tiering_core.config import PlatformConfig
     from tiering_core.context import AwsCredentials, TieringContext
-    from tiering_core.kafka.topic import TopicPartition
+    from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 
 CONFIG_ENV = "TIERING_CONFIG"
 CONFIG_VARIABLE = "tiering_config"
@@ -194,6 +194,22 @@ def broker_config(hook: TieringHook) -> PlatformConfig:
     try:
         return hook.get_config()
     except TaskBrokerError as exc:
+        raise AirflowFailException(str(exc)) from exc
+
+
+def task_partitions(
+    ctx: TieringContext, topic: str, partition: int | None
+) -> Sequence[TopicPartition | TopicIdPartition]:
+    """The partitions a task that needs no log dir works on (``TieringContext.selected_partitions``:
+    on a worker serving no broker, those the metadata store holds); a topic or partition found
+    neither in the log dirs nor in the store fails the task without retries (none would find it)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tiering_core.errors import TieringError
+
+    try:
+        return ctx.selected_partitions(topic, partition)
+    except TieringError as exc:
         raise AirflowFailException(str(exc)) from exc
 
 

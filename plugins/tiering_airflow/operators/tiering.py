@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow.sdk import BaseOperator
 
-from tiering_airflow.hooks.tiering import TieringHook, broker_config, broker_hook, observing_broker
+from tiering_airflow.hooks.tiering import TieringHook, broker_config, broker_hook, observing_broker, task_partitions
 
 if TYPE_CHECKING:
     from tiering_core.config import PlatformConfig
@@ -394,8 +394,8 @@ class TieringDeleteRecordsOperator(TieringPartitionOperator):
 class TieringRewriteOperator(TieringBrokerOperator):
     """Re-encode a topic's remote segments (or one partition's) in the current ``remote:`` format
     (``runs.rewrite``): a key rotation or a compression backfill. ``partition`` None (or rendered
-    "None") covers every partition of the topic in this broker's log dirs. A partition held by
-    another run, or a passing fault, fails the task, and its retry resumes where it stopped."""
+    "None") covers every one of the topic in the log dirs (on a worker serving no broker: the store's,
+    ``task_partitions``). One held by another run, or a passing fault, fails the task; its retry resumes."""
 
     template_fields: Sequence[str] = ("topic", "partition", "config_path", "aws_conn_id", "broker_id")
 
@@ -412,10 +412,8 @@ class TieringRewriteOperator(TieringBrokerOperator):
         hook = self.hook()
         results = []
         with hook.get_conn(broker_config(hook)) as ctx:
-            for partition_log in ctx.partitions(self.topic, partition):
-                result = run_rewrite(
-                    ctx, partition_log.topic_partition, run_id=context["run_id"], attempt=task_attempt(context)
-                )
+            for selected in task_partitions(ctx, self.topic, partition):
+                result = run_rewrite(ctx, selected, run_id=context["run_id"], attempt=task_attempt(context))
                 self.log.info("%s", format_rewrite([result]))
                 results.append(result.to_dict())
         return results

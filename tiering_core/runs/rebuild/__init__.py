@@ -10,6 +10,7 @@ from tiering_core.events.rebuild import (
     IndexChecked,
     IndexFinding,
     IndexStatus,
+    LocalIndexesSkipped,
     PartitionBusy,
     RebuildPlanned,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "IndexFinding",
     "IndexStatus",
     "LocalIndexTask",
+    "LocalIndexesSkipped",
     "PartitionBusy",
     "RebuildPlanned",
     "RebuildReport",

@@ -43,7 +43,7 @@ from tiering_core.engine.lease import HeldPartition, held_partition
 from tiering_core.engine.segment_ops import recover_failed_copies
 from tiering_core.errors import TieringError
 from tiering_core.events import EventSink, discard
-from tiering_core.events.rebuild import IndexChecked, PartitionBusy, RebuildPlanned
+from tiering_core.events.rebuild import IndexChecked, LocalIndexesSkipped, PartitionBusy, RebuildPlanned
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError, LeaseHeldError
 from tiering_core.metadata.store import RemoteLogSegmentMetadata
@@ -52,6 +52,7 @@ from tiering_core.metrics.tally import Tally, tallied
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
+    from tiering_core.kafka.partition_log import PartitionLog
     from tiering_core.metadata.store import Lease
     from tiering_core.storage.remote import RemoteStorage
 from tiering_core.events.rebuild import IndexCheck, IndexStatus
@@ -226,21 +227,24 @@ class RebuildRun:
         self.failures: list[str] = []
         self._hold = ExitStack()  # every partition's lease and tally, until the remote work ends
 
-    def plan(self, partitions: Sequence[TopicPartition]) -> None:
-        """Hold each partition, clean up what killed runs left, and list its segments."""
+    def plan(self, partitions: Sequence[TopicPartition | TopicIdPartition]) -> None:
+        """Hold each partition, clean up what killed runs left, and list its segments. A partition
+        given with its topic id is taken as the metadata store holds it, reading no log dir (a
+        process that serves no broker); its broker's own segments are then skipped, said once."""
+        skipped = 0
         for tp in partitions:
-            partition_log = self.ctx.partition_log(tp)
-            interval = self.ctx.config.topic_config(tp.topic).index_interval_bytes
-            part = PartitionRebuild(
-                RebuildResult(tp.topic, tp.partition, self.repair), TopicIdPartition(partition_log.topic_id, tp)
-            )
+            tip, partition_log = self._located(tp)
+            interval = self.ctx.config.topic_config(tip.topic).index_interval_bytes
+            part = PartitionRebuild(RebuildResult(tip.topic, tip.partition, self.repair), tip)
             self.parts.append(part)
-            if self.local:
+            if self.local and partition_log is not None:
                 part.local = local_index_tasks(partition_log, interval)
+            elif self.local:
+                skipped += 1
             part.held = hold_for_rebuild(self.ctx, part.tip, self.run_id, self._hold)
             if part.held is None:
                 part.result.busy = True
-                self.events(PartitionBusy(tp, self.local))
+                self.events(PartitionBusy(tip.topic_partition, partition_log is not None and self.local))
                 continue
             # Each examination reads the segment (a remote fetch request); each index file a
             # repair replaced is an index repair: counted, and stored before the partition is let go.
@@ -248,6 +252,8 @@ class RebuildRun:
             if self.repair:
                 clean_up_before_repair(self.ctx, part.tip, part.held.lease, part.result)
             part.remote = remote_index_tasks(self.ctx.metadata, part.tip, interval)
+        if skipped:
+            self.events(LocalIndexesSkipped(skipped))
         remote = [t for part in self.parts for t in part.remote]
         self.events(
             RebuildPlanned(
@@ -258,6 +264,14 @@ class RebuildRun:
                 self.repair,
             )
         )
+
+    def _located(self, tp: TopicPartition | TopicIdPartition) -> tuple[TopicIdPartition, PartitionLog | None]:
+        """The partition with its topic id, and its directory in the log dirs (None: given by
+        its topic id, the log dirs are not read)."""
+        if isinstance(tp, TopicIdPartition):
+            return tp, None
+        partition_log = self.ctx.partition_log(tp)
+        return TopicIdPartition(partition_log.topic_id, tp), partition_log
 
     def lease(self, part: PartitionRebuild, *, renew: bool = False) -> Lease | None:
         """The partition's lease while the run holds it (``renew``: renewed now, before a write,
@@ -417,7 +431,7 @@ class RebuildRun:
 
 def rebuild_indexes(
     ctx: TieringContext,
-    partitions: Sequence[TopicPartition],
+    partitions: Sequence[TopicPartition | TopicIdPartition],
     executor: Executor,
     *,
     repair: bool = True,
@@ -425,8 +439,9 @@ def rebuild_indexes(
     run_id: str | None = None,
     events: EventSink = discard,
 ) -> RebuildReport:
-    """Check (and repair) the indexes of every finished remote segment of ``partitions``;
-    ``local`` adds the broker's. One ``IndexChecked`` per segment; the caller prints the summary."""
+    """Check (and repair) the indexes of every finished remote segment of ``partitions`` (those
+    given with their topic id as the store holds them); ``local`` adds the broker's. One
+    ``IndexChecked`` per segment; the caller prints the summary."""
     started = time.monotonic()
     run = RebuildRun(ctx, repair=repair, local=local, run_id=run_id or uuid.uuid4().hex, events=events)
     try:
@@ -440,7 +455,7 @@ def rebuild_indexes(
 
 def rebuild_partition_indexes(
     ctx: TieringContext,
-    tp: TopicPartition,
+    tp: TopicPartition | TopicIdPartition,
     *,
     repair: bool = True,
     local: bool = False,
