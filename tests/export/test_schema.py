@@ -12,7 +12,7 @@ from tiering_core.export.schema import iceberg_schema, storage_type, typed_array
 
 
 def test_the_export_columns_keep_their_field_ids() -> None:
-    schema = iceberg_schema()
+    schema = iceberg_schema(DATA_SCHEMA)
     assert [f.name for f in schema.fields] == DATA_SCHEMA.names
     assert [schema.find_field(n).field_id for n in ("topic", "partition", "offset", "timestamp")] == [1, 2, 3, 4]
     assert schema.find_field("headers").field_id == 8 and schema.find_field("leader_epoch").field_id == 12

@@ -8,12 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from tiering_core.export.table import DATA_SCHEMA
 
-
-def iceberg_schema(columns: pa.Schema = DATA_SCHEMA) -> Any:
-    """``columns`` (default ``DATA_SCHEMA``) as an Iceberg schema, field ids assigned in order
-    (depth first: a struct's, list's or map's children follow it)."""
+def iceberg_schema(columns: pa.Schema) -> Any:
+    """``columns`` (the export's ``DATA_SCHEMA``, a typed table's columns beside it) as an Iceberg
+    schema, field ids assigned in order (depth first: a struct's, list's or map's children follow it)."""
     from pyiceberg.io.pyarrow import pyarrow_to_schema
     from pyiceberg.table.name_mapping import MappedField, NameMapping
 
