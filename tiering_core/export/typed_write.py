@@ -12,7 +12,7 @@ export stops there. The ids merged are handed back, for the commit to evolve the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,13 @@ from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import CorruptLogError
 from tiering_core.export.avro import UnsupportedSchemaError
 from tiering_core.export.plan import ExportSegment
-from tiering_core.export.registry import RegistryEndpoint, SchemaRegistryError, UndecodableValue, WireValue
+from tiering_core.export.registry import (
+    RegistryEndpoint,
+    SchemaRegistryError,
+    UndecodableValue,
+    WireFrames,
+    WireValue,
+)
 from tiering_core.export.schema import typed_array
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
@@ -38,6 +44,7 @@ from tiering_core.export.typed import (
     SubjectStrategy,
     TypedColumns,
     ValueSchemas,
+    WriterSchema,
     typed_columns,
 )
 from tiering_core.export.write import (
@@ -118,44 +125,67 @@ class _Decoded:
     bad_ids: list[int | None] = field(default_factory=list)
 
 
-def _decode_key(raw: bytes | None, keys: ValueSchemas) -> tuple[Any, int | None]:
-    """A key's fields and schema id (a null key: none, not a dead letter)."""
-    if raw is None:
-        return None, None
-    try:
-        wire = WireValue.parse(raw)
-        return keys.checked(wire.schema_id).decode(wire.payload), wire.schema_id
-    except UndecodableValue as exc:
-        raise UndecodableValue(f"the key: {exc.reason}", exc.schema_id) from exc
+def _decoded(column: pa.Array, schemas: ValueSchemas, side: str, skip: Sequence[bool] = ()) -> list[Any]:
+    """Each value of ``column`` as (its fields, its schema id), None for a null key (not a dead
+    letter) or a row ``skip`` names, or the ``UndecodableValue`` saying why not. The wire headers
+    are split for the whole column at once and each schema id is checked once, so a value costs
+    its decode alone."""
+    frames = WireFrames.of(column)
+    writers: dict[int, WriterSchema | UndecodableValue] = {}
+    out: list[Any] = []
+    append = out.append
+    for i, (schema_id, payload) in enumerate(zip(frames.schema_ids, frames.payloads, strict=True)):
+        if skip and skip[i]:
+            append(None)
+            continue
+        try:
+            if schema_id is None or payload is None:
+                raw = column[i].as_py()
+                if raw is None and side == KEY:
+                    append(None)
+                    continue
+                WireValue.parse(raw)  # refused: raises why
+                raise AssertionError("WireFrames refused a value WireValue reads")
+            writer = writers.get(schema_id)
+            if writer is None:
+                try:
+                    writer = writers[schema_id] = schemas.checked(schema_id)
+                except UndecodableValue as exc:
+                    writer = writers[schema_id] = exc
+            if isinstance(writer, UndecodableValue):
+                raise writer
+            append((writer.decode(payload), schema_id))
+        except UndecodableValue as exc:
+            append(UndecodableValue(f"the key: {exc.reason}", exc.schema_id) if side == KEY else exc)
+    return out
 
 
 def _decode(part: pa.RecordBatch, values: ValueSchemas | None, keys: ValueSchemas | None) -> _Decoded:
     decoded = _Decoded()
-    raw_values = part.column("value").to_pylist() if values is not None else []
-    raw_keys = part.column("key").to_pylist() if keys is not None else []
-    for i in range(part.num_rows):
-        value, schema_id, key, key_id = None, 0, None, None
-        try:
-            if keys is not None:
-                key, key_id = _decode_key(raw_keys[i], keys)
-            if values is not None:
-                wire = WireValue.parse(raw_values[i])
-                value, schema_id = values.checked(wire.schema_id).decode(wire.payload), wire.schema_id
-        except UndecodableValue as exc:
+    rows = range(part.num_rows)
+    raw_keys = _decoded(part.column("key"), keys, KEY) if keys is not None else [None for _ in rows]
+    bad_keys = [isinstance(k, UndecodableValue) for k in raw_keys] if keys is not None else []
+    raw_values = (
+        _decoded(part.column("value"), values, VALUE, bad_keys) if values is not None else [(None, 0) for _ in rows]
+    )
+    for i, key_row, value_row in zip(rows, raw_keys, raw_values, strict=True):
+        failed = key_row if isinstance(key_row, UndecodableValue) else value_row
+        if isinstance(failed, UndecodableValue):
             decoded.bad.append(i)
-            decoded.reasons.append(exc.reason)
-            decoded.bad_ids.append(exc.schema_id)
+            decoded.reasons.append(failed.reason)
+            decoded.bad_ids.append(failed.schema_id)
             continue
+        key, key_id = key_row if key_row is not None else (None, None)
         decoded.good.append(i)
-        decoded.values.append(value)
-        decoded.ids.append(schema_id)
+        decoded.values.append(value_row[0])
+        decoded.ids.append(value_row[1])
         decoded.keys.append(key)
         decoded.key_ids.append(key_id)
     return decoded
 
 
 def _typed_rows(part: pa.RecordBatch, decoded: _Decoded, columns: TypedColumns) -> pa.RecordBatch:
-    rows = part.take(pa.array(decoded.good, pa.int64()))
+    rows = part if len(decoded.good) == part.num_rows else part.take(pa.array(decoded.good, pa.int64()))
     by_name = {name: rows.column(name) for name in rows.schema.names}
     if columns.value is not None:
         values = typed_array(decoded.values, columns.value.value_type)
