@@ -135,11 +135,11 @@ class _Decoded:
     reasons: list[str] = field(default_factory=list)
     bad_ids: list[int | None] = field(default_factory=list)
 
-    def add_value(self, value: Any) -> None:
-        self.values.append(value)
-        if self.value_type is not None and len(self.values) >= ARROW_CHUNK:
-            self.chunks.append(typed_array(self.values, self.value_type))
-            self.values = []
+    def flush(self) -> None:
+        """The values so far built into Arrow (``value_type`` set)."""
+        assert self.value_type is not None
+        self.chunks.append(typed_array(self.values, self.value_type))
+        self.values = []
 
     def value_array(self, value_type: pa.StructType) -> pa.Array:
         """The values as one array of ``value_type`` (the table's columns)."""
@@ -237,19 +237,23 @@ def _decode(
         frames = WireFrames.of(value_column)
         decoded.value_type = value_type or _value_type(columns, writers, frames, bad_keys)
         raw_values = _decoded(value_column, writers, VALUE, frames, bad_keys)
+    chunk = ARROW_CHUNK if decoded.value_type is not None else part.num_rows + 1
+    good, ids, key_values, key_ids = decoded.good, decoded.ids, decoded.keys, decoded.key_ids
     for i, key_row, value_row in zip(rows, raw_keys, raw_values, strict=True):
         failed = key_row if isinstance(key_row, UndecodableValue) else value_row
-        if isinstance(failed, UndecodableValue):
+        if failed.__class__ is not tuple:  # a key's or a value's UndecodableValue
             decoded.bad.append(i)
             decoded.reasons.append(failed.reason)
             decoded.bad_ids.append(failed.schema_id)
             continue
         key, key_id = key_row if key_row is not None else (None, None)
-        decoded.good.append(i)
-        decoded.add_value(value_row[0])
-        decoded.ids.append(value_row[1])
-        decoded.keys.append(key)
-        decoded.key_ids.append(key_id)
+        good.append(i)
+        decoded.values.append(value_row[0])
+        if len(decoded.values) >= chunk:
+            decoded.flush()
+        ids.append(value_row[1])
+        key_values.append(key)
+        key_ids.append(key_id)
     return decoded
 
 
