@@ -135,6 +135,11 @@ class _Decoded:
     reasons: list[str] = field(default_factory=list)
     bad_ids: list[int | None] = field(default_factory=list)
 
+    def dead(self, row: int, why: UndecodableValue) -> None:
+        self.bad.append(row)
+        self.reasons.append(why.reason)
+        self.bad_ids.append(why.schema_id)
+
     def flush(self) -> None:
         """The values so far built into Arrow (``value_type`` set)."""
         assert self.value_type is not None
@@ -151,11 +156,13 @@ class _Decoded:
 
 
 class _Writers:
-    """A side's (value or key) writer schemas by id, each checked once per part."""
+    """A side's (value or key) writer schemas by id, each checked once per part, and their
+    decoders (one that raises the ``UndecodableValue`` for a schema refused)."""
 
     def __init__(self, schemas: ValueSchemas) -> None:
         self.schemas = schemas
         self.known: dict[int, WriterSchema | UndecodableValue] = {}
+        self.decoders: dict[int, Callable[[bytes], Any]] = {}
 
     def __call__(self, schema_id: int) -> WriterSchema | UndecodableValue:
         writer = self.known.get(schema_id)
@@ -166,6 +173,22 @@ class _Writers:
                 writer = self.known[schema_id] = exc
         return writer
 
+    def decoder(self, schema_id: int) -> Callable[[bytes], Any]:
+        decode = self.decoders.get(schema_id)
+        if decode is None:
+            writer = self(schema_id)
+            decode = self.decoders[schema_id] = (
+                _refuse(writer) if isinstance(writer, UndecodableValue) else writer.decode
+            )
+        return decode
+
+
+def _refuse(refused: UndecodableValue) -> Callable[[bytes], Any]:
+    def decode(_payload: bytes) -> Any:
+        raise refused
+
+    return decode
+
 
 def _decoded(
     column: pa.Array, writers: _Writers, side: str, frames: WireFrames, skip: Sequence[bool] = ()
@@ -174,6 +197,7 @@ def _decoded(
     letter) or a row ``skip`` names, or the ``UndecodableValue`` saying why not. The wire headers
     are split for the whole column at once and each schema id is checked once, so a value costs
     its decode alone."""
+    decoders = writers.decoders
     for i, (schema_id, payload) in enumerate(zip(frames.schema_ids, frames.payloads, strict=True)):
         if skip and skip[i]:
             yield None
@@ -186,10 +210,8 @@ def _decoded(
                     continue
                 WireValue.parse(raw)  # refused: raises why
                 raise AssertionError("WireFrames refused a value WireValue reads")
-            writer = writers(schema_id)
-            if isinstance(writer, UndecodableValue):
-                raise writer
-            yield writer.decode(payload), schema_id
+            decode = decoders.get(schema_id) or writers.decoder(schema_id)
+            yield decode(payload), schema_id
         except UndecodableValue as exc:
             yield UndecodableValue(f"the key: {exc.reason}", exc.schema_id) if side == KEY else exc
 
@@ -239,12 +261,23 @@ def _decode(
         raw_values = _decoded(value_column, writers, VALUE, frames, bad_keys)
     chunk = ARROW_CHUNK if decoded.value_type is not None else part.num_rows + 1
     good, ids, key_values, key_ids = decoded.good, decoded.ids, decoded.keys, decoded.key_ids
+    if keys is None:  # the common case, without a key's column per row
+        for i, value_row in enumerate(raw_values):
+            if value_row.__class__ is not tuple:
+                decoded.dead(i, value_row)
+                continue
+            good.append(i)
+            decoded.values.append(value_row[0])
+            if len(decoded.values) >= chunk:
+                decoded.flush()
+            ids.append(value_row[1])
+        key_values.extend(None for _ in good)
+        key_ids.extend(None for _ in good)
+        return decoded
     for i, key_row, value_row in zip(rows, raw_keys, raw_values, strict=True):
         failed = key_row if isinstance(key_row, UndecodableValue) else value_row
         if failed.__class__ is not tuple:  # a key's or a value's UndecodableValue
-            decoded.bad.append(i)
-            decoded.reasons.append(failed.reason)
-            decoded.bad_ids.append(failed.schema_id)
+            decoded.dead(i, failed)
             continue
         key, key_id = key_row if key_row is not None else (None, None)
         good.append(i)
