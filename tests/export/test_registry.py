@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -21,6 +22,7 @@ from tiering_core.export.registry import (
     SchemaRegistryError,
     UndecodableValue,
     UnknownSchemaError,
+    WireFrames,
     WireValue,
 )
 
@@ -86,6 +88,33 @@ def test_an_unknown_id_is_a_dead_letter_reason_not_a_failure(schema_registry: Re
 def test_values_outside_the_wire_format_are_named(value: bytes | None, reason: str) -> None:
     with pytest.raises(UndecodableValue, match=reason):
         WireValue.parse(value)
+
+
+@pytest.mark.parametrize("value_type", [pa.binary(), pa.large_binary()])
+def test_a_column_split_at_once_reads_as_each_value_parsed_alone(value_type: pa.DataType) -> None:
+    values = [
+        b"\x00" + (258).to_bytes(4, "big") + b"payload",
+        None,
+        b"\x00\x00\x01",
+        b"",
+        b"\x01" + bytes(9),
+        b"\x00" + (2**32 - 1).to_bytes(4, "big"),
+        b"\x00" + (7).to_bytes(4, "big") + bytes(300),
+    ]
+    column = pa.array([b"-", *values, b"-"], value_type).slice(1, len(values))  # an offset into shared buffers
+    frames = WireFrames.of(column)
+    for value, schema_id, payload in zip(values, frames.schema_ids, frames.payloads, strict=True):
+        try:
+            wire = WireValue.parse(value)
+        except UndecodableValue:
+            assert (schema_id, payload) == (None, None), value
+        else:
+            assert (schema_id, payload) == (wire.schema_id, wire.payload), value
+    assert frames.schema_ids.count(None) == 4
+
+
+def test_an_empty_column_splits_into_nothing() -> None:
+    assert WireFrames.of(pa.array([], pa.binary())) == WireFrames([], [])
 
 
 class _Answers(BaseHTTPRequestHandler):

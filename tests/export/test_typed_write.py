@@ -17,7 +17,7 @@ from tests.export.registry_server import RegistryServer
 from tests.export.typed_support import Avro, with_fields
 from tiering_core.export import ExportedRanges, ExportSegment, SegmentExportError, plan_export
 from tiering_core.export.registry import RegistryEndpoint, WireValue
-from tiering_core.export.typed_write import SegmentSchemaError, TypedWrite, write_typed_segment_files
+from tiering_core.export.typed_write import ARROW_CHUNK, SegmentSchemaError, TypedWrite, write_typed_segment_files
 from tiering_core.export.write import ExportAttempt
 from tiering_core.kafka.arrow import GroupBounds
 from tiering_core.runs.copy import run_copy
@@ -45,7 +45,7 @@ def one_segment(env: TieringEnv, topic: str, values: list[bytes]) -> ExportSegme
 
 
 def attempts(root: Path) -> tuple[ExportAttempt, ExportAttempt]:
-    (root / "table").mkdir()
+    (root / "table").mkdir(parents=True)
     (root / "dead").mkdir()
     return (
         ExportAttempt("a", "u", f"file://{root / 'table'}"),
@@ -87,6 +87,40 @@ def test_a_wider_schema_opens_wider_files_and_dead_letters_go_apart(
     (letters,) = (read(f) for f in out.dead_letter_files)
     assert letters["offset"].to_pylist() == [2] and letters["value"].to_pylist() == [b"junk"]
     assert out.dead_letter_files[0].startswith(dead.location)
+
+
+def test_values_built_into_arrow_as_they_come_read_as_one_build(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    avro = Avro(schema_registry, "chunked")
+    count = ARROW_CHUNK + 50  # more values in one group than one chunk holds
+    narrow = avro.serialize(NARROW, [{"sensor": f"s{i}", "level": i} for i in range(count)])
+    wide_values = [{"sensor": f"w{i}", "level": 2**40 + i, "unit": "mm"} for i in range(3)]
+    wide = avro.serialize(WIDE, wide_values)
+    wide_id = WireValue.parse(wide[0]).schema_id
+    corrupt = b"\x00" + wide_id.to_bytes(4, "big")  # the wide schema's id, no payload
+    one_group = GroupBounds(max_batches=10 * count)
+    endpoint = RegistryEndpoint(schema_registry.url)
+    # a schema whose every value in the group is a dead letter widens nothing, though it came first
+    segment = one_segment(tiering_env, "chunked", [corrupt, *narrow, corrupt])
+    table, dead = attempts(tmp_path / "corrupt")
+    with tiering_env.context() as ctx:
+        out = write_typed_segment_files(ctx.storage, segment, table, TypedWrite(endpoint, (), dead), bounds=one_group)
+    (rows,) = (read(f) for f in out.files)
+    assert out.schema_ids == (WireValue.parse(narrow[0]).schema_id,) and (out.rows, out.dead_letters) == (count, 2)
+    assert str(rows.schema.field("level").type) == "int32" and "unit" not in rows.column_names
+    assert rows.select(["sensor", "level"]).to_pylist() == [{"sensor": f"s{i}", "level": i} for i in range(count)]
+    # the wide schema's values in the first chunk, the middle and the last: one file of the wide columns
+    mixed = [wide[0], *narrow[:ARROW_CHUNK], wide[1], *narrow[ARROW_CHUNK:], wide[2]]
+    segment = one_segment(tiering_env, "chunked-mixed", mixed)
+    table, dead = attempts(tmp_path / "mixed")
+    with tiering_env.context() as ctx:
+        out = write_typed_segment_files(ctx.storage, segment, table, TypedWrite(endpoint, (), dead), bounds=one_group)
+    (rows,) = (read(f) for f in out.files)
+    assert (out.rows, out.dead_letters) == (count + 3, 0) and str(rows.schema.field("level").type) == "int64"
+    narrow_rows = [{"sensor": f"s{i}", "level": i, "unit": None} for i in range(count)]
+    expected = [wide_values[0], *narrow_rows[:ARROW_CHUNK], wide_values[1], *narrow_rows[ARROW_CHUNK:], wide_values[2]]
+    assert rows.select(["sensor", "level", "unit"]).to_pylist() == expected
 
 
 def _closed_port() -> int:

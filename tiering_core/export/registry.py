@@ -23,6 +23,10 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from tiering_core.errors import TieringError, one_line
 
 #: The Confluent wire format's magic byte, and its header: the magic byte and a 4-byte schema id.
@@ -75,6 +79,33 @@ class WireValue:
         if value[0] != MAGIC_BYTE:
             raise UndecodableValue(f"the value starts with byte {value[0]}, not the wire format's magic byte 0")
         return cls(int.from_bytes(value[1:HEADER_SIZE], "big"), bytes(value[HEADER_SIZE:]))
+
+
+@dataclass(frozen=True)
+class WireFrames:
+    """A column of wire-format values split in one pass over Arrow's buffers, not value by value:
+    each value's schema id and payload, both None where ``WireValue.parse`` refuses the value (it
+    says why)."""
+
+    schema_ids: list[int | None]
+    payloads: list[bytes | None]
+
+    @classmethod
+    def of(cls, values: pa.Array) -> WireFrames:
+        lengths = pc.binary_length(values)
+        framed = pc.fill_null(
+            pc.and_(
+                pc.greater_equal(lengths, HEADER_SIZE),
+                pc.equal(pc.binary_slice(values, 0, 1), pa.scalar(bytes([MAGIC_BYTE]), values.type)),
+            ),
+            False,
+        )
+        headers = pc.binary_slice(values.filter(framed), 1, HEADER_SIZE).cast(pa.binary(HEADER_SIZE - 1))
+        found = iter(np.frombuffer(headers.buffers()[1], ">u4", len(headers), headers.offset * 4).tolist())
+        ids: list[int | None] = [next(found) if ok else None for ok in framed.to_pylist()]
+        longest = max(int(pc.max(lengths).as_py() or 0), HEADER_SIZE)  # binary_slice wants a stop
+        payloads = pc.if_else(framed, pc.binary_slice(values, HEADER_SIZE, longest), None).to_pylist()
+        return cls(ids, payloads)
 
 
 @dataclass(frozen=True)
