@@ -336,6 +336,13 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
 
     say("every closed segment tiered, each broker's tasks on its own worker")
 
+    # The Spark export DAG starts now, on the standalone master and worker containers, submitted
+    # from the default queue's worker (no broker disk: it exports what the metadata store holds),
+    # while the broker workers' retention and the checks below run. It holds the table's lease
+    # only, no partition's.
+    unpause(api, EXPORT_DAG)
+    export_run = api.trigger(EXPORT_DAG, {"topic": TOPIC})
+
     # Retention runs (nothing breaches seven days: nothing is deleted).
     unpause(api, RETENTION_DAG)
     deployment.run(RETENTION_DAG)
@@ -369,15 +376,13 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
     # (docs/kafka-rules.md section 7) is refused meanwhile; then the controller's word decides.
     deleted = time.monotonic()
 
-    # Meanwhile the Spark verify, export and rebuild-indexes DAGs, on the standalone master and
-    # worker containers, submitted together from the default queue's worker (no broker disk):
+    # Meanwhile the Spark verify and rebuild-indexes DAGs, submitted together as the export was:
     # each works on what the metadata store holds, the deleted topic's tier included. Verify reads
-    # only; the export holds the table's lease, the rebuild (checking, repairing nothing) the
-    # partitions': none waits for another, only for the Spark worker's cores.
-    for dag_id in (VERIFY_DAG, EXPORT_DAG, REBUILD_DAG):
+    # only, the rebuild (checking, repairing nothing) holds the partitions' leases: neither waits
+    # for the other, only for the Spark worker's cores.
+    for dag_id in (VERIFY_DAG, REBUILD_DAG):
         unpause(api, dag_id)
     verify_run = api.trigger(VERIFY_DAG, {"topic": TOPIC})
-    export_run = api.trigger(EXPORT_DAG, {"topic": TOPIC})
     rebuild_run = api.trigger(REBUILD_DAG, {"topic": TOPIC, "repair": False})
     deployment.finished(VERIFY_DAG, verify_run)
     say("the Spark verify DAG ran")
