@@ -253,8 +253,9 @@ def initdb_roles() -> Roles:
 
 def database_urls() -> dict[str, tuple[str, str]]:
     """Every PostgreSQL URL the stack connects with, by who connects, each without its password and
-    with the env file's variable the password comes from: the compose file's, and tiering.yaml's
-    metadata store in each service that sets the variable its ``metadata.password_env`` names."""
+    with the env file's variable the password comes from: the compose file's, tiering.yaml's
+    metadata store in each service that sets the variable its ``metadata.password_env`` names, and
+    its export catalog in each service that sets ``PGPASSWORD`` (what PostgreSQL's client reads)."""
     services = compose()["services"]
     found = {}
     for name, service in services.items():
@@ -262,22 +263,28 @@ def database_urls() -> dict[str, tuple[str, str]]:
             if "postgresql" in str(value):
                 (variable,) = REQUIRED.findall(str(value))
                 found[f"{name}: {key}"] = (REQUIRED.sub("", str(value)).removeprefix("db+"), variable)
-    metadata = yaml.safe_load((DOCKER / "tiering.yaml").read_text())["metadata"]
+    config = yaml.safe_load((DOCKER / "tiering.yaml").read_text())
+    metadata, catalog = config["metadata"], config["export"]["catalog"]
     for name, service in services.items():
-        value = (service.get("environment") or {}).get(metadata["password_env"])
+        environment = service.get("environment") or {}
+        value = environment.get(metadata["password_env"])
         if value is not None and name != "postgres":
             (variable,) = REQUIRED.findall(str(value))
             found[f"{name}: tiering.yaml's metadata.url"] = (metadata["url"], variable)
+        if "PGPASSWORD" in environment:
+            (variable,) = REQUIRED.findall(str(environment["PGPASSWORD"]))
+            found[f"{name}: tiering.yaml's export.catalog.uri"] = (catalog["uri"], variable)
     return found
 
 
 def test_each_database_has_a_role_of_its_own_and_no_service_connects_as_the_superuser() -> None:
-    """Airflow's database, Celery's results and the metadata store each belong to a login role of
-    their own (no superuser, none of them allowed to connect to another's database), with a password
-    from the env file; every URL of the stack names the owner of its database, with that owner's
-    password; PostgreSQL's superuser password is in the postgres service alone."""
+    """Airflow's database, Celery's results, the metadata store and the export's Iceberg catalog each
+    belong to a login role of their own (no superuser, none of them allowed to connect to another's
+    database), with a password from the env file; every URL of the stack names the owner of its
+    database, with that owner's password; PostgreSQL's superuser password is in the postgres service
+    alone."""
     roles = initdb_roles()
-    assert set(roles.owners) == {"airflow", "celery_results", "tiering"}
+    assert set(roles.owners) == {"airflow", "celery_results", "tiering", "iceberg"}
     assert set(roles.owners.values()) == set(roles.passwords)  # each role owns a database
     assert len(set(roles.owners.values())) == len(roles.owners)  # ... and only one
     (revoked,) = re.findall(r"^REVOKE ALL ON DATABASE ([\w, ]+) FROM PUBLIC;$", roles.text, re.MULTILINE)
@@ -294,6 +301,10 @@ def test_each_database_has_a_role_of_its_own_and_no_service_connects_as_the_supe
 
     urls = database_urls()
     assert "airflow-worker: tiering.yaml's metadata.url" in urls and "airflow-init: tiering.yaml's metadata.url" in urls
+    assert {where for where in urls if "export.catalog" in where} == {
+        "airflow-worker: tiering.yaml's export.catalog.uri",
+        "airflow-api-server: tiering.yaml's export.catalog.uri",
+    }
     for where, (text, variable) in urls.items():
         url = make_url(text)
         assert url.host == "postgres" and url.database in roles.owners, where

@@ -1,4 +1,6 @@
-"""The compose stack of ``docker/`` on a test engine: its files, its commands, its project.
+"""The compose stack of ``docker/`` on a test engine: its files, its commands, its project, and the
+started stack as the tests drive it (``Deployment``: commands and scripts in its containers, its DAGs
+through Airflow's REST API).
 
 The commands are the "Docker" commands of docs/deployment.md, with the test's own env file, config and token file
 (``TIERING_CONFIG_FILE``, ``TIERING_METRICS_TOKEN_FILE``) and ``docker/debian/docker-compose.yml``,
@@ -7,6 +9,7 @@ which builds every image from Debian's packages.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -14,8 +17,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from scripts.airflow_e2e import Api
 from tests.deploy.engine import DOCKER_DIR, Engine
+from tests.deploy.scripts import EXPORTED, S3_KEYS, TOPIC
 from tests.services import ServiceUnavailable, last_line
 
 COMPOSE_FILES = (DOCKER_DIR / "docker-compose.yml", DOCKER_DIR / "debian" / "docker-compose.yml")
@@ -25,6 +31,7 @@ ENV_KEYS = (
     "AIRFLOW_DB_PASSWORD",
     "CELERY_RESULTS_PASSWORD",
     "TIERING_METADATA_PASSWORD",
+    "ICEBERG_CATALOG_PASSWORD",
     "REDIS_PASSWORD",
     "MINIO_ROOT_USER",
     "MINIO_ROOT_PASSWORD",
@@ -103,3 +110,88 @@ def build_images(engine: Engine) -> None:
 
 def platform_image() -> str:
     return os.environ.get("TIERING_IMAGE", "kafka-tiering:latest")
+
+
+@dataclass
+class Deployment:
+    """The started stack: its compose project, Airflow's REST API, the test's files."""
+
+    compose: Compose
+    api: Api
+    work: Path
+
+    def python(self, service: str, script: str, *, python: str = "/opt/venv/bin/python") -> str:
+        """A script run by ``service``'s own Python inside its container (on the stack's network)."""
+        return self.compose.run("exec", "-T", service, python, "-", stdin=script, timeout=300).stdout
+
+    def s3_keys(self) -> list[str]:
+        return list(json.loads(self.python("minio", S3_KEYS, python="/opt/s3/bin/python").strip().splitlines()[-1]))
+
+    def closed_segments(self, broker: int, partition: int) -> list[int]:
+        """Base offsets of the closed segments of ``orders-<partition>`` in broker ``broker``'s log
+        dir: every ``.log`` but the active (last) one, as its worker reads them."""
+        out = self.compose.run(
+            "exec", "-T", f"airflow-worker-broker-{broker}", "ls", f"/var/lib/kafka/broker-{broker}/{TOPIC}-{partition}"
+        ).stdout
+        bases = sorted(int(name[: -len(".log")]) for name in out.split() if name.endswith(".log"))
+        return bases[:-1]
+
+    def remote_segments(self, partition: int) -> list[dict[str, Any]]:
+        out = self.compose.run(
+            "exec",
+            "-T",
+            "airflow-worker",
+            "tiering",
+            "--json",
+            "segments",
+            "--topic",
+            TOPIC,
+            "--partition",
+            str(partition),
+        ).stdout
+        listed = json.loads(out)
+        return list(listed["segments"] if isinstance(listed, dict) else listed)
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return list(
+            self.api.ok("GET", f"{self.api.run_path(dag_id, run_id)}/taskInstances?limit=500")["task_instances"]
+        )
+
+    def run(self, dag_id: str, conf: dict[str, Any] | None = None, *, expect: str = "success") -> str:
+        """Trigger ``dag_id`` and wait for its run to end in ``expect``; otherwise the failure shows
+        each failed task's log, as the API serves it."""
+        run_id = self.api.trigger(dag_id, conf)
+        self.finished(dag_id, run_id, expect)
+        return run_id
+
+    def finished(self, dag_id: str, run_id: str, expect: str = "success", timeout: float = 900) -> None:
+        state = self.api.wait_run(dag_id, run_id, timeout)
+        if state == expect:
+            return
+        logs = []
+        for ti in self.task_instances(dag_id, run_id):
+            if ti["state"] == "failed":
+                task, attempt, index = ti["task_id"], ti["try_number"], ti["map_index"]
+                path = f"{self.api.run_path(dag_id, run_id)}/taskInstances/{task}/logs/{attempt}?map_index={index}"
+                logs.append(f"{task}: {str(self.api.call('GET', path)[1])[-3000:]}")
+        raise AssertionError(f"{dag_id} {run_id} ended {state}, not {expect}:\n" + "\n".join(logs))
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """The last try's log of ``task_id`` as the API serves it, one line per event."""
+        (ti,) = [ti for ti in self.task_instances(dag_id, run_id) if ti["task_id"] == task_id]
+        path = f"{self.api.run_path(dag_id, run_id)}/taskInstances/{task_id}/logs/{ti['try_number']}?map_index=-1"
+        answer = self.api.ok("GET", path)
+        content = answer.get("content", answer) if isinstance(answer, dict) else answer
+        if isinstance(content, list):
+            return "\n".join(str(e.get("event", e)) if isinstance(e, dict) else str(e) for e in content)
+        return str(content)
+
+    def exported(self) -> dict[int, dict[str, Any]]:
+        """Per partition, what the topic's export table holds, read with pyiceberg on the default
+        queue's worker (the catalog's password is its own): rows, distinct offsets, the first and
+        last, rows whose record is not the one produced at their offset, the table's location."""
+        out = self.python("airflow-worker", EXPORTED).strip().splitlines()[-1]
+        return {int(p): found for p, found in json.loads(out).items()}
+
+    def container_hostname(self, service: str) -> str:
+        return self.compose.run("exec", "-T", service, "hostname").stdout.strip()

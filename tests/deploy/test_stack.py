@@ -4,8 +4,11 @@ Two Kafka 4.4.0 brokers in containers hold a replicated topic, each partition le
 broker; each broker's log dir is a volume mounted read-only into its own Celery worker only.
 Through the REST API only: the copy DAG tiers every closed segment from the leader's worker, also
 when that worker is killed mid-copy (its retry, on the restarted container, converges with
-nothing lost); retention runs; the Spark verify DAG runs on the standalone master and worker
-containers; the removal DAG refuses a live topic and removes a deleted one. Prometheus scrapes
+nothing lost); retention runs; the Spark verify, export and rebuild-indexes DAGs run on the standalone master
+and worker containers, submitted from the default queue's worker, which has no broker disk (the
+export fills the topic's Iceberg table, in the stack's catalog, with exactly the tiered records;
+the rebuild finds every segment's indexes sound); the removal DAG refuses a live topic and removes
+a deleted one, leaving the exported table's files. Prometheus scrapes
 ``/tiering/metrics`` with the token; the Tiering page answers. A metadata store left at an older
 revision is refused by the workers' commands until ``airflow-init`` upgrades it to the image's
 head (its ``tiering db upgrade``, the one step that migrates it). Everything is removed at the end:
@@ -29,7 +32,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,7 +42,16 @@ from alembic.script import ScriptDirectory
 from scripts.airflow_e2e import Api
 from tests.conftest import unavailable
 from tests.deploy.engine import DOCKER_DIR, Engine, base_tarball, docker_cache, docker_engine, exclusive, import_base
-from tests.deploy.stack import COMPOSE_FILES, Compose, build_images, fresh_env_file
+from tests.deploy.scripts import (
+    BUCKET,
+    DELETE_TOPIC,
+    PRODUCE,
+    RECORDS,
+    ROLES,
+    TOPIC,
+    http_get,
+)
+from tests.deploy.stack import COMPOSE_FILES, Compose, Deployment, build_images, fresh_env_file
 from tests.metadata.test_migrations import MIGRATIONS, script_head
 from tests.real_kafka.cluster import BROKER_SETTINGS, fetch_jars
 from tests.services import ServiceUnavailable, free_port
@@ -48,7 +59,6 @@ from tests.services import ServiceUnavailable, free_port
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
 T = TypeVar("T")
-TOPIC = "orders"
 E2E_FILE = Path(__file__).with_name("docker-compose.e2e.yml")
 #: Every service but Grafana (no Debian package; its dashboard is checked by the file tests).
 SERVICES = (
@@ -69,17 +79,17 @@ SERVICES = (
     "kafka-1",
     "kafka-2",
 )
-#: 64 KiB segments, 1 MiB per partition: 15 closed segments each; the upload quota of 64 KiB/s
-#: makes a broker's copy last about 15 s, long enough to kill its worker in the middle of it.
-SEGMENT_BYTES = 64 * 1024
-RECORDS = 2048
-VALUE_BYTES = 480
+#: With 64 KiB segments of 1 MiB per partition (tests/deploy/scripts.py), an upload quota of
+#: 64 KiB/s makes a broker's copy last about 15 s, long enough to kill its worker in the middle of it.
 COPY_QUOTA = 64 * 1024
 COPY_DAG = f"tiering_copy__{TOPIC}"
 RETENTION_DAG = f"tiering_retention__{TOPIC}"
 VERIFY_DAG = "tiering_spark_verify"
+EXPORT_DAG = "tiering_export"
+REBUILD_DAG = "tiering_spark_rebuild_indexes"
 REMOVAL_DAG = "tiering_delete_partition"
-BUCKET = "kafka-tiered"
+#: The export's warehouse: its own prefix of the tier's bucket (docker/tiering.yaml).
+WAREHOUSE = f"s3://{BUCKET}/warehouse"
 STALENESS_MS = 30_000
 #: The objects of orders-0 (docs/: ``<topic>-<topicId>/<partition>/<base>-<uuid>.<kind>``).
 PARTITION_0_KEY = re.compile(rf"{TOPIC}-[A-Za-z0-9_-]{{22}}/0/")
@@ -147,157 +157,10 @@ def platform_config(kafka_cluster_id: str) -> dict[str, Any]:
     # A broker's observation of its replicas counts as the cluster's word that a topic id is live
     # for this long (default 30 min): short, so the removal after the deletion need not wait long.
     config["cluster"] = {"observation_staleness_ms": STALENESS_MS}
+    # The export and the rebuild by hand only: no scheduled run beside the test's, holding the
+    # table's or the partitions' leases.
+    config["dags"] = {"export": {"schedule": None}, "spark_rebuild_indexes": {"schedule": None}}
     return dict(config)
-
-
-PRODUCE = f"""
-import json
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
-admin = KafkaAdminClient(bootstrap_servers="kafka-1:9092")
-configs = {{"internal.segment.bytes": "{SEGMENT_BYTES}", "min.insync.replicas": "2"}}
-admin.create_topics([NewTopic({TOPIC!r}, replica_assignments={{0: [1, 2], 1: [2, 1]}}, topic_configs=configs)])
-import time
-deadline = time.monotonic() + 60
-while True:  # each partition led by its first replica: 0 by broker 1, 1 by broker 2
-    described = admin.describe_topics([{TOPIC!r}])[0]
-    leaders = {{p["partition_index"]: p["leader_id"] for p in described["partitions"]}}
-    if leaders == {{0: 1, 1: 2}}:
-        break
-    assert time.monotonic() < deadline, leaders
-    time.sleep(0.5)
-producer = KafkaProducer(bootstrap_servers="kafka-1:9092", acks="all", linger_ms=5)
-for partition in (0, 1):
-    for i in range({RECORDS}):
-        value = json.dumps({{"order": i, "partition": partition, "note": "x" * {VALUE_BYTES}}}).encode()
-        producer.send({TOPIC!r}, key=str(i).encode(), value=value, partition=partition)
-producer.flush()
-producer.close()
-print(json.dumps({{"topic_id": str(admin.describe_topics([{TOPIC!r}])[0].get("topic_id", ""))}}))
-"""
-
-DELETE_TOPIC = f"""
-from kafka.admin import KafkaAdminClient
-KafkaAdminClient(bootstrap_servers="kafka-1:9092").delete_topics([{TOPIC!r}])
-"""
-
-S3_KEYS = f"""
-import boto3, json
-s3 = boto3.client("s3", endpoint_url="http://localhost:9000", region_name="us-east-1",
-                  aws_access_key_id="probe", aws_secret_access_key="probe")
-try:
-    s3.head_bucket(Bucket={BUCKET!r})
-except Exception:
-    s3.create_bucket(Bucket={BUCKET!r})
-pages = s3.get_paginator("list_objects_v2").paginate(Bucket={BUCKET!r})
-keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
-print(json.dumps(keys))
-"""
-
-
-ROLES = """
-import json, os
-from sqlalchemy import create_engine, text
-from tiering_core.config import load_config
-urls = {"metadata store": load_config(os.environ["TIERING_CONFIG"]).metadata.url}
-for name in ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CELERY__RESULT_BACKEND"):
-    if name in os.environ:
-        urls[name] = os.environ[name].removeprefix("db+")
-found = {}
-for what, url in urls.items():
-    engine = create_engine(url)
-    with engine.connect() as conn:
-        query = "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"
-        found[what] = list(conn.execute(text(query)).one())
-    engine.dispose()
-    other = "airflow" if engine.url.database == "tiering" else "tiering"
-    try:  # another role's database
-        engine = create_engine(engine.url.set(database=other))
-        with engine.connect():
-            found[what + " elsewhere"] = "connected"
-    except Exception as exc:
-        found[what + " elsewhere"] = "refused" if "permission denied for database" in str(exc) else str(exc)
-    engine.dispose()
-print(json.dumps(found))
-"""
-
-
-def http_get(url: str, headers: dict[str, str] | None = None) -> str:
-    return f"""
-import urllib.request, urllib.error
-req = urllib.request.Request({url!r}, headers={headers or {}!r})
-try:
-    with urllib.request.urlopen(req, timeout=20) as resp:
-        print(resp.status); print(resp.read().decode())
-except urllib.error.HTTPError as exc:
-    print(exc.code); print(exc.read().decode())
-"""
-
-
-@dataclass
-class Deployment:
-    compose: Compose
-    api: Api
-    work: Path
-
-    def python(self, service: str, script: str, *, python: str = "/opt/venv/bin/python") -> str:
-        """A script run by ``service``'s own Python inside its container (on the stack's network)."""
-        return self.compose.run("exec", "-T", service, python, "-", stdin=script, timeout=300).stdout
-
-    def s3_keys(self) -> list[str]:
-        return list(json.loads(self.python("minio", S3_KEYS, python="/opt/s3/bin/python").strip().splitlines()[-1]))
-
-    def closed_segments(self, broker: int, partition: int) -> list[int]:
-        """Base offsets of the closed segments of ``orders-<partition>`` in broker ``broker``'s log
-        dir: every ``.log`` but the active (last) one, as its worker reads them."""
-        out = self.compose.run(
-            "exec", "-T", f"airflow-worker-broker-{broker}", "ls", f"/var/lib/kafka/broker-{broker}/{TOPIC}-{partition}"
-        ).stdout
-        bases = sorted(int(name[: -len(".log")]) for name in out.split() if name.endswith(".log"))
-        return bases[:-1]
-
-    def remote_segments(self, partition: int) -> list[dict[str, Any]]:
-        out = self.compose.run(
-            "exec",
-            "-T",
-            "airflow-worker",
-            "tiering",
-            "--json",
-            "segments",
-            "--topic",
-            TOPIC,
-            "--partition",
-            str(partition),
-        ).stdout
-        listed = json.loads(out)
-        return list(listed["segments"] if isinstance(listed, dict) else listed)
-
-    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-        return list(
-            self.api.ok("GET", f"{self.api.run_path(dag_id, run_id)}/taskInstances?limit=500")["task_instances"]
-        )
-
-    def run(self, dag_id: str, conf: dict[str, Any] | None = None, *, expect: str = "success") -> str:
-        """Trigger ``dag_id`` and wait for its run to end in ``expect``; otherwise the failure shows
-        each failed task's log, as the API serves it."""
-        run_id = self.api.trigger(dag_id, conf)
-        self.finished(dag_id, run_id, expect)
-        return run_id
-
-    def finished(self, dag_id: str, run_id: str, expect: str = "success", timeout: float = 900) -> None:
-        state = self.api.wait_run(dag_id, run_id, timeout)
-        if state == expect:
-            return
-        logs = []
-        for ti in self.task_instances(dag_id, run_id):
-            if ti["state"] == "failed":
-                task, attempt, index = ti["task_id"], ti["try_number"], ti["map_index"]
-                path = f"{self.api.run_path(dag_id, run_id)}/taskInstances/{task}/logs/{attempt}?map_index={index}"
-                logs.append(f"{task}: {str(self.api.call('GET', path)[1])[-3000:]}")
-        raise AssertionError(f"{dag_id} {run_id} ended {state}, not {expect}:\n" + "\n".join(logs))
-
-    def container_hostname(self, service: str) -> str:
-        return self.compose.run("exec", "-T", service, "hostname").stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -473,10 +336,18 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
 
     say("every closed segment tiered, each broker's tasks on its own worker")
 
+    # The Spark export DAG starts now, on the standalone master and worker containers, submitted
+    # from the default queue's worker (no broker disk: it exports what the metadata store holds),
+    # while the broker workers' retention and the checks below run. It holds the table's lease
+    # only, no partition's.
+    unpause(api, EXPORT_DAG)
+    export_run = api.trigger(EXPORT_DAG, {"topic": TOPIC})
+
     # Retention runs (nothing breaches seven days: nothing is deleted).
     unpause(api, RETENTION_DAG)
     deployment.run(RETENTION_DAG)
-    assert [s["start_offset"] for s in deployment.remote_segments(0)] == closed[0]
+    tiered = {p: deployment.remote_segments(p) for p in closed}
+    assert {p: [s["start_offset"] for s in segments] for p, segments in tiered.items()} == closed
     say("retention ran and kept every segment")
 
     # Prometheus scrapes /tiering/metrics with the token (every minute: the stack has been up that
@@ -505,22 +376,49 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
     # (docs/kafka-rules.md section 7) is refused meanwhile; then the controller's word decides.
     deleted = time.monotonic()
 
-    # Meanwhile the Spark verify DAG, on the standalone master and worker containers: it verifies
-    # what the metadata store holds, the deleted topic's tier included.
-    unpause(api, VERIFY_DAG)
-    deployment.run(VERIFY_DAG, {"topic": TOPIC})
+    # Meanwhile the Spark verify and rebuild-indexes DAGs, submitted together as the export was:
+    # each works on what the metadata store holds, the deleted topic's tier included. Verify reads
+    # only, the rebuild (checking, repairing nothing) holds the partitions' leases: neither waits
+    # for the other, only for the Spark worker's cores.
+    for dag_id in (VERIFY_DAG, REBUILD_DAG):
+        unpause(api, dag_id)
+    verify_run = api.trigger(VERIFY_DAG, {"topic": TOPIC})
+    rebuild_run = api.trigger(REBUILD_DAG, {"topic": TOPIC, "repair": False})
+    deployment.finished(VERIFY_DAG, verify_run)
+    say("the Spark verify DAG ran")
+
+    # The export: the table holds each tiered record once, the one produced at its offset, in the
+    # stack's warehouse.
+    deployment.finished(EXPORT_DAG, export_run)
+    exported = deployment.exported()
+    for p, segments in tiered.items():
+        first, last = segments[0]["start_offset"], segments[-1]["end_offset"]
+        expected = {"rows": last - first + 1, "offsets": last - first + 1, "first": first, "last": last, "unlike": 0}
+        assert {k: v for k, v in exported[p].items() if k != "location"} == expected, (p, exported[p])
+        assert str(exported[p]["location"]).startswith(f"{WAREHOUSE}/"), exported[p]
+    assert set(exported) == set(tiered), exported
+    say(f"the Spark export DAG wrote every tiered record into the table once: {exported}")
+
+    # The rebuild: every tiered segment's indexes rebuilt from its .log and found sound.
+    deployment.finished(REBUILD_DAG, rebuild_run)
+    segments = sum(len(found) for found in tiered.values())
+    summary = f"rebuild-indexes: {len(tiered)} partition(s), {segments} segment(s): {segments} ok, 0 missing, "
+    log = deployment.task_log(REBUILD_DAG, rebuild_run, "rebuild_indexes")
+    assert summary + "0 differed, 0 repaired, 0 error;" in log, log[-3000:]
+    say(f"the Spark rebuild-indexes DAG found the {segments} segments sound")
+
     master = deployment.python("airflow-api-server", http_get("http://spark-master:8080/json/"))
     status, body = master.split("\n", 1)
     assert status == "200", master
     apps = json.loads(body)["completedapps"]
-    assert apps and all(app["state"] == "FINISHED" for app in apps), apps
+    assert len(apps) >= 3 and all(app["state"] == "FINISHED" for app in apps), apps
     # ... authenticated with the env file's secret, which no process of theirs has on its command line
     secret = dict(line.split("=", 1) for line in compose.env_file.read_text().splitlines())["SPARK_AUTH_SECRET"]
     for service in ("spark-master", "spark-worker"):
         assert "SecurityManager: authentication enabled" in compose.run("logs", "--no-color", service).stdout, service
     for service in ("spark-master", "spark-worker", "airflow-worker"):
         assert secret not in compose.run("exec", "-T", service, "ps", "-eww", "-o", "args").stdout, service
-    say("the Spark verify DAG ran on the standalone cluster, authenticated")
+    say("the Spark DAGs ran on the standalone cluster, authenticated")
 
     wait_for(
         "the brokers' observations of the topic to go stale",
@@ -529,8 +427,10 @@ def test_the_stack_tiers_a_replicated_topic_end_to_end(deployment: Deployment) -
         1,
     )
     deployment.run(REMOVAL_DAG, conf)
-    assert not [key for key in deployment.s3_keys() if TOPIC in key]
-    say("the removal DAG removed the deleted topic's tier")
+    keys = deployment.s3_keys()
+    assert not [key for key in keys if key.startswith(f"{TOPIC}-")]
+    assert [key for key in keys if f"s3://{BUCKET}/{key}".startswith(f"{WAREHOUSE}/")]  # the export's files stay
+    say("the removal DAG removed the deleted topic's tier, the exported table's files stayed")
 
 
 def test_a_store_behind_the_image_is_refused_until_airflow_init_upgrades_it(deployment: Deployment) -> None:
