@@ -16,7 +16,7 @@ living a minute on 2 cores, C2's compiler threads cost more CPU than they save.
 ``bench_spark.py``): a single Python process serving every request, which both sides share;
 ``--backend filesystem`` (the default) leaves only the erasure's own work to measure.
 
-    python bench/bench_spark_erase.py [--backend filesystem|s3] [--partitions 8] [--segments 40]
+    python bench/bench_spark_erase.py [--backend filesystem|s3] [--partitions 8] [--segments 160]
         [--records 1000] [--rounds 2] [--dir /dev/shm] [--quick]
 
 Prints each round's times, the cores each side's processes kept busy and the cores every other
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("filesystem", "s3"), default="filesystem")
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--segments", type=int, default=40, help="closed segments per partition (default 40)")
+    parser.add_argument("--segments", type=int, default=160, help="closed segments per partition (default 160)")
     parser.add_argument("--records", type=int, default=1000, help="records per segment (default 1000)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds; the sides alternate going first")
     parser.add_argument("--quick", action="store_true", help="4 partitions x 5 segments of 200 records, one round")
