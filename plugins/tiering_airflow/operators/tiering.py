@@ -11,6 +11,7 @@ the config does not have fails the task at once, without retries: no retry can f
 from __future__ import annotations
 
 import logging
+from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
@@ -123,9 +124,9 @@ class TieringScheduledOperator(TieringPartitionOperator):
     ``run_partition`` on the task's broker, the result to XCom; a partition another run holds is a warning,
     since the next scheduled run catches up."""
 
+    @abstractmethod
     def run_partition(self, context: Any, ctx: TieringContext, tp: TopicPartition, **arguments: Any) -> ScheduledResult:
         """The core's run of the partition with the arguments both runs take."""
-        raise NotImplementedError
 
     def execute(self, context: Any) -> dict[str, Any]:
         tp = self.topic_partition()
@@ -215,13 +216,13 @@ class TieringLaneOperator(TieringBrokerOperator, Generic[LaneReport]):
         """What surrounds the lane's run while it works (nothing unless a subclass says)."""
         return nullcontext()
 
+    @abstractmethod
     def run_lane(self, ctx: TieringContext, partitions: list[TopicPartition], run: LaneRun) -> LaneReport:
         """The core's lane (``runs.lanes``) over ``partitions``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def problems(self, report: LaneReport) -> tuple[int, list[str]]:
         """How many partitions have a tiering gap, and why the failed ones failed."""
-        raise NotImplementedError
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         from tiering_core.runs.lanes import LaneRun
