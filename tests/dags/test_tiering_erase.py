@@ -73,6 +73,22 @@ def tier(w: PartitionWriter) -> tuple[list[tuple[int, str]], list[tuple[int, byt
     return segments, served
 
 
+def assert_refused_and_nothing_changed(  # type: ignore[no-untyped-def]
+    erase_dag, copied: PartitionWriter, tiering: TieringEnv, conf: dict, task_id: str, reason: str, capfd, caplog
+) -> None:
+    """A run of ``conf`` fails at ``task_id`` on its first try (a refusal is not retried), the
+    logs name ``reason``, and neither the tier nor the audit trail changed."""
+    before = tier(copied)
+    run = erase_dag.test(run_conf=conf)
+    assert run.state == "failed"
+    (task,) = task_runs(erase_dag.dag_id, run.run_id, task_id).values()
+    assert (task.state, task.try_number) == ("failed", 1)
+    assert reason in "".join(capfd.readouterr()) + caplog.text
+    assert tier(copied) == before
+    with tiering.context() as ctx:
+        assert ctx.metadata.erasures("orders") == []
+
+
 def test_dry_run_is_the_default_names_the_segments_and_writes_nothing(erase_dag, copied, tiering: TieringEnv) -> None:
     before = tier(copied)
     run = erase_dag.test(run_conf={"topic": "orders", "keys": [ERASED.decode()], "confirm": "orders"})
@@ -189,15 +205,8 @@ def test_on_spark_a_key_list_or_a_wrong_confirmation_fails_the_route_and_changes
     erase_dag, copied, key_dir: Path, tiering: TieringEnv, conf: dict, reason: str, capfd, caplog
 ) -> None:
     (key_dir / "r.txt").write_text(ERASED.decode() + "\n")
-    before = tier(copied)
-    run = erase_dag.test(run_conf={"topic": "orders", "dry_run": False, "spark": True, **conf})
-    assert run.state == "failed"
-    (route,) = task_runs(erase_dag.dag_id, run.run_id, "route").values()
-    assert (route.state, route.try_number) == ("failed", 1)  # a refusal is not retried
-    assert reason in "".join(capfd.readouterr()) + caplog.text
-    assert tier(copied) == before
-    with tiering.context() as ctx:
-        assert ctx.metadata.erasures("orders") == []
+    conf = {"topic": "orders", "dry_run": False, "spark": True, **conf}
+    assert_refused_and_nothing_changed(erase_dag, copied, tiering, conf, "route", reason, capfd, caplog)
 
 
 @pytest.mark.parametrize(
@@ -219,15 +228,8 @@ def test_refused_requests_fail_at_once_and_change_nothing(
     outside = tmp_path / "outside.txt"
     outside.write_text(ERASED.decode() + "\n")
     (key_dir / "escape.txt").symlink_to(outside)
-    before = tier(copied)
-    run = erase_dag.test(run_conf={"topic": "orders", "dry_run": False, **conf})
-    assert run.state == "failed"
-    (task,) = task_runs(erase_dag.dag_id, run.run_id, "erase").values()
-    assert (task.state, task.try_number) == ("failed", 1)  # a refusal is not retried
-    assert reason in "".join(capfd.readouterr()) + caplog.text
-    assert tier(copied) == before
-    with tiering.context() as ctx:
-        assert ctx.metadata.erasures("orders") == []
+    conf = {"topic": "orders", "dry_run": False, **conf}
+    assert_refused_and_nothing_changed(erase_dag, copied, tiering, conf, "erase", reason, capfd, caplog)
 
 
 def test_a_topic_with_nothing_in_the_tier_is_refused(erase_dag, tiering: TieringEnv, capfd, caplog) -> None:
