@@ -30,6 +30,7 @@ from tests.export.typed_support import (
     iceberg_types,
     payment,
     rows_by_offset,
+    rows_by_offset_alone,
     tier,
     tier_records,
     value_of,
@@ -121,7 +122,7 @@ def test_undecodable_values_are_dead_letters_each_record_once(
     with tiering_env.context() as ctx:
         result = run_export(ctx, "refunds")
         assert not result.failed and result.dead_letters == 6 and result.rows == 4
-        rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "refunds")).items()}
+        rows = rows_by_offset_alone(table_of(ctx, "refunds"))
         dead = dead_letters_of(ctx, "refunds")
     assert set(rows) | set(dead) == set(sent) and not set(rows) & set(dead)  # each record in one table
     for offset, row in rows.items():
@@ -188,7 +189,7 @@ def test_compatible_schema_changes_evolve_the_table_old_rows_keep_their_schema_i
         result = run_export(ctx, "tips", commit_bytes=1)  # a commit per segment: the table evolves in them
         assert not result.failed and result.dead_letters == 0 and len(result.snapshots) == 4
         table = table_of(ctx, "tips")
-        rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
+        rows = rows_by_offset_alone(table)
     assert set(rows) == set(sent)
     for offset, row in rows.items():
         data = sent[offset] or b""
@@ -337,7 +338,7 @@ def test_a_topic_turned_typed_needs_a_table_of_its_own(
     with_typed_export(tiering_env, tmp_path, schema_registry, counters={"value": "avro", "table": "counters_typed"})
     with tiering_env.context() as ctx:
         assert run_export(ctx, "counters").rows == 3
-        rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "counters_typed")).items()}
+        rows = rows_by_offset_alone(table_of(ctx, "counters_typed"))
         want = {o: avro.deserializer(v, avro.ctx) for o, v in sent.items()}
         assert {o: row["value"] for o, row in rows.items()} == want
         assert run_export(ctx, "counters").snapshots == []  # its own `value` column (a long) is no table of bytes
@@ -375,10 +376,10 @@ def test_decoded_keys_are_a_column_beside_their_bytes_with_the_value_decoded_or_
         result = run_export(ctx, "keyed")
         assert not result.failed and result.rows == 7 and result.dead_letters == 2
         table = table_of(ctx, "keyed")
-        rows = {o: row for (_p, o), row in rows_by_offset(table).items()}
+        rows = rows_by_offset_alone(table)
         dead = dead_letters_of(ctx, "keyed")
         assert run_export(ctx, "keyed-bytes").rows == 3
-        plain = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "keyed-bytes")).items()}
+        plain = rows_by_offset_alone(table_of(ctx, "keyed-bytes"))
     for offset, row in rows.items():
         key, value = sent[offset]
         assert row["key"] == key and value_of(row, PAYMENT) == avro.deserialize(value or b"")
@@ -421,7 +422,7 @@ def test_a_schema_outside_the_subject_the_strategy_names_is_a_dead_letter(
     )
     with tiering_env.context() as ctx:
         assert run_export(ctx, "by-record").rows == 3 and run_export(ctx, "by-topic").rows == 1
-        rows = {o: row for (_p, o), row in rows_by_offset(table_of(ctx, "by-record")).items()}
+        rows = rows_by_offset_alone(table_of(ctx, "by-record"))
         dead = dead_letters_of(ctx, "by-record")
         dead_topic = dead_letters_of(ctx, "by-topic")
         assert run_export(ctx, "unchecked").rows == 1 and dead_letters_of(ctx, "unchecked") == {}

@@ -253,6 +253,11 @@ def rows_by_offset(table: Any) -> dict[tuple[int, int], dict[str, Any]]:
     return found
 
 
+def rows_by_offset_alone(table: Any) -> dict[int, dict[str, Any]]:
+    """The rows of a one-partition topic's table by offset, each at most once (asserted)."""
+    return {offset: row for (_partition, offset), row in rows_by_offset(table).items()}
+
+
 def value_of(row: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     """The value fields of ``schema`` out of a table row, as the deserializer gives them (a map's
     (key, value) pairs as a dict)."""
@@ -268,7 +273,7 @@ def dead_letters_of(ctx: Any, topic: str) -> dict[int, dict[str, Any]]:
     from tiering_core.export import TableName, load_catalog, open_table
 
     table = open_table(load_catalog(ctx.config), TableName("kafka", f"{topic}_dead_letters"), create=False)
-    return {} if table is None else {o: row for (_p, o), row in rows_by_offset(table).items()}
+    return {} if table is None else rows_by_offset_alone(table)
 
 
 def iceberg_types(table: Any) -> dict[str, str]:
