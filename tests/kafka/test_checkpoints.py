@@ -16,6 +16,7 @@ from tiering_core.kafka.checkpoints import (
     encode_partition_metadata,
     new_topic_id,
     parse_offset_checkpoint,
+    parsed_offset_checkpoint,
     read_offset_checkpoint,
     read_partition_metadata,
     update_offset_checkpoint,
@@ -91,6 +92,30 @@ def test_update_keeps_other_partitions(tmp_path: Path) -> None:
     assert read_offset_checkpoint(path) == {TopicPartition("a", 0): 11, TopicPartition("b", 1): 20}
     update_offset_checkpoint(path, TopicPartition("a", 0), None)
     assert path.read_bytes() == encode_offset_checkpoint({TopicPartition("b", 1): 20}) == b"0\n1\nb 1 20\n"
+
+
+def test_a_checkpoint_is_parsed_once_per_content_and_never_read_stale(tmp_path: Path) -> None:
+    """A broker's checkpoint holds all its partitions: a run reading each partition's entry parses
+    the file's bytes once, yet sees a rewrite at once, even one in place of the same size (the
+    parse is keyed by the bytes, not by the file's times), and a caller's change stays its own."""
+    path = tmp_path / REPLICATION_OFFSET_CHECKPOINT
+    entries = {TopicPartition("t", p): 100 + p for p in range(500)}
+    write_offset_checkpoint(path, entries)
+    parsed_offset_checkpoint.cache_clear()
+    for p in range(500):
+        assert read_offset_checkpoint(path)[TopicPartition("t", p)] == 100 + p
+    info = parsed_offset_checkpoint.cache_info()
+    assert (info.misses, info.hits) == (1, 499)
+
+    path.write_bytes(path.read_bytes().replace(b"t 7 107\n", b"t 7 207\n"))  # in place, same size
+    assert read_offset_checkpoint(path)[TopicPartition("t", 7)] == 207
+
+    mine = read_offset_checkpoint(path)
+    mine[TopicPartition("t", 7)] = -1
+    assert read_offset_checkpoint(path)[TopicPartition("t", 7)] == 207
+    path.write_bytes(b"0\n1\nnot an entry\n")
+    with pytest.raises(CorruptLogError, match="line 3"):  # a bad file is still named, never cached
+        read_offset_checkpoint(path)
 
 
 def test_partition_metadata_is_the_brokers_bytes(tmp_path: Path) -> None:

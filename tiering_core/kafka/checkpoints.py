@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 import re
 import stat
@@ -125,11 +126,22 @@ def parse_offset_checkpoint(data: bytes | str, path: Path | str) -> dict[TopicPa
 
 
 def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
-    """Entries of a root checkpoint; a missing file has none (the broker has not written it yet)."""
+    """Entries of a root checkpoint; a missing file has none (the broker has not written it yet).
+
+    The file is read every time, but its bytes are parsed once: one log dir's checkpoint holds
+    every partition of the broker, and a run reading each partition's entry would otherwise parse
+    all of them once per partition (quadratic in the partitions)."""
     try:
         data = read_regular(Path(path), CHECKPOINT_READ_LIMIT, "offset checkpoint")
     except FileNotFoundError:
         return {}
+    return dict(parsed_offset_checkpoint(data, str(path)))
+
+
+@functools.lru_cache(maxsize=8)
+def parsed_offset_checkpoint(data: bytes, path: str) -> Mapping[TopicPartition, int]:
+    """``parse_offset_checkpoint`` of the same bytes once (keyed by the bytes themselves, so never
+    stale; a few files' worth, each bounded by ``CHECKPOINT_READ_LIMIT``). Callers copy it."""
     return parse_offset_checkpoint(data, Path(path))
 
 
