@@ -145,9 +145,9 @@ def counted_view_builds() -> Iterator[collections.Counter[Path]]:
     builds: collections.Counter[Path] = collections.Counter()
     original = view.load_tier_view
 
-    def counted(log: Any, store: Any, live: Any = None) -> Any:
+    def counted(log: Any, store: Any, live: Any = None, stored: Any = None) -> Any:
         builds[log.path] += 1
-        return original(log, store, live)
+        return original(log, store, live, stored)
 
     view.load_tier_view = counted  # type: ignore[assignment]
     try:

@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from tests.metadata.support import tip
+from tests.metadata.support import count_queries, finish, segment, tip
 from tiering_core.kafka.epoch import EpochEntry
 from tiering_core.metadata.states import RemoteLogSegmentState, RemotePartitionDeleteState
+from tiering_core.metadata.values import StoredTier
 
 S = RemoteLogSegmentState
 P = RemotePartitionDeleteState
@@ -57,6 +58,40 @@ def test_delete_records_offset_is_the_highest_ever_applied(store) -> None:
         (40, "tiering delete-records", True, lease.token, "delete-records-7"),
         (45, "tiering delete-records", True, lease.token, "delete-records-7"),
     ]
+
+
+def test_stored_tiers_read_many_partitions_in_four_queries(store) -> None:
+    """What a tier view joins with the log, for many partitions at once: each partition's as its
+    own reads give it, four SELECTs whatever the number, and an empty one for a partition the
+    store has never seen."""
+    parts = [tip("EEEEEEEEEEEEEEEEEEEEEE", "wide", p) for p in range(300)]
+    for p in parts[:200]:
+        lease = store.acquire_lease(p, "t")
+        finish(store, lease, segment(p, 0, 9, {0: 0}))
+        finish(store, lease, segment(p, 10, 19, {0: 10, 2: 15}))
+        store.record_lineage(p, [EpochEntry(0, 0), EpochEntry(2, 15)], lease)
+        if p.partition % 3 == 0:
+            store.record_delete_records(p, 5 + p.partition, lease)
+        if p.partition % 5 == 0:
+            store.set_remote_log_start_offset(p, 10, lease)
+    unseen = tip("FFFFFFFFFFFFFFFFFFFFFF", "never", 0)
+    selects = count_queries(store)
+    got = store.stored_tiers([*parts, unseen])
+    assert len(selects) == 4
+    assert got[unseen] == StoredTier()
+    for p in parts:
+        lineage = store.get_recorded_lineage(p)
+        assert got[p] == StoredTier(
+            tuple(lineage),
+            store.get_remote_log_start_offset(p),
+            store.get_delete_records_offset(p),
+            got[p].highest_by_epoch,
+        )
+        epochs = [e.epoch for e in lineage]
+        assert got[p].latest_copied_epoch(epochs) == store.latest_copied_epoch(p, epochs)
+        assert got[p].latest_copied_epoch([0]) == store.latest_copied_epoch(p, [0])
+    assert got[parts[3]].highest_by_epoch == {0: 14, 2: 19}
+    assert got[parts[3]].delete_records_offset == 8 and got[parts[5]].remote_log_start_offset == 10
 
 
 def test_gaps_are_recorded_once_per_range(store) -> None:

@@ -6,6 +6,7 @@ judged by and the local-retention risk (docs/kafka-rules.md sections 5, 6 and 10
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -19,12 +20,29 @@ from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.runs.copy import run_copy
 from tiering_core.runs.delete_records import apply_delete_records
 from tiering_core.tier.offsets import OffsetRange
-from tiering_core.tier.view import CopyDelay, TierView, finished_in_lineage, load_remote_tier_view, load_tier_view
+from tiering_core.tier.view import (
+    CopyDelay,
+    TierView,
+    finished_in_lineage,
+    load_remote_tier_view,
+    load_tier_view,
+    tier_views,
+)
 
 
 def view_of(env: TieringEnv, w: PartitionWriter) -> TierView:
+    """The partition's view, read alone; every test also checks that the view read with many
+    others' (``tier_views``: the store read for all of them at once) is the same."""
     with env.context() as ctx:
-        return load_tier_view(ctx.partition_log(w.tp), ctx.metadata)
+        view = load_tier_view(ctx.partition_log(w.tp), ctx.metadata)
+        (batched,) = tier_views(ctx, [ctx.partition_log(w.tp)])
+    assert same_view(batched, view)
+    return view
+
+
+def same_view(a: TierView, b: TierView) -> bool:
+    """Equal in everything but the ``PartitionLog`` object each was read from."""
+    return dataclasses.replace(a, local_log=None) == dataclasses.replace(b, local_log=None)
 
 
 def copy(env: TieringEnv, w: PartitionWriter) -> int:
@@ -334,3 +352,36 @@ def test_the_remote_tier_alone_is_viewed_from_the_store(fs_env: TieringEnv) -> N
     assert (view.log_end_offset, view.highest_copied_offset, view.global_log_start_offset) == (15, 14, 0)
     assert view.lineage.entries == (EpochEntry(0, 0), EpochEntry(1, 10))
     assert (view.high_watermark, view.last_stable_offset) == (None, None)
+
+
+def test_many_partitions_views_read_at_once_equal_each_read_alone(fs_env: TieringEnv) -> None:
+    """A run planning thousands of partitions reads the store for all of them at once: each view
+    is the one read alone, whether the partition was copied, had an unclean election, a
+    DeleteRecords, or was never seen by the store."""
+    copied, unclean, deleted, unseen = (fs_env.writer(partition=p) for p in range(4))
+    for w in (copied, deleted, unseen):
+        write_segments(w, 2)
+        w.set_high_watermark()
+    unclean.append_records(10)
+    unclean.become_leader(1)
+    unclean.append_records(5)
+    unclean.append_records(5)
+    unclean.roll()
+    unclean.set_high_watermark()
+    for w in (copied, unclean, deleted):
+        assert copy(fs_env, w) >= 1
+    unclean.truncate_to(15)
+    unclean.become_leader(2)
+    unclean.append_records(5)
+    unclean.roll()
+    unclean.set_high_watermark()
+    with fs_env.context() as ctx:
+        apply_delete_records(ctx, deleted.tp, 7)
+    writers = [copied, unclean, deleted, unseen]
+    with fs_env.context() as ctx:
+        logs = [ctx.partition_log(w.tp) for w in writers]
+        alone = [load_tier_view(log, ctx.metadata) for log in logs]
+        at_once = tier_views(ctx, logs)
+    assert all(same_view(a, b) for a, b in zip(at_once, alone, strict=True))
+    assert [v.highest_copied_offset for v in at_once] == [9, 14, 9, -1]
+    assert [v.global_log_start_offset for v in at_once] == [0, 0, 7, None]

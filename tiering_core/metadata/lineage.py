@@ -18,16 +18,16 @@ them as they are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, Table, func, select
+from sqlalchemy import Connection, Select, Table, bindparam, func, select
 
 from tiering_core.kafka.epoch import EpochEntry, current_lineage
 from tiering_core.kafka.topic import TopicIdPartition
-from tiering_core.metadata.queries import IS_APPLIED, D, G, L, P, Statements
+from tiering_core.metadata.queries import IS_APPLIED, D, G, H, L, P, Statements
 from tiering_core.metadata.transactions import LockedPartition, StoreCore
-from tiering_core.metadata.values import DELETE_RECORDS_APPLIED, DeleteRecordsObservation, Lease, TieringGap
+from tiering_core.metadata.values import DELETE_RECORDS_APPLIED, DeleteRecordsObservation, Lease, StoredTier, TieringGap
 
 
 def _of_partition(query: Select[Any], table: Table, tip: TopicIdPartition) -> Select[Any]:
@@ -91,6 +91,47 @@ class LineageStore(StoreCore):
         query = _of_partition(select(L.c.epoch, L.c.start_offset), L, tip).order_by(L.c.epoch)
         with self._read() as conn:
             return [EpochEntry(r.epoch, r.start_offset) for r in conn.execute(query)]
+
+    def stored_tiers(self, tips: Collection[TopicIdPartition]) -> dict[TopicIdPartition, StoredTier]:
+        """What the store holds of each of ``tips`` for its tier view (``StoredTier``), in four
+        queries over their topic ids, whatever their number: a run planning a broker's thousands
+        of partitions reads them at once, not four queries per partition. A partition the store
+        has never seen gets an empty ``StoredTier``."""
+        wanted = {(t.topic_id, t.partition): t for t in tips}
+        if not wanted:
+            return {}
+        ids = {"ids": sorted({t.topic_id for t in tips})}
+        of_topics = P.c.topic_id.in_(bindparam("ids", expanding=True))
+        key = (P.c.topic_id, P.c.partition)
+        lineage: dict[tuple[str, int], list[EpochEntry]] = {}
+        highest: dict[tuple[str, int], dict[int, int]] = {}
+        with self._read() as conn:
+            starts = {
+                (tid, part): start
+                for tid, part, start in conn.execute(select(*key, P.c.remote_log_start_offset).where(of_topics), ids)
+            }
+            lines = select(*key, L.c.epoch, L.c.start_offset).join(P, P.c.id == L.c.partition_id).where(of_topics)
+            for tid, part, epoch, start in conn.execute(lines.order_by(L.c.epoch), ids):
+                lineage.setdefault((tid, part), []).append(EpochEntry(epoch, start))
+            applied = (
+                select(*key, func.max(D.c.before_offset))
+                .join(P, P.c.id == D.c.partition_id)
+                .where(of_topics, IS_APPLIED)
+                .group_by(P.c.id, *key)
+            )
+            deleted = {(tid, part): offset for tid, part, offset in conn.execute(applied, ids)}
+            epochs = select(*key, H.c.epoch, H.c.highest_offset).join(P, P.c.id == H.c.partition_id).where(of_topics)
+            for tid, part, epoch, offset in conn.execute(epochs, ids):
+                highest.setdefault((tid, part), {})[int(epoch)] = int(offset)
+        return {
+            tip: StoredTier(
+                tuple(lineage.get(k, ())),
+                starts.get(k),
+                deleted.get(k),
+                highest.get(k, {}),
+            )
+            for k, tip in wanted.items()
+        }
 
     # --- DeleteRecords (docs/kafka-rules.md section 10 item 1) ----------------------------
 

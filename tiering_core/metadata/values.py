@@ -284,6 +284,27 @@ DELETE_RECORDS_APPLIED = "tiering delete-records"
 
 
 @dataclass(frozen=True, slots=True)
+class StoredTier:
+    """What the store holds of one partition that its tier view joins with the broker's log,
+    read for many partitions at once (``LineageStore.stored_tiers``): the recorded lineage, the
+    remote log start, the highest DeleteRecords applied through the platform, and per leader
+    epoch the highest offset ever finished in it."""
+
+    recorded_lineage: tuple[EpochEntry, ...] = ()
+    remote_log_start_offset: int | None = None
+    delete_records_offset: int | None = None
+    highest_by_epoch: dict[int, int] = field(default_factory=dict)
+
+    def latest_copied_epoch(self, epochs: list[int]) -> tuple[int, int] | None:
+        """As ``SegmentStore.latest_copied_epoch``: of ``epochs``, the latest with finished data
+        and the highest offset finished in it; None if none has any."""
+        for epoch in sorted(epochs, reverse=True):
+            if epoch in self.highest_by_epoch:
+                return epoch, self.highest_by_epoch[epoch]
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteRecordsObservation:
     """A DeleteRecords row of the partition: its offset, where it came from and when."""
 

@@ -37,7 +37,7 @@ from tiering_core.runs.copy_report import CopyResult
 from tiering_core.tier.observation import Observed, record_views
 from tiering_core.tier.offsets import global_log_start
 from tiering_core.tier.replica import ReplicaChoice, choose_replica, in_cluster, tiering_gap_on
-from tiering_core.tier.view import highest_copied_offset, tier_view
+from tiering_core.tier.view import highest_copied_offset, tier_views
 
 if TYPE_CHECKING:
     from tiering_core.context import TieringContext
@@ -149,7 +149,7 @@ def _plans(
 
 def _observed_views(ctx: TieringContext, tps: Sequence[TopicPartition], broker_id: int | None) -> list[TierView]:
     """Each partition's view, what this broker saw of them recorded in one transaction."""
-    views = [tier_view(ctx, ctx.partition_log(tp)) for tp in tps]
+    views = tier_views(ctx, [ctx.partition_log(tp) for tp in tps])
     observed: list[Observed] = [(view, ctx.topic_config(view.tip.topic), None) for view in views]
     record_views(ctx.metadata, broker_id, observed, brokers=ctx.config.broker_ids)
     return views

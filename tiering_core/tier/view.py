@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from tiering_core.context import TieringContext
     from tiering_core.live.partition import LivePartition
     from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
+    from tiering_core.metadata.values import StoredTier
 
 #: Warn when the oldest uncopied segment has used this share of the local retention.
 LOCAL_RETENTION_WARN_RATIO = 0.8
@@ -329,7 +331,11 @@ def highest_copied_offset(
     at or before ``h`` (remote holds more of it than this lineage: an unclean election), the
     copied offset is the epoch's end - 1, else ``h``. Nothing copied: -1.
     """
-    latest = store.latest_copied_epoch(tip, lineage.epochs())
+    return copied_offset_in(store.latest_copied_epoch(tip, lineage.epochs()), lineage, log_end_offset)
+
+
+def copied_offset_in(latest: tuple[int, int] | None, lineage: LeaderEpochCache, log_end_offset: int) -> int:
+    """``highest_copied_offset`` from the latest epoch with finished data and its highest offset."""
     if latest is None:
         return -1
     epoch, highest = latest
@@ -337,17 +343,23 @@ def highest_copied_offset(
     return end - 1 if end <= highest else highest
 
 
-def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LivePartition | None = None) -> TierView:
+def load_tier_view(
+    log: PartitionLog,
+    store: RemoteLogMetadataStore,
+    live: LivePartition | None = None,
+    stored: StoredTier | None = None,
+) -> TierView:
     """Join the broker's partition directory with the metadata store (no writes).
 
     ``live``: the cluster's view of the partition (a ``kafka:`` section); when it does not apply
     to this directory (another topic id, unknown to the cluster) the offsets are unknown and
     ``live_problem`` says why, never the files' values instead. Its log start is the broker's
-    local log start, never a DeleteRecords.
+    local log start, never a DeleteRecords. ``stored``: what the store holds of the partition,
+    read beforehand with many others' (``tier_views``); None: read now.
     """
     tip = TopicIdPartition(log.topic_id, log.topic_partition)
     broker_cache = LeaderEpochCache(log.leader_epoch_entries)
-    recorded = store.get_recorded_lineage(tip)
+    recorded = list(stored.recorded_lineage) if stored is not None else store.get_recorded_lineage(tip)
     full_lineage = current_lineage(recorded, list(broker_cache.entries))
     leo = log.log_end_offset
     offsets_error: str | None = None
@@ -377,11 +389,15 @@ def load_tier_view(log: PartitionLog, store: RemoteLogMetadataStore, live: LiveP
         except TieringError as exc:
             hw = lso = None
             offsets_error = str(exc)
-    remote_start = store.get_remote_log_start_offset(tip)
-    delete_records = store.get_delete_records_offset(tip)
+    if stored is None:
+        remote_start = store.get_remote_log_start_offset(tip)
+        delete_records = store.get_delete_records_offset(tip)
+        copied = highest_copied_offset(store, tip, full_lineage, leo)
+    else:
+        remote_start, delete_records = stored.remote_log_start_offset, stored.delete_records_offset
+        copied = copied_offset_in(stored.latest_copied_epoch(full_lineage.epochs()), full_lineage, leo)
     global_start = global_log_start(remote_start, delete_records)
     lineage = full_lineage.truncate_from_start(global_start) if global_start is not None else full_lineage
-    copied = highest_copied_offset(store, tip, full_lineage, leo)
     return TierView(
         local_log=log,
         tip=tip,
@@ -407,6 +423,17 @@ def tier_view(ctx: TieringContext, log: PartitionLog) -> TierView:
     """The partition's tier view as a run of ``ctx`` sees it: with the cluster's offsets when the
     context has a ``kafka:`` section (``load_tier_view``)."""
     return load_tier_view(log, ctx.metadata, ctx.live_partition(log))
+
+
+def tier_views(ctx: TieringContext, logs: Sequence[PartitionLog]) -> list[TierView]:
+    """``tier_view`` of many partitions, what the store holds of them read at once (a few queries
+    in all, not a few per partition: a broker's thousands of partitions planned in one pass)."""
+    tips = [TopicIdPartition(log.topic_id, log.topic_partition) for log in logs]
+    stored = ctx.metadata.stored_tiers(tips)
+    return [
+        load_tier_view(log, ctx.metadata, ctx.live_partition(log), stored[tip])
+        for log, tip in zip(logs, tips, strict=True)
+    ]
 
 
 def is_in_lineage(view: TierView, segment: RemoteLogSegmentMetadata) -> bool:
