@@ -54,6 +54,8 @@ class Decoded:
     #: Avro values decoded column at a time: each writer schema's struct column and the
     #: positions of its rows among ``good`` (None: the values are in ``values`` and ``chunks``).
     columnar: list[tuple[np.ndarray, pa.Array]] | None = None
+    #: Avro keys decoded column at a time, as ``columnar`` (a row none covers: a null key).
+    key_columnar: list[tuple[np.ndarray, pa.Array]] | None = None
 
     def dead(self, row: int, why: UndecodableValue) -> None:
         self.bad.append(row)
@@ -69,22 +71,33 @@ class Decoded:
     def value_array(self, value_type: pa.StructType) -> pa.Array:
         """The values as one array of ``value_type`` (the table's columns)."""
         if self.columnar is not None:
-            return _in_order(self.columnar, value_type)
+            return _in_order(self.columnar, value_type, len(self.good))
         if self.value_type is None or not self.value_type.equals(value_type):
             assert not self.chunks, "values built into Arrow for other columns"
             return typed_array(self.values, value_type)
         chunks = [*self.chunks, typed_array(self.values, value_type)]
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
 
+    def key_array(self, key_type: pa.StructType) -> pa.Array:
+        """The keys' fields as one array of ``key_type`` (the table's ``key_fields``)."""
+        if self.key_columnar is not None:
+            return _in_order(self.key_columnar, key_type, len(self.good))
+        return typed_array(self.keys, key_type)
 
-def _in_order(columns: list[tuple[np.ndarray, pa.Array]], value_type: pa.StructType) -> pa.Array:
-    """The writer schemas' columns as one of ``value_type``, each row at its position."""
-    if not columns:
-        return typed_array([], value_type)
-    arrays = [conformed(array, value_type) for _, array in columns]
+
+def _in_order(columns: list[tuple[np.ndarray, pa.Array]], type_: pa.StructType, rows: int) -> pa.Array:
+    """The writer schemas' columns as one of ``type_``, each row at its position (null where
+    none is)."""
+    arrays = [conformed(array, type_) for _, array in columns]
+    positions = [p for p, _ in columns]
+    covered = sum(len(p) for p in positions)  # the positions are distinct: all there when as many
+    missing = np.setdiff1d(np.arange(rows), np.concatenate(positions)) if covered < rows else np.arange(0)
+    if len(missing):
+        arrays.append(pa.nulls(len(missing), type_))
+        positions.append(missing)
     if len(arrays) == 1:
         return arrays[0]
-    order = np.argsort(np.concatenate([positions for positions, _ in columns]), kind="stable")
+    order = np.argsort(np.concatenate(positions), kind="stable")
     return pa.concat_arrays(arrays).take(pa.array(order))
 
 
@@ -225,25 +238,33 @@ def decode_part(
     return decoded
 
 
-def _decode_avro(part: pa.RecordBatch, values: ValueSchemas, keys: ValueSchemas | None) -> Decoded:
-    """The part's rows decoded, the Avro values of each writer schema in one batch, into its
-    columns (``Decoded.columnar``): no Python object per value."""
-    n = part.num_rows
-    raw_keys: list[Any] = [None] * n
-    if keys is not None:
-        key_column = part.column("key")
-        raw_keys = list(_decoded(key_column, _Writers(keys), KEY, WireFrames.of(key_column)))
-    dead: dict[int, UndecodableValue] = {i: k for i, k in enumerate(raw_keys) if isinstance(k, UndecodableValue)}
-    wire = WireColumn.of(part.column("value"))
-    ok = wire.schema_ids >= 0
-    ok[list(dead)] = False
-    for i in np.flatnonzero((wire.schema_ids < 0) & ~np.isin(np.arange(n), list(dead))).tolist():
+@dataclass(frozen=True)
+class _AvroSide:
+    """A part's values (or keys) decoded a batch per writer schema: each row's schema id, the
+    rows decoded, why each other did not (a null key is neither), and each writer schema's
+    column with the rows it holds."""
+
+    schema_ids: np.ndarray
+    ok: np.ndarray
+    dead: dict[int, UndecodableValue]
+    columns: list[tuple[np.ndarray, pa.Array]]
+
+
+def _avro_side(column: pa.Array, writers: _Writers, side: str, skip: np.ndarray) -> _AvroSide:
+    """``column`` decoded but the rows ``skip`` names."""
+    wire = WireColumn.of(column)
+    ok = (wire.schema_ids >= 0) & ~skip
+    dead: dict[int, UndecodableValue] = {}
+    for i in np.flatnonzero((wire.schema_ids < 0) & ~skip).tolist():
+        raw = column[i].as_py()
+        if raw is None and side == KEY:
+            continue
         try:
-            WireValue.parse(part.column("value")[i].as_py())
+            WireValue.parse(raw)
             raise AssertionError("WireColumn refused a value WireValue reads")
         except UndecodableValue as exc:
             dead[i] = exc
-    writers, columns = _Writers(values), []
+    columns = []
     for schema_id in dict.fromkeys(wire.schema_ids[ok].tolist()):
         rows = np.flatnonzero(ok & (wire.schema_ids == schema_id))
         writer = writers(schema_id)
@@ -256,11 +277,39 @@ def _decode_avro(part: pa.RecordBatch, values: ValueSchemas, keys: ValueSchemas 
         dead.update((int(rows[j]), UndecodableValue(why, schema_id)) for j, why in batch.reasons.items())
         ok[rows[~batch.ok]] = False
         columns.append((rows[batch.ok], batch.array))
-    good = np.flatnonzero(ok)
-    decoded = Decoded(columnar=[(np.searchsorted(good, rows), array) for rows, array in columns])
+    if side == KEY:
+        dead = {i: UndecodableValue(f"the key: {exc.reason}", exc.schema_id) for i, exc in dead.items()}
+    return _AvroSide(wire.schema_ids, ok, dead, columns)
+
+
+def _decode_avro(part: pa.RecordBatch, values: ValueSchemas, keys: ValueSchemas | None) -> Decoded:
+    """The part's rows decoded, the Avro values (and Avro keys) of each writer schema in one
+    batch, into its columns (``Decoded.columnar``): no Python object per value."""
+    n = part.num_rows
+    bad_keys = np.zeros(n, np.bool_)
+    raw_keys: list[Any] = []
+    key_side = None
+    if keys is not None and keys.value_format == AVRO:
+        key_side = _avro_side(part.column("key"), _Writers(keys), KEY, bad_keys)
+        bad_keys[list(key_side.dead)] = True
+    elif keys is not None:
+        key_column = part.column("key")
+        raw_keys = list(_decoded(key_column, _Writers(keys), KEY, WireFrames.of(key_column)))
+        bad_keys[[i for i, k in enumerate(raw_keys) if isinstance(k, UndecodableValue)]] = True
+    value_side = _avro_side(part.column("value"), _Writers(values), VALUE, bad_keys)
+    dead = {i: raw_keys[i] for i in np.flatnonzero(bad_keys).tolist()} if raw_keys else {}
+    dead.update(value_side.dead)
+    good = np.flatnonzero(value_side.ok)
+    decoded = Decoded(columnar=[(np.searchsorted(good, rows), array) for rows, array in value_side.columns])
     decoded.good = good.tolist()
-    decoded.ids = wire.schema_ids[good].tolist()
-    if keys is None:
+    decoded.ids = value_side.schema_ids[good].tolist()
+    if key_side is not None:
+        dead.update(key_side.dead)
+        kept = [(rows, array, np.isin(rows, good)) for rows, array in key_side.columns]
+        decoded.key_columnar = [(np.searchsorted(good, r[k]), a.filter(pa.array(k))) for r, a, k in kept]
+        ids, known = key_side.schema_ids[good].tolist(), key_side.ok[good].tolist()
+        decoded.key_ids = [i if ok else None for i, ok in zip(ids, known, strict=True)]
+    elif keys is None:
         decoded.keys = [None] * len(good)
         decoded.key_ids = [None] * len(good)
     else:

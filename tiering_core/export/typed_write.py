@@ -26,7 +26,6 @@ from tiering_core.errors import CorruptLogError
 from tiering_core.export.avro import UnsupportedSchemaError
 from tiering_core.export.plan import ExportSegment
 from tiering_core.export.registry import RegistryEndpoint, SchemaRegistryError
-from tiering_core.export.schema import typed_array
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
     KEY,
@@ -115,7 +114,7 @@ def _typed_rows(part: pa.RecordBatch, decoded: Decoded, columns: TypedColumns) -
             by_name[f.name] = child
     if columns.key is not None and columns.key.schema_ids:
         by_name[KEY_SCHEMA_ID_COLUMN] = pa.array(decoded.key_ids, pa.int32())
-        by_name[KEY_FIELDS_COLUMN] = typed_array(decoded.keys, columns.key.value_type)
+        by_name[KEY_FIELDS_COLUMN] = decoded.key_array(columns.key.value_type)
     schema = columns.schema
     return pa.RecordBatch.from_arrays([by_name[f.name] for f in schema], schema=schema)
 
