@@ -4,18 +4,20 @@ The schema is a flat program (``export.avro_program`` builds it): one row per in
 ``PROGRAM_WIDTH`` integers (opcode, column, operands), records flattened into the sequence of
 their fields, an array's or map's item between ``OP_LIST`` and ``OP_LIST_END``, the value of a
 union with null after its ``OP_UNION``. ``decode_rows`` runs the program over every payload in
-two passes: the first checks each payload and counts each column's slots and bytes (a payload
-that fails leaves no count), the second, into buffers the caller sized from those counts, writes
-the Arrow buffers of each column (a validity byte per slot, fixed-width values, int32 offsets,
-variable-length bytes) for the payloads that passed. No Python object is made per value.
+two passes: the first checks each payload and counts each column's slots and bytes (at most
+what the payload's bytes hold), the second, into buffers the caller sized from those counts,
+writes the Arrow buffers of each column (a validity byte per slot, fixed-width values, int32
+offsets, variable-length bytes) for the payloads that passed. No Python object is made per value.
 
 Every read is checked against the end of its payload: a payload that is cut short, holds a
 length or block count larger than the bytes left or negative, an out-of-range enum index,
 union branch, int, date, time, timestamp or decimal, invalid UTF-8, or leaves bytes unread,
 stops with an error code (``ERROR_REASONS``), the byte it was met at and a value; nothing is
 allocated from a length read. A map holding a key twice is ``DUPLICATE_MAP_KEY``: not an error
-(fastavro keeps the last), for the caller to decode another way. The interpreter loop
-(``_row``) is one function longer than most: its opcodes share the position and stack.
+(fastavro keeps the last), for the caller to decode another way. The interpreter
+(``decode_rows``) is one function, far longer than the project's others: its opcodes share the
+position, stack and counters, and a call per payload or opcode would count references to every
+array it is passed, which costs more than the decode.
 
 Compiled as ``kafka.arrow.kernels`` compiles (``cache=True``): once per installation, then
 loaded from the cache.
@@ -205,8 +207,7 @@ def decode_rows(prog: np.ndarray, buf: np.ndarray, starts: np.ndarray, ends: np.
     ``status`` (``where`` it stopped, relative to its start, and ``value``), and at most the
     slots, list items and bytes each column needs (a payload that fails may have counted some);
     ``fill`` True: the buffers written for the rows whose status is ``OK`` (the counters start
-    from zero). One loop, the interpreter inside it: a function call per payload would count
-    references to every array it is passed, which costs more than the decode."""
+    from zero)."""
     longest = 0
     for r in range(starts.size):
         longest = max(longest, ends[r] - starts[r])
