@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiering_core.kafka.arrow.kernels import VARINT_PAST_END, VARINT_TOO_LONG, compiled, inlined, zigzag_varint
+from tiering_core.kafka.arrow.kernels import VARINT_PAST_END, VARINT_TOO_LONG, compiled, zigzag_varint
 
 #: One instruction: opcode, column, then four operands.
 PROGRAM_WIDTH = 6
@@ -83,7 +83,7 @@ POW10_HIGH = np.array([p >> 64 for p in _POW10], np.uint64)
 POW10_LOW = np.array([p & 0xFFFFFFFFFFFFFFFF for p in _POW10], np.uint64)
 
 
-@inlined
+@compiled
 def _utf8(buf: np.ndarray, lo: int, hi: int) -> bool:
     """Whether ``buf[lo:hi]`` is UTF-8 as Python's strict decoder reads it."""
     i = lo
@@ -141,7 +141,7 @@ def _same_keys(buf: np.ndarray, pos: np.ndarray, size: np.ndarray, lo: int, hi: 
     return False
 
 
-@inlined
+@compiled
 def _decimal(buf: np.ndarray, lo: int, n: int, precision: int, out: np.ndarray, at: int, fill: bool) -> bool:
     """The big-endian two's-complement ``buf[lo:lo + n]`` as a little-endian 128-bit integer at
     ``out[at]`` (``fill``); False when it has more digits than ``precision``."""
@@ -180,7 +180,7 @@ def _decimal(buf: np.ndarray, lo: int, n: int, precision: int, out: np.ndarray, 
     return True
 
 
-@inlined
+@compiled
 def _null_fill(prog: np.ndarray, lo: int, hi: int, fill: bool, slots: np.ndarray, items: np.ndarray,
                dlen: np.ndarray, offsets: np.ndarray, obase: np.ndarray) -> None:  # fmt: skip
     """A null slot in each column of the instructions ``lo..hi`` (an array's or map's items

@@ -40,7 +40,7 @@ def compiled(fn: F) -> F:
         return cast(F, njit(nogil=True)(fn))
 
 
-def inlined(fn: F) -> F:
+def _inlined(fn: F) -> F:
     """``fn`` inlined into its callers as numba IR: no call, and no reference counting of the
     arrays it is passed (an atomic increment and decrement per call otherwise, which would
     cost more than parsing a varint)."""
@@ -85,7 +85,7 @@ MIN_RECORD_BYTES = 7
 _MASK63 = 0x7FFFFFFFFFFFFFFF
 
 
-@inlined
+@_inlined
 def zigzag_varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
     """The zigzag varint at ``buf[pos]`` ending before ``end``, and the position after it; the
     position is -VARINT_PAST_END or -VARINT_TOO_LONG when the varint is malformed."""
@@ -117,7 +117,7 @@ _BATCH_LENGTH_AT = 8
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 
-@inlined
+@_inlined
 def _big_endian(buf: np.ndarray, at: int, size: int, signed: bool) -> int:
     """The ``size``-byte big-endian integer at ``buf[at]`` (two's complement when ``signed``)."""
     value = 0
@@ -150,7 +150,7 @@ def batch_headers(buf: np.ndarray) -> np.ndarray:
     return fields
 
 
-@inlined
+@_inlined
 def _is_utf8(buf: np.ndarray, start: int, end: int) -> bool:
     """Whether ``buf[start:end]`` is UTF-8 as Python's strict decoder reads it (no overlong forms,
     no surrogates, nothing above U+10FFFF)."""
