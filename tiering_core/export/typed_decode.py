@@ -265,7 +265,8 @@ def _avro_side(column: pa.Array, writers: _Writers, side: str, skip: np.ndarray)
         except UndecodableValue as exc:
             dead[i] = exc
     columns = []
-    for schema_id in dict.fromkeys(wire.schema_ids[ok].tolist()):
+    named, first = np.unique(wire.schema_ids[ok], return_index=True)
+    for schema_id in named[np.argsort(first)].tolist():  # in the order the rows bring them
         rows = np.flatnonzero(ok & (wire.schema_ids == schema_id))
         writer = writers(schema_id)
         if not isinstance(writer, AvroColumns):
