@@ -8,11 +8,13 @@ and the day files open from then on have the wider columns (the files written be
 a file lacking an optional column, or holding an int where the table has a long, reads through).
 A schema that cannot merge fails the segment with a ``SegmentSchemaError``, its files deleted: the
 export stops there. The ids merged are handed back, for the commit to evolve the table with.
+Avro values (and keys) are decoded on the thread that reads the segment ahead of the writer
+(``typed_decode``: they need not the table's columns), so the decode and the Parquet writes overlap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -210,11 +212,16 @@ def write_typed_segment_files(
     try:
         values, keys, planned = typed.columns()
         files = _TableFiles(fs, directory, segment.segment_id, planned)
-        for batch, parts in read_ahead(
-            lambda: segment_days(storage, segment, where, bounds), READ_AHEAD_GROUPS, thread_name="export-decode"
-        ):
-            for day, part in parts:
-                decoded = decode_part(part, values, keys, files.columns)
+        # Avro parts decode without the table's columns: on the read-ahead thread, beside the writer
+        ahead = values is not None and values.value_format == AVRO
+
+        def groups() -> Iterator[tuple[pa.RecordBatch, list[tuple[int, pa.RecordBatch, Decoded | None]]]]:
+            for batch, parts in segment_days(storage, segment, where, bounds):
+                yield batch, [(d, p, decode_part(p, values, keys, planned) if ahead else None) for d, p in parts]
+
+        for batch, parts in read_ahead(groups, READ_AHEAD_GROUPS, thread_name="export-decode"):
+            for day, part, early in parts:
+                decoded = early or decode_part(part, values, keys, files.columns)
                 files.widen(_merged(files.columns, decoded, values, keys))
                 if decoded.chunks and files.columns.value is not None:
                     wanted = files.columns.value.value_type
