@@ -311,7 +311,7 @@ def decode_rows(prog: np.ndarray, buf: np.ndarray, starts: np.ndarray, ends: np.
                     break
                 pos = at
                 ascii = True
-                if prog[pc, 2] == 1:
+                if prog[pc, 2] == 1 and not fill:  # checked once: the second pass reads what passed
                     for k in range(pos, pos + size):
                         if buf[k] >= 0x80:
                             ascii = False

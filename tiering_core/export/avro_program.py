@@ -243,7 +243,7 @@ def run_program(program: AvroProgram, arrow_type: pa.DataType, buf: np.ndarray, 
         np.zeros(int(slots.sum()), np.uint8),
         np.zeros(int((slots * width).sum()), np.uint8),
         np.zeros(int(np.where(has_offsets, slots + 1, 0).sum()), np.int32),
-        np.zeros(int(dlen.sum()), np.uint8),
+        np.empty(int(dlen.sum()), np.uint8),  # every byte written
     )
     slots[:], items[:], dlen[:] = 0, 0, 0
     decode_rows(program.code, buf, starts, ends, True, status, where, value, slots, items, dlen, pools.valid,
