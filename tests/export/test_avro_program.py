@@ -313,6 +313,8 @@ def test_what_fastavro_cannot_read_the_program_cannot_either() -> None:
         (STATE, _zigzag(3), "enum index 3"),
         (STATE, _zigzag(-1), "enum index -1"),
         (["null", "long"], _zigzag(2) + b"\x02", "union branch 2"),
+        (["null", "long"], _zigzag(-1) + b"\x02", "union branch -1"),  # fastavro reads the last branch
+        ({"type": "int", "logicalType": "time-millis"}, _zigzag(-1), "the value -1 is out"),  # fastavro: 00:00:00.999
         ({"type": "int", "logicalType": "time-millis"}, _zigzag(86_400_000), "out of its type's range"),
         ({"type": "int", "logicalType": "date"}, _zigzag(-719163), "out of its type's range"),
         ({"type": "long", "logicalType": "timestamp-micros"}, _zigzag(MAX_MICROS + 1), "out of its type's range"),
