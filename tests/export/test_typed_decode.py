@@ -9,11 +9,11 @@ from typing import Any
 import pyarrow as pa
 
 from tests.export.registry_server import RegistryServer
-from tests.export.typed_support import Avro, with_fields
-from tiering_core.config.export_topics import AVRO
+from tests.export.typed_support import Avro, Json, with_fields
+from tiering_core.config.export_topics import AVRO, JSON_SCHEMA
 from tiering_core.export.registry import RegistryEndpoint, WireValue
-from tiering_core.export.typed import KEY, VALUE, TypedColumns, ValueSchemas
-from tiering_core.export.typed_decode import decode_part
+from tiering_core.export.typed import KEY, VALUE, TypedColumns, ValueColumns, ValueSchemas
+from tiering_core.export.typed_decode import ARROW_CHUNK, decode_part
 
 READING: dict[str, Any] = {
     "type": "record",
@@ -68,3 +68,25 @@ def test_avro_values_and_keys_of_several_schemas_land_at_their_rows(schema_regis
     left = "1 byte(s) left after the value (at byte 4)"
     assert reasons[6] == f"corrupt Avro payload for schema id {ids['narrow']}: {left}"
     assert decoded.bad_ids == [None, None, user_id, ids["narrow"]]
+
+
+def test_values_of_other_formats_are_built_into_arrow_a_chunk_at_a_time(schema_registry: RegistryServer) -> None:
+    json_values = Json(schema_registry, "decode-part-json")
+    narrow_schema = {
+        "type": "object",
+        "properties": {"sensor": {"type": "string"}, "level": {"type": "integer"}},
+        "required": ["sensor", "level"],
+    }
+    wide_schema = {**narrow_schema, "properties": {**narrow_schema["properties"], "unit": {"type": "string"}}}
+    count = ARROW_CHUNK + 50
+    narrow = json_values.serialize(narrow_schema, [{"sensor": f"s{i}", "level": i} for i in range(count)])
+    (wide,) = json_values.serialize(wide_schema, [{"sensor": "w", "level": -1, "unit": "mm"}])
+    column = [*narrow[:ARROW_CHUNK], wide, *narrow[ARROW_CHUNK:]]
+    part = pa.RecordBatch.from_pydict({"key": [None] * len(column), "value": column})
+    values = ValueSchemas(RegistryEndpoint(schema_registry.url), JSON_SCHEMA, VALUE)
+    decoded = decode_part(part, values, None, TypedColumns(ValueColumns()))
+    assert decoded.columnar is None and len(decoded.chunks) == 1  # the first chunk built as it came
+    merged = values.merged([WireValue.parse(narrow[0]).schema_id, WireValue.parse(wide).schema_id]).value_type
+    rows = [{"sensor": f"s{i}", "level": i, "unit": None} for i in range(count)]
+    want = [*rows[:ARROW_CHUNK], {"sensor": "w", "level": -1, "unit": "mm"}, *rows[ARROW_CHUNK:]]
+    assert decoded.value_array(merged).to_pylist() == want and decoded.bad == []
