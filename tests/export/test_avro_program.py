@@ -345,3 +345,14 @@ def test_a_schema_the_program_cannot_express_is_decoded_by_fastavro() -> None:
     batch = columns.decode_batch(*_batch(payloads))
     assert batch.ok.tolist() == [True, False] and batch.array.to_pylist() == [{"value": [{}, {}, {}]}]
     assert "corrupt Avro payload for schema id 4" in batch.reasons[1]
+
+
+def test_a_batch_of_more_bytes_than_offsets_hold_decodes_in_halves_the_same() -> None:
+    rng = random.Random(5)
+    payloads = _encode(EVERY_TYPE, [_generate(EVERY_TYPE, rng) for _ in range(41)])
+    payloads[7] = payloads[7][:-1]  # a dead letter in one half
+    columns = AvroColumns.of(7, json.dumps(EVERY_TYPE))
+    whole = columns.decode_batch(*_batch(payloads))
+    halves = columns.decode_batch(*_batch(payloads), max_bytes=len(payloads[0]) * 3)
+    assert halves.array.equals(whole.array) and halves.ok.tolist() == whole.ok.tolist()
+    assert halves.reasons == whole.reasons and list(whole.reasons) == [7]

@@ -59,6 +59,9 @@ VALUE_COLUMN = "value"
 DEFAULT_METADATA = b"avro.default"
 #: Iceberg's widest decimal.
 MAX_DECIMAL_PRECISION = 38
+#: The most payload bytes decoded as one batch: a column's offsets are 32-bit (a string or list
+#: column holds at most as many bytes or items as the payloads' bytes).
+MAX_BATCH_BYTES = 2**31 - 1
 
 _PRIMITIVES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
@@ -141,9 +144,18 @@ class AvroColumns:
         """Decoded values as one struct column of this schema's type."""
         return pa.array(values, type=self.arrow_type)
 
-    def decode_batch(self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> DecodedBatch:
+    def decode_batch(
+        self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_bytes: int = MAX_BATCH_BYTES
+    ) -> DecodedBatch:
         """The payloads ``buf[starts[i]:ends[i]]`` as one struct column of those that decode, and
-        why each other does not."""
+        why each other does not; decoded in halves while they hold more than ``max_bytes``."""
+        if len(starts) > 1 and int((ends - starts).sum()) > max_bytes:
+            half = len(starts) // 2
+            first = self.decode_batch(buf, starts[:half], ends[:half], max_bytes)
+            second = self.decode_batch(buf, starts[half:], ends[half:], max_bytes)
+            reasons = {**first.reasons, **{half + i: why for i, why in second.reasons.items()}}
+            array = pa.concat_arrays([first.array, second.array])
+            return DecodedBatch(np.concatenate([first.ok, second.ok]), reasons, array)
         if self.program is not None:
             run = run_program(self.program, self.arrow_type, buf, starts, ends)
             if run.array is not None:
