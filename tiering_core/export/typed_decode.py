@@ -269,11 +269,11 @@ def _avro_side(column: pa.Array, writers: _Writers, side: str, skip: np.ndarray)
     for schema_id in named[np.argsort(first)].tolist():  # in the order the rows bring them
         rows = np.flatnonzero(ok & (wire.schema_ids == schema_id))
         writer = writers(schema_id)
-        if not isinstance(writer, AvroColumns):
-            refused = writer if isinstance(writer, UndecodableValue) else UndecodableValue("not Avro", schema_id)
-            dead.update((i, refused) for i in rows.tolist())
+        if isinstance(writer, UndecodableValue):  # refused: every row of the id says why
+            dead.update((i, writer) for i in rows.tolist())
             ok[rows] = False
             continue
+        assert isinstance(writer, AvroColumns), "an Avro topic's writer schemas are Avro's"
         batch = writer.decode_batch(wire.data, wire.starts[rows], wire.ends[rows])
         dead.update((int(rows[j]), UndecodableValue(why, schema_id)) for j, why in batch.reasons.items())
         ok[rows[~batch.ok]] = False
