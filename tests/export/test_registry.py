@@ -22,6 +22,7 @@ from tiering_core.export.registry import (
     SchemaRegistryError,
     UndecodableValue,
     UnknownSchemaError,
+    WireColumn,
     WireFrames,
     WireValue,
 )
@@ -111,10 +112,17 @@ def test_a_column_split_at_once_reads_as_each_value_parsed_alone(value_type: pa.
         else:
             assert (schema_id, payload) == (wire.schema_id, wire.payload), value
     assert frames.schema_ids.count(None) == 4
+    wire = WireColumn.of(column)  # the same split, as views of the column's buffers
+    for i, (schema_id, payload) in enumerate(zip(frames.schema_ids, frames.payloads, strict=True)):
+        assert int(wire.schema_ids[i]) == (-1 if schema_id is None else schema_id), values[i]
+        if payload is not None:
+            assert wire.data[wire.starts[i] : wire.ends[i]].tobytes() == payload
 
 
 def test_an_empty_column_splits_into_nothing() -> None:
     assert WireFrames.of(pa.array([], pa.binary())) == WireFrames([], [])
+    assert len(WireColumn.of(pa.array([], pa.binary())).schema_ids) == 0
+    assert WireColumn.of(pa.array([None, b""], pa.binary())).schema_ids.tolist() == [-1, -1]
 
 
 class _Answers(BaseHTTPRequestHandler):

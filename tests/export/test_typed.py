@@ -30,6 +30,7 @@ from tiering_core.export.typed import (
     SubjectStrategy,
     TypedColumns,
     ValueColumns,
+    conformed,
     dead_letter_table,
     schema_ids_of,
 )
@@ -226,3 +227,44 @@ def test_the_subject_strategies_name_confluents_subjects() -> None:
     )
     assert JsonSchemaColumns.of(3, json.dumps({**JSON_BASE, "title": "shop.Cart"})).record_name == "shop.Cart"
     assert proto_columns(4, payment_file()).record_name == "shop.Payment"
+
+
+def test_a_writer_schemas_column_conforms_to_the_merged_columns_without_its_values_built_again() -> None:
+    item = pa.struct([pa.field("sku", pa.string(), nullable=False), pa.field("qty", pa.int32())])
+    writer = pa.struct(
+        [
+            pa.field("id", pa.int32(), nullable=False),
+            pa.field("home", pa.struct([pa.field("city", pa.string(), nullable=False)])),
+            pa.field("lines", pa.list_(item)),
+            pa.field("totals", pa.map_(pa.string(), pa.float32())),
+        ]
+    )
+    rows = [
+        {"id": 1, "home": {"city": "Oslo"}, "lines": [{"sku": "a", "qty": 2}], "totals": [("x", 1.5)]},
+        {"id": 2, "home": None, "lines": None, "totals": None},
+        {"id": 3, "home": {"city": "Rome"}, "lines": [], "totals": []},
+    ]
+    wider = with_fields(
+        {"type": "record", "name": "R", "fields": []},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    )
+    columns = ValueColumns().with_schema(AvroColumns.of(1, json.dumps(wider)))
+    table = pa.struct(
+        [
+            *columns.value_type,
+            pa.field("id", pa.int64()),
+            pa.field("home", pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int64())])),
+            pa.field("lines", pa.list_(pa.struct([pa.field("sku", pa.string()), pa.field("qty", pa.int64())]))),
+            pa.field("totals", pa.map_(pa.string(), pa.float64())),
+        ]
+    )
+    array = pa.array(rows, writer)
+    got = conformed(array, table)
+    assert got.type.equals(table)
+    got.validate(full=True)
+    want = [
+        {"note": None, **row, "home": None if row["home"] is None else {**row["home"], "zip": None}} for row in rows
+    ]
+    assert got.to_pylist() == want
+    assert conformed(array, writer) is array
+    assert conformed(array.slice(1), table).to_pylist() == want[1:]

@@ -17,7 +17,8 @@ from tests.export.registry_server import RegistryServer
 from tests.export.typed_support import Avro, with_fields
 from tiering_core.export import ExportedRanges, ExportSegment, SegmentExportError, plan_export
 from tiering_core.export.registry import RegistryEndpoint, WireValue
-from tiering_core.export.typed_write import ARROW_CHUNK, SegmentSchemaError, TypedWrite, write_typed_segment_files
+from tiering_core.export.typed_decode import ARROW_CHUNK
+from tiering_core.export.typed_write import SegmentSchemaError, TypedWrite, write_typed_segment_files
 from tiering_core.export.write import ExportAttempt
 from tiering_core.kafka.arrow import GroupBounds
 from tiering_core.runs.copy import run_copy

@@ -364,7 +364,7 @@ def test_without_a_writable_cache_location_the_kernels_compile_in_each_process(
     def add_one(x: int) -> int:
         return x + 1
 
-    assert kernels._compiled(add_one)(41) == 42
+    assert kernels.compiled(add_one)(41) == 42
 
 
 def test_the_compiled_parse_refuses_a_layout_outside_its_buffer() -> None:

@@ -109,6 +109,35 @@ class WireFrames:
 
 
 @dataclass(frozen=True)
+class WireColumn:
+    """A column of wire-format values as numpy views of Arrow's buffers, no object per value:
+    the bytes, each payload's start and end in them, and each value's schema id (-1 where
+    ``WireValue.parse`` refuses the value: it says why)."""
+
+    data: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    schema_ids: np.ndarray
+
+    @classmethod
+    def of(cls, values: pa.Array) -> WireColumn:
+        values = values.cast(pa.large_binary())  # 64-bit offsets, the bytes shared
+        n = len(values)
+        buffers = values.buffers()
+        offsets = np.frombuffer(buffers[1], np.int64, n + 1, values.offset * 8)
+        data = np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
+        starts, ends = offsets[:-1], offsets[1:]
+        framed = (ends - starts >= HEADER_SIZE) & values.is_valid().to_numpy(zero_copy_only=False)
+        ids = np.zeros(n, np.int64)
+        if framed.any():  # then the bytes hold a header: index 0 reads where a value is not framed
+            head = np.where(framed, starts, 0)
+            framed &= data[head] == MAGIC_BYTE
+            for k in range(1, HEADER_SIZE):
+                ids = (ids << 8) | data[head + k].astype(np.int64)
+        return cls(data, starts + HEADER_SIZE, ends, np.where(framed, ids, -1))
+
+
+@dataclass(frozen=True)
 class RegisteredSchema:
     """One schema as the registry serves it by id."""
 

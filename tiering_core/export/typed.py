@@ -157,6 +157,30 @@ def relaxed(type_: pa.DataType) -> pa.DataType:
     return type_
 
 
+def conformed(array: pa.Array, type_: pa.DataType) -> pa.Array:
+    """``array``, a writer schema's column, as a column of ``type_``, a merge holding it
+    (``_merge``): struct fields by name (one the writer lacks all null), every nested field
+    optional, an int or float widened. No value is copied but a widened one."""
+    if array.type.equals(type_):
+        return array
+    if array.offset:
+        array = pa.concat_arrays([array])  # children as long as the array: from offset 0
+    validity, n, nulls = array.buffers()[0], len(array), array.null_count
+    if pa.types.is_struct(type_):
+        names = {f.name for f in array.type}
+        children = [conformed(array.field(f.name), f.type) if f.name in names else pa.nulls(n, f.type) for f in type_]
+        return pa.Array.from_buffers(type_, n, [validity], nulls, children=children)
+    if pa.types.is_map(type_):
+        entries = array.values
+        children = [entries.field(0), conformed(entries.field(1), type_.item_type)]
+        entries = pa.StructArray.from_arrays(children, fields=[type_.key_field, type_.item_field])
+        return pa.Array.from_buffers(type_, n, array.buffers()[:2], nulls, children=[entries])
+    if pa.types.is_list(type_):
+        items = conformed(array.values, type_.value_type)
+        return pa.Array.from_buffers(type_, n, array.buffers()[:2], nulls, children=[items])
+    return array.cast(type_)
+
+
 def _merge(table: pa.DataType, writer: pa.DataType, path: str) -> pa.DataType:
     """The column type holding both ``table``'s rows and ``writer``'s (a ``ValueError`` naming the
     field and both types when none does)."""

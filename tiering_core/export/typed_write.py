@@ -8,15 +8,16 @@ and the day files open from then on have the wider columns (the files written be
 a file lacking an optional column, or holding an int where the table has a long, reads through).
 A schema that cannot merge fails the segment with a ``SegmentSchemaError``, its files deleted: the
 export stops there. The ids merged are handed back, for the commit to evolve the table with.
+Avro values (and keys) are decoded on the thread that reads the segment ahead of the writer
+(``typed_decode``: they need not the table's columns), so the decode and the Parquet writes overlap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -26,14 +27,7 @@ from tiering_core.engine.segment_ops import segment_ref
 from tiering_core.errors import CorruptLogError
 from tiering_core.export.avro import UnsupportedSchemaError
 from tiering_core.export.plan import ExportSegment
-from tiering_core.export.registry import (
-    RegistryEndpoint,
-    SchemaRegistryError,
-    UndecodableValue,
-    WireFrames,
-    WireValue,
-)
-from tiering_core.export.schema import typed_array
+from tiering_core.export.registry import RegistryEndpoint, SchemaRegistryError
 from tiering_core.export.typed import (
     DEAD_LETTER_SCHEMA,
     KEY,
@@ -45,9 +39,9 @@ from tiering_core.export.typed import (
     SubjectStrategy,
     TypedColumns,
     ValueSchemas,
-    WriterSchema,
     typed_columns,
 )
+from tiering_core.export.typed_decode import Decoded, decode_part
 from tiering_core.export.write import (
     READ_AHEAD_GROUPS,
     DayFiles,
@@ -112,185 +106,7 @@ class TypedFiles:
     key_schema_ids: tuple[int, ...] = ()
 
 
-#: Values decoded before they are built into Arrow. A whole part's values held as dicts survive
-#: young collections into the old generation, which Python's collector walks again and again: as
-#: much again as decoding them; at 512 few survive (as fast as with the collector off).
-ARROW_CHUNK = 512
-
-
-@dataclass
-class _Decoded:
-    """One day's rows of a group, decoded: the values and their schema ids, and the dead letters.
-    With ``value_type`` the values are built into Arrow every ``ARROW_CHUNK`` (``chunks``, what is
-    left in ``values``), else kept as Python values for the caller's type."""
-
-    value_type: pa.StructType | None = None
-    good: list[int] = field(default_factory=list)
-    values: list[Any] = field(default_factory=list)
-    chunks: list[pa.Array] = field(default_factory=list)
-    ids: list[int] = field(default_factory=list)
-    keys: list[Any] = field(default_factory=list)
-    key_ids: list[int | None] = field(default_factory=list)
-    bad: list[int] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-    bad_ids: list[int | None] = field(default_factory=list)
-
-    def dead(self, row: int, why: UndecodableValue) -> None:
-        self.bad.append(row)
-        self.reasons.append(why.reason)
-        self.bad_ids.append(why.schema_id)
-
-    def flush(self) -> None:
-        """The values so far built into Arrow (``value_type`` set)."""
-        assert self.value_type is not None
-        self.chunks.append(typed_array(self.values, self.value_type))
-        self.values = []
-
-    def value_array(self, value_type: pa.StructType) -> pa.Array:
-        """The values as one array of ``value_type`` (the table's columns)."""
-        if self.value_type is None or not self.value_type.equals(value_type):
-            assert not self.chunks, "values built into Arrow for other columns"
-            return typed_array(self.values, value_type)
-        chunks = [*self.chunks, typed_array(self.values, value_type)]
-        return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
-
-
-class _Writers:
-    """A side's (value or key) writer schemas by id, each checked once per part, and their
-    decoders (one that raises the ``UndecodableValue`` for a schema refused)."""
-
-    def __init__(self, schemas: ValueSchemas) -> None:
-        self.schemas = schemas
-        self.known: dict[int, WriterSchema | UndecodableValue] = {}
-        self.decoders: dict[int, Callable[[bytes], Any]] = {}
-
-    def __call__(self, schema_id: int) -> WriterSchema | UndecodableValue:
-        writer = self.known.get(schema_id)
-        if writer is None:
-            try:
-                writer = self.known[schema_id] = self.schemas.checked(schema_id)
-            except UndecodableValue as exc:
-                writer = self.known[schema_id] = exc
-        return writer
-
-    def decoder(self, schema_id: int) -> Callable[[bytes], Any]:
-        decode = self.decoders.get(schema_id)
-        if decode is None:
-            writer = self(schema_id)
-            decode = self.decoders[schema_id] = (
-                _refuse(writer) if isinstance(writer, UndecodableValue) else writer.decode
-            )
-        return decode
-
-
-def _refuse(refused: UndecodableValue) -> Callable[[bytes], Any]:
-    def decode(_payload: bytes) -> Any:
-        raise refused
-
-    return decode
-
-
-def _decoded(
-    column: pa.Array, writers: _Writers, side: str, frames: WireFrames, skip: Sequence[bool] = ()
-) -> Iterator[Any]:
-    """Each value of ``column`` as (its fields, its schema id), None for a null key (not a dead
-    letter) or a row ``skip`` names, or the ``UndecodableValue`` saying why not. The wire headers
-    are split for the whole column at once and each schema id is checked once, so a value costs
-    its decode alone."""
-    decoders = writers.decoders
-    for i, (schema_id, payload) in enumerate(zip(frames.schema_ids, frames.payloads, strict=True)):
-        if skip and skip[i]:
-            yield None
-            continue
-        try:
-            if schema_id is None or payload is None:
-                raw = column[i].as_py()
-                if raw is None and side == KEY:
-                    yield None
-                    continue
-                WireValue.parse(raw)  # refused: raises why
-                raise AssertionError("WireFrames refused a value WireValue reads")
-            decode = decoders.get(schema_id) or writers.decoder(schema_id)
-            yield decode(payload), schema_id
-        except UndecodableValue as exc:
-            yield UndecodableValue(f"the key: {exc.reason}", exc.schema_id) if side == KEY else exc
-
-
-def _value_type(
-    columns: TypedColumns, writers: _Writers, frames: WireFrames, skip: Sequence[bool]
-) -> pa.StructType | None:
-    """The value columns once every writer schema the part's rows (but those ``skip`` names) name
-    is merged: those of its rows when each of them decodes (else the caller builds the values
-    again, for the narrower columns of the rows that did); None when they do not merge (the
-    values stay Python values)."""
-    merged = columns.value
-    if merged is None:
-        return None
-    rows = zip(frames.schema_ids, skip or repeat(False), strict=False)
-    for schema_id in dict.fromkeys(i for i, skipped in rows if i is not None and not skipped):
-        writer = writers(schema_id)
-        if not isinstance(writer, UndecodableValue):
-            try:
-                merged = merged.with_schema(writer)
-            except SchemaChangeError:
-                return None
-    return merged.value_type
-
-
-def _decode(
-    part: pa.RecordBatch,
-    values: ValueSchemas | None,
-    keys: ValueSchemas | None,
-    columns: TypedColumns,
-    value_type: pa.StructType | None = None,
-) -> _Decoded:
-    """The part's rows decoded, its values built into Arrow as they come for ``value_type`` (by
-    default the columns with every schema the part names merged)."""
-    rows = range(part.num_rows)
-    raw_keys: list[Any] = [None for _ in rows]
-    if keys is not None:
-        key_column = part.column("key")
-        raw_keys = list(_decoded(key_column, _Writers(keys), KEY, WireFrames.of(key_column)))
-    bad_keys = [isinstance(k, UndecodableValue) for k in raw_keys] if keys is not None else []
-    raw_values: Iterator[Any] = iter([(None, 0) for _ in rows])
-    decoded = _Decoded()
-    if values is not None:
-        value_column, writers = part.column("value"), _Writers(values)
-        frames = WireFrames.of(value_column)
-        decoded.value_type = value_type or _value_type(columns, writers, frames, bad_keys)
-        raw_values = _decoded(value_column, writers, VALUE, frames, bad_keys)
-    chunk = ARROW_CHUNK if decoded.value_type is not None else part.num_rows + 1
-    good, ids, key_values, key_ids = decoded.good, decoded.ids, decoded.keys, decoded.key_ids
-    if keys is None:  # the common case, without a key's column per row
-        for i, value_row in enumerate(raw_values):
-            if value_row.__class__ is not tuple:
-                decoded.dead(i, value_row)
-                continue
-            good.append(i)
-            decoded.values.append(value_row[0])
-            if len(decoded.values) >= chunk:
-                decoded.flush()
-            ids.append(value_row[1])
-        key_values.extend(None for _ in good)
-        key_ids.extend(None for _ in good)
-        return decoded
-    for i, key_row, value_row in zip(rows, raw_keys, raw_values, strict=True):
-        failed = key_row if isinstance(key_row, UndecodableValue) else value_row
-        if failed.__class__ is not tuple:  # a key's or a value's UndecodableValue
-            decoded.dead(i, failed)
-            continue
-        key, key_id = key_row if key_row is not None else (None, None)
-        good.append(i)
-        decoded.values.append(value_row[0])
-        if len(decoded.values) >= chunk:
-            decoded.flush()
-        ids.append(value_row[1])
-        key_values.append(key)
-        key_ids.append(key_id)
-    return decoded
-
-
-def _typed_rows(part: pa.RecordBatch, decoded: _Decoded, columns: TypedColumns) -> pa.RecordBatch:
+def _typed_rows(part: pa.RecordBatch, decoded: Decoded, columns: TypedColumns) -> pa.RecordBatch:
     rows = part if len(decoded.good) == part.num_rows else part.take(pa.array(decoded.good, pa.int64()))
     by_name = {name: rows.column(name) for name in rows.schema.names}
     if columns.value is not None:
@@ -300,12 +116,12 @@ def _typed_rows(part: pa.RecordBatch, decoded: _Decoded, columns: TypedColumns) 
             by_name[f.name] = child
     if columns.key is not None and columns.key.schema_ids:
         by_name[KEY_SCHEMA_ID_COLUMN] = pa.array(decoded.key_ids, pa.int32())
-        by_name[KEY_FIELDS_COLUMN] = typed_array(decoded.keys, columns.key.value_type)
+        by_name[KEY_FIELDS_COLUMN] = decoded.key_array(columns.key.value_type)
     schema = columns.schema
     return pa.RecordBatch.from_arrays([by_name[f.name] for f in schema], schema=schema)
 
 
-def _dead_rows(part: pa.RecordBatch, decoded: _Decoded) -> pa.RecordBatch:
+def _dead_rows(part: pa.RecordBatch, decoded: Decoded) -> pa.RecordBatch:
     rows = part.take(pa.array(decoded.bad, pa.int64()))
     arrays = [
         *rows.columns,
@@ -396,17 +212,22 @@ def write_typed_segment_files(
     try:
         values, keys, planned = typed.columns()
         files = _TableFiles(fs, directory, segment.segment_id, planned)
-        for batch, parts in read_ahead(
-            lambda: segment_days(storage, segment, where, bounds), READ_AHEAD_GROUPS, thread_name="export-decode"
-        ):
-            for day, part in parts:
-                decoded = _decode(part, values, keys, files.columns)
+        # Avro parts decode without the table's columns: on the read-ahead thread, beside the writer
+        ahead = values is not None and values.value_format == AVRO
+
+        def groups() -> Iterator[tuple[pa.RecordBatch, list[tuple[int, pa.RecordBatch, Decoded | None]]]]:
+            for batch, parts in segment_days(storage, segment, where, bounds):
+                yield batch, [(d, p, decode_part(p, values, keys, planned) if ahead else None) for d, p in parts]
+
+        for batch, parts in read_ahead(groups, READ_AHEAD_GROUPS, thread_name="export-decode"):
+            for day, part, early in parts:
+                decoded = early or decode_part(part, values, keys, files.columns)
                 files.widen(_merged(files.columns, decoded, values, keys))
                 if decoded.chunks and files.columns.value is not None:
                     wanted = files.columns.value.value_type
                     if decoded.value_type is None or not decoded.value_type.equals(wanted):
                         # a schema all of whose values were dead letters: built for the columns the rows need
-                        decoded = _decode(part, values, keys, files.columns, wanted)
+                        decoded = decode_part(part, values, keys, files.columns, wanted)
                 if decoded.good:
                     files.days.write(day, _typed_rows(part, decoded, files.columns))
                     rows += len(decoded.good)
@@ -440,7 +261,7 @@ def write_typed_segment_files(
 
 
 def _merged(
-    columns: TypedColumns, decoded: _Decoded, values: ValueSchemas | None, keys: ValueSchemas | None
+    columns: TypedColumns, decoded: Decoded, values: ValueSchemas | None, keys: ValueSchemas | None
 ) -> TypedColumns:
     value, key = columns.value, columns.key
     if value is not None and values is not None:

@@ -32,7 +32,7 @@ from tiering_core.kafka.batch import BATCH_HEADER, HEADER_SIZE, LOG_OVERHEAD, MA
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _compiled(fn: F) -> F:
+def compiled(fn: F) -> F:
     """``fn`` compiled in nopython mode, its machine code cached on disk where a cache is writable."""
     try:
         return cast(F, njit(cache=True, nogil=True)(fn))
@@ -86,7 +86,7 @@ _MASK63 = 0x7FFFFFFFFFFFFFFF
 
 
 @_inlined
-def _varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
+def zigzag_varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
     """The zigzag varint at ``buf[pos]`` ending before ``end``, and the position after it; the
     position is -VARINT_PAST_END or -VARINT_TOO_LONG when the varint is malformed."""
     result = 0
@@ -128,7 +128,7 @@ def _big_endian(buf: np.ndarray, at: int, size: int, signed: bool) -> int:
     return value
 
 
-@_compiled
+@compiled
 def batch_headers(buf: np.ndarray) -> np.ndarray:
     """The header fields (``BATCH_HEADER``'s, in its order, one row per batch) of the whole v2
     batches back to back from the start of ``buf``, up to the first that is not one: a header
@@ -194,7 +194,7 @@ _BATCH, _RECORD, _POSITION, _RECORD_NUMBER, _HEADERS = range(5)
 _STATE_SIZE = 5
 
 
-@_compiled
+@compiled
 def parse_records(
     buf: np.ndarray,
     starts: np.ndarray,
@@ -269,7 +269,7 @@ def parse_records(
         hv_length = _grow32(hv_length, capacity, used)
 
 
-@_compiled
+@compiled
 def _parse_span(
     buf: np.ndarray,
     starts: np.ndarray,
@@ -304,7 +304,7 @@ def _parse_span(
             error[1] = b
             error[2] = i
             record_start = pos
-            length, pos = _varint(buf, pos, batch_end)
+            length, pos = zigzag_varint(buf, pos, batch_end)
             if pos < 0:
                 error[0] = -pos
                 state[_HEADERS] = n
@@ -316,19 +316,19 @@ def _parse_span(
                 state[_HEADERS] = n
                 return 0
             pos += 1  # attributes: unused in v2
-            value, pos = _varint(buf, pos, end)
+            value, pos = zigzag_varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
                 state[_HEADERS] = n
                 return 0
             timestamp_delta[r] = value
-            value, pos = _varint(buf, pos, end)
+            value, pos = zigzag_varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
                 state[_HEADERS] = n
                 return 0
             offset_delta[r] = value
-            size, pos = _varint(buf, pos, end)
+            size, pos = zigzag_varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
                 state[_HEADERS] = n
@@ -345,7 +345,7 @@ def _parse_span(
                 key_start[r] = pos
                 key_length[r] = size
                 pos += size
-            size, pos = _varint(buf, pos, end)
+            size, pos = zigzag_varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
                 state[_HEADERS] = n
@@ -362,7 +362,7 @@ def _parse_span(
                 value_start[r] = pos
                 value_length[r] = size
                 pos += size
-            headers, pos = _varint(buf, pos, end)
+            headers, pos = zigzag_varint(buf, pos, end)
             if pos < 0:
                 error[0] = -pos
                 state[_HEADERS] = n
@@ -381,7 +381,7 @@ def _parse_span(
                 return n + headers
             header_count[r] = headers
             for _h in range(headers):
-                size, pos = _varint(buf, pos, end)
+                size, pos = zigzag_varint(buf, pos, end)
                 if pos < 0:
                     error[0] = -pos
                     state[_HEADERS] = n
@@ -403,7 +403,7 @@ def _parse_span(
                 hk_start[n] = pos
                 hk_length[n] = size
                 pos += size
-                size, pos = _varint(buf, pos, end)
+                size, pos = zigzag_varint(buf, pos, end)
                 if pos < 0:
                     error[0] = -pos
                     state[_HEADERS] = n
@@ -442,14 +442,14 @@ def _parse_span(
     return 0
 
 
-@_compiled
+@compiled
 def _grow64(a: np.ndarray, capacity: int, used: int) -> np.ndarray:
     out = np.empty(capacity, np.int64)
     out[:used] = a[:used]
     return out
 
 
-@_compiled
+@compiled
 def _grow32(a: np.ndarray, capacity: int, used: int) -> np.ndarray:
     out = np.empty(capacity, np.int32)
     out[:used] = a[:used]
@@ -472,7 +472,7 @@ def _copy(typingctx: Any, dst: Any, dst_at: Any, src: Any, src_at: Any, count: A
     return signature, codegen
 
 
-@_compiled
+@compiled
 def gather(buf: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Arrow's binary layout of the slices ``buf[start[i]:start[i] + length[i]]`` (length -1, a
     null, takes no bytes): int32 offsets (n + 1) and the bytes back to back."""
