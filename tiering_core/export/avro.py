@@ -26,11 +26,12 @@ one column, ``value``. A payload that cannot be read, or that leaves bytes unrea
 
 A batch of payloads (``decode_batch``) is decoded column at a time by the schema's compiled
 program (``export.avro_program``), straight into Arrow buffers. It reads stricter than fastavro
-where fastavro reads nonsense, and says why: a block count or block size negative or past the
-payload's end, a varint longer than 10 bytes (as Avro's Java decoder refuses it), a negative
-enum index or union branch (fastavro reads them from the end), a negative time (fastavro wraps
-some into the day), an int outside 32 bits or a decimal with more digits than its precision
-(both failed the whole segment, in Arrow) are dead letters. A boolean byte other than 0 is true,
+where fastavro reads nonsense, and says why: a block's item count more than the bytes left, or
+its byte size (after a negative count, as the spec allows) negative or past the payload's end, a
+varint longer than 10 bytes (as Avro's Java decoder refuses it), a negative enum index or union
+branch (fastavro reads them from the end), a negative time (fastavro wraps some into the day), an
+int outside 32 bits or a decimal with more digits than its precision (both failed the whole
+segment, in Arrow) are dead letters. A boolean byte other than 0 is true,
 as fastavro reads it. A schema the program cannot express (array items that may take no bytes),
 and a batch holding a map with a key twice (fastavro keeps the last), are decoded by fastavro
 (``schemaless_reader``), value by value, as ``decode`` does.
