@@ -53,8 +53,13 @@ DRIVERS = {
 SHORT_CODE = ("tiering_core", "spark_apps", "plugins", "dags")
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 100
-#: The numba kernel parsing a span of records: one loop, kept whole so the compiler sees it whole.
-LONG_FUNCTIONS = {("tiering_core/kafka/arrow/kernels.py", "_parse_span")}
+#: The numba kernels, each one loop kept whole so the compiler sees it whole: parsing a span of
+#: records, and the Avro program's interpreter (its opcodes share position, stack and counters; a
+#: call per opcode or payload costs more than the decode, ``export/avro_kernel.py``).
+LONG_FUNCTIONS = {
+    ("tiering_core/kafka/arrow/kernels.py", "_parse_span"),
+    ("tiering_core/export/avro_kernel.py", "decode_rows"),
+}
 #: What the package shares rather than a driver: its errors.
 SHARED_IN_RUNS = {"errors"}
 #: One driver importing another (docs/architecture.md, "Drivers and executors").
