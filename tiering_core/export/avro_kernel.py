@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiering_core.kafka.arrow.kernels import VARINT_PAST_END, VARINT_TOO_LONG, compiled, zigzag_varint
+from tiering_core.kafka.arrow.kernels import VARINT_PAST_END, VARINT_TOO_LONG, compiled, is_utf8, zigzag_varint
 
 #: One instruction: opcode, column, then four operands.
 PROGRAM_WIDTH = 6
@@ -85,35 +85,8 @@ POW10_LOW = np.array([p & 0xFFFFFFFFFFFFFFFF for p in _POW10], np.uint64)
 
 @compiled
 def _utf8(buf: np.ndarray, lo: int, hi: int) -> bool:
-    """Whether ``buf[lo:hi]`` is UTF-8 as Python's strict decoder reads it."""
-    i = lo
-    while i < hi:
-        b = buf[i]
-        if b < 0x80:
-            i += 1
-            continue
-        if 0xC2 <= b <= 0xDF:
-            need, low, high = 1, 0x80, 0xBF
-        elif 0xE0 <= b <= 0xEF:
-            need = 2
-            low = 0xA0 if b == 0xE0 else 0x80
-            high = 0x9F if b == 0xED else 0xBF
-        elif 0xF0 <= b <= 0xF4:
-            need = 3
-            low = 0x90 if b == 0xF0 else 0x80
-            high = 0x8F if b == 0xF4 else 0xBF
-        else:
-            return False
-        if i + need >= hi:
-            return False
-        c = buf[i + 1]
-        if c < low or c > high:
-            return False
-        for k in range(2, need + 1):
-            if buf[i + k] < 0x80 or buf[i + k] > 0xBF:
-                return False
-        i += need + 1
-    return True
+    """``kernels.is_utf8``, kept out of line: a string with a byte past ASCII is the rare path."""
+    return is_utf8(buf, lo, hi)
 
 
 @compiled

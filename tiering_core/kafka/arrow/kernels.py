@@ -151,7 +151,7 @@ def batch_headers(buf: np.ndarray) -> np.ndarray:
 
 
 @_inlined
-def _is_utf8(buf: np.ndarray, start: int, end: int) -> bool:
+def is_utf8(buf: np.ndarray, start: int, end: int) -> bool:
     """Whether ``buf[start:end]`` is UTF-8 as Python's strict decoder reads it (no overlong forms,
     no surrogates, nothing above U+10FFFF)."""
     i = start
@@ -396,7 +396,7 @@ def _parse_span(
                     error[3] = size
                     state[_HEADERS] = n
                     return 0
-                if not _is_utf8(buf, pos, pos + size):
+                if not is_utf8(buf, pos, pos + size):
                     error[0] = HEADER_KEY_NOT_UTF8
                     state[_HEADERS] = n
                     return 0
