@@ -112,7 +112,14 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval:
 
 
 class Api:
-    """Airflow's REST API v2 with a bearer token."""
+    """Airflow's REST API v2 with a bearer token.
+
+    A GET that times out is asked again (``GET_TRIES`` in all): an API server on a busy machine
+    may take longer than ``TIMEOUT_S`` to answer one poll, and a poll is safe to repeat. Any other
+    method is sent once."""
+
+    TIMEOUT_S = 30
+    GET_TRIES = 3
 
     def __init__(self, base: str) -> None:
         self.base = base
@@ -125,11 +132,20 @@ class Api:
         req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=15) as resp:
-                status, text = resp.status, resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            status, text = exc.code, exc.read().decode()
+        tries = self.GET_TRIES if method == "GET" else 1
+        for attempt in range(1, tries + 1):
+            try:
+                with urllib.request.urlopen(req, timeout=self.TIMEOUT_S) as resp:
+                    status, text = resp.status, resp.read().decode()
+                break
+            except urllib.error.HTTPError as exc:
+                status, text = exc.code, exc.read().decode()
+                break
+            except (TimeoutError, urllib.error.URLError) as exc:
+                timed_out = isinstance(exc, TimeoutError) or isinstance(exc.reason, TimeoutError)
+                if not timed_out or attempt == tries:
+                    raise
+                say(f"{method} {path}: no answer in {self.TIMEOUT_S} s (try {attempt} of {tries}), asking again")
         try:
             return status, json.loads(text)
         except ValueError:

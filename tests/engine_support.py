@@ -4,12 +4,14 @@ how every test waits for something to happen (``wait_until``) or for a lease to 
 segment (``assert_manifest_holds_the_segment``) and the partition's state object of the store
 (``assert_partition_state_published``); how often a run builds each partition's tier view
 (``counted_view_builds``); the config a cluster's worker without a broker disk reads
-(``serving_no_broker``)."""
+(``serving_no_broker``); a new leader whose copy tiers a segment overlapping the old leader's
+(``old_leader_copies``, ``new_leader_copies``)."""
 
 from __future__ import annotations
 
 import collections
 import itertools
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,7 +29,9 @@ from tiering_core.kafka.log_writer import PartitionWriter
 from tiering_core.kafka.metadata_log_writer import ClusterMetadataWriter
 from tiering_core.kafka.topic import TopicIdPartition, TopicPartition
 from tiering_core.metadata.errors import FencedError
+from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import RemoteLogMetadataStore, RemoteLogSegmentMetadata
+from tiering_core.runs.copy import run_copy
 from tiering_core.storage.layout import ObjectKind
 from tiering_core.storage.objects import RemoteObject
 from tiering_core.storage.partition_state import PartitionState, partition_state_key
@@ -114,6 +118,56 @@ def write_segments(writer: PartitionWriter, count: int, records: int = 5) -> lis
         writer.append_records(records, value_size=50)
         writer.roll()
     return bases
+
+
+def offset_records(first: int, count: int) -> list[tuple[bytes, bytes]]:
+    """Records whose key and value name their offset: every replica appends the same ones."""
+    return [(f"k{o}".encode(), f"v{o}".encode()) for o in range(first, first + count)]
+
+
+#: The old leader's closed segments (epoch 0), and the new leader's after it rolled elsewhere
+#: (``new_leader_copies``): the copy resumes at 10, inside 7-14, which goes up whole.
+OLD_LEADER_SEGMENTS = ((0, 5), (5, 5))
+NEW_LEADER_SEGMENTS = ((0, 7), (7, 3))
+
+
+def old_leader_copies(env: TieringEnv, *, epoch_0_ms: int | None = None) -> PartitionWriter:
+    """The old leader's segments 0-4 and 5-9 of epoch 0 (stamped ``epoch_0_ms``), closed and tiered."""
+    old = env.writer()
+    for first, count in OLD_LEADER_SEGMENTS:
+        old.append(offset_records(first, count), timestamp=epoch_0_ms)
+        old.roll()
+    old.set_high_watermark()
+    with env.context() as ctx:
+        run_copy(ctx, old.tp)
+    return old
+
+
+def new_leader_copies(
+    env: TieringEnv, old: PartitionWriter, *, epoch_0_ms: int | None = None, epoch_1_ms: int | None = None
+) -> PartitionWriter:
+    """The replica that becomes leader in epoch 1 at offset 10 replaces the old one's directory:
+    it rolled at 7, so its segment 7-14 holds the end of epoch 0 and the start of epoch 1. Its copy
+    resumes at 10 and tiers 7-14 whole: the tier holds 7-9 twice, in segments of the lineage."""
+    shutil.rmtree(old.path)
+    new = env.writer(topic_id=old.topic_id)
+    for first, count in NEW_LEADER_SEGMENTS:
+        if first:
+            new.roll()
+        new.append(offset_records(first, count), timestamp=epoch_0_ms)
+    new.become_leader(1)
+    new.append(offset_records(10, 5), timestamp=epoch_1_ms)
+    new.roll()
+    new.set_high_watermark()
+    with env.context() as ctx:
+        run_copy(ctx, new.tp)
+        finished = sorted(
+            (s.start_offset, s.end_offset)
+            for s in ctx.metadata.list_segments(tip_of(new))
+            if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        )
+    assert finished == [(0, 4), (5, 9), (7, 14)], finished
+    return new
 
 
 @contextmanager

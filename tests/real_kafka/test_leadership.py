@@ -289,10 +289,15 @@ def test_unclean_election_divergent_segments_are_never_served(
         assert {r["segment_id"] for r in kept} >= divergent_ids, "a time breach never deletes divergent segments"
         kept_lineage = [r for r in kept if r["segment_id"] not in divergent_ids]
         assert kept_lineage == [r for r in lineage_rows if str(new_epoch) in r["leader_epochs"]]
-        assert on_new.status(topic)["remote_log_start_offset"] == kept_lineage[0]["start_offset"]
-        assert as_consumed(
-            on_new.remote_records(topic, 0, kept[0]["start_offset"], end + 1 - kept[0]["start_offset"])
-        ) == [r for r in broker if r.offset >= kept[0]["start_offset"]]
+        # Kafka's log start: one past the last deleted segment's end. Where the new leader's first
+        # segment was copied whole from below the old leader's last shared one, it begins below that.
+        expired = [r for r in lineage_rows if r not in kept_lineage]
+        log_start = max(r["end_offset"] for r in expired) + 1
+        assert log_start == kept_lineage[0]["start_offset"] or log_start - 1 in set(shared), (expired, kept_lineage)
+        assert on_new.status(topic)["remote_log_start_offset"] == log_start
+        assert as_consumed(on_new.remote_records(topic, 0, log_start, end + 1 - log_start)) == [
+            r for r in broker if r.offset >= log_start
+        ]
         # everything expires: the lineage's segments go and the log start passes the divergence;
         # the divergent ones (of an epoch still in this run's lineage) are due at the next run
         retention_with(on_new, topic, 1)

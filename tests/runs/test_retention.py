@@ -23,6 +23,8 @@ from tests.engine_support import (
     TieringEnv,
     assert_partition_state_published,
     expire_lease,
+    new_leader_copies,
+    old_leader_copies,
     segment_objects,
     tip_of,
     write_segments,
@@ -829,6 +831,29 @@ def test_divergent_segment_after_an_unclean_election(
     assert (divergent.segment_id in remaining) is kept
     assert in_lineage.segment_id in remaining
     assert result.segments_deleted == (0 if kept else 1)
+
+
+def test_time_retention_past_the_old_leaders_segments_moves_the_log_start_past_their_end(
+    tiering_env: TieringEnv,
+) -> None:
+    """The new leader's segment 7-14, copied whole, begins below the end of the old leader's 5-9:
+    deleting 5-9 moves the remote log start to 10 (Kafka: one past the deleted segment's end),
+    not back to 7, and reads begin there."""
+    from tiering_core.read.reader import OffsetOutOfRangeError, open_reader
+
+    old = old_leader_copies(tiering_env, epoch_0_ms=1_000_000)
+    new = new_leader_copies(tiering_env, old, epoch_0_ms=1_000_000, epoch_1_ms=1_010_000)
+    tiering_env.write_config(orders={"retention.ms": 5000})
+    with tiering_env.context() as ctx:
+        result = run_retention(ctx, new.tp, now_ms=1_010_000)  # limit 1_005_000: epoch 0's segments alone
+    assert result.segments_deleted == 2 and result.new_remote_log_start_offset == 10
+    assert remote_ranges(tiering_env, new) == [(7, 14)]
+    with tiering_env.context() as ctx:
+        reader = open_reader(ctx, new.tp)
+        assert reader.log_start_offset == 10
+        assert [(r.offset, r.value) for r in reader.read(10, 100)] == [(o, f"v{o}".encode()) for o in range(10, 15)]
+        with pytest.raises(OffsetOutOfRangeError, match="below the log start offset 10"):
+            reader.read(9, 1)
 
 
 # --- runs killed at each step -----------------------------------------------------------------

@@ -237,3 +237,50 @@ def test_screenshots_go_to_a_directory_git_ignores_unless_one_is_named() -> None
         ignored = subprocess.run(["git", "check-ignore", "-q", str(default / name)], cwd=ROOT, check=False)
         assert ignored.returncode == 0, f"{default / name} is not ignored by git"
     assert e2e.parse_args(["--artifacts", "docs/images"]).artifacts == Path("docs/images")
+
+
+def test_a_poll_the_api_server_does_not_answer_in_time_is_asked_again_and_a_post_is_not() -> None:
+    """A busy API server's slow answer to one GET costs a try, not the test; a POST is sent once."""
+    import http.server
+    import threading
+
+    e2e = load_e2e_script()
+    asked_again = threading.Event()
+    seen: list[str] = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            seen.append(self.command)
+            if len(seen) == 1 or self.command == "POST":
+                asked_again.wait(10)  # the first ask outlives the client's timeout
+            else:
+                asked_again.set()
+            body = b'{"ok": true}'
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:  # the client gave up on this one
+                pass
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = e2e.Api(f"http://127.0.0.1:{server.server_address[1]}")
+        api.TIMEOUT_S = 0.5
+        assert api.call("GET", "/dags") == (200, {"ok": True})
+        assert seen == ["GET", "GET"]
+        asked_again.clear()
+        with pytest.raises(TimeoutError):
+            api.call("POST", "/dags/x/dagRuns", {})
+        assert seen == ["GET", "GET", "POST"]
+        asked_again.set()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -96,13 +96,13 @@ def commit_segments(
         fresh = [
             (s, files)
             for s, files in files_by_segment
-            if not done.holds(s.segment.topic_id_partition, s.start_offset, s.end_offset)
+            if not done.holds(s.segment.topic_id_partition, s.first_offset, s.end_offset)
         ]
         skipped = [s for s, _files in files_by_segment if all(s is not f for f, _ in fresh)]
         if not fresh:
             return CommitResult(None, [], skipped)
         segments = [
-            ExportedSegment(s.topic_id, s.partition, s.segment_id, s.start_offset, s.end_offset) for s, _ in fresh
+            ExportedSegment(s.topic_id, s.partition, s.segment_id, s.first_offset, s.end_offset) for s, _ in fresh
         ]
         exported = done.with_segments(segments)
         properties = {

@@ -3,7 +3,11 @@ partition's lineage (``finished_in_lineage``, the segments reads serve), in offs
 those whose offsets the table already holds of the partition's topic id
 (``ExportedRanges.holds``: a topic deleted and made again under its name is another topic id, whose
 offsets are its own). Of segments with the same offsets (an index-repair copy beside the segment
-it replaces), only the newest is taken, so the offsets are exported once.
+it replaces), only the newest is taken, so the offsets are exported once. Segments of the lineage
+may also overlap in part: a copy that resumed inside a segment of a new leader tiers that segment
+whole (its first offsets are the old leader's last segment's last ones, the same records). Each
+segment is then written from its first offset that neither the table nor an earlier segment of the
+plan holds (``ExportSegment.first_offset``), so every offset is exported once.
 
 At read_committed each planned segment carries the aborted transactions overlapping it, as a
 remote fetch gathers them (``RemoteLogReader.aborted_transactions``: the remote txn indexes of
@@ -36,6 +40,7 @@ from tiering_core.read.index_cache import RemoteIndexCache, cache_directory
 from tiering_core.read.reader import RemoteLogReader
 from tiering_core.storage.errors import RemoteObjectNotFoundError
 from tiering_core.storage.layout import ObjectKind
+from tiering_core.tier.offsets import first_uncovered, merge_offset_ranges
 from tiering_core.tier.view import TierView, finished_in_lineage, load_remote_tier_view, load_tier_view
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,9 @@ class ExportSegment:
     segment: RemoteLogSegmentMetadata
     isolation: IsolationLevel = IsolationLevel.READ_COMMITTED
     aborted: tuple[AbortedTxn, ...] = field(default=())
+    #: The first offset written, when above the segment's start (the offsets below are exported
+    #: from another segment: module docstring).
+    from_offset: int | None = None
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -77,6 +85,11 @@ class ExportSegment:
     def end_offset(self) -> int:
         return self.segment.end_offset
 
+    @property
+    def first_offset(self) -> int:
+        """The first offset this export writes of the segment."""
+        return self.start_offset if self.from_offset is None else self.from_offset
+
     def to_dict(self) -> dict[str, object]:
         return {
             "topic": self.topic_partition.topic,
@@ -84,6 +97,7 @@ class ExportSegment:
             "partition": self.partition,
             "segment_id": self.segment_id,
             "start_offset": self.start_offset,
+            "first_offset": self.first_offset,
             "end_offset": self.end_offset,
             "size_bytes": self.segment.size_bytes,
         }
@@ -178,9 +192,12 @@ def plan_export(
         tp = view.tip.topic_partition
         segments = newest_copies(finished_in_lineage(view, ctx.metadata))
         undecided = undecided_from(ctx, segments) if isolation == IsolationLevel.READ_COMMITTED else None
+        held = list(done.of(view.tip.topic_id, view.tip.partition))
         for segment in segments:
-            if done.holds(view.tip, segment.start_offset, segment.end_offset):
+            first = first_uncovered(segment.start_offset, held)
+            if first > segment.end_offset:
                 continue
+            held = merge_offset_ranges([*((r.start, r.end) for r in held), (first, segment.end_offset)])
             if undecided is not None and segment.end_offset >= undecided:
                 log.info(
                     "%s: segments from offset %d wait: a transaction open since offset %d has no outcome "
@@ -194,5 +211,6 @@ def plan_export(
             if isolation == IsolationLevel.READ_COMMITTED:
                 found = reader.aborted_transactions(segment.start_offset, segment.end_offset + 1)
                 aborted = tuple(sorted(found, key=lambda t: (t.first_offset, t.producer_id)))
-            planned.append(ExportSegment(segment, isolation, aborted))
+            from_offset = None if first == segment.start_offset else first
+            planned.append(ExportSegment(segment, isolation, aborted, from_offset))
     return planned

@@ -186,7 +186,7 @@ def export_topic(
         name, planned = plan_dry_run(ctx, topic, partitions, table=table, isolation=isolation)
         events(ExportPlanned(topic, str(name), len(planned), _size(planned)))
         for s in planned:
-            events(SegmentWouldExport(s.topic_partition, s.segment_id, s.start_offset, s.end_offset))
+            events(SegmentWouldExport(s.topic_partition, s.segment_id, s.first_offset, s.end_offset))
         return ExportResult(str(name), dry_run, planned)
     for p in partitions:  # before the table is created (``exporting`` checks the topic): a failed export leaves none
         if p is not None:
@@ -306,7 +306,7 @@ class Commits:
                         f"{segment.topic_partition}: segment {segment.segment_id} (offsets {segment.start_offset}-"
                         f"{segment.end_offset}): {outcome.error or 'no result'}"
                     )
-                    written = SegmentFailure(segment.segment_id, segment.start_offset, reason)
+                    written = SegmentFailure(segment.segment_id, segment.first_offset, reason)
                 if isinstance(written, SegmentFailure):
                     self.result.failed.append(written)
                     self.events(SegmentExportFailed(written.reason, done, len(planned)))
@@ -316,7 +316,7 @@ class Commits:
                     SegmentExported(
                         segment.topic_partition,
                         segment.segment_id,
-                        segment.start_offset,
+                        segment.first_offset,
                         segment.end_offset,
                         written.rows,
                         len(written.files),

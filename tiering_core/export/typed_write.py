@@ -204,7 +204,7 @@ def write_typed_segment_files(
     fs, root = attempt.filesystem()
     directory = f"{root}/partition={segment.partition}"
     fs.create_dir(directory, recursive=True)
-    next_offset = segment.start_offset
+    next_offset = segment.first_offset
     where = Path(storage.describe(segment_ref(segment.segment).key(ObjectKind.LOG, storage.prefix)))
     dead = _DeadLetterFiles(typed.dead_letters, segment)
     files: _TableFiles | None = None

@@ -212,8 +212,9 @@ def split_by_day(data: pa.RecordBatch, days: np.ndarray) -> Iterator[tuple[int, 
 def segment_days(
     storage: RemoteStorage, segment: ExportSegment, where: Path, bounds: GroupBounds
 ) -> Iterator[tuple[pa.RecordBatch, list[tuple[int, pa.RecordBatch]]]]:
-    """Each decoded group of the segment's log object, with its rows in ``DATA_SCHEMA`` split by
-    day: (the day since the epoch, and its rows)."""
+    """Each decoded group of the segment's log object from its first offset written
+    (``ExportSegment.first_offset``), with its rows in ``DATA_SCHEMA`` split by day: (the day since
+    the epoch, and its rows)."""
     ref = segment_ref(segment.segment)
     with storage.open_stream(ref, ObjectKind.LOG, 0) as stream:
         batches = arrow.decode_batches(
@@ -225,6 +226,12 @@ def segment_days(
             bounds=bounds,
         )
         for batch in batches:
+            if segment.from_offset is not None and batch.num_rows:
+                offsets = batch.column("offset").to_numpy()
+                if offsets[0] < segment.from_offset:
+                    batch = batch.filter(pa.array(offsets >= segment.from_offset))
+                    if not batch.num_rows:
+                        continue
             data, days = table_rows(batch, segment.topic_id)
             yield batch, list(split_by_day(data, days))
 
@@ -302,7 +309,7 @@ def write_segment_files(
     directory = f"{root}/partition={segment.partition}"
     fs.create_dir(directory, recursive=True)
     files = DayFiles(fs, directory, segment.segment_id)
-    next_offset = segment.start_offset
+    next_offset = segment.first_offset
     where = Path(storage.describe(segment_ref(segment.segment).key(ObjectKind.LOG, storage.prefix)))
     try:
         for batch, parts in read_ahead(

@@ -64,6 +64,15 @@ def merge_offset_ranges(ranges: Iterable[tuple[int, int]]) -> list[OffsetRange]:
     return merged
 
 
+def first_uncovered(start: int, merged: Iterable[OffsetRange]) -> int:
+    """The first offset from ``start`` on outside the ``merged`` ranges (``merge_offset_ranges``:
+    sorted, apart by more than one offset, so one pass suffices)."""
+    for r in merged:
+        if r.start <= start <= r.end:
+            start = r.end + 1
+    return start
+
+
 def recorded_gaps(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> list[list[int]]:
     """The partition's tiering gaps as ``[start, end]`` lists (the ``gaps`` field of ``status``)."""
     return [g.as_list() for g in merge_offset_ranges((g.start, g.end) for g in store.list_gaps(tip))]

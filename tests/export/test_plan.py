@@ -1,0 +1,66 @@
+"""Which segments an export writes, and from which offset: segments of the lineage that overlap
+(a copy resumed inside a new leader's segment tiers it whole) give each offset to the table once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.engine_support import TieringEnv, new_leader_copies, old_leader_copies
+from tests.export.support import offsets_by_partition, sqlite_catalog, table_of, with_export
+from tiering_core.export import run_export
+from tiering_core.export.plan import plan_export
+from tiering_core.export.table import ExportedRanges, ExportedSegment
+
+
+def exported_values(env: TieringEnv) -> list[tuple[int, bytes]]:
+    with env.context() as ctx:
+        table = table_of(ctx, "orders")
+        rows = table.scan(selected_fields=("offset", "value")).to_arrow()
+    return sorted(zip(rows["offset"].to_pylist(), rows["value"].to_pylist(), strict=True))
+
+
+def test_overlapping_segments_of_the_lineage_export_each_offset_once(tiering_env: TieringEnv, tmp_path: Path) -> None:
+    old = old_leader_copies(tiering_env)
+    new_leader_copies(tiering_env, old)
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        planned = plan_export(ctx, "orders", done=ExportedRanges())
+        assert [(s.start_offset, s.first_offset, s.end_offset) for s in planned] == [(0, 0, 4), (5, 5, 9), (7, 10, 14)]
+        result = run_export(ctx, "orders")
+        assert not result.failed
+        assert offsets_by_partition(table_of(ctx, "orders")) == {0: list(range(15))}
+    assert exported_values(tiering_env) == [(o, f"v{o}".encode()) for o in range(15)]
+    with tiering_env.context() as ctx:
+        again = run_export(ctx, "orders")
+        assert again.planned == [] and again.snapshots == []
+
+
+def test_a_segment_copied_whole_after_an_export_adds_only_the_offsets_past_the_table(
+    tiering_env: TieringEnv, tmp_path: Path
+) -> None:
+    old = old_leader_copies(tiering_env)
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        run_export(ctx, "orders")
+    new_leader_copies(tiering_env, old)
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "orders")
+        assert [(s.start_offset, s.first_offset, s.end_offset) for s in result.planned] == [(7, 10, 14)]
+        assert not result.failed
+        assert offsets_by_partition(table_of(ctx, "orders")) == {0: list(range(15))}
+    assert exported_values(tiering_env) == [(o, f"v{o}".encode()) for o in range(15)]
+
+
+def test_a_segment_the_table_holds_in_part_is_written_from_its_first_offset_past_the_table(
+    tiering_env: TieringEnv, tmp_path: Path
+) -> None:
+    old = old_leader_copies(tiering_env)
+    new_leader_copies(tiering_env, old)
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        held = ExportedRanges().with_segments([ExportedSegment(old.topic_id, 0, "earlier", 0, 8)])
+        planned = plan_export(ctx, "orders", done=held)
+        assert [(s.start_offset, s.first_offset, s.from_offset) for s in planned] == [(5, 9, 9), (7, 10, 10)]
+        assert planned[0].to_dict()["first_offset"] == 9
+        whole = plan_export(ctx, "orders", done=ExportedRanges())
+        assert [s.from_offset for s in whole] == [None, None, 10], "from_offset only where the start is held"
