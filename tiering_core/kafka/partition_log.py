@@ -9,6 +9,7 @@ segments are read by ``pread`` bounded by the size seen at open (``batch``), nev
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -123,28 +124,35 @@ class PartitionLog:
         return self._list_segments()
 
     def _list_segments(self) -> list[LogSegment]:
+        # One scandir of the directory, a Path only for what a segment keeps: a broker of thousands
+        # of partitions is listed by every plan (a .txnindex is known from the listing, not a stat).
+        with os.scandir(self.path) as listing:
+            entries = list(listing)
+        names = {entry.name for entry in entries}
         found = []
-        for entry in self.path.iterdir():
+        for entry in entries:
             match = _SEGMENT_FILE.fullmatch(entry.name)
             if not match:
                 continue
             try:
-                stat = entry.lstat()
+                stat = entry.stat(follow_symlinks=False)
             except FileNotFoundError:  # renamed to .deleted by the broker since the listing
                 continue
+            log_path = self.path / entry.name
             if S_ISLNK(stat.st_mode):
-                raise CorruptLogError(entry, 0, "is a symbolic link: a broker never makes one, and it is not followed")
+                raise CorruptLogError(
+                    log_path, 0, "is a symbolic link: a broker never makes one, and it is not followed"
+                )
             if not S_ISREG(stat.st_mode):
                 continue
-            stem = self.path / match.group(1)
-            txn = stem.with_suffix(".txnindex")
+            stem = match.group(1)
             found.append(
                 LogSegment(
-                    base_offset=int(match.group(1)),
-                    log_path=entry,
-                    index_path=stem.with_suffix(".index"),
-                    time_index_path=stem.with_suffix(".timeindex"),
-                    txn_index_path=txn if txn.exists() else None,
+                    base_offset=int(stem),
+                    log_path=log_path,
+                    index_path=self.path / f"{stem}.index",
+                    time_index_path=self.path / f"{stem}.timeindex",
+                    txn_index_path=self.path / f"{stem}.txnindex" if f"{stem}.txnindex" in names else None,
                     size_bytes=stat.st_size,
                     last_modified=stat.st_mtime,
                 )
@@ -371,10 +379,17 @@ class PartitionLog:
     def snapshots(self) -> list[tuple[int, Path]]:
         """Producer snapshots (offset, path) by offset; names other than ``<offset:020d>.snapshot`` are not."""
         found = []
-        for entry in self.path.iterdir():
-            offset = snapshot_offset(entry.name)
-            if offset is not None and _is_regular(entry):
-                found.append((offset, entry))
+        with os.scandir(self.path) as listing:
+            for entry in listing:
+                offset = snapshot_offset(entry.name)
+                if offset is None:
+                    continue
+                try:
+                    regular = entry.is_file(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if regular:
+                    found.append((offset, self.path / entry.name))
         return sorted(found)
 
     def producer_snapshot_path(self, offset: int) -> Path | None:
