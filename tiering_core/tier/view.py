@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from tiering_core.errors import TieringError
@@ -93,10 +93,11 @@ def segment_max_timestamp(segment: LogSegment) -> int:
     return max((h.max_timestamp for h in iter_batch_headers(segment.log_path, strict=False)), default=-1)
 
 
-def segment_largest_timestamp(segment: LogSegment) -> int:
-    """Kafka's ``LogSegment.largestTimestamp``: the largest record timestamp, else the ``.log``'s
-    modification time (what a delayed upload measures a segment's age by)."""
-    largest = segment_max_timestamp(segment)
+def segment_largest_timestamp(segment: LogSegment, max_timestamp: int | None = None) -> int:
+    """Kafka's ``LogSegment.largestTimestamp``: the largest record timestamp (``max_timestamp``, when
+    already read), else the ``.log``'s modification time (what a delayed upload measures a
+    segment's age by)."""
+    largest = segment_max_timestamp(segment) if max_timestamp is None else max_timestamp
     return largest if largest >= 0 else int(segment.last_modified * 1000)
 
 
@@ -154,6 +155,9 @@ class TierView:
     #: watermark since it was created (a few seconds). Not a failure: a copy skips the partition
     #: and a later run copies it. ``offsets_error`` says the same.
     offsets_pending: str | None = None
+    #: Closed segments' largest record timestamps by base offset, each read once per view (the
+    #: delayed upload, the local-retention risk and the urgency all ask of the oldest uncopied one).
+    _max_timestamps: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def log(self) -> PartitionLog:
@@ -238,7 +242,8 @@ class TierView:
             newer = total - cumulative
             if lag_bytes > 0 and newer >= lag_bytes:
                 continue
-            age = now - segment_largest_timestamp(candidate.segment)
+            segment = candidate.segment
+            age = now - segment_largest_timestamp(segment, self.segment_max_timestamp(segment))
             if lag_ms > 0 and (age < 0 or age >= lag_ms):
                 continue
             waiting = candidates[i:]
@@ -255,6 +260,13 @@ class TierView:
         return UploadEligibility(tuple(candidates))
 
     # --- section 5 step 5 and section 10 items 3-4 ---------------------------------------------
+
+    def segment_max_timestamp(self, segment: LogSegment) -> int:
+        """``segment_max_timestamp`` of one of this view's segments, read once."""
+        found = self._max_timestamps.get(segment.base_offset)
+        if found is None:
+            found = self._max_timestamps[segment.base_offset] = segment_max_timestamp(segment)
+        return found
 
     def uncopied_closed_segments(self) -> list[CopyCandidate]:
         segments = self.log.segments
@@ -295,7 +307,7 @@ class TierView:
         if lagging:
             oldest = lagging[0].segment
             oldest_base = oldest.base_offset
-            max_ts = segment_max_timestamp(oldest)
+            max_ts = self.segment_max_timestamp(oldest)
             if max_ts >= 0:
                 age = max(0, now - max_ts)
         reasons: list[str] = []
