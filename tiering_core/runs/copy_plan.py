@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tiering_core.config import not_tiered_reason
+from tiering_core.engine.allocation import fewer_collections
 from tiering_core.events import EventSink
 from tiering_core.events.copy import CopyDelayed, CopyNotPlanned, CopySkipped, DryRunPlanned, WouldCopy
 from tiering_core.kafka.topic import TopicPartition
@@ -127,23 +128,24 @@ def _plans(
     broker_id: int | None,
     now_ms: int | None,
 ) -> list[CopyPlan]:
-    views = _observed_views(ctx, tps, broker_id)
     plans: list[CopyPlan] = []
-    for tp, view, reason in zip(tps, views, not_tiered, strict=True):
-        skipped = reason or view.behind_lineage or view.live_problem or view.offsets_pending
-        replica = replica_choice(ctx, view, broker_id) if skipped is None else None
-        eligible = view.upload_eligibility(ctx.topic_config(tp.topic), now_ms)
-        plans.append(
-            CopyPlan(
-                topic_partition=tp,
-                view=view,
-                skipped_reason=skipped or (replica.skipped_reason if replica is not None else None),
-                replica=replica,
-                gap=tiering_gap_on(ctx.config, ctx.metadata, view, broker_id),
-                candidates=eligible.candidates,
-                delay=eligible.delay,
+    with fewer_collections():  # every view is kept: thousands of partitions' objects survive
+        views = _observed_views(ctx, tps, broker_id)
+        for tp, view, reason in zip(tps, views, not_tiered, strict=True):
+            skipped = reason or view.behind_lineage or view.live_problem or view.offsets_pending
+            replica = replica_choice(ctx, view, broker_id) if skipped is None else None
+            eligible = view.upload_eligibility(ctx.topic_config(tp.topic), now_ms)
+            plans.append(
+                CopyPlan(
+                    topic_partition=tp,
+                    view=view,
+                    skipped_reason=skipped or (replica.skipped_reason if replica is not None else None),
+                    replica=replica,
+                    gap=tiering_gap_on(ctx.config, ctx.metadata, view, broker_id),
+                    candidates=eligible.candidates,
+                    delay=eligible.delay,
+                )
             )
-        )
     return plans
 
 
