@@ -198,7 +198,7 @@ def test_copy_and_retention_dags_run_each_broker_s_tasks_on_its_own_log_dirs(
     assert run.state == "success"
     for group, partitions, segments in (("broker_1", [0, 2], 2), ("broker_2", [1], 3)):
         (listing,) = task_runs(retention.dag_id, run.run_id, f"{group}.list_partitions").values()
-        assert [lane["partitions"] for lane in listing.result] == [[["orders", p]] for p in partitions]
+        assert [lane["partitions"] for lane in listing.result] == [[["orders", [p]]] for p in partitions]
         deletions = task_runs(retention.dag_id, run.run_id, f"{group}.retention")
         assert sorted(deletions) == [f"orders-{p}" for p in partitions]
         assert all(t.result[0]["segments_deleted"] == segments for t in deletions.values())

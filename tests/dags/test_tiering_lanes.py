@@ -17,6 +17,7 @@ from tests.dags.test_tiering_dags import DAGS, bucket_keys, dagbag, finished, pa
 from tests.engine_support import TieringEnv, counted_view_builds, tip_of, write_segments
 from tiering_core.metadata.states import RemoteLogSegmentState
 from tiering_core.metadata.store import TaskAttempt
+from tiering_core.runs.lanes import lane_partitions
 from tiering_core.storage.identity import IDENTITY_OBJECT
 from tiering_core.storage.partition_state import partition_state_key
 
@@ -166,7 +167,9 @@ def test_the_tiering_page_links_each_partition_to_the_lane_that_ran_it(
     assert run.state == "success"
     copies = task_runs(dag.dag_id, run.run_id, "copy")
     (listing,) = task_runs(dag.dag_id, run.run_id, "list_partitions").values()
-    lane_of = {f"{t}-{p}": index for index, lane in enumerate(listing.result) for t, p in lane["partitions"]}
+    lane_of = {
+        str(tp): index for index, lane in enumerate(listing.result) for tp in lane_partitions(lane["partitions"])
+    }
     assert sorted(set(lane_of.values())) == list(range(BOUND)) and len(copies) == BOUND
     with tiering.context() as ctx:
         snapshot = collect_metrics(ctx, "orders")

@@ -35,6 +35,7 @@ from tiering_core.runs.lanes import (
     copy_lane,
     lane_bound,
     lane_partitions,
+    partition_runs,
     planned_order,
     retention_lane,
     split_into_lanes,
@@ -62,7 +63,7 @@ def test_partitions_that_fit_the_bound_are_one_lane_each_labelled_as_today() -> 
     lanes = split_into_lanes(orders(0, 1, 2), 4)
     assert [lane.label for lane in lanes] == ["orders-0", "orders-1", "orders-2"]
     assert lanes[1] == Lane(1, (TopicPartition("orders", 1),))
-    assert lanes[1].to_dict() == {"lane": "orders-1", "partitions": [["orders", 1]]}
+    assert lanes[1].to_dict() == {"lane": "orders-1", "partitions": [["orders", [1]]]}
     assert lane_partitions(lanes[1].to_dict()["partitions"]) == orders(1)
 
 
@@ -83,6 +84,24 @@ def test_beyond_the_bound_each_lane_takes_a_balanced_deterministic_share_in_urge
     ]
     assert split_into_lanes(ranked, 4) == lanes  # the same input, the same lanes
     assert sorted(tp for lane in lanes for tp in lane.partitions) == sorted(ranked)  # each exactly once
+
+
+def test_a_plan_handed_on_as_runs_of_one_topic_reads_back_in_its_order() -> None:
+    """The sensor's plan: consecutive partitions of a topic share one entry; the listing reads it
+    back, and the pairs an earlier sensor handed on, the same way."""
+    order = [
+        TopicPartition("orders", 3),
+        TopicPartition("orders", 0),
+        TopicPartition("audit", 1),
+        TopicPartition("orders", 2),
+    ]
+    runs = partition_runs(order)
+    assert runs == [["orders", [3, 0]], ["audit", [1]], ["orders", [2]]]
+    assert lane_partitions(runs) == order
+    assert lane_partitions([[tp.topic, tp.partition] for tp in order]) == order
+    assert partition_runs([]) == [] and lane_partitions([]) == []
+    with pytest.raises(ValueError, match=r"'x' of \['orders', \[1, 'x'\]\] is not a partition number"):
+        lane_partitions([["orders", [1, "x"]]])
 
 
 def test_the_bound_is_the_smaller_of_the_configured_lanes_and_the_scheduler_s_limit() -> None:

@@ -54,18 +54,37 @@ class Lane:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, the listing task's XCom: the operator's arguments, fixed for every retry."""
-        return {"lane": self.label, "partitions": [[tp.topic, tp.partition] for tp in self.partitions]}
+        return {"lane": self.label, "partitions": partition_runs(self.partitions)}
 
 
 def lane_partitions(raw: Sequence[Any]) -> list[TopicPartition]:
-    """A lane's partitions as ``to_dict`` gave them (``[topic, partition]`` pairs); ValueError
-    naming the entry that is not one."""
+    """Partitions as ``Lane.to_dict`` (``[topic, partition]`` pairs) or ``partition_runs``
+    (``[topic, [partition, ...]]``) gave them, in their order; ValueError naming the entry that is
+    neither."""
     partitions = []
     for entry in raw:
         if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[0], str):
             raise ValueError(f"partitions: expected [topic, partition] pairs, got {entry!r}")
-        partitions.append(TopicPartition(entry[0], int(entry[1])))
+        topic, numbers = entry
+        for number in numbers if isinstance(numbers, (list, tuple)) else (numbers,):
+            try:
+                partitions.append(TopicPartition(topic, int(number)))
+            except (TypeError, ValueError):
+                raise ValueError(f"partitions: {number!r} of {entry!r} is not a partition number") from None
     return partitions
+
+
+def partition_runs(partitions: Sequence[TopicPartition]) -> list[list[Any]]:
+    """Partitions in their order as ``[topic, [partition, ...]]`` runs of one topic each: a plan of
+    thousands handed on through XCom as a few strings and lists of numbers (Airflow walks every
+    element of a value it stores, and a pair per partition costs a second per 4,000 there)."""
+    runs: list[list[Any]] = []
+    for tp in partitions:
+        if runs and runs[-1][0] == tp.topic:
+            runs[-1][1].append(tp.partition)
+        else:
+            runs.append([tp.topic, [tp.partition]])
+    return runs
 
 
 def lane_bound(lanes: int, max_map_length: int) -> int:

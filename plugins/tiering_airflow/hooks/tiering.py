@@ -38,8 +38,9 @@ class Eligibility:
 
     partitions: list[int] | list[str]
     waiting: list[str] = field(default_factory=list)
-    #: The run's plan handed to its listing task: ``[topic, partition]`` pairs of the partitions with
-    #: a segment to copy now or a tiering gap to record, most urgent first (``runs.lanes``).
+    #: The run's plan handed to its listing task: the partitions with a segment to copy now or a
+    #: tiering gap to record, most urgent first, as ``[topic, [partition, ...]]`` runs
+    #: (``runs.lanes.partition_runs``).
     plan: list[list[Any]] = field(default_factory=list)
     #: ``[topic, partition, reason]`` of each partition the run leaves to another broker or does
     #: not copy at all (another broker's replica is ahead, not tiered, ...): the run's word on why.
@@ -337,7 +338,7 @@ class TieringHook(BaseHook):
         from tiering_core.config import DEFAULT_TOPIC
         from tiering_core.report.lines import copy_delay_words
         from tiering_core.runs.copy_plan import plan_copies
-        from tiering_core.runs.lanes import planned_order
+        from tiering_core.runs.lanes import partition_runs, planned_order
 
         default = topic == DEFAULT_TOPIC
         with self.get_conn(config) as ctx:
@@ -361,4 +362,4 @@ class TieringHook(BaseHook):
             for plan in plans
             if plan.skipped_reason is not None
         ]
-        return Eligibility(labels, waiting, [[tp.topic, tp.partition] for tp in order], skipped)
+        return Eligibility(labels, waiting, partition_runs(order), skipped)

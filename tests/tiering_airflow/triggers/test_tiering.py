@@ -50,7 +50,7 @@ def test_trigger_waits_then_fires_when_a_segment_rolls(tiering: TieringEnv) -> N
         "status": "eligible",
         "topic": "orders",
         "partitions": [0],
-        "plan": [["orders", 0]],
+        "plan": [["orders", [0]]],
         "skipped": [],
     }
 
@@ -139,7 +139,7 @@ def test_trigger_for_the_default_topics_fires_with_partition_labels(tiering: Tie
         "status": "eligible",
         "topic": "*",
         "partitions": ["audit-1"],
-        "plan": [["audit", 1]],
+        "plan": [["audit", [1]]],
         "skipped": [],
     }
 
@@ -234,6 +234,6 @@ def test_the_trigger_waits_for_a_delayed_upload_and_logs_why(
         "status": "eligible",
         "topic": "orders",
         "partitions": [0],
-        "plan": [["orders", 0]],
+        "plan": [["orders", [0]]],
         "skipped": [],
     }
