@@ -58,13 +58,15 @@ class Lane:
 
 
 def lane_partitions(raw: Sequence[Any]) -> list[TopicPartition]:
-    """Partitions as ``Lane.to_dict`` (``[topic, partition]`` pairs) or ``partition_runs``
-    (``[topic, [partition, ...]]``) gave them, in their order; ValueError naming the entry that is
-    neither."""
+    """Partitions as ``partition_runs`` gives them (``[topic, [partition, ...]]``: a lane's, the
+    sensor's plan) or as earlier versions did (``[topic, partition]`` pairs), in their order;
+    ValueError naming the entry that is neither."""
     partitions = []
     for entry in raw:
         if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[0], str):
-            raise ValueError(f"partitions: expected [topic, partition] pairs, got {entry!r}")
+            raise ValueError(
+                f"partitions: expected [topic, partition] pairs or [topic, [partition, ...]] runs, got {entry!r}"
+            )
         topic, numbers = entry
         for number in numbers if isinstance(numbers, (list, tuple)) else (numbers,):
             try:
