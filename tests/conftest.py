@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -123,6 +124,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def pg_url(pg_server: PostgresServer) -> Iterator[str]:
     with pg_server.database() as url:
         yield url
+
+
+@pytest.fixture()
+def ctrl_c() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in this test, as in any Python program: a test that sends it
+    (``_thread.interrupt_main``) depends on Python's own SIGINT handler, which code run earlier in
+    the same worker may have replaced (Airflow's task supervisor resets it to the OS default, and
+    then ``interrupt_main`` does nothing). The worker's handler is put back afterwards."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture()

@@ -278,7 +278,9 @@ def _part_threads_alive() -> bool:
 
 
 @pytest.mark.parametrize("kind", ["keyboard-interrupt", "sigterm"])
-def test_an_interrupt_while_parts_go_up_stops_and_aborts_the_upload(s3_endpoint, tmp_path: Path, kind: str) -> None:
+def test_an_interrupt_while_parts_go_up_stops_and_aborts_the_upload(
+    s3_endpoint, tmp_path: Path, kind: str, ctrl_c: None
+) -> None:
     """An exception raised in the thread that waits for the parts (Ctrl-C, a SIGTERM handler)
     stops the upload: it reaches the caller promptly (the abort follows the interrupt at once,
     while the parts in flight are still held), the parts not yet sent never are, and neither a
@@ -342,7 +344,7 @@ def _refuses_to_be_read(body: object) -> bool:
     return False
 
 
-def test_the_last_part_in_flight_aborts_the_upload_once_more(s3_endpoint, tmp_path: Path) -> None:
+def test_the_last_part_in_flight_aborts_the_upload_once_more(s3_endpoint, tmp_path: Path, ctrl_c: None) -> None:
     """S3 may still accept a part that was in flight when the upload was aborted, so the last
     part in flight to end sends the abort again."""
     bucket = s3_endpoint.new_bucket()

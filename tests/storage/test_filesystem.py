@@ -113,7 +113,7 @@ def test_source_on_another_filesystem(tmp_path: Path) -> None:
         source.unlink()
 
 
-def test_an_interrupt_mid_copy_leaves_no_temp_file_and_no_object(tmp_path: Path) -> None:
+def test_an_interrupt_mid_copy_leaves_no_temp_file_and_no_object(tmp_path: Path, ctrl_c: None) -> None:
     """Ctrl-C while a large object is being copied (between two of its chunks): the temp file
     is removed and no object of the segment (manifest included) is left."""
     storage = FilesystemRemoteStorage(tmp_path / "tier")
