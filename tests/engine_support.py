@@ -125,18 +125,13 @@ def offset_records(first: int, count: int) -> list[tuple[bytes, bytes]]:
     return [(f"k{o}".encode(), f"v{o}".encode()) for o in range(first, first + count)]
 
 
-#: The old leader's closed segments (epoch 0), and the new leader's after it rolled elsewhere
-#: (``new_leader_copies``): the copy resumes at 10, inside 7-14, which goes up whole.
-OLD_LEADER_SEGMENTS = ((0, 5), (5, 5))
-NEW_LEADER_SEGMENTS = ((0, 7), (7, 3))
-
-
 def old_leader_copies(env: TieringEnv, *, epoch_0_ms: int | None = None) -> PartitionWriter:
     """The old leader's segments 0-4 and 5-9 of epoch 0 (stamped ``epoch_0_ms``), closed and tiered."""
     old = env.writer()
-    for first, count in OLD_LEADER_SEGMENTS:
-        old.append(offset_records(first, count), timestamp=epoch_0_ms)
-        old.roll()
+    old.append(offset_records(0, 5), timestamp=epoch_0_ms)
+    old.roll()
+    old.append(offset_records(5, 5), timestamp=epoch_0_ms)
+    old.roll()
     old.set_high_watermark()
     with env.context() as ctx:
         run_copy(ctx, old.tp)
@@ -151,10 +146,9 @@ def new_leader_copies(
     resumes at 10 and tiers 7-14 whole: the tier holds 7-9 twice, in segments of the lineage."""
     shutil.rmtree(old.path)
     new = env.writer(topic_id=old.topic_id)
-    for first, count in NEW_LEADER_SEGMENTS:
-        if first:
-            new.roll()
-        new.append(offset_records(first, count), timestamp=epoch_0_ms)
+    new.append(offset_records(0, 7), timestamp=epoch_0_ms)
+    new.roll()
+    new.append(offset_records(7, 3), timestamp=epoch_0_ms)
     new.become_leader(1)
     new.append(offset_records(10, 5), timestamp=epoch_1_ms)
     new.roll()

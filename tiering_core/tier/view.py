@@ -243,7 +243,7 @@ class TierView:
             if lag_bytes > 0 and newer >= lag_bytes:
                 continue
             segment = candidate.segment
-            age = now - segment_largest_timestamp(segment, self.segment_max_timestamp(segment))
+            age = now - segment_largest_timestamp(segment, self.max_timestamp_of(segment))
             if lag_ms > 0 and (age < 0 or age >= lag_ms):
                 continue
             waiting = candidates[i:]
@@ -261,7 +261,7 @@ class TierView:
 
     # --- section 5 step 5 and section 10 items 3-4 ---------------------------------------------
 
-    def segment_max_timestamp(self, segment: LogSegment) -> int:
+    def max_timestamp_of(self, segment: LogSegment) -> int:
         """``segment_max_timestamp`` of one of this view's segments, read once."""
         found = self._max_timestamps.get(segment.base_offset)
         if found is None:
@@ -307,7 +307,7 @@ class TierView:
         if lagging:
             oldest = lagging[0].segment
             oldest_base = oldest.base_offset
-            max_ts = self.segment_max_timestamp(oldest)
+            max_ts = self.max_timestamp_of(oldest)
             if max_ts >= 0:
                 age = max(0, now - max_ts)
         reasons: list[str] = []
