@@ -1,5 +1,6 @@
 """Which segments an export writes, and from which offset: segments of the lineage that overlap
-(a copy resumed inside a new leader's segment tiers it whole) give each offset to the table once."""
+(a copy resumed inside a new leader's segment tiers it whole) give each offset to the table once,
+and nothing below the partition's log start offset (a DeleteRecords) is written."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tests.export.support import offsets_by_partition, sqlite_catalog, table_of,
 from tiering_core.export import run_export
 from tiering_core.export.plan import plan_export
 from tiering_core.export.table import ExportedRanges, ExportedSegment
+from tiering_core.runs.delete_records import apply_delete_records
 
 
 def exported_values(env: TieringEnv) -> list[tuple[int, bytes]]:
@@ -64,3 +66,45 @@ def test_a_segment_the_table_holds_in_part_is_written_from_its_first_offset_past
         assert planned[0].to_dict()["first_offset"] == 9
         whole = plan_export(ctx, "orders", done=ExportedRanges())
         assert [s.from_offset for s in whole] == [None, None, 10], "from_offset only where the start is held"
+
+
+def test_a_delete_records_inside_a_segment_exports_from_the_new_log_start(
+    tiering_env: TieringEnv, tmp_path: Path
+) -> None:
+    old = old_leader_copies(tiering_env)
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        assert apply_delete_records(ctx, old.tp, 7).log_start_offset == 7
+        planned = plan_export(ctx, "orders", done=ExportedRanges())
+        assert [(s.start_offset, s.first_offset, s.end_offset) for s in planned] == [(5, 7, 9)], "0-4 wholly below"
+        result = run_export(ctx, "orders")
+        assert not result.failed
+        assert offsets_by_partition(table_of(ctx, "orders")) == {0: [7, 8, 9]}
+    assert exported_values(tiering_env) == [(o, f"v{o}".encode()) for o in (7, 8, 9)]
+
+
+def test_a_delete_records_past_the_overlap_starts_the_new_leaders_segment_there(
+    tiering_env: TieringEnv, tmp_path: Path
+) -> None:
+    old = old_leader_copies(tiering_env)
+    new = new_leader_copies(tiering_env, old)
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        apply_delete_records(ctx, new.tp, 12)
+        planned = plan_export(ctx, "orders", done=ExportedRanges())
+        assert [(s.start_offset, s.first_offset, s.end_offset) for s in planned] == [(7, 12, 14)]
+        run_export(ctx, "orders")
+        assert offsets_by_partition(table_of(ctx, "orders")) == {0: [12, 13, 14]}
+
+
+def test_rows_exported_before_a_delete_records_stay_and_a_rerun_adds_nothing(
+    tiering_env: TieringEnv, tmp_path: Path
+) -> None:
+    old = old_leader_copies(tiering_env)
+    with_export(tiering_env, sqlite_catalog(tmp_path))
+    with tiering_env.context() as ctx:
+        run_export(ctx, "orders")
+        apply_delete_records(ctx, old.tp, 7)
+        again = run_export(ctx, "orders")
+        assert again.planned == [] and again.snapshots == []
+        assert offsets_by_partition(table_of(ctx, "orders")) == {0: list(range(10))}

@@ -180,6 +180,7 @@ def test_a_store_recovered_from_the_bucket_equals_the_lost_one(
         exported = on_new.ok("export", "--topic", TOPIC, "--json").json()
         assert exported["rows"] > 0 and not exported["failed"]
         exported_before = exported_offsets(on_new)
+        assert min(exported_before) == target, "nothing below the DeleteRecords' log start is exported"
 
         # -- what the lost store says --------------------------------------------------------------
         selector = ("--topic", TOPIC, "--partition", "0")

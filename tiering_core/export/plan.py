@@ -7,7 +7,10 @@ it replaces), only the newest is taken, so the offsets are exported once. Segmen
 may also overlap in part: a copy that resumed inside a segment of a new leader tiers that segment
 whole (its first offsets are the old leader's last segment's last ones, the same records). Each
 segment is then written from its first offset that neither the table nor an earlier segment of the
-plan holds (``ExportSegment.first_offset``), so every offset is exported once.
+plan holds (``ExportSegment.first_offset``), so every offset is exported once. Nothing below the
+partition's log start offset is written (``RemoteLogReader.log_start_offset``: the global log start
+of docs/kafka-rules.md section 10, a DeleteRecords' offset included): a consumer can no longer read
+those records, and neither does a replay, so the table does not gain them either.
 
 At read_committed each planned segment carries the aborted transactions overlapping it, as a
 remote fetch gathers them (``RemoteLogReader.aborted_transactions``: the remote txn indexes of
@@ -193,8 +196,10 @@ def plan_export(
         segments = newest_copies(finished_in_lineage(view, ctx.metadata))
         undecided = undecided_from(ctx, segments) if isolation == IsolationLevel.READ_COMMITTED else None
         held = list(done.of(view.tip.topic_id, view.tip.partition))
+        log_start = reader.log_start_offset
         for segment in segments:
-            first = first_uncovered(segment.start_offset, held)
+            start = segment.start_offset if log_start is None else max(segment.start_offset, log_start)
+            first = first_uncovered(start, held)
             if first > segment.end_offset:
                 continue
             held = merge_offset_ranges([*((r.start, r.end) for r in held), (first, segment.end_offset)])
