@@ -9,9 +9,14 @@ from pathlib import Path
 from tests.engine_support import TieringEnv, new_leader_copies, old_leader_copies
 from tests.export.support import offsets_by_partition, sqlite_catalog, table_of, with_export
 from tiering_core.export import run_export
-from tiering_core.export.plan import plan_export
+from tiering_core.export.plan import ExportSegment, plan_export
 from tiering_core.export.table import ExportedRanges, ExportedSegment
 from tiering_core.runs.delete_records import apply_delete_records
+
+
+def spans(planned: list[ExportSegment]) -> list[tuple[int, int, int]]:
+    """Each planned segment's start offset, first offset written and end offset."""
+    return [(s.start_offset, s.first_offset, s.end_offset) for s in planned]
 
 
 def exported_values(env: TieringEnv) -> list[tuple[int, bytes]]:
@@ -27,7 +32,7 @@ def test_overlapping_segments_of_the_lineage_export_each_offset_once(tiering_env
     with_export(tiering_env, sqlite_catalog(tmp_path))
     with tiering_env.context() as ctx:
         planned = plan_export(ctx, "orders", done=ExportedRanges())
-        assert [(s.start_offset, s.first_offset, s.end_offset) for s in planned] == [(0, 0, 4), (5, 5, 9), (7, 10, 14)]
+        assert spans(planned) == [(0, 0, 4), (5, 5, 9), (7, 10, 14)]
         result = run_export(ctx, "orders")
         assert not result.failed
         assert offsets_by_partition(table_of(ctx, "orders")) == {0: list(range(15))}
@@ -47,7 +52,7 @@ def test_a_segment_copied_whole_after_an_export_adds_only_the_offsets_past_the_t
     new_leader_copies(tiering_env, old)
     with tiering_env.context() as ctx:
         result = run_export(ctx, "orders")
-        assert [(s.start_offset, s.first_offset, s.end_offset) for s in result.planned] == [(7, 10, 14)]
+        assert spans(result.planned) == [(7, 10, 14)]
         assert not result.failed
         assert offsets_by_partition(table_of(ctx, "orders")) == {0: list(range(15))}
     assert exported_values(tiering_env) == [(o, f"v{o}".encode()) for o in range(15)]
@@ -76,7 +81,7 @@ def test_a_delete_records_inside_a_segment_exports_from_the_new_log_start(
     with tiering_env.context() as ctx:
         assert apply_delete_records(ctx, old.tp, 7).log_start_offset == 7
         planned = plan_export(ctx, "orders", done=ExportedRanges())
-        assert [(s.start_offset, s.first_offset, s.end_offset) for s in planned] == [(5, 7, 9)], "0-4 wholly below"
+        assert spans(planned) == [(5, 7, 9)], "0-4 wholly below"
         result = run_export(ctx, "orders")
         assert not result.failed
         assert offsets_by_partition(table_of(ctx, "orders")) == {0: [7, 8, 9]}
@@ -92,7 +97,7 @@ def test_a_delete_records_past_the_overlap_starts_the_new_leaders_segment_there(
     with tiering_env.context() as ctx:
         apply_delete_records(ctx, new.tp, 12)
         planned = plan_export(ctx, "orders", done=ExportedRanges())
-        assert [(s.start_offset, s.first_offset, s.end_offset) for s in planned] == [(7, 12, 14)]
+        assert spans(planned) == [(7, 12, 14)]
         run_export(ctx, "orders")
         assert offsets_by_partition(table_of(ctx, "orders")) == {0: [12, 13, 14]}
 
