@@ -4,8 +4,9 @@ catalog and warehouse of the test's choosing."""
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -43,7 +44,13 @@ def with_lease_ms(env: TieringEnv, lease_ms: int) -> None:
     env.config_path.write_text(yaml.safe_dump(doc))
 
 
-def wait_until_table_is_free(env: TieringEnv, table: str, catalog: str = "tiering", timeout_s: float = 120) -> None:
+class OpensContext(Protocol):
+    """A test's platform (``TieringEnv``, or ``BesideKafka`` beside a real broker)."""
+
+    def context(self) -> AbstractContextManager[Any]: ...
+
+
+def wait_until_table_is_free(env: OpensContext, table: str, catalog: str = "tiering", timeout_s: float = 120) -> None:
     """Poll the metadata store (its clock) until no export holds ``table``'s lease."""
     with env.context() as ctx:
         deadline = time.monotonic() + timeout_s

@@ -5,11 +5,6 @@ what Confluent's AvroDeserializer makes of the record's bytes; dead letters besi
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +19,20 @@ from tests.export.registry_server import RegistryServer
 from tests.export.support import table_of, wait_until_table_is_free, with_lease_ms
 from tests.export.typed_support import (
     PAYMENT,
+    TIP_V1,
+    TIP_V2,
+    TIP_V3,
     Avro,
     Json,
     dead_letters_of,
+    export_killed_between_the_tables,
     iceberg_types,
     payment,
     rows_by_offset,
     rows_by_offset_alone,
     tier,
     tier_records,
+    tip,
     value_of,
     with_fields,
     with_typed_export,
@@ -139,48 +139,16 @@ def test_undecodable_values_are_dead_letters_each_record_once(
     assert "tombstone" in by_value[None] and "fewer than" in by_value[b"\x00\x01"]
 
 
-V1: dict[str, Any] = {
-    "type": "record",
-    "name": "Tip",
-    "namespace": "shop",
-    "fields": [
-        {"name": "id", "type": "int"},
-        {"name": "amount", "type": "float"},
-        {"name": "note", "type": ["null", "string"], "default": None},
-        {"name": "customer", "type": {"type": "record", "name": "Who", "fields": [{"name": "name", "type": "string"}]}},
-    ],
-}
-#: Compatible changes: a field with a default and an optional one added, then int and float widened.
-V2 = with_fields(
-    V1,
-    {"name": "currency", "type": "string", "default": "EUR"},
-    {"name": "rate", "type": ["null", "double"], "default": None},
-)
-V3 = with_fields(V2, id="long", amount="double")
-
-
-def tip(i: int, version: int) -> dict[str, Any]:
-    value: dict[str, Any] = {
-        "id": i,
-        "amount": i + 0.25,
-        "note": None if i % 2 else f"n{i}",
-        "customer": {"name": f"c{i}"},
-    }
-    if version >= 2:
-        value |= {"currency": "USD" if i % 2 else "EUR", "rate": None if i % 3 else i / 7}
-    if version >= 3:
-        value["id"] = 2**40 + i  # needs the long
-    return value
-
-
 def test_compatible_schema_changes_evolve_the_table_old_rows_keep_their_schema_id(
     tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
 ) -> None:
     avro = Avro(schema_registry, "tips")
-    one = avro.serialize(V1, [tip(i, 1) for i in range(4)])
-    two = avro.serialize(V2, [tip(i, 2) for i in range(4, 8)])
-    three = avro.serialize(V3, [tip(i, 3) for i in range(8, 11)])
-    schema_of = {WireValue.parse(v).schema_id: s for vs, s in ((one, V1), (two, V2), (three, V3)) for v in vs}
+    one = avro.serialize(TIP_V1, [tip(i, 1) for i in range(4)])
+    two = avro.serialize(TIP_V2, [tip(i, 2) for i in range(4, 8)])
+    three = avro.serialize(TIP_V3, [tip(i, 3) for i in range(8, 11)])
+    schema_of = {
+        WireValue.parse(v).schema_id: s for vs, s in ((one, TIP_V1), (two, TIP_V2), (three, TIP_V3)) for v in vs
+    }
     assert len(schema_of) == 3
     # a segment per version, then one where an old producer's values follow the newest's
     sent = tier(tiering_env, "tips", [[*one], [*two], [three[0], one[0], three[1]], [one[1], three[2]]])
@@ -196,7 +164,7 @@ def test_compatible_schema_changes_evolve_the_table_old_rows_keep_their_schema_i
         writer = schema_of[WireValue.parse(data).schema_id]
         assert row["value_schema_id"] == WireValue.parse(data).schema_id
         assert value_of(row, writer) == avro.deserialize(data)
-        added = {f["name"] for f in V2["fields"]} - {f["name"] for f in writer["fields"]}
+        added = {f["name"] for f in TIP_V2["fields"]} - {f["name"] for f in writer["fields"]}
         assert all(row[name] is None for name in added)  # a row keeps what its schema wrote
     types = iceberg_types(table)
     assert (types["id"], types["amount"], types["currency"], types["rate"]) == ("long", "double", "string", "double")
@@ -209,9 +177,9 @@ def test_compatible_schema_changes_evolve_the_table_old_rows_keep_their_schema_i
 @pytest.mark.parametrize(
     ("change", "override", "mixed", "says"),
     [
-        (with_fields(V1, amount="string"), {"amount": "x"}, False, "field amount changes from float to string"),
+        (with_fields(TIP_V1, amount="string"), {"amount": "x"}, False, "field amount changes from float to string"),
         (
-            with_fields(V1, {"name": "region", "type": "string"}),
+            with_fields(TIP_V1, {"name": "region", "type": "string"}),
             {"region": "eu"},
             True,
             "field region is added as required without a default",
@@ -229,7 +197,7 @@ def test_an_incompatible_schema_change_stops_the_export_naming_both_ids(
 ) -> None:
     topic = f"changes-{'mixed' if mixed else 'own'}"
     avro = Avro(schema_registry, topic)
-    first = avro.serialize(V1, [tip(i, 1) for i in range(5)])
+    first = avro.serialize(TIP_V1, [tip(i, 1) for i in range(5)])
     bad = avro.serialize(change, [{**tip(9, 1), **override}])[0]
     old, new = WireValue.parse(first[0]).schema_id, WireValue.parse(bad).schema_id
     # the incompatible value with a dead letter beside it: neither table takes anything of its segment
@@ -250,30 +218,6 @@ def test_an_incompatible_schema_change_stops_the_export_naming_both_ids(
     assert len(sent) == 3 + len(second) + 1
 
 
-_KILLED_BETWEEN_THE_TABLES = """
-import sys, time
-from pathlib import Path
-import tiering_core.export.run as run
-import tiering_core.export.session as session
-
-run.COMMIT_BYTES = 1  # a commit after every segment
-flag = Path(sys.argv[1])
-real = session.commit_segments
-calls = []
-
-def commit_segments(table, pending, **kwargs):
-    calls.append(1)
-    if len(calls) == 2:  # killed after the dead letters' commit of the second segment, before its rows'
-        flag.write_text("ready")
-        time.sleep(600)
-    return real(table, pending, **kwargs)
-
-session.commit_segments = commit_segments
-from tiering_core.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
-
-
 def test_kill_9_between_the_two_tables_then_rerun_is_exactly_once(
     tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
 ) -> None:
@@ -284,21 +228,7 @@ def test_kill_9_between_the_two_tables_then_rerun_is_exactly_once(
     )
     with_typed_export(tiering_env, tmp_path, schema_registry, **{"orders-typed": {"value": "avro"}})
     with_lease_ms(tiering_env, 5_000)
-    flag = tmp_path / "flag"
-    command = ["--config", str(tiering_env.config_path), "export", "--topic", "orders-typed"]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_BETWEEN_THE_TABLES, str(flag), *command],
-        cwd=Path(__file__).resolve().parents[2],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 300
-    while not flag.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    export_killed_between_the_tables(tiering_env.config_path, "orders-typed", tmp_path / "flag")
     with tiering_env.context() as ctx:
         rows = {o for _p, o in rows_by_offset(table_of(ctx, "orders-typed"))}
         dead = dead_letters_of(ctx, "orders-typed")
@@ -402,12 +332,12 @@ def test_a_schema_outside_the_subject_the_strategy_names_is_a_dead_letter(
     tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
 ) -> None:
     by_record = Avro(schema_registry, "by-record", conf={"subject.name.strategy": record_subject_name_strategy})
-    own = by_record.serialize(V1, [tip(i, 1) for i in range(3)])  # under the subject shop.Tip
-    by_topic = Avro(schema_registry, "by-record").serialize(V2, [tip(9, 2)])[0]  # under by-record-value alone
-    elsewhere = Avro(schema_registry, "elsewhere").serialize(V3, [tip(8, 3)])[0]  # under elsewhere-value alone
+    own = by_record.serialize(TIP_V1, [tip(i, 1) for i in range(3)])  # under the subject shop.Tip
+    by_topic = Avro(schema_registry, "by-record").serialize(TIP_V2, [tip(9, 2)])[0]  # under by-record-value alone
+    elsewhere = Avro(schema_registry, "elsewhere").serialize(TIP_V3, [tip(8, 3)])[0]  # under elsewhere-value alone
     sent = tier(tiering_env, "by-record", [[*own, by_topic]])
     sent_topic = tier(
-        tiering_env, "by-topic", [[*Avro(schema_registry, "by-topic").serialize(V1, [tip(5, 1)]), elsewhere]]
+        tiering_env, "by-topic", [[*Avro(schema_registry, "by-topic").serialize(TIP_V1, [tip(5, 1)]), elsewhere]]
     )
     tier(tiering_env, "unchecked", [[elsewhere]])  # no strategy set: ids alone, as before strategies
     with_typed_export(
@@ -427,7 +357,7 @@ def test_a_schema_outside_the_subject_the_strategy_names_is_a_dead_letter(
         dead_topic = dead_letters_of(ctx, "by-topic")
         assert run_export(ctx, "unchecked").rows == 1 and dead_letters_of(ctx, "unchecked") == {}
     assert sorted(rows) == [0, 1, 2] and all(
-        value_of(rows[o], V1) == by_record.deserialize(sent[o] or b"") for o in rows
+        value_of(rows[o], TIP_V1) == by_record.deserialize(sent[o] or b"") for o in rows
     )
     by_topic_id, elsewhere_id = WireValue.parse(by_topic).schema_id, WireValue.parse(elsewhere).schema_id
     assert (

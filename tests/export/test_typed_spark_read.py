@@ -15,10 +15,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from tests.engine_support import TieringEnv
 from tests.export.registry_server import RegistryServer
+from tests.export.spark_reader import spark_rows
 from tests.export.support import table_of
 from tests.export.typed_support import (
     CART,
@@ -45,59 +44,6 @@ WIDER = with_fields(
     id="long",
     amount="double",
 )
-
-
-def spark_rows(spark: Any, table: Any) -> list[dict[str, Any]]:
-    """The table's rows as Spark reads them: its current snapshot's data files (the table holds no
-    delete files: the export deletes by rewriting files) under its current schema, time columns
-    enabled (Spark 4.2's TIME is off by default)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    tasks = list(table.scan().plan_files())
-    assert tasks and not any(task.delete_files for task in tasks)
-    arrow = table.schema().as_arrow()
-    schema = from_arrow_schema(pa.schema([field.with_type(storage_type(field.type)) for field in arrow]))
-    spark.conf.set("spark.sql.timeType.enabled", "true")
-    frame = spark.read.schema(schema).parquet(*[task.file.file_path for task in tasks])
-    return [python_value(row.asDict(recursive=True), frame.schema) for row in frame.collect()]
-
-
-def storage_type(kind: pa.DataType) -> pa.DataType:
-    """``kind`` with each Arrow extension type (pyiceberg's uuid, which Spark has no type for) as
-    what it is stored as (a uuid's 16 bytes)."""
-    if isinstance(kind, pa.BaseExtensionType):
-        return kind.storage_type
-    if isinstance(kind, pa.StructType):
-        return pa.struct([f.with_type(storage_type(f.type)) for f in kind])
-    if isinstance(kind, pa.MapType):
-        return pa.map_(
-            kind.key_field.with_type(storage_type(kind.key_type)),
-            kind.item_field.with_type(storage_type(kind.item_type)),
-        )
-    if isinstance(kind, pa.ListType | pa.LargeListType):
-        return pa.list_(kind.value_field.with_type(storage_type(kind.value_type)))
-    return kind
-
-
-def python_value(value: Any, kind: Any) -> Any:
-    """A value Spark collected, as pyiceberg and the deserializer give it: an instant (Spark hands
-    it over in the local time zone, naive) in UTC, binary as bytes."""
-    from pyspark.sql import types as T
-
-    if value is None:
-        return None
-    if isinstance(kind, T.StructType):
-        return {f.name: python_value(value[f.name], f.dataType) for f in kind.fields}
-    if isinstance(kind, T.ArrayType):
-        return [python_value(v, kind.elementType) for v in value]
-    if isinstance(kind, T.MapType):
-        return {python_value(k, kind.keyType): python_value(v, kind.valueType) for k, v in value.items()}
-    if isinstance(kind, T.TimestampType):
-        assert isinstance(value, dt.datetime) and value.tzinfo is None
-        return value.astimezone(dt.UTC)
-    if isinstance(kind, T.BinaryType):
-        return bytes(value)
-    return value
 
 
 def added(i: int) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Sequence
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,8 @@ import yaml
 from tests.real_kafka.cluster import KafkaCluster
 from tests.services import S3Endpoint
 from tiering_core.cli.main import main as tiering_main
+from tiering_core.config import load_config
+from tiering_core.context import TieringContext
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,12 @@ class BesideKafka:
 
     def write(self) -> None:
         self.config_path.write_text(yaml.safe_dump(self.document))
+
+    @contextmanager
+    def context(self) -> Iterator[TieringContext]:
+        """The platform's context on this config, as a command opens it."""
+        with TieringContext.open(load_config(self.config_path)) as ctx:
+            yield ctx
 
     def run(self, *argv: str) -> CommandResult:
         """``tiering --config ... ARGV`` in this process."""
