@@ -3,7 +3,8 @@
 ``kafka`` is one single-node cluster shared by a test process (each test uses topics of its own);
 ``private_kafka`` starts a cluster a test may stop, kill or reconfigure. A Kafka that cannot be
 had follows the missing-server rule of tests/conftest.py (a failure under CI, a skip elsewhere).
-``schema_registry`` is the export tests' registry, for a typed export of what a real producer wrote.
+``schema_registry`` is the export tests' registry, for a typed export of what a real producer wrote,
+and ``spark`` their local Spark session, to read the table.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import provided, unavailable
-from tests.export.conftest import schema_registry  # noqa: F401  (the typed export's real registry)
+from tests.export.conftest import (
+    schema_registry,  # noqa: F401  (the typed export's real registry)
+    spark,  # noqa: F401  (the test process's local Spark session)
+)
 from tests.real_kafka.cluster import KafkaCluster, KafkaDistribution, kafka_cluster, kafka_distribution
 from tests.real_kafka.support import BesideKafka
 from tests.services import S3Endpoint, ServiceUnavailable
