@@ -32,6 +32,12 @@ def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path:
             "carts": {"value": "json_schema"},
             "refunds": {"value": "protobuf"},
             "users": {"key": "avro", "subject_strategy": "topic_record"},
+            "lines": {
+                "key": "protobuf",
+                "value": "protobuf",
+                "value_message": ".shop.Order.Line",
+                "key_message": "k.Id",
+            },
         },
         schema_registry=REGISTRY,
     )
@@ -40,6 +46,13 @@ def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path:
     assert export.topic("refunds") == TopicExport(value="protobuf") and export.topic("refunds").typed
     assert export.topic("users") == TopicExport(key="avro", subject_strategy="topic_record")
     assert export.topic("users").typed and export.topic("orders").subject_strategy is None  # unchecked
+    lines = export.topic("lines")
+    assert (lines.value_message, lines.key_message, lines.messages) == (
+        "shop.Order.Line",
+        "k.Id",
+        ("shop.Order.Line", "k.Id"),
+    )
+    assert export.topic("refunds").messages == (None, None)  # the file's first message
     assert export.topic("clicks") == TopicExport() and not export.topic("clicks").typed
     assert export.topic("other") == TopicExport() and not export.topic("other").typed
     assert export.topic("orders").typed
@@ -62,6 +75,31 @@ def test_bytes_by_default_a_registry_format_by_topic_and_a_table_alias(tmp_path:
         ({"topics": {"orders": {"value": "thrift"}}}, "export.topics.orders.value", "expected one of"),
         ({"topics": {"orders": {"value": "avro", "schema": 1}}}, "export.topics.orders.schema", "unknown key"),
         ({"topics": {"orders": {"table": "a.b"}}}, "export.topics.orders.table", "without dots"),
+        (
+            {"topics": {"orders": {"value": "avro", "value_message": "shop.Payment"}}},
+            "export.topics.orders.value_message",
+            "only a protobuf value names a message [(]value is avro[)]",
+        ),
+        (
+            {"topics": {"orders": {"value": "protobuf", "key_message": "shop.Id"}}},
+            "export.topics.orders.key_message",
+            "only a protobuf key names a message [(]key is bytes[)]",
+        ),
+        (
+            {"topics": {"orders": {"value": "protobuf", "value_message": "shop..Payment"}}},
+            "export.topics.orders.value_message",
+            "is not a message's full name",
+        ),
+        (
+            {"topics": {"orders": {"value": "protobuf", "value_message": "shop Payment"}}},
+            "export.topics.orders.value_message",
+            "is not a message's full name",
+        ),
+        (
+            {"topics": {"orders": {"value": "protobuf", "value_message": 7}}},
+            "export.topics.orders.value_message",
+            "expected a non-empty string",
+        ),
         ({"topics": {"orders": {"table": 3}}}, "export.topics.orders.table", "expected a non-empty string"),
         ({"topics": ["orders"]}, "export.topics", "expected a mapping"),
         ({"topics": {"orders": {"value": "avro"}}}, "export.schema_registry", "export.topics.orders"),

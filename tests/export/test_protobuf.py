@@ -40,7 +40,7 @@ from tests.export.typed_support import (
 )
 from tiering_core.export import run_export
 from tiering_core.export.avro import UnsupportedSchemaError
-from tiering_core.export.protobuf import ProtobufColumns, message_indexes
+from tiering_core.export.protobuf import ProtobufColumns, message_indexes, message_paths
 from tiering_core.export.registry import RegistryEndpoint, SchemaRegistry, UndecodableValue, WireValue
 from tiering_core.export.typed import ValueSchemas
 
@@ -122,6 +122,38 @@ def test_message_indexes_and_corrupt_payloads_are_reasons_never_rows() -> None:
         with pytest.raises(UndecodableValue) as caught:
             columns.decode(payload)
         assert reason in caught.value.reason and caught.value.schema_id == 5
+
+
+def test_the_message_the_topic_names_gives_the_columns_a_nested_one_too() -> None:
+    file = descriptor_file(
+        "two.proto",
+        message("Header", field("v", 1, F.TYPE_INT32)),
+        message("Order", field("id", 1, F.TYPE_INT64), nested=(message("Line", field("sku", 1, F.TYPE_STRING)),)),
+    )
+    assert message_paths(file) == {"shop.Header": (0,), "shop.Order": (1,), "shop.Order.Line": (1, 0)}
+    order = ProtobufColumns.of(4, encoded(file), message="shop.Order")
+    line = ProtobufColumns.of(4, encoded(file), message="shop.Order.Line")
+    assert (order.message, order.record_name, order.indexes, line.indexes) == ("shop.Order", "shop.Order", (1,), (1, 0))
+    assert order.arrow_type.names == ["id"] and line.arrow_type.names == ["sku"]
+    assert order.decode(b"\x02\x02\x08\x07") == {"id": 7}  # message indexes [1] (zigzag: 1 index, 1)
+    assert line.decode(b"\x04\x02\x00\x0a\x01a") == {"sku": "a"}  # [1, 0]
+    assert ProtobufColumns.of(4, encoded(file)).decode(b"\x00\x08\x07") == {"v": 7}  # unnamed: the first
+    for columns, payload, reason in [
+        (
+            order,
+            b"\x00\x08\x07",
+            "names message [0] of schema id 4: the table's columns are message [1]'s (shop.Order)",
+        ),
+        (line, b"\x02\x02\x08\x07", "names message [1] of schema id 4: the table's columns are message [1, 0]'s"),
+    ]:
+        with pytest.raises(UndecodableValue) as caught:
+            columns.decode(payload)
+        assert reason in caught.value.reason
+    with pytest.raises(UnsupportedSchemaError) as refused:
+        ProtobufColumns.of(4, encoded(file), message="shop.Gone")
+    assert "the file two.proto defines no message shop.Gone (shop.Header, shop.Order, shop.Order.Line)" in str(
+        refused.value
+    )
 
 
 @pytest.mark.parametrize(
@@ -212,3 +244,36 @@ def test_protobuf_values_read_back_as_the_deserializer_reads_them_dead_letters_a
     )
     assert types["counts"] == "map<string, long>" and types["channel"] == "string"
     assert json.loads(table.properties["tiering.value-schema-ids"]) == list(class_of)
+
+
+def test_values_of_a_files_second_message_export_by_the_message_the_topic_names(
+    tiering_env: TieringEnv, tmp_path: Path, schema_registry: RegistryServer
+) -> None:
+    """Confluent's serializer names a file's second message by its message indexes; with
+    ``value_message`` naming it the values are rows of its fields, and a value of the file's first
+    message is a dead letter (without it, every value of the second would be)."""
+    file = descriptor_file(
+        "shop/orders.proto",
+        message("Header", field("v", 1, F.TYPE_INT32)),
+        message("Order", field("id", 1, F.TYPE_INT64), field("note", 2, F.TYPE_STRING)),
+    )
+    order, header = message_class(file, name="shop.Order"), message_class(file, name="shop.Header")
+    proto = Proto(schema_registry, "proto-orders")
+    orders = proto.serialize(order, [order(id=2**40 + i, note=f"n{i}") for i in range(5)])
+    first = proto.serialize(header, [header(v=1)])[0]
+    assert len({WireValue.parse(v).schema_id for v in [*orders, first]}) == 1  # one file, one schema id
+    sent = tier(tiering_env, "proto-orders", [[*orders[:3], first], [*orders[3:]]])
+    topics = {"proto-orders": {"value": "protobuf", "value_message": "shop.Order"}}
+    with_typed_export(tiering_env, tmp_path, schema_registry, **topics)
+    with tiering_env.context() as ctx:
+        result = run_export(ctx, "proto-orders")
+        assert not result.failed and result.rows == 5 and result.dead_letters == 1
+        table = table_of(ctx, "proto-orders")
+        rows = rows_by_offset_alone(table)
+        dead = dead_letters_of(ctx, "proto-orders")
+    assert {o: proto.deserialize(order, sent[o] or b"") for o in rows} == {
+        o: {"id": row["id"], "note": row["note"]} for o, row in rows.items()
+    }
+    assert sorted(rows) == [0, 1, 2, 4, 5] and list(dead) == [3]
+    assert "names message [0]" in dead[3]["reason"] and "(shop.Order)" in dead[3]["reason"]
+    assert (iceberg_types(table)["id"], iceberg_types(table)["note"]) == ("long", "string")

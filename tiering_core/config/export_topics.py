@@ -6,7 +6,9 @@ Schema Registry schema its Confluent wire-format header names (``avro``, ``json_
 ``protobuf``), as typed columns; its key likewise, as bytes or, decoded, as one more column (a
 struct of its fields) beside its bytes. With ``subject_strategy`` set, a decoded key's or value's
 schema must be a version of the subject it names (Confluent's subject name strategies); unset,
-schemas are taken by id alone, as before strategies existed.
+schemas are taken by id alone, as before strategies existed. A Protobuf key's or value's columns
+are those of its file's first message unless ``key_message``/``value_message`` names another (its
+full name, such as ``shop.Payment`` or a nested ``shop.Order.Line``).
 
 The registry's password is never in the file: ``auth.password_env`` names the environment
 variable holding it, or ``auth.password_file`` a file (a mounted secret, such as one an Airflow
@@ -43,13 +45,21 @@ SUBJECT_STRATEGIES = (TOPIC_STRATEGY, RECORD_STRATEGY, TOPIC_RECORD_STRATEGY)
 @dataclass(frozen=True)
 class TopicExport:
     """How one topic exports: its key's and value's format, its table's name (None: the topic's
-    name) in the export's namespace, and the subject name strategy its producers register their
-    schemas by (None: not checked, ids alone)."""
+    name) in the export's namespace, the subject name strategy its producers register their
+    schemas by (None: not checked, ids alone), and the Protobuf message whose fields are the key's
+    and the value's columns (None: the file's first)."""
 
     key: str = BYTES
     value: str = BYTES
     table: str | None = None
     subject_strategy: str | None = None
+    key_message: str | None = None
+    value_message: str | None = None
+
+    @property
+    def messages(self) -> tuple[str | None, str | None]:
+        """The Protobuf messages named for the value and the key (as ``formats`` orders them)."""
+        return self.value_message, self.key_message
 
     @property
     def typed(self) -> bool:
@@ -102,10 +112,24 @@ def _format(section: Mapping[str, Any], name: str, where: str) -> str:
     return str(value)
 
 
+def _message(section: Mapping[str, Any], side: str, side_format: str, where: str) -> str | None:
+    """``<side>_message``: a Protobuf message's full name, for a side whose format is protobuf."""
+    name = optional_str(section, f"{side}_message", f"{where}.{side}_message")
+    if name is None:
+        return None
+    if side_format != PROTOBUF:
+        raise ConfigError(f"{where}.{side}_message: only a protobuf {side} names a message ({side} is {side_format})")
+    name = name.removeprefix(".")
+    if not name or any(c.isspace() for c in name) or "" in name.split("."):
+        raise ConfigError(f"{where}.{side}_message: {shown(name)} is not a message's full name (such as shop.Payment)")
+    return name
+
+
 def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
-    """``export.topics: {TOPIC: {key: FORMAT, value: FORMAT, table: NAME, subject_strategy: S}}``,
-    a ``FORMAT`` one of bytes, avro, json_schema and protobuf, ``S`` one of topic, record and
-    topic_record (unset: no subject check)."""
+    """``export.topics: {TOPIC: {key: FORMAT, value: FORMAT, table: NAME, subject_strategy: S,
+    key_message: M, value_message: M}}``, a ``FORMAT`` one of bytes, avro, json_schema and
+    protobuf, ``S`` one of topic, record and topic_record (unset: no subject check), ``M`` a
+    Protobuf message's full name (unset: the file's first message)."""
     section = require_mapping(raw if raw is not None else {}, "export.topics")
     topics: dict[str, TopicExport] = {}
     for topic, entry in section.items():
@@ -113,17 +137,18 @@ def parse_topic_exports(raw: Any) -> dict[str, TopicExport]:
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"{where}: a topic name must be a non-empty string")
         entry = require_mapping(entry if entry is not None else {}, where)
-        check_keys(entry, {"key", "value", "table", "subject_strategy"}, where)
+        check_keys(entry, {"key", "value", "table", "subject_strategy", "key_message", "value_message"}, where)
         table = optional_str(entry, "table", f"{where}.table")
         if table is not None and ("." in table or table.strip() != table):
             raise ConfigError(f"{where}.table: {shown(table)} must be one name without dots or spaces")
-        key = _format(entry, "key", where)
+        key, value = _format(entry, "key", where), _format(entry, "value", where)
         strategy = entry.get("subject_strategy")
         if strategy is not None and strategy not in SUBJECT_STRATEGIES:
             raise ConfigError(
                 f"{where}.subject_strategy: expected one of {', '.join(SUBJECT_STRATEGIES)}, got {shown(strategy)}"
             )
-        topics[topic] = TopicExport(key, _format(entry, "value", where), table, strategy)
+        messages = _message(entry, "key", key, where), _message(entry, "value", value, where)
+        topics[topic] = TopicExport(key, value, table, strategy, *messages)
     return topics
 
 

@@ -8,7 +8,8 @@ same way by subject and version; the well-known ``google/protobuf/*`` files come
 (zigzag varints naming the message in the file, a single 0 for the first), parsed by ``protobuf``.
 
 A schema's columns are those of its file's first message (the one a producer of a one-message file
-names); a value naming another message of the file is a dead letter. The mapping:
+names), or of the message the topic's config names (``value_message``, ``key_message``: its full
+name, nested ones too); a value naming another message of the file is a dead letter. The mapping:
 
 =========================================  ==========================================
 Protobuf                                   Arrow (Iceberg)
@@ -265,32 +266,60 @@ def message_indexes(payload: bytes) -> tuple[list[int], int]:
     return indexes, buffer.tell()
 
 
+def message_paths(proto: descriptor_pb2.FileDescriptorProto) -> dict[str, tuple[int, ...]]:
+    """Each message of a file (nested ones too) by full name: the message indexes a wire-format
+    payload names it by (its index in the file, then in each message it is nested in)."""
+    package = f"{proto.package}." if proto.package else ""
+    paths: dict[str, tuple[int, ...]] = {}
+    todo: list[tuple[str, tuple[int, ...], Any]] = [
+        (package + m.name, (i,), m) for i, m in enumerate(proto.message_type)
+    ]
+    while todo:
+        name, path, found = todo.pop()
+        paths[name] = path
+        todo.extend((f"{name}.{m.name}", (*path, i), m) for i, m in enumerate(found.nested_type))
+    return paths
+
+
 @dataclass(frozen=True)
 class ProtobufColumns:
-    """One writer schema's columns (its file's first message) and its decoder."""
+    """One writer schema's columns (its file's first message, or the one named) and its decoder."""
 
     schema_id: int
     arrow_type: pa.StructType
     message: str
     message_class: Any
     convert: Convert
+    #: The message indexes of ``message``: a value naming others is a dead letter.
+    indexes: tuple[int, ...] = (0,)
 
     @classmethod
     def of(
-        cls, schema_id: int, schema_text: str, references: Sequence[Any] = (), fetch: FetchReference | None = None
+        cls,
+        schema_id: int,
+        schema_text: str,
+        references: Sequence[Any] = (),
+        fetch: FetchReference | None = None,
+        message: str | None = None,
     ) -> ProtobufColumns:
+        """The columns of ``message`` (a full name; None: the file's first message)."""
         where = f"Protobuf schema id {schema_id}"
         proto = file_descriptor(schema_text, where)
         if not proto.message_type:
             raise UnsupportedSchemaError(f"{where}: the file {proto.name} defines no message")
-        pool = _pool(proto, references, fetch, where)
-        package = f"{proto.package}." if proto.package else ""
-        descriptor = pool.FindMessageTypeByName(package + proto.message_type[0].name)
+        paths = message_paths(proto)
+        if message is None:
+            message = next(name for name, path in paths.items() if path == (0,))
+        elif message not in paths:
+            defined = ", ".join(sorted(paths)[:20])
+            raise UnsupportedSchemaError(f"{where}: the file {proto.name} defines no message {message} ({defined})")
+        descriptor = _pool(proto, references, fetch, where).FindMessageTypeByName(message)
         try:
             mapped = _message_type(descriptor, "the value", ())
         except UnsupportedSchemaError as exc:
             raise UnsupportedSchemaError(f"{where}: {exc}") from exc
-        return cls(schema_id, mapped.arrow, descriptor.full_name, GetMessageClass(descriptor), mapped.convert)
+        columns = GetMessageClass(descriptor), mapped.convert, paths[message]
+        return cls(schema_id, mapped.arrow, descriptor.full_name, *columns)
 
     @property
     def record_name(self) -> str:
@@ -304,10 +333,11 @@ class ProtobufColumns:
             indexes, start = message_indexes(payload)
         except UndecodableValue as exc:
             raise UndecodableValue(f"{exc.reason} (schema id {self.schema_id})", self.schema_id) from exc
-        if indexes != [0]:
+        if tuple(indexes) != self.indexes:
+            table = "its first message's" if self.indexes == (0,) else f"message {list(self.indexes)}'s"
             raise UndecodableValue(
-                f"the value names message {indexes} of schema id {self.schema_id}: the table's columns are its "
-                f"first message's ({self.message})",
+                f"the value names message {indexes} of schema id {self.schema_id}: the table's columns are "
+                f"{table} ({self.message})",
                 self.schema_id,
             )
         try:

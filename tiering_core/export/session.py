@@ -249,7 +249,7 @@ def exporting(
                 strategy = formats.subject_strategy
                 subjects = SubjectStrategy(topic, strategy) if strategy is not None else None
                 export.dead_letters = DeadLetters.open(
-                    ctx.metadata, catalog, name, held, endpoint, formats.value, formats.key, subjects
+                    ctx.metadata, catalog, name, held, endpoint, formats.value, formats.key, subjects, formats.messages
                 )
             export.record(None)
             yield export

@@ -86,18 +86,22 @@ DEAD_LETTER_SCHEMA = pa.schema(
 _WIDER = {pa.int32(): pa.int64(), pa.float32(): pa.float64()}
 
 
-def _protobuf_columns(registry: SchemaRegistry, schema: RegisteredSchema) -> ProtobufColumns:
+def _protobuf_columns(registry: SchemaRegistry, schema: RegisteredSchema, message: str | None) -> ProtobufColumns:
     def fetch(subject: str, version: int) -> tuple[str, tuple[Any, ...]]:
         reference = registry.reference(subject, version)
         return reference.text, reference.references
 
-    return ProtobufColumns.of(schema.schema_id, schema.text, schema.references, fetch)
+    return ProtobufColumns.of(schema.schema_id, schema.text, schema.references, fetch, message)
 
 
-#: The registry's schema type of each format a topic's values may have, and its columns' maker.
-_SCHEMA_TYPES: dict[str, tuple[str, Callable[[SchemaRegistry, RegisteredSchema], Any]]] = {
-    AVRO_FORMAT: (AVRO, lambda _registry, schema: AvroColumns.of(schema.schema_id, schema.text)),
-    JSON_SCHEMA_FORMAT: (JSON_SCHEMA, lambda _registry, schema: JsonSchemaColumns.of(schema.schema_id, schema.text)),
+#: The registry's schema type of each format a topic's values may have, and its columns' maker
+#: (given the message named, which only a Protobuf schema has: the config allows no other).
+_SCHEMA_TYPES: dict[str, tuple[str, Callable[[SchemaRegistry, RegisteredSchema, str | None], Any]]] = {
+    AVRO_FORMAT: (AVRO, lambda _registry, schema, _message: AvroColumns.of(schema.schema_id, schema.text)),
+    JSON_SCHEMA_FORMAT: (
+        JSON_SCHEMA,
+        lambda _registry, schema, _message: JsonSchemaColumns.of(schema.schema_id, schema.text),
+    ),
     PROTOBUF_FORMAT: (PROTOBUF, _protobuf_columns),
 }
 
@@ -301,10 +305,11 @@ def schema_ids_of(properties: Mapping[str, str], name: str = SCHEMA_IDS_PROPERTY
 
 class ValueSchemas:
     """The writer schemas of one registry, each fetched and mapped once per process, read as the
-    topic's format (``value_format``: ``avro``, ``json_schema`` or ``protobuf``)."""
+    topic's format (``value_format``: ``avro``, ``json_schema`` or ``protobuf``; ``message``: the
+    Protobuf message whose fields are the columns, None for the file's first)."""
 
     _registries: dict[RegistryEndpoint, SchemaRegistry] = {}
-    _columns: dict[tuple[str, str, int], WriterSchema] = {}
+    _columns: dict[tuple[str, str, int, str | None], WriterSchema] = {}
 
     def __init__(
         self,
@@ -312,6 +317,7 @@ class ValueSchemas:
         value_format: str = AVRO_FORMAT,
         side: str = VALUE,
         subjects: SubjectStrategy | None = None,
+        message: str | None = None,
     ) -> None:
         if value_format not in _SCHEMA_TYPES:
             raise ExportError(f"values in {value_format} have no typed columns")
@@ -319,6 +325,7 @@ class ValueSchemas:
         self.value_format = value_format
         self.side = side
         self.subjects = subjects
+        self.message = message
         self.registry = self._registries.setdefault(endpoint, SchemaRegistry(endpoint))
         self._checked: set[int] = set()
         self._refused: dict[int, str] = {}
@@ -346,7 +353,7 @@ class ValueSchemas:
     def columns(self, schema_id: int) -> WriterSchema:
         """The schema of ``schema_id`` as columns (``UndecodableValue`` when the registry does
         not know it or it is not of the topic's format: a dead letter)."""
-        key = (self.endpoint.url, self.value_format, schema_id)
+        key = (self.endpoint.url, self.value_format, schema_id, self.message)
         schema_type, make = _SCHEMA_TYPES[self.value_format]
         known = self._columns.get(key)
         if known is None:
@@ -356,7 +363,7 @@ class ValueSchemas:
                     f"schema id {schema_id} is a {registered.schema_type} schema, not the topic's {self.value_format}",
                     schema_id,
                 )
-            known = self._columns.setdefault(key, make(self.registry, registered))
+            known = self._columns.setdefault(key, make(self.registry, registered, self.message))
         return known
 
     def merged(self, schema_ids: Sequence[int], side: str = VALUE) -> ValueColumns:
@@ -373,13 +380,15 @@ def typed_columns(
     schema_ids: Sequence[int],
     key_schema_ids: Sequence[int] = (),
     subjects: SubjectStrategy | None = None,
+    messages: tuple[str | None, str | None] = (None, None),
 ) -> tuple[ValueSchemas | None, ValueSchemas | None, TypedColumns]:
     """The schemas of a topic's values and keys (``formats``: the value's and the key's; None for
-    ``bytes``, not decoded; ``subjects``: the subjects their schemas must be versions of) and the
-    columns the schema ids of each merge to."""
-    value_format, key_format = formats
-    values = ValueSchemas(endpoint, value_format, VALUE, subjects) if value_format != BYTES else None
-    keys = ValueSchemas(endpoint, key_format, KEY, subjects) if key_format != BYTES else None
+    ``bytes``, not decoded; ``subjects``: the subjects their schemas must be versions of;
+    ``messages``: the Protobuf messages named for each) and the columns the schema ids of each
+    merge to."""
+    (value_format, key_format), (value_message, key_message) = formats, messages
+    values = ValueSchemas(endpoint, value_format, VALUE, subjects, value_message) if value_format != BYTES else None
+    keys = ValueSchemas(endpoint, key_format, KEY, subjects, key_message) if key_format != BYTES else None
     columns = TypedColumns(
         None if values is None else values.merged(schema_ids),
         None if keys is None else keys.merged(key_schema_ids, side=KEY),

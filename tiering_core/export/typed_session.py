@@ -96,6 +96,7 @@ class DeadLetters:
     key_format: str = BYTES
     subjects: SubjectStrategy | None = None
     created: bool = False
+    messages: tuple[str | None, str | None] = (None, None)
     attempts: list[ExportAttempt] = field(default_factory=list)
 
     @classmethod
@@ -109,6 +110,7 @@ class DeadLetters:
         value_format: str,
         key_format: str = BYTES,
         subjects: SubjectStrategy | None = None,
+        messages: tuple[str | None, str | None] = (None, None),
     ) -> DeadLetters:
         dead = dead_letter_table(name)
         existing = open_table(catalog, dead, create=False)
@@ -116,7 +118,9 @@ class DeadLetters:
         assert table is not None
         since = current_snapshot_id(table)
         created = existing is None
-        letters = cls(store, dead, table, held, since, endpoint, value_format, key_format, subjects, created)
+        letters = cls(
+            store, dead, table, held, since, endpoint, value_format, key_format, subjects, created, messages=messages
+        )
         record_ancestry(store, held.lease, table)
         return letters
 
@@ -132,7 +136,7 @@ class DeadLetters:
         key_ids = schema_ids_of(main.properties, KEY_SCHEMA_IDS_PROPERTY)
         value_ids = schema_ids_of(main.properties)
         formats = (self.value_format, self.key_format)
-        return TypedWrite(self.endpoint, value_ids, attempt, *formats, key_ids, self.subjects)
+        return TypedWrite(self.endpoint, value_ids, attempt, *formats, key_ids, self.subjects, self.messages)
 
     def commit(self, attempt: ExportAttempt, written: Sequence[tuple[ExportSegment, Sequence[str]]]) -> CommitResult:
         """The dead letters of ``written`` in one snapshot (those the table holds already, from
@@ -157,7 +161,8 @@ class DeadLetters:
         wanted, wanted_keys = _wanted(held, schema_ids), _wanted(held_keys, key_schema_ids)
         if (wanted, wanted_keys) == (held, held_keys):
             return None
-        return typed_columns(self.endpoint, (self.value_format, self.key_format), wanted, wanted_keys)[2]
+        formats = (self.value_format, self.key_format)
+        return typed_columns(self.endpoint, formats, wanted, wanted_keys, self.subjects, self.messages)[2]
 
     def evolver(
         self, schema_ids: Sequence[tuple[int, ...]], key_schema_ids: Sequence[tuple[int, ...]] = ()

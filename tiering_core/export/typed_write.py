@@ -69,8 +69,9 @@ class SegmentSchemaError(SegmentExportError):
 class TypedWrite:
     """What a typed segment's task needs (picklable): the registry, the value schema ids the
     table's columns merge when the export planned, the dead-letter table's attempt, the values'
-    and keys' formats (``export.topics.T.value``, ``.key``: ``bytes`` is not decoded) and the key
-    schema ids the table's ``key_fields`` merge."""
+    and keys' formats (``export.topics.T.value``, ``.key``: ``bytes`` is not decoded), the key
+    schema ids the table's ``key_fields`` merge, the subjects checked and the Protobuf messages
+    named (``.value_message``, ``.key_message``)."""
 
     endpoint: RegistryEndpoint
     schema_ids: tuple[int, ...]
@@ -79,18 +80,19 @@ class TypedWrite:
     key_format: str = BYTES
     key_schema_ids: tuple[int, ...] = ()
     subjects: SubjectStrategy | None = None
+    messages: tuple[str | None, str | None] = (None, None)
 
     def __repr__(self) -> str:  # the endpoint's password, the attempt's FileIO credentials
         return (
             f"TypedWrite(registry={self.endpoint.shown!r}, schema_ids={self.schema_ids!r}, "
             f"value_format={self.value_format!r}, key_format={self.key_format!r}, "
-            f"key_schema_ids={self.key_schema_ids!r}, subjects={self.subjects!r})"
+            f"key_schema_ids={self.key_schema_ids!r}, subjects={self.subjects!r}, messages={self.messages!r})"
         )
 
     def columns(self) -> tuple[ValueSchemas | None, ValueSchemas | None, TypedColumns]:
         """The value's and the key's schemas (None: as bytes), and the columns as planned."""
         formats = (self.value_format, self.key_format)
-        return typed_columns(self.endpoint, formats, self.schema_ids, self.key_schema_ids, self.subjects)
+        return typed_columns(self.endpoint, formats, self.schema_ids, self.key_schema_ids, self.subjects, self.messages)
 
 
 @dataclass(frozen=True)
