@@ -134,6 +134,75 @@ def test_every_mapped_type_reads_back_as_the_deserializer_reads_it(schema_regist
     assert nullable == {"note", "maybe"}  # not required, or admitting null
 
 
+#: Composition: a base type by ``$ref`` and the order's own fields, an item's ``allOf`` one more level in.
+ALL_OF: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Order",
+    "definitions": {
+        "Base": {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "at": {"type": "string", "format": "date-time"}},
+            "required": ["id"],
+        }
+    },
+    "allOf": [
+        {"$ref": "#/definitions/Base"},
+        {
+            "type": "object",
+            "properties": {
+                "note": {"type": ["string", "null"]},
+                "line": {
+                    "allOf": [
+                        {"properties": {"sku": {"type": "string"}, "n": {"type": "integer"}}},
+                        {"required": ["sku"]},
+                    ]
+                },
+            },
+            "required": ["line"],
+        },
+    ],
+}
+#: The one object schema ``ALL_OF`` means, written out.
+ALL_OF_WRITTEN_OUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "at": {"type": "string", "format": "date-time"},
+        "note": {"type": ["string", "null"]},
+        "line": {
+            "type": "object",
+            "properties": {"sku": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["sku"],
+        },
+    },
+    "required": ["id", "line"],
+}
+
+
+def test_all_of_object_schemas_is_one_struct_of_their_fields_as_the_deserializer_reads_it(
+    schema_registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    ctx = SerializationContext("json-all-of", MessageField.VALUE)
+    values = [
+        {"id": i, "line": {"sku": f"s{i}"} | ({"n": i} if i % 2 else {})}
+        | ({"at": f"2026-11-30T0{i}:00:00Z"} if i % 3 else {})
+        | ({"note": None if i % 2 else f"n{i}"} if i % 4 else {})
+        for i in range(8)
+    ]
+    payloads = [JSONSerializer(json.dumps(ALL_OF), client)(v, ctx) for v in values]
+    want = [JSONDeserializer(None, schema_registry_client=client)(p, ctx) for p in payloads]
+    wires = [WireValue.parse(p) for p in payloads]
+    registered = SchemaRegistry(RegistryEndpoint(schema_registry.url)).schema(wires[0].schema_id)
+    columns = JsonSchemaColumns.of(wires[0].schema_id, registered.text)
+    assert columns.arrow_type == JsonSchemaColumns.of(2, json.dumps(ALL_OF_WRITTEN_OUT)).arrow_type
+    assert columns.arrow_type.names == ["id", "at", "note", "line"]
+    got = columns.to_arrow([columns.decode(w.payload) for w in wires]).to_pylist()
+    assert [row_columns(row) for row in got] == [json_columns(w, ALL_OF_WRITTEN_OUT) for w in want]
+    with pytest.raises(UndecodableValue, match="fails its schema at line: 'sku' is a required property"):
+        columns.decode(json.dumps({"id": 1, "line": {"n": 2}}).encode())  # validated by the schema as written
+
+
 def test_a_schema_whose_top_level_is_not_an_object_is_one_value_column(schema_registry: RegistryServer) -> None:
     client = SchemaRegistryClient({"url": schema_registry.url})
     ctx = SerializationContext("json-lists", MessageField.VALUE)
@@ -211,6 +280,18 @@ def test_values_the_schema_refuses_or_no_column_holds_are_reasons(payload: bytes
         (
             {"type": "object", "properties": {"c": {"type": "object", "properties": {"d": {"type": "null"}}}}},
             "field c.d: a value that is always null",
+        ),
+        (
+            {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"type": "string"}]},
+            "field the value: allOf of a schema that is not an object's",
+        ),
+        (
+            {"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"a": {"type": "string"}}}]},
+            "allOf gives the property a two schemas",
+        ),
+        (
+            {"definitions": {"N": {"allOf": [{"$ref": "#/definitions/N"}]}}, "allOf": [{"$ref": "#/definitions/N"}]},
+            "the recursive $ref '#/definitions/N'",
         ),
     ],
 )

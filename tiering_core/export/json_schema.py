@@ -14,6 +14,7 @@ object with properties (nested ones too)        struct
 object with only additionalProperties: S        map<string, S>
 array with items: S                             list<S>
 type [T, "null"], anyOf/oneOf [T, null]         T, nullable
+allOf of object schemas ($refs too)             struct of their properties together
 a property not in required                      nullable
 local $ref (#/definitions/..., #/$defs/...)     the type it names (not recursive)
 ==============================================  =========================================
@@ -140,6 +141,8 @@ class _Mapper:
         if "$ref" in schema:
             ref = str(schema["$ref"])
             return self.mapped(self.resolve(ref, where, path), where, (*path, ref))
+        if "allOf" in schema:
+            return self.mapped(self.all_of(schema, where, path), where, path)
         for combinator in ("anyOf", "oneOf"):
             if combinator in schema:
                 return self.union(schema[combinator], combinator, where, path)
@@ -160,6 +163,34 @@ class _Mapper:
             kind = "object"
         one = self.one(schema, kind, where, path)
         return _Mapped(one.arrow, nullable or one.nullable, _nullable(one.convert) if nullable else one.convert)
+
+    def all_of(self, schema: Mapping[str, Any], where: str, path: tuple[str, ...]) -> dict[str, Any]:
+        """``allOf`` of object schemas (with the keywords beside it) as the one object schema whose
+        columns a value meeting them all fills: their properties and required names together. The
+        payload is still validated against the schema as written."""
+        branches = schema["allOf"]
+        if not isinstance(branches, list) or not branches:
+            raise UnsupportedSchemaError(f"field {where}: allOf is not a list of schemas")
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        for branch in [{k: v for k, v in schema.items() if k != "allOf"}, *branches]:
+            seen = path
+            while isinstance(branch, Mapping) and "$ref" in branch:
+                ref = str(branch["$ref"])
+                branch, seen = self.resolve(ref, where, seen), (*seen, ref)
+            if isinstance(branch, Mapping) and "allOf" in branch:
+                branch = self.all_of(branch, where, seen)
+            if not isinstance(branch, Mapping):
+                raise UnsupportedSchemaError(f"field {where}: allOf holds {branch!r}, not an object schema")
+            if branch.get("type", "object") != "object" or any(k in branch for k in ("anyOf", "oneOf")):
+                raise UnsupportedSchemaError(
+                    f"field {where}: allOf of a schema that is not an object's has no column type (only objects merge)"
+                )
+            for name, sub in (branch.get("properties") or {}).items():
+                if properties.setdefault(name, sub) != sub:
+                    raise UnsupportedSchemaError(f"field {where}: allOf gives the property {name} two schemas")
+            required += [name for name in branch.get("required") or () if name not in required]
+        return {"type": "object", "properties": properties, "required": required}
 
     def union(self, branches: Any, combinator: str, where: str, path: tuple[str, ...]) -> _Mapped:
         if not isinstance(branches, list):
