@@ -38,11 +38,11 @@ from tests.export.typed_support import (
     tier,
     with_typed_export,
 )
-from tiering_core.export import run_export
+from tiering_core.export import load_catalog, open_table, run_export, table_name
 from tiering_core.export.avro import UnsupportedSchemaError
 from tiering_core.export.protobuf import ProtobufColumns, message_indexes, message_paths
 from tiering_core.export.registry import RegistryEndpoint, SchemaRegistry, UndecodableValue, WireValue
-from tiering_core.export.typed import ValueSchemas
+from tiering_core.export.typed import SchemaChangeError, ValueSchemas
 
 
 def test_every_mapped_type_reads_back_as_the_deserializer_reads_it(schema_registry: RegistryServer) -> None:
@@ -251,7 +251,8 @@ def test_values_of_a_files_second_message_export_by_the_message_the_topic_names(
 ) -> None:
     """Confluent's serializer names a file's second message by its message indexes; with
     ``value_message`` naming it the values are rows of its fields, and a value of the file's first
-    message is a dead letter (without it, every value of the second would be)."""
+    message is a dead letter (without it, every value of the second would be). A message the file
+    does not define stops the topic's export, as a schema without columns does."""
     file = descriptor_file(
         "shop/orders.proto",
         message("Header", field("v", 1, F.TYPE_INT32)),
@@ -263,14 +264,22 @@ def test_values_of_a_files_second_message_export_by_the_message_the_topic_names(
     first = proto.serialize(header, [header(v=1)])[0]
     assert len({WireValue.parse(v).schema_id for v in [*orders, first]}) == 1  # one file, one schema id
     sent = tier(tiering_env, "proto-orders", [[*orders[:3], first], [*orders[3:]]])
-    topics = {"proto-orders": {"value": "protobuf", "value_message": "shop.Order"}}
+    tier(tiering_env, "proto-misnamed", [[*orders[:3]]])
+    topics = {
+        "proto-orders": {"value": "protobuf", "value_message": "shop.Order"},
+        "proto-misnamed": {"value": "protobuf", "value_message": "shop.Gone"},  # stops, as a schema without columns
+    }
     with_typed_export(tiering_env, tmp_path, schema_registry, **topics)
     with tiering_env.context() as ctx:
         result = run_export(ctx, "proto-orders")
-        assert not result.failed and result.rows == 5 and result.dead_letters == 1
+        assert not result.failed and result.rows == 5 and result.dead_letters == 1, result
         table = table_of(ctx, "proto-orders")
         rows = rows_by_offset_alone(table)
         dead = dead_letters_of(ctx, "proto-orders")
+        with pytest.raises(SchemaChangeError, match=r"the file shop/orders\.proto defines no message shop\.Gone"):
+            run_export(ctx, "proto-misnamed")
+        misnamed = open_table(load_catalog(ctx.config), table_name(ctx.config.export, "proto-misnamed"), create=False)
+        assert misnamed is None and dead_letters_of(ctx, "proto-misnamed") == {}  # nothing written, nothing left
     assert {o: proto.deserialize(order, sent[o] or b"") for o in rows} == {
         o: {"id": row["id"], "note": row["note"]} for o, row in rows.items()
     }
