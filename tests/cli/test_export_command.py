@@ -5,11 +5,8 @@ batch failing its segment only, one-line errors for an unreachable catalog or wa
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import boto3
@@ -18,6 +15,7 @@ import pytest
 from tests.engine_support import TieringEnv
 from tests.export.support import (
     build_partition,
+    export_killed_at_commit,
     sqlite_catalog,
     wait_until_table_is_free,
     with_export,
@@ -117,30 +115,6 @@ def test_export_to_another_table_and_one_partition(tiering_env: TieringEnv, tmp_
         assert open_table(catalog, table_name(ctx.config.export, TOPIC), create=False) is None
 
 
-_KILLABLE = """
-import sys, time
-from pathlib import Path
-import tiering_core.export.run as run
-import tiering_core.export.session as session
-
-run.COMMIT_BYTES = 1  # a commit after every segment
-flag = Path(sys.argv[1])
-real = session.commit_segments
-calls = []
-
-def commit_segments(table, pending, **kwargs):
-    calls.append(1)
-    if len(calls) == 3:  # the third commit never happens: killed here, its data files written
-        flag.write_text("ready")
-        time.sleep(600)
-    return real(table, pending, **kwargs)
-
-session.commit_segments = commit_segments
-from tiering_core.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
-
-
 def test_kill_9_during_export_then_rerun_is_exactly_once(tiering_env: TieringEnv, tmp_path: Path) -> None:
     """The rerun is another export: it waits until the killed one's table lease has expired
     (an Airflow retry of the same task would take it over at once)."""
@@ -148,30 +122,7 @@ def test_kill_9_during_export_then_rerun_is_exactly_once(tiering_env: TieringEnv
     catalog = sqlite_catalog(tmp_path)
     with_export(tiering_env, catalog)
     with_lease_ms(tiering_env, 5_000)
-    flag = tmp_path / "flag"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _KILLABLE,
-            str(flag),
-            "--config",
-            str(tiering_env.config_path),
-            "export",
-            "--topic",
-            TOPIC,
-        ],
-        cwd=Path(__file__).resolve().parents[2],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 300
-    while not flag.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    export_killed_at_commit(tiering_env.config_path, TOPIC, tmp_path / "flag", commit=3)  # its data files written
     warehouse = tmp_path / "warehouse"
     left = uncommitted_files(tiering_env, warehouse)
     assert left  # the killed attempt's files of its uncommitted segment

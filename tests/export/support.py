@@ -3,6 +3,10 @@ catalog and warehouse of the test's choosing."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -187,3 +191,50 @@ def export_the_old_way(ctx: Any, topic: str, segments: list[Any]) -> Any:
             )
     table.refresh()
     return table
+
+
+#: An export committing after every segment that stops at its ``argv[2]``-th commit (before it)
+#: and waits to be killed: ``argv[1]`` is the flag file it writes when it got there, the rest the
+#: ``tiering`` command line.
+_KILLED_AT_COMMIT = """
+import sys, time
+from pathlib import Path
+import tiering_core.export.run as run
+import tiering_core.export.session as session
+
+run.COMMIT_BYTES = 1  # a commit after every segment
+flag, at = Path(sys.argv[1]), int(sys.argv[2])
+real = session.commit_segments
+calls = []
+
+def commit_segments(table, pending, **kwargs):
+    calls.append(1)
+    if len(calls) == at:  # this commit never happens: killed here, its data files written
+        flag.write_text("ready")
+        time.sleep(600)
+    return real(table, pending, **kwargs)
+
+session.commit_segments = commit_segments
+from tiering_core.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def export_killed_at_commit(config_path: Path, topic: str, flag: Path, commit: int) -> None:
+    """``tiering export --topic TOPIC`` in a child process committing after every segment, killed
+    with SIGKILL at its ``commit``-th commit, before it is made (a typed export's dead letters and
+    rows are two commits of one segment); returns once it is dead."""
+    command = ["--config", str(config_path), "export", "--topic", topic]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_AT_COMMIT, str(flag), str(commit), *command],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 300
+    while not flag.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"the export never reached its commit {commit}"
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()

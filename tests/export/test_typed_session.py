@@ -16,7 +16,7 @@ from confluent_kafka.serialization import MessageField
 from tests.engine_support import TieringEnv
 from tests.export.proto_files import F, Proto, descriptor_file, field, message, message_class
 from tests.export.registry_server import RegistryServer
-from tests.export.support import table_of, wait_until_table_is_free, with_lease_ms
+from tests.export.support import export_killed_at_commit, table_of, wait_until_table_is_free, with_lease_ms
 from tests.export.typed_support import (
     PAYMENT,
     TIP_V1,
@@ -25,7 +25,6 @@ from tests.export.typed_support import (
     Avro,
     Json,
     dead_letters_of,
-    export_killed_between_the_tables,
     iceberg_types,
     payment,
     rows_by_offset,
@@ -228,7 +227,7 @@ def test_kill_9_between_the_two_tables_then_rerun_is_exactly_once(
     )
     with_typed_export(tiering_env, tmp_path, schema_registry, **{"orders-typed": {"value": "avro"}})
     with_lease_ms(tiering_env, 5_000)
-    export_killed_between_the_tables(tiering_env.config_path, "orders-typed", tmp_path / "flag")
+    export_killed_at_commit(tiering_env.config_path, "orders-typed", tmp_path / "flag", commit=2)
     with tiering_env.context() as ctx:
         rows = {o for _p, o in rows_by_offset(table_of(ctx, "orders-typed"))}
         dead = dead_letters_of(ctx, "orders-typed")

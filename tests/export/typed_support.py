@@ -6,15 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -349,48 +343,3 @@ def tier_records(
     with env.context() as ctx:
         run_copy(ctx, w.tp)
     return sent
-
-
-#: An export that stops at its second commit and waits to be killed: argv is the flag file it
-#: writes when it got there, then the ``tiering`` command line.
-KILLED_BETWEEN_THE_TABLES = """
-import sys, time
-from pathlib import Path
-import tiering_core.export.run as run
-import tiering_core.export.session as session
-
-run.COMMIT_BYTES = 1  # a commit after every segment
-flag = Path(sys.argv[1])
-real = session.commit_segments
-calls = []
-
-def commit_segments(table, pending, **kwargs):
-    calls.append(1)
-    if len(calls) == 2:  # killed after the dead letters' commit of the second segment, before its rows'
-        flag.write_text("ready")
-        time.sleep(600)
-    return real(table, pending, **kwargs)
-
-session.commit_segments = commit_segments
-from tiering_core.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
-
-
-def export_killed_between_the_tables(config_path: Path, topic: str, flag: Path) -> None:
-    """``tiering export --topic TOPIC`` in a child process committing after every segment, killed
-    with SIGKILL at its second commit (``KILLED_BETWEEN_THE_TABLES``); returns once it is dead."""
-    command = ["--config", str(config_path), "export", "--topic", topic]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED_BETWEEN_THE_TABLES, str(flag), *command],
-        cwd=Path(__file__).resolve().parents[2],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 300
-    while not flag.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the export never reached its second commit"
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()

@@ -22,7 +22,7 @@ from tests.export.proto_files import Proto, message_class, payment_file
 from tests.export.proto_files import payment as proto_payment
 from tests.export.registry_server import RegistryServer
 from tests.export.spark_reader import spark_rows
-from tests.export.support import sqlite_catalog, table_of, wait_until_table_is_free
+from tests.export.support import export_killed_at_commit, sqlite_catalog, table_of, wait_until_table_is_free
 from tests.export.typed_support import (
     CART,
     CART_V2,
@@ -34,7 +34,6 @@ from tests.export.typed_support import (
     Json,
     cart,
     dead_letters_of,
-    export_killed_between_the_tables,
     payment,
     row_columns,
     rows_by_offset,
@@ -257,7 +256,7 @@ def test_three_formats_evolve_dead_letter_and_read_alike_in_pyiceberg_duckdb_and
     for topic in (TIPS, PAYMENTS):
         summary = platform.ok("export", "--topic", topic, "--json").json()
         assert (summary[0] if isinstance(summary, list) else summary)["failed"] == []
-    export_killed_between_the_tables(platform.config_path, CARTS, platform.root / "killed")
+    export_killed_at_commit(platform.config_path, CARTS, platform.root / "killed", commit=2)
     with platform.context() as ctx:
         killed = set(rows_by_offset_alone(table_of(ctx, CARTS))) | set(dead_letters_of(ctx, CARTS))
     assert killed and len(killed) < tiered[CARTS] + 1  # a commit in, the rest not
